@@ -1,0 +1,46 @@
+"""Errors raised by kraft_storage.
+
+Every error about bad bytes says *what* is wrong and *where* (file, byte
+position, batch base offset), so an operator can find the damage with a hex
+editor or ``kraft-dump-log``.
+"""
+from __future__ import annotations
+
+
+class KraftStorageError(Exception):
+    """Base class of every error raised by kraft_storage."""
+
+
+class CorruptRecordError(KraftStorageError):
+    """A record batch, or a record inside one, is malformed.
+
+    Attributes:
+        position: byte position of the batch in the buffer or file (or -1).
+        base_offset: the batch's base offset if its header was readable, else None.
+        reason: short machine-friendly description of the problem.
+        source: file name or other description of the buffer, if known.
+    """
+
+    def __init__(self, reason: str, position: int = -1, base_offset: int | None = None,
+                 source: str | None = None):
+        self.reason = reason
+        self.position = position
+        self.base_offset = base_offset
+        self.source = source
+        where = []
+        if source:
+            where.append(str(source))
+        if position >= 0:
+            where.append(f"position {position}")
+        if base_offset is not None:
+            where.append(f"batch base offset {base_offset}")
+        msg = reason if not where else f"{reason} ({', '.join(where)})"
+        super().__init__(msg)
+
+    def with_source(self, source: str) -> "CorruptRecordError":
+        """Return a copy that names the file the buffer came from."""
+        return CorruptRecordError(self.reason, self.position, self.base_offset, source)
+
+
+class UnsupportedCompression(KraftStorageError):
+    """The batch uses a codec whose optional library is not installed (or an unknown codec id)."""

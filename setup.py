@@ -1,0 +1,69 @@
+"""Build script for kraft's native extensions.
+
+Every extension is a Cython module (``*.pyx``) that wraps C kernels in
+``csrc/``.  Each native module has a pure-Python twin with the same API; the
+twin is chosen at import time when the extension is missing or when
+``KRAFT_NO_EXTENSIONS=1`` is set (see ``kraft_storage/_accel.py``).
+
+Developer conveniences (not needed by users):
+
+* ``KRAFT_EXT_ONLY=name1,name2`` builds only the named extensions (short
+  names, e.g. ``_crc32c``) so parallel work does not rebuild everything.
+* ``KRAFT_DEBUG_BUILD=1`` compiles with ``-O0 -g`` and asserts enabled.
+"""
+import os
+import sys
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+DEBUG = os.environ.get("KRAFT_DEBUG_BUILD") == "1"
+
+if sys.platform == "win32":  # pragma: no cover - not a supported platform yet
+    CFLAGS = ["/O2"]
+else:
+    CFLAGS = ["-O0", "-g"] if DEBUG else ["-O3"]
+    CFLAGS += ["-std=c11", "-fno-strict-aliasing", "-Wall", "-Wno-unused-function"]
+
+INCLUDES = ["csrc", numpy.get_include()]
+MACROS = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
+
+
+def ext(name, pyx, csources=()):
+    return Extension(
+        name,
+        sources=[pyx, *csources],
+        include_dirs=INCLUDES,
+        define_macros=MACROS,
+        extra_compile_args=CFLAGS,
+    )
+
+
+# (module, pyx, C sources).  C sources are compiled into every module that
+# needs them; each kernel file is self-contained with static-free public
+# symbols prefixed ``kr_``.
+EXTENSIONS = [
+    ext("kraft_storage._native._crc32c", "kraft_storage/_native/_crc32c.pyx",
+        ["csrc/crc32c.c"]),
+    ext("kraft_storage._native._batch", "kraft_storage/_native/_batch.pyx",
+        ["csrc/crc32c.c", "csrc/recordbatch.c"]),
+]
+
+only = {s.strip() for s in os.environ.get("KRAFT_EXT_ONLY", "").split(",") if s.strip()}
+if only:
+    EXTENSIONS = [e for e in EXTENSIONS if e.name.rsplit(".", 1)[-1] in only]
+
+setup(
+    ext_modules=cythonize(
+        EXTENSIONS,
+        language_level=3,
+        compiler_directives={
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "initializedcheck": False,
+        },
+        annotate=False,
+    ),
+)
