@@ -1,0 +1,170 @@
+"""Building record batches: one batch from Python objects, or many in bulk.
+
+* :func:`build_batch` -- convenience: a list of records (objects with
+  ``key``/``value``/``headers``/``timestamp`` and optionally ``offset``, or
+  ``(key, value)`` / ``(key, value, timestamp)`` / ``(key, value, timestamp,
+  headers)`` tuples) into one batch.  Every header field can be set, so a
+  decoded batch re-encodes to identical bytes.
+* :func:`build_batches` -- bulk: N records given Arrow-style (one contiguous
+  buffer + N+1 offsets for values, the same for keys, an int64 timestamps
+  array) cut into batches of ``records_per_batch`` in one native call
+  (uncompressed), or one native call per batch plus the codec (compressed).
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from kraft_storage._accel import load
+from kraft_storage._pure._batch import encode_records_full
+from kraft_storage.record import compression as _compression
+from kraft_storage.record.constants import (
+    NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, Compression,
+    TimestampType, make_attributes)
+
+_k = load("_batch")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _fields(r, i: int, base_offset: int, default_ts: int):
+    """(offset_delta, timestamp, key, value, headers) of one convenience record."""
+    if isinstance(r, tuple):
+        key, value = r[0], r[1]
+        ts = r[2] if len(r) > 2 and r[2] is not None else default_ts
+        headers = r[3] if len(r) > 3 else ()
+        od = i
+    else:
+        key, value = r.key, r.value
+        ts = getattr(r, "timestamp", None)
+        ts = default_ts if ts is None else ts
+        headers = getattr(r, "headers", ()) or ()
+        off = getattr(r, "offset", None)
+        od = i if off is None else off - base_offset
+    return od, int(ts), key, value, tuple(headers)
+
+
+def build_batch(records: Sequence, *, base_offset: int = 0, partition_leader_epoch: int = 0,
+                compression: Compression | str | int = Compression.NONE,
+                timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+                is_transactional: bool = False, is_control: bool = False,
+                has_delete_horizon: bool = False,
+                producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+                base_sequence: int = NO_SEQUENCE, timestamp: int | None = None,
+                base_timestamp: int | None = None, max_timestamp: int | None = None,
+                last_offset_delta: int | None = None) -> bytes:
+    """One v2 batch from ``records``; returns its bytes (header, CRC and all).
+
+    Defaults follow Kafka's MemoryRecordsBuilder: the base timestamp is the
+    first record's, the max timestamp the largest, the last offset delta is
+    the last record's offset delta.  ``timestamp`` is used for records that
+    carry none (default: now).
+    """
+    records = list(records)
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    default_ts = _now_ms() if timestamp is None else timestamp
+    fields = [_fields(r, i, base_offset, default_ts) for i, r in enumerate(records)]
+    for od, _, key, value, _h in fields:
+        if not 0 <= od <= 0x7FFFFFFF:
+            raise ValueError(f"record offset delta {od} out of range for base offset {base_offset}")
+        for what, v in (("key", key), ("value", value)):
+            if v is not None and not isinstance(v, (bytes, bytearray, memoryview)):
+                raise TypeError(f"record {what} must be bytes or None, not {type(v).__name__}")
+    bts = fields[0][1] if base_timestamp is None else base_timestamp
+    mts = max(f[1] for f in fields) if max_timestamp is None else max_timestamp
+    lod = fields[-1][0] if last_offset_delta is None else last_offset_delta
+    body = encode_records_full(
+        (od, ts - bts, None if k is None else bytes(k), None if v is None else bytes(v), h)
+        for od, ts, k, v, h in fields)
+    comp = Compression.parse(compression)
+    if comp:
+        body = _compression.compress(comp, body)
+    attrs = make_attributes(comp, int(timestamp_type), is_transactional, is_control, has_delete_horizon)
+    return _k.write_batch(body, base_offset, partition_leader_epoch, attrs, lod, bts, mts,
+                          producer_id, producer_epoch, base_sequence, len(fields))
+
+
+def pack_buffers(items: Iterable) -> tuple[bytes, np.ndarray, np.ndarray | None]:
+    """Sequence of bytes-or-None -> (data, offsets[n+1], null mask or None)."""
+    items = list(items)
+    lens = np.fromiter((0 if x is None else len(x) for x in items), dtype=np.int64, count=len(items))
+    off = np.zeros(len(items) + 1, dtype=np.int64)
+    np.cumsum(lens, out=off[1:])
+    nulls = np.fromiter((x is None for x in items), dtype=np.uint8, count=len(items))
+    data = b"".join(b"" if x is None else bytes(x) for x in items)
+    return data, off, (nulls if nulls.any() else None)
+
+
+def _arrow(arg, n_expected=None):
+    """Accept a sequence of bytes/None, or (data, offsets) / (data, offsets, nulls)."""
+    if arg is None:
+        return None, None, None
+    if isinstance(arg, tuple) and len(arg) in (2, 3) and not isinstance(arg[1], (bytes, type(None))):
+        data, off = arg[0], np.ascontiguousarray(arg[1], dtype=np.int64)
+        nulls = np.ascontiguousarray(arg[2], dtype=np.uint8) if len(arg) == 3 and arg[2] is not None else None
+        return data, off, nulls
+    return pack_buffers(arg)
+
+
+def build_batches(values, *, keys=None, timestamps=None, records_per_batch: int = 1000,
+                  base_offset: int = 0, partition_leader_epoch: int = 0,
+                  compression: Compression | str | int = Compression.NONE,
+                  timestamp: int | None = None, is_transactional: bool = False,
+                  is_control: bool = False, producer_id: int = NO_PRODUCER_ID,
+                  producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
+                  return_positions: bool = False):
+    """Encode N records into consecutive batches of ``records_per_batch``.
+
+    Args:
+        values: a sequence of bytes/None, or Arrow-style ``(data, offsets)``
+            or ``(data, offsets, null_mask)`` with ``len(offsets) == N + 1``.
+        keys: same forms, or None for all-null keys (metadata records).
+        timestamps: int64 array of N timestamps, or None for ``timestamp``
+            (default now) on every record.
+    Returns the bytes of all batches (and the batch start positions if asked).
+    """
+    vals, voff, vnull = _arrow(values)
+    ks, koff, knull = _arrow(keys)
+    if voff is None:
+        raise ValueError("values are required")
+    n = len(voff) - 1
+    if koff is not None and len(koff) - 1 != n:
+        raise ValueError(f"{len(koff) - 1} keys for {n} values")
+    ts = None if timestamps is None else np.ascontiguousarray(timestamps, dtype=np.int64)
+    if ts is not None and len(ts) != n:
+        raise ValueError(f"{len(ts)} timestamps for {n} values")
+    if records_per_batch <= 0:
+        raise ValueError("records_per_batch must be positive")
+    default_ts = _now_ms() if timestamp is None else timestamp
+    comp = Compression.parse(compression)
+    attrs = make_attributes(comp, 0, is_transactional, is_control)
+    if comp == Compression.NONE:
+        out, positions = _k.encode_batches(ks, koff, knull, vals, voff, vnull, ts, default_ts,
+                                           records_per_batch, base_offset, partition_leader_epoch,
+                                           attrs, producer_id, producer_epoch, base_sequence)
+        return (out, positions) if return_positions else out
+    parts = []
+    positions = []
+    pos = 0
+    for lo in range(0, n, records_per_batch):
+        hi = min(lo + records_per_batch, n)
+        bts = int(ts[lo]) if ts is not None else default_ts
+        mts = int(ts[lo:hi].max()) if ts is not None else bts
+        body = _k.encode_records(lo, hi, ks, koff, knull, vals, voff, vnull, ts, bts)
+        seq = -1 if base_sequence < 0 else (base_sequence + lo) & 0x7FFFFFFF
+        b = _k.write_batch(_compression.compress(comp, body), base_offset + lo,
+                           partition_leader_epoch, attrs, hi - lo - 1, bts, mts, producer_id,
+                           producer_epoch, seq, hi - lo)
+        parts.append(b)
+        positions.append(pos)
+        pos += len(b)
+    out = b"".join(parts)
+    return (out, np.asarray(positions, np.int64)) if return_positions else out
+
+
+__all__ = ["build_batch", "build_batches", "pack_buffers", "NO_PARTITION_LEADER_EPOCH"]

@@ -1,0 +1,168 @@
+"""Columnar record decoding: many batches into flat numpy arrays, no object per record.
+
+``decode_records(buf)`` scans and CRC-checks the batches in ``buf`` and
+decodes every record into :class:`RecordColumns`: parallel arrays of offset,
+timestamp, key and value positions/lengths, header positions/counts, the
+record's batch row and its attributes byte.  Keys and values are *positions
+into* ``RecordColumns.data``: when no batch is compressed, ``data`` is the
+caller's buffer itself (zero copy); otherwise it is a new buffer holding each
+batch's records section, decompressed, back to back.
+
+This is what replay uses: the Raft listener, the metadata loader and the
+Spark reader all consume columns, and only convenience code asks for
+:class:`Record` objects (:meth:`RecordColumns.records`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kraft_storage._accel import load
+from kraft_storage.errors import CorruptRecordError, UnsupportedCompression
+from kraft_storage.record import compression as _compression
+from kraft_storage.record.batch import BatchScan, scan_batches
+from kraft_storage.record.constants import COMPRESSION_MASK, HEADER_SIZE
+
+_k = load("_batch")
+Record = _k.Record
+
+_OK, _CAPACITY = 0, 3
+_NO_OFFSET = -(2**63)
+
+
+@dataclass
+class RecordColumns:
+    """Decoded records, one array entry per record (all arrays the same length).
+
+    ``key_len``/``value_len`` are -1 for null.  ``batch`` indexes
+    ``batches`` (the BATCH_DTYPE rows the records came from).  Positions
+    index ``data``.
+    """
+    data: object
+    batches: np.ndarray
+    offset: np.ndarray
+    timestamp: np.ndarray
+    key_pos: np.ndarray
+    key_len: np.ndarray
+    value_pos: np.ndarray
+    value_len: np.ndarray
+    headers_pos: np.ndarray
+    headers_count: np.ndarray
+    batch: np.ndarray
+    attributes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def _cols(self) -> tuple:
+        return (self.offset, self.timestamp, self.key_pos, self.key_len, self.value_pos,
+                self.value_len, self.headers_pos, self.headers_count, self.batch, self.attributes)
+
+    def records(self, lo: int = 0, hi: int | None = None) -> list:
+        """Record objects for rows [lo, hi) (convenience; allocates per record)."""
+        hi = len(self) if hi is None else hi
+        return _k.make_records(self.data, self._cols(), lo, hi)
+
+    def __iter__(self):
+        step = 4096
+        for lo in range(0, len(self), step):
+            yield from self.records(lo, min(lo + step, len(self)))
+
+    def key(self, i: int) -> bytes | None:
+        n = int(self.key_len[i])
+        if n < 0:
+            return None
+        p = int(self.key_pos[i])
+        return bytes(memoryview(self.data).cast("B")[p:p + n])
+
+    def value(self, i: int) -> bytes | None:
+        n = int(self.value_len[i])
+        if n < 0:
+            return None
+        p = int(self.value_pos[i])
+        return bytes(memoryview(self.data).cast("B")[p:p + n])
+
+    def values(self) -> list:
+        """Every value as bytes (or None), in record order."""
+        mv = memoryview(self.data).cast("B")
+        return [None if n < 0 else bytes(mv[p:p + n])
+                for p, n in zip(self.value_pos.tolist(), self.value_len.tolist())]
+
+    def headers(self, i: int) -> tuple:
+        c = int(self.headers_count[i])
+        return _k.parse_headers(self.data, int(self.headers_pos[i]), c) if c else ()
+
+    def is_control(self) -> np.ndarray:
+        """Boolean mask: which records sit in control batches."""
+        return (self.batches["attributes"][self.batch] & 0x20) != 0
+
+
+def _empty_columns(n: int) -> tuple:
+    return (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64),
+            np.empty(n, np.int32), np.empty(n, np.int64), np.empty(n, np.int32),
+            np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int32),
+            np.empty(n, np.int8))
+
+
+def decode_batches(buf, headers: np.ndarray, *, source: str | None = None) -> RecordColumns:
+    """Decode the records of the batches described by ``headers`` (rows from a scan of ``buf``)."""
+    nb = len(headers)
+    comp = headers["attributes"] & COMPRESSION_MASK
+    if nb and comp.any():
+        data, rs, re_ = _decompress_all(buf, headers, comp, source)
+    else:
+        data = buf
+        rs = headers["position"] + HEADER_SIZE
+        re_ = headers["position"] + headers["size"]
+    rs = np.ascontiguousarray(rs, dtype=np.int64)
+    re_ = np.ascontiguousarray(re_, dtype=np.int64)
+    hdr = np.ascontiguousarray(headers)
+    if not hdr.flags.writeable:
+        hdr = hdr.copy()
+    total = int(hdr["records_count"].sum(dtype=np.int64))
+    # A corrupt count cannot make us allocate more than the bytes can hold.
+    limit = int((re_ - rs).sum()) // 7 + 1
+    cols = _empty_columns(min(total, limit))
+    rows = np.arange(nb, dtype=np.int32)
+    status, n, msg, epos, ebo = _k.decode_records(data, hdr, rs, re_, rows, cols, 0)
+    if status != _OK:
+        if data is not buf:
+            msg += " (in the decompressed records)"
+        raise CorruptRecordError(msg, epos, None if ebo == _NO_OFFSET else ebo, source)
+    if n != len(cols[0]):
+        cols = tuple(c[:n] for c in cols)
+    return RecordColumns(data, headers, *cols)
+
+
+def _decompress_all(buf, headers, comp, source):
+    mv = memoryview(buf).cast("B")
+    parts = []
+    rs = np.empty(len(headers), np.int64)
+    re_ = np.empty(len(headers), np.int64)
+    pos = 0
+    for i in range(len(headers)):
+        h = headers[i]
+        p, size = int(h["position"]), int(h["size"])
+        body = mv[p + HEADER_SIZE:p + size]
+        if comp[i]:
+            try:
+                body = _compression.decompress(int(comp[i]), body)
+            except _compression.DecompressionError as exc:
+                raise CorruptRecordError(str(exc), p, int(h["base_offset"]), source) from None
+            except UnsupportedCompression as exc:
+                raise UnsupportedCompression(
+                    f"{exc} (batch base offset {int(h['base_offset'])}, position {p})") from None
+        parts.append(body)
+        rs[i] = pos
+        pos += len(body)
+        re_[i] = pos
+    return b"".join(parts), rs, re_
+
+
+def decode_records(buf, start: int = 0, end: int | None = None, *, verify_crc: bool = True,
+                   allow_partial_tail: bool = False, source: str | None = None) -> RecordColumns:
+    """Scan ``buf[start:end]`` (CRC-checked by default) and decode every record into columns."""
+    scan: BatchScan = scan_batches(buf, start, end, verify_crc=verify_crc,
+                                   allow_partial_tail=allow_partial_tail, source=source)
+    return decode_batches(buf, scan.headers, source=source)

@@ -1,0 +1,198 @@
+"""``kraft-dump-log``: print the batches and records of Kafka log files.
+
+Like Kafka's ``kafka-dump-log.sh --print-data-log`` (with the
+``--cluster-metadata-decoder`` behaviour built in) over any file of
+concatenated record batches: ``.log`` segments, ``.checkpoint`` snapshots,
+``bootstrap.checkpoint``.
+
+Output:
+* default: human-readable lines, one per batch followed by one per record;
+* ``--json``: JSON Lines, one object per batch with the fields listed in
+  ``BATCH_FIELDS`` and ``records`` (offset, timestamp, key, value, headers;
+  key/value/header values in base64, null as null).  Where the generated
+  message codecs are available, metadata records gain a ``metadata`` member
+  and control records a ``control`` member.
+
+Damage: every good batch before the corrupt point is printed, then the problem
+is named on stderr (file, byte position, batch base offset) and the exit code
+is 1.  A batch whose CRC does not match is printed with ``crcValid: false``
+and without its records (they cannot be trusted), and also makes the exit
+code 1.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import mmap
+import os
+import sys
+
+from kraft_storage.errors import CorruptRecordError, KraftStorageError
+from kraft_storage.record import CRC_REPORT, decode_batches, scan_batches
+from kraft_storage.record.constants import COMPRESSION_MASK, CONTROL_MASK, TRANSACTIONAL_MASK, Compression
+
+BATCH_FIELDS = ("baseOffset", "lastOffset", "count", "position", "size", "magic", "crc", "crcValid",
+                "compression", "isControl", "isTransactional", "partitionLeaderEpoch", "producerId",
+                "producerEpoch", "baseSequence", "baseTimestamp", "maxTimestamp", "records")
+
+
+def _decoders():
+    """The message decoders, if the generated codecs are present."""
+    try:
+        from kraft_storage.messages import dump  # generated codecs (issue 3)
+        return dump.metadata_json, dump.control_json
+    except ImportError:
+        return None, None
+
+
+def _b64(b):
+    return None if b is None else base64.b64encode(b).decode("ascii")
+
+
+def _open(path):
+    """(buffer, closer): the file mmap'd read-only (or empty bytes)."""
+    f = open(path, "rb")
+    size = os.fstat(f.fileno()).st_size
+    if size == 0:
+        f.close()
+        return b"", lambda: None
+    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    f.close()
+    return m, m.close
+
+
+def _batch_obj(h) -> dict:
+    attrs = int(h["attributes"])
+    return {
+        "baseOffset": int(h["base_offset"]),
+        "lastOffset": int(h["base_offset"]) + int(h["last_offset_delta"]),
+        "count": int(h["records_count"]),
+        "position": int(h["position"]),
+        "size": int(h["size"]),
+        "magic": int(h["magic"]),
+        "crc": int(h["crc"]),
+        "crcValid": bool(h["crc_valid"] == 1),
+        "compression": Compression(attrs & COMPRESSION_MASK).name.lower()
+        if (attrs & COMPRESSION_MASK) <= 4 else f"unknown({attrs & COMPRESSION_MASK})",
+        "isControl": bool(attrs & CONTROL_MASK),
+        "isTransactional": bool(attrs & TRANSACTIONAL_MASK),
+        "partitionLeaderEpoch": int(h["partition_leader_epoch"]),
+        "producerId": int(h["producer_id"]),
+        "producerEpoch": int(h["producer_epoch"]),
+        "baseSequence": int(h["base_sequence"]),
+        "baseTimestamp": int(h["base_timestamp"]),
+        "maxTimestamp": int(h["max_timestamp"]),
+    }
+
+
+def _record_objs(buf, headers, i, decode_meta, decode_ctrl, errors):
+    """Records of batch row i as dicts (decoding metadata/control bodies if possible)."""
+    cols = decode_batches(buf, headers[i:i + 1])
+    control = bool(int(headers[i]["attributes"]) & CONTROL_MASK)
+    out = []
+    for r in cols.records():
+        o = {"offset": r.offset, "timestamp": r.timestamp, "key": _b64(r.key), "value": _b64(r.value),
+             "headers": [{"key": k, "value": _b64(v)} for k, v in r.headers]}
+        try:
+            if control and decode_ctrl is not None and r.key is not None:
+                o["control"] = decode_ctrl(r.key, r.value)
+            elif not control and decode_meta is not None and r.key is None and r.value is not None:
+                o["metadata"] = decode_meta(r.value)
+        except Exception as exc:  # not a metadata log, or an unknown record: keep going
+            o["decodeError"] = str(exc)
+            errors.append(exc)
+        out.append(o)
+    return out
+
+
+def _print_human(path, b, recs, out):
+    out.write(
+        f"baseOffset: {b['baseOffset']} lastOffset: {b['lastOffset']} count: {b['count']} "
+        f"baseSequence: {b['baseSequence']} lastSequence: "
+        f"{-1 if b['baseSequence'] < 0 else b['baseSequence'] + b['lastOffset'] - b['baseOffset']} "
+        f"producerId: {b['producerId']} producerEpoch: {b['producerEpoch']} "
+        f"partitionLeaderEpoch: {b['partitionLeaderEpoch']} isTransactional: "
+        f"{str(b['isTransactional']).lower()} isControl: {str(b['isControl']).lower()} "
+        f"position: {b['position']} CreateTime: {b['maxTimestamp']} size: {b['size']} "
+        f"magic: {b['magic']} compresscodec: {b['compression']} crc: {b['crc']} "
+        f"isvalid: {str(b['crcValid']).lower()}\n")
+    for r in recs or ():
+        line = f"| offset: {r['offset']} CreateTime: {r['timestamp']} keySize: " \
+               f"{-1 if r['key'] is None else len(base64.b64decode(r['key']))} valueSize: " \
+               f"{-1 if r['value'] is None else len(base64.b64decode(r['value']))}"
+        if "metadata" in r:
+            line += " payload: " + json.dumps(r["metadata"], separators=(",", ":"))
+        elif "control" in r:
+            line += " " + json.dumps(r["control"], separators=(",", ":"))
+        elif r["value"] is not None:
+            line += f" payload: {r['value']}"
+        if r["headers"]:
+            line += " headers: " + json.dumps(r["headers"], separators=(",", ":"))
+        out.write(line + "\n")
+
+
+def dump_file(path: str, as_json: bool, out=sys.stdout, err=sys.stderr, print_records: bool = True) -> int:
+    """Dump one file; return 0 if it was entirely sound, 1 otherwise."""
+    try:
+        buf, close = _open(path)
+    except OSError as exc:
+        err.write(f"kraft-dump-log: {path}: {exc.strerror or exc}\n")
+        return 1
+    status = 0
+    decode_meta, decode_ctrl = _decoders()
+    try:
+        if not as_json:
+            out.write(f"Dumping {path}\n")
+        scan = scan_batches(buf, crc_mode=CRC_REPORT, raise_on_error=False, source=path)
+        headers = scan.headers
+        for i in range(len(headers)):
+            b = _batch_obj(headers[i])
+            recs = None
+            if not b["crcValid"]:
+                err.write(f"kraft-dump-log: {path}: CRC mismatch in the batch at position "
+                          f"{b['position']} (base offset {b['baseOffset']}); records not printed\n")
+                status = 1
+            elif print_records:
+                errors: list = []
+                try:
+                    recs = _record_objs(buf, headers, i, decode_meta, decode_ctrl, errors)
+                except (CorruptRecordError, KraftStorageError) as exc:
+                    err.write(f"kraft-dump-log: {path}: {exc}\n")
+                    status = 1
+                for exc in errors[:1]:
+                    err.write(f"kraft-dump-log: {path}: could not decode a record body in the batch "
+                              f"at offset {b['baseOffset']}: {exc}\n")
+            if as_json:
+                b["records"] = recs if recs is not None else []
+                out.write(json.dumps(b, separators=(",", ":")) + "\n")
+            else:
+                _print_human(path, b, recs, out)
+        if scan.error is not None:
+            err.write(f"kraft-dump-log: {scan.error}\n")
+            status = 1
+    finally:
+        del buf
+        close()
+    return status
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="kraft-dump-log",
+        description="Print the record batches of Kafka log segments and snapshot checkpoints.")
+    p.add_argument("files", nargs="+", metavar="FILE", help=".log, .checkpoint or bootstrap.checkpoint files")
+    p.add_argument("--json", action="store_true", help="JSON Lines output, one object per batch")
+    p.add_argument("--batches-only", action="store_true", help="print batch headers without records")
+    args = p.parse_args(argv)
+    rc = 0
+    for path in args.files:
+        try:
+            rc |= dump_file(path, args.json, print_records=not args.batches_only)
+        except BrokenPipeError:
+            return rc
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
