@@ -148,6 +148,7 @@ def scan(buf, start: int, end: int, crc_mode: int, max_batch_size: int, out: np.
         row["producer_epoch"] = pep
         row["base_sequence"] = bseq
         row["records_count"] = count
+        row["_pad"] = 0
         if crc_mode == CRC_SKIP:
             row["crc_valid"] = -1
         else:
