@@ -69,7 +69,9 @@
 #define KR_HAVE_ATOMICS 1
 #endif
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* KR_CRC32C_PORTABLE_ONLY builds the portable kernel alone (to test a non-x86 build). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(KR_CRC32C_PORTABLE_ONLY)
 #define KR_X86 1
 #include <immintrin.h>
 #define KR_TARGET_SSE42 __attribute__((target("sse4.2,pclmul")))
@@ -611,7 +613,7 @@ KR_TARGET_VPCLMUL static uint32_t kr_vpclmul(uint32_t c, const uint8_t *p, size_
 
     for (i = 0; i < KR_VEC_NACC; i++) x[i] = _mm256_loadu_si256((const __m256i *)(p + 32 * i));
     /* Inject the incoming state into the first 4 message bytes (see (1)). */
-    x[0] = _mm256_xor_si256(x[0], _mm256_zextsi128_si256(_mm_cvtsi32_si128((int)c)));
+    x[0] = _mm256_xor_si256(x[0], _mm256_setr_epi32((int)c, 0, 0, 0, 0, 0, 0, 0));
     p += KR_VEC_STRIDE;
     n -= KR_VEC_STRIDE;
 
@@ -674,7 +676,7 @@ KR_TARGET_VPCLMUL static uint32_t kr_hybrid_block(uint32_t c, const uint8_t *p) 
     uint64_t c1 = 0, c2 = 0, c3 = 0;
     int it, j;
 
-    x0 = _mm256_xor_si256(x0, _mm256_zextsi128_si256(_mm_cvtsi32_si128((int)c)));
+    x0 = _mm256_xor_si256(x0, _mm256_setr_epi32((int)c, 0, 0, 0, 0, 0, 0, 0));
     for (it = 0; it < KR_HYB_ITERS; it++) {
         if (it > 0) {
             x0 = kr_fold256(x0, k1024, _mm256_loadu_si256((const __m256i *)(v + 0)));

@@ -133,12 +133,12 @@ def _kernels():
 
 def _crc32c_kernel(str name, data, crc=0):
     """CRC-32C with the named kernel (ValueError if unknown or unsupported here)."""
-    cdef int which = -1, i
-    for i in range(KR_CRC32C_NKERNELS):
-        if kr_crc32c_kernel_name(i).decode("ascii") == name:
-            which = i
-    if which < 0 or not kr_crc32c_kernel_available(which):
-        raise ValueError(f"CRC-32C kernel {name!r} is not available (have {_kernels()})")
+    cdef int which
+    try:
+        which = _KERNEL_IDS[name]
+    except KeyError:
+        raise ValueError(
+            f"CRC-32C kernel {name!r} is not available (have {_kernels()})") from None
     cdef uint32_t c = _crc_arg(crc)
     cdef Py_buffer view
     _acquire(data, &view)
@@ -146,3 +146,8 @@ def _crc32c_kernel(str name, data, crc=0):
         c = kr_crc32c_kernel(which, c, view.buf, <size_t>view.len)
     PyBuffer_Release(&view)
     return c
+
+
+#: kernel name -> number, for the kernels this CPU can run.
+_KERNEL_IDS = {kr_crc32c_kernel_name(i).decode("ascii"): i
+               for i in range(KR_CRC32C_NKERNELS) if kr_crc32c_kernel_available(i)}
