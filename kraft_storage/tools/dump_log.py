@@ -181,12 +181,25 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="kraft-dump-log",
         description="Print the record batches of Kafka log segments and snapshot checkpoints.")
-    p.add_argument("files", nargs="+", metavar="FILE", help=".log, .checkpoint or bootstrap.checkpoint files")
+    p.add_argument("files", nargs="*", metavar="FILE", help=".log, .checkpoint or bootstrap.checkpoint files")
+    p.add_argument("--example", action="store_true",
+                   help="write kraft's bundled example metadata log to a temporary directory and dump it")
     p.add_argument("--json", action="store_true", help="JSON Lines output, one object per batch")
     p.add_argument("--batches-only", action="store_true", help="print batch headers without records")
     args = p.parse_args(argv)
+    if args.example:
+        import tempfile
+        from kraft_storage.tools.example import write_example_log
+        with tempfile.TemporaryDirectory(prefix="kraft-example-") as tmp:
+            return _dump_all([write_example_log(tmp)], args)
+    if not args.files:
+        p.error("give at least one FILE, or --example")
+    return _dump_all(args.files, args)
+
+
+def _dump_all(files, args) -> int:
     rc = 0
-    for path in args.files:
+    for path in files:
         try:
             rc |= dump_file(path, args.json, print_records=not args.batches_only)
         except BrokenPipeError:
