@@ -1,0 +1,1001 @@
+"""RaftCore: the deterministic KRaft consensus state machine (Kafka's KafkaRaftClient, minus I/O).
+
+Why a core without I/O: the same object must run under a TCP driver and under
+a seeded simulator that replays a failure exactly.  So the core owns no
+thread, socket, clock or entropy.  Everything comes in through four calls:
+
+* :meth:`RaftCore.handle_request` / :meth:`RaftCore.handle_response`: an
+  inbound message, with the current time;
+* :meth:`RaftCore.append` (state-machine appends on the leader),
+  :meth:`RaftCore.create_snapshot`, :meth:`RaftCore.resign`,
+  :meth:`RaftCore.begin_shutdown`;
+* :meth:`RaftCore.poll`: "time is now ``now_ms``; do what is due".
+
+and everything goes out through :class:`Ready` (returned by ``poll``):
+outbound requests and responses, the quorum-state writes performed, and the
+absolute time of the next wake-up.  Listener callbacks are invoked inside
+``poll``, on the caller's thread, in offset order.
+
+Ordering rules the driver can rely on (the core enforces them itself, because
+the log and the quorum-state store are injected and called synchronously):
+
+1. A quorum-state change is written to the store, durably, *before* the core
+   queues any message that depends on it (a granted vote, a Vote request of a
+   new epoch, a BeginQuorumEpoch).  So ``Ready.messages`` may be sent at once.
+2. Followers (voters) flush each fetched append before the next Fetch
+   reports the new end offset, so the leader only counts durable data.
+3. The leader flushes drained batches before counting its own end offset
+   towards the high watermark.
+4. Only records below the high watermark are delivered to listeners.
+
+Only one Fetch (or FetchSnapshot) is in flight to the leader at a time: the
+request manager allows one outstanding request per destination, and responses
+whose correlation id is not the outstanding one are dropped.  This is what
+stops a follower appending the same offsets twice.
+
+The network may lose, delay, duplicate and reorder messages; the core never
+assumes a response will come (requests time out after request.timeout.ms).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kraft_node.raft.accumulator import BatchAccumulator
+from kraft_node.raft.config import QuorumConfig
+from kraft_node.raft.errors import Errors, InvariantViolation, NotLeaderError, RaftError
+from kraft_node.raft.log import RaftLog
+from kraft_node.raft.messages import (Batch, BeginQuorumEpochRequest, BeginQuorumEpochResponse,
+                                      EndQuorumEpochRequest, EndQuorumEpochResponse, EpochEndOffset,
+                                      FetchRequest, FetchResponse, FetchSnapshotRequest,
+                                      FetchSnapshotResponse, LeaderAndEpoch, LeaderChangeMessage,
+                                      LeaderIdAndEpoch, OffsetAndEpoch, Outbound, OutboundRequest,
+                                      OutboundResponse, ReplicaKey, SnapshotId, VoteRequest,
+                                      VoteResponse)
+from kraft_node.raft.quorum_state import QuorumState, QuorumStateStore
+from kraft_node.raft.roles import (CandidateState, ElectionState, FollowerState, LeaderState,
+                                   ProspectiveState, ResignedState, UnattachedState)
+
+#: Base of the election backoffs (Kafka's RETRY_BACKOFF_BASE_MS).
+RETRY_BACKOFF_BASE_MS = 100
+NEVER = 2 ** 62
+NONE = Errors.NONE
+
+
+class RaftListener(Protocol):
+    """What the state machine (controller, broker image) implements.
+
+    Calls arrive from ``RaftCore.poll`` in offset order: a snapshot load
+    replaces everything before ``snapshot_id.offset``; each ``handle_commit``
+    continues exactly where the previous call (or the snapshot) ended.
+    """
+
+    def handle_commit(self, batches: tuple[Batch, ...]) -> None: ...
+
+    def handle_load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None: ...
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None: ...
+
+
+@dataclass
+class Ready:
+    """Work produced by the core since the previous ``poll``.
+
+    ``messages``: send them (quorum state is already durable, see rule 1).
+    ``quorum_state_writes``: the election states written, for observability.
+    ``next_wakeup_ms``: call ``poll`` again no later than this (or when a
+    message arrives).  ``shutdown_complete``: graceful shutdown finished
+    (``shutdown_timed_out`` tells if it gave up waiting for a new leader).
+    """
+    messages: list[Outbound] = field(default_factory=list)
+    quorum_state_writes: list[ElectionState] = field(default_factory=list)
+    next_wakeup_ms: int = NEVER
+    shutdown_complete: bool = False
+    shutdown_timed_out: bool = False
+
+
+class _RecordingStore:
+    """Wraps the injected store so each write is also reported in Ready."""
+
+    def __init__(self, inner: QuorumStateStore):
+        self.inner = inner
+        self.pending: list[ElectionState] = []
+
+    def read(self):
+        return self.inner.read()
+
+    def write(self, state):
+        self.inner.write(state)
+        self.pending.append(state)
+
+
+class RequestManager:
+    """At most one outstanding request per destination, with timeout and retry backoff."""
+
+    def __init__(self, config: QuorumConfig):
+        self.config = config
+        self.inflight: dict[int, tuple[int, int]] = {}  # dest -> (correlation id, sent ms)
+        self.backoff_until: dict[int, int] = {}
+
+    def is_ready(self, dest: int, now_ms: int) -> bool:
+        inf = self.inflight.get(dest)
+        if inf is not None:
+            if now_ms - inf[1] < self.config.request_timeout_ms:
+                return False
+            del self.inflight[dest]
+            self.backoff_until[dest] = now_ms + self.config.retry_backoff_ms
+        return now_ms >= self.backoff_until.get(dest, 0)
+
+    def has_inflight(self, dest: int) -> bool:
+        return dest in self.inflight
+
+    def on_send(self, dest: int, correlation_id: int, now_ms: int) -> None:
+        self.inflight[dest] = (correlation_id, now_ms)
+
+    def accept_response(self, dest: int, correlation_id: int) -> bool:
+        inf = self.inflight.get(dest)
+        if inf is None or inf[0] != correlation_id:
+            return False
+        del self.inflight[dest]
+        return True
+
+    def on_failure(self, dest: int, now_ms: int) -> None:
+        self.backoff_until[dest] = now_ms + self.config.retry_backoff_ms
+
+    def reset(self) -> None:
+        self.inflight.clear()
+        self.backoff_until.clear()
+
+    def next_deadline(self) -> int:
+        d = NEVER
+        for _, sent in self.inflight.values():
+            d = min(d, sent + self.config.request_timeout_ms)
+        for t in self.backoff_until.values():
+            d = min(d, t)
+        return d
+
+
+class _ListenerContext:
+    def __init__(self, listener: RaftListener):
+        self.listener = listener
+        self.next_offset = 0
+        self.last_fired: LeaderAndEpoch | None = None
+
+
+def encode_leader_change(msg: LeaderChangeMessage) -> bytes:
+    """Placeholder record value for the LeaderChange control record.
+
+    The wire driver replaces it with the real LeaderChangeMessage encoding; the
+    core only needs a deterministic, non-empty value.
+    """
+    return (f"LeaderChange(v{msg.version},leader={msg.leader_id},voters={list(msg.voters)},"
+            f"granting={list(msg.granting_voters)})").encode()
+
+
+class RaftCore:
+    """One replica of the metadata partition.
+
+    ``voters`` maps voter id to its ReplicaKey (static voter set; dynamic
+    membership comes later).  ``local_key`` not in ``voters`` makes an observer.
+    """
+
+    def __init__(self, config: QuorumConfig, local_key: ReplicaKey, voters: list[ReplicaKey],
+                 log: RaftLog, store: QuorumStateStore, rng: random.Random,
+                 cluster_id: str | None = None):
+        self.config = config
+        self.local_key = local_key
+        self.local_id = local_key.id
+        self.log = log
+        self.rng = rng
+        self.cluster_id = cluster_id
+        self._store = _RecordingStore(store)
+        self.quorum = QuorumState(local_key, {k.id: k for k in voters}, self._store, rng, config)
+        self.requests = RequestManager(config)
+        self._outbox: list[Outbound] = []
+        self._next_correlation = rng.randrange(1 << 30)
+        self._listeners: list[_ListenerContext] = []
+        self._purgatory: list[tuple[int, int, FetchRequest, int]] = []  # src, corr, req, deadline
+        self._leader_batches: list[Batch] = []  # written but maybe not yet delivered, leader only
+        self._shutdown_deadline: int | None = None
+        self._shutdown_done = False
+        self._shutdown_timed_out = False
+        self._bootstrap_target: int | None = None
+        self._initialized = False
+
+    # ------------------------------------------------------------ queries
+    @property
+    def state(self):
+        return self.quorum.state
+
+    @property
+    def role(self) -> str:
+        return self.quorum.state.name
+
+    @property
+    def epoch(self) -> int:
+        return self.quorum.epoch
+
+    @property
+    def leader_id(self) -> int:
+        return self.quorum.leader_id
+
+    @property
+    def is_leader(self) -> bool:
+        return isinstance(self.quorum.state, LeaderState)
+
+    @property
+    def high_watermark(self) -> int | None:
+        return self.quorum.state.high_watermark
+
+    def log_end(self) -> OffsetAndEpoch:
+        return OffsetAndEpoch(self.log.end_offset, self.log.last_fetched_epoch)
+
+    # ------------------------------------------------------------ setup
+    def register_listener(self, listener: RaftListener) -> None:
+        self._listeners.append(_ListenerContext(listener))
+
+    def initialize(self, now_ms: int) -> None:
+        self.quorum.initialize(self.log_end(), now_ms)
+        self._initialized = True
+        # A single-voter quorum elects itself at once.
+        st = self.quorum.state
+        if self.quorum.is_voter and len(self.quorum.voter_ids) == 1 and isinstance(st, (UnattachedState, CandidateState)):
+            self._transition_to_prospective(now_ms)
+
+    # ------------------------------------------------------------ API
+    def append(self, records, epoch: int, now_ms: int, atomic: bool = True) -> int:
+        """Queue records on the leader of ``epoch``; returns the last offset assigned.
+
+        The append is acknowledged once the high watermark passes that offset
+        *with this epoch* (the listener then receives it).  Raises
+        NotLeaderError, BufferFullError or RecordBatchTooLargeError.
+        """
+        st = self.quorum.state
+        if not isinstance(st, LeaderState) or st.epoch != epoch:
+            raise NotLeaderError(f"node {self.local_id} is not the leader of epoch {epoch} ({st!r})")
+        return st.accumulator.append(epoch, records, now_ms, atomic)
+
+    def resign(self, epoch: int) -> None:
+        """Ask the leader of ``epoch`` to resign at the next poll (no-op otherwise)."""
+        st = self.quorum.state
+        if isinstance(st, LeaderState) and st.epoch == epoch:
+            st.resign_requested = True
+
+    def begin_shutdown(self, timeout_ms: int, now_ms: int) -> None:
+        """Start a graceful shutdown: a leader resigns and waits (up to the timeout)
+        until another leader is known; followers and observers finish at once."""
+        if self._shutdown_deadline is None:
+            self._shutdown_deadline = now_ms + timeout_ms
+
+    def create_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        """Store a snapshot of the committed state ``[0, snapshot_id.offset)`` and drop
+        the log prefix it covers.  The offset must be committed and ``epoch`` must
+        be the epoch of the record at ``offset - 1``."""
+        hwm = self.high_watermark
+        if hwm is None or snapshot_id.offset > hwm:
+            raise RaftError(f"snapshot {snapshot_id} is beyond the high watermark {hwm}")
+        latest = self.log.latest_snapshot_id()
+        if latest is not None and snapshot_id.offset <= latest.offset:
+            raise RaftError(f"snapshot {snapshot_id} is not after the latest snapshot {latest}")
+        if snapshot_id.offset <= self.log.start_offset:
+            raise RaftError(f"snapshot {snapshot_id} is not after the log start {self.log.start_offset}")
+        end = self.log.end_offset_for_epoch(snapshot_id.epoch)
+        before = self.log.end_offset_for_epoch(snapshot_id.epoch - 1)
+        if end.epoch != snapshot_id.epoch or end.offset < snapshot_id.offset \
+                or (before.epoch < snapshot_id.epoch and before.offset >= snapshot_id.offset):
+            raise RaftError(f"snapshot {snapshot_id}: offset {snapshot_id.offset - 1} is not in "
+                            f"epoch {snapshot_id.epoch} in the log")
+        self.log.create_snapshot(snapshot_id, data)
+        self.log.delete_before(snapshot_id)
+
+    # ------------------------------------------------------------ plumbing
+    def _send(self, dest: int, request, now_ms: int) -> None:
+        corr = self._next_correlation
+        self._next_correlation += 1
+        self.requests.on_send(dest, corr, now_ms)
+        self._outbox.append(OutboundRequest(dest, corr, request, now_ms))
+
+    def _respond(self, dest: int, corr: int, response) -> None:
+        self._outbox.append(OutboundResponse(dest, corr, response))
+
+    def _cluster_ok(self, cluster_id: str | None) -> bool:
+        return cluster_id is None or self.cluster_id is None or cluster_id == self.cluster_id
+
+    def _leader_and_epoch(self) -> LeaderIdAndEpoch:
+        return LeaderIdAndEpoch(self.quorum.leader_id, self.quorum.epoch)
+
+    # ------------------------------------------------------------ transitions (with side effects)
+    def _on_role_change(self, now_ms: int) -> None:
+        self.requests.reset()
+        self._leader_batches = []
+        self._bootstrap_target = None
+        # Parked fetches are answered against the new state (an error now).
+        parked, self._purgatory = self._purgatory, []
+        for src, corr, req, _ in parked:
+            self._respond(src, corr, self._try_complete_fetch(src, req, now_ms))
+
+    def _transition_to_unattached(self, epoch: int, now_ms: int, leader_id: int | None = None) -> None:
+        self.quorum.transition_to_unattached(epoch, now_ms, leader_id)
+        self._on_role_change(now_ms)
+
+    def _transition_to_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
+        self.quorum.transition_to_follower(epoch, leader_id, now_ms)
+        self._on_role_change(now_ms)
+
+    def _transition_to_prospective(self, now_ms: int) -> None:
+        self.quorum.transition_to_prospective(now_ms)
+        self._on_role_change(now_ms)
+        self._maybe_transition_forward(now_ms)
+
+    def _transition_to_candidate(self, now_ms: int) -> None:
+        self.quorum.transition_to_candidate(now_ms)
+        self._on_role_change(now_ms)
+        self._maybe_transition_forward(now_ms)
+
+    def _transition_to_leader(self, now_ms: int) -> None:
+        epoch_start = self.log.end_offset
+        acc = BatchAccumulator(self.quorum.state.epoch, epoch_start,
+                               self.config.append_linger_ms, self.config.max_batch_size_bytes,
+                               self.config.max_number_of_batches)
+        leader = self.quorum.transition_to_leader(epoch_start, acc, now_ms)
+        self._on_role_change(now_ms)
+        # The HWM can only move once a record of this epoch is committed, so
+        # write one right away (the LeaderChange control record).
+        msg = LeaderChangeMessage(0, self.local_id, tuple(sorted(self.quorum.voter_ids)),
+                                  leader.granting_voters)
+        acc.append_control(msg, encode_leader_change(msg), now_ms)
+        leader.update_local_state(self.log.flushed_end_offset)
+
+    def _transition_to_resigned(self, now_ms: int) -> None:
+        st = self.quorum.state
+        assert isinstance(st, LeaderState)
+        preferred = st.non_leader_voters_by_descending_fetch_offset()
+        self.quorum.transition_to_resigned(preferred, now_ms)
+        self._on_role_change(now_ms)
+
+    def _maybe_transition_forward(self, now_ms: int) -> None:
+        st = self.quorum.state
+        if isinstance(st, ProspectiveState) and st.epoch_election.is_vote_granted():
+            self._transition_to_candidate(now_ms)
+        elif isinstance(st, CandidateState) and st.backoff_deadline is None and st.epoch_election.is_vote_granted():
+            self._transition_to_leader(now_ms)
+
+    def _maybe_handle_election_loss(self, now_ms: int) -> None:
+        st = self.quorum.state
+        if isinstance(st, CandidateState) and st.backoff_deadline is None and st.epoch_election.is_vote_rejected():
+            st.backoff_deadline = now_ms + self._binary_exponential_backoff(st.retries)
+        elif isinstance(st, ProspectiveState) and st.epoch_election.is_vote_rejected():
+            self._prospective_after_election_loss(now_ms)
+
+    def _prospective_after_election_loss(self, now_ms: int) -> None:
+        st = self.quorum.state
+        lid = st.leader_id()
+        if lid >= 0 and lid != self.local_id and lid in self.quorum.voters:
+            self._transition_to_follower(st.epoch, lid, now_ms)
+        else:
+            self._transition_to_unattached(st.epoch, now_ms)
+
+    def _binary_exponential_backoff(self, retries: int) -> int:
+        """Random in {0, 100, ..., 100 * (2**retries - 1)} ms, capped at election.backoff.max.ms."""
+        retries = max(1, retries)
+        return min(RETRY_BACKOFF_BASE_MS * self.rng.randrange(2 << min(20, retries - 1)),
+                   self.config.election_backoff_max_ms)
+
+    def _strict_exponential_backoff(self, position: int) -> int:
+        """0 for the first preferred successor, then 100, 200, 400 ... ms, capped."""
+        if position <= 0:
+            return 0
+        return min(self.config.election_backoff_max_ms, RETRY_BACKOFF_BASE_MS << (position - 1))
+
+    def _end_epoch_election_backoff(self, preferred: tuple[ReplicaKey, ...]) -> int:
+        for pos, key in enumerate(preferred):
+            if key.matches(self.local_key):
+                return self._strict_exponential_backoff(pos)
+        return self.config.election_backoff_max_ms
+
+    def _maybe_transition(self, leader_id: int, epoch: int, now_ms: int) -> None:
+        """Act on a (leader, epoch) learned from any message."""
+        cur_epoch = self.quorum.epoch
+        cur_leader = self.quorum.leader_id
+        if epoch == cur_epoch and leader_id >= 0 and cur_leader >= 0 and leader_id != cur_leader:
+            raise InvariantViolation(f"node {self.local_id}: leader {leader_id} claimed for epoch {epoch} "
+                                     f"but the known leader is {cur_leader}")
+        if epoch > cur_epoch:
+            if leader_id >= 0 and leader_id != self.local_id and leader_id in self.quorum.voters:
+                self._transition_to_follower(epoch, leader_id, now_ms)
+            else:
+                self._transition_to_unattached(epoch, now_ms)
+        elif epoch == cur_epoch and leader_id >= 0 and leader_id != self.local_id and cur_leader < 0 \
+                and leader_id in self.quorum.voters:
+            self._transition_to_follower(epoch, leader_id, now_ms)
+
+    def _maybe_handle_common_response(self, error: int, leader_id: int, epoch: int, now_ms: int) -> bool:
+        """True if the response was fully handled here (stale, or it revealed a new epoch/leader)."""
+        if epoch < self.quorum.epoch or error == Errors.UNKNOWN_LEADER_EPOCH:
+            return True
+        if epoch > self.quorum.epoch or error in (Errors.FENCED_LEADER_EPOCH, Errors.NOT_LEADER_OR_FOLLOWER):
+            self._maybe_transition(leader_id, epoch, now_ms)
+            return True
+        return False
+
+    # ------------------------------------------------------------ inbound dispatch
+    def handle_request(self, source: int, correlation_id: int, request, now_ms: int) -> None:
+        """Handle an inbound request; its response (if any) is queued for the next Ready."""
+        if isinstance(request, FetchRequest):
+            self._handle_fetch_request(source, correlation_id, request, now_ms)
+            return
+        if isinstance(request, VoteRequest):
+            resp = self._handle_vote_request(source, request, now_ms)
+        elif isinstance(request, BeginQuorumEpochRequest):
+            resp = self._handle_begin_quorum_epoch_request(source, request, now_ms)
+        elif isinstance(request, EndQuorumEpochRequest):
+            resp = self._handle_end_quorum_epoch_request(source, request, now_ms)
+        elif isinstance(request, FetchSnapshotRequest):
+            resp = self._handle_fetch_snapshot_request(source, request, now_ms)
+        else:
+            raise TypeError(f"unknown request type {type(request).__name__}")
+        self._respond(source, correlation_id, resp)
+
+    def handle_response(self, source: int, correlation_id: int, response, now_ms: int) -> None:
+        """Handle an inbound response; unexpected correlation ids (stale, duplicated) are dropped."""
+        if not self.requests.accept_response(source, correlation_id):
+            return
+        if response.error_code != NONE:
+            self.requests.on_failure(source, now_ms)
+            return
+        if isinstance(response, FetchResponse):
+            ok = self._handle_fetch_response(source, response, now_ms)
+        elif isinstance(response, VoteResponse):
+            ok = self._handle_vote_response(source, response, now_ms)
+        elif isinstance(response, BeginQuorumEpochResponse):
+            ok = self._handle_begin_quorum_epoch_response(source, response, now_ms)
+        elif isinstance(response, EndQuorumEpochResponse):
+            ok = self._handle_end_quorum_epoch_response(source, response, now_ms)
+        elif isinstance(response, FetchSnapshotResponse):
+            ok = self._handle_fetch_snapshot_response(source, response, now_ms)
+        else:
+            raise TypeError(f"unknown response type {type(response).__name__}")
+        if not ok:
+            self.requests.on_failure(source, now_ms)
+
+    # ------------------------------------------------------------ Vote
+    def _vote_response(self, error: Errors, granted: bool, top: Errors = NONE) -> VoteResponse:
+        return VoteResponse(int(top), int(error), self.quorum.leader_id, self.quorum.epoch, granted)
+
+    def _handle_vote_request(self, source: int, req: VoteRequest, now_ms: int) -> VoteResponse:
+        if not self._cluster_ok(req.cluster_id):
+            return self._vote_response(NONE, False, Errors.INCONSISTENT_CLUSTER_ID)
+        if req.last_offset < 0 or req.last_offset_epoch < 0 or req.replica_id < 0 \
+                or (req.pre_vote and req.last_offset_epoch > req.replica_epoch) \
+                or (not req.pre_vote and req.last_offset_epoch >= req.replica_epoch):
+            return self._vote_response(NONE, False, Errors.INVALID_REQUEST)
+        if req.replica_epoch < self.quorum.epoch:
+            return self._vote_response(Errors.FENCED_LEADER_EPOCH, False)
+        if not self.quorum.is_voter:
+            return self._vote_response(Errors.INCONSISTENT_VOTER_SET, False)
+        if req.replica_epoch > self.quorum.epoch and not req.pre_vote:
+            self._transition_to_unattached(req.replica_epoch, now_ms)
+        # The request must be meant for this replica (id and directory id).
+        if req.voter_id != self.local_id or not ReplicaKey(req.voter_id, req.voter_directory_id).matches(self.local_key):
+            return self._vote_response(Errors.INVALID_VOTER_KEY, False)
+        candidate = ReplicaKey(req.replica_id, req.replica_directory_id)
+        voter = self.quorum.voters.get(candidate.id)
+        if voter is None or not voter.matches(candidate):
+            return self._vote_response(NONE, False)
+        up_to_date = OffsetAndEpoch(req.last_offset, req.last_offset_epoch).at_least(self.log_end())
+        st = self.quorum.state
+        granted = st.can_grant_vote(candidate, up_to_date, req.pre_vote)
+        if granted and not req.pre_vote and isinstance(st, (UnattachedState, ProspectiveState)) \
+                and st.voted_key is None:
+            # Durable before the response exists: one vote per epoch survives crashes.
+            self.quorum.add_voted_state(candidate, now_ms)
+        return self._vote_response(NONE, granted)
+
+    def _handle_vote_response(self, source: int, resp: VoteResponse, now_ms: int) -> bool:
+        err = resp.partition_error_code
+        if self._maybe_handle_common_response(err, resp.leader_id, resp.leader_epoch, now_ms):
+            return err == NONE
+        if err != NONE:
+            return False
+        st = self.quorum.state
+        if isinstance(st, (ProspectiveState, CandidateState)) and resp.leader_epoch == st.epoch:
+            if source not in self.quorum.voter_ids:
+                return True
+            st.epoch_election.record(source, resp.vote_granted)
+            if resp.vote_granted:
+                self._maybe_transition_forward(now_ms)
+            else:
+                self._maybe_handle_election_loss(now_ms)
+        return True
+
+    # ------------------------------------------------------------ BeginQuorumEpoch
+    def _bqe_response(self, error: Errors, top: Errors = NONE) -> BeginQuorumEpochResponse:
+        return BeginQuorumEpochResponse(int(top), int(error), self.quorum.leader_id, self.quorum.epoch)
+
+    def _handle_begin_quorum_epoch_request(self, source, req: BeginQuorumEpochRequest, now_ms):
+        if not self._cluster_ok(req.cluster_id):
+            return self._bqe_response(NONE, Errors.INCONSISTENT_CLUSTER_ID)
+        if req.leader_epoch < self.quorum.epoch:
+            return self._bqe_response(Errors.FENCED_LEADER_EPOCH)
+        if req.leader_id not in self.quorum.voters or req.leader_id == self.local_id:
+            return self._bqe_response(Errors.INCONSISTENT_VOTER_SET)
+        if req.voter_id != self.local_id or not ReplicaKey(req.voter_id, req.voter_directory_id).matches(self.local_key):
+            return self._bqe_response(Errors.INVALID_VOTER_KEY)
+        self._maybe_transition(req.leader_id, req.leader_epoch, now_ms)
+        return self._bqe_response(NONE)
+
+    def _handle_begin_quorum_epoch_response(self, source, resp: BeginQuorumEpochResponse, now_ms) -> bool:
+        err = resp.partition_error_code
+        if self._maybe_handle_common_response(err, resp.leader_id, resp.leader_epoch, now_ms):
+            return err == NONE
+        if err != NONE:
+            return False
+        st = self.quorum.state
+        if isinstance(st, LeaderState) and resp.leader_epoch == st.epoch and source in st.voters:
+            st.voters[source].has_acknowledged_leader = True
+        return True
+
+    # ------------------------------------------------------------ EndQuorumEpoch
+    def _eqe_response(self, error: Errors, top: Errors = NONE) -> EndQuorumEpochResponse:
+        return EndQuorumEpochResponse(int(top), int(error), self.quorum.leader_id, self.quorum.epoch)
+
+    def _handle_end_quorum_epoch_request(self, source, req: EndQuorumEpochRequest, now_ms):
+        if not self._cluster_ok(req.cluster_id):
+            return self._eqe_response(NONE, Errors.INCONSISTENT_CLUSTER_ID)
+        if req.leader_epoch < self.quorum.epoch:
+            return self._eqe_response(Errors.FENCED_LEADER_EPOCH)
+        if req.leader_id not in self.quorum.voters:
+            return self._eqe_response(Errors.INCONSISTENT_VOTER_SET)
+        self._maybe_transition(req.leader_id, req.leader_epoch, now_ms)
+        st = self.quorum.state
+        if isinstance(st, FollowerState) and st.leader_id() == req.leader_id and st.epoch == req.leader_epoch:
+            # Most caught-up successors time out first: strict exponential by position.
+            backoff = self._end_epoch_election_backoff(req.preferred_candidates)
+            st.fetch_deadline = min(st.fetch_deadline, now_ms + backoff)
+        return self._eqe_response(NONE)
+
+    def _handle_end_quorum_epoch_response(self, source, resp: EndQuorumEpochResponse, now_ms) -> bool:
+        err = resp.partition_error_code
+        st = self.quorum.state
+        if isinstance(st, ResignedState) and resp.leader_epoch >= st.epoch:
+            st.unacked_voters.discard(source)
+        if self._maybe_handle_common_response(err, resp.leader_id, resp.leader_epoch, now_ms):
+            return err == NONE
+        return err == NONE
+
+    # ------------------------------------------------------------ Fetch (leader side)
+    def _validate_leader_only(self, request_epoch: int) -> Errors:
+        if request_epoch < self.quorum.epoch:
+            return Errors.FENCED_LEADER_EPOCH
+        if request_epoch > self.quorum.epoch:
+            return Errors.UNKNOWN_LEADER_EPOCH
+        if not isinstance(self.quorum.state, LeaderState):
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        return NONE
+
+    def _handle_fetch_request(self, source: int, corr: int, req: FetchRequest, now_ms: int) -> None:
+        if not self._cluster_ok(req.cluster_id):
+            self._respond(source, corr, FetchResponse(int(Errors.INCONSISTENT_CLUSTER_ID), 0, -1,
+                                                      self._leader_and_epoch()))
+            return
+        if req.fetch_offset < 0 or req.last_fetched_epoch < 0 or req.last_fetched_epoch > req.current_leader_epoch:
+            self._respond(source, corr, FetchResponse(0, int(Errors.INVALID_REQUEST), -1,
+                                                      self._leader_and_epoch()))
+            return
+        resp = self._try_complete_fetch(source, req, now_ms)
+        leader_hwm = resp.high_watermark
+        if resp.partition_error_code != NONE or resp.records or resp.diverging_epoch is not None \
+                or resp.snapshot_id is not None or req.max_wait_ms <= 0 \
+                or (leader_hwm >= 0 and req.high_watermark < leader_hwm):
+            self._respond(source, corr, resp)
+        else:
+            # Long poll: answer when data or a new HWM arrives, or at max wait.
+            self._purgatory.append((source, corr, req, now_ms + req.max_wait_ms))
+
+    def _try_complete_fetch(self, source: int, req: FetchRequest, now_ms: int) -> FetchResponse:
+        err = self._validate_leader_only(req.current_leader_epoch)
+        if err != NONE:
+            return FetchResponse(0, int(err), -1, self._leader_and_epoch())
+        st: LeaderState = self.quorum.state
+        log = self.log
+        latest = log.latest_snapshot_id()
+        earliest = log.earliest_snapshot_id()
+        diverging = snapshot_id = None
+        records = ()
+        fo, fe = req.fetch_offset, req.last_fetched_epoch
+        if fo == 0 and latest is not None and latest.offset > 0:
+            snapshot_id = latest
+        elif earliest is not None and earliest.offset == log.start_offset and log.start_offset > 0 and (
+                fo < log.start_offset or (fo == log.start_offset and fe != earliest.epoch)
+                or fe < earliest.epoch):
+            snapshot_id = latest
+        else:
+            end = log.end_offset_for_epoch(fe)
+            if end.epoch != fe or end.offset < fo:
+                diverging = EpochEndOffset(end.epoch, end.offset)
+            elif fo > log.end_offset:
+                diverging = EpochEndOffset(*self.log_end().key())
+            else:
+                records = log.read(fo, min(req.max_bytes, self.config.fetch_max_bytes))
+                if st.update_replica_state(ReplicaKey(req.replica_id, req.replica_directory_id), now_ms, fo):
+                    self._on_leader_hwm_update(now_ms)
+        hwm = st.high_watermark if st.high_watermark is not None else -1
+        return FetchResponse(0, 0, hwm, self._leader_and_epoch(), log.start_offset, diverging,
+                             snapshot_id, tuple(records))
+
+    def _on_leader_hwm_update(self, now_ms: int) -> None:
+        self.log.update_high_watermark(self.quorum.state.high_watermark)
+        self._complete_purgatory(now_ms, force=True)
+
+    def _complete_purgatory(self, now_ms: int, force: bool) -> None:
+        if not self._purgatory:
+            return
+        keep = []
+        parked, self._purgatory = self._purgatory, []
+        for src, corr, req, deadline in parked:
+            if force or now_ms >= deadline:
+                self._respond(src, corr, self._try_complete_fetch(src, req, now_ms))
+            else:
+                keep.append((src, corr, req, deadline))
+        self._purgatory.extend(keep)
+
+    # ------------------------------------------------------------ Fetch (follower side)
+    def _handle_fetch_response(self, source: int, resp: FetchResponse, now_ms: int) -> bool:
+        err = resp.partition_error_code
+        cl = resp.current_leader
+        if self._maybe_handle_common_response(err, cl.leader_id, cl.leader_epoch, now_ms):
+            return err == NONE
+        if err != NONE:
+            return False
+        st = self.quorum.state
+        if not isinstance(st, FollowerState) or st.leader_id() != source or cl.leader_epoch != st.epoch:
+            return True
+        if resp.diverging_epoch is not None:
+            target = OffsetAndEpoch(resp.diverging_epoch.end_offset, resp.diverging_epoch.epoch)
+            if st.high_watermark is not None and target.offset < st.high_watermark:
+                raise InvariantViolation(f"node {self.local_id}: leader {source} asks truncation to "
+                                         f"{target.offset}, below the high watermark {st.high_watermark}")
+            self._truncate_to_end_offset(target, st)
+        elif resp.snapshot_id is not None:
+            st.fetching_snapshot = (resp.snapshot_id, bytearray())
+        else:
+            self._append_as_follower(resp.records)
+            if resp.high_watermark >= 0:
+                new_hwm = min(resp.high_watermark, self.log.end_offset)
+                if st.high_watermark is None or new_hwm > st.high_watermark:
+                    st.update_high_watermark(new_hwm)
+                    self.log.update_high_watermark(new_hwm)
+        st.has_fetched_from_leader = True
+        st.fetch_deadline = now_ms + self.config.fetch_timeout_ms
+        return True
+
+    def _truncate_to_end_offset(self, target: OffsetAndEpoch, st: FollowerState) -> None:
+        """Truncate to the end of ``target.epoch`` as both logs know it (Kafka's log reconciliation)."""
+        log = self.log
+        if target.epoch == 0:
+            offset = min(target.offset, log.end_offset)
+        else:
+            local = log.end_offset_for_epoch(target.epoch)
+            offset = min(local.offset, target.offset) if local.epoch == target.epoch else local.offset
+        if st.high_watermark is not None and offset < st.high_watermark:
+            raise InvariantViolation(f"node {self.local_id}: truncation to {offset} below the high "
+                                     f"watermark {st.high_watermark}")
+        if offset < log.start_offset:
+            raise InvariantViolation(f"node {self.local_id}: truncation to {offset} below the log start "
+                                     f"{log.start_offset}")
+        log.truncate_to(offset)
+        for ctx in self._listeners:
+            if ctx.next_offset > offset:
+                raise InvariantViolation(f"node {self.local_id}: truncated delivered offset {offset}")
+
+    def _append_as_follower(self, batches) -> None:
+        end = self.log.end_offset
+        keep = []
+        for b in batches:
+            if b.next_offset <= end:
+                continue
+            if b.base_offset < end:
+                b = Batch(end, b.epoch, b.records[end - b.base_offset:], b.is_control, b.control, b.append_time_ms)
+            if b.base_offset != end:
+                break  # a gap: stop; the next fetch resumes at our end offset
+            keep.append(b)
+            end = b.next_offset
+        if keep:
+            self.log.append_as_follower(keep)
+            # Voters flush before reporting the new end offset in their next Fetch.
+            if self.quorum.is_voter:
+                self.log.flush()
+
+    # ------------------------------------------------------------ FetchSnapshot
+    def _handle_fetch_snapshot_request(self, source, req: FetchSnapshotRequest, now_ms):
+        def resp(err, size=-1, pos=-1, data=b"", top=NONE):
+            return FetchSnapshotResponse(int(top), int(err), req.snapshot_id, self._leader_and_epoch(),
+                                         size, pos, data)
+        if not self._cluster_ok(req.cluster_id):
+            return resp(NONE, top=Errors.INCONSISTENT_CLUSTER_ID)
+        err = self._validate_leader_only(req.current_leader_epoch)
+        if err != NONE:
+            return resp(err)
+        data = self.log.read_snapshot(req.snapshot_id)
+        if data is None:
+            return resp(Errors.SNAPSHOT_NOT_FOUND)
+        if req.position < 0 or req.position > len(data) or (req.position == len(data) and len(data) > 0):
+            return resp(Errors.POSITION_OUT_OF_RANGE)
+        st: LeaderState = self.quorum.state
+        st._update_check_quorum(source, now_ms)
+        n = max(1, min(req.max_bytes, self.config.fetch_snapshot_max_bytes))
+        return resp(NONE, len(data), req.position, bytes(data[req.position:req.position + n]))
+
+    def _handle_fetch_snapshot_response(self, source, resp: FetchSnapshotResponse, now_ms) -> bool:
+        err = resp.partition_error_code
+        cl = resp.current_leader
+        if self._maybe_handle_common_response(err, cl.leader_id, cl.leader_epoch, now_ms):
+            return err == NONE
+        st = self.quorum.state
+        if not isinstance(st, FollowerState) or st.leader_id() != source or st.fetching_snapshot is None:
+            return err == NONE
+        if err in (Errors.SNAPSHOT_NOT_FOUND, Errors.POSITION_OUT_OF_RANGE):
+            st.fetching_snapshot = None  # start over from a plain Fetch
+            return False
+        if err != NONE:
+            return False
+        sid, buf = st.fetching_snapshot
+        if resp.snapshot_id != sid or resp.position != len(buf):
+            return True  # stale slice
+        buf += resp.unaligned_records
+        if len(buf) > resp.size:
+            st.fetching_snapshot = None
+            return False
+        st.has_fetched_from_leader = True
+        st.fetch_deadline = now_ms + self.config.fetch_timeout_ms
+        if len(buf) == resp.size:
+            self._install_snapshot(sid, bytes(buf), st)
+        return True
+
+    def _install_snapshot(self, sid: SnapshotId, data: bytes, st: FollowerState) -> None:
+        log = self.log
+        st.fetching_snapshot = None
+        log.create_snapshot(sid, data)
+        local = log.end_offset_for_epoch(sid.epoch)
+        if sid.offset <= log.end_offset and local.epoch == sid.epoch and local.offset >= sid.offset:
+            log.delete_before(sid)
+        else:
+            log.truncate_fully_and_start_at(sid)
+        if st.high_watermark is None or sid.offset > st.high_watermark:
+            st.update_high_watermark(sid.offset)
+            log.update_high_watermark(sid.offset)
+
+    # ------------------------------------------------------------ poll
+    def poll(self, now_ms: int) -> Ready:
+        """Run timers and due work at ``now_ms``; deliver committed data to listeners."""
+        if not self._initialized:
+            raise RaftError("initialize() must be called before poll()")
+        wake = NEVER
+        for _ in range(8):  # repeat while a transition made more work due right now
+            before = self.quorum.transitions
+            self._maybe_complete_shutdown(now_ms)
+            wake = self._poll_role(now_ms)
+            if self.quorum.transitions == before:
+                break
+        self._poll_listeners()
+        if self._shutdown_deadline is not None and not self._shutdown_done:
+            wake = min(wake, self._shutdown_deadline)
+        wake = min(wake, self.requests.next_deadline())
+        ready = Ready(self._outbox, self._store.pending, max(wake, now_ms),
+                      self._shutdown_done, self._shutdown_timed_out)
+        self._outbox = []
+        self._store.pending = []
+        return ready
+
+    def _maybe_complete_shutdown(self, now_ms: int) -> None:
+        if self._shutdown_deadline is None or self._shutdown_done:
+            return
+        q = self.quorum
+        if not q.is_voter or len(q.voter_ids) == 1 or q.has_remote_leader():
+            self._shutdown_done = True
+        elif now_ms >= self._shutdown_deadline:
+            self._shutdown_done = True
+            self._shutdown_timed_out = True
+
+    def _poll_role(self, now_ms: int) -> int:
+        st = self.quorum.state
+        if isinstance(st, LeaderState):
+            return self._poll_leader(st, now_ms)
+        if isinstance(st, FollowerState):
+            return self._poll_follower(st, now_ms)
+        if isinstance(st, CandidateState):
+            return self._poll_candidate(st, now_ms)
+        if isinstance(st, ProspectiveState):
+            return self._poll_prospective(st, now_ms)
+        if isinstance(st, ResignedState):
+            return self._poll_resigned(st, now_ms)
+        return self._poll_unattached(st, now_ms)
+
+    def _poll_leader(self, st: LeaderState, now_ms: int) -> int:
+        if (self._shutdown_deadline is not None and not self._shutdown_done) or st.resign_requested \
+                or st.time_until_check_quorum_expires(now_ms) == 0:
+            if len(self.quorum.voter_ids) > 1:
+                self._flush_leader(st, now_ms)
+                self._transition_to_resigned(now_ms)
+                return now_ms
+        self._flush_leader(st, now_ms)
+        self._maybe_send_begin_quorum_epoch(st, now_ms)
+        self._complete_purgatory(now_ms, force=False)
+        wake = min(now_ms + st.accumulator.time_until_drain(now_ms),
+                   now_ms + st.time_until_check_quorum_expires(now_ms),
+                   st.begin_quorum_epoch_deadline)
+        for _, _, _, deadline in self._purgatory:
+            wake = min(wake, deadline)
+        return wake
+
+    def _flush_leader(self, st: LeaderState, now_ms: int) -> None:
+        batches = st.accumulator.drain(now_ms)
+        if not batches:
+            return
+        for b in batches:
+            self.log.append_as_leader(b)
+            self._leader_batches.append(b)
+        self.log.flush()
+        if st.update_local_state(self.log.flushed_end_offset):
+            self._on_leader_hwm_update(now_ms)
+        else:
+            self._complete_purgatory(now_ms, force=True)  # new data for parked fetches
+
+    def _maybe_send_begin_quorum_epoch(self, st: LeaderState, now_ms: int) -> None:
+        if now_ms < st.begin_quorum_epoch_deadline:
+            return
+        stale = now_ms - st.begin_quorum_epoch_timeout_ms
+        for vid, rs in st.voters.items():
+            if vid == self.local_id:
+                continue
+            if rs.has_acknowledged_leader and rs.last_fetch_ms >= stale:
+                continue
+            if self.requests.is_ready(vid, now_ms):
+                self._send(vid, BeginQuorumEpochRequest(self.cluster_id, vid, rs.key.directory_id,
+                                                        self.local_id, st.epoch), now_ms)
+        st.begin_quorum_epoch_deadline = now_ms + st.begin_quorum_epoch_timeout_ms
+
+    def _poll_resigned(self, st: ResignedState, now_ms: int) -> int:
+        if now_ms >= st.election_deadline:
+            self._transition_to_unattached(st.epoch + 1, now_ms)
+            return now_ms
+        for vid in sorted(st.unacked_voters):
+            if self.requests.is_ready(vid, now_ms):
+                self._send(vid, EndQuorumEpochRequest(self.cluster_id, self.local_id, st.epoch,
+                                                      st.preferred_successors), now_ms)
+        return st.election_deadline
+
+    def _poll_follower(self, st: FollowerState, now_ms: int) -> int:
+        if now_ms >= st.fetch_deadline:
+            if self.quorum.is_voter:
+                self._transition_to_prospective(now_ms)
+                return now_ms
+            # An observer asks another voter who leads now, then retries the leader.
+            others = sorted(v for v in self.quorum.voter_ids if v != st.leader_id())
+            self._bootstrap_target = self.rng.choice(others) if others else None
+            st.fetch_deadline = now_ms + self.config.fetch_timeout_ms
+        target = st.leader_id()
+        if self._bootstrap_target is not None:
+            target = self._bootstrap_target
+            if not self.requests.has_inflight(target) and self.requests.is_ready(target, now_ms):
+                self._bootstrap_target = None
+                self._send(target, self._build_fetch(st.epoch, now_ms), now_ms)
+            return st.fetch_deadline
+        if self.requests.is_ready(target, now_ms):
+            if st.fetching_snapshot is not None:
+                sid, buf = st.fetching_snapshot
+                self._send(target, FetchSnapshotRequest(self.cluster_id, self.local_id,
+                                                        self.config.fetch_snapshot_max_bytes, st.epoch,
+                                                        sid, len(buf), self.local_key.directory_id), now_ms)
+            else:
+                self._send(target, self._build_fetch(st.epoch, now_ms), now_ms)
+        return st.fetch_deadline
+
+    def _build_fetch(self, epoch: int, now_ms: int) -> FetchRequest:
+        hwm = self.high_watermark
+        return FetchRequest(self.cluster_id, self.local_id, self.config.fetch_max_wait_ms, epoch,
+                            self.log.end_offset, self.log.last_fetched_epoch, self.log.start_offset,
+                            self.local_key.directory_id, hwm if hwm is not None else -1,
+                            max_bytes=self.config.fetch_max_bytes)
+
+    def _poll_unattached(self, st: UnattachedState, now_ms: int) -> int:
+        if self.quorum.is_voter:
+            if now_ms >= st.election_deadline:
+                self._transition_to_prospective(now_ms)
+                return now_ms
+            return st.election_deadline
+        # Observer: discover the leader by fetching from a random voter.
+        voters = sorted(self.quorum.voter_ids)
+        if not voters:
+            return NEVER
+        target = self.rng.choice(voters)
+        if not any(self.requests.has_inflight(v) for v in voters) and self.requests.is_ready(target, now_ms):
+            self._send(target, self._build_fetch(st.epoch, now_ms), now_ms)
+        return now_ms + self.config.retry_backoff_ms * 5
+
+    def _send_vote_requests(self, st, pre_vote: bool, now_ms: int) -> None:
+        end = self.log_end()
+        for vid in st.epoch_election.unrecorded():
+            if vid != self.local_id and self.requests.is_ready(vid, now_ms):
+                key = self.quorum.voters[vid]
+                self._send(vid, VoteRequest(self.cluster_id, vid, st.epoch, self.local_id,
+                                            self.local_key.directory_id, key.directory_id,
+                                            end.epoch, end.offset, pre_vote), now_ms)
+
+    def _poll_prospective(self, st: ProspectiveState, now_ms: int) -> int:
+        if now_ms >= st.election_deadline:
+            self._prospective_after_election_loss(now_ms)
+            return now_ms
+        self._send_vote_requests(st, True, now_ms)
+        return st.election_deadline
+
+    def _poll_candidate(self, st: CandidateState, now_ms: int) -> int:
+        if st.backoff_deadline is not None:
+            if now_ms >= st.backoff_deadline:
+                self._transition_to_prospective(now_ms)
+                return now_ms
+            return st.backoff_deadline
+        if now_ms >= st.election_deadline:
+            st.backoff_deadline = now_ms + self._binary_exponential_backoff(st.retries)
+            return st.backoff_deadline
+        self._send_vote_requests(st, False, now_ms)
+        return st.election_deadline
+
+    # ------------------------------------------------------------ listeners
+    def _poll_listeners(self) -> None:
+        st = self.quorum.state
+        hwm = st.high_watermark
+        for ctx in self._listeners:
+            snap = self.log.latest_snapshot_id()
+            if snap is not None and ctx.next_offset < self.log.start_offset:
+                data = self.log.read_snapshot(snap)
+                ctx.listener.handle_load_snapshot(snap, data)
+                ctx.next_offset = snap.offset
+            if isinstance(st, LeaderState):
+                # Prior-epoch data first, then the leader change, then this epoch's data:
+                # the listener knows everything committed before it acts as leader.
+                self._deliver(ctx, min(hwm, st.epoch_start_offset) if hwm is not None else None)
+                current = LeaderAndEpoch(self.local_id, st.epoch)
+                if ctx.last_fired != current and ctx.next_offset >= st.epoch_start_offset:
+                    ctx.last_fired = current
+                    ctx.listener.handle_leader_change(current)
+                if ctx.last_fired == current:
+                    self._deliver(ctx, hwm)
+            else:
+                current = LeaderAndEpoch(self.quorum.leader_id, st.epoch)
+                if ctx.last_fired != current:
+                    ctx.last_fired = current
+                    ctx.listener.handle_leader_change(current)
+                self._deliver(ctx, hwm)
+        if self._leader_batches:
+            low = min((c.next_offset for c in self._listeners), default=NEVER)
+            self._leader_batches = [b for b in self._leader_batches if b.next_offset > low]
+
+    def _deliver(self, ctx: _ListenerContext, upto: int | None) -> None:
+        if upto is None or ctx.next_offset >= upto:
+            return
+        out: list[Batch] = []
+        pos = ctx.next_offset
+        mem = [b for b in self._leader_batches if b.next_offset > pos and b.base_offset < upto]
+        if mem and mem[0].base_offset <= pos:
+            source = mem  # the leader's own in-memory batches, no re-read
+        else:
+            source = list(self.log.read(pos, NEVER))
+        for b in source:
+            if b.base_offset >= upto:
+                break
+            if b.next_offset <= pos:
+                continue
+            lo = pos - b.base_offset if b.base_offset < pos else 0
+            hi = min(len(b.records), upto - b.base_offset)
+            if lo != 0 or hi != len(b.records):
+                b = Batch(b.base_offset + lo, b.epoch, b.records[lo:hi], b.is_control, b.control,
+                          b.append_time_ms)
+            if b.base_offset != pos:
+                raise InvariantViolation(f"node {self.local_id}: gap in committed data at {pos}")
+            out.append(b)
+            pos = b.next_offset
+        if out:
+            ctx.next_offset = pos
+            ctx.listener.handle_commit(tuple(out))

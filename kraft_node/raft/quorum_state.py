@@ -1,0 +1,216 @@
+"""QuorumState: the single gatekeeper of role transitions, and the durable election state.
+
+Transitions (voters; observers only move between Unattached and Follower):
+
+* any role -> Unattached(e') on learning a higher epoch ``e'`` (durable).
+* Unattached, Prospective -> same role *with a vote* for a candidate (durable,
+  written before the granting VoteResponse is queued).
+* Unattached, Prospective, Candidate -> Follower(e, leader) on learning the
+  leader of the current epoch; any role -> Follower(e' > e) (durable).
+* Unattached, Follower, Candidate -> Prospective (same epoch, memory only: it
+  changes nothing that must survive a crash).
+* Prospective -> Unattached/Follower of the same epoch after losing the
+  pre-vote (durable, same content).
+* Prospective -> Candidate(e + 1) with a vote for itself (durable).
+* Candidate -> Leader (durable; needs a granted election).
+* Leader -> Resigned (memory only: on restart a former leader starts Resigned).
+* Resigned -> Unattached(e + 1) after its election timeout (durable).
+
+Durability rule: :meth:`QuorumState._durable` writes the new ElectionState to
+the store and only then swaps the role, so nothing observable (a vote, a
+leadership claim) ever precedes the write.
+"""
+from __future__ import annotations
+
+import random
+from typing import Protocol
+
+from kraft_node.raft.config import QuorumConfig
+from kraft_node.raft.errors import IllegalTransitionError
+from kraft_node.raft.messages import OffsetAndEpoch, ReplicaKey
+from kraft_node.raft.roles import (CandidateState, ElectionState, EpochState, FollowerState,
+                                   LeaderState, ProspectiveState, ResignedState, UnattachedState)
+
+
+class QuorumStateStore(Protocol):
+    """Durable election state.  ``write`` must be durable (fsync + atomic rename) on return."""
+
+    def read(self) -> ElectionState | None: ...
+
+    def write(self, state: ElectionState) -> None: ...
+
+
+class MemoryQuorumStateStore:
+    """Store for tests/simulation: survives simulated crashes (keep the object), counts writes."""
+
+    def __init__(self, initial: ElectionState | None = None):
+        self.state = initial
+        self.writes: list[ElectionState] = []
+
+    def read(self) -> ElectionState | None:
+        return self.state
+
+    def write(self, state: ElectionState) -> None:
+        self.state = state
+        self.writes.append(state)
+
+
+class QuorumState:
+    def __init__(self, local_key: ReplicaKey, voters: dict[int, ReplicaKey], store: QuorumStateStore,
+                 rng: random.Random, config: QuorumConfig):
+        self.local_key = local_key
+        self.local_id = local_key.id
+        self.voters = dict(voters)
+        self.voter_ids = frozenset(voters)
+        self.store = store
+        self.rng = rng
+        self.config = config
+        self.state: EpochState = UnattachedState(0, None, None, None, None)
+        self.transitions = 0
+
+    # ---- queries
+    @property
+    def is_voter(self) -> bool:
+        v = self.voters.get(self.local_id)
+        return v is not None and v.matches(self.local_key)
+
+    @property
+    def epoch(self) -> int:
+        return self.state.epoch
+
+    @property
+    def leader_id(self) -> int:
+        return self.state.leader_id()
+
+    def has_remote_leader(self) -> bool:
+        lid = self.leader_id
+        return lid >= 0 and lid != self.local_id
+
+    def random_election_deadline(self, now_ms: int) -> int | None:
+        if not self.is_voter:
+            return None
+        t = self.config.election_timeout_ms
+        return now_ms + t + self.rng.randrange(t)
+
+    def _require(self, cond: bool, what: str) -> None:
+        if not cond:
+            raise IllegalTransitionError(f"{what} (node {self.local_id}, current {self.state!r})")
+
+    def _durable(self, new: EpochState) -> None:
+        self.store.write(new.election())
+        self._memory(new)
+
+    def _memory(self, new: EpochState) -> None:
+        self.state = new
+        self.transitions += 1
+
+    # ---- initialization
+    def initialize(self, log_end: OffsetAndEpoch, now_ms: int) -> None:
+        """Pick the starting role from the stored election state (Kafka's rules)."""
+        election = self.store.read() or ElectionState(0)
+        deadline = self.random_election_deadline(now_ms)
+        if election.epoch < log_end.epoch:
+            # The file is stale (e.g. lost); the log proves a later epoch exists.
+            st = UnattachedState(log_end.epoch, None, None, deadline, None)
+            self._durable(st)
+            return
+        if self.is_voter and election.is_leader(self.local_id):
+            # A former leader must not vote in its own epoch again, and must not
+            # reuse (offset, epoch) pairs that may have been lost unflushed.
+            st = ResignedState(election.epoch, self.local_key, self.voter_ids, deadline, ())
+        elif self.is_voter and election.leader_id < 0 and election.is_voted_candidate(self.local_key):
+            st = CandidateState(election.epoch, self.local_key, self.voter_ids, deadline, 1, None)
+        elif election.has_leader() and election.leader_id in self.voters and election.leader_id != self.local_id:
+            st = FollowerState(election.epoch, election.leader_id, election.voted_key,
+                               now_ms + self.config.fetch_timeout_ms, None)
+        else:
+            st = UnattachedState(election.epoch, election.leader_id if election.has_leader() else None,
+                                 election.voted_key, deadline, None)
+        self._memory(st)
+
+    # ---- transitions
+    def transition_to_unattached(self, epoch: int, now_ms: int, leader_id: int | None = None) -> None:
+        cur = self.state
+        if epoch == cur.epoch:
+            self._require(isinstance(cur, (UnattachedState, ProspectiveState)),
+                          f"Unattached at the same epoch {epoch}")
+            voted = cur.voted_key
+        else:
+            self._require(epoch > cur.epoch, f"Unattached at lower epoch {epoch}")
+            voted = None
+        if isinstance(cur, (UnattachedState, CandidateState)) and cur.election_deadline is not None \
+                and epoch > cur.epoch and self.is_voter:
+            deadline = cur.election_deadline  # keep the remaining election time
+        else:
+            deadline = self.random_election_deadline(now_ms)
+        self._durable(UnattachedState(epoch, leader_id, voted, deadline, cur.high_watermark))
+
+    def add_voted_state(self, candidate: ReplicaKey, now_ms: int) -> None:
+        cur = self.state
+        self._require(self.is_voter, "vote granted by an observer")
+        self._require(candidate.id in self.voter_ids and candidate.id != self.local_id,
+                      f"vote for {candidate}")
+        self._require(isinstance(cur, (UnattachedState, ProspectiveState)) and cur.voted_key is None,
+                      "vote without being Unattached/Prospective without a vote")
+        if isinstance(cur, UnattachedState):
+            new = UnattachedState(cur.epoch, None if cur._leader_id < 0 else cur._leader_id, candidate,
+                                  self.random_election_deadline(now_ms), cur.high_watermark)
+            self._durable(new)
+        else:
+            self.store.write(ElectionState(cur.epoch, cur._leader_id, candidate))
+            cur.voted_key = candidate  # same Prospective object: its tally stays
+
+    def transition_to_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
+        cur = self.state
+        self._require(leader_id != self.local_id and leader_id in self.voters,
+                      f"Follower of {leader_id}")
+        if epoch == cur.epoch:
+            self._require(isinstance(cur, (UnattachedState, ProspectiveState, CandidateState)),
+                          f"Follower at the same epoch {epoch}")
+            lid = cur.leader_id()
+            self._require(lid < 0 or lid == leader_id, f"second leader {leader_id} in epoch {epoch}")
+            voted = cur.election().voted_key
+        else:
+            self._require(epoch > cur.epoch, f"Follower at lower epoch {epoch}")
+            voted = None
+        self._durable(FollowerState(epoch, leader_id, voted, now_ms + self.config.fetch_timeout_ms,
+                                    cur.high_watermark))
+
+    def transition_to_prospective(self, now_ms: int) -> None:
+        cur = self.state
+        self._require(self.is_voter, "Prospective as an observer")
+        self._require(isinstance(cur, (UnattachedState, FollowerState, CandidateState)),
+                      "Prospective")
+        if isinstance(cur, CandidateState):
+            retries, leader, voted = cur.retries, None, cur.local_key
+        else:
+            retries = 0
+            leader = cur.leader_id() if cur.leader_id() >= 0 else None
+            voted = cur.voted_key
+        self._memory(ProspectiveState(cur.epoch, self.local_id, self.voter_ids, leader, voted,
+                                      self.random_election_deadline(now_ms), retries, cur.high_watermark))
+
+    def transition_to_candidate(self, now_ms: int) -> None:
+        cur = self.state
+        self._require(isinstance(cur, ProspectiveState) and cur.epoch_election.is_vote_granted(),
+                      "Candidate without a granted pre-vote")
+        self._durable(CandidateState(cur.epoch + 1, self.local_key, self.voter_ids,
+                                     self.random_election_deadline(now_ms), cur.retries + 1,
+                                     cur.high_watermark))
+
+    def transition_to_leader(self, epoch_start_offset: int, accumulator, now_ms: int) -> LeaderState:
+        cur = self.state
+        self._require(isinstance(cur, CandidateState) and cur.epoch_election.is_vote_granted(),
+                      "Leader without a granted election")
+        # The leader does not inherit the previous high watermark: it must
+        # commit a record of its own epoch first (epoch-start commit rule).
+        new = LeaderState(cur.epoch, self.local_key, list(self.voters.values()), epoch_start_offset,
+                          cur.epoch_election.granting(), accumulator, now_ms, self.config)
+        self._durable(new)
+        return new
+
+    def transition_to_resigned(self, preferred: list[ReplicaKey], now_ms: int) -> None:
+        cur = self.state
+        self._require(isinstance(cur, LeaderState), "Resigned from a non-leader")
+        self._memory(ResignedState(cur.epoch, self.local_key, self.voter_ids,
+                                   self.random_election_deadline(now_ms), preferred, cur.high_watermark))

@@ -1,0 +1,340 @@
+"""The six roles of a KRaft replica (Kafka's ``EpochState`` implementations).
+
+Each role is a plain object holding the data of one epoch plus its timers
+(absolute deadlines on the virtual clock, in ms).  Roles never change the role
+themselves: :class:`~kraft_node.raft.quorum_state.QuorumState` is the single
+gatekeeper of transitions.  What a role decides is *whether it may grant a
+vote* (``can_grant_vote``), following Kafka:
+
+============  =====================================  ========================
+role          standard vote                          pre-vote (KIP-996)
+============  =====================================  ========================
+Unattached    no vote yet: log up to date;           log up to date
+              voted: only the same candidate again
+Prospective   as Unattached                          log up to date
+Candidate     never (voted for itself)               log up to date
+Follower      never (has a leader this epoch)        log up to date and not
+                                                     yet fetched from leader
+Leader        never                                  never
+Resigned      never                                  never
+============  =====================================  ========================
+
+A "Voted" state is Unattached (or Prospective) carrying a ``voted_key``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kraft_node.raft.messages import ReplicaKey
+
+if TYPE_CHECKING:
+    from kraft_node.raft.accumulator import BatchAccumulator
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionState:
+    """What the quorum-state file holds: epoch, leader (-1 if none) and vote."""
+    epoch: int
+    leader_id: int = -1
+    voted_key: ReplicaKey | None = None
+
+    def has_leader(self) -> bool:
+        return self.leader_id >= 0
+
+    def is_leader(self, local_id: int) -> bool:
+        return self.leader_id == local_id
+
+    def is_voted_candidate(self, key: ReplicaKey) -> bool:
+        return self.voted_key is not None and self.voted_key.matches(key)
+
+
+GRANTED, REJECTED, UNRECORDED = "granted", "rejected", "unrecorded"
+
+
+class EpochElection:
+    """Vote tally of a nominee (Prospective or Candidate) over a fixed voter set.
+
+    The local replica grants itself on construction.  ``is_vote_granted`` once a
+    majority (``n // 2 + 1``) granted; ``is_vote_rejected`` once winning is
+    impossible (granted + unrecorded < majority).
+    """
+
+    def __init__(self, local_id: int, voter_ids: frozenset[int]):
+        self.states = {v: UNRECORDED for v in voter_ids}
+        self.majority = len(voter_ids) // 2 + 1
+        if local_id in self.states:
+            self.states[local_id] = GRANTED
+
+    def record(self, voter_id: int, granted: bool) -> bool:
+        """Record a response; returns False for non-voters or an already recorded voter."""
+        if self.states.get(voter_id) != UNRECORDED:
+            return False
+        self.states[voter_id] = GRANTED if granted else REJECTED
+        return True
+
+    def unrecorded(self) -> list[int]:
+        return sorted(v for v, s in self.states.items() if s == UNRECORDED)
+
+    def granting(self) -> list[int]:
+        return sorted(v for v, s in self.states.items() if s == GRANTED)
+
+    def is_vote_granted(self) -> bool:
+        return sum(1 for s in self.states.values() if s == GRANTED) >= self.majority
+
+    def is_vote_rejected(self) -> bool:
+        ok = sum(1 for s in self.states.values() if s != REJECTED)
+        return ok < self.majority
+
+    def __repr__(self) -> str:
+        return f"EpochElection({self.states})"
+
+
+class EpochState:
+    name = "?"
+    epoch: int
+    high_watermark: int | None
+
+    def election(self) -> ElectionState:
+        raise NotImplementedError
+
+    def can_grant_vote(self, candidate: ReplicaKey, log_up_to_date: bool, pre_vote: bool) -> bool:
+        return False
+
+    def leader_id(self) -> int:
+        return self.election().leader_id
+
+    def __repr__(self) -> str:
+        return f"{self.name}(epoch={self.epoch}, {self.election()})"
+
+
+def _unattached_can_grant(voted_key, candidate, up_to_date, pre_vote) -> bool:
+    if pre_vote:
+        return up_to_date
+    if voted_key is not None:
+        return voted_key.matches(candidate)
+    return up_to_date
+
+
+class UnattachedState(EpochState):
+    """Knows the epoch but follows no leader; may hold this epoch's vote.
+
+    ``election_deadline`` is None for observers (they never start elections).
+    """
+    name = "Unattached"
+
+    def __init__(self, epoch, leader_id, voted_key, election_deadline, high_watermark):
+        self.epoch = epoch
+        self._leader_id = leader_id if leader_id is not None else -1
+        self.voted_key = voted_key
+        self.election_deadline = election_deadline
+        self.high_watermark = high_watermark
+
+    def election(self):
+        return ElectionState(self.epoch, self._leader_id, self.voted_key)
+
+    def can_grant_vote(self, candidate, log_up_to_date, pre_vote):
+        return _unattached_can_grant(self.voted_key, candidate, log_up_to_date, pre_vote)
+
+
+class ProspectiveState(EpochState):
+    """Canvassing pre-votes at the current epoch before bumping it (KIP-996).
+
+    Keeps the leader id and vote of the epoch it came from, so losing the
+    pre-vote can return to following that leader.  Not persisted.
+    """
+    name = "Prospective"
+
+    def __init__(self, epoch, local_id, voter_ids, leader_id, voted_key, election_deadline,
+                 retries, high_watermark):
+        self.epoch = epoch
+        self._leader_id = leader_id if leader_id is not None else -1
+        self.voted_key = voted_key
+        self.epoch_election = EpochElection(local_id, voter_ids)
+        self.election_deadline = election_deadline
+        self.retries = retries
+        self.high_watermark = high_watermark
+
+    def election(self):
+        return ElectionState(self.epoch, self._leader_id, self.voted_key)
+
+    def can_grant_vote(self, candidate, log_up_to_date, pre_vote):
+        return _unattached_can_grant(self.voted_key, candidate, log_up_to_date, pre_vote)
+
+
+class CandidateState(EpochState):
+    """Has bumped the epoch and voted for itself; canvasses standard votes.
+
+    After losing (majority rejected) or timing out it backs off for a random
+    binary-exponential time (``backoff_deadline``) before going Prospective.
+    """
+    name = "Candidate"
+
+    def __init__(self, epoch, local_key, voter_ids, election_deadline, retries, high_watermark):
+        self.epoch = epoch
+        self.local_key = local_key
+        self.epoch_election = EpochElection(local_key.id, voter_ids)
+        self.election_deadline = election_deadline
+        self.retries = retries
+        self.backoff_deadline: int | None = None
+        self.high_watermark = high_watermark
+
+    def election(self):
+        return ElectionState(self.epoch, -1, self.local_key)
+
+    def can_grant_vote(self, candidate, log_up_to_date, pre_vote):
+        return pre_vote and log_up_to_date
+
+
+class FollowerState(EpochState):
+    """Fetches from a known leader of this epoch.
+
+    ``fetch_deadline``: a voter goes Prospective when it passes without a
+    successful fetch.  ``has_fetched_from_leader`` gates pre-vote grants.
+    ``fetching_snapshot`` is ``(snapshot_id, bytearray)`` during a FetchSnapshot transfer.
+    """
+    name = "Follower"
+
+    def __init__(self, epoch, leader_id, voted_key, fetch_deadline, high_watermark):
+        self.epoch = epoch
+        self._leader_id = leader_id
+        self.voted_key = voted_key
+        self.fetch_deadline = fetch_deadline
+        self.high_watermark = high_watermark
+        self.has_fetched_from_leader = False
+        self.fetching_snapshot = None
+
+    def election(self):
+        return ElectionState(self.epoch, self._leader_id, self.voted_key)
+
+    def can_grant_vote(self, candidate, log_up_to_date, pre_vote):
+        return pre_vote and not self.has_fetched_from_leader and log_up_to_date
+
+    def update_high_watermark(self, offset: int) -> bool:
+        """Monotonic: a lower value is a protocol violation."""
+        if self.high_watermark is not None and offset < self.high_watermark:
+            from kraft_node.raft.errors import InvariantViolation
+            raise InvariantViolation(f"non-monotonic follower high watermark {offset} < {self.high_watermark}")
+        if self.high_watermark == offset:
+            return False
+        self.high_watermark = offset
+        return True
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    """The leader's view of one replica (voter or observer)."""
+    key: ReplicaKey
+    end_offset: int | None = None
+    last_fetch_ms: int = -1
+    has_acknowledged_leader: bool = False
+
+
+class LeaderState(EpochState):
+    """Leader of ``epoch``.
+
+    High watermark rule: the ``n // 2``-th largest voter end offset (the
+    leader counts with its flushed end offset), advanced only once it exceeds
+    ``epoch_start_offset`` (a record of this epoch is committed), and never
+    moved backwards.  Check-quorum: if fewer than ``n // 2`` other voters
+    fetched within ``1.5 * fetch.timeout.ms`` the leader resigns.
+    """
+    name = "Leader"
+
+    def __init__(self, epoch, local_key, voter_keys, epoch_start_offset, granting_voters,
+                 accumulator, now_ms, config):
+        self.epoch = epoch
+        self.local_key = local_key
+        self.epoch_start_offset = epoch_start_offset
+        self.granting_voters = tuple(granting_voters)
+        self.accumulator: BatchAccumulator = accumulator
+        self.high_watermark: int | None = None
+        self.voters: dict[int, ReplicaState] = {k.id: ReplicaState(k) for k in voter_keys}
+        self.voters[local_key.id].has_acknowledged_leader = True
+        self.observers: dict[int, ReplicaState] = {}
+        self.check_quorum_timeout_ms = config.check_quorum_timeout_ms
+        self.check_quorum_deadline = now_ms + self.check_quorum_timeout_ms
+        self.fetched_voters: set[int] = set()
+        self.begin_quorum_epoch_timeout_ms = config.begin_quorum_epoch_timeout_ms
+        self.begin_quorum_epoch_deadline = now_ms  # send immediately
+        self.resign_requested = False
+
+    def election(self):
+        return ElectionState(self.epoch, self.local_key.id, self.local_key)
+
+    def time_until_check_quorum_expires(self, now_ms: int) -> int:
+        if len(self.voters) == 1:
+            return 2 ** 62
+        return max(0, self.check_quorum_deadline - now_ms)
+
+    def _update_check_quorum(self, replica_id: int, now_ms: int) -> None:
+        if replica_id not in self.voters or replica_id == self.local_key.id:
+            return
+        self.fetched_voters.add(replica_id)
+        if len(self.fetched_voters) >= len(self.voters) // 2:
+            self.fetched_voters.clear()
+            self.check_quorum_deadline = now_ms + self.check_quorum_timeout_ms
+
+    def update_local_state(self, flushed_end_offset: int) -> bool:
+        rs = self.voters[self.local_key.id]
+        if rs.end_offset is not None and flushed_end_offset < rs.end_offset:
+            from kraft_node.raft.errors import InvariantViolation
+            raise InvariantViolation(f"leader end offset went back {rs.end_offset} -> {flushed_end_offset}")
+        rs.end_offset = flushed_end_offset
+        return self.maybe_update_high_watermark()
+
+    def update_replica_state(self, key: ReplicaKey, now_ms: int, fetch_offset: int) -> bool:
+        """Record a valid Fetch at ``fetch_offset``; returns True if the HWM advanced."""
+        rs = self.voters.get(key.id)
+        if rs is None or not rs.key.matches(key):
+            rs = self.observers.get(key.id)
+            if rs is None:
+                rs = self.observers[key.id] = ReplicaState(key)
+            rs.end_offset = fetch_offset
+            rs.last_fetch_ms = now_ms
+            return False
+        # Fetch offsets are a follower's flushed LEO; they may go back after a
+        # truncation or restart, and the HWM computation tolerates that.
+        rs.end_offset = fetch_offset
+        rs.last_fetch_ms = now_ms
+        rs.has_acknowledged_leader = True
+        self._update_check_quorum(key.id, now_ms)
+        return self.maybe_update_high_watermark()
+
+    def maybe_update_high_watermark(self) -> bool:
+        offsets = sorted((rs.end_offset if rs.end_offset is not None else -1
+                          for rs in self.voters.values()), reverse=True)
+        candidate = offsets[len(offsets) // 2]
+        if candidate <= self.epoch_start_offset:
+            return False
+        if self.high_watermark is None or candidate > self.high_watermark:
+            self.high_watermark = candidate
+            return True
+        return False
+
+    def non_leader_voters_by_descending_fetch_offset(self) -> list[ReplicaKey]:
+        others = [rs for vid, rs in self.voters.items() if vid != self.local_key.id]
+        others.sort(key=lambda rs: (-(rs.end_offset if rs.end_offset is not None else -1), rs.key.id))
+        return [rs.key for rs in others]
+
+
+class ResignedState(EpochState):
+    """A leader that gave up its epoch (graceful shutdown, check-quorum, restart).
+
+    It keeps the epoch's election state (so it can never vote in it), tells the
+    voters in ``unacked_voters`` with EndQuorumEpoch, and after its election
+    timeout moves to Unattached at ``epoch + 1``.
+    """
+    name = "Resigned"
+
+    def __init__(self, epoch, local_key, voter_ids, election_deadline, preferred_successors,
+                 high_watermark=None):
+        self.epoch = epoch
+        self.local_key = local_key
+        self.unacked_voters = set(v for v in voter_ids if v != local_key.id)
+        self.election_deadline = election_deadline
+        self.preferred_successors = tuple(preferred_successors)
+        self.high_watermark = high_watermark
+
+    def election(self):
+        return ElectionState(self.epoch, self.local_key.id, self.local_key)
