@@ -48,6 +48,7 @@ EXTENSIONS = [
         ["csrc/crc32c.c"]),
     ext("kraft_storage._native._batch", "kraft_storage/_native/_batch.pyx",
         ["csrc/crc32c.c", "csrc/recordbatch.c"]),
+    ext("kraft_storage._native._messages_metadata", "kraft_storage/_native/_messages_metadata.pyx"),
 ]
 
 only = {s.strip() for s in os.environ.get("KRAFT_EXT_ONLY", "").split(",") if s.strip()}
