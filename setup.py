@@ -49,6 +49,8 @@ EXTENSIONS = [
     ext("kraft_storage._native._batch", "kraft_storage/_native/_batch.pyx",
         ["csrc/crc32c.c", "csrc/recordbatch.c"]),
     ext("kraft_storage._native._messages_metadata", "kraft_storage/_native/_messages_metadata.pyx"),
+    ext("kraft_storage._native._timeline", "kraft_storage/_native/_timeline.pyx"),
+    ext("kraft_storage._native._index", "kraft_storage/_native/_index.pyx"),
 ]
 
 only = {s.strip() for s in os.environ.get("KRAFT_EXT_ONLY", "").split(",") if s.strip()}
