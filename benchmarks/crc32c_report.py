@@ -7,7 +7,8 @@ repeats the call enough times to last about 2 ms (so timer resolution and
 call overhead are amortised the same way for all), the median round gives
 seconds per call, and GB/s = size / that.  Implementations are interleaved
 round by round, so a noisy neighbour on a shared machine hurts all of them
-alike rather than one.  Figures include the Python call overhead (about
+alike rather than one.  ``results`` holds medians (quote these), ``best``
+the fastest round, and ``loadavg_*`` how busy the machine was.  Figures include the Python call overhead (about
 0.1 microsecond), which dominates below a few KiB.
 """
 from __future__ import annotations
@@ -65,7 +66,11 @@ def main(argv=None):
         "native_impl": native.impl(),
         "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "python": platform.python_version()},
         "rounds": args.rounds,
+        # 1-minute load average: on a shared machine, figures taken at a load
+        # above the core count are not comparable with quiet ones.
+        "loadavg_start": _loadavg(),
         "results": {},
+        "best": {},  # fastest round, a bound on what the code can do when undisturbed
     }
     for size in sizes:
         data = os.urandom(size)
@@ -84,8 +89,18 @@ def main(argv=None):
                 times[name].append((time.perf_counter() - t0) / n)
         result["results"][str(size)] = {
             name: round(size / statistics.median(ts) / 1e9, 3) for name, ts in times.items()}
+        result["best"][str(size)] = {
+            name: round(size / min(ts) / 1e9, 3) for name, ts in times.items()}
+    result["loadavg_end"] = _loadavg()
     json.dump(result, sys.stdout, indent=2)
     print()
+
+
+def _loadavg():
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 def _cpu_name():
