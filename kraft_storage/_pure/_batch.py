@@ -416,3 +416,10 @@ def make_records(buf, cols, lo: int, hi: int) -> list:
         headers = parse_headers(mv, int(c_hp[r]), hc) if hc else ()
         out.append(Record(int(c_off[r]), int(c_ts[r]), key, value, headers, int(c_a[r])))
     return out
+
+
+def iter_records(buf, cols, lo: int, hi: int):
+    """Record objects for rows [lo, hi), one at a time."""
+    step = 1024
+    for a in range(lo, hi, step):
+        yield from make_records(buf, cols, a, min(a + step, hi))

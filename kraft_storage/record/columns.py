@@ -65,9 +65,8 @@ class RecordColumns:
         return _k.make_records(self.data, self._cols(), lo, hi)
 
     def __iter__(self):
-        step = 4096
-        for lo in range(0, len(self), step):
-            yield from self.records(lo, min(lo + step, len(self)))
+        """Record objects one at a time (convenience; allocates per record)."""
+        return _k.iter_records(self.data, self._cols(), 0, len(self))
 
     def key(self, i: int) -> bytes | None:
         n = int(self.key_len[i])

@@ -99,6 +99,9 @@ def decompress(codec: int, data, limit: int = MAX_DECOMPRESSED) -> bytes:
                 raise DecompressionError("gzip stream is truncated")
             return out
         if codec == Compression.ZSTD:
+            size = zstandard.frame_content_size(data)
+            if 0 <= size <= limit:  # size in the frame header: one call, exact allocation
+                return _zstd_d.decompress(data)
             out = bytearray()
             with _zstd_d.stream_reader(bytes(data), read_across_frames=True) as r:
                 while True:
