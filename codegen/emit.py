@@ -182,7 +182,7 @@ class Emitter:
         if self.dialect == "pyx":
             self.out(0, f"cdef object {fname}(Reader r, int version):")
             self.out(1, "cdef object o, n, f, unknown")
-            self.out(1, "cdef long long tag, last, end")
+            self.out(1, "cdef long long tag, last, end, _i")
         else:
             self.out(0, f"def {fname}(r, version):")
         self.out(1, f"o = _new({self.cls_ref(msg, st)})")
@@ -204,7 +204,7 @@ class Emitter:
             self.out(ind, "f = '_tagged_fields'")
             self.out(ind, "unknown = None")
             self.out(ind, "last = -1")
-            self.out(ind, "for _ in range(r.tag_count()):")
+            self.out(ind, "for _i in range(r.tag_count()):")
             self.out(ind + 1, "tag, end = r.tag_header(last)")
             self.out(ind + 1, "last = tag")
             tagged = sorted((f for f in fields if not f.tagged.empty), key=lambda f: f.tag)
@@ -476,6 +476,7 @@ class Emitter:
         if self.dialect == "py":
             self.out(0, "from kraft_storage.messages._runtime import Reader")
             self.out(0)
+            self.out(0, "_reader = Reader")
             self.out(0, "_Base = Message")
         else:
             self.out(0)
@@ -489,14 +490,15 @@ class Emitter:
             self.out(1, "@classmethod")
             self.out(1, "def read(cls, buf, version):")
             self.out(2, "cls._check_version(version)")
-            self.out(2, "cdef Reader r = Reader(buf)")
+            self.out(2, "cdef Reader r = _reader(buf)")
             self.out(2, "obj = cls._read(r, version)")
             self.out(2, "if r.pos != r.end:")
             self.out(3, "raise MessageError(f'{r.end - r.pos} unexpected trailing bytes after {cls.NAME}', r.pos)")
             self.out(2, "return obj")
         self.out(0)
         self.out(0)
-        self.out(0, "_new = object.__new__")
+        if self.dialect == "py":
+            self.out(0, "_new = object.__new__")
         self.out(0, "_WRITE_ERRORS = (_struct.error, TypeError, AttributeError, OverflowError, ValueError)")
         self.out(0)
 
@@ -526,7 +528,7 @@ class Emitter:
             self.out(1, "cdef long long frame, api_key, version")
             self.out(1, "cdef object msg")
         self.out(1, "try:")
-        self.out(2, "r = Reader(value)")
+        self.out(2, "r = _reader(value)")
         self.out(2, "frame = r.uvarint()")
         self.out(2, "if frame != 1:")
         self.out(3, "raise MessageError(f'unsupported metadata record frame version {frame}', 0)")

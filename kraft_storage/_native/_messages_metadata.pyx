@@ -23,14 +23,13 @@ class _Base(Message):
     @classmethod
     def read(cls, buf, version):
         cls._check_version(version)
-        cdef Reader r = Reader(buf)
+        cdef Reader r = _reader(buf)
         obj = cls._read(r, version)
         if r.pos != r.end:
             raise MessageError(f'{r.end - r.pos} unexpected trailing bytes after {cls.NAME}', r.pos)
         return obj
 
 
-_new = object.__new__
 _WRITE_ERRORS = (_struct.error, TypeError, AttributeError, OverflowError, ValueError)
 
 __all__ = ['RegisterBrokerRecord', 'UnregisterBrokerRecord', 'TopicRecord', 'PartitionRecord', 'ConfigRecord', 'PartitionChangeRecord', 'FenceBrokerRecord', 'UnfenceBrokerRecord', 'RemoveTopicRecord', 'DelegationTokenRecord', 'UserScramCredentialRecord', 'FeatureLevelRecord', 'ClientQuotaRecord', 'ProducerIdsRecord', 'BrokerRegistrationChangeRecord', 'AccessControlEntryRecord', 'RemoveAccessControlEntryRecord', 'NoOpRecord', 'ZkMigrationStateRecord', 'RemoveUserScramCredentialRecord', 'BeginTransactionRecord', 'EndTransactionRecord', 'AbortTransactionRecord', 'RemoveDelegationTokenRecord', 'RegisterControllerRecord', 'ClearElrRecord', 'METADATA_RECORD_TYPES', 'decode_metadata_record']
@@ -173,7 +172,7 @@ _C_RegisterBrokerRecord__BrokerFeature._JSON = (
 
 cdef object _r_RegisterBrokerRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_RegisterBrokerRecord)
     f = None
     try:
@@ -209,7 +208,7 @@ cdef object _r_RegisterBrokerRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if tag == 0 and version >= 3:
@@ -285,7 +284,7 @@ def _w_RegisterBrokerRecord(o, w, version):
 
 cdef object _r_RegisterBrokerRecord__BrokerEndpoint(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_RegisterBrokerRecord__BrokerEndpoint)
     f = None
     try:
@@ -301,7 +300,7 @@ cdef object _r_RegisterBrokerRecord__BrokerEndpoint(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -337,7 +336,7 @@ def _w_RegisterBrokerRecord__BrokerEndpoint(o, w, version):
 
 cdef object _r_RegisterBrokerRecord__BrokerFeature(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_RegisterBrokerRecord__BrokerFeature)
     f = None
     try:
@@ -351,7 +350,7 @@ cdef object _r_RegisterBrokerRecord__BrokerFeature(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -425,7 +424,7 @@ _C_UnregisterBrokerRecord._JSON = (
 
 cdef object _r_UnregisterBrokerRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_UnregisterBrokerRecord)
     f = None
     try:
@@ -437,7 +436,7 @@ cdef object _r_UnregisterBrokerRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -509,7 +508,7 @@ _C_TopicRecord._JSON = (
 
 cdef object _r_TopicRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_TopicRecord)
     f = None
     try:
@@ -521,7 +520,7 @@ cdef object _r_TopicRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -626,7 +625,7 @@ _C_PartitionRecord._JSON = (
 
 cdef object _r_PartitionRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_PartitionRecord)
     f = None
     try:
@@ -668,7 +667,7 @@ cdef object _r_PartitionRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if tag == 0:
@@ -821,7 +820,7 @@ _C_ConfigRecord._JSON = (
 
 cdef object _r_ConfigRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_ConfigRecord)
     f = None
     try:
@@ -837,7 +836,7 @@ cdef object _r_ConfigRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -940,7 +939,7 @@ _C_PartitionChangeRecord._JSON = (
 
 cdef object _r_PartitionChangeRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_PartitionChangeRecord)
     f = None
     try:
@@ -970,7 +969,7 @@ cdef object _r_PartitionChangeRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if tag == 0:
@@ -1166,7 +1165,7 @@ _C_FenceBrokerRecord._JSON = (
 
 cdef object _r_FenceBrokerRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_FenceBrokerRecord)
     f = None
     try:
@@ -1178,7 +1177,7 @@ cdef object _r_FenceBrokerRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1250,7 +1249,7 @@ _C_UnfenceBrokerRecord._JSON = (
 
 cdef object _r_UnfenceBrokerRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_UnfenceBrokerRecord)
     f = None
     try:
@@ -1262,7 +1261,7 @@ cdef object _r_UnfenceBrokerRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1331,7 +1330,7 @@ _C_RemoveTopicRecord._JSON = (
 
 cdef object _r_RemoveTopicRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_RemoveTopicRecord)
     f = None
     try:
@@ -1341,7 +1340,7 @@ cdef object _r_RemoveTopicRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1426,7 +1425,7 @@ _C_DelegationTokenRecord._JSON = (
 
 cdef object _r_DelegationTokenRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_DelegationTokenRecord)
     f = None
     try:
@@ -1449,7 +1448,7 @@ cdef object _r_DelegationTokenRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1545,7 +1544,7 @@ _C_UserScramCredentialRecord._JSON = (
 
 cdef object _r_UserScramCredentialRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_UserScramCredentialRecord)
     f = None
     try:
@@ -1565,7 +1564,7 @@ cdef object _r_UserScramCredentialRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1645,7 +1644,7 @@ _C_FeatureLevelRecord._JSON = (
 
 cdef object _r_FeatureLevelRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_FeatureLevelRecord)
     f = None
     try:
@@ -1657,7 +1656,7 @@ cdef object _r_FeatureLevelRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1766,7 +1765,7 @@ _C_ClientQuotaRecord__EntityData._JSON = (
 
 cdef object _r_ClientQuotaRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_ClientQuotaRecord)
     f = None
     try:
@@ -1783,7 +1782,7 @@ cdef object _r_ClientQuotaRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1821,7 +1820,7 @@ def _w_ClientQuotaRecord(o, w, version):
 
 cdef object _r_ClientQuotaRecord__EntityData(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_ClientQuotaRecord__EntityData)
     f = None
     try:
@@ -1833,7 +1832,7 @@ cdef object _r_ClientQuotaRecord__EntityData(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1908,7 +1907,7 @@ _C_ProducerIdsRecord._JSON = (
 
 cdef object _r_ProducerIdsRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_ProducerIdsRecord)
     f = None
     try:
@@ -1922,7 +1921,7 @@ cdef object _r_ProducerIdsRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2005,7 +2004,7 @@ _C_BrokerRegistrationChangeRecord._JSON = (
 
 cdef object _r_BrokerRegistrationChangeRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_BrokerRegistrationChangeRecord)
     f = None
     try:
@@ -2023,7 +2022,7 @@ cdef object _r_BrokerRegistrationChangeRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if tag == 0:
@@ -2155,7 +2154,7 @@ _C_AccessControlEntryRecord._JSON = (
 
 cdef object _r_AccessControlEntryRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_AccessControlEntryRecord)
     f = None
     try:
@@ -2179,7 +2178,7 @@ cdef object _r_AccessControlEntryRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2260,7 +2259,7 @@ _C_RemoveAccessControlEntryRecord._JSON = (
 
 cdef object _r_RemoveAccessControlEntryRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_RemoveAccessControlEntryRecord)
     f = None
     try:
@@ -2270,7 +2269,7 @@ cdef object _r_RemoveAccessControlEntryRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2333,7 +2332,7 @@ _C_NoOpRecord._JSON = ()
 
 cdef object _r_NoOpRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_NoOpRecord)
     f = None
     try:
@@ -2341,7 +2340,7 @@ cdef object _r_NoOpRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2406,7 +2405,7 @@ _C_ZkMigrationStateRecord._JSON = (
 
 cdef object _r_ZkMigrationStateRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_ZkMigrationStateRecord)
     f = None
     try:
@@ -2416,7 +2415,7 @@ cdef object _r_ZkMigrationStateRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2486,7 +2485,7 @@ _C_RemoveUserScramCredentialRecord._JSON = (
 
 cdef object _r_RemoveUserScramCredentialRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_RemoveUserScramCredentialRecord)
     f = None
     try:
@@ -2498,7 +2497,7 @@ cdef object _r_RemoveUserScramCredentialRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2567,7 +2566,7 @@ _C_BeginTransactionRecord._JSON = (
 
 cdef object _r_BeginTransactionRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_BeginTransactionRecord)
     f = None
     try:
@@ -2577,7 +2576,7 @@ cdef object _r_BeginTransactionRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if tag == 0:
@@ -2649,7 +2648,7 @@ _C_EndTransactionRecord._JSON = ()
 
 cdef object _r_EndTransactionRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_EndTransactionRecord)
     f = None
     try:
@@ -2657,7 +2656,7 @@ cdef object _r_EndTransactionRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2722,7 +2721,7 @@ _C_AbortTransactionRecord._JSON = (
 
 cdef object _r_AbortTransactionRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_AbortTransactionRecord)
     f = None
     try:
@@ -2732,7 +2731,7 @@ cdef object _r_AbortTransactionRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if tag == 0:
@@ -2808,7 +2807,7 @@ _C_RemoveDelegationTokenRecord._JSON = (
 
 cdef object _r_RemoveDelegationTokenRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_RemoveDelegationTokenRecord)
     f = None
     try:
@@ -2818,7 +2817,7 @@ cdef object _r_RemoveDelegationTokenRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2968,7 +2967,7 @@ _C_RegisterControllerRecord__ControllerFeature._JSON = (
 
 cdef object _r_RegisterControllerRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_RegisterControllerRecord)
     f = None
     try:
@@ -2988,7 +2987,7 @@ cdef object _r_RegisterControllerRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -3030,7 +3029,7 @@ def _w_RegisterControllerRecord(o, w, version):
 
 cdef object _r_RegisterControllerRecord__ControllerEndpoint(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_RegisterControllerRecord__ControllerEndpoint)
     f = None
     try:
@@ -3046,7 +3045,7 @@ cdef object _r_RegisterControllerRecord__ControllerEndpoint(Reader r, int versio
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -3082,7 +3081,7 @@ def _w_RegisterControllerRecord__ControllerEndpoint(o, w, version):
 
 cdef object _r_RegisterControllerRecord__ControllerFeature(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_RegisterControllerRecord__ControllerFeature)
     f = None
     try:
@@ -3096,7 +3095,7 @@ cdef object _r_RegisterControllerRecord__ControllerFeature(Reader r, int version
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -3167,7 +3166,7 @@ _C_ClearElrRecord._JSON = (
 
 cdef object _r_ClearElrRecord(Reader r, int version):
     cdef object o, n, f, unknown
-    cdef long long tag, last, end
+    cdef long long tag, last, end, _i
     o = _new(_C_ClearElrRecord)
     f = None
     try:
@@ -3177,7 +3176,7 @@ cdef object _r_ClearElrRecord(Reader r, int version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -3249,7 +3248,7 @@ def decode_metadata_record(value, offset=None):
     cdef long long frame, api_key, version
     cdef object msg
     try:
-        r = Reader(value)
+        r = _reader(value)
         frame = r.uvarint()
         if frame != 1:
             raise MessageError(f'unsupported metadata record frame version {frame}', 0)

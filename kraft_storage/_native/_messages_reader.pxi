@@ -15,6 +15,25 @@ from libc.string cimport memcpy
 
 from kraft_storage.messages._runtime import _make_uuid
 
+cdef extern from *:
+    """
+    /* object.__new__(cls) without the Python-level call: the generated decoders
+       create every message this way and then set each slot. */
+    static PyObject *kr_new_instance(PyObject *cls) {
+        static PyObject *empty = NULL;
+        if (empty == NULL) {
+            empty = PyTuple_New(0);
+            if (empty == NULL) return NULL;
+        }
+        return PyBaseObject_Type.tp_new((PyTypeObject *)cls, empty, NULL);
+    }
+    """
+    object kr_new_instance(object cls)
+
+
+cdef inline object _new(object cls):
+    return kr_new_instance(cls)
+
 
 cdef inline uint32_t _be32(const unsigned char* p) noexcept nogil:
     return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]
@@ -31,7 +50,7 @@ cdef class Reader:
     cdef public Py_ssize_t pos
     cdef public Py_ssize_t end
 
-    def __cinit__(self, buf, Py_ssize_t pos=0, end=None):
+    def __cinit__(self, buf=b"", Py_ssize_t pos=0, end=None):
         if type(buf) is not bytes:
             buf = bytes(buf)
         self.buf = <bytes>buf
@@ -41,6 +60,9 @@ cdef class Reader:
         if self.end < 0 or self.end > n or pos < 0 or pos > self.end:
             raise ValueError("reader range outside the buffer")
         self.pos = pos
+
+    def __init__(self, buf, Py_ssize_t pos=0, end=None):
+        pass  # all set up by __cinit__ (declared so Python callers may pass arguments)
 
     def error(self, reason, position=None):
         return MessageError(reason, self.pos if position is None else position)
@@ -212,3 +234,15 @@ cdef class Reader:
     def expect_end(self):
         if self.pos != self.end:
             raise MessageError(f"{self.end - self.pos} unexpected trailing bytes", self.pos)
+
+
+cdef Reader _reader(object buf):
+    """Fast construction for the generated code: whole buffer, no argument parsing."""
+    cdef Reader r = Reader.__new__(Reader)
+    if type(buf) is not bytes:
+        buf = bytes(buf)
+    r.buf = <bytes>buf
+    r.p = <const unsigned char*>PyBytes_AS_STRING(r.buf)
+    r.pos = 0
+    r.end = PyBytes_GET_SIZE(r.buf)
+    return r

@@ -13,6 +13,7 @@ from kraft_storage.messages._runtime import (
 )
 from kraft_storage.messages._runtime import Reader
 
+_reader = Reader
 _Base = Message
 
 
@@ -193,7 +194,7 @@ def _r_RegisterBrokerRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if tag == 0 and version >= 3:
@@ -283,7 +284,7 @@ def _r_RegisterBrokerRecord__BrokerEndpoint(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -331,7 +332,7 @@ def _r_RegisterBrokerRecord__BrokerFeature(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -415,7 +416,7 @@ def _r_UnregisterBrokerRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -497,7 +498,7 @@ def _r_TopicRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -642,7 +643,7 @@ def _r_PartitionRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if tag == 0:
@@ -809,7 +810,7 @@ def _r_ConfigRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -940,7 +941,7 @@ def _r_PartitionChangeRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if tag == 0:
@@ -1146,7 +1147,7 @@ def _r_FenceBrokerRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1228,7 +1229,7 @@ def _r_UnfenceBrokerRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1305,7 +1306,7 @@ def _r_RemoveTopicRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1411,7 +1412,7 @@ def _r_DelegationTokenRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1525,7 +1526,7 @@ def _r_UserScramCredentialRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1615,7 +1616,7 @@ def _r_FeatureLevelRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1739,7 +1740,7 @@ def _r_ClientQuotaRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1787,7 +1788,7 @@ def _r_ClientQuotaRecord__EntityData(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1874,7 +1875,7 @@ def _r_ProducerIdsRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -1973,7 +1974,7 @@ def _r_BrokerRegistrationChangeRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if tag == 0:
@@ -2127,7 +2128,7 @@ def _r_AccessControlEntryRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2216,7 +2217,7 @@ def _r_RemoveAccessControlEntryRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2285,7 +2286,7 @@ def _r_NoOpRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2358,7 +2359,7 @@ def _r_ZkMigrationStateRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2438,7 +2439,7 @@ def _r_RemoveUserScramCredentialRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2515,7 +2516,7 @@ def _r_BeginTransactionRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if tag == 0:
@@ -2593,7 +2594,7 @@ def _r_EndTransactionRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2666,7 +2667,7 @@ def _r_AbortTransactionRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if tag == 0:
@@ -2750,7 +2751,7 @@ def _r_RemoveDelegationTokenRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2918,7 +2919,7 @@ def _r_RegisterControllerRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -2974,7 +2975,7 @@ def _r_RegisterControllerRecord__ControllerEndpoint(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -3022,7 +3023,7 @@ def _r_RegisterControllerRecord__ControllerFeature(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -3101,7 +3102,7 @@ def _r_ClearElrRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -3170,7 +3171,7 @@ def decode_metadata_record(value, offset=None):
     offset, if known) is named in any MessageError.
     """
     try:
-        r = Reader(value)
+        r = _reader(value)
         frame = r.uvarint()
         if frame != 1:
             raise MessageError(f'unsupported metadata record frame version {frame}', 0)
