@@ -17,6 +17,16 @@ import sys
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext as _build_ext
+
+
+class build_ext(_build_ext):
+    """Compile extensions in parallel (one job per core) unless told otherwise."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
 
 DEBUG = os.environ.get("KRAFT_DEBUG_BUILD") == "1"
 
@@ -58,6 +68,7 @@ if only:
     EXTENSIONS = [e for e in EXTENSIONS if e.name.rsplit(".", 1)[-1] in only]
 
 setup(
+    cmdclass={"build_ext": build_ext},
     ext_modules=cythonize(
         EXTENSIONS,
         language_level=3,
