@@ -1,0 +1,116 @@
+"""Size-prefixed Kafka request/response frames.
+
+    frame    = int32 size + payload            (size counts the payload only)
+    request  = RequestHeader (v1 or v2) + body
+    response = ResponseHeader (v0 or v1) + body
+
+A request header starts with int16 apiKey + int16 apiVersion, which tell the
+header version (see ``api_keys.request_header_version``) and the body class.
+A response carries only the correlation id, so its decoder must be told which
+API and version the request had.
+"""
+from __future__ import annotations
+
+import struct
+
+from kraft_node.protocol.api_keys import (
+    API_INFO, api_info, request_header_version, response_header_version,
+)
+from kraft_node.protocol.headers import RequestHeader, ResponseHeader
+from kraft_storage.messages._runtime import Message, MessageError, Reader, Writer
+
+__all__ = ["MAX_FRAME_SIZE", "encode_request", "decode_request", "decode_request_header", "encode_response",
+           "decode_response", "split_frame", "UnsupportedApiError"]
+
+#: Largest payload accepted (Kafka's default socket.request.max.bytes).
+MAX_FRAME_SIZE = 100 * 1024 * 1024
+
+_SIZE = struct.Struct(">i")
+
+
+class UnsupportedApiError(MessageError):
+    """A request for an api key or version kraft has no codec for (``header`` is set)."""
+
+    def __init__(self, reason, header=None):
+        super().__init__(reason)
+        self.header = header
+
+
+def _frame(payload: bytes) -> bytes:
+    return _SIZE.pack(len(payload)) + payload
+
+
+def split_frame(data, max_size: int = MAX_FRAME_SIZE):
+    """``(payload, rest)`` if ``data`` starts with a whole frame, else ``(None, data)``."""
+    if len(data) < 4:
+        return None, data
+    size, = _SIZE.unpack_from(data, 0)
+    if size < 0 or size > max_size:
+        raise MessageError(f"invalid frame size {size}", 0)
+    if len(data) < 4 + size:
+        return None, data
+    return bytes(data[4:4 + size]), data[4 + size:]
+
+
+def encode_request(body: Message, version: int, correlation_id: int, client_id: str | None = "") -> bytes:
+    """The framed request: header (version chosen from the API version) + body."""
+    api_key = body.API_KEY
+    info = api_info(api_key)
+    if type(body) is not info.request:
+        raise MessageError(f"{type(body).__name__} is not a request class")
+    hv = request_header_version(api_key, version)
+    header = RequestHeader(request_api_key=api_key, request_api_version=version,
+                           correlation_id=correlation_id, client_id=client_id)
+    return _frame(header.write(hv) + body.write(version))
+
+
+def decode_request_header(payload) -> tuple[RequestHeader, int]:
+    """``(header, body_position)``; raises UnsupportedApiError for unknown api keys."""
+    r = Reader(payload)
+    if r.remaining() < 4:
+        raise MessageError("request shorter than its api key and version", 0)
+    api_key = r.int16()
+    api_version = r.int16()
+    r.pos = 0
+    info = API_INFO.get(api_key)
+    if info is None:
+        raise UnsupportedApiError(f"unsupported api key {api_key}")
+    hv = 2 if info.is_flexible(api_version) or (api_version > info.highest and info.first_flexible is not None) else 1
+    header = RequestHeader._read(r, hv)
+    return header, r.pos
+
+
+def decode_request(payload):
+    """``(RequestHeader, request body)`` from a payload (frame without its size)."""
+    header, pos = decode_request_header(payload)
+    info = API_INFO[header.request_api_key]
+    if not info.supports(header.request_api_version):
+        raise UnsupportedApiError(
+            f"unsupported {info.name} version {header.request_api_version} "
+            f"(supported {info.lowest}-{info.highest})", header)
+    r = Reader(payload, pos)
+    body = info.request._read(r, header.request_api_version)
+    if r.pos != r.end:
+        raise MessageError(f"{r.end - r.pos} unexpected trailing bytes after {info.request.NAME}", r.pos)
+    return header, body
+
+
+def encode_response(body: Message, api_version: int, correlation_id: int) -> bytes:
+    api_key = body.API_KEY
+    info = api_info(api_key)
+    if type(body) is not info.response:
+        raise MessageError(f"{type(body).__name__} is not a response class")
+    hv = response_header_version(api_key, api_version)
+    return _frame(ResponseHeader(correlation_id=correlation_id).write(hv) + body.write(api_version))
+
+
+def decode_response(payload, api_key: int, api_version: int):
+    """``(ResponseHeader, response body)`` of the given API and version."""
+    info = api_info(api_key)
+    hv = response_header_version(api_key, api_version)
+    r = Reader(payload)
+    header = ResponseHeader._read(r, hv)
+    body = info.response._read(r, api_version)
+    if r.pos != r.end:
+        raise MessageError(f"{r.end - r.pos} unexpected trailing bytes after {info.response.NAME}", r.pos)
+    return header, body
