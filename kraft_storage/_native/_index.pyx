@@ -1,0 +1,256 @@
+# cython: language_level=3
+"""Native kernels of the segment indexes (``.index`` / ``.timeindex``).
+
+Same API as the pure-Python twin ``kraft_storage._pure._index`` (read that
+for the semantics and the byte layouts).  Why Cython and not Numba: the
+single lookup must cost a few hundred nanoseconds *including* the call from
+Python, so the searcher is an object that acquires the mmap's buffer once and
+keeps the raw pointer (a Numba call re-boxes its array arguments on every
+call, which alone costs more than the whole budget).  The batched lookup and
+the index planner are plain C loops.
+
+Memory safety: the :class:`IndexSearcher` holds a buffer export of the mmap,
+so the mmap cannot be closed or resized under it (``mmap.close`` raises
+``BufferError``).  ``release()`` drops the export and turns every later
+lookup into "no entry" (slot -1), which is a correct, slower answer: a
+caller then scans from the segment start.  Lookups never release the GIL,
+so ``release()`` from another thread can never interleave with one.  Every
+slot read is checked against the buffer length.
+"""
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+
+import numpy as np
+cimport numpy as cnp
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    static inline int32_t kr_be32(const uint8_t *p) {
+        uint32_t v; memcpy(&v, p, 4); return (int32_t)__builtin_bswap32(v);
+    }
+    static inline int64_t kr_be64(const uint8_t *p) {
+        uint64_t v; memcpy(&v, p, 8); return (int64_t)__builtin_bswap64(v);
+    }
+    static inline void kr_put_be32(uint8_t *p, int32_t x) {
+        uint32_t v = __builtin_bswap32((uint32_t)x); memcpy(p, &v, 4);
+    }
+    static inline void kr_put_be64(uint8_t *p, int64_t x) {
+        uint64_t v = __builtin_bswap64((uint64_t)x); memcpy(p, &v, 8);
+    }
+    """
+    int32_t kr_be32(const uint8_t *p) nogil
+    int64_t kr_be64(const uint8_t *p) nogil
+    void kr_put_be32(uint8_t *p, int32_t x) nogil
+    void kr_put_be64(uint8_t *p, int64_t x) nogil
+
+OFFSET_ENTRY_SIZE = 8
+TIME_ENTRY_SIZE = 12
+
+
+cdef inline int64_t _floor32(const uint8_t *p, int64_t n, int64_t esize, int64_t koff,
+                             int64_t target) noexcept nogil:
+    """Largest slot whose int32 key (at byte koff of the entry) is <= target, or -1.
+
+    Branch-free binary search: ``lo`` is the answer candidate, the loop
+    halves ``n`` without data-dependent branches (the compiler emits cmov)."""
+    cdef int64_t lo = 0, half
+    if n <= 0 or kr_be32(p + koff) > target:
+        return -1
+    while n > 1:
+        half = n >> 1
+        if kr_be32(p + (lo + half) * esize + koff) <= target:
+            lo += half
+        n -= half
+    return lo
+
+
+cdef inline int64_t _floor64(const uint8_t *p, int64_t n, int64_t esize,
+                             int64_t target) noexcept nogil:
+    cdef int64_t lo = 0, half
+    if n <= 0 or kr_be64(p) > target:
+        return -1
+    while n > 1:
+        half = n >> 1
+        if kr_be64(p + (lo + half) * esize) <= target:
+            lo += half
+        n -= half
+    return lo
+
+
+cdef class IndexSearcher:
+    """Binary search over a memory-mapped Kafka index.
+
+    ``kind`` is ``"offset"`` (entries: int32 relative offset, int32 position,
+    big-endian, 8 bytes) or ``"time"`` (int64 timestamp, int32 relative
+    offset, 12 bytes).  ``n`` (the number of valid entries) is set by the
+    index writer after it has written an entry's bytes, so a concurrent
+    reader never sees a half-written entry.
+    """
+    cdef Py_buffer view
+    cdef bint held
+    cdef const uint8_t *p
+    cdef int64_t cap
+    cdef int64_t esize
+    cdef public int64_t n
+    cdef public int64_t base_offset
+
+    def __cinit__(self, buf, int64_t base_offset, str kind, int64_t n=0):
+        self.held = False
+        self.p = NULL
+        self.cap = 0
+        self.esize = 8 if kind == "offset" else 12
+        if kind not in ("offset", "time"):
+            raise ValueError(f"unknown index kind {kind!r}")
+        self.base_offset = base_offset
+        if buf is not None:
+            PyObject_GetBuffer(buf, &self.view, PyBUF_SIMPLE)
+            self.held = True
+            self.p = <const uint8_t *>self.view.buf
+            self.cap = self.view.len // self.esize
+        if n < 0 or n > self.cap:
+            self.release()
+            raise ValueError(f"{n} entries do not fit in a buffer of {self.cap} entries")
+        self.n = n
+
+    def __dealloc__(self):
+        if self.held:
+            PyBuffer_Release(&self.view)
+            self.held = False
+
+    def release(self):
+        """Drop the buffer export; later lookups answer "no entry"."""
+        self.n = 0
+        self.cap = 0
+        self.p = NULL
+        if self.held:
+            PyBuffer_Release(&self.view)
+            self.held = False
+
+    cdef inline int64_t _valid(self):
+        return self.n if self.n <= self.cap else self.cap
+
+    @property
+    def capacity(self):
+        return self.cap
+
+    def entry(self, int64_t slot):
+        """Slot ``slot`` decoded: (offset, position) or (timestamp, offset), absolute offsets."""
+        cdef int64_t n = self._valid()
+        if slot < 0 or slot >= n:
+            raise IndexError(f"index slot {slot} out of range [0, {n})")
+        cdef const uint8_t *e = self.p + slot * self.esize
+        if self.esize == 8:
+            return (self.base_offset + kr_be32(e), kr_be32(e + 4))
+        return (kr_be64(e), self.base_offset + kr_be32(e + 8))
+
+    # ---- offset index ----
+    def offset_slot(self, int64_t offset):
+        """Slot of the largest entry whose offset is <= ``offset``, or -1."""
+        cdef int64_t rel = offset - self.base_offset
+        if self.esize != 8:
+            raise TypeError("offset_slot on a time index")
+        if rel > 0x7FFFFFFF:
+            rel = 0x7FFFFFFF
+        return _floor32(self.p, self._valid(), 8, 0, rel)
+
+    def lookup(self, int64_t offset):
+        """Kafka's ``OffsetIndex.lookup``: (offset, position) of the largest entry
+        with offset <= ``offset``; (base_offset, 0) when there is none."""
+        cdef int64_t rel = offset - self.base_offset
+        cdef int64_t s
+        if self.esize != 8:
+            raise TypeError("lookup on a time index")
+        if rel > 0x7FFFFFFF:
+            rel = 0x7FFFFFFF
+        s = _floor32(self.p, self._valid(), 8, 0, rel)
+        if s < 0:
+            return (self.base_offset, 0)
+        return (self.base_offset + kr_be32(self.p + s * 8), kr_be32(self.p + s * 8 + 4))
+
+    def position_slot(self, int64_t position):
+        """Slot of the largest entry whose file position is <= ``position``, or -1."""
+        if self.esize != 8:
+            raise TypeError("position_slot on a time index")
+        if position > 0x7FFFFFFF:
+            position = 0x7FFFFFFF
+        return _floor32(self.p, self._valid(), 8, 4, position)
+
+    def lookup_many(self, const int64_t[::1] offsets, int64_t[::1] out_offsets,
+                    int64_t[::1] out_positions):
+        """Batched :meth:`lookup`: fills ``out_offsets``/``out_positions``."""
+        cdef Py_ssize_t i, m = offsets.shape[0]
+        cdef int64_t rel, s, n = self._valid(), base = self.base_offset
+        cdef const uint8_t *p = self.p
+        if self.esize != 8:
+            raise TypeError("lookup_many on a time index")
+        if out_offsets.shape[0] < m or out_positions.shape[0] < m:
+            raise ValueError("output arrays are shorter than the input")
+        for i in range(m):
+            rel = offsets[i] - base
+            if rel > 0x7FFFFFFF:
+                rel = 0x7FFFFFFF
+            s = _floor32(p, n, 8, 0, rel)
+            if s < 0:
+                out_offsets[i] = base
+                out_positions[i] = 0
+            else:
+                out_offsets[i] = base + kr_be32(p + s * 8)
+                out_positions[i] = kr_be32(p + s * 8 + 4)
+
+    # ---- time index ----
+    def time_slot(self, int64_t timestamp):
+        """Slot of the largest entry whose timestamp is <= ``timestamp``, or -1."""
+        if self.esize != 12:
+            raise TypeError("time_slot on an offset index")
+        return _floor64(self.p, self._valid(), 12, timestamp)
+
+    def time_lookup(self, int64_t timestamp):
+        """Kafka's ``TimeIndex.lookup``: (timestamp, offset) of the largest entry with
+        timestamp <= ``timestamp``; (-1, base_offset) when there is none."""
+        cdef int64_t s
+        if self.esize != 12:
+            raise TypeError("time_lookup on an offset index")
+        s = _floor64(self.p, self._valid(), 12, timestamp)
+        if s < 0:
+            return (-1, self.base_offset)
+        return (kr_be64(self.p + s * 12), self.base_offset + kr_be32(self.p + s * 12 + 8))
+
+
+def plan_entries(const int64_t[::1] positions, const int32_t[::1] sizes,
+                 const int64_t[::1] last_offsets, const int64_t[::1] max_timestamps,
+                 int64_t base_offset, int64_t interval, int64_t bytes_since,
+                 int64_t max_ts, int64_t offset_of_max_ts, int64_t last_time_ts,
+                 int64_t[::1] out_off_rel, int64_t[::1] out_off_pos,
+                 int64_t[::1] out_ts, int64_t[::1] out_ts_rel):
+    """Index entries for a run of appended batches (see the pure twin for the rule).
+
+    Returns (n_offset_entries, n_time_entries, bytes_since, max_ts,
+    offset_of_max_ts, last_time_ts)."""
+    cdef Py_ssize_t i, m = positions.shape[0]
+    cdef Py_ssize_t no = 0, nt = 0
+    if sizes.shape[0] < m or last_offsets.shape[0] < m or max_timestamps.shape[0] < m:
+        raise ValueError("input columns differ in length")
+    if out_off_rel.shape[0] < m or out_off_pos.shape[0] < m or out_ts.shape[0] < m \
+            or out_ts_rel.shape[0] < m:
+        raise ValueError("output arrays are shorter than the input")
+    with nogil:
+        for i in range(m):
+            if max_timestamps[i] > max_ts:
+                max_ts = max_timestamps[i]
+                offset_of_max_ts = last_offsets[i]
+            if bytes_since > interval:
+                out_off_rel[no] = last_offsets[i] - base_offset
+                out_off_pos[no] = positions[i]
+                no += 1
+                if max_ts > last_time_ts:
+                    out_ts[nt] = max_ts
+                    out_ts_rel[nt] = offset_of_max_ts - base_offset
+                    nt += 1
+                    last_time_ts = max_ts
+                bytes_since = 0
+            bytes_since += sizes[i]
+    return no, nt, bytes_since, max_ts, offset_of_max_ts, last_time_ts

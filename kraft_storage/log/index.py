@@ -1,0 +1,283 @@
+"""The memory-mapped segment indexes: ``.index`` (offset -> position) and ``.timeindex``.
+
+Layouts are in :mod:`kraft_storage._pure._index`.  As in Kafka, an index is
+a file preallocated to ``segment.index.bytes`` (rounded down to whole
+entries) while its segment is active, memory-mapped read-write, appended
+entry by entry, and trimmed to its valid entries when the segment rolls or
+the log closes.  The number of valid entries of an untrimmed file is not
+stored anywhere: after an unclean shutdown the index is rebuilt from the log
+(:meth:`kraft_storage.log.segment.LogSegment.recover`).
+
+Searches go through :class:`IndexSearcher` (native or twin, see
+``kraft_storage._native._index``), which reads the mmap directly.
+
+Writer/reader protocol: one writer.  The writer writes an entry's bytes,
+then bumps ``searcher.n``; a reader thread only ever searches the first
+``n`` entries, so it never sees a half-written entry.  Remapping (resize,
+trim) releases the old searcher first: a reader racing with it gets "no
+entry" and scans from the segment start instead, which is slower but right.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+
+import numpy as np
+
+from kraft_storage._accel import load
+
+_k = load("_index")
+
+OFFSET_ENTRY = np.dtype([("rel", ">i4"), ("pos", ">i4")])
+TIME_ENTRY = np.dtype([("ts", ">i8"), ("rel", ">i4")])
+_OFF = struct.Struct(">ii")
+_TIME = struct.Struct(">qi")
+
+
+class IndexCorrupt(Exception):
+    """Internal: an index file failed its sanity check (the caller rebuilds it)."""
+
+
+class _MappedIndex:
+    entry_size = 0
+    kind = ""
+    dtype: np.dtype
+
+    def __init__(self, path: str, base_offset: int, max_index_size: int, *, writable: bool = True,
+                 preallocate: bool = True):
+        self.path = path
+        self.base_offset = base_offset
+        self.writable = writable
+        self.max_entries = max(max_index_size // self.entry_size, 0)
+        exists = os.path.exists(path)
+        flags = (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY
+        self._fd = os.open(path, flags, 0o644)
+        length = os.fstat(self._fd).st_size
+        n = length // self.entry_size if exists else 0
+        self._mm = None
+        self._dirty = False
+        self._s = _k.IndexSearcher(None, base_offset, self.kind, 0)
+        self.lookup_exact = None
+        if writable and preallocate:
+            self._map(max(self.max_entries, n) * self.entry_size, n)
+        else:
+            self._map(length - length % self.entry_size if writable else length, n)
+
+    # ---- mapping ----
+    def _map(self, length: int, n: int) -> None:
+        self._s.release()
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+        if self.writable and os.fstat(self._fd).st_size != length:
+            os.ftruncate(self._fd, length)
+        if length > 0:
+            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+            self._mm = mmap.mmap(self._fd, length, access=access)
+        self._s = _k.IndexSearcher(self._mm, self.base_offset, self.kind, min(n, length // self.entry_size))
+        self._bind()
+
+    def _bind(self) -> None:
+        pass
+
+    @property
+    def entries(self) -> int:
+        return self._s.n
+
+    @property
+    def is_full(self) -> bool:
+        return self._s.n >= self.max_entries
+
+    @property
+    def capacity(self) -> int:
+        return self._s.capacity
+
+    def entry(self, slot: int):
+        return self._s.entry(slot)
+
+    def array(self) -> np.ndarray:
+        """A copy of the valid entries as a structured big-endian array."""
+        if self._mm is None or self._s.n == 0:
+            return np.empty(0, dtype=self.dtype)
+        return np.frombuffer(self._mm, dtype=self.dtype, count=self._s.n).copy()
+
+    def resize(self, max_index_size: int) -> None:
+        """Remap with room for ``max_index_size`` bytes of entries (keeps the valid ones)."""
+        self.max_entries = max(max_index_size // self.entry_size, 0)
+        self._map(max(self.max_entries, self._s.n) * self.entry_size, self._s.n)
+
+    def trim_to_valid_size(self) -> None:
+        """Cut the file to its valid entries (on roll and close, like Kafka)."""
+        if self.writable:
+            self._map(self._s.n * self.entry_size, self._s.n)
+
+    def _set_entries(self, n: int) -> None:
+        self._s.n = n
+        self._dirty = True
+
+    def reset(self) -> None:
+        self._set_entries(0)
+
+    def _write(self, slot: int, data: bytes) -> None:
+        if slot >= self._s.capacity:
+            raise ValueError(f"{self.path}: index is full ({self._s.capacity} entries)")
+        self._mm[slot * self.entry_size:(slot + 1) * self.entry_size] = data
+
+    def _write_many(self, arr: np.ndarray) -> None:
+        n = self._s.n
+        k = len(arr)
+        if n + k > self._s.capacity:
+            raise ValueError(f"{self.path}: index is full ({self._s.capacity} entries)")
+        self._mm[n * self.entry_size:(n + k) * self.entry_size] = arr.tobytes()
+        self._set_entries(n + k)
+
+    def flush(self) -> None:
+        if self._dirty and self._mm is not None:
+            self._mm.flush()
+        self._dirty = False
+
+    def close(self, trim: bool = True) -> None:
+        if self._fd < 0:
+            return
+        if trim and self.writable:
+            self.trim_to_valid_size()
+        self._s.release()
+        if self._mm is not None:
+            self._mm.close()
+            self._mm = None
+        os.close(self._fd)
+        self._fd = -1
+
+    def delete(self) -> None:
+        self.close(trim=False)
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def rename(self, new_path: str) -> None:
+        os.replace(self.path, new_path)
+        self.path = new_path
+
+
+class OffsetIndex(_MappedIndex):
+    """``<base>.index``: sparse (offset, position) entries, keys strictly increasing."""
+    entry_size = 8
+    kind = "offset"
+    dtype = OFFSET_ENTRY
+
+    def _bind(self) -> None:
+        # Bind the searcher's methods directly: a single lookup is one native call.
+        self.lookup = self._s.lookup
+        self.lookup_many_into = self._s.lookup_many
+
+    def last_entry(self) -> tuple[int, int]:
+        """(offset, position) of the last entry, or (base_offset, 0) when empty."""
+        n = self._s.n
+        return self._s.entry(n - 1) if n else (self.base_offset, 0)
+
+    def position_floor(self, position: int) -> tuple[int, int] | None:
+        """The entry with the largest position <= ``position``, or None."""
+        s = self._s.position_slot(position)
+        return None if s < 0 else self._s.entry(s)
+
+    def lookup_many(self, offsets) -> tuple[np.ndarray, np.ndarray]:
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        out_o = np.empty(len(offsets), dtype=np.int64)
+        out_p = np.empty(len(offsets), dtype=np.int64)
+        self._s.lookup_many(offsets, out_o, out_p)
+        return out_o, out_p
+
+    def append(self, offset: int, position: int) -> None:
+        """Add an entry; ``offset`` and ``position`` must exceed the last entry's."""
+        n = self._s.n
+        if n:
+            lo, lp = self._s.entry(n - 1)
+            if offset <= lo or position <= lp:
+                raise ValueError(f"{self.path}: index entry ({offset}, {position}) does not follow "
+                                 f"the last entry ({lo}, {lp})")
+        rel = offset - self.base_offset
+        if not 0 <= rel <= 0x7FFFFFFF:
+            raise ValueError(f"{self.path}: offset {offset} is not within int32 of base {self.base_offset}")
+        self._write(n, _OFF.pack(rel, position))
+        self._set_entries(n + 1)
+
+    def append_relative(self, rel: np.ndarray, pos: np.ndarray) -> None:
+        if len(rel) == 0:
+            return
+        arr = np.empty(len(rel), dtype=OFFSET_ENTRY)
+        arr["rel"] = rel
+        arr["pos"] = pos
+        self._write_many(arr)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the entries whose offset is >= ``offset``."""
+        s = self._s.offset_slot(offset - 1) if offset > self.base_offset else -1
+        self._set_entries(s + 1)
+
+    def sanity_check(self, log_size: int) -> None:
+        """Raise IndexCorrupt unless both columns strictly increase and positions fit in the log."""
+        a = self.array()
+        if len(a) == 0:
+            return
+        rel = a["rel"].astype(np.int64)
+        pos = a["pos"].astype(np.int64)
+        if rel[0] < 0 or pos[0] < 0 or np.any(np.diff(rel) <= 0) or np.any(np.diff(pos) <= 0):
+            raise IndexCorrupt(f"{self.path}: entries are not strictly increasing")
+        if pos[-1] >= max(log_size, 1):
+            raise IndexCorrupt(f"{self.path}: last entry points at position {pos[-1]}, log has {log_size} bytes")
+
+
+class TimeIndex(_MappedIndex):
+    """``<base>.timeindex``: (max timestamp so far, offset) entries, timestamps strictly increasing."""
+    entry_size = 12
+    kind = "time"
+    dtype = TIME_ENTRY
+
+    def _bind(self) -> None:
+        self.lookup = self._s.time_lookup
+
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry, or (-1, base_offset) when empty."""
+        n = self._s.n
+        return self._s.entry(n - 1) if n else (-1, self.base_offset)
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> bool:
+        """Kafka's ``TimeIndex.maybeAppend``: add the entry if ``timestamp`` is newer than the last."""
+        n = self._s.n
+        if not skip_full_check and n >= self.max_entries:
+            raise ValueError(f"{self.path}: time index is full")
+        last_ts, last_off = self.last_entry()
+        if n and offset < last_off:
+            raise ValueError(f"{self.path}: time index entry offset {offset} < last {last_off}")
+        if timestamp <= last_ts:
+            return False
+        if n >= self._s.capacity:  # skip_full_check on a trimmed or full map: grow by one entry
+            self._map((n + 1) * self.entry_size, n)
+        self._write(n, _TIME.pack(timestamp, offset - self.base_offset))
+        self._set_entries(n + 1)
+        return True
+
+    def append_relative(self, ts: np.ndarray, rel: np.ndarray) -> None:
+        if len(ts) == 0:
+            return
+        arr = np.empty(len(ts), dtype=TIME_ENTRY)
+        arr["ts"] = ts
+        arr["rel"] = rel
+        self._write_many(arr)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the entries whose offset is >= ``offset``."""
+        a = self.array()
+        k = int(np.searchsorted(a["rel"].astype(np.int64), offset - self.base_offset, side="left"))
+        self._set_entries(k)
+
+    def sanity_check(self, log_size: int) -> None:
+        a = self.array()
+        if len(a) == 0:
+            return
+        ts = a["ts"].astype(np.int64)
+        rel = a["rel"].astype(np.int64)
+        if rel[0] < 0 or np.any(np.diff(ts) <= 0) or np.any(np.diff(rel) < 0):
+            raise IndexCorrupt(f"{self.path}: entries are not increasing")

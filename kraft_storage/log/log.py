@@ -1,0 +1,723 @@
+"""``KafkaLog``: a partition's segmented log directory, Kafka's layout and semantics.
+
+A directory such as ``__cluster_metadata-0/`` holds::
+
+    00000000000000000000.log          segments: record batches back to back
+    00000000000000000000.index        sparse offset index (see .index)
+    00000000000000000000.timeindex    time index
+    leader-epoch-checkpoint           epoch -> start offset (see .epoch_cache)
+    partition.metadata                topic id (see .partition_metadata)
+    .kafka_cleanshutdown              present only while the log is cleanly closed
+
+Other files (Kafka's producer-state ``.snapshot``, KRaft ``.checkpoint``
+snapshots, ``quorum-state``) are left alone.
+
+Concurrency: one writer thread calls the mutating methods; any number of
+reader threads call :meth:`read` and the offset queries.  An append writes
+the bytes, then publishes the segment size, then the log end offset, so a
+reader never sees a partial batch.  Structural changes (roll, truncation,
+deletion) and the offset lookup of a read hold ``_lock``; byte copies of a
+:class:`FetchData` happen outside it and detect a truncation that raced
+with them.
+
+Durability: with ``flush.messages=1`` every append is fdatasync'd before it
+returns, so an acknowledged append survives a kill -9 (or power loss, if the
+disk honours flushes).  A new segment file's directory entry is fsync'd when
+the segment is created.
+
+Clean shutdown marker: Kafka's ``LogManager`` keeps one
+``.kafka_cleanshutdown`` per log *directory* (the parent of the partition
+directories), JSON ``{"version":0,"brokerEpoch":N}``, deleted when the logs
+are loaded and written back after they are all closed.  Without a log
+manager, each ``KafkaLog`` keeps that same file inside its own partition
+directory; a LogManager should move it up one level.  When it is present at
+open, the segments are trusted (only the indexes are sanity-checked and the
+tail of the last segment is verified); when absent, every segment from the
+one holding the recovery point onwards is validated batch by batch.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import re
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from kraft_storage.errors import CorruptRecordError, KraftStorageError
+from kraft_storage.log.checkpoint import fsync_dir, write_atomically
+from kraft_storage.log.config import LONG_MAX, LogConfig
+from kraft_storage.log.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from kraft_storage.log.errors import LogClosed, NotALogDirectory, OffsetOutOfRange, OutOfOrderAppend
+from kraft_storage.log.index import IndexCorrupt
+from kraft_storage.log.partition_metadata import (
+    PARTITION_METADATA, read_partition_metadata, write_partition_metadata)
+from kraft_storage.log.segment import (
+    INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, RecoveryReport)
+from kraft_storage.record.batch import CRC_SKIP, CRC_VERIFY, scan_batches
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_STALE_SUFFIXES = (".deleted", ".cleaned", ".tmp")
+_HDR16 = struct.Struct(">qii")
+_WRITEV_MAX_BATCHES = 64
+
+
+class EpochEndOffset(NamedTuple):
+    """Answer of :meth:`KafkaLog.end_offset_for_epoch` (-1, -1 when unknown)."""
+    epoch: int
+    end_offset: int
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    """Where an append went."""
+    first_offset: int
+    last_offset: int
+    batches: int
+    records: int
+    bytes: int
+    segment_base_offset: int
+    position: int
+    max_timestamp: int
+    flushed: bool
+
+
+@dataclass
+class LoadReport:
+    """What :meth:`KafkaLog.open` found and did."""
+    clean_shutdown: bool
+    recovered: list[RecoveryReport] = field(default_factory=list)
+    rebuilt_indexes: list[int] = field(default_factory=list)
+    deleted_segments: list[int] = field(default_factory=list)
+    removed_files: list[str] = field(default_factory=list)
+
+    @property
+    def truncated_bytes(self) -> int:
+        return sum(r.truncated_bytes for r in self.recovered)
+
+    @property
+    def dropped(self) -> list[RecoveryReport]:
+        return [r for r in self.recovered if r.truncated_bytes]
+
+
+class LogTruncatedDuringRead(KraftStorageError):
+    """The segment was truncated between locating a fetch's bytes and copying them: fetch again."""
+
+
+class FetchData:
+    """The answer to a read: whole batches as a slice of a segment file.
+
+    ``fd``/``position``/``length`` can be handed to ``os.sendfile``; the
+    object keeps the segment's file open while it lives, even if the
+    segment is deleted meanwhile.  :meth:`tobytes` copies the bytes out.
+    """
+    __slots__ = ("fetch_offset", "segment_base_offset", "position", "length", "log_start_offset",
+                 "log_end_offset", "first_batch_offset", "_handle", "_segment", "_generation")
+
+    def __init__(self, fetch_offset, segment, position, length, log_start_offset, log_end_offset,
+                 first_batch_offset):
+        self.fetch_offset = fetch_offset
+        self.segment_base_offset = segment.base_offset if segment is not None else fetch_offset
+        self.position = position
+        self.length = length
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+        self.first_batch_offset = first_batch_offset
+        self._segment = segment
+        self._handle = segment.handle if segment is not None else None
+        self._generation = segment.generation if segment is not None else 0
+
+    @property
+    def fd(self) -> int:
+        return self._handle.fd if self._handle is not None else -1
+
+    @property
+    def path(self) -> str | None:
+        return self._handle.path if self._handle is not None else None
+
+    def __len__(self) -> int:
+        return self.length
+
+    def tobytes(self) -> bytes:
+        if self.length == 0:
+            return b""
+        data = os.pread(self._handle.fd, self.length, self.position)
+        if len(data) != self.length or self._segment.generation != self._generation:
+            raise LogTruncatedDuringRead(
+                f"{self._handle.path}: truncated while reading [{self.position}, "
+                f"{self.position + self.length}); fetch offset {self.fetch_offset} again")
+        return data
+
+    def view(self) -> memoryview:
+        return memoryview(self.tobytes())
+
+    def sendfile(self, out_fd: int) -> int:
+        """Send the slice to a socket/file with ``os.sendfile``; returns bytes sent."""
+        sent = 0
+        while sent < self.length:
+            n = os.sendfile(out_fd, self._handle.fd, self.position + sent, self.length - sent)
+            if n == 0:
+                raise LogTruncatedDuringRead(f"{self._handle.path}: file ended during sendfile")
+            sent += n
+        return sent
+
+    def __repr__(self):
+        return (f"FetchData(fetch_offset={self.fetch_offset}, segment={self.segment_base_offset}, "
+                f"position={self.position}, length={self.length}, log=[{self.log_start_offset}, "
+                f"{self.log_end_offset}))")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class KafkaLog:
+    """A partition log directory (see the module doc).  Use :meth:`open`."""
+
+    def __init__(self, directory: str, config: LogConfig, clock):
+        self.directory = directory
+        self.config = config
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._start = 0
+        self._end = 0
+        self.recovery_point = 0
+        self._unflushed_records = 0
+        self._last_flush_ms = clock()
+        self._closed = False
+        self.epoch_cache: LeaderEpochCache
+        self.load_report: LoadReport
+
+    # ------------------------------------------------------------------ open
+    @classmethod
+    def open(cls, directory, config: LogConfig | None = None, *, create: bool = True,
+             recovery_point: int = 0, log_start_offset: int = 0, topic_id: bytes | None = None,
+             clock=None) -> "KafkaLog":
+        """Open (and recover if needed) the log in ``directory``.
+
+        ``recovery_point``: offsets below it are known flushed (Kafka keeps it
+        in ``recovery-point-offset-checkpoint`` in the parent directory); on an
+        unclean open, segments from the one holding it onwards are validated.
+        ``log_start_offset``: the checkpointed log start offset, if any.
+        """
+        directory = os.fspath(directory)
+        config = config or LogConfig()
+        log = cls(directory, config, clock or _now_ms)
+        log._load(create, recovery_point, log_start_offset, topic_id)
+        return log
+
+    def _check_directory(self, create: bool) -> LoadReport:
+        d = self.directory
+        if os.path.exists(d) and not os.path.isdir(d):
+            raise NotALogDirectory(d, "it is a file")
+        if not os.path.exists(d):
+            if not create:
+                raise NotALogDirectory(d, "it does not exist")
+            os.makedirs(d)
+            fsync_dir(os.path.dirname(os.path.abspath(d)))
+        report = LoadReport(clean_shutdown=False)
+        subdirs = []
+        for name in sorted(os.listdir(d)):
+            p = os.path.join(d, name)
+            if os.path.isdir(p):
+                subdirs.append(name)
+                continue
+            if name.endswith(_STALE_SUFFIXES) and name != LEADER_EPOCH_CHECKPOINT:
+                os.unlink(p)  # leftovers of an interrupted delete/clean/atomic write
+                report.removed_files.append(name)
+                continue
+            if name.endswith(".swap"):
+                raise NotALogDirectory(d, f"{name}: an interrupted log-cleaner swap file; kraft does "
+                                          "not write these and will not guess how to finish it")
+            if name.endswith((LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)) and not _SEGMENT_FILE.match(name):
+                raise NotALogDirectory(d, f"{name}: segment files are named <20-digit base offset>"
+                                          f"{os.path.splitext(name)[1]}")
+        if subdirs:
+            raise NotALogDirectory(d, f"it contains directories ({', '.join(subdirs[:5])}); a partition "
+                                      "log directory holds only files. Did you pass the parent log dir?")
+        return report
+
+    def _load(self, create, recovery_point, log_start_offset, topic_id) -> None:
+        d = self.directory
+        report = self._check_directory(create)
+        self.load_report = report
+        marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+        report.clean_shutdown = os.path.exists(marker)
+        if report.clean_shutdown:
+            os.unlink(marker)
+            fsync_dir(d)
+        if topic_id is not None and not os.path.exists(os.path.join(d, PARTITION_METADATA)):
+            write_partition_metadata(d, topic_id)
+        epoch_file_missing = not os.path.exists(os.path.join(d, LEADER_EPOCH_CHECKPOINT))
+        self.epoch_cache = LeaderEpochCache.load(d)
+        cache = self.epoch_cache
+
+        names = set(os.listdir(d))
+        bases = sorted(int(n[:20]) for n in names if n.endswith(LOG_SUFFIX))
+        for n in sorted(names):  # an index without its .log is garbage (Kafka deletes it too)
+            m = _SEGMENT_FILE.match(n)
+            if m and m.group(2) != "log" and f"{m.group(1)}.log" not in names:
+                os.unlink(os.path.join(d, n))
+                report.removed_files.append(n)
+
+        def assign_epochs(h):
+            ep = h["partition_leader_epoch"]
+            latest = cache.latest_epoch
+            prev = np.maximum.accumulate(np.concatenate(([-1 if latest is None else latest], ep)))[:-1]
+            for i in np.flatnonzero((ep >= 0) & (ep > prev)):
+                cache.assign(int(ep[i]), int(h["base_offset"][i]))
+
+        first_recover = 0
+        if not report.clean_shutdown and bases:
+            first_recover = max(bisect.bisect_right(bases, recovery_point) - 1, 0)
+        else:
+            first_recover = len(bases)
+        cfg = self.config
+        segments: list[LogSegment] = []
+        for i, base in enumerate(bases):
+            last = i == len(bases) - 1
+            prefix = os.path.join(d, f"{base:020d}")
+            had_indexes = os.path.exists(prefix + INDEX_SUFFIX) and os.path.exists(prefix + TIME_INDEX_SUFFIX)
+            seg = LogSegment(d, base, index_interval_bytes=cfg.index_interval_bytes,
+                             max_index_size=cfg.segment_index_bytes, preallocate=False)
+            segments.append(seg)
+            need_recover = i >= first_recover
+            if not need_recover:
+                try:
+                    if not had_indexes and seg.size > 0:
+                        raise IndexCorrupt("missing index files")
+                    seg.check_indexes()
+                    if last:
+                        seg.read_next_offset()
+                    if epoch_file_missing and seg.size:
+                        self._scan_epochs(seg, assign_epochs)
+                except (IndexCorrupt, CorruptRecordError):
+                    need_recover = True
+                    report.rebuilt_indexes.append(base)
+            if need_recover:
+                rep = seg.recover(on_batches=assign_epochs)
+                report.recovered.append(rep)
+                if not last:
+                    seg.on_become_inactive()
+                if rep.truncated_bytes and not last:
+                    # corruption inside a non-final segment: everything after it is unreachable
+                    for later in bases[i + 1:]:
+                        for suf in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                            try:
+                                os.unlink(os.path.join(d, f"{later:020d}{suf}"))
+                            except FileNotFoundError:
+                                pass
+                        report.deleted_segments.append(later)
+                    break
+        if not segments:
+            segments.append(LogSegment(d, log_start_offset, index_interval_bytes=cfg.index_interval_bytes,
+                                       max_index_size=cfg.segment_index_bytes, new=True))
+            fsync_dir(d)
+        active = segments[-1]
+        active.offset_index.resize(cfg.segment_index_bytes)
+        active.time_index.resize(cfg.segment_index_bytes)
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._end = active.next_offset if active.next_offset is not None else active.base_offset
+        if report.recovered:
+            for rep in report.recovered:  # make the truncations durable
+                pass
+            for s in segments:
+                if any(r.segment == s.log_path for r in report.recovered):
+                    s.flush()
+        self._start = max(log_start_offset, segments[0].base_offset)
+        if self._start > self._end:
+            self._start = self._end
+        cache.truncate_from_end(self._end)
+        cache.truncate_from_start(self._start)
+        self.recovery_point = self._end
+
+    @staticmethod
+    def _scan_epochs(seg: LogSegment, assign) -> None:
+        import mmap
+        mm = mmap.mmap(seg.fd, seg.size, access=mmap.ACCESS_READ)
+        try:
+            assign(scan_batches(mm, 0, seg.size, crc_mode=CRC_SKIP).headers)
+        finally:
+            mm.close()
+
+    # ------------------------------------------------------------- queries
+    @property
+    def log_start_offset(self) -> int:
+        return self._start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._end
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.epoch_cache.latest_epoch
+
+    @property
+    def last_fetched_epoch(self) -> int:
+        """Epoch of the last batch in the log (KafkaMetadataLog's ``lastFetchedEpoch``; 0 when empty)."""
+        e = self.epoch_cache.latest_epoch
+        return 0 if e is None else e
+
+    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset:
+        """Kafka's ``endOffsetForEpoch``; see :meth:`LeaderEpochCache.end_offset_for_epoch`."""
+        return EpochEndOffset(*self.epoch_cache.end_offset_for_epoch(epoch, self._end))
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def _check_open(self):
+        if self._closed:
+            raise LogClosed(f"{self.directory}: the log is closed")
+
+    # -------------------------------------------------------------- append
+    def append_as_leader(self, records, leader_epoch: int) -> AppendInfo:
+        """Append batches as the leader: assign offsets from the log end, stamp ``leader_epoch``.
+
+        The caller's buffer is not modified: the rewritten 16-byte header
+        prefixes (baseOffset, batchLength, partitionLeaderEpoch; none is under
+        the CRC) are written with ``pwritev`` next to views of the rest."""
+        self._check_open()
+        if leader_epoch < 0:
+            raise ValueError(f"leader epoch {leader_epoch} must be >= 0")
+        latest = self.epoch_cache.latest_epoch
+        if latest is not None and leader_epoch < latest:
+            raise ValueError(f"leader epoch {leader_epoch} is older than the log's latest epoch {latest}")
+        mv = memoryview(records).cast("B")
+        h = self._validate(mv)
+        n = len(h)
+        deltas = h["last_offset_delta"].astype(np.int64)
+        bases = self._end + np.concatenate(([0], np.cumsum(deltas + 1)[:-1]))
+        h = h.copy()
+        h["base_offset"] = bases
+        h["partition_leader_epoch"] = leader_epoch
+        pos = h["position"]
+        size = h["size"]
+        if n <= _WRITEV_MAX_BATCHES:
+            buffers = []
+            for i in range(n):
+                p, s = int(pos[i]), int(size[i])
+                buffers.append(_HDR16.pack(int(bases[i]), s - 12, leader_epoch))
+                buffers.append(mv[p + 16:p + s])
+        else:
+            buf = bytearray(mv)
+            for i in range(n):
+                _HDR16.pack_into(buf, int(pos[i]), int(bases[i]), int(size[i]) - 12, leader_epoch)
+            buffers = [buf]
+        return self._append(h, buffers, mv.nbytes)
+
+    def append_as_follower(self, records) -> AppendInfo:
+        """Append batches replicated from the leader, offsets and epochs as given.
+
+        The first batch must start at the log end offset and each batch must
+        start right after the previous one (OutOfOrderAppend otherwise)."""
+        self._check_open()
+        mv = memoryview(records).cast("B")
+        h = self._validate(mv)
+        base = h["base_offset"]
+        last = base + h["last_offset_delta"]
+        expected = np.concatenate(([self._end], last[:-1] + 1))
+        bad = np.flatnonzero(base != expected)
+        if len(bad):
+            i = int(bad[0])
+            raise OutOfOrderAppend(int(expected[i]), int(base[i]), int(h["position"][i]))
+        ep = h["partition_leader_epoch"]
+        latest = self.epoch_cache.latest_epoch
+        floor = np.maximum.accumulate(np.concatenate(([-1 if latest is None else latest], ep)))[:-1]
+        back = np.flatnonzero((ep < floor))
+        if len(back):
+            i = int(back[0])
+            raise OutOfOrderAppend(int(base[i]), int(base[i]), int(h["position"][i]),
+                                   reason=f"the batch at offset {int(base[i])} has leader epoch {int(ep[i])}, "
+                                          f"older than epoch {int(floor[i])} already in the log")
+        return self._append(h, [mv], mv.nbytes)
+
+    def _validate(self, mv: memoryview) -> np.ndarray:
+        if mv.nbytes == 0:
+            raise ValueError("nothing to append: the buffer is empty")
+        scan = scan_batches(mv, crc_mode=CRC_VERIFY if self.config.verify_crc else CRC_SKIP,
+                            source="appended records")
+        return scan.headers
+
+    def _append(self, h: np.ndarray, buffers: list, nbytes: int) -> AppendInfo:
+        first = int(h["base_offset"][0])
+        last = int(h["base_offset"][-1]) + int(h["last_offset_delta"][-1])
+        max_ts = int(h["max_timestamp"].max())
+        seg = self._segments[-1]
+        cfg = self.config
+        if seg.should_roll(nbytes, max_ts, last, self._clock(), cfg.segment_bytes, cfg.segment_ms,
+                           cfg.segment_jitter_ms):
+            seg = self.roll()
+        position = seg.append(buffers, nbytes, h)
+        ep = h["partition_leader_epoch"]
+        latest = self.epoch_cache.latest_epoch
+        if latest is None or int(ep.max()) > latest:
+            prev = np.maximum.accumulate(np.concatenate(([-1 if latest is None else latest], ep)))[:-1]
+            for i in np.flatnonzero((ep >= 0) & (ep > prev)):
+                self.epoch_cache.assign(int(ep[i]), int(h["base_offset"][i]))
+        self._end = last + 1  # publish
+        records = int(h["records_count"].sum())
+        self._unflushed_records += records
+        flushed = False
+        if self._unflushed_records >= cfg.flush_messages or \
+                (cfg.flush_ms != LONG_MAX and self._clock() - self._last_flush_ms >= cfg.flush_ms):
+            self.flush()
+            flushed = True
+        return AppendInfo(first, last, len(h), records, nbytes, seg.base_offset, position, max_ts, flushed)
+
+    # ---------------------------------------------------------------- roll
+    def roll(self) -> LogSegment:
+        """Seal the active segment and start a new one at the log end offset."""
+        self._check_open()
+        with self._lock:
+            active = self._segments[-1]
+            if active.size == 0:
+                return active
+            active.on_become_inactive()
+            active.flush()  # Kafka flushes a rolled segment (asynchronously) up to the new base
+            seg = LogSegment(self.directory, self._end, index_interval_bytes=self.config.index_interval_bytes,
+                             max_index_size=self.config.segment_index_bytes, new=True,
+                             created_ms=self._clock())
+            fsync_dir(self.directory)
+            self._segments = self._segments + [seg]
+            self._bases = self._bases + [seg.base_offset]
+            return seg
+
+    # --------------------------------------------------------------- flush
+    def flush(self) -> None:
+        """fdatasync every segment holding offsets at or past the recovery point."""
+        self._check_open()
+        end = self._end
+        i = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
+        for seg in self._segments[i:]:
+            seg.flush()
+        self.recovery_point = max(self.recovery_point, end)
+        self._unflushed_records = 0
+        self._last_flush_ms = self._clock()
+
+    def maybe_flush(self) -> bool:
+        """Flush if ``flush.ms`` has passed since the last flush (call from a timer)."""
+        cfg = self.config
+        if cfg.flush_ms != LONG_MAX and self._end > self.recovery_point and \
+                self._clock() - self._last_flush_ms >= cfg.flush_ms:
+            self.flush()
+            return True
+        return False
+
+    # ---------------------------------------------------------------- read
+    def read(self, fetch_offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> FetchData:
+        """Whole batches starting with the one that holds ``fetch_offset``.
+
+        At most ``max_bytes`` bytes, but at least the first batch when
+        ``min_one_batch`` (Kafka's ``minOneMessage``).  ``max_offset``
+        (exclusive, e.g. the high watermark) stops before the first batch
+        that starts at or after it.  Data comes from one segment; the next
+        read continues from the next offset.  ``fetch_offset`` equal to the
+        log end offset gives an empty result; outside
+        ``[log_start_offset, log_end_offset]`` raises OffsetOutOfRange."""
+        if max_bytes < 0:
+            raise ValueError("max_bytes must be >= 0")
+        with self._lock:
+            self._check_open()
+            start, end = self._start, self._end
+            if fetch_offset < start or fetch_offset > end:
+                raise OffsetOutOfRange(fetch_offset, start, end)
+            bound = end if max_offset is None else min(max_offset, end)
+            if fetch_offset >= bound:
+                seg = self._segments[-1]
+                return FetchData(fetch_offset, seg, seg.size, 0, start, end, None)
+            i = bisect.bisect_right(self._bases, fetch_offset) - 1
+            segs = self._segments
+            for j in range(max(i, 0), len(segs)):
+                seg = segs[j]
+                found = seg.find_offset(fetch_offset)
+                if found is not None:
+                    break
+            else:
+                seg = segs[-1]
+                return FetchData(fetch_offset, seg, seg.size, 0, start, end, None)
+            pos, base, _last, size = found
+            if base >= bound:
+                return FetchData(fetch_offset, seg, pos, 0, start, end, None)
+            stop_limit = seg.size
+            if bound < end:
+                k = bisect.bisect_right(self._bases, bound) - 1
+                if segs[k] is seg:
+                    f2 = seg.find_offset(bound)
+                    if f2 is not None:
+                        stop_limit = f2[0] if f2[1] >= bound else f2[0] + f2[3]
+            stop = seg.boundary_before(pos, min(stop_limit, pos + max_bytes))
+            if stop <= pos:
+                stop = pos + size if min_one_batch else pos
+            return FetchData(fetch_offset, seg, pos, stop - pos, start, end, base)
+
+    def read_bytes(self, fetch_offset: int, max_bytes: int, **kw) -> bytes:
+        return self.read(fetch_offset, max_bytes, **kw).tobytes()
+
+    # ------------------------------------------------------------ truncate
+    def truncate_to(self, offset: int) -> bool:
+        """Drop every batch holding an offset >= ``offset`` (with its index and epoch entries).
+
+        A batch that straddles ``offset`` is dropped whole, so the new log end
+        offset is <= ``offset`` (equal when ``offset`` is a batch boundary).
+        Returns False when there was nothing to drop."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+        with self._lock:
+            if offset >= self._end:
+                return False
+            if offset < self._start:
+                self.truncate_fully_and_start_at(offset)
+                return True
+            keep = [s for s in self._segments if s.base_offset <= offset] or self._segments[:1]
+            drop = self._segments[len(keep):]
+            self._segments = keep
+            self._bases = [s.base_offset for s in keep]
+            for s in drop:
+                s.generation += 1
+                s.delete()
+            active = keep[-1]
+            active.truncate_to(offset)
+            if active.next_offset is None:
+                active.read_next_offset()
+            active.offset_index.resize(self.config.segment_index_bytes)
+            active.time_index.resize(self.config.segment_index_bytes)
+            self._end = active.next_offset
+            if self._start > self._end:
+                self._start = self._end
+            self.epoch_cache.truncate_from_end(self._end)
+            self.recovery_point = min(self.recovery_point, self._end)
+            if drop:
+                fsync_dir(self.directory)
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete everything; the log restarts empty at ``offset`` (installing a snapshot)."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+        with self._lock:
+            old = self._segments
+            for s in old:
+                s.generation += 1
+                s.delete()
+            seg = LogSegment(self.directory, offset, index_interval_bytes=self.config.index_interval_bytes,
+                             max_index_size=self.config.segment_index_bytes, new=True,
+                             created_ms=self._clock())
+            fsync_dir(self.directory)
+            self._segments = [seg]
+            self._bases = [offset]
+            self._start = self._end = offset
+            self.recovery_point = offset
+            self.epoch_cache.clear()
+
+    # ----------------------------------------------------------- retention
+    def advance_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset forward (never past the end) and delete
+        the segments that lie wholly before it."""
+        self._check_open()
+        with self._lock:
+            if offset > self._end:
+                raise OffsetOutOfRange(offset, self._start, self._end, what="new log start offset")
+            if offset <= self._start:
+                return False
+            self._start = offset
+            self.epoch_cache.truncate_from_start(offset)
+            self._delete_while(lambda seg, nxt: nxt.base_offset <= self._start, upper=self._end)
+            return True
+
+    def delete_old_segments(self, max_offset: int | None = None, *, now_ms: int | None = None,
+                            retention_bytes: int | None = None, retention_ms: int | None = None) -> list[int]:
+        """Delete whole old segments by ``retention.ms`` then ``retention.bytes``.
+
+        A segment is deleted only if every offset in it is below
+        ``max_offset`` (default: the log end offset) -- for KRaft, the latest
+        snapshot's end offset -- and never the active segment.  Returns the
+        deleted base offsets; the log start offset moves to the first kept one."""
+        self._check_open()
+        cfg = self.config
+        rms = cfg.retention_ms if retention_ms is None else retention_ms
+        rbytes = cfg.retention_bytes if retention_bytes is None else retention_bytes
+        now = self._clock() if now_ms is None else now_ms
+        with self._lock:
+            upper = self._end if max_offset is None else min(max_offset, self._end)
+            deleted = []
+            if rms >= 0:
+                deleted += self._delete_while(lambda seg, nxt: now - seg.largest_timestamp > rms, upper)
+            if rbytes >= 0:
+                diff = [self.size_in_bytes() - rbytes]
+
+                def by_size(seg, nxt):
+                    if diff[0] - seg.size >= 0:
+                        diff[0] -= seg.size
+                        return True
+                    return False
+                deleted += self._delete_while(by_size, upper)
+            return deleted
+
+    def _delete_while(self, predicate, upper: int) -> list[int]:
+        segs = self._segments
+        k = 0
+        while k < len(segs) - 1 and segs[k + 1].base_offset <= upper and predicate(segs[k], segs[k + 1]):
+            k += 1
+        if k == 0:
+            return []
+        gone = segs[:k]
+        self._segments = segs[k:]
+        self._bases = self._bases[k:]
+        self._start = max(self._start, self._segments[0].base_offset)
+        self.epoch_cache.truncate_from_start(self._start)
+        for s in gone:
+            s.delete()
+        fsync_dir(self.directory)
+        return [s.base_offset for s in gone]
+
+    # --------------------------------------------------------------- close
+    def close(self, *, broker_epoch: int = -1) -> None:
+        """Flush, trim the active indexes, and leave the clean-shutdown marker."""
+        if self._closed:
+            return
+        with self._lock:
+            self.flush()
+            for s in self._segments:
+                s.close(trim=True)
+            self._closed = True
+            write_atomically(os.path.join(self.directory, CLEAN_SHUTDOWN_FILE),
+                             json.dumps({"version": 0, "brokerEpoch": broker_epoch},
+                                        separators=(",", ":")).encode())
+
+    def close_uncleanly(self) -> None:
+        """Drop the log without flushing, trimming or the marker (tests: a crash)."""
+        with self._lock:
+            for s in self._segments:
+                s.close(trim=False)
+            self._closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"KafkaLog({self.directory!r}, start={self._start}, end={self._end}, "
+                f"segments={len(self._segments)})")

@@ -1,0 +1,416 @@
+"""One log segment: ``<base>.log`` with its ``.index`` and ``.timeindex``.
+
+File names are Kafka's: the base offset (the first offset the segment may
+hold) printed as 20 zero-padded digits, e.g. ``00000000000000000000.log``.
+
+Invariants kept here:
+
+* ``size`` is the number of bytes of whole, validated batches in the file;
+  it is published (assigned) only after the bytes are written, so a reader
+  thread bounded by ``size`` sees whole batches only.
+* Batch offsets strictly increase; every offset is in
+  ``[base_offset, base_offset + 2^31 - 1]`` (index entries store int32
+  relative offsets).
+* Index entries are added by Kafka 4's per-batch rule (see
+  :mod:`kraft_storage._pure._index`), both on append and on recovery, so
+  an index rebuilt after a crash equals the one written live.
+* ``generation`` increases on every truncation, so a reader that computed a
+  byte range before a truncation can detect that its range went stale.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from kraft_storage._accel import load
+from kraft_storage.errors import CorruptRecordError
+from kraft_storage.log.index import IndexCorrupt, OffsetIndex, TimeIndex
+from kraft_storage.record.batch import CRC_SKIP, CRC_VERIFY, scan_batches
+
+_k = load("_index")
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+_WALK_CHUNK = 16384
+_RECOVERY_CHUNK = 64 << 20
+_HDR27 = struct.Struct(">qi")
+_I32_MAX = 0x7FFFFFFF
+
+
+def file_prefix(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class FileHandle:
+    """An fd closed when the last user lets go of it.
+
+    A fetch result keeps the handle of its segment, so deleting or rolling
+    the segment never closes the fd under a reader still using it (a deleted
+    file stays readable through an open fd)."""
+    __slots__ = ("fd", "path", "__weakref__")
+
+    def __init__(self, fd: int, path: str):
+        self.fd = fd
+        self.path = path
+
+    def __del__(self):
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+@dataclass
+class RecoveryReport:
+    """What recovery of one segment found and dropped."""
+    segment: str
+    valid_bytes: int
+    truncated_bytes: int
+    batches: int
+    next_offset: int | None
+    first_dropped_offset: int | None = None
+    last_dropped_offset: int | None = None
+    reason: str | None = None
+
+
+class LogSegment:
+    """A ``.log`` file and its two indexes (see the module doc for invariants)."""
+
+    def __init__(self, directory: str, base_offset: int, *, index_interval_bytes: int,
+                 max_index_size: int, created_ms: int | None = None, new: bool = False,
+                 preallocate: bool = True):
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_size = max_index_size
+        prefix = os.path.join(directory, file_prefix(base_offset))
+        self.log_path = prefix + LOG_SUFFIX
+        flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if new else 0)
+        self.handle = FileHandle(os.open(self.log_path, flags, 0o644), self.log_path)
+        self.size = os.fstat(self.handle.fd).st_size
+        self.generation = 0
+        if new:
+            for p in (prefix + INDEX_SUFFIX, prefix + TIME_INDEX_SUFFIX):
+                if os.path.exists(p):  # a stale index of an old segment with this base
+                    os.unlink(p)
+        self.offset_index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, max_index_size,
+                                        preallocate=preallocate)
+        self.time_index = TimeIndex(prefix + TIME_INDEX_SUFFIX, base_offset, max_index_size,
+                                    preallocate=preallocate)
+        self.bytes_since_last_index_entry = 0
+        ts, off = self.time_index.last_entry()
+        self.max_timestamp_so_far = ts
+        self.offset_of_max_timestamp = off
+        self.created_ms = now_ms() if created_ms is None else created_ms
+        self.rolling_based_timestamp: int | None = None
+        #: next offset after the last batch, when known (None: not computed yet)
+        self.next_offset: int | None = base_offset if self.size == 0 else None
+
+    # ---- facts ----
+    @property
+    def fd(self) -> int:
+        return self.handle.fd
+
+    def __repr__(self):
+        return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
+
+    def can_hold(self, last_offset: int) -> bool:
+        return 0 <= last_offset - self.base_offset <= _I32_MAX
+
+    @property
+    def largest_timestamp(self) -> int:
+        return self.max_timestamp_so_far
+
+    # ---- appending ----
+    def append(self, buffers: list, nbytes: int, headers: np.ndarray, position_in_buffer: int = 0) -> int:
+        """Write ``buffers`` (``nbytes`` in all, the batches described by ``headers``
+        whose ``position`` column counts from ``position_in_buffer``) at the end.
+
+        Returns the file position of the first batch.  On a failed write the
+        file is cut back, so no partial batch is ever left behind."""
+        start = self.size
+        fd = self.handle.fd
+        try:
+            written = os.pwritev(fd, buffers, start) if len(buffers) > 1 else os.pwrite(fd, buffers[0], start)
+            if written != nbytes:  # short write (e.g. a full disk): finish it byte-wise
+                rest = b"".join(bytes(b) for b in buffers)[written:]
+                while rest:
+                    w = os.pwrite(fd, rest, start + written)
+                    if w <= 0:
+                        raise OSError("write returned 0")
+                    written += w
+                    rest = rest[w:]
+        except BaseException:
+            try:
+                os.ftruncate(fd, start)
+            finally:
+                pass
+            raise
+        if self.rolling_based_timestamp is None and start == 0 and len(headers):
+            self.rolling_based_timestamp = int(headers["max_timestamp"][0])
+        self._index_batches(headers["position"] - position_in_buffer + start, headers)
+        self.next_offset = int(headers["base_offset"][-1]) + int(headers["last_offset_delta"][-1]) + 1
+        self.size = start + nbytes  # publish last
+        return start
+
+    def _index_batches(self, positions: np.ndarray, h: np.ndarray) -> None:
+        m = len(h)
+        if m == 0:
+            return
+        positions = np.ascontiguousarray(positions, dtype=np.int64)
+        sizes = np.ascontiguousarray(h["size"], dtype=np.int32)
+        last = np.ascontiguousarray(h["base_offset"] + h["last_offset_delta"], dtype=np.int64)
+        mts = np.ascontiguousarray(h["max_timestamp"], dtype=np.int64)
+        orel = np.empty(m, np.int64)
+        opos = np.empty(m, np.int64)
+        tts = np.empty(m, np.int64)
+        trel = np.empty(m, np.int64)
+        last_ts = self.time_index.last_entry()[0]
+        no, nt, self.bytes_since_last_index_entry, self.max_timestamp_so_far, \
+            self.offset_of_max_timestamp, _ = _k.plan_entries(
+                positions, sizes, last, mts, self.base_offset, self.index_interval_bytes,
+                self.bytes_since_last_index_entry, self.max_timestamp_so_far,
+                self.offset_of_max_timestamp, last_ts, orel, opos, tts, trel)
+        self.offset_index.append_relative(orel[:no], opos[:no])
+        self.time_index.append_relative(tts[:nt], trel[:nt])
+
+    def index_is_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def should_roll(self, messages_size: int, max_timestamp: int, max_offset: int, now: int,
+                    segment_bytes: int, segment_ms: int, jitter_ms: int = 0) -> bool:
+        """Kafka's ``LogSegment.shouldRoll`` (an empty segment never rolls on size)."""
+        if self.size == 0:
+            return not self.can_hold(max_offset)
+        if self.size > segment_bytes - messages_size:
+            return True
+        ts = self.rolling_based_timestamp
+        waited = (max_timestamp - ts) if ts is not None and ts >= 0 else (now - self.created_ms)
+        if waited > segment_ms - jitter_ms:
+            return True
+        return self.index_is_full() or not self.can_hold(max_offset)
+
+    def on_become_inactive(self) -> None:
+        """Roll: record the final max timestamp, trim the indexes (Kafka's ``onBecomeInactiveSegment``)."""
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp,
+                                         skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def flush(self) -> None:
+        os.fdatasync(self.handle.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    # ---- reading ----
+    def walk_to_offset(self, offset: int, start: int, stop: int):
+        """The first batch in ``[start, stop)`` whose last offset is >= ``offset``:
+        (position, base_offset, last_offset, size), or None.  ``start`` must be a batch boundary."""
+        fd = self.handle.fd
+        pos = start
+        while pos < stop:
+            chunk = os.pread(fd, min(stop - pos, _WALK_CHUNK), pos)
+            if len(chunk) < 12:
+                return None
+            scan = scan_batches(chunk, crc_mode=CRC_SKIP, allow_partial_tail=True, raise_on_error=False)
+            h = scan.headers
+            if len(h):
+                last = h["base_offset"] + h["last_offset_delta"]
+                i = int(np.searchsorted(last, offset, side="left"))
+                if i < len(h):
+                    return (pos + int(h["position"][i]), int(h["base_offset"][i]), int(last[i]),
+                            int(h["size"][i]))
+                pos += scan.end
+                continue
+            if scan.error is not None and not scan.truncated:
+                raise scan.error.with_source(self.log_path)
+            hdr = os.pread(fd, 27, pos)  # a batch larger than the chunk
+            if len(hdr) < 27:
+                return None
+            base, length = _HDR27.unpack_from(hdr, 0)
+            lod = struct.unpack_from(">i", hdr, 23)[0]
+            size = length + 12
+            if base + lod >= offset:
+                return (pos, base, base + lod, size)
+            pos += size
+        return None
+
+    def boundary_before(self, start: int, limit: int) -> int:
+        """The largest batch boundary <= ``limit`` (>= ``start``, itself a boundary)."""
+        if limit >= self.size:
+            return self.size
+        e = self.offset_index.position_floor(limit)
+        pos = max(start, e[1]) if e is not None else start
+        fd = self.handle.fd
+        while pos < limit:
+            hdr = os.pread(fd, 12, pos)
+            if len(hdr) < 12:
+                break
+            _, length = _HDR27.unpack_from(hdr, 0)
+            nxt = pos + length + 12
+            if nxt > limit or length <= 0:
+                break
+            pos = nxt
+        return pos
+
+    def find_offset(self, offset: int):
+        """Kafka's ``translateOffset``: the first batch whose last offset is >= ``offset``."""
+        _, pos = self.offset_index.lookup(offset)
+        return self.walk_to_offset(offset, pos, self.size)
+
+    def read_next_offset(self) -> int:
+        """Walk from the last index entry to the end; verifies the tail's CRCs.
+
+        Raises CorruptRecordError when the tail is not whole valid batches."""
+        if self.size == 0:
+            return self.base_offset
+        off, pos = self.offset_index.last_entry()
+        data = os.pread(self.handle.fd, self.size - pos, pos)
+        scan = scan_batches(data, crc_mode=CRC_VERIFY, source=self.log_path)
+        if len(scan.headers) == 0:
+            raise CorruptRecordError("no batch after the last index entry", pos, None, self.log_path)
+        h = scan.headers
+        self.next_offset = int(h["base_offset"][-1]) + int(h["last_offset_delta"][-1]) + 1
+        return self.next_offset
+
+    # ---- truncation and recovery ----
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset is >= ``offset``; return the bytes dropped."""
+        found = self.find_offset(offset)
+        if found is None:
+            return 0
+        pos, base, _last, _size = found
+        dropped = self.size - pos
+        self.generation += 1
+        self.size = pos
+        os.ftruncate(self.handle.fd, pos)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        ts, off = self.time_index.last_entry()
+        self.max_timestamp_so_far, self.offset_of_max_timestamp = ts, off
+        self.bytes_since_last_index_entry = 0
+        self.next_offset = base if pos > 0 else self.base_offset
+        if pos == 0:
+            self.rolling_based_timestamp = None
+        return dropped
+
+    def recover(self, on_batches=None, verify_crc: bool = True) -> RecoveryReport:
+        """Validate every batch (CRC, magic, sizes, increasing offsets within this
+        segment's range), rebuild both indexes, and cut the file after the last
+        good batch.  ``on_batches(headers)`` sees each run of good batches (the
+        epoch cache uses it)."""
+        fd = self.handle.fd
+        file_size = os.fstat(fd).st_size
+        self.generation += 1
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.offset_index.resize(self.max_index_size)
+        self.time_index.resize(self.max_index_size)
+        self.bytes_since_last_index_entry = 0
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.rolling_based_timestamp = None
+        prev_last = self.base_offset - 1
+        batches = 0
+        valid = 0
+        error: CorruptRecordError | None = None
+        mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ) if file_size else b""
+        crc_mode = CRC_VERIFY if verify_crc else CRC_SKIP
+        try:
+            pos = 0
+            chunk = _RECOVERY_CHUNK
+            while pos < file_size:
+                end = min(file_size, pos + chunk)
+                scan = scan_batches(mm, pos, end, crc_mode=crc_mode, allow_partial_tail=end < file_size,
+                                    raise_on_error=False, source=self.log_path)
+                h = scan.headers
+                if len(h):
+                    base = h["base_offset"]
+                    last = base + h["last_offset_delta"]
+                    prevs = np.concatenate(([prev_last], last[:-1]))
+                    bad = (base <= prevs) | (last < base) | (last - self.base_offset > _I32_MAX)
+                    if bad.any():
+                        i = int(np.argmax(bad))
+                        error = CorruptRecordError(
+                            f"offsets do not increase: batch [{int(base[i])}, {int(last[i])}] after offset "
+                            f"{int(prevs[i])} (segment base {self.base_offset})",
+                            int(h["position"][i]), int(base[i]), self.log_path)
+                        h = h[:i]
+                if len(h):
+                    if batches == 0:
+                        self.rolling_based_timestamp = int(h["max_timestamp"][0])
+                    self._index_batches(h["position"], h)
+                    if on_batches is not None:
+                        on_batches(h)
+                    batches += len(h)
+                    prev_last = int(h["base_offset"][-1]) + int(h["last_offset_delta"][-1])
+                    valid = int(h["position"][-1]) + int(h["size"][-1])
+                if error is not None:
+                    break
+                if scan.error is not None:  # corrupt, or torn at the true end of the file
+                    error = scan.error
+                    break
+                if scan.end == pos and end < file_size:  # one batch larger than the chunk
+                    chunk = file_size - pos
+                    continue
+                chunk = _RECOVERY_CHUNK
+                pos = scan.end
+        finally:
+            if isinstance(mm, mmap.mmap):
+                mm.close()
+        report = RecoveryReport(self.log_path, valid, file_size - valid, batches,
+                                prev_last + 1 if batches else self.base_offset)
+        if valid < file_size:
+            report.first_dropped_offset = prev_last + 1
+            report.reason = str(error) if error is not None else "trailing bytes"
+            report.last_dropped_offset = self._last_offset_in_tail(valid, file_size)
+            os.ftruncate(fd, valid)
+        self.size = valid
+        self.next_offset = report.next_offset
+        return report
+
+    def _last_offset_in_tail(self, start: int, end: int) -> int | None:
+        """Best-effort: the largest last offset among readable batch headers in a dropped tail."""
+        data = os.pread(self.handle.fd, min(end - start, 1 << 24), start)
+        best = None
+        pos = 0
+        while pos + 27 <= len(data):
+            base, length = _HDR27.unpack_from(data, pos)
+            lod = struct.unpack_from(">i", data, pos + 23)[0]
+            if length < 49 or data[pos + 16] != 2:
+                break
+            best = base + lod if best is None else max(best, base + lod)
+            pos += length + 12
+        return best
+
+    def check_indexes(self) -> None:
+        """Raise IndexCorrupt if either index fails its sanity check."""
+        self.offset_index.sanity_check(self.size)
+        self.time_index.sanity_check(self.size)
+
+    # ---- lifecycle ----
+    def close(self, trim: bool = True) -> None:
+        self.offset_index.close(trim=trim)
+        self.time_index.close(trim=trim)
+
+    def delete(self) -> None:
+        """Unlink the files; open readers keep reading through their handles."""
+        self.offset_index.delete()
+        self.time_index.delete()
+        try:
+            os.unlink(self.log_path)
+        except FileNotFoundError:
+            pass
