@@ -1,0 +1,175 @@
+"""Index kernels: the native searcher/planner and the pure twin agree with a plain reference."""
+from __future__ import annotations
+
+import bisect
+import mmap
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import kraft_storage._pure._index as pure
+from kraft_storage.log.index import OffsetIndex, TimeIndex
+
+try:
+    import kraft_storage._native._index as native
+    IMPLS = [pure, native]
+except ImportError:  # not built: CI builds it, the twin is still tested
+    IMPLS = [pure]
+IDS = [m.__name__.split(".")[1] for m in IMPLS]
+
+
+def _offset_buf(rels, poss, spare=3):
+    b = bytearray(8 * (len(rels) + spare))
+    for i, (r, p) in enumerate(zip(rels, poss)):
+        struct.pack_into(">ii", b, 8 * i, r, p)
+    return b
+
+
+def _increasing(draw_list):
+    return sorted(set(draw_list))
+
+
+inc = st.lists(st.integers(0, 2**31 - 1), max_size=300).map(_increasing)
+
+
+@pytest.mark.parametrize("k", IMPLS, ids=IDS)
+@settings(max_examples=150, deadline=None)
+@given(rels=inc, data=st.data())
+def test_offset_lookup_matches_bisect(k, rels, data):
+    poss = [10 * i + 1 for i in range(len(rels))]
+    base = data.draw(st.integers(0, 2**40))
+    s = k.IndexSearcher(_offset_buf(rels, poss), base, "offset", len(rels))
+    targets = data.draw(st.lists(st.integers(base - 5, base + 2**31 + 5), max_size=40))
+    targets += [base + r for r in rels[:5]] + [base + r - 1 for r in rels[:5]]
+    for t in targets:
+        i = bisect.bisect_right(rels, t - base) - 1
+        want = (base, 0) if i < 0 else (base + rels[i], poss[i])
+        assert s.lookup(t) == want
+        assert s.offset_slot(t) == i
+    arr = np.array(targets, dtype=np.int64)
+    oo = np.empty(len(arr), np.int64)
+    op = np.empty(len(arr), np.int64)
+    s.lookup_many(arr, oo, op)
+    assert [tuple(x) for x in zip(oo.tolist(), op.tolist())] == [s.lookup(t) for t in targets]
+    for p in data.draw(st.lists(st.integers(-1, 10 * len(rels) + 5), max_size=20)):
+        assert s.position_slot(p) == bisect.bisect_right(poss, p) - 1
+
+
+@pytest.mark.parametrize("k", IMPLS, ids=IDS)
+@settings(max_examples=100, deadline=None)
+@given(ts=st.lists(st.integers(-2**62, 2**62), max_size=200).map(_increasing), data=st.data())
+def test_time_lookup_matches_bisect(k, ts, data):
+    rels = list(range(len(ts)))
+    b = bytearray(12 * len(ts) + 12)
+    for i, (t, r) in enumerate(zip(ts, rels)):
+        struct.pack_into(">qi", b, 12 * i, t, r)
+    base = data.draw(st.integers(0, 2**40))
+    s = k.IndexSearcher(b, base, "time", len(ts))
+    for t in data.draw(st.lists(st.integers(-2**62 - 2, 2**62 + 2), max_size=30)) + ts[:5]:
+        i = bisect.bisect_right(ts, t) - 1
+        assert s.time_lookup(t) == ((-1, base) if i < 0 else (ts[i], base + rels[i]))
+
+
+@pytest.mark.parametrize("k", IMPLS, ids=IDS)
+def test_searcher_bounds_and_release(k):
+    buf = _offset_buf([0, 5, 9], [0, 100, 200], spare=0)
+    with pytest.raises(ValueError):
+        k.IndexSearcher(buf, 0, "offset", 4)  # more entries than the buffer holds
+    with pytest.raises(ValueError):
+        k.IndexSearcher(buf, 0, "bogus", 0)
+    s = k.IndexSearcher(buf, 1000, "offset", 3)
+    assert s.lookup(1007) == (1005, 100)
+    with pytest.raises(IndexError):
+        s.entry(3)
+    with pytest.raises(TypeError):
+        s.time_lookup(5)
+    s.n = 10  # a bogus count never reads past the buffer
+    assert s.lookup(10**6) == (1009, 200)
+    s.release()
+    assert s.lookup(1007) == (1000, 0)  # released: "no entry", a correct (slow-path) answer
+
+
+@pytest.mark.parametrize("k", IMPLS, ids=IDS)
+def test_searcher_pins_the_mmap(k):
+    m = mmap.mmap(-1, 64)
+    s = k.IndexSearcher(m, 0, "offset", 0)
+    with pytest.raises(BufferError):
+        m.close()  # cannot unmap under a searcher
+    s.release()
+    m.close()
+
+
+def _plan_reference(pos, sizes, last, mts, base, interval, since, max_ts, off_max, last_ts):
+    oe, te = [], []
+    for p, sz, lo, mt in zip(pos, sizes, last, mts):
+        if mt > max_ts:
+            max_ts, off_max = mt, lo
+        if since > interval:
+            oe.append((lo - base, p))
+            if max_ts > last_ts:
+                te.append((max_ts, off_max - base))
+                last_ts = max_ts
+            since = 0
+        since += sz
+    return oe, te, since, max_ts, off_max, last_ts
+
+
+@pytest.mark.parametrize("k", IMPLS, ids=IDS)
+@settings(max_examples=100, deadline=None)
+@given(batches=st.lists(st.tuples(st.integers(61, 5000), st.integers(0, 10), st.integers(-5, 10**6)),
+                        max_size=100),
+       interval=st.integers(0, 8000), since=st.integers(0, 9000))
+def test_plan_entries(k, batches, interval, since):
+    base = 1000
+    pos, sizes, last, mts = [], [], [], []
+    p, o = 0, base
+    for size, delta, ts in batches:
+        pos.append(p)
+        sizes.append(size)
+        last.append(o + delta)
+        mts.append(ts)
+        p += size
+        o += delta + 1
+    m = len(batches)
+    outs = [np.zeros(m, np.int64) for _ in range(4)]
+    got = k.plan_entries(np.array(pos, np.int64), np.array(sizes, np.int32), np.array(last, np.int64),
+                         np.array(mts, np.int64), base, interval, since, -1, base, -1, *outs)
+    oe, te, *state = _plan_reference(pos, sizes, last, mts, base, interval, since, -1, base, -1)
+    assert got[0] == len(oe) and got[1] == len(te) and list(got[2:]) == state
+    assert list(zip(outs[0][:got[0]].tolist(), outs[1][:got[0]].tolist())) == oe
+    assert list(zip(outs[2][:got[1]].tolist(), outs[3][:got[1]].tolist())) == te
+
+
+def test_offset_index_file(tmp_path):
+    p = str(tmp_path / "00000000000000000100.index")
+    idx = OffsetIndex(p, 100, 80)  # room for 10 entries, preallocated like Kafka
+    import os
+    assert os.path.getsize(p) == 80
+    for i in range(5):
+        idx.append(100 + 10 * i, 1000 * i)
+    with pytest.raises(ValueError):
+        idx.append(140, 9999)  # not increasing
+    assert idx.lookup(125) == (120, 2000)
+    assert idx.lookup(99) == (100, 0)
+    idx.truncate_to(130)
+    assert idx.entries == 3 and idx.last_entry() == (120, 2000)
+    idx.close()  # trims to the valid entries
+    assert os.path.getsize(p) == 24
+    with open(p, "rb") as f:
+        assert f.read() == b"".join(struct.pack(">ii", 10 * i, 1000 * i) for i in range(3))
+    idx = OffsetIndex(p, 100, 80)
+    assert idx.entries == 3 and idx.lookup(10**9) == (120, 2000)
+    idx.close()
+
+
+def test_time_index_maybe_append(tmp_path):
+    ti = TimeIndex(str(tmp_path / "00000000000000000000.timeindex"), 0, 120)
+    assert ti.maybe_append(50, 3)
+    assert not ti.maybe_append(50, 4)  # not newer
+    assert ti.maybe_append(60, 9)
+    assert ti.lookup(55) == (50, 3) and ti.lookup(10) == (-1, 0)
+    ti.truncate_to(9)
+    assert ti.entries == 1
+    ti.close()
