@@ -362,3 +362,15 @@ def test_buffer_types_are_zero_copy(tmp_path):
             cols = decode_records(buf)
             assert cols.data is buf
             assert cols.values() == [b"value-%d" % i for i in range(12)]
+
+
+@pytest.mark.parametrize("codec,module", [("lz4", "lz4"), ("snappy", "cramjam")])
+def test_missing_optional_codec_raises_unsupported(monkeypatch, codec, module):
+    data = build_batch([(None, b"x" * 100, 1)], compression=codec)
+    # Pretend the optional package is not installed.
+    monkeypatch.setitem(__import__("sys").modules, module, None)
+    if module == "lz4":
+        monkeypatch.setitem(__import__("sys").modules, "lz4.frame", None)
+    with pytest.raises(UnsupportedCompression, match=f"{codec} batches need") as ei:
+        decode_records(data)
+    assert "batch base offset 0, position 0" in str(ei.value)
