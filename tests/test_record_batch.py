@@ -374,3 +374,25 @@ def test_missing_optional_codec_raises_unsupported(monkeypatch, codec, module):
     with pytest.raises(UnsupportedCompression, match=f"{codec} batches need") as ei:
         decode_records(data)
     assert "batch base offset 0, position 0" in str(ei.value)
+
+
+@pytest.mark.parametrize("comp", ["gzip", "zstd"])
+def test_parallel_codec_path_keeps_order_and_names_bad_batch(comp):
+    from kraft_storage.record import compression
+    rng = np.random.default_rng(3)
+    vals = [rng.integers(0, 4, 2000, dtype=np.uint8).tobytes() for _ in range(1600)]
+    data = build_batches(vals, records_per_batch=100, compression=comp, timestamp=7)
+    assert len(data) >= 1 << 18 and sum(map(len, vals)) > compression._PARALLEL_MIN_BYTES
+    cols = decode_records(data)
+    assert cols.values() == vals
+    # Break the compressed stream of the 10th batch (and fix its CRC): the error names it.
+    scan = scan_batches(data)
+    h = scan.headers[9]
+    buf = bytearray(data)
+    p = int(h["position"])
+    buf[p + 61:p + 71] = b"\x00" * 10
+    from kraft_storage.crc32c import crc32c
+    struct.pack_into(">I", buf, p + 17, crc32c(bytes(buf[p + 21:p + int(h["size"])])))
+    with pytest.raises(CorruptRecordError, match="malformed|truncated") as ei:
+        decode_records(bytes(buf))
+    assert ei.value.position == p and ei.value.base_offset == 900

@@ -148,18 +148,22 @@ def build_batches(values, *, keys=None, timestamps=None, records_per_batch: int 
                                            records_per_batch, base_offset, partition_leader_epoch,
                                            attrs, producer_id, producer_epoch, base_sequence)
         return (out, positions) if return_positions else out
+    spans = [(lo, min(lo + records_per_batch, n)) for lo in range(0, n, records_per_batch)]
+    bodies = []
+    stamps = []
+    for lo, hi in spans:
+        bts = int(ts[lo]) if ts is not None else default_ts
+        mts = int(ts[lo:hi].max()) if ts is not None else bts
+        stamps.append((bts, mts))
+        bodies.append(_k.encode_records(lo, hi, ks, koff, knull, vals, voff, vnull, ts, bts))
+    compressed = _compression.compress_many(comp, bodies)
     parts = []
     positions = []
     pos = 0
-    for lo in range(0, n, records_per_batch):
-        hi = min(lo + records_per_batch, n)
-        bts = int(ts[lo]) if ts is not None else default_ts
-        mts = int(ts[lo:hi].max()) if ts is not None else bts
-        body = _k.encode_records(lo, hi, ks, koff, knull, vals, voff, vnull, ts, bts)
+    for (lo, hi), (bts, mts), body in zip(spans, stamps, compressed):
         seq = -1 if base_sequence < 0 else (base_sequence + lo) & 0x7FFFFFFF
-        b = _k.write_batch(_compression.compress(comp, body), base_offset + lo,
-                           partition_leader_epoch, attrs, hi - lo - 1, bts, mts, producer_id,
-                           producer_epoch, seq, hi - lo)
+        b = _k.write_batch(body, base_offset + lo, partition_leader_epoch, attrs, hi - lo - 1, bts,
+                           mts, producer_id, producer_epoch, seq, hi - lo)
         parts.append(b)
         positions.append(pos)
         pos += len(b)

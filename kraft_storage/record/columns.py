@@ -136,22 +136,24 @@ def decode_batches(buf, headers: np.ndarray, *, source: str | None = None) -> Re
 
 def _decompress_all(buf, headers, comp, source):
     mv = memoryview(buf).cast("B")
+    pos_col = headers["position"].tolist()
+    size_col = headers["size"].tolist()
+    comp_l = comp.tolist()
+    bodies = [mv[p + HEADER_SIZE:p + s] for p, s in zip(pos_col, size_col)]
+    jobs = [(c, b) for c, b in zip(comp_l, bodies) if c]
+    results = iter(_compression.decompress_many(jobs))
     parts = []
     rs = np.empty(len(headers), np.int64)
     re_ = np.empty(len(headers), np.int64)
     pos = 0
-    for i in range(len(headers)):
-        h = headers[i]
-        p, size = int(h["position"]), int(h["size"])
-        body = mv[p + HEADER_SIZE:p + size]
-        if comp[i]:
-            try:
-                body = _compression.decompress(int(comp[i]), body)
-            except _compression.DecompressionError as exc:
-                raise CorruptRecordError(str(exc), p, int(h["base_offset"]), source) from None
-            except UnsupportedCompression as exc:
-                raise UnsupportedCompression(
-                    f"{exc} (batch base offset {int(h['base_offset'])}, position {p})") from None
+    for i, body in enumerate(bodies):
+        if comp_l[i]:
+            body = next(results)
+            if isinstance(body, Exception):
+                p, bo = pos_col[i], int(headers[i]["base_offset"])
+                if isinstance(body, UnsupportedCompression):
+                    raise UnsupportedCompression(f"{body} (batch base offset {bo}, position {p})") from None
+                raise CorruptRecordError(str(body), p, bo, source) from None
         parts.append(body)
         rs[i] = pos
         pos += len(body)

@@ -19,8 +19,11 @@ us allocate without limit.
 """
 from __future__ import annotations
 
+import os
 import struct
+import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import zstandard
 
@@ -33,8 +36,37 @@ MAX_DECOMPRESSED = 1 << 30
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_BLOCK = 32 * 1024
 
-_zstd_c = zstandard.ZstdCompressor(level=3)
-_zstd_d = zstandard.ZstdDecompressor()
+_local = threading.local()
+
+#: Batches are compressed/decompressed on this many threads when there are
+#: enough of them (zstd, zlib and lz4 release the GIL while they work).
+WORKERS = max(1, min(8, os.cpu_count() or 1))
+_PARALLEL_MIN_BYTES = 1 << 20
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _zstd_compressor():
+    # zstandard objects are not safe to share between threads: one per thread.
+    c = getattr(_local, "zc", None)
+    if c is None:
+        c = _local.zc = zstandard.ZstdCompressor(level=3)  # Kafka's default zstd level
+    return c
+
+
+def _zstd_decompressor():
+    d = getattr(_local, "zd", None)
+    if d is None:
+        d = _local.zd = zstandard.ZstdDecompressor()
+    return d
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="kraft-codec")
+        return _pool
 
 
 class DecompressionError(ValueError):
@@ -67,7 +99,7 @@ def compress(codec: int, data: bytes) -> bytes:
         c = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
         return c.compress(data) + c.flush()
     if codec == Compression.ZSTD:
-        return _zstd_c.compress(data)
+        return _zstd_compressor().compress(data)
     if codec == Compression.LZ4:
         return _lz4().compress(bytes(data))
     if codec == Compression.SNAPPY:
@@ -101,9 +133,9 @@ def decompress(codec: int, data, limit: int = MAX_DECOMPRESSED) -> bytes:
         if codec == Compression.ZSTD:
             size = zstandard.frame_content_size(data)
             if 0 <= size <= limit:  # size in the frame header: one call, exact allocation
-                return _zstd_d.decompress(data)
+                return _zstd_decompressor().decompress(data)
             out = bytearray()
-            with _zstd_d.stream_reader(bytes(data), read_across_frames=True) as r:
+            with _zstd_decompressor().stream_reader(bytes(data), read_across_frames=True) as r:
                 while True:
                     chunk = r.read(1 << 20)
                     if not chunk:
@@ -144,3 +176,24 @@ def _snappy_decompress(data: bytes, limit: int) -> bytes:
         if len(out) > limit:
             raise DecompressionError(f"decompressed size exceeds {limit} bytes")
     return bytes(out)
+
+
+def _parallel(fn, items, total_bytes: int) -> list:
+    if WORKERS == 1 or len(items) < 4 or total_bytes < _PARALLEL_MIN_BYTES:
+        return [fn(x) for x in items]
+    return list(_executor().map(fn, items, chunksize=max(1, len(items) // (WORKERS * 4))))
+
+
+def compress_many(codec: int, bodies: list) -> list[bytes]:
+    """Compress each body with ``codec``, on several threads when worthwhile."""
+    return _parallel(lambda b: compress(codec, b), bodies, sum(len(b) for b in bodies))
+
+
+def decompress_many(jobs: list, limit: int = MAX_DECOMPRESSED) -> list:
+    """Decompress ``(codec, data)`` jobs; returns bytes or the exception, per job, in order."""
+    def one(job):
+        try:
+            return decompress(job[0], job[1], limit)
+        except (UnsupportedCompression, DecompressionError) as exc:
+            return exc
+    return _parallel(one, jobs, sum(len(j[1]) for j in jobs))
