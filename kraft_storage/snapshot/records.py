@@ -81,7 +81,7 @@ def record_sizes(value_len: np.ndarray, offset_delta: np.ndarray) -> np.ndarray:
     timestamp delta (1 for 0), varint offset delta, varint key length (-1: 1),
     varint value length, value, varint header count (0: 1).
     """
-    body = 5 + _varint_size(offset_delta) + _varint_size(value_len) + value_len
+    body = 4 + _varint_size(offset_delta) + _varint_size(value_len) + value_len
     return _varint_size(body) + body
 
 
