@@ -123,7 +123,7 @@ class Emitter:
         if f.is_struct:
             k = "struct"
         elif e in INT_TYPES:
-            k = "int"
+            k = e
         elif e == "bool":
             k = "bool"
         elif e == "float64":
@@ -341,6 +341,17 @@ class Emitter:
                     self.out(ind + 1, "t = Writer()")
                     self.write_value(ind + 1, f, msg, True, nullable, "o." + f.attr, "t")
                     self.out(ind + 1, f"tags.append(({f.tag}, t.getvalue()))")
+            self.out(ind, "if o.unknown_tagged_fields:")
+            fvs = [v for v in vs if v in msg.flexible]
+            runs = self.groups(fvs, lambda v: tuple(sorted(f.tag for f in tagged if v in f.tagged)))
+            if len(runs) == 1:
+                self.out(ind + 1, f"w.check_unknown_tags(o.unknown_tagged_fields, {runs[0][2]!r})")
+            else:
+                kw = "if"
+                for lo, hi, known in runs:
+                    self.out(ind + 1, f"{kw} {self.cond(lo, hi, vmin, vmax)}:")
+                    self.out(ind + 2, f"w.check_unknown_tags(o.unknown_tagged_fields, {known!r})")
+                    kw = "elif"
             self.out(ind, "w.tagged_fields(tags, o.unknown_tagged_fields)")
             if fc != "True":
                 self.out(2, "elif o.unknown_tagged_fields:")
@@ -429,7 +440,11 @@ class Emitter:
             hi = "None" if f.versions.hi is None else str(f.versions.hi)
             lo = "999" if f.versions.empty else str(f.versions.lo)
             sc = self.cls_ref(msg, f.struct) if f.is_struct else "None"
-            rows.append(f"({f.attr!r}, {f.name!r}, {self.json_kind(f)!r}, {lo}, {hi}, {sc})")
+            if f.nullable.empty:
+                nul = "None, None"
+            else:
+                nul = f"{f.nullable.lo}, {'None' if f.nullable.hi is None else f.nullable.hi}"
+            rows.append(f"({f.attr!r}, {f.name!r}, {self.json_kind(f)!r}, {lo}, {hi}, {sc}, {nul})")
         target = self.cls_ref(msg, st)
         if not rows:
             self.out(0, f"{target}._JSON = ()")

@@ -57,10 +57,10 @@ class RequestHeader(_Base):
 
 _C_RequestHeader = RequestHeader
 _C_RequestHeader._JSON = (
-    ('request_api_key', 'RequestApiKey', 'int', 0, None, None),
-    ('request_api_version', 'RequestApiVersion', 'int', 0, None, None),
-    ('correlation_id', 'CorrelationId', 'int', 0, None, None),
-    ('client_id', 'ClientId', 'str', 1, None, None),
+    ('request_api_key', 'RequestApiKey', 'int16', 0, None, None, None, None),
+    ('request_api_version', 'RequestApiVersion', 'int16', 0, None, None, None, None),
+    ('correlation_id', 'CorrelationId', 'int32', 0, None, None, None, None),
+    ('client_id', 'ClientId', 'str', 1, None, None, 1, None),
 )
 
 
@@ -127,6 +127,8 @@ def _w_RequestHeader(o, w, version):
         f = '_tagged_fields'
         if version >= 2:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -166,7 +168,7 @@ class ResponseHeader(_Base):
 
 _C_ResponseHeader = ResponseHeader
 _C_ResponseHeader._JSON = (
-    ('correlation_id', 'CorrelationId', 'int', 0, None, None),
+    ('correlation_id', 'CorrelationId', 'int32', 0, None, None, None, None),
 )
 
 
@@ -209,6 +211,8 @@ def _w_ResponseHeader(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')

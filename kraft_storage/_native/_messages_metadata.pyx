@@ -146,27 +146,27 @@ _C_RegisterBrokerRecord = RegisterBrokerRecord
 _C_RegisterBrokerRecord__BrokerEndpoint = RegisterBrokerRecord.BrokerEndpoint
 _C_RegisterBrokerRecord__BrokerFeature = RegisterBrokerRecord.BrokerFeature
 _C_RegisterBrokerRecord._JSON = (
-    ('broker_id', 'BrokerId', 'int', 0, None, None),
-    ('is_migrating_zk_broker', 'IsMigratingZkBroker', 'bool', 2, None, None),
-    ('incarnation_id', 'IncarnationId', 'uuid', 0, None, None),
-    ('broker_epoch', 'BrokerEpoch', 'int', 0, None, None),
-    ('end_points', 'EndPoints', '[]struct', 0, None, _C_RegisterBrokerRecord__BrokerEndpoint),
-    ('features', 'Features', '[]struct', 0, None, _C_RegisterBrokerRecord__BrokerFeature),
-    ('rack', 'Rack', 'str', 0, None, None),
-    ('fenced', 'Fenced', 'bool', 0, None, None),
-    ('in_controlled_shutdown', 'InControlledShutdown', 'bool', 1, None, None),
-    ('log_dirs', 'LogDirs', '[]uuid', 3, None, None),
+    ('broker_id', 'BrokerId', 'int32', 0, None, None, None, None),
+    ('is_migrating_zk_broker', 'IsMigratingZkBroker', 'bool', 2, None, None, None, None),
+    ('incarnation_id', 'IncarnationId', 'uuid', 0, None, None, None, None),
+    ('broker_epoch', 'BrokerEpoch', 'int64', 0, None, None, None, None),
+    ('end_points', 'EndPoints', '[]struct', 0, None, _C_RegisterBrokerRecord__BrokerEndpoint, None, None),
+    ('features', 'Features', '[]struct', 0, None, _C_RegisterBrokerRecord__BrokerFeature, None, None),
+    ('rack', 'Rack', 'str', 0, None, None, 0, None),
+    ('fenced', 'Fenced', 'bool', 0, None, None, None, None),
+    ('in_controlled_shutdown', 'InControlledShutdown', 'bool', 1, None, None, None, None),
+    ('log_dirs', 'LogDirs', '[]uuid', 3, None, None, None, None),
 )
 _C_RegisterBrokerRecord__BrokerEndpoint._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('host', 'Host', 'str', 0, None, None),
-    ('port', 'Port', 'int', 0, None, None),
-    ('security_protocol', 'SecurityProtocol', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('host', 'Host', 'str', 0, None, None, None, None),
+    ('port', 'Port', 'uint16', 0, None, None, None, None),
+    ('security_protocol', 'SecurityProtocol', 'int16', 0, None, None, None, None),
 )
 _C_RegisterBrokerRecord__BrokerFeature._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('min_supported_version', 'MinSupportedVersion', 'int', 0, None, None),
-    ('max_supported_version', 'MaxSupportedVersion', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('min_supported_version', 'MinSupportedVersion', 'int16', 0, None, None, None, None),
+    ('max_supported_version', 'MaxSupportedVersion', 'int16', 0, None, None, None, None),
 )
 
 
@@ -275,6 +275,11 @@ def _w_RegisterBrokerRecord(o, w, version):
                 for e in o.log_dirs:
                     t.uuid(e)
             tags.append((0, t.getvalue()))
+        if o.unknown_tagged_fields:
+            if version <= 2:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
+            elif version >= 3:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0,))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('RegisterBrokerRecord' if f is None else 'RegisterBrokerRecord.' + f)
@@ -327,6 +332,8 @@ def _w_RegisterBrokerRecord__BrokerEndpoint(o, w, version):
         w.int16(o.security_protocol)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('BrokerEndpoint' if f is None else 'BrokerEndpoint.' + f)
@@ -375,6 +382,8 @@ def _w_RegisterBrokerRecord__BrokerFeature(o, w, version):
         w.int16(o.max_supported_version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('BrokerFeature' if f is None else 'BrokerFeature.' + f)
@@ -417,8 +426,8 @@ class UnregisterBrokerRecord(_Base):
 
 _C_UnregisterBrokerRecord = UnregisterBrokerRecord
 _C_UnregisterBrokerRecord._JSON = (
-    ('broker_id', 'BrokerId', 'int', 0, None, None),
-    ('broker_epoch', 'BrokerEpoch', 'int', 0, None, None),
+    ('broker_id', 'BrokerId', 'int32', 0, None, None, None, None),
+    ('broker_epoch', 'BrokerEpoch', 'int64', 0, None, None, None, None),
 )
 
 
@@ -459,6 +468,8 @@ def _w_UnregisterBrokerRecord(o, w, version):
         w.int64(o.broker_epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('UnregisterBrokerRecord' if f is None else 'UnregisterBrokerRecord.' + f)
@@ -501,8 +512,8 @@ class TopicRecord(_Base):
 
 _C_TopicRecord = TopicRecord
 _C_TopicRecord._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('topic_id', 'TopicId', 'uuid', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('topic_id', 'TopicId', 'uuid', 0, None, None, None, None),
 )
 
 
@@ -543,6 +554,8 @@ def _w_TopicRecord(o, w, version):
         w.uuid(o.topic_id)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('TopicRecord' if f is None else 'TopicRecord.' + f)
@@ -607,19 +620,19 @@ class PartitionRecord(_Base):
 
 _C_PartitionRecord = PartitionRecord
 _C_PartitionRecord._JSON = (
-    ('partition_id', 'PartitionId', 'int', 0, None, None),
-    ('topic_id', 'TopicId', 'uuid', 0, None, None),
-    ('replicas', 'Replicas', '[]int', 0, None, None),
-    ('isr', 'Isr', '[]int', 0, None, None),
-    ('removing_replicas', 'RemovingReplicas', '[]int', 0, None, None),
-    ('adding_replicas', 'AddingReplicas', '[]int', 0, None, None),
-    ('leader', 'Leader', 'int', 0, None, None),
-    ('leader_recovery_state', 'LeaderRecoveryState', 'int', 0, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 0, None, None),
-    ('partition_epoch', 'PartitionEpoch', 'int', 0, None, None),
-    ('directories', 'Directories', '[]uuid', 1, None, None),
-    ('eligible_leader_replicas', 'EligibleLeaderReplicas', '[]int', 2, None, None),
-    ('last_known_elr', 'LastKnownElr', '[]int', 2, None, None),
+    ('partition_id', 'PartitionId', 'int32', 0, None, None, None, None),
+    ('topic_id', 'TopicId', 'uuid', 0, None, None, None, None),
+    ('replicas', 'Replicas', '[]int32', 0, None, None, None, None),
+    ('isr', 'Isr', '[]int32', 0, None, None, None, None),
+    ('removing_replicas', 'RemovingReplicas', '[]int32', 0, None, None, None, None),
+    ('adding_replicas', 'AddingReplicas', '[]int32', 0, None, None, None, None),
+    ('leader', 'Leader', 'int32', 0, None, None, None, None),
+    ('leader_recovery_state', 'LeaderRecoveryState', 'int8', 0, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 0, None, None, None, None),
+    ('partition_epoch', 'PartitionEpoch', 'int32', 0, None, None, None, None),
+    ('directories', 'Directories', '[]uuid', 1, None, None, None, None),
+    ('eligible_leader_replicas', 'EligibleLeaderReplicas', '[]int32', 2, None, None, 2, None),
+    ('last_known_elr', 'LastKnownElr', '[]int32', 2, None, None, 2, None),
 )
 
 
@@ -765,6 +778,11 @@ def _w_PartitionRecord(o, w, version):
                 for e in o.last_known_elr:
                     t.int32(e)
             tags.append((2, t.getvalue()))
+        if o.unknown_tagged_fields:
+            if version <= 1:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0,))
+            elif version >= 2:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0, 1, 2))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('PartitionRecord' if f is None else 'PartitionRecord.' + f)
@@ -811,10 +829,10 @@ class ConfigRecord(_Base):
 
 _C_ConfigRecord = ConfigRecord
 _C_ConfigRecord._JSON = (
-    ('resource_type', 'ResourceType', 'int', 0, None, None),
-    ('resource_name', 'ResourceName', 'str', 0, None, None),
-    ('name', 'Name', 'str', 0, None, None),
-    ('value', 'Value', 'str', 0, None, None),
+    ('resource_type', 'ResourceType', 'int8', 0, None, None, None, None),
+    ('resource_name', 'ResourceName', 'str', 0, None, None, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('value', 'Value', 'str', 0, None, None, 0, None),
 )
 
 
@@ -863,6 +881,8 @@ def _w_ConfigRecord(o, w, version):
         w.compact_string(o.value, True)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ConfigRecord' if f is None else 'ConfigRecord.' + f)
@@ -923,17 +943,17 @@ class PartitionChangeRecord(_Base):
 
 _C_PartitionChangeRecord = PartitionChangeRecord
 _C_PartitionChangeRecord._JSON = (
-    ('partition_id', 'PartitionId', 'int', 0, None, None),
-    ('topic_id', 'TopicId', 'uuid', 0, None, None),
-    ('isr', 'Isr', '[]int', 0, None, None),
-    ('leader', 'Leader', 'int', 0, None, None),
-    ('replicas', 'Replicas', '[]int', 0, None, None),
-    ('removing_replicas', 'RemovingReplicas', '[]int', 0, None, None),
-    ('adding_replicas', 'AddingReplicas', '[]int', 0, None, None),
-    ('leader_recovery_state', 'LeaderRecoveryState', 'int', 0, None, None),
-    ('directories', 'Directories', '[]uuid', 1, None, None),
-    ('eligible_leader_replicas', 'EligibleLeaderReplicas', '[]int', 2, None, None),
-    ('last_known_elr', 'LastKnownElr', '[]int', 2, None, None),
+    ('partition_id', 'PartitionId', 'int32', 0, None, None, None, None),
+    ('topic_id', 'TopicId', 'uuid', 0, None, None, None, None),
+    ('isr', 'Isr', '[]int32', 0, None, None, 0, None),
+    ('leader', 'Leader', 'int32', 0, None, None, None, None),
+    ('replicas', 'Replicas', '[]int32', 0, None, None, 0, None),
+    ('removing_replicas', 'RemovingReplicas', '[]int32', 0, None, None, 0, None),
+    ('adding_replicas', 'AddingReplicas', '[]int32', 0, None, None, 0, None),
+    ('leader_recovery_state', 'LeaderRecoveryState', 'int8', 0, None, None, None, None),
+    ('directories', 'Directories', '[]uuid', 1, None, None, 1, None),
+    ('eligible_leader_replicas', 'EligibleLeaderReplicas', '[]int32', 2, None, None, 2, None),
+    ('last_known_elr', 'LastKnownElr', '[]int32', 2, None, None, 2, None),
 )
 
 
@@ -1116,6 +1136,13 @@ def _w_PartitionChangeRecord(o, w, version):
                 for e in o.directories:
                     t.uuid(e)
             tags.append((8, t.getvalue()))
+        if o.unknown_tagged_fields:
+            if version <= 0:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0, 1, 2, 3, 4, 5))
+            elif version == 1:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0, 1, 2, 3, 4, 5, 8))
+            elif version >= 2:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0, 1, 2, 3, 4, 5, 6, 7, 8))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('PartitionChangeRecord' if f is None else 'PartitionChangeRecord.' + f)
@@ -1158,8 +1185,8 @@ class FenceBrokerRecord(_Base):
 
 _C_FenceBrokerRecord = FenceBrokerRecord
 _C_FenceBrokerRecord._JSON = (
-    ('id', 'Id', 'int', 0, None, None),
-    ('epoch', 'Epoch', 'int', 0, None, None),
+    ('id', 'Id', 'int32', 0, None, None, None, None),
+    ('epoch', 'Epoch', 'int64', 0, None, None, None, None),
 )
 
 
@@ -1200,6 +1227,8 @@ def _w_FenceBrokerRecord(o, w, version):
         w.int64(o.epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('FenceBrokerRecord' if f is None else 'FenceBrokerRecord.' + f)
@@ -1242,8 +1271,8 @@ class UnfenceBrokerRecord(_Base):
 
 _C_UnfenceBrokerRecord = UnfenceBrokerRecord
 _C_UnfenceBrokerRecord._JSON = (
-    ('id', 'Id', 'int', 0, None, None),
-    ('epoch', 'Epoch', 'int', 0, None, None),
+    ('id', 'Id', 'int32', 0, None, None, None, None),
+    ('epoch', 'Epoch', 'int64', 0, None, None, None, None),
 )
 
 
@@ -1284,6 +1313,8 @@ def _w_UnfenceBrokerRecord(o, w, version):
         w.int64(o.epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('UnfenceBrokerRecord' if f is None else 'UnfenceBrokerRecord.' + f)
@@ -1324,7 +1355,7 @@ class RemoveTopicRecord(_Base):
 
 _C_RemoveTopicRecord = RemoveTopicRecord
 _C_RemoveTopicRecord._JSON = (
-    ('topic_id', 'TopicId', 'uuid', 0, None, None),
+    ('topic_id', 'TopicId', 'uuid', 0, None, None, None, None),
 )
 
 
@@ -1361,6 +1392,8 @@ def _w_RemoveTopicRecord(o, w, version):
         w.uuid(o.topic_id)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('RemoveTopicRecord' if f is None else 'RemoveTopicRecord.' + f)
@@ -1413,13 +1446,13 @@ class DelegationTokenRecord(_Base):
 
 _C_DelegationTokenRecord = DelegationTokenRecord
 _C_DelegationTokenRecord._JSON = (
-    ('owner', 'Owner', 'str', 0, None, None),
-    ('requester', 'Requester', 'str', 0, None, None),
-    ('renewers', 'Renewers', '[]str', 0, None, None),
-    ('issue_timestamp', 'IssueTimestamp', 'int', 0, None, None),
-    ('max_timestamp', 'MaxTimestamp', 'int', 0, None, None),
-    ('expiration_timestamp', 'ExpirationTimestamp', 'int', 0, None, None),
-    ('token_id', 'TokenId', 'str', 0, None, None),
+    ('owner', 'Owner', 'str', 0, None, None, None, None),
+    ('requester', 'Requester', 'str', 0, None, None, None, None),
+    ('renewers', 'Renewers', '[]str', 0, None, None, None, None),
+    ('issue_timestamp', 'IssueTimestamp', 'int64', 0, None, None, None, None),
+    ('max_timestamp', 'MaxTimestamp', 'int64', 0, None, None, None, None),
+    ('expiration_timestamp', 'ExpirationTimestamp', 'int64', 0, None, None, None, None),
+    ('token_id', 'TokenId', 'str', 0, None, None, None, None),
 )
 
 
@@ -1483,6 +1516,8 @@ def _w_DelegationTokenRecord(o, w, version):
         w.compact_string(o.token_id, False)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('DelegationTokenRecord' if f is None else 'DelegationTokenRecord.' + f)
@@ -1533,12 +1568,12 @@ class UserScramCredentialRecord(_Base):
 
 _C_UserScramCredentialRecord = UserScramCredentialRecord
 _C_UserScramCredentialRecord._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('mechanism', 'Mechanism', 'int', 0, None, None),
-    ('salt', 'Salt', 'bytes', 0, None, None),
-    ('stored_key', 'StoredKey', 'bytes', 0, None, None),
-    ('server_key', 'ServerKey', 'bytes', 0, None, None),
-    ('iterations', 'Iterations', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('mechanism', 'Mechanism', 'int8', 0, None, None, None, None),
+    ('salt', 'Salt', 'bytes', 0, None, None, None, None),
+    ('stored_key', 'StoredKey', 'bytes', 0, None, None, None, None),
+    ('server_key', 'ServerKey', 'bytes', 0, None, None, None, None),
+    ('iterations', 'Iterations', 'int32', 0, None, None, None, None),
 )
 
 
@@ -1595,6 +1630,8 @@ def _w_UserScramCredentialRecord(o, w, version):
         w.int32(o.iterations)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('UserScramCredentialRecord' if f is None else 'UserScramCredentialRecord.' + f)
@@ -1637,8 +1674,8 @@ class FeatureLevelRecord(_Base):
 
 _C_FeatureLevelRecord = FeatureLevelRecord
 _C_FeatureLevelRecord._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('feature_level', 'FeatureLevel', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('feature_level', 'FeatureLevel', 'int16', 0, None, None, None, None),
 )
 
 
@@ -1679,6 +1716,8 @@ def _w_FeatureLevelRecord(o, w, version):
         w.int16(o.feature_level)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('FeatureLevelRecord' if f is None else 'FeatureLevelRecord.' + f)
@@ -1752,14 +1791,14 @@ class ClientQuotaRecord(_Base):
 _C_ClientQuotaRecord = ClientQuotaRecord
 _C_ClientQuotaRecord__EntityData = ClientQuotaRecord.EntityData
 _C_ClientQuotaRecord._JSON = (
-    ('entity', 'Entity', '[]struct', 0, None, _C_ClientQuotaRecord__EntityData),
-    ('key', 'Key', 'str', 0, None, None),
-    ('value', 'Value', 'float', 0, None, None),
-    ('remove', 'Remove', 'bool', 0, None, None),
+    ('entity', 'Entity', '[]struct', 0, None, _C_ClientQuotaRecord__EntityData, None, None),
+    ('key', 'Key', 'str', 0, None, None, None, None),
+    ('value', 'Value', 'float', 0, None, None, None, None),
+    ('remove', 'Remove', 'bool', 0, None, None, None, None),
 )
 _C_ClientQuotaRecord__EntityData._JSON = (
-    ('entity_type', 'EntityType', 'str', 0, None, None),
-    ('entity_name', 'EntityName', 'str', 0, None, None),
+    ('entity_type', 'EntityType', 'str', 0, None, None, None, None),
+    ('entity_name', 'EntityName', 'str', 0, None, None, 0, None),
 )
 
 
@@ -1811,6 +1850,8 @@ def _w_ClientQuotaRecord(o, w, version):
         w.boolean(o.remove)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ClientQuotaRecord' if f is None else 'ClientQuotaRecord.' + f)
@@ -1855,6 +1896,8 @@ def _w_ClientQuotaRecord__EntityData(o, w, version):
         w.compact_string(o.entity_name, True)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('EntityData' if f is None else 'EntityData.' + f)
@@ -1899,9 +1942,9 @@ class ProducerIdsRecord(_Base):
 
 _C_ProducerIdsRecord = ProducerIdsRecord
 _C_ProducerIdsRecord._JSON = (
-    ('broker_id', 'BrokerId', 'int', 0, None, None),
-    ('broker_epoch', 'BrokerEpoch', 'int', 0, None, None),
-    ('next_producer_id', 'NextProducerId', 'int', 0, None, None),
+    ('broker_id', 'BrokerId', 'int32', 0, None, None, None, None),
+    ('broker_epoch', 'BrokerEpoch', 'int64', 0, None, None, None, None),
+    ('next_producer_id', 'NextProducerId', 'int64', 0, None, None, None, None),
 )
 
 
@@ -1946,6 +1989,8 @@ def _w_ProducerIdsRecord(o, w, version):
         w.int64(o.next_producer_id)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ProducerIdsRecord' if f is None else 'ProducerIdsRecord.' + f)
@@ -1994,11 +2039,11 @@ class BrokerRegistrationChangeRecord(_Base):
 
 _C_BrokerRegistrationChangeRecord = BrokerRegistrationChangeRecord
 _C_BrokerRegistrationChangeRecord._JSON = (
-    ('broker_id', 'BrokerId', 'int', 0, None, None),
-    ('broker_epoch', 'BrokerEpoch', 'int', 0, None, None),
-    ('fenced', 'Fenced', 'int', 0, None, None),
-    ('in_controlled_shutdown', 'InControlledShutdown', 'int', 1, None, None),
-    ('log_dirs', 'LogDirs', '[]uuid', 2, None, None),
+    ('broker_id', 'BrokerId', 'int32', 0, None, None, None, None),
+    ('broker_epoch', 'BrokerEpoch', 'int64', 0, None, None, None, None),
+    ('fenced', 'Fenced', 'int8', 0, None, None, None, None),
+    ('in_controlled_shutdown', 'InControlledShutdown', 'int8', 1, None, None, None, None),
+    ('log_dirs', 'LogDirs', '[]uuid', 2, None, None, None, None),
 )
 
 
@@ -2087,6 +2132,13 @@ def _w_BrokerRegistrationChangeRecord(o, w, version):
                 for e in o.log_dirs:
                     t.uuid(e)
             tags.append((2, t.getvalue()))
+        if o.unknown_tagged_fields:
+            if version <= 0:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0,))
+            elif version == 1:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0, 1))
+            elif version >= 2:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0, 1, 2))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('BrokerRegistrationChangeRecord' if f is None else 'BrokerRegistrationChangeRecord.' + f)
@@ -2141,14 +2193,14 @@ class AccessControlEntryRecord(_Base):
 
 _C_AccessControlEntryRecord = AccessControlEntryRecord
 _C_AccessControlEntryRecord._JSON = (
-    ('id', 'Id', 'uuid', 0, None, None),
-    ('resource_type', 'ResourceType', 'int', 0, None, None),
-    ('resource_name', 'ResourceName', 'str', 0, None, None),
-    ('pattern_type', 'PatternType', 'int', 0, None, None),
-    ('principal', 'Principal', 'str', 0, None, None),
-    ('host', 'Host', 'str', 0, None, None),
-    ('operation', 'Operation', 'int', 0, None, None),
-    ('permission_type', 'PermissionType', 'int', 0, None, None),
+    ('id', 'Id', 'uuid', 0, None, None, None, None),
+    ('resource_type', 'ResourceType', 'int8', 0, None, None, None, None),
+    ('resource_name', 'ResourceName', 'str', 0, None, None, None, None),
+    ('pattern_type', 'PatternType', 'int8', 0, None, None, None, None),
+    ('principal', 'Principal', 'str', 0, None, None, None, None),
+    ('host', 'Host', 'str', 0, None, None, None, None),
+    ('operation', 'Operation', 'int8', 0, None, None, None, None),
+    ('permission_type', 'PermissionType', 'int8', 0, None, None, None, None),
 )
 
 
@@ -2213,6 +2265,8 @@ def _w_AccessControlEntryRecord(o, w, version):
         w.int8(o.permission_type)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('AccessControlEntryRecord' if f is None else 'AccessControlEntryRecord.' + f)
@@ -2253,7 +2307,7 @@ class RemoveAccessControlEntryRecord(_Base):
 
 _C_RemoveAccessControlEntryRecord = RemoveAccessControlEntryRecord
 _C_RemoveAccessControlEntryRecord._JSON = (
-    ('id', 'Id', 'uuid', 0, None, None),
+    ('id', 'Id', 'uuid', 0, None, None, None, None),
 )
 
 
@@ -2290,6 +2344,8 @@ def _w_RemoveAccessControlEntryRecord(o, w, version):
         w.uuid(o.id)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('RemoveAccessControlEntryRecord' if f is None else 'RemoveAccessControlEntryRecord.' + f)
@@ -2359,6 +2415,8 @@ def _w_NoOpRecord(o, w, version):
     try:
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('NoOpRecord' if f is None else 'NoOpRecord.' + f)
@@ -2399,7 +2457,7 @@ class ZkMigrationStateRecord(_Base):
 
 _C_ZkMigrationStateRecord = ZkMigrationStateRecord
 _C_ZkMigrationStateRecord._JSON = (
-    ('zk_migration_state', 'ZkMigrationState', 'int', 0, None, None),
+    ('zk_migration_state', 'ZkMigrationState', 'int8', 0, None, None, None, None),
 )
 
 
@@ -2436,6 +2494,8 @@ def _w_ZkMigrationStateRecord(o, w, version):
         w.int8(o.zk_migration_state)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ZkMigrationStateRecord' if f is None else 'ZkMigrationStateRecord.' + f)
@@ -2478,8 +2538,8 @@ class RemoveUserScramCredentialRecord(_Base):
 
 _C_RemoveUserScramCredentialRecord = RemoveUserScramCredentialRecord
 _C_RemoveUserScramCredentialRecord._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('mechanism', 'Mechanism', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('mechanism', 'Mechanism', 'int8', 0, None, None, None, None),
 )
 
 
@@ -2520,6 +2580,8 @@ def _w_RemoveUserScramCredentialRecord(o, w, version):
         w.int8(o.mechanism)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('RemoveUserScramCredentialRecord' if f is None else 'RemoveUserScramCredentialRecord.' + f)
@@ -2560,7 +2622,7 @@ class BeginTransactionRecord(_Base):
 
 _C_BeginTransactionRecord = BeginTransactionRecord
 _C_BeginTransactionRecord._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, 0, None),
 )
 
 
@@ -2606,6 +2668,8 @@ def _w_BeginTransactionRecord(o, w, version):
             t = Writer()
             t.compact_string(o.name, True)
             tags.append((0, t.getvalue()))
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, (0,))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('BeginTransactionRecord' if f is None else 'BeginTransactionRecord.' + f)
@@ -2675,6 +2739,8 @@ def _w_EndTransactionRecord(o, w, version):
     try:
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('EndTransactionRecord' if f is None else 'EndTransactionRecord.' + f)
@@ -2715,7 +2781,7 @@ class AbortTransactionRecord(_Base):
 
 _C_AbortTransactionRecord = AbortTransactionRecord
 _C_AbortTransactionRecord._JSON = (
-    ('reason', 'Reason', 'str', 0, None, None),
+    ('reason', 'Reason', 'str', 0, None, None, 0, None),
 )
 
 
@@ -2761,6 +2827,8 @@ def _w_AbortTransactionRecord(o, w, version):
             t = Writer()
             t.compact_string(o.reason, True)
             tags.append((0, t.getvalue()))
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, (0,))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('AbortTransactionRecord' if f is None else 'AbortTransactionRecord.' + f)
@@ -2801,7 +2869,7 @@ class RemoveDelegationTokenRecord(_Base):
 
 _C_RemoveDelegationTokenRecord = RemoveDelegationTokenRecord
 _C_RemoveDelegationTokenRecord._JSON = (
-    ('token_id', 'TokenId', 'str', 0, None, None),
+    ('token_id', 'TokenId', 'str', 0, None, None, None, None),
 )
 
 
@@ -2838,6 +2906,8 @@ def _w_RemoveDelegationTokenRecord(o, w, version):
         w.compact_string(o.token_id, False)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('RemoveDelegationTokenRecord' if f is None else 'RemoveDelegationTokenRecord.' + f)
@@ -2946,22 +3016,22 @@ _C_RegisterControllerRecord = RegisterControllerRecord
 _C_RegisterControllerRecord__ControllerEndpoint = RegisterControllerRecord.ControllerEndpoint
 _C_RegisterControllerRecord__ControllerFeature = RegisterControllerRecord.ControllerFeature
 _C_RegisterControllerRecord._JSON = (
-    ('controller_id', 'ControllerId', 'int', 0, None, None),
-    ('incarnation_id', 'IncarnationId', 'uuid', 0, None, None),
-    ('zk_migration_ready', 'ZkMigrationReady', 'bool', 0, None, None),
-    ('end_points', 'EndPoints', '[]struct', 0, None, _C_RegisterControllerRecord__ControllerEndpoint),
-    ('features', 'Features', '[]struct', 0, None, _C_RegisterControllerRecord__ControllerFeature),
+    ('controller_id', 'ControllerId', 'int32', 0, None, None, None, None),
+    ('incarnation_id', 'IncarnationId', 'uuid', 0, None, None, None, None),
+    ('zk_migration_ready', 'ZkMigrationReady', 'bool', 0, None, None, None, None),
+    ('end_points', 'EndPoints', '[]struct', 0, None, _C_RegisterControllerRecord__ControllerEndpoint, None, None),
+    ('features', 'Features', '[]struct', 0, None, _C_RegisterControllerRecord__ControllerFeature, None, None),
 )
 _C_RegisterControllerRecord__ControllerEndpoint._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('host', 'Host', 'str', 0, None, None),
-    ('port', 'Port', 'int', 0, None, None),
-    ('security_protocol', 'SecurityProtocol', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('host', 'Host', 'str', 0, None, None, None, None),
+    ('port', 'Port', 'uint16', 0, None, None, None, None),
+    ('security_protocol', 'SecurityProtocol', 'int16', 0, None, None, None, None),
 )
 _C_RegisterControllerRecord__ControllerFeature._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('min_supported_version', 'MinSupportedVersion', 'int', 0, None, None),
-    ('max_supported_version', 'MaxSupportedVersion', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('min_supported_version', 'MinSupportedVersion', 'int16', 0, None, None, None, None),
+    ('max_supported_version', 'MaxSupportedVersion', 'int16', 0, None, None, None, None),
 )
 
 
@@ -3020,6 +3090,8 @@ def _w_RegisterControllerRecord(o, w, version):
                 _w_RegisterControllerRecord__ControllerFeature(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('RegisterControllerRecord' if f is None else 'RegisterControllerRecord.' + f)
@@ -3072,6 +3144,8 @@ def _w_RegisterControllerRecord__ControllerEndpoint(o, w, version):
         w.int16(o.security_protocol)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ControllerEndpoint' if f is None else 'ControllerEndpoint.' + f)
@@ -3120,6 +3194,8 @@ def _w_RegisterControllerRecord__ControllerFeature(o, w, version):
         w.int16(o.max_supported_version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ControllerFeature' if f is None else 'ControllerFeature.' + f)
@@ -3160,7 +3236,7 @@ class ClearElrRecord(_Base):
 
 _C_ClearElrRecord = ClearElrRecord
 _C_ClearElrRecord._JSON = (
-    ('topic_name', 'TopicName', 'str', 0, None, None),
+    ('topic_name', 'TopicName', 'str', 0, None, None, None, None),
 )
 
 
@@ -3197,6 +3273,8 @@ def _w_ClearElrRecord(o, w, version):
         w.compact_string(o.topic_name, False)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ClearElrRecord' if f is None else 'ClearElrRecord.' + f)

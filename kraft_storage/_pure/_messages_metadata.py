@@ -134,27 +134,27 @@ _C_RegisterBrokerRecord = RegisterBrokerRecord
 _C_RegisterBrokerRecord__BrokerEndpoint = RegisterBrokerRecord.BrokerEndpoint
 _C_RegisterBrokerRecord__BrokerFeature = RegisterBrokerRecord.BrokerFeature
 _C_RegisterBrokerRecord._JSON = (
-    ('broker_id', 'BrokerId', 'int', 0, None, None),
-    ('is_migrating_zk_broker', 'IsMigratingZkBroker', 'bool', 2, None, None),
-    ('incarnation_id', 'IncarnationId', 'uuid', 0, None, None),
-    ('broker_epoch', 'BrokerEpoch', 'int', 0, None, None),
-    ('end_points', 'EndPoints', '[]struct', 0, None, _C_RegisterBrokerRecord__BrokerEndpoint),
-    ('features', 'Features', '[]struct', 0, None, _C_RegisterBrokerRecord__BrokerFeature),
-    ('rack', 'Rack', 'str', 0, None, None),
-    ('fenced', 'Fenced', 'bool', 0, None, None),
-    ('in_controlled_shutdown', 'InControlledShutdown', 'bool', 1, None, None),
-    ('log_dirs', 'LogDirs', '[]uuid', 3, None, None),
+    ('broker_id', 'BrokerId', 'int32', 0, None, None, None, None),
+    ('is_migrating_zk_broker', 'IsMigratingZkBroker', 'bool', 2, None, None, None, None),
+    ('incarnation_id', 'IncarnationId', 'uuid', 0, None, None, None, None),
+    ('broker_epoch', 'BrokerEpoch', 'int64', 0, None, None, None, None),
+    ('end_points', 'EndPoints', '[]struct', 0, None, _C_RegisterBrokerRecord__BrokerEndpoint, None, None),
+    ('features', 'Features', '[]struct', 0, None, _C_RegisterBrokerRecord__BrokerFeature, None, None),
+    ('rack', 'Rack', 'str', 0, None, None, 0, None),
+    ('fenced', 'Fenced', 'bool', 0, None, None, None, None),
+    ('in_controlled_shutdown', 'InControlledShutdown', 'bool', 1, None, None, None, None),
+    ('log_dirs', 'LogDirs', '[]uuid', 3, None, None, None, None),
 )
 _C_RegisterBrokerRecord__BrokerEndpoint._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('host', 'Host', 'str', 0, None, None),
-    ('port', 'Port', 'int', 0, None, None),
-    ('security_protocol', 'SecurityProtocol', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('host', 'Host', 'str', 0, None, None, None, None),
+    ('port', 'Port', 'uint16', 0, None, None, None, None),
+    ('security_protocol', 'SecurityProtocol', 'int16', 0, None, None, None, None),
 )
 _C_RegisterBrokerRecord__BrokerFeature._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('min_supported_version', 'MinSupportedVersion', 'int', 0, None, None),
-    ('max_supported_version', 'MaxSupportedVersion', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('min_supported_version', 'MinSupportedVersion', 'int16', 0, None, None, None, None),
+    ('max_supported_version', 'MaxSupportedVersion', 'int16', 0, None, None, None, None),
 )
 
 
@@ -261,6 +261,11 @@ def _w_RegisterBrokerRecord(o, w, version):
                 for e in o.log_dirs:
                     t.uuid(e)
             tags.append((0, t.getvalue()))
+        if o.unknown_tagged_fields:
+            if version <= 2:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
+            elif version >= 3:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0,))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('RegisterBrokerRecord' if f is None else 'RegisterBrokerRecord.' + f)
@@ -311,6 +316,8 @@ def _w_RegisterBrokerRecord__BrokerEndpoint(o, w, version):
         w.int16(o.security_protocol)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('BrokerEndpoint' if f is None else 'BrokerEndpoint.' + f)
@@ -357,6 +364,8 @@ def _w_RegisterBrokerRecord__BrokerFeature(o, w, version):
         w.int16(o.max_supported_version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('BrokerFeature' if f is None else 'BrokerFeature.' + f)
@@ -399,8 +408,8 @@ class UnregisterBrokerRecord(_Base):
 
 _C_UnregisterBrokerRecord = UnregisterBrokerRecord
 _C_UnregisterBrokerRecord._JSON = (
-    ('broker_id', 'BrokerId', 'int', 0, None, None),
-    ('broker_epoch', 'BrokerEpoch', 'int', 0, None, None),
+    ('broker_id', 'BrokerId', 'int32', 0, None, None, None, None),
+    ('broker_epoch', 'BrokerEpoch', 'int64', 0, None, None, None, None),
 )
 
 
@@ -439,6 +448,8 @@ def _w_UnregisterBrokerRecord(o, w, version):
         w.int64(o.broker_epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('UnregisterBrokerRecord' if f is None else 'UnregisterBrokerRecord.' + f)
@@ -481,8 +492,8 @@ class TopicRecord(_Base):
 
 _C_TopicRecord = TopicRecord
 _C_TopicRecord._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('topic_id', 'TopicId', 'uuid', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('topic_id', 'TopicId', 'uuid', 0, None, None, None, None),
 )
 
 
@@ -521,6 +532,8 @@ def _w_TopicRecord(o, w, version):
         w.uuid(o.topic_id)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('TopicRecord' if f is None else 'TopicRecord.' + f)
@@ -585,19 +598,19 @@ class PartitionRecord(_Base):
 
 _C_PartitionRecord = PartitionRecord
 _C_PartitionRecord._JSON = (
-    ('partition_id', 'PartitionId', 'int', 0, None, None),
-    ('topic_id', 'TopicId', 'uuid', 0, None, None),
-    ('replicas', 'Replicas', '[]int', 0, None, None),
-    ('isr', 'Isr', '[]int', 0, None, None),
-    ('removing_replicas', 'RemovingReplicas', '[]int', 0, None, None),
-    ('adding_replicas', 'AddingReplicas', '[]int', 0, None, None),
-    ('leader', 'Leader', 'int', 0, None, None),
-    ('leader_recovery_state', 'LeaderRecoveryState', 'int', 0, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 0, None, None),
-    ('partition_epoch', 'PartitionEpoch', 'int', 0, None, None),
-    ('directories', 'Directories', '[]uuid', 1, None, None),
-    ('eligible_leader_replicas', 'EligibleLeaderReplicas', '[]int', 2, None, None),
-    ('last_known_elr', 'LastKnownElr', '[]int', 2, None, None),
+    ('partition_id', 'PartitionId', 'int32', 0, None, None, None, None),
+    ('topic_id', 'TopicId', 'uuid', 0, None, None, None, None),
+    ('replicas', 'Replicas', '[]int32', 0, None, None, None, None),
+    ('isr', 'Isr', '[]int32', 0, None, None, None, None),
+    ('removing_replicas', 'RemovingReplicas', '[]int32', 0, None, None, None, None),
+    ('adding_replicas', 'AddingReplicas', '[]int32', 0, None, None, None, None),
+    ('leader', 'Leader', 'int32', 0, None, None, None, None),
+    ('leader_recovery_state', 'LeaderRecoveryState', 'int8', 0, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 0, None, None, None, None),
+    ('partition_epoch', 'PartitionEpoch', 'int32', 0, None, None, None, None),
+    ('directories', 'Directories', '[]uuid', 1, None, None, None, None),
+    ('eligible_leader_replicas', 'EligibleLeaderReplicas', '[]int32', 2, None, None, 2, None),
+    ('last_known_elr', 'LastKnownElr', '[]int32', 2, None, None, 2, None),
 )
 
 
@@ -741,6 +754,11 @@ def _w_PartitionRecord(o, w, version):
                 for e in o.last_known_elr:
                     t.int32(e)
             tags.append((2, t.getvalue()))
+        if o.unknown_tagged_fields:
+            if version <= 1:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0,))
+            elif version >= 2:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0, 1, 2))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('PartitionRecord' if f is None else 'PartitionRecord.' + f)
@@ -787,10 +805,10 @@ class ConfigRecord(_Base):
 
 _C_ConfigRecord = ConfigRecord
 _C_ConfigRecord._JSON = (
-    ('resource_type', 'ResourceType', 'int', 0, None, None),
-    ('resource_name', 'ResourceName', 'str', 0, None, None),
-    ('name', 'Name', 'str', 0, None, None),
-    ('value', 'Value', 'str', 0, None, None),
+    ('resource_type', 'ResourceType', 'int8', 0, None, None, None, None),
+    ('resource_name', 'ResourceName', 'str', 0, None, None, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('value', 'Value', 'str', 0, None, None, 0, None),
 )
 
 
@@ -837,6 +855,8 @@ def _w_ConfigRecord(o, w, version):
         w.compact_string(o.value, True)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ConfigRecord' if f is None else 'ConfigRecord.' + f)
@@ -897,17 +917,17 @@ class PartitionChangeRecord(_Base):
 
 _C_PartitionChangeRecord = PartitionChangeRecord
 _C_PartitionChangeRecord._JSON = (
-    ('partition_id', 'PartitionId', 'int', 0, None, None),
-    ('topic_id', 'TopicId', 'uuid', 0, None, None),
-    ('isr', 'Isr', '[]int', 0, None, None),
-    ('leader', 'Leader', 'int', 0, None, None),
-    ('replicas', 'Replicas', '[]int', 0, None, None),
-    ('removing_replicas', 'RemovingReplicas', '[]int', 0, None, None),
-    ('adding_replicas', 'AddingReplicas', '[]int', 0, None, None),
-    ('leader_recovery_state', 'LeaderRecoveryState', 'int', 0, None, None),
-    ('directories', 'Directories', '[]uuid', 1, None, None),
-    ('eligible_leader_replicas', 'EligibleLeaderReplicas', '[]int', 2, None, None),
-    ('last_known_elr', 'LastKnownElr', '[]int', 2, None, None),
+    ('partition_id', 'PartitionId', 'int32', 0, None, None, None, None),
+    ('topic_id', 'TopicId', 'uuid', 0, None, None, None, None),
+    ('isr', 'Isr', '[]int32', 0, None, None, 0, None),
+    ('leader', 'Leader', 'int32', 0, None, None, None, None),
+    ('replicas', 'Replicas', '[]int32', 0, None, None, 0, None),
+    ('removing_replicas', 'RemovingReplicas', '[]int32', 0, None, None, 0, None),
+    ('adding_replicas', 'AddingReplicas', '[]int32', 0, None, None, 0, None),
+    ('leader_recovery_state', 'LeaderRecoveryState', 'int8', 0, None, None, None, None),
+    ('directories', 'Directories', '[]uuid', 1, None, None, 1, None),
+    ('eligible_leader_replicas', 'EligibleLeaderReplicas', '[]int32', 2, None, None, 2, None),
+    ('last_known_elr', 'LastKnownElr', '[]int32', 2, None, None, 2, None),
 )
 
 
@@ -1088,6 +1108,13 @@ def _w_PartitionChangeRecord(o, w, version):
                 for e in o.directories:
                     t.uuid(e)
             tags.append((8, t.getvalue()))
+        if o.unknown_tagged_fields:
+            if version <= 0:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0, 1, 2, 3, 4, 5))
+            elif version == 1:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0, 1, 2, 3, 4, 5, 8))
+            elif version >= 2:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0, 1, 2, 3, 4, 5, 6, 7, 8))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('PartitionChangeRecord' if f is None else 'PartitionChangeRecord.' + f)
@@ -1130,8 +1157,8 @@ class FenceBrokerRecord(_Base):
 
 _C_FenceBrokerRecord = FenceBrokerRecord
 _C_FenceBrokerRecord._JSON = (
-    ('id', 'Id', 'int', 0, None, None),
-    ('epoch', 'Epoch', 'int', 0, None, None),
+    ('id', 'Id', 'int32', 0, None, None, None, None),
+    ('epoch', 'Epoch', 'int64', 0, None, None, None, None),
 )
 
 
@@ -1170,6 +1197,8 @@ def _w_FenceBrokerRecord(o, w, version):
         w.int64(o.epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('FenceBrokerRecord' if f is None else 'FenceBrokerRecord.' + f)
@@ -1212,8 +1241,8 @@ class UnfenceBrokerRecord(_Base):
 
 _C_UnfenceBrokerRecord = UnfenceBrokerRecord
 _C_UnfenceBrokerRecord._JSON = (
-    ('id', 'Id', 'int', 0, None, None),
-    ('epoch', 'Epoch', 'int', 0, None, None),
+    ('id', 'Id', 'int32', 0, None, None, None, None),
+    ('epoch', 'Epoch', 'int64', 0, None, None, None, None),
 )
 
 
@@ -1252,6 +1281,8 @@ def _w_UnfenceBrokerRecord(o, w, version):
         w.int64(o.epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('UnfenceBrokerRecord' if f is None else 'UnfenceBrokerRecord.' + f)
@@ -1292,7 +1323,7 @@ class RemoveTopicRecord(_Base):
 
 _C_RemoveTopicRecord = RemoveTopicRecord
 _C_RemoveTopicRecord._JSON = (
-    ('topic_id', 'TopicId', 'uuid', 0, None, None),
+    ('topic_id', 'TopicId', 'uuid', 0, None, None, None, None),
 )
 
 
@@ -1327,6 +1358,8 @@ def _w_RemoveTopicRecord(o, w, version):
         w.uuid(o.topic_id)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('RemoveTopicRecord' if f is None else 'RemoveTopicRecord.' + f)
@@ -1379,13 +1412,13 @@ class DelegationTokenRecord(_Base):
 
 _C_DelegationTokenRecord = DelegationTokenRecord
 _C_DelegationTokenRecord._JSON = (
-    ('owner', 'Owner', 'str', 0, None, None),
-    ('requester', 'Requester', 'str', 0, None, None),
-    ('renewers', 'Renewers', '[]str', 0, None, None),
-    ('issue_timestamp', 'IssueTimestamp', 'int', 0, None, None),
-    ('max_timestamp', 'MaxTimestamp', 'int', 0, None, None),
-    ('expiration_timestamp', 'ExpirationTimestamp', 'int', 0, None, None),
-    ('token_id', 'TokenId', 'str', 0, None, None),
+    ('owner', 'Owner', 'str', 0, None, None, None, None),
+    ('requester', 'Requester', 'str', 0, None, None, None, None),
+    ('renewers', 'Renewers', '[]str', 0, None, None, None, None),
+    ('issue_timestamp', 'IssueTimestamp', 'int64', 0, None, None, None, None),
+    ('max_timestamp', 'MaxTimestamp', 'int64', 0, None, None, None, None),
+    ('expiration_timestamp', 'ExpirationTimestamp', 'int64', 0, None, None, None, None),
+    ('token_id', 'TokenId', 'str', 0, None, None, None, None),
 )
 
 
@@ -1447,6 +1480,8 @@ def _w_DelegationTokenRecord(o, w, version):
         w.compact_string(o.token_id, False)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('DelegationTokenRecord' if f is None else 'DelegationTokenRecord.' + f)
@@ -1497,12 +1532,12 @@ class UserScramCredentialRecord(_Base):
 
 _C_UserScramCredentialRecord = UserScramCredentialRecord
 _C_UserScramCredentialRecord._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('mechanism', 'Mechanism', 'int', 0, None, None),
-    ('salt', 'Salt', 'bytes', 0, None, None),
-    ('stored_key', 'StoredKey', 'bytes', 0, None, None),
-    ('server_key', 'ServerKey', 'bytes', 0, None, None),
-    ('iterations', 'Iterations', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('mechanism', 'Mechanism', 'int8', 0, None, None, None, None),
+    ('salt', 'Salt', 'bytes', 0, None, None, None, None),
+    ('stored_key', 'StoredKey', 'bytes', 0, None, None, None, None),
+    ('server_key', 'ServerKey', 'bytes', 0, None, None, None, None),
+    ('iterations', 'Iterations', 'int32', 0, None, None, None, None),
 )
 
 
@@ -1557,6 +1592,8 @@ def _w_UserScramCredentialRecord(o, w, version):
         w.int32(o.iterations)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('UserScramCredentialRecord' if f is None else 'UserScramCredentialRecord.' + f)
@@ -1599,8 +1636,8 @@ class FeatureLevelRecord(_Base):
 
 _C_FeatureLevelRecord = FeatureLevelRecord
 _C_FeatureLevelRecord._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('feature_level', 'FeatureLevel', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('feature_level', 'FeatureLevel', 'int16', 0, None, None, None, None),
 )
 
 
@@ -1639,6 +1676,8 @@ def _w_FeatureLevelRecord(o, w, version):
         w.int16(o.feature_level)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('FeatureLevelRecord' if f is None else 'FeatureLevelRecord.' + f)
@@ -1712,14 +1751,14 @@ class ClientQuotaRecord(_Base):
 _C_ClientQuotaRecord = ClientQuotaRecord
 _C_ClientQuotaRecord__EntityData = ClientQuotaRecord.EntityData
 _C_ClientQuotaRecord._JSON = (
-    ('entity', 'Entity', '[]struct', 0, None, _C_ClientQuotaRecord__EntityData),
-    ('key', 'Key', 'str', 0, None, None),
-    ('value', 'Value', 'float', 0, None, None),
-    ('remove', 'Remove', 'bool', 0, None, None),
+    ('entity', 'Entity', '[]struct', 0, None, _C_ClientQuotaRecord__EntityData, None, None),
+    ('key', 'Key', 'str', 0, None, None, None, None),
+    ('value', 'Value', 'float', 0, None, None, None, None),
+    ('remove', 'Remove', 'bool', 0, None, None, None, None),
 )
 _C_ClientQuotaRecord__EntityData._JSON = (
-    ('entity_type', 'EntityType', 'str', 0, None, None),
-    ('entity_name', 'EntityName', 'str', 0, None, None),
+    ('entity_type', 'EntityType', 'str', 0, None, None, None, None),
+    ('entity_name', 'EntityName', 'str', 0, None, None, 0, None),
 )
 
 
@@ -1769,6 +1808,8 @@ def _w_ClientQuotaRecord(o, w, version):
         w.boolean(o.remove)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ClientQuotaRecord' if f is None else 'ClientQuotaRecord.' + f)
@@ -1811,6 +1852,8 @@ def _w_ClientQuotaRecord__EntityData(o, w, version):
         w.compact_string(o.entity_name, True)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('EntityData' if f is None else 'EntityData.' + f)
@@ -1855,9 +1898,9 @@ class ProducerIdsRecord(_Base):
 
 _C_ProducerIdsRecord = ProducerIdsRecord
 _C_ProducerIdsRecord._JSON = (
-    ('broker_id', 'BrokerId', 'int', 0, None, None),
-    ('broker_epoch', 'BrokerEpoch', 'int', 0, None, None),
-    ('next_producer_id', 'NextProducerId', 'int', 0, None, None),
+    ('broker_id', 'BrokerId', 'int32', 0, None, None, None, None),
+    ('broker_epoch', 'BrokerEpoch', 'int64', 0, None, None, None, None),
+    ('next_producer_id', 'NextProducerId', 'int64', 0, None, None, None, None),
 )
 
 
@@ -1900,6 +1943,8 @@ def _w_ProducerIdsRecord(o, w, version):
         w.int64(o.next_producer_id)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ProducerIdsRecord' if f is None else 'ProducerIdsRecord.' + f)
@@ -1948,11 +1993,11 @@ class BrokerRegistrationChangeRecord(_Base):
 
 _C_BrokerRegistrationChangeRecord = BrokerRegistrationChangeRecord
 _C_BrokerRegistrationChangeRecord._JSON = (
-    ('broker_id', 'BrokerId', 'int', 0, None, None),
-    ('broker_epoch', 'BrokerEpoch', 'int', 0, None, None),
-    ('fenced', 'Fenced', 'int', 0, None, None),
-    ('in_controlled_shutdown', 'InControlledShutdown', 'int', 1, None, None),
-    ('log_dirs', 'LogDirs', '[]uuid', 2, None, None),
+    ('broker_id', 'BrokerId', 'int32', 0, None, None, None, None),
+    ('broker_epoch', 'BrokerEpoch', 'int64', 0, None, None, None, None),
+    ('fenced', 'Fenced', 'int8', 0, None, None, None, None),
+    ('in_controlled_shutdown', 'InControlledShutdown', 'int8', 1, None, None, None, None),
+    ('log_dirs', 'LogDirs', '[]uuid', 2, None, None, None, None),
 )
 
 
@@ -2039,6 +2084,13 @@ def _w_BrokerRegistrationChangeRecord(o, w, version):
                 for e in o.log_dirs:
                     t.uuid(e)
             tags.append((2, t.getvalue()))
+        if o.unknown_tagged_fields:
+            if version <= 0:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0,))
+            elif version == 1:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0, 1))
+            elif version >= 2:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0, 1, 2))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('BrokerRegistrationChangeRecord' if f is None else 'BrokerRegistrationChangeRecord.' + f)
@@ -2093,14 +2145,14 @@ class AccessControlEntryRecord(_Base):
 
 _C_AccessControlEntryRecord = AccessControlEntryRecord
 _C_AccessControlEntryRecord._JSON = (
-    ('id', 'Id', 'uuid', 0, None, None),
-    ('resource_type', 'ResourceType', 'int', 0, None, None),
-    ('resource_name', 'ResourceName', 'str', 0, None, None),
-    ('pattern_type', 'PatternType', 'int', 0, None, None),
-    ('principal', 'Principal', 'str', 0, None, None),
-    ('host', 'Host', 'str', 0, None, None),
-    ('operation', 'Operation', 'int', 0, None, None),
-    ('permission_type', 'PermissionType', 'int', 0, None, None),
+    ('id', 'Id', 'uuid', 0, None, None, None, None),
+    ('resource_type', 'ResourceType', 'int8', 0, None, None, None, None),
+    ('resource_name', 'ResourceName', 'str', 0, None, None, None, None),
+    ('pattern_type', 'PatternType', 'int8', 0, None, None, None, None),
+    ('principal', 'Principal', 'str', 0, None, None, None, None),
+    ('host', 'Host', 'str', 0, None, None, None, None),
+    ('operation', 'Operation', 'int8', 0, None, None, None, None),
+    ('permission_type', 'PermissionType', 'int8', 0, None, None, None, None),
 )
 
 
@@ -2163,6 +2215,8 @@ def _w_AccessControlEntryRecord(o, w, version):
         w.int8(o.permission_type)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('AccessControlEntryRecord' if f is None else 'AccessControlEntryRecord.' + f)
@@ -2203,7 +2257,7 @@ class RemoveAccessControlEntryRecord(_Base):
 
 _C_RemoveAccessControlEntryRecord = RemoveAccessControlEntryRecord
 _C_RemoveAccessControlEntryRecord._JSON = (
-    ('id', 'Id', 'uuid', 0, None, None),
+    ('id', 'Id', 'uuid', 0, None, None, None, None),
 )
 
 
@@ -2238,6 +2292,8 @@ def _w_RemoveAccessControlEntryRecord(o, w, version):
         w.uuid(o.id)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('RemoveAccessControlEntryRecord' if f is None else 'RemoveAccessControlEntryRecord.' + f)
@@ -2305,6 +2361,8 @@ def _w_NoOpRecord(o, w, version):
     try:
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('NoOpRecord' if f is None else 'NoOpRecord.' + f)
@@ -2345,7 +2403,7 @@ class ZkMigrationStateRecord(_Base):
 
 _C_ZkMigrationStateRecord = ZkMigrationStateRecord
 _C_ZkMigrationStateRecord._JSON = (
-    ('zk_migration_state', 'ZkMigrationState', 'int', 0, None, None),
+    ('zk_migration_state', 'ZkMigrationState', 'int8', 0, None, None, None, None),
 )
 
 
@@ -2380,6 +2438,8 @@ def _w_ZkMigrationStateRecord(o, w, version):
         w.int8(o.zk_migration_state)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ZkMigrationStateRecord' if f is None else 'ZkMigrationStateRecord.' + f)
@@ -2422,8 +2482,8 @@ class RemoveUserScramCredentialRecord(_Base):
 
 _C_RemoveUserScramCredentialRecord = RemoveUserScramCredentialRecord
 _C_RemoveUserScramCredentialRecord._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('mechanism', 'Mechanism', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('mechanism', 'Mechanism', 'int8', 0, None, None, None, None),
 )
 
 
@@ -2462,6 +2522,8 @@ def _w_RemoveUserScramCredentialRecord(o, w, version):
         w.int8(o.mechanism)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('RemoveUserScramCredentialRecord' if f is None else 'RemoveUserScramCredentialRecord.' + f)
@@ -2502,7 +2564,7 @@ class BeginTransactionRecord(_Base):
 
 _C_BeginTransactionRecord = BeginTransactionRecord
 _C_BeginTransactionRecord._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, 0, None),
 )
 
 
@@ -2546,6 +2608,8 @@ def _w_BeginTransactionRecord(o, w, version):
             t = Writer()
             t.compact_string(o.name, True)
             tags.append((0, t.getvalue()))
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, (0,))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('BeginTransactionRecord' if f is None else 'BeginTransactionRecord.' + f)
@@ -2613,6 +2677,8 @@ def _w_EndTransactionRecord(o, w, version):
     try:
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('EndTransactionRecord' if f is None else 'EndTransactionRecord.' + f)
@@ -2653,7 +2719,7 @@ class AbortTransactionRecord(_Base):
 
 _C_AbortTransactionRecord = AbortTransactionRecord
 _C_AbortTransactionRecord._JSON = (
-    ('reason', 'Reason', 'str', 0, None, None),
+    ('reason', 'Reason', 'str', 0, None, None, 0, None),
 )
 
 
@@ -2697,6 +2763,8 @@ def _w_AbortTransactionRecord(o, w, version):
             t = Writer()
             t.compact_string(o.reason, True)
             tags.append((0, t.getvalue()))
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, (0,))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('AbortTransactionRecord' if f is None else 'AbortTransactionRecord.' + f)
@@ -2737,7 +2805,7 @@ class RemoveDelegationTokenRecord(_Base):
 
 _C_RemoveDelegationTokenRecord = RemoveDelegationTokenRecord
 _C_RemoveDelegationTokenRecord._JSON = (
-    ('token_id', 'TokenId', 'str', 0, None, None),
+    ('token_id', 'TokenId', 'str', 0, None, None, None, None),
 )
 
 
@@ -2772,6 +2840,8 @@ def _w_RemoveDelegationTokenRecord(o, w, version):
         w.compact_string(o.token_id, False)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('RemoveDelegationTokenRecord' if f is None else 'RemoveDelegationTokenRecord.' + f)
@@ -2880,22 +2950,22 @@ _C_RegisterControllerRecord = RegisterControllerRecord
 _C_RegisterControllerRecord__ControllerEndpoint = RegisterControllerRecord.ControllerEndpoint
 _C_RegisterControllerRecord__ControllerFeature = RegisterControllerRecord.ControllerFeature
 _C_RegisterControllerRecord._JSON = (
-    ('controller_id', 'ControllerId', 'int', 0, None, None),
-    ('incarnation_id', 'IncarnationId', 'uuid', 0, None, None),
-    ('zk_migration_ready', 'ZkMigrationReady', 'bool', 0, None, None),
-    ('end_points', 'EndPoints', '[]struct', 0, None, _C_RegisterControllerRecord__ControllerEndpoint),
-    ('features', 'Features', '[]struct', 0, None, _C_RegisterControllerRecord__ControllerFeature),
+    ('controller_id', 'ControllerId', 'int32', 0, None, None, None, None),
+    ('incarnation_id', 'IncarnationId', 'uuid', 0, None, None, None, None),
+    ('zk_migration_ready', 'ZkMigrationReady', 'bool', 0, None, None, None, None),
+    ('end_points', 'EndPoints', '[]struct', 0, None, _C_RegisterControllerRecord__ControllerEndpoint, None, None),
+    ('features', 'Features', '[]struct', 0, None, _C_RegisterControllerRecord__ControllerFeature, None, None),
 )
 _C_RegisterControllerRecord__ControllerEndpoint._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('host', 'Host', 'str', 0, None, None),
-    ('port', 'Port', 'int', 0, None, None),
-    ('security_protocol', 'SecurityProtocol', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('host', 'Host', 'str', 0, None, None, None, None),
+    ('port', 'Port', 'uint16', 0, None, None, None, None),
+    ('security_protocol', 'SecurityProtocol', 'int16', 0, None, None, None, None),
 )
 _C_RegisterControllerRecord__ControllerFeature._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('min_supported_version', 'MinSupportedVersion', 'int', 0, None, None),
-    ('max_supported_version', 'MaxSupportedVersion', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('min_supported_version', 'MinSupportedVersion', 'int16', 0, None, None, None, None),
+    ('max_supported_version', 'MaxSupportedVersion', 'int16', 0, None, None, None, None),
 )
 
 
@@ -2952,6 +3022,8 @@ def _w_RegisterControllerRecord(o, w, version):
                 _w_RegisterControllerRecord__ControllerFeature(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('RegisterControllerRecord' if f is None else 'RegisterControllerRecord.' + f)
@@ -3002,6 +3074,8 @@ def _w_RegisterControllerRecord__ControllerEndpoint(o, w, version):
         w.int16(o.security_protocol)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ControllerEndpoint' if f is None else 'ControllerEndpoint.' + f)
@@ -3048,6 +3122,8 @@ def _w_RegisterControllerRecord__ControllerFeature(o, w, version):
         w.int16(o.max_supported_version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ControllerFeature' if f is None else 'ControllerFeature.' + f)
@@ -3088,7 +3164,7 @@ class ClearElrRecord(_Base):
 
 _C_ClearElrRecord = ClearElrRecord
 _C_ClearElrRecord._JSON = (
-    ('topic_name', 'TopicName', 'str', 0, None, None),
+    ('topic_name', 'TopicName', 'str', 0, None, None, None, None),
 )
 
 
@@ -3123,6 +3199,8 @@ def _w_ClearElrRecord(o, w, version):
         w.compact_string(o.topic_name, False)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ClearElrRecord' if f is None else 'ClearElrRecord.' + f)

@@ -10,6 +10,7 @@ from kraft_storage.messages._runtime import (
 )
 from kraft_storage.messages._runtime import Reader
 
+_reader = Reader
 _Base = Message
 
 
@@ -82,14 +83,14 @@ class LeaderChangeMessage(_Base):
 _C_LeaderChangeMessage = LeaderChangeMessage
 _C_LeaderChangeMessage__Voter = LeaderChangeMessage.Voter
 _C_LeaderChangeMessage._JSON = (
-    ('version', 'Version', 'int', 0, None, None),
-    ('leader_id', 'LeaderId', 'int', 0, None, None),
-    ('voters', 'Voters', '[]struct', 0, None, _C_LeaderChangeMessage__Voter),
-    ('granting_voters', 'GrantingVoters', '[]struct', 0, None, _C_LeaderChangeMessage__Voter),
+    ('version', 'Version', 'int16', 0, None, None, None, None),
+    ('leader_id', 'LeaderId', 'int32', 0, None, None, None, None),
+    ('voters', 'Voters', '[]struct', 0, None, _C_LeaderChangeMessage__Voter, None, None),
+    ('granting_voters', 'GrantingVoters', '[]struct', 0, None, _C_LeaderChangeMessage__Voter, None, None),
 )
 _C_LeaderChangeMessage__Voter._JSON = (
-    ('voter_id', 'VoterId', 'int', 0, None, None),
-    ('voter_directory_id', 'VoterDirectoryId', 'uuid', 1, None, None),
+    ('voter_id', 'VoterId', 'int32', 0, None, None, None, None),
+    ('voter_directory_id', 'VoterDirectoryId', 'uuid', 1, None, None, None, None),
 )
 
 
@@ -111,7 +112,7 @@ def _r_LeaderChangeMessage(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -142,6 +143,8 @@ def _w_LeaderChangeMessage(o, w, version):
                 _w_LeaderChangeMessage__Voter(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('LeaderChangeMessage' if f is None else 'LeaderChangeMessage.' + f)
@@ -164,7 +167,7 @@ def _r_LeaderChangeMessage__Voter(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -191,6 +194,8 @@ def _w_LeaderChangeMessage__Voter(o, w, version):
             w.uuid(o.voter_directory_id)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('Voter' if f is None else 'Voter.' + f)
@@ -230,8 +235,8 @@ class SnapshotHeaderRecord(_Base):
 
 _C_SnapshotHeaderRecord = SnapshotHeaderRecord
 _C_SnapshotHeaderRecord._JSON = (
-    ('version', 'Version', 'int', 0, None, None),
-    ('last_contained_log_timestamp', 'LastContainedLogTimestamp', 'int', 0, None, None),
+    ('version', 'Version', 'int16', 0, None, None, None, None),
+    ('last_contained_log_timestamp', 'LastContainedLogTimestamp', 'int64', 0, None, None, None, None),
 )
 
 
@@ -247,7 +252,7 @@ def _r_SnapshotHeaderRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -270,6 +275,8 @@ def _w_SnapshotHeaderRecord(o, w, version):
         w.int64(o.last_contained_log_timestamp)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('SnapshotHeaderRecord' if f is None else 'SnapshotHeaderRecord.' + f)
@@ -307,7 +314,7 @@ class SnapshotFooterRecord(_Base):
 
 _C_SnapshotFooterRecord = SnapshotFooterRecord
 _C_SnapshotFooterRecord._JSON = (
-    ('version', 'Version', 'int', 0, None, None),
+    ('version', 'Version', 'int16', 0, None, None, None, None),
 )
 
 
@@ -321,7 +328,7 @@ def _r_SnapshotFooterRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -342,6 +349,8 @@ def _w_SnapshotFooterRecord(o, w, version):
         w.int16(o.version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('SnapshotFooterRecord' if f is None else 'SnapshotFooterRecord.' + f)
@@ -381,8 +390,8 @@ class KRaftVersionRecord(_Base):
 
 _C_KRaftVersionRecord = KRaftVersionRecord
 _C_KRaftVersionRecord._JSON = (
-    ('version', 'Version', 'int', 0, None, None),
-    ('k_raft_version', 'KRaftVersion', 'int', 0, None, None),
+    ('version', 'Version', 'int16', 0, None, None, None, None),
+    ('k_raft_version', 'KRaftVersion', 'int16', 0, None, None, None, None),
 )
 
 
@@ -398,7 +407,7 @@ def _r_KRaftVersionRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -421,6 +430,8 @@ def _w_KRaftVersionRecord(o, w, version):
         w.int16(o.k_raft_version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('KRaftVersionRecord' if f is None else 'KRaftVersionRecord.' + f)
@@ -547,23 +558,23 @@ _C_VotersRecord__Voter = VotersRecord.Voter
 _C_VotersRecord__Endpoint = VotersRecord.Endpoint
 _C_VotersRecord__KRaftVersionFeature = VotersRecord.KRaftVersionFeature
 _C_VotersRecord._JSON = (
-    ('version', 'Version', 'int', 0, None, None),
-    ('voters', 'Voters', '[]struct', 0, None, _C_VotersRecord__Voter),
+    ('version', 'Version', 'int16', 0, None, None, None, None),
+    ('voters', 'Voters', '[]struct', 0, None, _C_VotersRecord__Voter, None, None),
 )
 _C_VotersRecord__Voter._JSON = (
-    ('voter_id', 'VoterId', 'int', 0, None, None),
-    ('voter_directory_id', 'VoterDirectoryId', 'uuid', 0, None, None),
-    ('endpoints', 'Endpoints', '[]struct', 0, None, _C_VotersRecord__Endpoint),
-    ('k_raft_version_feature', 'KRaftVersionFeature', 'struct', 0, None, _C_VotersRecord__KRaftVersionFeature),
+    ('voter_id', 'VoterId', 'int32', 0, None, None, None, None),
+    ('voter_directory_id', 'VoterDirectoryId', 'uuid', 0, None, None, None, None),
+    ('endpoints', 'Endpoints', '[]struct', 0, None, _C_VotersRecord__Endpoint, None, None),
+    ('k_raft_version_feature', 'KRaftVersionFeature', 'struct', 0, None, _C_VotersRecord__KRaftVersionFeature, None, None),
 )
 _C_VotersRecord__Endpoint._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('host', 'Host', 'str', 0, None, None),
-    ('port', 'Port', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('host', 'Host', 'str', 0, None, None, None, None),
+    ('port', 'Port', 'uint16', 0, None, None, None, None),
 )
 _C_VotersRecord__KRaftVersionFeature._JSON = (
-    ('min_supported_version', 'MinSupportedVersion', 'int', 0, None, None),
-    ('max_supported_version', 'MaxSupportedVersion', 'int', 0, None, None),
+    ('min_supported_version', 'MinSupportedVersion', 'int16', 0, None, None, None, None),
+    ('max_supported_version', 'MaxSupportedVersion', 'int16', 0, None, None, None, None),
 )
 
 
@@ -580,7 +591,7 @@ def _r_VotersRecord(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -605,6 +616,8 @@ def _w_VotersRecord(o, w, version):
                 _w_VotersRecord__Voter(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('VotersRecord' if f is None else 'VotersRecord.' + f)
@@ -629,7 +642,7 @@ def _r_VotersRecord__Voter(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -660,6 +673,8 @@ def _w_VotersRecord__Voter(o, w, version):
         _w_VotersRecord__KRaftVersionFeature(o.k_raft_version_feature, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('Voter' if f is None else 'Voter.' + f)
@@ -681,7 +696,7 @@ def _r_VotersRecord__Endpoint(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -706,6 +721,8 @@ def _w_VotersRecord__Endpoint(o, w, version):
         w.uint16(o.port)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('Endpoint' if f is None else 'Endpoint.' + f)
@@ -725,7 +742,7 @@ def _r_VotersRecord__KRaftVersionFeature(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -748,6 +765,8 @@ def _w_VotersRecord__KRaftVersionFeature(o, w, version):
         w.int16(o.max_supported_version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('KRaftVersionFeature' if f is None else 'KRaftVersionFeature.' + f)

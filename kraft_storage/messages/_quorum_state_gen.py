@@ -10,6 +10,7 @@ from kraft_storage.messages._runtime import (
 )
 from kraft_storage.messages._runtime import Reader
 
+_reader = Reader
 _Base = Message
 
 
@@ -86,16 +87,16 @@ class QuorumStateData(_Base):
 _C_QuorumStateData = QuorumStateData
 _C_QuorumStateData__Voter = QuorumStateData.Voter
 _C_QuorumStateData._JSON = (
-    ('cluster_id', 'ClusterId', 'str', 0, 0, None),
-    ('leader_id', 'LeaderId', 'int', 0, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 0, None, None),
-    ('voted_id', 'VotedId', 'int', 0, None, None),
-    ('voted_directory_id', 'VotedDirectoryId', 'uuid', 1, None, None),
-    ('applied_offset', 'AppliedOffset', 'int', 0, 0, None),
-    ('current_voters', 'CurrentVoters', '[]struct', 0, 0, _C_QuorumStateData__Voter),
+    ('cluster_id', 'ClusterId', 'str', 0, 0, None, None, None),
+    ('leader_id', 'LeaderId', 'int32', 0, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 0, None, None, None, None),
+    ('voted_id', 'VotedId', 'int32', 0, None, None, None, None),
+    ('voted_directory_id', 'VotedDirectoryId', 'uuid', 1, None, None, None, None),
+    ('applied_offset', 'AppliedOffset', 'int64', 0, 0, None, None, None),
+    ('current_voters', 'CurrentVoters', '[]struct', 0, 0, _C_QuorumStateData__Voter, 0, 0),
 )
 _C_QuorumStateData__Voter._JSON = (
-    ('voter_id', 'VoterId', 'int', 0, 0, None),
+    ('voter_id', 'VoterId', 'int32', 0, 0, None, None, None),
 )
 
 
@@ -134,7 +135,7 @@ def _r_QuorumStateData(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -185,6 +186,8 @@ def _w_QuorumStateData(o, w, version):
                 raise MessageError(f'a non-default value cannot be written at version {version}')
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('QuorumStateData' if f is None else 'QuorumStateData.' + f)
@@ -205,7 +208,7 @@ def _r_QuorumStateData__Voter(r, version):
         f = '_tagged_fields'
         unknown = None
         last = -1
-        for _ in range(r.tag_count()):
+        for _i in range(r.tag_count()):
             tag, end = r.tag_header(last)
             last = tag
             if unknown is None:
@@ -230,6 +233,8 @@ def _w_QuorumStateData__Voter(o, w, version):
                 raise MessageError(f'a non-default value cannot be written at version {version}')
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('Voter' if f is None else 'Voter.' + f)

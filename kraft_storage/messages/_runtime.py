@@ -525,6 +525,15 @@ class Writer:
     def raw(self, b):
         self.out += b
 
+    def check_unknown_tags(self, unknown, known_tags):
+        """Unknown tagged fields must not reuse a tag the version defines, and must be well-formed."""
+        for entry in unknown:
+            tag, data = entry
+            if type(tag) is not int or not 0 <= tag <= 0xFFFFFFFF or not isinstance(data, (bytes, bytearray)):
+                raise MessageError(f"malformed unknown tagged field {entry!r}")
+            if tag in known_tags:
+                raise MessageError(f"unknown tagged field {tag} collides with a known tagged field")
+
     def tagged_fields(self, known, unknown):
         """Write a tagged-field section from known ``[(tag, bytes)]`` and unknown ``((tag, bytes), ...)``."""
         if unknown:
@@ -583,7 +592,7 @@ def _from_json(kind, v, cls, version):
         if type(v) is not bool:
             raise MessageError(f"JSON boolean expected, got {v!r}")
         return v
-    if kind == "int":
+    if kind.startswith(("int", "uint")):
         if type(v) is not int:
             raise MessageError(f"JSON integer expected, got {v!r}")
         return v
@@ -602,8 +611,10 @@ class Message:
 
     Subclasses define ``__slots__`` (field attributes, then ``unknown_tagged_fields``),
     ``_read(r, version)`` (classmethod), ``_write(w, version)``, ``_defaults()`` and
-    ``_JSON``: a tuple of ``(attr, schema_name, kind, lo, hi, struct_class)``
-    where ``lo..hi`` are the versions the field exists in (``hi`` None = open).
+    ``_JSON``: a tuple of ``(attr, schema_name, kind, lo, hi, struct_class, nlo, nhi)``
+    where ``lo..hi`` are the versions the field exists in (``hi`` None = open),
+    ``kind`` is the schema type (``int32``, ``str``, ``uuid``, ``struct``, ``[]int32``...)
+    and ``nlo..nhi`` the versions where it may be null (``nlo`` None = never).
     """
 
     __slots__ = ()
@@ -665,7 +676,7 @@ class Message:
         fields appear as ``"_unknownTaggedFields": [[tag, base64], ...]`` if any.
         """
         d = {}
-        for attr, name, kind, lo, hi, _cls in self._JSON:
+        for attr, name, kind, lo, hi, _cls, *_ in self._JSON:
             if _in(version, lo, hi):
                 d[name] = _to_json(kind, getattr(self, attr), version)
         unknown = self.unknown_tagged_fields
@@ -677,7 +688,7 @@ class Message:
     def from_dict(cls, d: dict, version: int | None = None):
         """Inverse of :meth:`to_dict`; missing fields take their schema defaults."""
         obj = cls()
-        for attr, name, kind, lo, hi, scls in cls._JSON:
+        for attr, name, kind, lo, hi, scls, *_ in cls._JSON:
             if name in d and _in(version, lo, hi):
                 try:
                     setattr(obj, attr, _from_json(kind, d[name], scls, version))

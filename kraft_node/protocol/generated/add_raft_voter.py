@@ -92,17 +92,17 @@ class AddRaftVoterRequest(_Base):
 _C_AddRaftVoterRequest = AddRaftVoterRequest
 _C_AddRaftVoterRequest__Listener = AddRaftVoterRequest.Listener
 _C_AddRaftVoterRequest._JSON = (
-    ('cluster_id', 'ClusterId', 'str', 0, None, None),
-    ('timeout_ms', 'TimeoutMs', 'int', 0, None, None),
-    ('voter_id', 'VoterId', 'int', 0, None, None),
-    ('voter_directory_id', 'VoterDirectoryId', 'uuid', 0, None, None),
-    ('listeners', 'Listeners', '[]struct', 0, None, _C_AddRaftVoterRequest__Listener),
-    ('ack_when_committed', 'AckWhenCommitted', 'bool', 1, None, None),
+    ('cluster_id', 'ClusterId', 'str', 0, None, None, 0, None),
+    ('timeout_ms', 'TimeoutMs', 'int32', 0, None, None, None, None),
+    ('voter_id', 'VoterId', 'int32', 0, None, None, None, None),
+    ('voter_directory_id', 'VoterDirectoryId', 'uuid', 0, None, None, None, None),
+    ('listeners', 'Listeners', '[]struct', 0, None, _C_AddRaftVoterRequest__Listener, None, None),
+    ('ack_when_committed', 'AckWhenCommitted', 'bool', 1, None, None, None, None),
 )
 _C_AddRaftVoterRequest__Listener._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('host', 'Host', 'str', 0, None, None),
-    ('port', 'Port', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('host', 'Host', 'str', 0, None, None, None, None),
+    ('port', 'Port', 'uint16', 0, None, None, None, None),
 )
 
 
@@ -167,6 +167,8 @@ def _w_AddRaftVoterRequest(o, w, version):
             w.boolean(o.ack_when_committed)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('AddRaftVoterRequest' if f is None else 'AddRaftVoterRequest.' + f)
@@ -213,6 +215,8 @@ def _w_AddRaftVoterRequest__Listener(o, w, version):
         w.uint16(o.port)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('Listener' if f is None else 'Listener.' + f)
@@ -257,9 +261,9 @@ class AddRaftVoterResponse(_Base):
 
 _C_AddRaftVoterResponse = AddRaftVoterResponse
 _C_AddRaftVoterResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 0, None, None),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 0, None, None, 0, None),
 )
 
 
@@ -302,6 +306,8 @@ def _w_AddRaftVoterResponse(o, w, version):
         w.compact_string(o.error_message, True)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('AddRaftVoterResponse' if f is None else 'AddRaftVoterResponse.' + f)

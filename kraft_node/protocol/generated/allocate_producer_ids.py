@@ -55,8 +55,8 @@ class AllocateProducerIdsRequest(_Base):
 
 _C_AllocateProducerIdsRequest = AllocateProducerIdsRequest
 _C_AllocateProducerIdsRequest._JSON = (
-    ('broker_id', 'BrokerId', 'int', 0, None, None),
-    ('broker_epoch', 'BrokerEpoch', 'int', 0, None, None),
+    ('broker_id', 'BrokerId', 'int32', 0, None, None, None, None),
+    ('broker_epoch', 'BrokerEpoch', 'int64', 0, None, None, None, None),
 )
 
 
@@ -95,6 +95,8 @@ def _w_AllocateProducerIdsRequest(o, w, version):
         w.int64(o.broker_epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('AllocateProducerIdsRequest' if f is None else 'AllocateProducerIdsRequest.' + f)
@@ -141,10 +143,10 @@ class AllocateProducerIdsResponse(_Base):
 
 _C_AllocateProducerIdsResponse = AllocateProducerIdsResponse
 _C_AllocateProducerIdsResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('producer_id_start', 'ProducerIdStart', 'int', 0, None, None),
-    ('producer_id_len', 'ProducerIdLen', 'int', 0, None, None),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('producer_id_start', 'ProducerIdStart', 'int64', 0, None, None, None, None),
+    ('producer_id_len', 'ProducerIdLen', 'int32', 0, None, None, None, None),
 )
 
 
@@ -191,6 +193,8 @@ def _w_AllocateProducerIdsResponse(o, w, version):
         w.int32(o.producer_id_len)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('AllocateProducerIdsResponse' if f is None else 'AllocateProducerIdsResponse.' + f)

@@ -146,25 +146,25 @@ _C_AlterPartitionRequest__TopicData = AlterPartitionRequest.TopicData
 _C_AlterPartitionRequest__PartitionData = AlterPartitionRequest.PartitionData
 _C_AlterPartitionRequest__BrokerState = AlterPartitionRequest.BrokerState
 _C_AlterPartitionRequest._JSON = (
-    ('broker_id', 'BrokerId', 'int', 0, None, None),
-    ('broker_epoch', 'BrokerEpoch', 'int', 0, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_AlterPartitionRequest__TopicData),
+    ('broker_id', 'BrokerId', 'int32', 0, None, None, None, None),
+    ('broker_epoch', 'BrokerEpoch', 'int64', 0, None, None, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_AlterPartitionRequest__TopicData, None, None),
 )
 _C_AlterPartitionRequest__TopicData._JSON = (
-    ('topic_id', 'TopicId', 'uuid', 2, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_AlterPartitionRequest__PartitionData),
+    ('topic_id', 'TopicId', 'uuid', 2, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_AlterPartitionRequest__PartitionData, None, None),
 )
 _C_AlterPartitionRequest__PartitionData._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 0, None, None),
-    ('new_isr', 'NewIsr', '[]int', 0, 2, None),
-    ('new_isr_with_epochs', 'NewIsrWithEpochs', '[]struct', 3, None, _C_AlterPartitionRequest__BrokerState),
-    ('leader_recovery_state', 'LeaderRecoveryState', 'int', 1, None, None),
-    ('partition_epoch', 'PartitionEpoch', 'int', 0, None, None),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 0, None, None, None, None),
+    ('new_isr', 'NewIsr', '[]int32', 0, 2, None, None, None),
+    ('new_isr_with_epochs', 'NewIsrWithEpochs', '[]struct', 3, None, _C_AlterPartitionRequest__BrokerState, None, None),
+    ('leader_recovery_state', 'LeaderRecoveryState', 'int8', 1, None, None, None, None),
+    ('partition_epoch', 'PartitionEpoch', 'int32', 0, None, None, None, None),
 )
 _C_AlterPartitionRequest__BrokerState._JSON = (
-    ('broker_id', 'BrokerId', 'int', 3, None, None),
-    ('broker_epoch', 'BrokerEpoch', 'int', 3, None, None),
+    ('broker_id', 'BrokerId', 'int32', 3, None, None, None, None),
+    ('broker_epoch', 'BrokerEpoch', 'int64', 3, None, None, None, None),
 )
 
 
@@ -210,6 +210,8 @@ def _w_AlterPartitionRequest(o, w, version):
                 _w_AlterPartitionRequest__TopicData(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('AlterPartitionRequest' if f is None else 'AlterPartitionRequest.' + f)
@@ -255,6 +257,8 @@ def _w_AlterPartitionRequest__TopicData(o, w, version):
                 _w_AlterPartitionRequest__PartitionData(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('TopicData' if f is None else 'TopicData.' + f)
@@ -333,6 +337,8 @@ def _w_AlterPartitionRequest__PartitionData(o, w, version):
         w.int32(o.partition_epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('PartitionData' if f is None else 'PartitionData.' + f)
@@ -389,6 +395,8 @@ def _w_AlterPartitionRequest__BrokerState(o, w, version):
             w.int64(o.broker_epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('BrokerState' if f is None else 'BrokerState.' + f)
@@ -497,22 +505,22 @@ _C_AlterPartitionResponse = AlterPartitionResponse
 _C_AlterPartitionResponse__TopicData = AlterPartitionResponse.TopicData
 _C_AlterPartitionResponse__PartitionData = AlterPartitionResponse.PartitionData
 _C_AlterPartitionResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_AlterPartitionResponse__TopicData),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_AlterPartitionResponse__TopicData, None, None),
 )
 _C_AlterPartitionResponse__TopicData._JSON = (
-    ('topic_id', 'TopicId', 'uuid', 2, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_AlterPartitionResponse__PartitionData),
+    ('topic_id', 'TopicId', 'uuid', 2, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_AlterPartitionResponse__PartitionData, None, None),
 )
 _C_AlterPartitionResponse__PartitionData._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('leader_id', 'LeaderId', 'int', 0, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 0, None, None),
-    ('isr', 'Isr', '[]int', 0, None, None),
-    ('leader_recovery_state', 'LeaderRecoveryState', 'int', 1, None, None),
-    ('partition_epoch', 'PartitionEpoch', 'int', 0, None, None),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('leader_id', 'LeaderId', 'int32', 0, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 0, None, None, None, None),
+    ('isr', 'Isr', '[]int32', 0, None, None, None, None),
+    ('leader_recovery_state', 'LeaderRecoveryState', 'int8', 1, None, None, None, None),
+    ('partition_epoch', 'PartitionEpoch', 'int32', 0, None, None, None, None),
 )
 
 
@@ -558,6 +566,8 @@ def _w_AlterPartitionResponse(o, w, version):
                 _w_AlterPartitionResponse__TopicData(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('AlterPartitionResponse' if f is None else 'AlterPartitionResponse.' + f)
@@ -603,6 +613,8 @@ def _w_AlterPartitionResponse__TopicData(o, w, version):
                 _w_AlterPartitionResponse__PartitionData(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('TopicData' if f is None else 'TopicData.' + f)
@@ -668,6 +680,8 @@ def _w_AlterPartitionResponse__PartitionData(o, w, version):
         w.int32(o.partition_epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('PartitionData' if f is None else 'PartitionData.' + f)

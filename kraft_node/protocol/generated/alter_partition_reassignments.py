@@ -111,17 +111,17 @@ _C_AlterPartitionReassignmentsRequest = AlterPartitionReassignmentsRequest
 _C_AlterPartitionReassignmentsRequest__ReassignableTopic = AlterPartitionReassignmentsRequest.ReassignableTopic
 _C_AlterPartitionReassignmentsRequest__ReassignablePartition = AlterPartitionReassignmentsRequest.ReassignablePartition
 _C_AlterPartitionReassignmentsRequest._JSON = (
-    ('timeout_ms', 'TimeoutMs', 'int', 0, None, None),
-    ('allow_replication_factor_change', 'AllowReplicationFactorChange', 'bool', 1, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_AlterPartitionReassignmentsRequest__ReassignableTopic),
+    ('timeout_ms', 'TimeoutMs', 'int32', 0, None, None, None, None),
+    ('allow_replication_factor_change', 'AllowReplicationFactorChange', 'bool', 1, None, None, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_AlterPartitionReassignmentsRequest__ReassignableTopic, None, None),
 )
 _C_AlterPartitionReassignmentsRequest__ReassignableTopic._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_AlterPartitionReassignmentsRequest__ReassignablePartition),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_AlterPartitionReassignmentsRequest__ReassignablePartition, None, None),
 )
 _C_AlterPartitionReassignmentsRequest__ReassignablePartition._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('replicas', 'Replicas', '[]int', 0, None, None),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('replicas', 'Replicas', '[]int32', 0, None, None, 0, None),
 )
 
 
@@ -174,6 +174,8 @@ def _w_AlterPartitionReassignmentsRequest(o, w, version):
                 _w_AlterPartitionReassignmentsRequest__ReassignableTopic(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('AlterPartitionReassignmentsRequest' if f is None else 'AlterPartitionReassignmentsRequest.' + f)
@@ -219,6 +221,8 @@ def _w_AlterPartitionReassignmentsRequest__ReassignableTopic(o, w, version):
                 _w_AlterPartitionReassignmentsRequest__ReassignablePartition(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ReassignableTopic' if f is None else 'ReassignableTopic.' + f)
@@ -264,6 +268,8 @@ def _w_AlterPartitionReassignmentsRequest__ReassignablePartition(o, w, version):
                 w.int32(e)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ReassignablePartition' if f is None else 'ReassignablePartition.' + f)
@@ -368,20 +374,20 @@ _C_AlterPartitionReassignmentsResponse = AlterPartitionReassignmentsResponse
 _C_AlterPartitionReassignmentsResponse__ReassignableTopicResponse = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
 _C_AlterPartitionReassignmentsResponse__ReassignablePartitionResponse = AlterPartitionReassignmentsResponse.ReassignablePartitionResponse
 _C_AlterPartitionReassignmentsResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('allow_replication_factor_change', 'AllowReplicationFactorChange', 'bool', 1, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 0, None, None),
-    ('responses', 'Responses', '[]struct', 0, None, _C_AlterPartitionReassignmentsResponse__ReassignableTopicResponse),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('allow_replication_factor_change', 'AllowReplicationFactorChange', 'bool', 1, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 0, None, None, 0, None),
+    ('responses', 'Responses', '[]struct', 0, None, _C_AlterPartitionReassignmentsResponse__ReassignableTopicResponse, None, None),
 )
 _C_AlterPartitionReassignmentsResponse__ReassignableTopicResponse._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_AlterPartitionReassignmentsResponse__ReassignablePartitionResponse),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_AlterPartitionReassignmentsResponse__ReassignablePartitionResponse, None, None),
 )
 _C_AlterPartitionReassignmentsResponse__ReassignablePartitionResponse._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 0, None, None),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 0, None, None, 0, None),
 )
 
 
@@ -441,6 +447,8 @@ def _w_AlterPartitionReassignmentsResponse(o, w, version):
                 _w_AlterPartitionReassignmentsResponse__ReassignableTopicResponse(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('AlterPartitionReassignmentsResponse' if f is None else 'AlterPartitionReassignmentsResponse.' + f)
@@ -486,6 +494,8 @@ def _w_AlterPartitionReassignmentsResponse__ReassignableTopicResponse(o, w, vers
                 _w_AlterPartitionReassignmentsResponse__ReassignablePartitionResponse(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ReassignableTopicResponse' if f is None else 'ReassignableTopicResponse.' + f)
@@ -532,6 +542,8 @@ def _w_AlterPartitionReassignmentsResponse__ReassignablePartitionResponse(o, w, 
         w.compact_string(o.error_message, True)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ReassignablePartitionResponse' if f is None else 'ReassignablePartitionResponse.' + f)

@@ -55,8 +55,8 @@ class ApiVersionsRequest(_Base):
 
 _C_ApiVersionsRequest = ApiVersionsRequest
 _C_ApiVersionsRequest._JSON = (
-    ('client_software_name', 'ClientSoftwareName', 'str', 3, None, None),
-    ('client_software_version', 'ClientSoftwareVersion', 'str', 3, None, None),
+    ('client_software_name', 'ClientSoftwareName', 'str', 3, None, None, None, None),
+    ('client_software_version', 'ClientSoftwareVersion', 'str', 3, None, None, None, None),
 )
 
 
@@ -109,6 +109,8 @@ def _w_ApiVersionsRequest(o, w, version):
         f = '_tagged_fields'
         if version >= 3:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -250,28 +252,28 @@ _C_ApiVersionsResponse__ApiVersion = ApiVersionsResponse.ApiVersion
 _C_ApiVersionsResponse__SupportedFeatureKey = ApiVersionsResponse.SupportedFeatureKey
 _C_ApiVersionsResponse__FinalizedFeatureKey = ApiVersionsResponse.FinalizedFeatureKey
 _C_ApiVersionsResponse._JSON = (
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('api_keys', 'ApiKeys', '[]struct', 0, None, _C_ApiVersionsResponse__ApiVersion),
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 1, None, None),
-    ('supported_features', 'SupportedFeatures', '[]struct', 3, None, _C_ApiVersionsResponse__SupportedFeatureKey),
-    ('finalized_features_epoch', 'FinalizedFeaturesEpoch', 'int', 3, None, None),
-    ('finalized_features', 'FinalizedFeatures', '[]struct', 3, None, _C_ApiVersionsResponse__FinalizedFeatureKey),
-    ('zk_migration_ready', 'ZkMigrationReady', 'bool', 3, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('api_keys', 'ApiKeys', '[]struct', 0, None, _C_ApiVersionsResponse__ApiVersion, None, None),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 1, None, None, None, None),
+    ('supported_features', 'SupportedFeatures', '[]struct', 3, None, _C_ApiVersionsResponse__SupportedFeatureKey, None, None),
+    ('finalized_features_epoch', 'FinalizedFeaturesEpoch', 'int64', 3, None, None, None, None),
+    ('finalized_features', 'FinalizedFeatures', '[]struct', 3, None, _C_ApiVersionsResponse__FinalizedFeatureKey, None, None),
+    ('zk_migration_ready', 'ZkMigrationReady', 'bool', 3, None, None, None, None),
 )
 _C_ApiVersionsResponse__ApiVersion._JSON = (
-    ('api_key', 'ApiKey', 'int', 0, None, None),
-    ('min_version', 'MinVersion', 'int', 0, None, None),
-    ('max_version', 'MaxVersion', 'int', 0, None, None),
+    ('api_key', 'ApiKey', 'int16', 0, None, None, None, None),
+    ('min_version', 'MinVersion', 'int16', 0, None, None, None, None),
+    ('max_version', 'MaxVersion', 'int16', 0, None, None, None, None),
 )
 _C_ApiVersionsResponse__SupportedFeatureKey._JSON = (
-    ('name', 'Name', 'str', 3, None, None),
-    ('min_version', 'MinVersion', 'int', 3, None, None),
-    ('max_version', 'MaxVersion', 'int', 3, None, None),
+    ('name', 'Name', 'str', 3, None, None, None, None),
+    ('min_version', 'MinVersion', 'int16', 3, None, None, None, None),
+    ('max_version', 'MaxVersion', 'int16', 3, None, None, None, None),
 )
 _C_ApiVersionsResponse__FinalizedFeatureKey._JSON = (
-    ('name', 'Name', 'str', 3, None, None),
-    ('max_version_level', 'MaxVersionLevel', 'int', 3, None, None),
-    ('min_version_level', 'MinVersionLevel', 'int', 3, None, None),
+    ('name', 'Name', 'str', 3, None, None, None, None),
+    ('max_version_level', 'MaxVersionLevel', 'int16', 3, None, None, None, None),
+    ('min_version_level', 'MinVersionLevel', 'int16', 3, None, None, None, None),
 )
 
 
@@ -411,6 +413,8 @@ def _w_ApiVersionsResponse(o, w, version):
                 t = Writer()
                 t.boolean(o.zk_migration_ready)
                 tags.append((3, t.getvalue()))
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0, 1, 2, 3))
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -479,6 +483,8 @@ def _w_ApiVersionsResponse__ApiVersion(o, w, version):
         f = '_tagged_fields'
         if version >= 3:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -550,6 +556,8 @@ def _w_ApiVersionsResponse__SupportedFeatureKey(o, w, version):
         f = '_tagged_fields'
         if version >= 3:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -621,6 +629,8 @@ def _w_ApiVersionsResponse__FinalizedFeatureKey(o, w, version):
         f = '_tagged_fields'
         if version >= 3:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')

@@ -146,25 +146,25 @@ _C_BeginQuorumEpochRequest__TopicData = BeginQuorumEpochRequest.TopicData
 _C_BeginQuorumEpochRequest__PartitionData = BeginQuorumEpochRequest.PartitionData
 _C_BeginQuorumEpochRequest__LeaderEndpoint = BeginQuorumEpochRequest.LeaderEndpoint
 _C_BeginQuorumEpochRequest._JSON = (
-    ('cluster_id', 'ClusterId', 'str', 0, None, None),
-    ('voter_id', 'VoterId', 'int', 1, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_BeginQuorumEpochRequest__TopicData),
-    ('leader_endpoints', 'LeaderEndpoints', '[]struct', 1, None, _C_BeginQuorumEpochRequest__LeaderEndpoint),
+    ('cluster_id', 'ClusterId', 'str', 0, None, None, 0, None),
+    ('voter_id', 'VoterId', 'int32', 1, None, None, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_BeginQuorumEpochRequest__TopicData, None, None),
+    ('leader_endpoints', 'LeaderEndpoints', '[]struct', 1, None, _C_BeginQuorumEpochRequest__LeaderEndpoint, None, None),
 )
 _C_BeginQuorumEpochRequest__TopicData._JSON = (
-    ('topic_name', 'TopicName', 'str', 0, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_BeginQuorumEpochRequest__PartitionData),
+    ('topic_name', 'TopicName', 'str', 0, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_BeginQuorumEpochRequest__PartitionData, None, None),
 )
 _C_BeginQuorumEpochRequest__PartitionData._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('voter_directory_id', 'VoterDirectoryId', 'uuid', 1, None, None),
-    ('leader_id', 'LeaderId', 'int', 0, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 0, None, None),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('voter_directory_id', 'VoterDirectoryId', 'uuid', 1, None, None, None, None),
+    ('leader_id', 'LeaderId', 'int32', 0, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 0, None, None, None, None),
 )
 _C_BeginQuorumEpochRequest__LeaderEndpoint._JSON = (
-    ('name', 'Name', 'str', 1, None, None),
-    ('host', 'Host', 'str', 1, None, None),
-    ('port', 'Port', 'int', 1, None, None),
+    ('name', 'Name', 'str', 1, None, None, None, None),
+    ('host', 'Host', 'str', 1, None, None, None, None),
+    ('port', 'Port', 'uint16', 1, None, None, None, None),
 )
 
 
@@ -246,6 +246,8 @@ def _w_BeginQuorumEpochRequest(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -310,6 +312,8 @@ def _w_BeginQuorumEpochRequest__TopicData(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -388,6 +392,8 @@ def _w_BeginQuorumEpochRequest__PartitionData(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -459,6 +465,8 @@ def _w_BeginQuorumEpochRequest__LeaderEndpoint(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -592,24 +600,24 @@ _C_BeginQuorumEpochResponse__TopicData = BeginQuorumEpochResponse.TopicData
 _C_BeginQuorumEpochResponse__PartitionData = BeginQuorumEpochResponse.PartitionData
 _C_BeginQuorumEpochResponse__NodeEndpoint = BeginQuorumEpochResponse.NodeEndpoint
 _C_BeginQuorumEpochResponse._JSON = (
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_BeginQuorumEpochResponse__TopicData),
-    ('node_endpoints', 'NodeEndpoints', '[]struct', 1, None, _C_BeginQuorumEpochResponse__NodeEndpoint),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_BeginQuorumEpochResponse__TopicData, None, None),
+    ('node_endpoints', 'NodeEndpoints', '[]struct', 1, None, _C_BeginQuorumEpochResponse__NodeEndpoint, None, None),
 )
 _C_BeginQuorumEpochResponse__TopicData._JSON = (
-    ('topic_name', 'TopicName', 'str', 0, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_BeginQuorumEpochResponse__PartitionData),
+    ('topic_name', 'TopicName', 'str', 0, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_BeginQuorumEpochResponse__PartitionData, None, None),
 )
 _C_BeginQuorumEpochResponse__PartitionData._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('leader_id', 'LeaderId', 'int', 0, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 0, None, None),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('leader_id', 'LeaderId', 'int32', 0, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 0, None, None, None, None),
 )
 _C_BeginQuorumEpochResponse__NodeEndpoint._JSON = (
-    ('node_id', 'NodeId', 'int', 1, None, None),
-    ('host', 'Host', 'str', 1, None, None),
-    ('port', 'Port', 'int', 1, None, None),
+    ('node_id', 'NodeId', 'int32', 1, None, None, None, None),
+    ('host', 'Host', 'str', 1, None, None, None, None),
+    ('port', 'Port', 'uint16', 1, None, None, None, None),
 )
 
 
@@ -688,6 +696,8 @@ def _w_BeginQuorumEpochResponse(o, w, version):
                     for e in o.node_endpoints:
                         _w_BeginQuorumEpochResponse__NodeEndpoint(e, t, version)
                 tags.append((0, t.getvalue()))
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0,))
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -752,6 +762,8 @@ def _w_BeginQuorumEpochResponse__TopicData(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -830,6 +842,8 @@ def _w_BeginQuorumEpochResponse__PartitionData(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -901,6 +915,8 @@ def _w_BeginQuorumEpochResponse__NodeEndpoint(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')

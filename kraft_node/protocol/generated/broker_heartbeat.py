@@ -63,12 +63,12 @@ class BrokerHeartbeatRequest(_Base):
 
 _C_BrokerHeartbeatRequest = BrokerHeartbeatRequest
 _C_BrokerHeartbeatRequest._JSON = (
-    ('broker_id', 'BrokerId', 'int', 0, None, None),
-    ('broker_epoch', 'BrokerEpoch', 'int', 0, None, None),
-    ('current_metadata_offset', 'CurrentMetadataOffset', 'int', 0, None, None),
-    ('want_fence', 'WantFence', 'bool', 0, None, None),
-    ('want_shut_down', 'WantShutDown', 'bool', 0, None, None),
-    ('offline_log_dirs', 'OfflineLogDirs', '[]uuid', 1, None, None),
+    ('broker_id', 'BrokerId', 'int32', 0, None, None, None, None),
+    ('broker_epoch', 'BrokerEpoch', 'int64', 0, None, None, None, None),
+    ('current_metadata_offset', 'CurrentMetadataOffset', 'int64', 0, None, None, None, None),
+    ('want_fence', 'WantFence', 'bool', 0, None, None, None, None),
+    ('want_shut_down', 'WantShutDown', 'bool', 0, None, None, None, None),
+    ('offline_log_dirs', 'OfflineLogDirs', '[]uuid', 1, None, None, None, None),
 )
 
 
@@ -139,6 +139,11 @@ def _w_BrokerHeartbeatRequest(o, w, version):
                 for e in o.offline_log_dirs:
                     t.uuid(e)
             tags.append((0, t.getvalue()))
+        if o.unknown_tagged_fields:
+            if version <= 0:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
+            elif version >= 1:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0,))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('BrokerHeartbeatRequest' if f is None else 'BrokerHeartbeatRequest.' + f)
@@ -187,11 +192,11 @@ class BrokerHeartbeatResponse(_Base):
 
 _C_BrokerHeartbeatResponse = BrokerHeartbeatResponse
 _C_BrokerHeartbeatResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('is_caught_up', 'IsCaughtUp', 'bool', 0, None, None),
-    ('is_fenced', 'IsFenced', 'bool', 0, None, None),
-    ('should_shut_down', 'ShouldShutDown', 'bool', 0, None, None),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('is_caught_up', 'IsCaughtUp', 'bool', 0, None, None, None, None),
+    ('is_fenced', 'IsFenced', 'bool', 0, None, None, None, None),
+    ('should_shut_down', 'ShouldShutDown', 'bool', 0, None, None, None, None),
 )
 
 
@@ -242,6 +247,8 @@ def _w_BrokerHeartbeatResponse(o, w, version):
         w.boolean(o.should_shut_down)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('BrokerHeartbeatResponse' if f is None else 'BrokerHeartbeatResponse.' + f)

@@ -129,26 +129,26 @@ _C_BrokerRegistrationRequest = BrokerRegistrationRequest
 _C_BrokerRegistrationRequest__Listener = BrokerRegistrationRequest.Listener
 _C_BrokerRegistrationRequest__Feature = BrokerRegistrationRequest.Feature
 _C_BrokerRegistrationRequest._JSON = (
-    ('broker_id', 'BrokerId', 'int', 0, None, None),
-    ('cluster_id', 'ClusterId', 'str', 0, None, None),
-    ('incarnation_id', 'IncarnationId', 'uuid', 0, None, None),
-    ('listeners', 'Listeners', '[]struct', 0, None, _C_BrokerRegistrationRequest__Listener),
-    ('features', 'Features', '[]struct', 0, None, _C_BrokerRegistrationRequest__Feature),
-    ('rack', 'Rack', 'str', 0, None, None),
-    ('is_migrating_zk_broker', 'IsMigratingZkBroker', 'bool', 1, None, None),
-    ('log_dirs', 'LogDirs', '[]uuid', 2, None, None),
-    ('previous_broker_epoch', 'PreviousBrokerEpoch', 'int', 3, None, None),
+    ('broker_id', 'BrokerId', 'int32', 0, None, None, None, None),
+    ('cluster_id', 'ClusterId', 'str', 0, None, None, None, None),
+    ('incarnation_id', 'IncarnationId', 'uuid', 0, None, None, None, None),
+    ('listeners', 'Listeners', '[]struct', 0, None, _C_BrokerRegistrationRequest__Listener, None, None),
+    ('features', 'Features', '[]struct', 0, None, _C_BrokerRegistrationRequest__Feature, None, None),
+    ('rack', 'Rack', 'str', 0, None, None, 0, None),
+    ('is_migrating_zk_broker', 'IsMigratingZkBroker', 'bool', 1, None, None, None, None),
+    ('log_dirs', 'LogDirs', '[]uuid', 2, None, None, None, None),
+    ('previous_broker_epoch', 'PreviousBrokerEpoch', 'int64', 3, None, None, None, None),
 )
 _C_BrokerRegistrationRequest__Listener._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('host', 'Host', 'str', 0, None, None),
-    ('port', 'Port', 'int', 0, None, None),
-    ('security_protocol', 'SecurityProtocol', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('host', 'Host', 'str', 0, None, None, None, None),
+    ('port', 'Port', 'uint16', 0, None, None, None, None),
+    ('security_protocol', 'SecurityProtocol', 'int16', 0, None, None, None, None),
 )
 _C_BrokerRegistrationRequest__Feature._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('min_supported_version', 'MinSupportedVersion', 'int', 0, None, None),
-    ('max_supported_version', 'MaxSupportedVersion', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('min_supported_version', 'MinSupportedVersion', 'int16', 0, None, None, None, None),
+    ('max_supported_version', 'MaxSupportedVersion', 'int16', 0, None, None, None, None),
 )
 
 
@@ -243,6 +243,8 @@ def _w_BrokerRegistrationRequest(o, w, version):
             w.int64(o.previous_broker_epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('BrokerRegistrationRequest' if f is None else 'BrokerRegistrationRequest.' + f)
@@ -293,6 +295,8 @@ def _w_BrokerRegistrationRequest__Listener(o, w, version):
         w.int16(o.security_protocol)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('Listener' if f is None else 'Listener.' + f)
@@ -339,6 +343,8 @@ def _w_BrokerRegistrationRequest__Feature(o, w, version):
         w.int16(o.max_supported_version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('Feature' if f is None else 'Feature.' + f)
@@ -383,9 +389,9 @@ class BrokerRegistrationResponse(_Base):
 
 _C_BrokerRegistrationResponse = BrokerRegistrationResponse
 _C_BrokerRegistrationResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('broker_epoch', 'BrokerEpoch', 'int', 0, None, None),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('broker_epoch', 'BrokerEpoch', 'int64', 0, None, None, None, None),
 )
 
 
@@ -428,6 +434,8 @@ def _w_BrokerRegistrationResponse(o, w, version):
         w.int64(o.broker_epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('BrokerRegistrationResponse' if f is None else 'BrokerRegistrationResponse.' + f)

@@ -121,22 +121,22 @@ _C_ControllerRegistrationRequest = ControllerRegistrationRequest
 _C_ControllerRegistrationRequest__Listener = ControllerRegistrationRequest.Listener
 _C_ControllerRegistrationRequest__Feature = ControllerRegistrationRequest.Feature
 _C_ControllerRegistrationRequest._JSON = (
-    ('controller_id', 'ControllerId', 'int', 0, None, None),
-    ('incarnation_id', 'IncarnationId', 'uuid', 0, None, None),
-    ('zk_migration_ready', 'ZkMigrationReady', 'bool', 0, None, None),
-    ('listeners', 'Listeners', '[]struct', 0, None, _C_ControllerRegistrationRequest__Listener),
-    ('features', 'Features', '[]struct', 0, None, _C_ControllerRegistrationRequest__Feature),
+    ('controller_id', 'ControllerId', 'int32', 0, None, None, None, None),
+    ('incarnation_id', 'IncarnationId', 'uuid', 0, None, None, None, None),
+    ('zk_migration_ready', 'ZkMigrationReady', 'bool', 0, None, None, None, None),
+    ('listeners', 'Listeners', '[]struct', 0, None, _C_ControllerRegistrationRequest__Listener, None, None),
+    ('features', 'Features', '[]struct', 0, None, _C_ControllerRegistrationRequest__Feature, None, None),
 )
 _C_ControllerRegistrationRequest__Listener._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('host', 'Host', 'str', 0, None, None),
-    ('port', 'Port', 'int', 0, None, None),
-    ('security_protocol', 'SecurityProtocol', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('host', 'Host', 'str', 0, None, None, None, None),
+    ('port', 'Port', 'uint16', 0, None, None, None, None),
+    ('security_protocol', 'SecurityProtocol', 'int16', 0, None, None, None, None),
 )
 _C_ControllerRegistrationRequest__Feature._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('min_supported_version', 'MinSupportedVersion', 'int', 0, None, None),
-    ('max_supported_version', 'MaxSupportedVersion', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('min_supported_version', 'MinSupportedVersion', 'int16', 0, None, None, None, None),
+    ('max_supported_version', 'MaxSupportedVersion', 'int16', 0, None, None, None, None),
 )
 
 
@@ -193,6 +193,8 @@ def _w_ControllerRegistrationRequest(o, w, version):
                 _w_ControllerRegistrationRequest__Feature(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ControllerRegistrationRequest' if f is None else 'ControllerRegistrationRequest.' + f)
@@ -243,6 +245,8 @@ def _w_ControllerRegistrationRequest__Listener(o, w, version):
         w.int16(o.security_protocol)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('Listener' if f is None else 'Listener.' + f)
@@ -289,6 +293,8 @@ def _w_ControllerRegistrationRequest__Feature(o, w, version):
         w.int16(o.max_supported_version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('Feature' if f is None else 'Feature.' + f)
@@ -333,9 +339,9 @@ class ControllerRegistrationResponse(_Base):
 
 _C_ControllerRegistrationResponse = ControllerRegistrationResponse
 _C_ControllerRegistrationResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 0, None, None),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 0, None, None, 0, None),
 )
 
 
@@ -378,6 +384,8 @@ def _w_ControllerRegistrationResponse(o, w, version):
         w.compact_string(o.error_message, True)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ControllerRegistrationResponse' if f is None else 'ControllerRegistrationResponse.' + f)

@@ -111,17 +111,17 @@ _C_CreatePartitionsRequest = CreatePartitionsRequest
 _C_CreatePartitionsRequest__CreatePartitionsTopic = CreatePartitionsRequest.CreatePartitionsTopic
 _C_CreatePartitionsRequest__CreatePartitionsAssignment = CreatePartitionsRequest.CreatePartitionsAssignment
 _C_CreatePartitionsRequest._JSON = (
-    ('topics', 'Topics', '[]struct', 0, None, _C_CreatePartitionsRequest__CreatePartitionsTopic),
-    ('timeout_ms', 'TimeoutMs', 'int', 0, None, None),
-    ('validate_only', 'ValidateOnly', 'bool', 0, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_CreatePartitionsRequest__CreatePartitionsTopic, None, None),
+    ('timeout_ms', 'TimeoutMs', 'int32', 0, None, None, None, None),
+    ('validate_only', 'ValidateOnly', 'bool', 0, None, None, None, None),
 )
 _C_CreatePartitionsRequest__CreatePartitionsTopic._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('count', 'Count', 'int', 0, None, None),
-    ('assignments', 'Assignments', '[]struct', 0, None, _C_CreatePartitionsRequest__CreatePartitionsAssignment),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('count', 'Count', 'int32', 0, None, None, None, None),
+    ('assignments', 'Assignments', '[]struct', 0, None, _C_CreatePartitionsRequest__CreatePartitionsAssignment, 0, None),
 )
 _C_CreatePartitionsRequest__CreatePartitionsAssignment._JSON = (
-    ('broker_ids', 'BrokerIds', '[]int', 0, None, None),
+    ('broker_ids', 'BrokerIds', '[]int32', 0, None, None, None, None),
 )
 
 
@@ -190,6 +190,8 @@ def _w_CreatePartitionsRequest(o, w, version):
         f = '_tagged_fields'
         if version >= 2:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -264,6 +266,8 @@ def _w_CreatePartitionsRequest__CreatePartitionsTopic(o, w, version):
         f = '_tagged_fields'
         if version >= 2:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -318,6 +322,8 @@ def _w_CreatePartitionsRequest__CreatePartitionsAssignment(o, w, version):
         f = '_tagged_fields'
         if version >= 2:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -391,13 +397,13 @@ class CreatePartitionsResponse(_Base):
 _C_CreatePartitionsResponse = CreatePartitionsResponse
 _C_CreatePartitionsResponse__CreatePartitionsTopicResult = CreatePartitionsResponse.CreatePartitionsTopicResult
 _C_CreatePartitionsResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('results', 'Results', '[]struct', 0, None, _C_CreatePartitionsResponse__CreatePartitionsTopicResult),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('results', 'Results', '[]struct', 0, None, _C_CreatePartitionsResponse__CreatePartitionsTopicResult, None, None),
 )
 _C_CreatePartitionsResponse__CreatePartitionsTopicResult._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 0, None, None, 0, None),
 )
 
 
@@ -456,6 +462,8 @@ def _w_CreatePartitionsResponse(o, w, version):
         f = '_tagged_fields'
         if version >= 2:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -524,6 +532,8 @@ def _w_CreatePartitionsResponse__CreatePartitionsTopicResult(o, w, version):
         f = '_tagged_fields'
         if version >= 2:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')

@@ -144,24 +144,24 @@ _C_CreateTopicsRequest__CreatableTopic = CreateTopicsRequest.CreatableTopic
 _C_CreateTopicsRequest__CreatableReplicaAssignment = CreateTopicsRequest.CreatableReplicaAssignment
 _C_CreateTopicsRequest__CreatableTopicConfig = CreateTopicsRequest.CreatableTopicConfig
 _C_CreateTopicsRequest._JSON = (
-    ('topics', 'Topics', '[]struct', 0, None, _C_CreateTopicsRequest__CreatableTopic),
-    ('timeout_ms', 'timeoutMs', 'int', 0, None, None),
-    ('validate_only', 'validateOnly', 'bool', 1, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_CreateTopicsRequest__CreatableTopic, None, None),
+    ('timeout_ms', 'timeoutMs', 'int32', 0, None, None, None, None),
+    ('validate_only', 'validateOnly', 'bool', 1, None, None, None, None),
 )
 _C_CreateTopicsRequest__CreatableTopic._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('num_partitions', 'NumPartitions', 'int', 0, None, None),
-    ('replication_factor', 'ReplicationFactor', 'int', 0, None, None),
-    ('assignments', 'Assignments', '[]struct', 0, None, _C_CreateTopicsRequest__CreatableReplicaAssignment),
-    ('configs', 'Configs', '[]struct', 0, None, _C_CreateTopicsRequest__CreatableTopicConfig),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('num_partitions', 'NumPartitions', 'int32', 0, None, None, None, None),
+    ('replication_factor', 'ReplicationFactor', 'int16', 0, None, None, None, None),
+    ('assignments', 'Assignments', '[]struct', 0, None, _C_CreateTopicsRequest__CreatableReplicaAssignment, None, None),
+    ('configs', 'Configs', '[]struct', 0, None, _C_CreateTopicsRequest__CreatableTopicConfig, None, None),
 )
 _C_CreateTopicsRequest__CreatableReplicaAssignment._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('broker_ids', 'BrokerIds', '[]int', 0, None, None),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('broker_ids', 'BrokerIds', '[]int32', 0, None, None, None, None),
 )
 _C_CreateTopicsRequest__CreatableTopicConfig._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('value', 'Value', 'str', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('value', 'Value', 'str', 0, None, None, 0, None),
 )
 
 
@@ -230,6 +230,8 @@ def _w_CreateTopicsRequest(o, w, version):
         f = '_tagged_fields'
         if version >= 5:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -330,6 +332,8 @@ def _w_CreateTopicsRequest__CreatableTopic(o, w, version):
         f = '_tagged_fields'
         if version >= 5:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -394,6 +398,8 @@ def _w_CreateTopicsRequest__CreatableReplicaAssignment(o, w, version):
         f = '_tagged_fields'
         if version >= 5:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -452,6 +458,8 @@ def _w_CreateTopicsRequest__CreatableTopicConfig(o, w, version):
         f = '_tagged_fields'
         if version >= 5:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -568,25 +576,25 @@ _C_CreateTopicsResponse = CreateTopicsResponse
 _C_CreateTopicsResponse__CreatableTopicResult = CreateTopicsResponse.CreatableTopicResult
 _C_CreateTopicsResponse__CreatableTopicConfigs = CreateTopicsResponse.CreatableTopicConfigs
 _C_CreateTopicsResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 2, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_CreateTopicsResponse__CreatableTopicResult),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 2, None, None, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_CreateTopicsResponse__CreatableTopicResult, None, None),
 )
 _C_CreateTopicsResponse__CreatableTopicResult._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('topic_id', 'TopicId', 'uuid', 7, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 1, None, None),
-    ('topic_config_error_code', 'TopicConfigErrorCode', 'int', 5, None, None),
-    ('num_partitions', 'NumPartitions', 'int', 5, None, None),
-    ('replication_factor', 'ReplicationFactor', 'int', 5, None, None),
-    ('configs', 'Configs', '[]struct', 5, None, _C_CreateTopicsResponse__CreatableTopicConfigs),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('topic_id', 'TopicId', 'uuid', 7, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 1, None, None, 0, None),
+    ('topic_config_error_code', 'TopicConfigErrorCode', 'int16', 5, None, None, None, None),
+    ('num_partitions', 'NumPartitions', 'int32', 5, None, None, None, None),
+    ('replication_factor', 'ReplicationFactor', 'int16', 5, None, None, None, None),
+    ('configs', 'Configs', '[]struct', 5, None, _C_CreateTopicsResponse__CreatableTopicConfigs, 5, None),
 )
 _C_CreateTopicsResponse__CreatableTopicConfigs._JSON = (
-    ('name', 'Name', 'str', 5, None, None),
-    ('value', 'Value', 'str', 5, None, None),
-    ('read_only', 'ReadOnly', 'bool', 5, None, None),
-    ('config_source', 'ConfigSource', 'int', 5, None, None),
-    ('is_sensitive', 'IsSensitive', 'bool', 5, None, None),
+    ('name', 'Name', 'str', 5, None, None, None, None),
+    ('value', 'Value', 'str', 5, None, None, 5, None),
+    ('read_only', 'ReadOnly', 'bool', 5, None, None, None, None),
+    ('config_source', 'ConfigSource', 'int8', 5, None, None, None, None),
+    ('is_sensitive', 'IsSensitive', 'bool', 5, None, None, None, None),
 )
 
 
@@ -645,6 +653,8 @@ def _w_CreateTopicsResponse(o, w, version):
         f = '_tagged_fields'
         if version >= 5:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -772,6 +782,8 @@ def _w_CreateTopicsResponse__CreatableTopicResult(o, w, version):
                 t = Writer()
                 t.int16(o.topic_config_error_code)
                 tags.append((0, t.getvalue()))
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0,))
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -864,6 +876,8 @@ def _w_CreateTopicsResponse__CreatableTopicConfigs(o, w, version):
         f = '_tagged_fields'
         if version >= 5:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')

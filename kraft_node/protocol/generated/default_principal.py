@@ -54,9 +54,9 @@ class DefaultPrincipalData(_Base):
 
 _C_DefaultPrincipalData = DefaultPrincipalData
 _C_DefaultPrincipalData._JSON = (
-    ('type', 'Type', 'str', 0, None, None),
-    ('name', 'Name', 'str', 0, None, None),
-    ('token_authenticated', 'TokenAuthenticated', 'bool', 0, None, None),
+    ('type', 'Type', 'str', 0, None, None, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('token_authenticated', 'TokenAuthenticated', 'bool', 0, None, None, None, None),
 )
 
 
@@ -99,6 +99,8 @@ def _w_DefaultPrincipalData(o, w, version):
         w.boolean(o.token_authenticated)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('DefaultPrincipalData' if f is None else 'DefaultPrincipalData.' + f)

@@ -84,13 +84,13 @@ class DeleteTopicsRequest(_Base):
 _C_DeleteTopicsRequest = DeleteTopicsRequest
 _C_DeleteTopicsRequest__DeleteTopicState = DeleteTopicsRequest.DeleteTopicState
 _C_DeleteTopicsRequest._JSON = (
-    ('topics', 'Topics', '[]struct', 6, None, _C_DeleteTopicsRequest__DeleteTopicState),
-    ('topic_names', 'TopicNames', '[]str', 0, 5, None),
-    ('timeout_ms', 'TimeoutMs', 'int', 0, None, None),
+    ('topics', 'Topics', '[]struct', 6, None, _C_DeleteTopicsRequest__DeleteTopicState, None, None),
+    ('topic_names', 'TopicNames', '[]str', 0, 5, None, None, None),
+    ('timeout_ms', 'TimeoutMs', 'int32', 0, None, None, None, None),
 )
 _C_DeleteTopicsRequest__DeleteTopicState._JSON = (
-    ('name', 'Name', 'str', 6, None, None),
-    ('topic_id', 'TopicId', 'uuid', 6, None, None),
+    ('name', 'Name', 'str', 6, None, None, 6, None),
+    ('topic_id', 'TopicId', 'uuid', 6, None, None, None, None),
 )
 
 
@@ -167,6 +167,8 @@ def _w_DeleteTopicsRequest(o, w, version):
         f = '_tagged_fields'
         if version >= 4:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -227,6 +229,8 @@ def _w_DeleteTopicsRequest__DeleteTopicState(o, w, version):
         f = '_tagged_fields'
         if version >= 4:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -302,14 +306,14 @@ class DeleteTopicsResponse(_Base):
 _C_DeleteTopicsResponse = DeleteTopicsResponse
 _C_DeleteTopicsResponse__DeletableTopicResult = DeleteTopicsResponse.DeletableTopicResult
 _C_DeleteTopicsResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 1, None, None),
-    ('responses', 'Responses', '[]struct', 0, None, _C_DeleteTopicsResponse__DeletableTopicResult),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 1, None, None, None, None),
+    ('responses', 'Responses', '[]struct', 0, None, _C_DeleteTopicsResponse__DeletableTopicResult, None, None),
 )
 _C_DeleteTopicsResponse__DeletableTopicResult._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('topic_id', 'TopicId', 'uuid', 6, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 5, None, None),
+    ('name', 'Name', 'str', 0, None, None, 6, None),
+    ('topic_id', 'TopicId', 'uuid', 6, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 5, None, None, 5, None),
 )
 
 
@@ -368,6 +372,8 @@ def _w_DeleteTopicsResponse(o, w, version):
         f = '_tagged_fields'
         if version >= 4:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -450,6 +456,8 @@ def _w_DeleteTopicsResponse__DeletableTopicResult(o, w, version):
         f = '_tagged_fields'
         if version >= 4:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')

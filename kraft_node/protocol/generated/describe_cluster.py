@@ -57,9 +57,9 @@ class DescribeClusterRequest(_Base):
 
 _C_DescribeClusterRequest = DescribeClusterRequest
 _C_DescribeClusterRequest._JSON = (
-    ('include_cluster_authorized_operations', 'IncludeClusterAuthorizedOperations', 'bool', 0, None, None),
-    ('endpoint_type', 'EndpointType', 'int', 1, None, None),
-    ('include_fenced_brokers', 'IncludeFencedBrokers', 'bool', 2, None, None),
+    ('include_cluster_authorized_operations', 'IncludeClusterAuthorizedOperations', 'bool', 0, None, None, None, None),
+    ('endpoint_type', 'EndpointType', 'int8', 1, None, None, None, None),
+    ('include_fenced_brokers', 'IncludeFencedBrokers', 'bool', 2, None, None, None, None),
 )
 
 
@@ -116,6 +116,8 @@ def _w_DescribeClusterRequest(o, w, version):
             w.boolean(o.include_fenced_brokers)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('DescribeClusterRequest' if f is None else 'DescribeClusterRequest.' + f)
@@ -203,21 +205,21 @@ class DescribeClusterResponse(_Base):
 _C_DescribeClusterResponse = DescribeClusterResponse
 _C_DescribeClusterResponse__DescribeClusterBroker = DescribeClusterResponse.DescribeClusterBroker
 _C_DescribeClusterResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 0, None, None),
-    ('endpoint_type', 'EndpointType', 'int', 1, None, None),
-    ('cluster_id', 'ClusterId', 'str', 0, None, None),
-    ('controller_id', 'ControllerId', 'int', 0, None, None),
-    ('brokers', 'Brokers', '[]struct', 0, None, _C_DescribeClusterResponse__DescribeClusterBroker),
-    ('cluster_authorized_operations', 'ClusterAuthorizedOperations', 'int', 0, None, None),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 0, None, None, 0, None),
+    ('endpoint_type', 'EndpointType', 'int8', 1, None, None, None, None),
+    ('cluster_id', 'ClusterId', 'str', 0, None, None, None, None),
+    ('controller_id', 'ControllerId', 'int32', 0, None, None, None, None),
+    ('brokers', 'Brokers', '[]struct', 0, None, _C_DescribeClusterResponse__DescribeClusterBroker, None, None),
+    ('cluster_authorized_operations', 'ClusterAuthorizedOperations', 'int32', 0, None, None, None, None),
 )
 _C_DescribeClusterResponse__DescribeClusterBroker._JSON = (
-    ('broker_id', 'BrokerId', 'int', 0, None, None),
-    ('host', 'Host', 'str', 0, None, None),
-    ('port', 'Port', 'int', 0, None, None),
-    ('rack', 'Rack', 'str', 0, None, None),
-    ('is_fenced', 'IsFenced', 'bool', 2, None, None),
+    ('broker_id', 'BrokerId', 'int32', 0, None, None, None, None),
+    ('host', 'Host', 'str', 0, None, None, None, None),
+    ('port', 'Port', 'int32', 0, None, None, None, None),
+    ('rack', 'Rack', 'str', 0, None, None, 0, None),
+    ('is_fenced', 'IsFenced', 'bool', 2, None, None, None, None),
 )
 
 
@@ -290,6 +292,8 @@ def _w_DescribeClusterResponse(o, w, version):
         w.int32(o.cluster_authorized_operations)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('DescribeClusterResponse' if f is None else 'DescribeClusterResponse.' + f)
@@ -351,6 +355,8 @@ def _w_DescribeClusterResponse__DescribeClusterBroker(o, w, version):
             w.boolean(o.is_fenced)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('DescribeClusterBroker' if f is None else 'DescribeClusterBroker.' + f)

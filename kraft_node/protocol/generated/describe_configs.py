@@ -86,14 +86,14 @@ class DescribeConfigsRequest(_Base):
 _C_DescribeConfigsRequest = DescribeConfigsRequest
 _C_DescribeConfigsRequest__DescribeConfigsResource = DescribeConfigsRequest.DescribeConfigsResource
 _C_DescribeConfigsRequest._JSON = (
-    ('resources', 'Resources', '[]struct', 0, None, _C_DescribeConfigsRequest__DescribeConfigsResource),
-    ('include_synonyms', 'IncludeSynonyms', 'bool', 1, None, None),
-    ('include_documentation', 'IncludeDocumentation', 'bool', 3, None, None),
+    ('resources', 'Resources', '[]struct', 0, None, _C_DescribeConfigsRequest__DescribeConfigsResource, None, None),
+    ('include_synonyms', 'IncludeSynonyms', 'bool', 1, None, None, None, None),
+    ('include_documentation', 'IncludeDocumentation', 'bool', 3, None, None, None, None),
 )
 _C_DescribeConfigsRequest__DescribeConfigsResource._JSON = (
-    ('resource_type', 'ResourceType', 'int', 0, None, None),
-    ('resource_name', 'ResourceName', 'str', 0, None, None),
-    ('configuration_keys', 'ConfigurationKeys', '[]str', 0, None, None),
+    ('resource_type', 'ResourceType', 'int8', 0, None, None, None, None),
+    ('resource_name', 'ResourceName', 'str', 0, None, None, None, None),
+    ('configuration_keys', 'ConfigurationKeys', '[]str', 0, None, None, 0, None),
 )
 
 
@@ -167,6 +167,8 @@ def _w_DescribeConfigsRequest(o, w, version):
         f = '_tagged_fields'
         if version >= 4:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -241,6 +243,8 @@ def _w_DescribeConfigsRequest__DescribeConfigsResource(o, w, version):
         f = '_tagged_fields'
         if version >= 4:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -386,30 +390,30 @@ _C_DescribeConfigsResponse__DescribeConfigsResult = DescribeConfigsResponse.Desc
 _C_DescribeConfigsResponse__DescribeConfigsResourceResult = DescribeConfigsResponse.DescribeConfigsResourceResult
 _C_DescribeConfigsResponse__DescribeConfigsSynonym = DescribeConfigsResponse.DescribeConfigsSynonym
 _C_DescribeConfigsResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('results', 'Results', '[]struct', 0, None, _C_DescribeConfigsResponse__DescribeConfigsResult),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('results', 'Results', '[]struct', 0, None, _C_DescribeConfigsResponse__DescribeConfigsResult, None, None),
 )
 _C_DescribeConfigsResponse__DescribeConfigsResult._JSON = (
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 0, None, None),
-    ('resource_type', 'ResourceType', 'int', 0, None, None),
-    ('resource_name', 'ResourceName', 'str', 0, None, None),
-    ('configs', 'Configs', '[]struct', 0, None, _C_DescribeConfigsResponse__DescribeConfigsResourceResult),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 0, None, None, 0, None),
+    ('resource_type', 'ResourceType', 'int8', 0, None, None, None, None),
+    ('resource_name', 'ResourceName', 'str', 0, None, None, None, None),
+    ('configs', 'Configs', '[]struct', 0, None, _C_DescribeConfigsResponse__DescribeConfigsResourceResult, None, None),
 )
 _C_DescribeConfigsResponse__DescribeConfigsResourceResult._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('value', 'Value', 'str', 0, None, None),
-    ('read_only', 'ReadOnly', 'bool', 0, None, None),
-    ('config_source', 'ConfigSource', 'int', 1, None, None),
-    ('is_sensitive', 'IsSensitive', 'bool', 0, None, None),
-    ('synonyms', 'Synonyms', '[]struct', 1, None, _C_DescribeConfigsResponse__DescribeConfigsSynonym),
-    ('config_type', 'ConfigType', 'int', 3, None, None),
-    ('documentation', 'Documentation', 'str', 3, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('value', 'Value', 'str', 0, None, None, 0, None),
+    ('read_only', 'ReadOnly', 'bool', 0, None, None, None, None),
+    ('config_source', 'ConfigSource', 'int8', 1, None, None, None, None),
+    ('is_sensitive', 'IsSensitive', 'bool', 0, None, None, None, None),
+    ('synonyms', 'Synonyms', '[]struct', 1, None, _C_DescribeConfigsResponse__DescribeConfigsSynonym, None, None),
+    ('config_type', 'ConfigType', 'int8', 3, None, None, None, None),
+    ('documentation', 'Documentation', 'str', 3, None, None, 0, None),
 )
 _C_DescribeConfigsResponse__DescribeConfigsSynonym._JSON = (
-    ('name', 'Name', 'str', 1, None, None),
-    ('value', 'Value', 'str', 1, None, None),
-    ('source', 'Source', 'int', 1, None, None),
+    ('name', 'Name', 'str', 1, None, None, None, None),
+    ('value', 'Value', 'str', 1, None, None, 0, None),
+    ('source', 'Source', 'int8', 1, None, None, None, None),
 )
 
 
@@ -468,6 +472,8 @@ def _w_DescribeConfigsResponse(o, w, version):
         f = '_tagged_fields'
         if version >= 4:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -562,6 +568,8 @@ def _w_DescribeConfigsResponse__DescribeConfigsResult(o, w, version):
         f = '_tagged_fields'
         if version >= 4:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -694,6 +702,8 @@ def _w_DescribeConfigsResponse__DescribeConfigsResourceResult(o, w, version):
         f = '_tagged_fields'
         if version >= 4:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -762,6 +772,8 @@ def _w_DescribeConfigsResponse__DescribeConfigsSynonym(o, w, version):
         f = '_tagged_fields'
         if version >= 4:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')

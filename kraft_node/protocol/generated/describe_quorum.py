@@ -105,14 +105,14 @@ _C_DescribeQuorumRequest = DescribeQuorumRequest
 _C_DescribeQuorumRequest__TopicData = DescribeQuorumRequest.TopicData
 _C_DescribeQuorumRequest__PartitionData = DescribeQuorumRequest.PartitionData
 _C_DescribeQuorumRequest._JSON = (
-    ('topics', 'Topics', '[]struct', 0, None, _C_DescribeQuorumRequest__TopicData),
+    ('topics', 'Topics', '[]struct', 0, None, _C_DescribeQuorumRequest__TopicData, None, None),
 )
 _C_DescribeQuorumRequest__TopicData._JSON = (
-    ('topic_name', 'TopicName', 'str', 0, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_DescribeQuorumRequest__PartitionData),
+    ('topic_name', 'TopicName', 'str', 0, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_DescribeQuorumRequest__PartitionData, None, None),
 )
 _C_DescribeQuorumRequest__PartitionData._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
 )
 
 
@@ -150,6 +150,8 @@ def _w_DescribeQuorumRequest(o, w, version):
                 _w_DescribeQuorumRequest__TopicData(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('DescribeQuorumRequest' if f is None else 'DescribeQuorumRequest.' + f)
@@ -195,6 +197,8 @@ def _w_DescribeQuorumRequest__TopicData(o, w, version):
                 _w_DescribeQuorumRequest__PartitionData(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('TopicData' if f is None else 'TopicData.' + f)
@@ -233,6 +237,8 @@ def _w_DescribeQuorumRequest__PartitionData(o, w, version):
         w.int32(o.partition_index)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('PartitionData' if f is None else 'PartitionData.' + f)
@@ -434,40 +440,40 @@ _C_DescribeQuorumResponse__PartitionData = DescribeQuorumResponse.PartitionData
 _C_DescribeQuorumResponse__Node = DescribeQuorumResponse.Node
 _C_DescribeQuorumResponse__Listener = DescribeQuorumResponse.Listener
 _C_DescribeQuorumResponse._JSON = (
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 2, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_DescribeQuorumResponse__TopicData),
-    ('nodes', 'Nodes', '[]struct', 2, None, _C_DescribeQuorumResponse__Node),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 2, None, None, 2, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_DescribeQuorumResponse__TopicData, None, None),
+    ('nodes', 'Nodes', '[]struct', 2, None, _C_DescribeQuorumResponse__Node, None, None),
 )
 _C_DescribeQuorumResponse__ReplicaState._JSON = (
-    ('replica_id', 'ReplicaId', 'int', 0, None, None),
-    ('replica_directory_id', 'ReplicaDirectoryId', 'uuid', 2, None, None),
-    ('log_end_offset', 'LogEndOffset', 'int', 0, None, None),
-    ('last_fetch_timestamp', 'LastFetchTimestamp', 'int', 1, None, None),
-    ('last_caught_up_timestamp', 'LastCaughtUpTimestamp', 'int', 1, None, None),
+    ('replica_id', 'ReplicaId', 'int32', 0, None, None, None, None),
+    ('replica_directory_id', 'ReplicaDirectoryId', 'uuid', 2, None, None, None, None),
+    ('log_end_offset', 'LogEndOffset', 'int64', 0, None, None, None, None),
+    ('last_fetch_timestamp', 'LastFetchTimestamp', 'int64', 1, None, None, None, None),
+    ('last_caught_up_timestamp', 'LastCaughtUpTimestamp', 'int64', 1, None, None, None, None),
 )
 _C_DescribeQuorumResponse__TopicData._JSON = (
-    ('topic_name', 'TopicName', 'str', 0, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_DescribeQuorumResponse__PartitionData),
+    ('topic_name', 'TopicName', 'str', 0, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_DescribeQuorumResponse__PartitionData, None, None),
 )
 _C_DescribeQuorumResponse__PartitionData._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 2, None, None),
-    ('leader_id', 'LeaderId', 'int', 0, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 0, None, None),
-    ('high_watermark', 'HighWatermark', 'int', 0, None, None),
-    ('current_voters', 'CurrentVoters', '[]struct', 0, None, _C_DescribeQuorumResponse__ReplicaState),
-    ('observers', 'Observers', '[]struct', 0, None, _C_DescribeQuorumResponse__ReplicaState),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 2, None, None, 2, None),
+    ('leader_id', 'LeaderId', 'int32', 0, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 0, None, None, None, None),
+    ('high_watermark', 'HighWatermark', 'int64', 0, None, None, None, None),
+    ('current_voters', 'CurrentVoters', '[]struct', 0, None, _C_DescribeQuorumResponse__ReplicaState, None, None),
+    ('observers', 'Observers', '[]struct', 0, None, _C_DescribeQuorumResponse__ReplicaState, None, None),
 )
 _C_DescribeQuorumResponse__Node._JSON = (
-    ('node_id', 'NodeId', 'int', 2, None, None),
-    ('listeners', 'Listeners', '[]struct', 2, None, _C_DescribeQuorumResponse__Listener),
+    ('node_id', 'NodeId', 'int32', 2, None, None, None, None),
+    ('listeners', 'Listeners', '[]struct', 2, None, _C_DescribeQuorumResponse__Listener, None, None),
 )
 _C_DescribeQuorumResponse__Listener._JSON = (
-    ('name', 'Name', 'str', 2, None, None),
-    ('host', 'Host', 'str', 2, None, None),
-    ('port', 'Port', 'int', 2, None, None),
+    ('name', 'Name', 'str', 2, None, None, None, None),
+    ('host', 'Host', 'str', 2, None, None, None, None),
+    ('port', 'Port', 'uint16', 2, None, None, None, None),
 )
 
 
@@ -533,6 +539,8 @@ def _w_DescribeQuorumResponse(o, w, version):
                     _w_DescribeQuorumResponse__Node(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('DescribeQuorumResponse' if f is None else 'DescribeQuorumResponse.' + f)
@@ -606,6 +614,8 @@ def _w_DescribeQuorumResponse__ReplicaState(o, w, version):
             w.int64(o.last_caught_up_timestamp)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ReplicaState' if f is None else 'ReplicaState.' + f)
@@ -651,6 +661,8 @@ def _w_DescribeQuorumResponse__TopicData(o, w, version):
                 _w_DescribeQuorumResponse__PartitionData(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('TopicData' if f is None else 'TopicData.' + f)
@@ -729,6 +741,8 @@ def _w_DescribeQuorumResponse__PartitionData(o, w, version):
                 _w_DescribeQuorumResponse__ReplicaState(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('PartitionData' if f is None else 'PartitionData.' + f)
@@ -788,6 +802,8 @@ def _w_DescribeQuorumResponse__Node(o, w, version):
                     _w_DescribeQuorumResponse__Listener(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('Node' if f is None else 'Node.' + f)
@@ -855,6 +871,8 @@ def _w_DescribeQuorumResponse__Listener(o, w, version):
             w.uint16(o.port)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('Listener' if f is None else 'Listener.' + f)

@@ -84,13 +84,13 @@ class ElectLeadersRequest(_Base):
 _C_ElectLeadersRequest = ElectLeadersRequest
 _C_ElectLeadersRequest__TopicPartitions = ElectLeadersRequest.TopicPartitions
 _C_ElectLeadersRequest._JSON = (
-    ('election_type', 'ElectionType', 'int', 1, None, None),
-    ('topic_partitions', 'TopicPartitions', '[]struct', 0, None, _C_ElectLeadersRequest__TopicPartitions),
-    ('timeout_ms', 'TimeoutMs', 'int', 0, None, None),
+    ('election_type', 'ElectionType', 'int8', 1, None, None, None, None),
+    ('topic_partitions', 'TopicPartitions', '[]struct', 0, None, _C_ElectLeadersRequest__TopicPartitions, 0, None),
+    ('timeout_ms', 'TimeoutMs', 'int32', 0, None, None, None, None),
 )
 _C_ElectLeadersRequest__TopicPartitions._JSON = (
-    ('topic', 'Topic', 'str', 0, None, None),
-    ('partitions', 'Partitions', '[]int', 0, None, None),
+    ('topic', 'Topic', 'str', 0, None, None, None, None),
+    ('partitions', 'Partitions', '[]int32', 0, None, None, None, None),
 )
 
 
@@ -164,6 +164,8 @@ def _w_ElectLeadersRequest(o, w, version):
         f = '_tagged_fields'
         if version >= 2:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -228,6 +230,8 @@ def _w_ElectLeadersRequest__TopicPartitions(o, w, version):
         f = '_tagged_fields'
         if version >= 2:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -330,18 +334,18 @@ _C_ElectLeadersResponse = ElectLeadersResponse
 _C_ElectLeadersResponse__ReplicaElectionResult = ElectLeadersResponse.ReplicaElectionResult
 _C_ElectLeadersResponse__PartitionResult = ElectLeadersResponse.PartitionResult
 _C_ElectLeadersResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 1, None, None),
-    ('replica_election_results', 'ReplicaElectionResults', '[]struct', 0, None, _C_ElectLeadersResponse__ReplicaElectionResult),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 1, None, None, None, None),
+    ('replica_election_results', 'ReplicaElectionResults', '[]struct', 0, None, _C_ElectLeadersResponse__ReplicaElectionResult, None, None),
 )
 _C_ElectLeadersResponse__ReplicaElectionResult._JSON = (
-    ('topic', 'Topic', 'str', 0, None, None),
-    ('partition_result', 'PartitionResult', '[]struct', 0, None, _C_ElectLeadersResponse__PartitionResult),
+    ('topic', 'Topic', 'str', 0, None, None, None, None),
+    ('partition_result', 'PartitionResult', '[]struct', 0, None, _C_ElectLeadersResponse__PartitionResult, None, None),
 )
 _C_ElectLeadersResponse__PartitionResult._JSON = (
-    ('partition_id', 'PartitionId', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 0, None, None),
+    ('partition_id', 'PartitionId', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 0, None, None, 0, None),
 )
 
 
@@ -415,6 +419,8 @@ def _w_ElectLeadersResponse(o, w, version):
         f = '_tagged_fields'
         if version >= 2:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -479,6 +485,8 @@ def _w_ElectLeadersResponse__ReplicaElectionResult(o, w, version):
         f = '_tagged_fields'
         if version >= 2:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -547,6 +555,8 @@ def _w_ElectLeadersResponse__PartitionResult(o, w, version):
         f = '_tagged_fields'
         if version >= 2:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')

@@ -173,29 +173,29 @@ _C_EndQuorumEpochRequest__PartitionData = EndQuorumEpochRequest.PartitionData
 _C_EndQuorumEpochRequest__ReplicaInfo = EndQuorumEpochRequest.ReplicaInfo
 _C_EndQuorumEpochRequest__LeaderEndpoint = EndQuorumEpochRequest.LeaderEndpoint
 _C_EndQuorumEpochRequest._JSON = (
-    ('cluster_id', 'ClusterId', 'str', 0, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_EndQuorumEpochRequest__TopicData),
-    ('leader_endpoints', 'LeaderEndpoints', '[]struct', 1, None, _C_EndQuorumEpochRequest__LeaderEndpoint),
+    ('cluster_id', 'ClusterId', 'str', 0, None, None, 0, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_EndQuorumEpochRequest__TopicData, None, None),
+    ('leader_endpoints', 'LeaderEndpoints', '[]struct', 1, None, _C_EndQuorumEpochRequest__LeaderEndpoint, None, None),
 )
 _C_EndQuorumEpochRequest__TopicData._JSON = (
-    ('topic_name', 'TopicName', 'str', 0, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_EndQuorumEpochRequest__PartitionData),
+    ('topic_name', 'TopicName', 'str', 0, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_EndQuorumEpochRequest__PartitionData, None, None),
 )
 _C_EndQuorumEpochRequest__PartitionData._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('leader_id', 'LeaderId', 'int', 0, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 0, None, None),
-    ('preferred_successors', 'PreferredSuccessors', '[]int', 0, 0, None),
-    ('preferred_candidates', 'PreferredCandidates', '[]struct', 1, None, _C_EndQuorumEpochRequest__ReplicaInfo),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('leader_id', 'LeaderId', 'int32', 0, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 0, None, None, None, None),
+    ('preferred_successors', 'PreferredSuccessors', '[]int32', 0, 0, None, None, None),
+    ('preferred_candidates', 'PreferredCandidates', '[]struct', 1, None, _C_EndQuorumEpochRequest__ReplicaInfo, None, None),
 )
 _C_EndQuorumEpochRequest__ReplicaInfo._JSON = (
-    ('candidate_id', 'CandidateId', 'int', 1, None, None),
-    ('candidate_directory_id', 'CandidateDirectoryId', 'uuid', 1, None, None),
+    ('candidate_id', 'CandidateId', 'int32', 1, None, None, None, None),
+    ('candidate_directory_id', 'CandidateDirectoryId', 'uuid', 1, None, None, None, None),
 )
 _C_EndQuorumEpochRequest__LeaderEndpoint._JSON = (
-    ('name', 'Name', 'str', 1, None, None),
-    ('host', 'Host', 'str', 1, None, None),
-    ('port', 'Port', 'int', 1, None, None),
+    ('name', 'Name', 'str', 1, None, None, None, None),
+    ('host', 'Host', 'str', 1, None, None, None, None),
+    ('port', 'Port', 'uint16', 1, None, None, None, None),
 )
 
 
@@ -267,6 +267,8 @@ def _w_EndQuorumEpochRequest(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -331,6 +333,8 @@ def _w_EndQuorumEpochRequest__TopicData(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -425,6 +429,8 @@ def _w_EndQuorumEpochRequest__PartitionData(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -485,6 +491,8 @@ def _w_EndQuorumEpochRequest__ReplicaInfo(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -556,6 +564,8 @@ def _w_EndQuorumEpochRequest__LeaderEndpoint(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -689,24 +699,24 @@ _C_EndQuorumEpochResponse__TopicData = EndQuorumEpochResponse.TopicData
 _C_EndQuorumEpochResponse__PartitionData = EndQuorumEpochResponse.PartitionData
 _C_EndQuorumEpochResponse__NodeEndpoint = EndQuorumEpochResponse.NodeEndpoint
 _C_EndQuorumEpochResponse._JSON = (
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_EndQuorumEpochResponse__TopicData),
-    ('node_endpoints', 'NodeEndpoints', '[]struct', 1, None, _C_EndQuorumEpochResponse__NodeEndpoint),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_EndQuorumEpochResponse__TopicData, None, None),
+    ('node_endpoints', 'NodeEndpoints', '[]struct', 1, None, _C_EndQuorumEpochResponse__NodeEndpoint, None, None),
 )
 _C_EndQuorumEpochResponse__TopicData._JSON = (
-    ('topic_name', 'TopicName', 'str', 0, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_EndQuorumEpochResponse__PartitionData),
+    ('topic_name', 'TopicName', 'str', 0, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_EndQuorumEpochResponse__PartitionData, None, None),
 )
 _C_EndQuorumEpochResponse__PartitionData._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('leader_id', 'LeaderId', 'int', 0, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 0, None, None),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('leader_id', 'LeaderId', 'int32', 0, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 0, None, None, None, None),
 )
 _C_EndQuorumEpochResponse__NodeEndpoint._JSON = (
-    ('node_id', 'NodeId', 'int', 1, None, None),
-    ('host', 'Host', 'str', 1, None, None),
-    ('port', 'Port', 'int', 1, None, None),
+    ('node_id', 'NodeId', 'int32', 1, None, None, None, None),
+    ('host', 'Host', 'str', 1, None, None, None, None),
+    ('port', 'Port', 'uint16', 1, None, None, None, None),
 )
 
 
@@ -785,6 +795,8 @@ def _w_EndQuorumEpochResponse(o, w, version):
                     for e in o.node_endpoints:
                         _w_EndQuorumEpochResponse__NodeEndpoint(e, t, version)
                 tags.append((0, t.getvalue()))
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0,))
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -849,6 +861,8 @@ def _w_EndQuorumEpochResponse__TopicData(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -927,6 +941,8 @@ def _w_EndQuorumEpochResponse__PartitionData(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -998,6 +1014,8 @@ def _w_EndQuorumEpochResponse__NodeEndpoint(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')

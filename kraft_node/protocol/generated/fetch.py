@@ -199,42 +199,42 @@ _C_FetchRequest__FetchTopic = FetchRequest.FetchTopic
 _C_FetchRequest__FetchPartition = FetchRequest.FetchPartition
 _C_FetchRequest__ForgottenTopic = FetchRequest.ForgottenTopic
 _C_FetchRequest._JSON = (
-    ('cluster_id', 'ClusterId', 'str', 12, None, None),
-    ('replica_id', 'ReplicaId', 'int', 0, 14, None),
-    ('replica_state', 'ReplicaState', 'struct', 15, None, _C_FetchRequest__ReplicaState),
-    ('max_wait_ms', 'MaxWaitMs', 'int', 0, None, None),
-    ('min_bytes', 'MinBytes', 'int', 0, None, None),
-    ('max_bytes', 'MaxBytes', 'int', 3, None, None),
-    ('isolation_level', 'IsolationLevel', 'int', 4, None, None),
-    ('session_id', 'SessionId', 'int', 7, None, None),
-    ('session_epoch', 'SessionEpoch', 'int', 7, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_FetchRequest__FetchTopic),
-    ('forgotten_topics_data', 'ForgottenTopicsData', '[]struct', 7, None, _C_FetchRequest__ForgottenTopic),
-    ('rack_id', 'RackId', 'str', 11, None, None),
+    ('cluster_id', 'ClusterId', 'str', 12, None, None, 12, None),
+    ('replica_id', 'ReplicaId', 'int32', 0, 14, None, None, None),
+    ('replica_state', 'ReplicaState', 'struct', 15, None, _C_FetchRequest__ReplicaState, None, None),
+    ('max_wait_ms', 'MaxWaitMs', 'int32', 0, None, None, None, None),
+    ('min_bytes', 'MinBytes', 'int32', 0, None, None, None, None),
+    ('max_bytes', 'MaxBytes', 'int32', 3, None, None, None, None),
+    ('isolation_level', 'IsolationLevel', 'int8', 4, None, None, None, None),
+    ('session_id', 'SessionId', 'int32', 7, None, None, None, None),
+    ('session_epoch', 'SessionEpoch', 'int32', 7, None, None, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_FetchRequest__FetchTopic, None, None),
+    ('forgotten_topics_data', 'ForgottenTopicsData', '[]struct', 7, None, _C_FetchRequest__ForgottenTopic, None, None),
+    ('rack_id', 'RackId', 'str', 11, None, None, None, None),
 )
 _C_FetchRequest__ReplicaState._JSON = (
-    ('replica_id', 'ReplicaId', 'int', 15, None, None),
-    ('replica_epoch', 'ReplicaEpoch', 'int', 15, None, None),
+    ('replica_id', 'ReplicaId', 'int32', 15, None, None, None, None),
+    ('replica_epoch', 'ReplicaEpoch', 'int64', 15, None, None, None, None),
 )
 _C_FetchRequest__FetchTopic._JSON = (
-    ('topic', 'Topic', 'str', 0, 12, None),
-    ('topic_id', 'TopicId', 'uuid', 13, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_FetchRequest__FetchPartition),
+    ('topic', 'Topic', 'str', 0, 12, None, None, None),
+    ('topic_id', 'TopicId', 'uuid', 13, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_FetchRequest__FetchPartition, None, None),
 )
 _C_FetchRequest__FetchPartition._JSON = (
-    ('partition', 'Partition', 'int', 0, None, None),
-    ('current_leader_epoch', 'CurrentLeaderEpoch', 'int', 9, None, None),
-    ('fetch_offset', 'FetchOffset', 'int', 0, None, None),
-    ('last_fetched_epoch', 'LastFetchedEpoch', 'int', 12, None, None),
-    ('log_start_offset', 'LogStartOffset', 'int', 5, None, None),
-    ('partition_max_bytes', 'PartitionMaxBytes', 'int', 0, None, None),
-    ('replica_directory_id', 'ReplicaDirectoryId', 'uuid', 17, None, None),
-    ('high_watermark', 'HighWatermark', 'int', 18, None, None),
+    ('partition', 'Partition', 'int32', 0, None, None, None, None),
+    ('current_leader_epoch', 'CurrentLeaderEpoch', 'int32', 9, None, None, None, None),
+    ('fetch_offset', 'FetchOffset', 'int64', 0, None, None, None, None),
+    ('last_fetched_epoch', 'LastFetchedEpoch', 'int32', 12, None, None, None, None),
+    ('log_start_offset', 'LogStartOffset', 'int64', 5, None, None, None, None),
+    ('partition_max_bytes', 'PartitionMaxBytes', 'int32', 0, None, None, None, None),
+    ('replica_directory_id', 'ReplicaDirectoryId', 'uuid', 17, None, None, None, None),
+    ('high_watermark', 'HighWatermark', 'int64', 18, None, None, None, None),
 )
 _C_FetchRequest__ForgottenTopic._JSON = (
-    ('topic', 'Topic', 'str', 7, 12, None),
-    ('topic_id', 'TopicId', 'uuid', 13, None, None),
-    ('partitions', 'Partitions', '[]int', 7, None, None),
+    ('topic', 'Topic', 'str', 7, 12, None, None, None),
+    ('topic_id', 'TopicId', 'uuid', 13, None, None, None, None),
+    ('partitions', 'Partitions', '[]int32', 7, None, None, None, None),
 )
 
 
@@ -435,6 +435,11 @@ def _w_FetchRequest(o, w, version):
                     raise MessageError('null in a non-nullable struct field')
                 _w_FetchRequest__ReplicaState(o.replica_state, t, version)
                 tags.append((1, t.getvalue()))
+            if o.unknown_tagged_fields:
+                if 12 <= version <= 14:
+                    w.check_unknown_tags(o.unknown_tagged_fields, (0,))
+                elif version >= 15:
+                    w.check_unknown_tags(o.unknown_tagged_fields, (0, 1))
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -495,6 +500,8 @@ def _w_FetchRequest__ReplicaState(o, w, version):
         f = '_tagged_fields'
         if version >= 12:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -573,6 +580,8 @@ def _w_FetchRequest__FetchTopic(o, w, version):
         f = '_tagged_fields'
         if version >= 12:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -711,6 +720,13 @@ def _w_FetchRequest__FetchPartition(o, w, version):
                 t = Writer()
                 t.int64(o.high_watermark)
                 tags.append((1, t.getvalue()))
+            if o.unknown_tagged_fields:
+                if 12 <= version <= 16:
+                    w.check_unknown_tags(o.unknown_tagged_fields, ())
+                elif version == 17:
+                    w.check_unknown_tags(o.unknown_tagged_fields, (0,))
+                elif version >= 18:
+                    w.check_unknown_tags(o.unknown_tagged_fields, (0, 1))
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -798,6 +814,8 @@ def _w_FetchRequest__ForgottenTopic(o, w, version):
         f = '_tagged_fields'
         if version >= 12:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -1061,51 +1079,51 @@ _C_FetchResponse__SnapshotId = FetchResponse.SnapshotId
 _C_FetchResponse__AbortedTransaction = FetchResponse.AbortedTransaction
 _C_FetchResponse__NodeEndpoint = FetchResponse.NodeEndpoint
 _C_FetchResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 1, None, None),
-    ('error_code', 'ErrorCode', 'int', 7, None, None),
-    ('session_id', 'SessionId', 'int', 7, None, None),
-    ('responses', 'Responses', '[]struct', 0, None, _C_FetchResponse__FetchableTopicResponse),
-    ('node_endpoints', 'NodeEndpoints', '[]struct', 16, None, _C_FetchResponse__NodeEndpoint),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 1, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 7, None, None, None, None),
+    ('session_id', 'SessionId', 'int32', 7, None, None, None, None),
+    ('responses', 'Responses', '[]struct', 0, None, _C_FetchResponse__FetchableTopicResponse, None, None),
+    ('node_endpoints', 'NodeEndpoints', '[]struct', 16, None, _C_FetchResponse__NodeEndpoint, None, None),
 )
 _C_FetchResponse__FetchableTopicResponse._JSON = (
-    ('topic', 'Topic', 'str', 0, 12, None),
-    ('topic_id', 'TopicId', 'uuid', 13, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_FetchResponse__PartitionData),
+    ('topic', 'Topic', 'str', 0, 12, None, None, None),
+    ('topic_id', 'TopicId', 'uuid', 13, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_FetchResponse__PartitionData, None, None),
 )
 _C_FetchResponse__PartitionData._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('high_watermark', 'HighWatermark', 'int', 0, None, None),
-    ('last_stable_offset', 'LastStableOffset', 'int', 4, None, None),
-    ('log_start_offset', 'LogStartOffset', 'int', 5, None, None),
-    ('diverging_epoch', 'DivergingEpoch', 'struct', 12, None, _C_FetchResponse__EpochEndOffset),
-    ('current_leader', 'CurrentLeader', 'struct', 12, None, _C_FetchResponse__LeaderIdAndEpoch),
-    ('snapshot_id', 'SnapshotId', 'struct', 12, None, _C_FetchResponse__SnapshotId),
-    ('aborted_transactions', 'AbortedTransactions', '[]struct', 4, None, _C_FetchResponse__AbortedTransaction),
-    ('preferred_read_replica', 'PreferredReadReplica', 'int', 11, None, None),
-    ('records', 'Records', 'bytes', 0, None, None),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('high_watermark', 'HighWatermark', 'int64', 0, None, None, None, None),
+    ('last_stable_offset', 'LastStableOffset', 'int64', 4, None, None, None, None),
+    ('log_start_offset', 'LogStartOffset', 'int64', 5, None, None, None, None),
+    ('diverging_epoch', 'DivergingEpoch', 'struct', 12, None, _C_FetchResponse__EpochEndOffset, None, None),
+    ('current_leader', 'CurrentLeader', 'struct', 12, None, _C_FetchResponse__LeaderIdAndEpoch, None, None),
+    ('snapshot_id', 'SnapshotId', 'struct', 12, None, _C_FetchResponse__SnapshotId, None, None),
+    ('aborted_transactions', 'AbortedTransactions', '[]struct', 4, None, _C_FetchResponse__AbortedTransaction, 4, None),
+    ('preferred_read_replica', 'PreferredReadReplica', 'int32', 11, None, None, None, None),
+    ('records', 'Records', 'bytes', 0, None, None, 0, None),
 )
 _C_FetchResponse__EpochEndOffset._JSON = (
-    ('epoch', 'Epoch', 'int', 12, None, None),
-    ('end_offset', 'EndOffset', 'int', 12, None, None),
+    ('epoch', 'Epoch', 'int32', 12, None, None, None, None),
+    ('end_offset', 'EndOffset', 'int64', 12, None, None, None, None),
 )
 _C_FetchResponse__LeaderIdAndEpoch._JSON = (
-    ('leader_id', 'LeaderId', 'int', 12, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 12, None, None),
+    ('leader_id', 'LeaderId', 'int32', 12, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 12, None, None, None, None),
 )
 _C_FetchResponse__SnapshotId._JSON = (
-    ('end_offset', 'EndOffset', 'int', 0, None, None),
-    ('epoch', 'Epoch', 'int', 0, None, None),
+    ('end_offset', 'EndOffset', 'int64', 0, None, None, None, None),
+    ('epoch', 'Epoch', 'int32', 0, None, None, None, None),
 )
 _C_FetchResponse__AbortedTransaction._JSON = (
-    ('producer_id', 'ProducerId', 'int', 4, None, None),
-    ('first_offset', 'FirstOffset', 'int', 4, None, None),
+    ('producer_id', 'ProducerId', 'int64', 4, None, None, None, None),
+    ('first_offset', 'FirstOffset', 'int64', 4, None, None, None, None),
 )
 _C_FetchResponse__NodeEndpoint._JSON = (
-    ('node_id', 'NodeId', 'int', 16, None, None),
-    ('host', 'Host', 'str', 16, None, None),
-    ('port', 'Port', 'int', 16, None, None),
-    ('rack', 'Rack', 'str', 16, None, None),
+    ('node_id', 'NodeId', 'int32', 16, None, None, None, None),
+    ('host', 'Host', 'str', 16, None, None, None, None),
+    ('port', 'Port', 'int32', 16, None, None, None, None),
+    ('rack', 'Rack', 'str', 16, None, None, 16, None),
 )
 
 
@@ -1213,6 +1231,11 @@ def _w_FetchResponse(o, w, version):
                     for e in o.node_endpoints:
                         _w_FetchResponse__NodeEndpoint(e, t, version)
                 tags.append((0, t.getvalue()))
+            if o.unknown_tagged_fields:
+                if 12 <= version <= 15:
+                    w.check_unknown_tags(o.unknown_tagged_fields, ())
+                elif version >= 16:
+                    w.check_unknown_tags(o.unknown_tagged_fields, (0,))
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -1291,6 +1314,8 @@ def _w_FetchResponse__FetchableTopicResponse(o, w, version):
         f = '_tagged_fields'
         if version >= 12:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -1479,6 +1504,8 @@ def _w_FetchResponse__PartitionData(o, w, version):
                     raise MessageError('null in a non-nullable struct field')
                 _w_FetchResponse__SnapshotId(o.snapshot_id, t, version)
                 tags.append((2, t.getvalue()))
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0, 1, 2))
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -1539,6 +1566,8 @@ def _w_FetchResponse__EpochEndOffset(o, w, version):
         f = '_tagged_fields'
         if version >= 12:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -1599,6 +1628,8 @@ def _w_FetchResponse__LeaderIdAndEpoch(o, w, version):
         f = '_tagged_fields'
         if version >= 12:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -1657,6 +1688,8 @@ def _w_FetchResponse__SnapshotId(o, w, version):
         f = '_tagged_fields'
         if version >= 12:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -1715,6 +1748,8 @@ def _w_FetchResponse__AbortedTransaction(o, w, version):
         f = '_tagged_fields'
         if version >= 12:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -1797,6 +1832,8 @@ def _w_FetchResponse__NodeEndpoint(o, w, version):
         f = '_tagged_fields'
         if version >= 12:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')

@@ -146,25 +146,25 @@ _C_FetchSnapshotRequest__TopicSnapshot = FetchSnapshotRequest.TopicSnapshot
 _C_FetchSnapshotRequest__PartitionSnapshot = FetchSnapshotRequest.PartitionSnapshot
 _C_FetchSnapshotRequest__SnapshotId = FetchSnapshotRequest.SnapshotId
 _C_FetchSnapshotRequest._JSON = (
-    ('cluster_id', 'ClusterId', 'str', 0, None, None),
-    ('replica_id', 'ReplicaId', 'int', 0, None, None),
-    ('max_bytes', 'MaxBytes', 'int', 0, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_FetchSnapshotRequest__TopicSnapshot),
+    ('cluster_id', 'ClusterId', 'str', 0, None, None, 0, None),
+    ('replica_id', 'ReplicaId', 'int32', 0, None, None, None, None),
+    ('max_bytes', 'MaxBytes', 'int32', 0, None, None, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_FetchSnapshotRequest__TopicSnapshot, None, None),
 )
 _C_FetchSnapshotRequest__TopicSnapshot._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_FetchSnapshotRequest__PartitionSnapshot),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_FetchSnapshotRequest__PartitionSnapshot, None, None),
 )
 _C_FetchSnapshotRequest__PartitionSnapshot._JSON = (
-    ('partition', 'Partition', 'int', 0, None, None),
-    ('current_leader_epoch', 'CurrentLeaderEpoch', 'int', 0, None, None),
-    ('snapshot_id', 'SnapshotId', 'struct', 0, None, _C_FetchSnapshotRequest__SnapshotId),
-    ('position', 'Position', 'int', 0, None, None),
-    ('replica_directory_id', 'ReplicaDirectoryId', 'uuid', 1, None, None),
+    ('partition', 'Partition', 'int32', 0, None, None, None, None),
+    ('current_leader_epoch', 'CurrentLeaderEpoch', 'int32', 0, None, None, None, None),
+    ('snapshot_id', 'SnapshotId', 'struct', 0, None, _C_FetchSnapshotRequest__SnapshotId, None, None),
+    ('position', 'Position', 'int64', 0, None, None, None, None),
+    ('replica_directory_id', 'ReplicaDirectoryId', 'uuid', 1, None, None, None, None),
 )
 _C_FetchSnapshotRequest__SnapshotId._JSON = (
-    ('end_offset', 'EndOffset', 'int', 0, None, None),
-    ('epoch', 'Epoch', 'int', 0, None, None),
+    ('end_offset', 'EndOffset', 'int64', 0, None, None, None, None),
+    ('epoch', 'Epoch', 'int32', 0, None, None, None, None),
 )
 
 
@@ -223,6 +223,8 @@ def _w_FetchSnapshotRequest(o, w, version):
             t = Writer()
             t.compact_string(o.cluster_id, True)
             tags.append((0, t.getvalue()))
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, (0,))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('FetchSnapshotRequest' if f is None else 'FetchSnapshotRequest.' + f)
@@ -268,6 +270,8 @@ def _w_FetchSnapshotRequest__TopicSnapshot(o, w, version):
                 _w_FetchSnapshotRequest__PartitionSnapshot(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('TopicSnapshot' if f is None else 'TopicSnapshot.' + f)
@@ -336,6 +340,11 @@ def _w_FetchSnapshotRequest__PartitionSnapshot(o, w, version):
             t = Writer()
             t.uuid(o.replica_directory_id)
             tags.append((0, t.getvalue()))
+        if o.unknown_tagged_fields:
+            if version <= 0:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
+            elif version >= 1:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0,))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('PartitionSnapshot' if f is None else 'PartitionSnapshot.' + f)
@@ -378,6 +387,8 @@ def _w_FetchSnapshotRequest__SnapshotId(o, w, version):
         w.int32(o.epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('SnapshotId' if f is None else 'SnapshotId.' + f)
@@ -571,36 +582,36 @@ _C_FetchSnapshotResponse__SnapshotId = FetchSnapshotResponse.SnapshotId
 _C_FetchSnapshotResponse__LeaderIdAndEpoch = FetchSnapshotResponse.LeaderIdAndEpoch
 _C_FetchSnapshotResponse__NodeEndpoint = FetchSnapshotResponse.NodeEndpoint
 _C_FetchSnapshotResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_FetchSnapshotResponse__TopicSnapshot),
-    ('node_endpoints', 'NodeEndpoints', '[]struct', 1, None, _C_FetchSnapshotResponse__NodeEndpoint),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_FetchSnapshotResponse__TopicSnapshot, None, None),
+    ('node_endpoints', 'NodeEndpoints', '[]struct', 1, None, _C_FetchSnapshotResponse__NodeEndpoint, None, None),
 )
 _C_FetchSnapshotResponse__TopicSnapshot._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_FetchSnapshotResponse__PartitionSnapshot),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_FetchSnapshotResponse__PartitionSnapshot, None, None),
 )
 _C_FetchSnapshotResponse__PartitionSnapshot._JSON = (
-    ('index', 'Index', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('snapshot_id', 'SnapshotId', 'struct', 0, None, _C_FetchSnapshotResponse__SnapshotId),
-    ('current_leader', 'CurrentLeader', 'struct', 0, None, _C_FetchSnapshotResponse__LeaderIdAndEpoch),
-    ('size', 'Size', 'int', 0, None, None),
-    ('position', 'Position', 'int', 0, None, None),
-    ('unaligned_records', 'UnalignedRecords', 'bytes', 0, None, None),
+    ('index', 'Index', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('snapshot_id', 'SnapshotId', 'struct', 0, None, _C_FetchSnapshotResponse__SnapshotId, None, None),
+    ('current_leader', 'CurrentLeader', 'struct', 0, None, _C_FetchSnapshotResponse__LeaderIdAndEpoch, None, None),
+    ('size', 'Size', 'int64', 0, None, None, None, None),
+    ('position', 'Position', 'int64', 0, None, None, None, None),
+    ('unaligned_records', 'UnalignedRecords', 'bytes', 0, None, None, None, None),
 )
 _C_FetchSnapshotResponse__SnapshotId._JSON = (
-    ('end_offset', 'EndOffset', 'int', 0, None, None),
-    ('epoch', 'Epoch', 'int', 0, None, None),
+    ('end_offset', 'EndOffset', 'int64', 0, None, None, None, None),
+    ('epoch', 'Epoch', 'int32', 0, None, None, None, None),
 )
 _C_FetchSnapshotResponse__LeaderIdAndEpoch._JSON = (
-    ('leader_id', 'LeaderId', 'int', 0, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 0, None, None),
+    ('leader_id', 'LeaderId', 'int32', 0, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 0, None, None, None, None),
 )
 _C_FetchSnapshotResponse__NodeEndpoint._JSON = (
-    ('node_id', 'NodeId', 'int', 1, None, None),
-    ('host', 'Host', 'str', 1, None, None),
-    ('port', 'Port', 'int', 1, None, None),
+    ('node_id', 'NodeId', 'int32', 1, None, None, None, None),
+    ('host', 'Host', 'str', 1, None, None, None, None),
+    ('port', 'Port', 'uint16', 1, None, None, None, None),
 )
 
 
@@ -666,6 +677,11 @@ def _w_FetchSnapshotResponse(o, w, version):
                 for e in o.node_endpoints:
                     _w_FetchSnapshotResponse__NodeEndpoint(e, t, version)
             tags.append((0, t.getvalue()))
+        if o.unknown_tagged_fields:
+            if version <= 0:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
+            elif version >= 1:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0,))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('FetchSnapshotResponse' if f is None else 'FetchSnapshotResponse.' + f)
@@ -711,6 +727,8 @@ def _w_FetchSnapshotResponse__TopicSnapshot(o, w, version):
                 _w_FetchSnapshotResponse__PartitionSnapshot(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('TopicSnapshot' if f is None else 'TopicSnapshot.' + f)
@@ -786,6 +804,8 @@ def _w_FetchSnapshotResponse__PartitionSnapshot(o, w, version):
                 raise MessageError('null in a non-nullable struct field')
             _w_FetchSnapshotResponse__LeaderIdAndEpoch(o.current_leader, t, version)
             tags.append((0, t.getvalue()))
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, (0,))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('PartitionSnapshot' if f is None else 'PartitionSnapshot.' + f)
@@ -828,6 +848,8 @@ def _w_FetchSnapshotResponse__SnapshotId(o, w, version):
         w.int32(o.epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('SnapshotId' if f is None else 'SnapshotId.' + f)
@@ -870,6 +892,8 @@ def _w_FetchSnapshotResponse__LeaderIdAndEpoch(o, w, version):
         w.int32(o.leader_epoch)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('LeaderIdAndEpoch' if f is None else 'LeaderIdAndEpoch.' + f)
@@ -937,6 +961,8 @@ def _w_FetchSnapshotResponse__NodeEndpoint(o, w, version):
             w.uint16(o.port)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('NodeEndpoint' if f is None else 'NodeEndpoint.' + f)

@@ -113,18 +113,18 @@ _C_IncrementalAlterConfigsRequest = IncrementalAlterConfigsRequest
 _C_IncrementalAlterConfigsRequest__AlterConfigsResource = IncrementalAlterConfigsRequest.AlterConfigsResource
 _C_IncrementalAlterConfigsRequest__AlterableConfig = IncrementalAlterConfigsRequest.AlterableConfig
 _C_IncrementalAlterConfigsRequest._JSON = (
-    ('resources', 'Resources', '[]struct', 0, None, _C_IncrementalAlterConfigsRequest__AlterConfigsResource),
-    ('validate_only', 'ValidateOnly', 'bool', 0, None, None),
+    ('resources', 'Resources', '[]struct', 0, None, _C_IncrementalAlterConfigsRequest__AlterConfigsResource, None, None),
+    ('validate_only', 'ValidateOnly', 'bool', 0, None, None, None, None),
 )
 _C_IncrementalAlterConfigsRequest__AlterConfigsResource._JSON = (
-    ('resource_type', 'ResourceType', 'int', 0, None, None),
-    ('resource_name', 'ResourceName', 'str', 0, None, None),
-    ('configs', 'Configs', '[]struct', 0, None, _C_IncrementalAlterConfigsRequest__AlterableConfig),
+    ('resource_type', 'ResourceType', 'int8', 0, None, None, None, None),
+    ('resource_name', 'ResourceName', 'str', 0, None, None, None, None),
+    ('configs', 'Configs', '[]struct', 0, None, _C_IncrementalAlterConfigsRequest__AlterableConfig, None, None),
 )
 _C_IncrementalAlterConfigsRequest__AlterableConfig._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('config_operation', 'ConfigOperation', 'int', 0, None, None),
-    ('value', 'Value', 'str', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('config_operation', 'ConfigOperation', 'int8', 0, None, None, None, None),
+    ('value', 'Value', 'str', 0, None, None, 0, None),
 )
 
 
@@ -183,6 +183,8 @@ def _w_IncrementalAlterConfigsRequest(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -257,6 +259,8 @@ def _w_IncrementalAlterConfigsRequest__AlterConfigsResource(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -325,6 +329,8 @@ def _w_IncrementalAlterConfigsRequest__AlterableConfig(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -400,14 +406,14 @@ class IncrementalAlterConfigsResponse(_Base):
 _C_IncrementalAlterConfigsResponse = IncrementalAlterConfigsResponse
 _C_IncrementalAlterConfigsResponse__AlterConfigsResourceResponse = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
 _C_IncrementalAlterConfigsResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('responses', 'Responses', '[]struct', 0, None, _C_IncrementalAlterConfigsResponse__AlterConfigsResourceResponse),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('responses', 'Responses', '[]struct', 0, None, _C_IncrementalAlterConfigsResponse__AlterConfigsResourceResponse, None, None),
 )
 _C_IncrementalAlterConfigsResponse__AlterConfigsResourceResponse._JSON = (
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 0, None, None),
-    ('resource_type', 'ResourceType', 'int', 0, None, None),
-    ('resource_name', 'ResourceName', 'str', 0, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 0, None, None, 0, None),
+    ('resource_type', 'ResourceType', 'int8', 0, None, None, None, None),
+    ('resource_name', 'ResourceName', 'str', 0, None, None, None, None),
 )
 
 
@@ -466,6 +472,8 @@ def _w_IncrementalAlterConfigsResponse(o, w, version):
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -544,6 +552,8 @@ def _w_IncrementalAlterConfigsResponse__AlterConfigsResourceResponse(o, w, versi
         f = '_tagged_fields'
         if version >= 1:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')

@@ -82,12 +82,12 @@ class ListPartitionReassignmentsRequest(_Base):
 _C_ListPartitionReassignmentsRequest = ListPartitionReassignmentsRequest
 _C_ListPartitionReassignmentsRequest__ListPartitionReassignmentsTopics = ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics
 _C_ListPartitionReassignmentsRequest._JSON = (
-    ('timeout_ms', 'TimeoutMs', 'int', 0, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_ListPartitionReassignmentsRequest__ListPartitionReassignmentsTopics),
+    ('timeout_ms', 'TimeoutMs', 'int32', 0, None, None, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_ListPartitionReassignmentsRequest__ListPartitionReassignmentsTopics, 0, None),
 )
 _C_ListPartitionReassignmentsRequest__ListPartitionReassignmentsTopics._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('partition_indexes', 'PartitionIndexes', '[]int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('partition_indexes', 'PartitionIndexes', '[]int32', 0, None, None, None, None),
 )
 
 
@@ -129,6 +129,8 @@ def _w_ListPartitionReassignmentsRequest(o, w, version):
                 _w_ListPartitionReassignmentsRequest__ListPartitionReassignmentsTopics(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ListPartitionReassignmentsRequest' if f is None else 'ListPartitionReassignmentsRequest.' + f)
@@ -174,6 +176,8 @@ def _w_ListPartitionReassignmentsRequest__ListPartitionReassignmentsTopics(o, w,
                 w.int32(e)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ListPartitionReassignmentsTopics' if f is None else 'ListPartitionReassignmentsTopics.' + f)
@@ -278,20 +282,20 @@ _C_ListPartitionReassignmentsResponse = ListPartitionReassignmentsResponse
 _C_ListPartitionReassignmentsResponse__OngoingTopicReassignment = ListPartitionReassignmentsResponse.OngoingTopicReassignment
 _C_ListPartitionReassignmentsResponse__OngoingPartitionReassignment = ListPartitionReassignmentsResponse.OngoingPartitionReassignment
 _C_ListPartitionReassignmentsResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 0, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_ListPartitionReassignmentsResponse__OngoingTopicReassignment),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 0, None, None, 0, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_ListPartitionReassignmentsResponse__OngoingTopicReassignment, None, None),
 )
 _C_ListPartitionReassignmentsResponse__OngoingTopicReassignment._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_ListPartitionReassignmentsResponse__OngoingPartitionReassignment),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_ListPartitionReassignmentsResponse__OngoingPartitionReassignment, None, None),
 )
 _C_ListPartitionReassignmentsResponse__OngoingPartitionReassignment._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('replicas', 'Replicas', '[]int', 0, None, None),
-    ('adding_replicas', 'AddingReplicas', '[]int', 0, None, None),
-    ('removing_replicas', 'RemovingReplicas', '[]int', 0, None, None),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('replicas', 'Replicas', '[]int32', 0, None, None, None, None),
+    ('adding_replicas', 'AddingReplicas', '[]int32', 0, None, None, None, None),
+    ('removing_replicas', 'RemovingReplicas', '[]int32', 0, None, None, None, None),
 )
 
 
@@ -341,6 +345,8 @@ def _w_ListPartitionReassignmentsResponse(o, w, version):
                 _w_ListPartitionReassignmentsResponse__OngoingTopicReassignment(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('ListPartitionReassignmentsResponse' if f is None else 'ListPartitionReassignmentsResponse.' + f)
@@ -386,6 +392,8 @@ def _w_ListPartitionReassignmentsResponse__OngoingTopicReassignment(o, w, versio
                 _w_ListPartitionReassignmentsResponse__OngoingPartitionReassignment(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('OngoingTopicReassignment' if f is None else 'OngoingTopicReassignment.' + f)
@@ -445,6 +453,8 @@ def _w_ListPartitionReassignmentsResponse__OngoingPartitionReassignment(o, w, ve
                 w.int32(e)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('OngoingPartitionReassignment' if f is None else 'OngoingPartitionReassignment.' + f)

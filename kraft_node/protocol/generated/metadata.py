@@ -86,14 +86,14 @@ class MetadataRequest(_Base):
 _C_MetadataRequest = MetadataRequest
 _C_MetadataRequest__MetadataRequestTopic = MetadataRequest.MetadataRequestTopic
 _C_MetadataRequest._JSON = (
-    ('topics', 'Topics', '[]struct', 0, None, _C_MetadataRequest__MetadataRequestTopic),
-    ('allow_auto_topic_creation', 'AllowAutoTopicCreation', 'bool', 4, None, None),
-    ('include_cluster_authorized_operations', 'IncludeClusterAuthorizedOperations', 'bool', 8, 10, None),
-    ('include_topic_authorized_operations', 'IncludeTopicAuthorizedOperations', 'bool', 8, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_MetadataRequest__MetadataRequestTopic, 1, None),
+    ('allow_auto_topic_creation', 'AllowAutoTopicCreation', 'bool', 4, None, None, None, None),
+    ('include_cluster_authorized_operations', 'IncludeClusterAuthorizedOperations', 'bool', 8, 10, None, None, None),
+    ('include_topic_authorized_operations', 'IncludeTopicAuthorizedOperations', 'bool', 8, None, None, None, None),
 )
 _C_MetadataRequest__MetadataRequestTopic._JSON = (
-    ('topic_id', 'TopicId', 'uuid', 10, None, None),
-    ('name', 'Name', 'str', 0, None, None),
+    ('topic_id', 'TopicId', 'uuid', 10, None, None, None, None),
+    ('name', 'Name', 'str', 0, None, None, 10, None),
 )
 
 
@@ -199,6 +199,8 @@ def _w_MetadataRequest(o, w, version):
         f = '_tagged_fields'
         if version >= 9:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -261,6 +263,8 @@ def _w_MetadataRequest__MetadataRequestTopic(o, w, version):
         f = '_tagged_fields'
         if version >= 9:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -418,36 +422,36 @@ _C_MetadataResponse__MetadataResponseBroker = MetadataResponse.MetadataResponseB
 _C_MetadataResponse__MetadataResponseTopic = MetadataResponse.MetadataResponseTopic
 _C_MetadataResponse__MetadataResponsePartition = MetadataResponse.MetadataResponsePartition
 _C_MetadataResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 3, None, None),
-    ('brokers', 'Brokers', '[]struct', 0, None, _C_MetadataResponse__MetadataResponseBroker),
-    ('cluster_id', 'ClusterId', 'str', 2, None, None),
-    ('controller_id', 'ControllerId', 'int', 1, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_MetadataResponse__MetadataResponseTopic),
-    ('cluster_authorized_operations', 'ClusterAuthorizedOperations', 'int', 8, 10, None),
-    ('error_code', 'ErrorCode', 'int', 13, None, None),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 3, None, None, None, None),
+    ('brokers', 'Brokers', '[]struct', 0, None, _C_MetadataResponse__MetadataResponseBroker, None, None),
+    ('cluster_id', 'ClusterId', 'str', 2, None, None, 2, None),
+    ('controller_id', 'ControllerId', 'int32', 1, None, None, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_MetadataResponse__MetadataResponseTopic, None, None),
+    ('cluster_authorized_operations', 'ClusterAuthorizedOperations', 'int32', 8, 10, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 13, None, None, None, None),
 )
 _C_MetadataResponse__MetadataResponseBroker._JSON = (
-    ('node_id', 'NodeId', 'int', 0, None, None),
-    ('host', 'Host', 'str', 0, None, None),
-    ('port', 'Port', 'int', 0, None, None),
-    ('rack', 'Rack', 'str', 1, None, None),
+    ('node_id', 'NodeId', 'int32', 0, None, None, None, None),
+    ('host', 'Host', 'str', 0, None, None, None, None),
+    ('port', 'Port', 'int32', 0, None, None, None, None),
+    ('rack', 'Rack', 'str', 1, None, None, 1, None),
 )
 _C_MetadataResponse__MetadataResponseTopic._JSON = (
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('name', 'Name', 'str', 0, None, None),
-    ('topic_id', 'TopicId', 'uuid', 10, None, None),
-    ('is_internal', 'IsInternal', 'bool', 1, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_MetadataResponse__MetadataResponsePartition),
-    ('topic_authorized_operations', 'TopicAuthorizedOperations', 'int', 8, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('name', 'Name', 'str', 0, None, None, 12, None),
+    ('topic_id', 'TopicId', 'uuid', 10, None, None, None, None),
+    ('is_internal', 'IsInternal', 'bool', 1, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_MetadataResponse__MetadataResponsePartition, None, None),
+    ('topic_authorized_operations', 'TopicAuthorizedOperations', 'int32', 8, None, None, None, None),
 )
 _C_MetadataResponse__MetadataResponsePartition._JSON = (
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('leader_id', 'LeaderId', 'int', 0, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 7, None, None),
-    ('replica_nodes', 'ReplicaNodes', '[]int', 0, None, None),
-    ('isr_nodes', 'IsrNodes', '[]int', 0, None, None),
-    ('offline_replicas', 'OfflineReplicas', '[]int', 5, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('leader_id', 'LeaderId', 'int32', 0, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 7, None, None, None, None),
+    ('replica_nodes', 'ReplicaNodes', '[]int32', 0, None, None, None, None),
+    ('isr_nodes', 'IsrNodes', '[]int32', 0, None, None, None, None),
+    ('offline_replicas', 'OfflineReplicas', '[]int32', 5, None, None, None, None),
 )
 
 
@@ -584,6 +588,8 @@ def _w_MetadataResponse(o, w, version):
         f = '_tagged_fields'
         if version >= 9:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -666,6 +672,8 @@ def _w_MetadataResponse__MetadataResponseBroker(o, w, version):
         f = '_tagged_fields'
         if version >= 9:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -783,6 +791,8 @@ def _w_MetadataResponse__MetadataResponseTopic(o, w, version):
         f = '_tagged_fields'
         if version >= 9:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')
@@ -917,6 +927,8 @@ def _w_MetadataResponse__MetadataResponsePartition(o, w, version):
         f = '_tagged_fields'
         if version >= 9:
             tags = []
+            if o.unknown_tagged_fields:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
             w.tagged_fields(tags, o.unknown_tagged_fields)
         elif o.unknown_tagged_fields:
             raise MessageError(f'tagged fields cannot be written at version {version}')

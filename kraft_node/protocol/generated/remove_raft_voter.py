@@ -57,9 +57,9 @@ class RemoveRaftVoterRequest(_Base):
 
 _C_RemoveRaftVoterRequest = RemoveRaftVoterRequest
 _C_RemoveRaftVoterRequest._JSON = (
-    ('cluster_id', 'ClusterId', 'str', 0, None, None),
-    ('voter_id', 'VoterId', 'int', 0, None, None),
-    ('voter_directory_id', 'VoterDirectoryId', 'uuid', 0, None, None),
+    ('cluster_id', 'ClusterId', 'str', 0, None, None, 0, None),
+    ('voter_id', 'VoterId', 'int32', 0, None, None, None, None),
+    ('voter_directory_id', 'VoterDirectoryId', 'uuid', 0, None, None, None, None),
 )
 
 
@@ -102,6 +102,8 @@ def _w_RemoveRaftVoterRequest(o, w, version):
         w.uuid(o.voter_directory_id)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('RemoveRaftVoterRequest' if f is None else 'RemoveRaftVoterRequest.' + f)
@@ -146,9 +148,9 @@ class RemoveRaftVoterResponse(_Base):
 
 _C_RemoveRaftVoterResponse = RemoveRaftVoterResponse
 _C_RemoveRaftVoterResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 0, None, None),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 0, None, None, 0, None),
 )
 
 
@@ -191,6 +193,8 @@ def _w_RemoveRaftVoterResponse(o, w, version):
         w.compact_string(o.error_message, True)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('RemoveRaftVoterResponse' if f is None else 'RemoveRaftVoterResponse.' + f)

@@ -88,15 +88,15 @@ class UpdateFeaturesRequest(_Base):
 _C_UpdateFeaturesRequest = UpdateFeaturesRequest
 _C_UpdateFeaturesRequest__FeatureUpdateKey = UpdateFeaturesRequest.FeatureUpdateKey
 _C_UpdateFeaturesRequest._JSON = (
-    ('timeout_ms', 'timeoutMs', 'int', 0, None, None),
-    ('feature_updates', 'FeatureUpdates', '[]struct', 0, None, _C_UpdateFeaturesRequest__FeatureUpdateKey),
-    ('validate_only', 'ValidateOnly', 'bool', 1, None, None),
+    ('timeout_ms', 'timeoutMs', 'int32', 0, None, None, None, None),
+    ('feature_updates', 'FeatureUpdates', '[]struct', 0, None, _C_UpdateFeaturesRequest__FeatureUpdateKey, None, None),
+    ('validate_only', 'ValidateOnly', 'bool', 1, None, None, None, None),
 )
 _C_UpdateFeaturesRequest__FeatureUpdateKey._JSON = (
-    ('feature', 'Feature', 'str', 0, None, None),
-    ('max_version_level', 'MaxVersionLevel', 'int', 0, None, None),
-    ('allow_downgrade', 'AllowDowngrade', 'bool', 0, 0, None),
-    ('upgrade_type', 'UpgradeType', 'int', 1, None, None),
+    ('feature', 'Feature', 'str', 0, None, None, None, None),
+    ('max_version_level', 'MaxVersionLevel', 'int16', 0, None, None, None, None),
+    ('allow_downgrade', 'AllowDowngrade', 'bool', 0, 0, None, None, None),
+    ('upgrade_type', 'UpgradeType', 'int8', 1, None, None, None, None),
 )
 
 
@@ -149,6 +149,8 @@ def _w_UpdateFeaturesRequest(o, w, version):
             w.boolean(o.validate_only)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('UpdateFeaturesRequest' if f is None else 'UpdateFeaturesRequest.' + f)
@@ -213,6 +215,8 @@ def _w_UpdateFeaturesRequest__FeatureUpdateKey(o, w, version):
             w.int8(o.upgrade_type)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('FeatureUpdateKey' if f is None else 'FeatureUpdateKey.' + f)
@@ -288,15 +292,15 @@ class UpdateFeaturesResponse(_Base):
 _C_UpdateFeaturesResponse = UpdateFeaturesResponse
 _C_UpdateFeaturesResponse__UpdatableFeatureResult = UpdateFeaturesResponse.UpdatableFeatureResult
 _C_UpdateFeaturesResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 0, None, None),
-    ('results', 'Results', '[]struct', 0, 1, _C_UpdateFeaturesResponse__UpdatableFeatureResult),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 0, None, None, 0, None),
+    ('results', 'Results', '[]struct', 0, 1, _C_UpdateFeaturesResponse__UpdatableFeatureResult, None, None),
 )
 _C_UpdateFeaturesResponse__UpdatableFeatureResult._JSON = (
-    ('feature', 'Feature', 'str', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('error_message', 'ErrorMessage', 'str', 0, None, None),
+    ('feature', 'Feature', 'str', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('error_message', 'ErrorMessage', 'str', 0, None, None, 0, None),
 )
 
 
@@ -352,6 +356,8 @@ def _w_UpdateFeaturesResponse(o, w, version):
             pass  # ignorable: a non-default value is silently dropped
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('UpdateFeaturesResponse' if f is None else 'UpdateFeaturesResponse.' + f)
@@ -398,6 +404,8 @@ def _w_UpdateFeaturesResponse__UpdatableFeatureResult(o, w, version):
         w.compact_string(o.error_message, True)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('UpdatableFeatureResult' if f is None else 'UpdatableFeatureResult.' + f)

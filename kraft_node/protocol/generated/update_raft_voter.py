@@ -119,21 +119,21 @@ _C_UpdateRaftVoterRequest = UpdateRaftVoterRequest
 _C_UpdateRaftVoterRequest__Listener = UpdateRaftVoterRequest.Listener
 _C_UpdateRaftVoterRequest__KRaftVersionFeature = UpdateRaftVoterRequest.KRaftVersionFeature
 _C_UpdateRaftVoterRequest._JSON = (
-    ('cluster_id', 'ClusterId', 'str', 0, None, None),
-    ('current_leader_epoch', 'CurrentLeaderEpoch', 'int', 0, None, None),
-    ('voter_id', 'VoterId', 'int', 0, None, None),
-    ('voter_directory_id', 'VoterDirectoryId', 'uuid', 0, None, None),
-    ('listeners', 'Listeners', '[]struct', 0, None, _C_UpdateRaftVoterRequest__Listener),
-    ('k_raft_version_feature', 'KRaftVersionFeature', 'struct', 0, None, _C_UpdateRaftVoterRequest__KRaftVersionFeature),
+    ('cluster_id', 'ClusterId', 'str', 0, None, None, 0, None),
+    ('current_leader_epoch', 'CurrentLeaderEpoch', 'int32', 0, None, None, None, None),
+    ('voter_id', 'VoterId', 'int32', 0, None, None, None, None),
+    ('voter_directory_id', 'VoterDirectoryId', 'uuid', 0, None, None, None, None),
+    ('listeners', 'Listeners', '[]struct', 0, None, _C_UpdateRaftVoterRequest__Listener, None, None),
+    ('k_raft_version_feature', 'KRaftVersionFeature', 'struct', 0, None, _C_UpdateRaftVoterRequest__KRaftVersionFeature, None, None),
 )
 _C_UpdateRaftVoterRequest__Listener._JSON = (
-    ('name', 'Name', 'str', 0, None, None),
-    ('host', 'Host', 'str', 0, None, None),
-    ('port', 'Port', 'int', 0, None, None),
+    ('name', 'Name', 'str', 0, None, None, None, None),
+    ('host', 'Host', 'str', 0, None, None, None, None),
+    ('port', 'Port', 'uint16', 0, None, None, None, None),
 )
 _C_UpdateRaftVoterRequest__KRaftVersionFeature._JSON = (
-    ('min_supported_version', 'MinSupportedVersion', 'int', 0, None, None),
-    ('max_supported_version', 'MaxSupportedVersion', 'int', 0, None, None),
+    ('min_supported_version', 'MinSupportedVersion', 'int16', 0, None, None, None, None),
+    ('max_supported_version', 'MaxSupportedVersion', 'int16', 0, None, None, None, None),
 )
 
 
@@ -193,6 +193,8 @@ def _w_UpdateRaftVoterRequest(o, w, version):
         _w_UpdateRaftVoterRequest__KRaftVersionFeature(o.k_raft_version_feature, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('UpdateRaftVoterRequest' if f is None else 'UpdateRaftVoterRequest.' + f)
@@ -239,6 +241,8 @@ def _w_UpdateRaftVoterRequest__Listener(o, w, version):
         w.uint16(o.port)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('Listener' if f is None else 'Listener.' + f)
@@ -281,6 +285,8 @@ def _w_UpdateRaftVoterRequest__KRaftVersionFeature(o, w, version):
         w.int16(o.max_supported_version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('KRaftVersionFeature' if f is None else 'KRaftVersionFeature.' + f)
@@ -356,15 +362,15 @@ class UpdateRaftVoterResponse(_Base):
 _C_UpdateRaftVoterResponse = UpdateRaftVoterResponse
 _C_UpdateRaftVoterResponse__CurrentLeader = UpdateRaftVoterResponse.CurrentLeader
 _C_UpdateRaftVoterResponse._JSON = (
-    ('throttle_time_ms', 'ThrottleTimeMs', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('current_leader', 'CurrentLeader', 'struct', 0, None, _C_UpdateRaftVoterResponse__CurrentLeader),
+    ('throttle_time_ms', 'ThrottleTimeMs', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('current_leader', 'CurrentLeader', 'struct', 0, None, _C_UpdateRaftVoterResponse__CurrentLeader, None, None),
 )
 _C_UpdateRaftVoterResponse__CurrentLeader._JSON = (
-    ('leader_id', 'LeaderId', 'int', 0, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 0, None, None),
-    ('host', 'Host', 'str', 0, None, None),
-    ('port', 'Port', 'int', 0, None, None),
+    ('leader_id', 'LeaderId', 'int32', 0, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 0, None, None, None, None),
+    ('host', 'Host', 'str', 0, None, None, None, None),
+    ('port', 'Port', 'int32', 0, None, None, None, None),
 )
 
 
@@ -418,6 +424,8 @@ def _w_UpdateRaftVoterResponse(o, w, version):
                 raise MessageError('null in a non-nullable struct field')
             _w_UpdateRaftVoterResponse__CurrentLeader(o.current_leader, t, version)
             tags.append((0, t.getvalue()))
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, (0,))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('UpdateRaftVoterResponse' if f is None else 'UpdateRaftVoterResponse.' + f)
@@ -468,6 +476,8 @@ def _w_UpdateRaftVoterResponse__CurrentLeader(o, w, version):
         w.int32(o.port)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('CurrentLeader' if f is None else 'CurrentLeader.' + f)

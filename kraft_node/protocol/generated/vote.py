@@ -123,23 +123,23 @@ _C_VoteRequest = VoteRequest
 _C_VoteRequest__TopicData = VoteRequest.TopicData
 _C_VoteRequest__PartitionData = VoteRequest.PartitionData
 _C_VoteRequest._JSON = (
-    ('cluster_id', 'ClusterId', 'str', 0, None, None),
-    ('voter_id', 'VoterId', 'int', 1, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_VoteRequest__TopicData),
+    ('cluster_id', 'ClusterId', 'str', 0, None, None, 0, None),
+    ('voter_id', 'VoterId', 'int32', 1, None, None, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_VoteRequest__TopicData, None, None),
 )
 _C_VoteRequest__TopicData._JSON = (
-    ('topic_name', 'TopicName', 'str', 0, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_VoteRequest__PartitionData),
+    ('topic_name', 'TopicName', 'str', 0, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_VoteRequest__PartitionData, None, None),
 )
 _C_VoteRequest__PartitionData._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('replica_epoch', 'ReplicaEpoch', 'int', 0, None, None),
-    ('replica_id', 'ReplicaId', 'int', 0, None, None),
-    ('replica_directory_id', 'ReplicaDirectoryId', 'uuid', 1, None, None),
-    ('voter_directory_id', 'VoterDirectoryId', 'uuid', 1, None, None),
-    ('last_offset_epoch', 'LastOffsetEpoch', 'int', 0, None, None),
-    ('last_offset', 'LastOffset', 'int', 0, None, None),
-    ('pre_vote', 'PreVote', 'bool', 2, None, None),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('replica_epoch', 'ReplicaEpoch', 'int32', 0, None, None, None, None),
+    ('replica_id', 'ReplicaId', 'int32', 0, None, None, None, None),
+    ('replica_directory_id', 'ReplicaDirectoryId', 'uuid', 1, None, None, None, None),
+    ('voter_directory_id', 'VoterDirectoryId', 'uuid', 1, None, None, None, None),
+    ('last_offset_epoch', 'LastOffsetEpoch', 'int32', 0, None, None, None, None),
+    ('last_offset', 'LastOffset', 'int64', 0, None, None, None, None),
+    ('pre_vote', 'PreVote', 'bool', 2, None, None, None, None),
 )
 
 
@@ -191,6 +191,8 @@ def _w_VoteRequest(o, w, version):
                 _w_VoteRequest__TopicData(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('VoteRequest' if f is None else 'VoteRequest.' + f)
@@ -236,6 +238,8 @@ def _w_VoteRequest__TopicData(o, w, version):
                 _w_VoteRequest__PartitionData(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('TopicData' if f is None else 'TopicData.' + f)
@@ -321,6 +325,8 @@ def _w_VoteRequest__PartitionData(o, w, version):
             w.boolean(o.pre_vote)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('PartitionData' if f is None else 'PartitionData.' + f)
@@ -454,25 +460,25 @@ _C_VoteResponse__TopicData = VoteResponse.TopicData
 _C_VoteResponse__PartitionData = VoteResponse.PartitionData
 _C_VoteResponse__NodeEndpoint = VoteResponse.NodeEndpoint
 _C_VoteResponse._JSON = (
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('topics', 'Topics', '[]struct', 0, None, _C_VoteResponse__TopicData),
-    ('node_endpoints', 'NodeEndpoints', '[]struct', 1, None, _C_VoteResponse__NodeEndpoint),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('topics', 'Topics', '[]struct', 0, None, _C_VoteResponse__TopicData, None, None),
+    ('node_endpoints', 'NodeEndpoints', '[]struct', 1, None, _C_VoteResponse__NodeEndpoint, None, None),
 )
 _C_VoteResponse__TopicData._JSON = (
-    ('topic_name', 'TopicName', 'str', 0, None, None),
-    ('partitions', 'Partitions', '[]struct', 0, None, _C_VoteResponse__PartitionData),
+    ('topic_name', 'TopicName', 'str', 0, None, None, None, None),
+    ('partitions', 'Partitions', '[]struct', 0, None, _C_VoteResponse__PartitionData, None, None),
 )
 _C_VoteResponse__PartitionData._JSON = (
-    ('partition_index', 'PartitionIndex', 'int', 0, None, None),
-    ('error_code', 'ErrorCode', 'int', 0, None, None),
-    ('leader_id', 'LeaderId', 'int', 0, None, None),
-    ('leader_epoch', 'LeaderEpoch', 'int', 0, None, None),
-    ('vote_granted', 'VoteGranted', 'bool', 0, None, None),
+    ('partition_index', 'PartitionIndex', 'int32', 0, None, None, None, None),
+    ('error_code', 'ErrorCode', 'int16', 0, None, None, None, None),
+    ('leader_id', 'LeaderId', 'int32', 0, None, None, None, None),
+    ('leader_epoch', 'LeaderEpoch', 'int32', 0, None, None, None, None),
+    ('vote_granted', 'VoteGranted', 'bool', 0, None, None, None, None),
 )
 _C_VoteResponse__NodeEndpoint._JSON = (
-    ('node_id', 'NodeId', 'int', 1, None, None),
-    ('host', 'Host', 'str', 1, None, None),
-    ('port', 'Port', 'int', 1, None, None),
+    ('node_id', 'NodeId', 'int32', 1, None, None, None, None),
+    ('host', 'Host', 'str', 1, None, None, None, None),
+    ('port', 'Port', 'uint16', 1, None, None, None, None),
 )
 
 
@@ -534,6 +540,11 @@ def _w_VoteResponse(o, w, version):
                 for e in o.node_endpoints:
                     _w_VoteResponse__NodeEndpoint(e, t, version)
             tags.append((0, t.getvalue()))
+        if o.unknown_tagged_fields:
+            if version <= 0:
+                w.check_unknown_tags(o.unknown_tagged_fields, ())
+            elif version >= 1:
+                w.check_unknown_tags(o.unknown_tagged_fields, (0,))
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('VoteResponse' if f is None else 'VoteResponse.' + f)
@@ -579,6 +590,8 @@ def _w_VoteResponse__TopicData(o, w, version):
                 _w_VoteResponse__PartitionData(e, w, version)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('TopicData' if f is None else 'TopicData.' + f)
@@ -633,6 +646,8 @@ def _w_VoteResponse__PartitionData(o, w, version):
         w.boolean(o.vote_granted)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('PartitionData' if f is None else 'PartitionData.' + f)
@@ -700,6 +715,8 @@ def _w_VoteResponse__NodeEndpoint(o, w, version):
             w.uint16(o.port)
         f = '_tagged_fields'
         tags = []
+        if o.unknown_tagged_fields:
+            w.check_unknown_tags(o.unknown_tagged_fields, ())
         w.tagged_fields(tags, o.unknown_tagged_fields)
     except MessageError as e:
         raise e.within('NodeEndpoint' if f is None else 'NodeEndpoint.' + f)
