@@ -55,6 +55,8 @@ class _MappedIndex:
         self._fd = os.open(path, flags, 0o644)
         length = os.fstat(self._fd).st_size
         n = length // self.entry_size if exists else 0
+        #: the file was not a whole number of entries when opened (Kafka: corrupt)
+        self.misaligned = length % self.entry_size != 0
         self._mm = None
         self._dirty = False
         self._s = _k.IndexSearcher(None, base_offset, self.kind, 0)
@@ -118,6 +120,7 @@ class _MappedIndex:
 
     def reset(self) -> None:
         self._set_entries(0)
+        self.misaligned = False
 
     def _write(self, slot: int, data: bytes) -> None:
         if slot >= self._s.capacity:
@@ -218,6 +221,8 @@ class OffsetIndex(_MappedIndex):
 
     def sanity_check(self, log_size: int) -> None:
         """Raise IndexCorrupt unless both columns strictly increase and positions fit in the log."""
+        if self.misaligned:
+            raise IndexCorrupt(f"{self.path}: file size is not a multiple of {self.entry_size}")
         a = self.array()
         if len(a) == 0:
             return
@@ -274,6 +279,8 @@ class TimeIndex(_MappedIndex):
         self._set_entries(k)
 
     def sanity_check(self, log_size: int) -> None:
+        if self.misaligned:
+            raise IndexCorrupt(f"{self.path}: file size is not a multiple of {self.entry_size}")
         a = self.array()
         if len(a) == 0:
             return
