@@ -68,10 +68,18 @@ def _now_ms() -> int:
 # Exact record sizes (what BatchBuilder.bytesNeededForRecords computes)
 # ---------------------------------------------------------------------------
 
+_VARINT_LIMITS = (1 << 6, 1 << 13, 1 << 20, 1 << 27)  # zigzag varint of v >= 0 grows at these v
+
+
 def _varint_size(x: np.ndarray) -> np.ndarray:
-    """Bytes of the zigzag varint of each (non-negative, < 2**31) int in ``x``."""
-    z = x.astype(np.int64) * 2  # zigzag of a non-negative value
-    return (1 + (z >= 1 << 7) + (z >= 1 << 14) + (z >= 1 << 21) + (z >= 1 << 28)).astype(np.int64)
+    """Bytes of the zigzag varint of each (non-negative, < 2**31) int in ``x``, as int64."""
+    x = np.asarray(x, dtype=np.int64)
+    out = (x >= _VARINT_LIMITS[0]).astype(np.int64)
+    out += 1
+    if len(x) and int(x.max()) >= _VARINT_LIMITS[1]:
+        for lim in _VARINT_LIMITS[1:]:
+            out += x >= lim
+    return out
 
 
 def record_sizes(value_len: np.ndarray, offset_delta: np.ndarray) -> np.ndarray:
@@ -81,8 +89,22 @@ def record_sizes(value_len: np.ndarray, offset_delta: np.ndarray) -> np.ndarray:
     timestamp delta (1 for 0), varint offset delta, varint key length (-1: 1),
     varint value length, value, varint header count (0: 1).
     """
-    body = 4 + _varint_size(offset_delta) + _varint_size(value_len) + value_len
-    return _varint_size(body) + body
+    return _sizes_from_body_base(_body_base(value_len), offset_delta)
+
+
+def _body_base(value_len: np.ndarray) -> np.ndarray:
+    """Body size without the offset-delta varint: 4 fixed bytes + varint(len) + len."""
+    value_len = np.asarray(value_len, dtype=np.int64)
+    base = _varint_size(value_len)
+    base += value_len
+    base += 4
+    return base
+
+
+def _sizes_from_body_base(base: np.ndarray, offset_delta) -> np.ndarray:
+    body = base + _varint_size(offset_delta)
+    body += _varint_size(body)
+    return body
 
 
 # ---------------------------------------------------------------------------
@@ -241,12 +263,12 @@ class RecordsSnapshotWriter:
         n = len(off) - 1
         if n == 0:
             return
-        lens = np.diff(off)
+        base = _body_base(np.diff(off))
         # Lower bound of every record's size (offset delta varint counted as 1
         # byte): its prefix sums bound how many records can fit from any start.
         lower = np.empty(n + 1, dtype=np.int64)
         lower[0] = 0
-        np.cumsum(record_sizes(lens, np.zeros(n, np.int64)), out=lower[1:])
+        np.cumsum(_sizes_from_body_base(base, np.zeros(1, np.int64)), out=lower[1:])
         i = 0
         b = self._batch or self._start_batch()
         while i < n:
@@ -254,13 +276,13 @@ class RecordsSnapshotWriter:
             hi = int(np.searchsorted(lower, lower[i] + room, side="right")) - 1  # records i..hi-1 may fit
             k = 0
             if hi > i:
-                sizes = record_sizes(lens[i:hi], np.arange(b.count, b.count + hi - i))
+                sizes = _sizes_from_body_base(base[i:hi], np.arange(b.count, b.count + hi - i))
                 cum = np.cumsum(sizes)
                 k = int(np.searchsorted(cum, room, side="right"))
             if k == 0:
                 if b.count == 0:
                     raise SnapshotBatchTooLarge(
-                        f"record {i} of the bulk append ({int(lens[i])} bytes) does not fit in a batch "
+                        f"record {i} of the bulk append ({int(off[i + 1] - off[i])} bytes) does not fit in a batch "
                         f"of max_batch_size {self.max_batch_size} (snapshot {self.snapshot_id})")
                 self._complete_batch()
                 b = self._start_batch()
