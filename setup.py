@@ -61,6 +61,7 @@ EXTENSIONS = [
     ext("kraft_storage._native._messages_metadata", "kraft_storage/_native/_messages_metadata.pyx"),
     ext("kraft_storage._native._timeline", "kraft_storage/_native/_timeline.pyx"),
     ext("kraft_storage._native._index", "kraft_storage/_native/_index.pyx"),
+    ext("kraft_storage._native._frame", "kraft_storage/_native/_frame.pyx"),
 ]
 
 only = {s.strip() for s in os.environ.get("KRAFT_EXT_ONLY", "").split(",") if s.strip()}
