@@ -413,7 +413,7 @@ cdef class SnapshotRegistry:
         cdef int64_t e = _check_new_epoch(epoch)
         if self._latest is not None and self._latest_epoch == e:
             return self._latest
-        if e < self._high_water or e < self._latest_epoch:
+        if e <= self._high_water or e < self._latest_epoch:
             raise SnapshotEpochError(
                 f"cannot create an in-memory snapshot at epoch {e}: epoch "
                 f"{max(self._high_water, self._latest_epoch)} was already snapshotted; "

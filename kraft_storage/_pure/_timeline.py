@@ -40,9 +40,11 @@ Invariants
 2. Reading at ``E`` = current element if its start is ``<= E``; otherwise the
    first saved copy found walking tiers from ``E`` towards the newest; a saved
    copy with ``start_epoch > E`` proves the key was absent at ``E``.
-3. Snapshot epochs never decrease: a new snapshot's epoch must be ``>=`` every
+3. Snapshot epochs never decrease: a new snapshot's epoch must be ``>`` every
    epoch snapshotted since the last :meth:`SnapshotRegistry.reset` (a revert to
-   ``E`` lowers that mark to ``E``).  Otherwise start epochs would lie.
+   ``E`` lowers that mark to ``E``); asking again for the newest live snapshot
+   just returns it.  Re-creating a deleted snapshot at its old epoch would
+   hide the writes made after it (their start epoch is ``E + 1``).
 
 Costs: creating a snapshot is O(1); a write costs O(1) plus at most one saved
 copy per key per snapshot; reverting costs O(changes since the snapshot);
@@ -143,14 +145,15 @@ class SnapshotRegistry:
     def get_or_create_snapshot(self, epoch: int) -> Snapshot:
         """Return the snapshot at ``epoch``, creating it if needed.  O(1).
 
-        Reuses the newest snapshot when it has this epoch.  Raises
-        :class:`SnapshotEpochError` if ``epoch`` is lower than an epoch already
-        snapshotted (since the last reset, or since a revert to a lower epoch).
+        Reuses the newest snapshot when it has this epoch.  Otherwise raises
+        :class:`SnapshotEpochError` unless ``epoch`` is greater than every epoch
+        snapshotted since the last reset (or since a revert to a lower epoch),
+        even if those snapshots were deleted since.
         """
         epoch = _check_epoch(epoch)
         if self._latest is not None and self._latest_epoch == epoch:
             return self._latest
-        if epoch < self._high_water or epoch < self._latest_epoch:
+        if epoch <= self._high_water or epoch < self._latest_epoch:
             raise SnapshotEpochError(
                 f"cannot create an in-memory snapshot at epoch {epoch}: epoch "
                 f"{max(self._high_water, self._latest_epoch)} was already snapshotted; "
