@@ -26,7 +26,7 @@ from kraft_storage.snapshot import (
     BOOTSTRAP_SNAPSHOT_ID, MAX_BATCH_SIZE_BYTES, RawSnapshotReader, RawSnapshotWriter,
     RecordsSnapshotReader, RecordsSnapshotWriter, SnapshotBatchTooLarge, SnapshotError, SnapshotId,
     SnapshotPositionOutOfRange, clean_snapshot_dir, delete_snapshot, latest_snapshot,
-    list_snapshots, mark_for_delete, parse_snapshot_path, read_bootstrap_checkpoint,
+    list_snapshots, mark_for_delete, open_snapshot_dir, parse_snapshot_path, read_bootstrap_checkpoint,
     scan_snapshot_dir, snapshot_filename, snapshot_path, write_bootstrap_checkpoint)
 from kraft_storage.snapshot.records import record_sizes
 from tests.conftest import REPO, fixture_files
@@ -130,6 +130,21 @@ def test_list_latest_delete_clean(tmp_path):
 # ---------------------------------------------------------------------------
 # raw writer / reader
 # ---------------------------------------------------------------------------
+
+def test_crash_mid_write_then_open(tmp_path):
+    """A writer that never finished (process died) leaves a .part that the next open removes."""
+    w = RawSnapshotWriter(tmp_path, SnapshotId(30, 2))
+    w.append(b"half a batch")
+    os.close(w._fd)  # simulate the crash: no close(), no freeze()
+    w._closed = True
+    done = RawSnapshotWriter(tmp_path, SnapshotId(20, 2))
+    done.append(b"ok")
+    done.freeze()
+    assert w.part_path.exists()
+    assert open_snapshot_dir(tmp_path) == [SnapshotId(20, 2)]
+    assert not w.part_path.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [snapshot_filename(SnapshotId(20, 2))]
+
 
 def test_raw_writer_freeze(tmp_path):
     sid = SnapshotId(10, 1)

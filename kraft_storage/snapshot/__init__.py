@@ -12,7 +12,7 @@ from kraft_storage.snapshot.errors import (
 from kraft_storage.snapshot.files import (
     BOOTSTRAP_FILENAME, BOOTSTRAP_SNAPSHOT_ID, DELETED_SUFFIX, PARTIAL_SUFFIX, SUFFIX, SnapshotId,
     SnapshotPath, clean_snapshot_dir, delete_snapshot, latest_snapshot, list_snapshots,
-    mark_for_delete, parse_snapshot_path, scan_snapshot_dir, snapshot_filename, snapshot_path)
+    mark_for_delete, open_snapshot_dir, parse_snapshot_path, scan_snapshot_dir, snapshot_filename, snapshot_path)
 from kraft_storage.snapshot.raw import RawSnapshotReader, RawSnapshotWriter
 from kraft_storage.snapshot.records import (
     MAX_BATCH_SIZE_BYTES, RecordsSnapshotReader, RecordsSnapshotWriter, read_bootstrap_checkpoint,
@@ -23,7 +23,7 @@ __all__ = [
     "SnapshotPath", "BOOTSTRAP_SNAPSHOT_ID", "BOOTSTRAP_FILENAME", "SUFFIX", "PARTIAL_SUFFIX",
     "DELETED_SUFFIX", "snapshot_filename", "snapshot_path", "parse_snapshot_path",
     "scan_snapshot_dir", "list_snapshots", "latest_snapshot", "mark_for_delete", "delete_snapshot",
-    "clean_snapshot_dir", "RawSnapshotWriter", "RawSnapshotReader", "RecordsSnapshotWriter",
+    "clean_snapshot_dir", "open_snapshot_dir", "RawSnapshotWriter", "RawSnapshotReader", "RecordsSnapshotWriter",
     "RecordsSnapshotReader", "MAX_BATCH_SIZE_BYTES", "read_bootstrap_checkpoint",
     "write_bootstrap_checkpoint",
 ]

@@ -39,7 +39,7 @@ __all__ = [
     "SnapshotId", "SnapshotPath", "BOOTSTRAP_SNAPSHOT_ID", "BOOTSTRAP_FILENAME", "SUFFIX",
     "PARTIAL_SUFFIX", "DELETED_SUFFIX", "snapshot_filename", "snapshot_path", "parse_snapshot_path",
     "scan_snapshot_dir", "list_snapshots", "latest_snapshot", "create_temp_path", "mark_for_delete",
-    "delete_snapshot", "clean_snapshot_dir", "fsync_dir",
+    "delete_snapshot", "clean_snapshot_dir", "open_snapshot_dir", "fsync_dir",
 ]
 
 SUFFIX = ".checkpoint"
@@ -217,3 +217,13 @@ def clean_snapshot_dir(log_dir) -> list[Path]:
     if removed:
         fsync_dir(log_dir)
     return removed
+
+
+def open_snapshot_dir(log_dir) -> list[SnapshotId]:
+    """What a log does when it opens ``log_dir``: clean up, then list the usable snapshots.
+
+    Stray ``.part`` and ``.deleted`` files are removed first, so what is
+    returned is exactly the set of frozen snapshots, oldest first.
+    """
+    clean_snapshot_dir(log_dir)
+    return list_snapshots(log_dir)
