@@ -602,8 +602,10 @@ class KafkaLog:
             active.offset_index.resize(self.config.segment_index_bytes)
             active.time_index.resize(self.config.segment_index_bytes)
             self._end = active.next_offset
-            if self._start > self._end:
-                self._start = self._end
+            if self._end < self._start:
+                # the dropped batch straddled the log start offset: nothing readable is left
+                self.truncate_fully_and_start_at(self._start)
+                return True
             self.epoch_cache.truncate_from_end(self._end)
             self.recovery_point = min(self.recovery_point, self._end)
             if drop:
