@@ -46,6 +46,7 @@ def _write(log_dir, freeze=True):
     if freeze:
         size = w.freeze()
     else:
+        w._complete_batch()  # encode + write the last open batch too, so both variants write every record
         size = w.raw.size_in_bytes
     w.close()
     return size
