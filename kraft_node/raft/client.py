@@ -147,12 +147,21 @@ class RequestManager:
         self.inflight.clear()
         self.backoff_until.clear()
 
-    def next_deadline(self) -> int:
+    def expire(self, now_ms: int) -> None:
+        """Fail every request older than request.timeout.ms (it starts its retry backoff)."""
+        for dest, (_, sent) in list(self.inflight.items()):
+            if now_ms - sent >= self.config.request_timeout_ms:
+                del self.inflight[dest]
+                self.backoff_until[dest] = now_ms + self.config.retry_backoff_ms
+
+    def next_deadline(self, now_ms: int) -> int:
+        """Earliest future moment a request times out or a backoff ends."""
         d = NEVER
         for _, sent in self.inflight.values():
             d = min(d, sent + self.config.request_timeout_ms)
         for t in self.backoff_until.values():
-            d = min(d, t)
+            if t > now_ms:
+                d = min(d, t)
         return d
 
 
@@ -772,6 +781,7 @@ class RaftCore:
         if not self._initialized:
             raise RaftError("initialize() must be called before poll()")
         wake = NEVER
+        self.requests.expire(now_ms)
         for _ in range(8):  # repeat while a transition made more work due right now
             before = self.quorum.transitions
             self._maybe_complete_shutdown(now_ms)
@@ -781,7 +791,7 @@ class RaftCore:
         self._poll_listeners()
         if self._shutdown_deadline is not None and not self._shutdown_done:
             wake = min(wake, self._shutdown_deadline)
-        wake = min(wake, self.requests.next_deadline())
+        wake = min(wake, self.requests.next_deadline(now_ms))
         ready = Ready(self._outbox, self._store.pending, max(wake, now_ms),
                       self._shutdown_done, self._shutdown_timed_out)
         self._outbox = []

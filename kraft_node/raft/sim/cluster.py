@@ -1,0 +1,273 @@
+"""A simulated KRaft quorum: nodes running RaftCore over the seeded network.
+
+A node is a RaftCore plus what survives it: a MemoryRaftLog (whose unflushed
+tail a crash drops) and a MemoryQuorumStateStore (durable).  Its listener is
+a tiny state machine, the ordered list of committed records, which can write
+and load snapshots.  A client appends records on whichever node leads, and an
+append counts as *acknowledged* when that node's own listener receives it
+committed in the epoch it was appended in.
+"""
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from dataclasses import dataclass, field
+
+from kraft_node.raft.client import RaftCore
+from kraft_node.raft.config import QuorumConfig
+from kraft_node.raft.errors import BufferFullError, NotLeaderError
+from kraft_node.raft.log import MemoryRaftLog
+from kraft_node.raft.messages import Batch, LeaderAndEpoch, OffsetAndEpoch, OutboundRequest, ReplicaKey
+from kraft_node.raft.quorum_state import MemoryQuorumStateStore
+from kraft_node.raft.roles import LeaderState
+from kraft_node.raft.sim.invariants import InvariantChecker
+from kraft_node.raft.sim.network import Envelope, EventScheduler, Network, NetworkConfig
+
+
+def encode_snapshot(entries: list[tuple[int, bytes]]) -> bytes:
+    return json.dumps([[e, r.hex()] for e, r in entries]).encode()
+
+
+def decode_snapshot(data: bytes) -> list[tuple[int, bytes]]:
+    return [(e, bytes.fromhex(h)) for e, h in json.loads(data)]
+
+
+class StateMachine:
+    """The listener: committed (epoch, record) pairs from offset 0, in order."""
+
+    def __init__(self, node: "SimNode"):
+        self.node = node
+        self.entries: list[tuple[int, bytes]] = []
+        self.leader_changes: list[LeaderAndEpoch] = []
+        self.snapshots_loaded = 0
+
+    def handle_commit(self, batches: tuple[Batch, ...]) -> None:
+        for b in batches:
+            if b.base_offset != len(self.entries):
+                raise AssertionError(f"node {self.node.id}: commit at {b.base_offset}, expected "
+                                     f"{len(self.entries)}")
+            for i, r in enumerate(b.records):
+                self.entries.append((b.epoch, r))
+                self.node.cluster.on_committed(self.node, b.base_offset + i, b.epoch, r)
+
+    def handle_load_snapshot(self, snapshot_id, data: bytes) -> None:
+        entries = decode_snapshot(data)
+        if len(entries) != snapshot_id.offset:
+            raise AssertionError(f"node {self.node.id}: snapshot {snapshot_id} holds {len(entries)} records")
+        self.entries = entries
+        self.snapshots_loaded += 1
+        self.node.cluster.checker.on_snapshot_loaded(self.node)
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        self.leader_changes.append(leader)
+
+
+@dataclass
+class PendingAppend:
+    node_id: int
+    incarnation: int
+    epoch: int
+    offset: int
+    record: bytes
+
+
+class SimNode:
+    def __init__(self, cluster: "Cluster", node_id: int, key: ReplicaKey):
+        self.cluster = cluster
+        self.id = node_id
+        self.key = key
+        self.log = MemoryRaftLog()
+        self.store = MemoryQuorumStateStore()
+        self.alive = False
+        self.incarnation = 0
+        self.core: RaftCore | None = None
+        self.sm: StateMachine | None = None
+        self._wake_gen = 0
+        self.shutting_down = False
+
+    def start(self) -> None:
+        c = self.cluster
+        self.incarnation += 1
+        self.alive = True
+        self.shutting_down = False
+        self.core = RaftCore(c.config, self.key, c.voter_keys, self.log, self.store,
+                             random.Random(c.rng.getrandbits(64)), cluster_id=c.cluster_id)
+        self.sm = StateMachine(self)
+        self.core.register_listener(self.sm)
+        self.core.initialize(c.scheduler.now)
+        c.checker.on_start(self)
+        self.poll()
+
+    def crash(self) -> None:
+        """Kill the process: unflushed log data is lost, the quorum-state store survives."""
+        if not self.alive:
+            return
+        self.alive = False
+        self._wake_gen += 1
+        self.log = self.log.after_crash()
+        self.core = None
+        self.sm = None
+        self.cluster.checker.on_crash(self)
+
+    def poll(self) -> None:
+        if not self.alive:
+            return
+        c = self.cluster
+        now = c.scheduler.now
+        ready = self.core.poll(now)
+        for m in ready.messages:
+            kind = "request" if isinstance(m, OutboundRequest) else "response"
+            payload = m.request if kind == "request" else m.response
+            dest = c.nodes[m.destination]
+            c.network.send(Envelope(self.id, m.destination, dest.incarnation, kind, m.correlation_id, payload))
+        if ready.shutdown_complete and self.shutting_down:
+            c.on_shutdown_complete(self)
+            return
+        self._wake_gen += 1
+        gen = self._wake_gen
+        c.scheduler.at(ready.next_wakeup_ms, lambda: self._wake(gen))
+
+    def _wake(self, gen: int) -> None:
+        if gen == self._wake_gen and self.alive:
+            self.poll()
+
+    def deliver(self, env: Envelope) -> None:
+        if not self.alive or env.dest_incarnation != self.incarnation:
+            return
+        now = self.cluster.scheduler.now
+        if env.kind == "request":
+            self.core.handle_request(env.source, env.correlation_id, env.payload, now)
+        else:
+            self.core.handle_response(env.source, env.correlation_id, env.payload, now)
+        self.poll()
+
+
+@dataclass
+class SimConfig:
+    voters: int = 3
+    observers: int = 0
+    quorum: QuorumConfig = field(default_factory=lambda: QuorumConfig(fetch_snapshot_max_bytes=512))
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    #: Directory ids on voter keys (KIP-853); exercises the voter-key checks.
+    with_directory_ids: bool = True
+
+
+class Cluster:
+    def __init__(self, seed: int, sim: SimConfig):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.sim = sim
+        self.config = sim.quorum
+        self.cluster_id = "sim-cluster"
+        self.scheduler = EventScheduler()
+        self.network = Network(self.scheduler, random.Random(self.rng.getrandbits(64)), sim.network,
+                               self._deliver)
+        ids = list(range(1, sim.voters + sim.observers + 1))
+        keys = {}
+        for i in ids:
+            d = uuid.UUID(int=self.rng.getrandbits(128)) if sim.with_directory_ids else None
+            keys[i] = ReplicaKey(i, d)
+        self.voter_ids = ids[:sim.voters]
+        self.observer_ids = ids[sim.voters:]
+        self.voter_keys = [keys[i] for i in self.voter_ids]
+        self.checker = InvariantChecker(self)
+        self.nodes = {i: SimNode(self, i, keys[i]) for i in ids}
+        self.pending: list[PendingAppend] = []
+        self.acked: list[PendingAppend] = []
+        self._append_seq = 0
+        self.append_attempts = 0
+
+    # ---- lifecycle
+    def start_all(self) -> None:
+        for n in self.nodes.values():
+            n.start()
+        self.checker.check()
+
+    def _deliver(self, env: Envelope) -> None:
+        self.nodes[env.destination].deliver(env)
+
+    def run_until(self, end_ms: int) -> None:
+        self.scheduler.run_until(end_ms, self.checker.check)
+
+    def run_for(self, ms: int) -> None:
+        self.run_until(self.scheduler.now + ms)
+
+    def crash(self, node_id: int) -> None:
+        self.nodes[node_id].crash()
+
+    def restart(self, node_id: int) -> None:
+        n = self.nodes[node_id]
+        if n.alive:
+            n.crash()
+        n.start()
+
+    def shutdown_gracefully(self, node_id: int, timeout_ms: int = 5000) -> None:
+        n = self.nodes[node_id]
+        if not n.alive or n.shutting_down:
+            return
+        n.shutting_down = True
+        n.core.begin_shutdown(timeout_ms, self.scheduler.now)
+        n.poll()
+
+    def on_shutdown_complete(self, node: SimNode) -> None:
+        node.log.flush()  # a clean close flushes
+        node.crash()
+
+    # ---- clients
+    def leaders(self) -> list[SimNode]:
+        return [n for n in self.nodes.values() if n.alive and n.core.is_leader]
+
+    def client_append(self, count: int = 1) -> bool:
+        """Append ``count`` records on the current leader (the one with the highest epoch)."""
+        leaders = self.leaders()
+        if not leaders:
+            return False
+        n = max(leaders, key=lambda x: x.core.epoch)
+        if n.shutting_down:
+            return False
+        recs = []
+        for _ in range(count):
+            self._append_seq += 1
+            recs.append(f"r{self._append_seq}@{n.id}".encode())
+        self.append_attempts += 1
+        try:
+            last = n.core.append(recs, n.core.epoch, self.scheduler.now, atomic=self.rng.random() < 0.5)
+        except (BufferFullError, NotLeaderError):
+            return False
+        first = last - len(recs) + 1
+        for i, r in enumerate(recs):
+            self.pending.append(PendingAppend(n.id, n.incarnation, n.core.epoch, first + i, r))
+        n.poll()
+        return True
+
+    def on_committed(self, node: SimNode, offset: int, epoch: int, record: bytes) -> None:
+        """Called by a node's listener: acknowledge the matching pending append, if any."""
+        if not self.pending:
+            return
+        keep = []
+        for p in self.pending:
+            if p.node_id == node.id and p.offset == offset:
+                if p.incarnation == node.incarnation and p.epoch == epoch and p.record == record:
+                    self.acked.append(p)
+                    self.checker.on_ack(p)
+                # a different record committed at that offset: the append failed (never acked)
+                continue
+            keep.append(p)
+        self.pending = keep
+
+    def maybe_snapshot(self, node_id: int) -> bool:
+        n = self.nodes[node_id]
+        if not n.alive:
+            return False
+        sm, core = n.sm, n.core
+        off = len(sm.entries)
+        latest = n.log.latest_snapshot_id()
+        if off == 0 or (latest is not None and latest.offset >= off) or off <= n.log.start_offset:
+            return False
+        if core.high_watermark is None or off > core.high_watermark:
+            return False
+        self.checker.check()  # record the log below the HWM before the snapshot drops it
+        core.create_snapshot(OffsetAndEpoch(off, sm.entries[-1][0]), encode_snapshot(sm.entries))
+        self.checker.on_snapshot_created(n)
+        return True

@@ -1,0 +1,157 @@
+"""Safety invariants checked after every simulator event.
+
+* **single leader per epoch**: no two nodes are ever Leader (or Resigned, a
+  leader that gave up) of the same epoch, across restarts.
+* **committed prefixes agree**: every node's log below its high watermark
+  matches one global committed log (built from whichever node knew first).
+* **monotonic high watermark**: a node's HWM never goes back within one
+  incarnation; a voter's never goes back even across restarts (its log is
+  flushed before it reports offsets, so a restart cannot lose committed data).
+* **no committed record lost**: a new leader's log holds the whole global
+  committed log, and every listener saw exactly the committed records.
+* **acknowledged means committed**: every acknowledged append is in the
+  global committed log at its offset, with its epoch.
+
+The checks are incremental (each offset is compared once per node
+incarnation) so they can run after every event.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kraft_node.raft.roles import LeaderState, ResignedState
+
+if TYPE_CHECKING:
+    from kraft_node.raft.sim.cluster import Cluster, PendingAppend, SimNode
+
+
+class SafetyViolation(AssertionError):
+    pass
+
+
+class InvariantChecker:
+    def __init__(self, cluster: "Cluster"):
+        self.cluster = cluster
+        self.leader_of_epoch: dict[int, int] = {}
+        self.committed: list[tuple[int, bytes]] = []
+        self.max_voter_hwm: dict[int, int] = {}
+        self.inc_hwm: dict[tuple[int, int], int] = {}
+        self.log_checked: dict[tuple[int, int], int] = {}
+        self.sm_checked: dict[tuple[int, int], int] = {}
+        self.leader_verified: set[tuple[int, int]] = set()
+        self.unverified_acks: list["PendingAppend"] = []
+        self.checks = 0
+
+    def fail(self, msg: str) -> None:
+        c = self.cluster
+        raise SafetyViolation(f"seed={c.seed} t={c.scheduler.now}ms: {msg}")
+
+    # ---- hooks
+    def on_start(self, node: "SimNode") -> None:
+        pass
+
+    def on_crash(self, node: "SimNode") -> None:
+        pass
+
+    def on_snapshot_loaded(self, node: "SimNode") -> None:
+        self.sm_checked[(node.id, node.incarnation)] = 0
+
+    def on_snapshot_created(self, node: "SimNode") -> None:
+        pass
+
+    def on_ack(self, p: "PendingAppend") -> None:
+        self.unverified_acks.append(p)
+
+    # ---- the checks
+    def check(self) -> None:
+        self.checks += 1
+        committed = self.committed
+        for n in self.cluster.nodes.values():
+            if not n.alive:
+                continue
+            core = n.core
+            st = core.state
+            key = (n.id, n.incarnation)
+            if isinstance(st, (LeaderState, ResignedState)):
+                prev = self.leader_of_epoch.setdefault(st.epoch, n.id)
+                if prev != n.id:
+                    self.fail(f"two leaders in epoch {st.epoch}: {prev} and {n.id}")
+                if isinstance(st, LeaderState) and (n.id, st.epoch) not in self.leader_verified:
+                    self.leader_verified.add((n.id, st.epoch))
+                    self._verify_leader_log(n)
+            hwm = core.high_watermark
+            if hwm is not None:
+                if hwm < self.inc_hwm.get(key, -1):
+                    self.fail(f"node {n.id} high watermark went back {self.inc_hwm[key]} -> {hwm}")
+                self.inc_hwm[key] = hwm
+                if n.id in self.cluster.voter_ids:
+                    if hwm < self.max_voter_hwm.get(n.id, -1):
+                        self.fail(f"voter {n.id} high watermark went back across restarts "
+                                  f"{self.max_voter_hwm[n.id]} -> {hwm}")
+                    self.max_voter_hwm[n.id] = hwm
+                if hwm > n.log.end_offset:
+                    self.fail(f"node {n.id} high watermark {hwm} beyond its log end {n.log.end_offset}")
+                off = max(self.log_checked.get(key, 0), n.log.start_offset)
+                while off < hwm and off <= len(committed):
+                    entry = n.log.entry_at(off)
+                    if off == len(committed):
+                        committed.append(entry)
+                    elif committed[off] != entry:
+                        self.fail(f"node {n.id} committed offset {off} = {entry}, but {committed[off]} "
+                                  f"was committed before")
+                    off += 1
+                self.log_checked[key] = off
+            sm = n.sm
+            done = self.sm_checked.get(key, 0)
+            ents = sm.entries
+            lim = min(len(ents), len(committed))
+            for off in range(done, lim):
+                if ents[off] != committed[off]:
+                    self.fail(f"node {n.id} listener got {ents[off]} at offset {off}, committed is "
+                              f"{committed[off]}")
+            self.sm_checked[key] = max(done, lim)
+            if len(ents) > (hwm if hwm is not None else 0) and len(ents) > n.log.start_offset \
+                    and len(ents) > len(committed):
+                self.fail(f"node {n.id} listener is at {len(ents)}, beyond the committed log")
+        if self.unverified_acks:
+            keep = []
+            for p in self.unverified_acks:
+                if p.offset >= len(committed):
+                    keep.append(p)
+                elif committed[p.offset] != (p.epoch, p.record):
+                    self.fail(f"acknowledged append {p} is not committed (found {committed[p.offset]})")
+            self.unverified_acks = keep
+
+    def _verify_leader_log(self, n: "SimNode") -> None:
+        committed = self.committed
+        log = n.log
+        if log.end_offset < len(committed):
+            self.fail(f"new leader {n.id} (epoch {n.core.epoch}) log ends at {log.end_offset}, "
+                      f"but {len(committed)} records are committed")
+        for off in range(log.start_offset, len(committed)):
+            if log.entry_at(off) != committed[off]:
+                self.fail(f"new leader {n.id} has {log.entry_at(off)} at committed offset {off}, "
+                          f"expected {committed[off]}")
+
+    def final_check(self) -> None:
+        """After healing: one leader, everyone caught up, every ack verified."""
+        self.check()
+        if self.unverified_acks:
+            self.fail(f"{len(self.unverified_acks)} acknowledged appends never became visible as committed")
+        alive = [n for n in self.cluster.nodes.values() if n.alive]
+        leaders = [n for n in alive if isinstance(n.core.state, LeaderState)]
+        if len(leaders) != 1:
+            self.fail(f"after healing expected one leader, found {[n.id for n in leaders]} "
+                      f"(roles { {n.id: repr(n.core.state) for n in alive} })")
+        leader = leaders[0]
+        hwm = leader.core.high_watermark
+        if hwm is None or hwm != leader.log.end_offset:
+            self.fail(f"leader {leader.id} did not commit its log: hwm {hwm}, end {leader.log.end_offset}")
+        for n in alive:
+            if n.core.leader_id != leader.id or n.core.epoch != leader.core.epoch:
+                self.fail(f"node {n.id} does not follow leader {leader.id}: {n.core.state!r}")
+            if n.core.high_watermark != hwm or n.log.end_offset != leader.log.end_offset:
+                self.fail(f"node {n.id} not caught up: hwm {n.core.high_watermark} end {n.log.end_offset}, "
+                          f"leader hwm {hwm} end {leader.log.end_offset}")
+            if len(n.sm.entries) != hwm:
+                self.fail(f"node {n.id} listener at {len(n.sm.entries)}, expected {hwm}")
