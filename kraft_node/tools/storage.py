@@ -1,0 +1,216 @@
+"""``kraft-storage``: Kafka's ``kafka-storage.sh`` for kraft.
+
+    kraft-storage random-uuid
+    kraft-storage format --cluster-id ID --config server.properties
+                         [--standalone | --initial-controllers LIST | --no-initial-controllers]
+                         [--release-version 4.2] [--ignore-formatted]
+
+``format`` does what Kafka 4.2's Formatter does:
+
+* every log dir (``log.dirs`` plus ``metadata.log.dir``) gets a v1
+  ``meta.properties`` with the cluster id, node id and a fresh directory id
+  (for a dynamic voter, the directory id from ``--initial-controllers``);
+* the metadata log dir gets the bootstrap metadata -- a FeatureLevelRecord
+  for ``metadata.version`` first, then the release's other feature levels in
+  name order:
+
+  - static quorum (``controller.quorum.voters``): ``bootstrap.checkpoint`` in
+    the metadata log dir, as every Kafka fixture we have shows;
+  - dynamic quorum (``--standalone`` / ``--initial-controllers``, KIP-853):
+    the bootstrap snapshot ``__cluster_metadata-0/00000000000000000000-0000000000.checkpoint``
+    holding KRaftVersionRecord(1) and the VotersRecord before the features.
+
+A directory that already has ``meta.properties`` is an error unless
+``--ignore-formatted``; a mismatching cluster or node id always is.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from kraft_node.config import METADATA_TOPIC_DIR, ConfigError, NodeConfig, parse_voters
+from kraft_storage.errors import KraftStorageError
+from kraft_storage.messages._runtime import Uuid
+from kraft_storage.messages.control import VotersRecord
+from kraft_storage.messages.metadata import FeatureLevelRecord
+from kraft_storage.meta_properties import (
+    FILE_NAME, MetaProperties, MetaPropertiesError, read_meta_properties, write_meta_properties)
+
+#: metadata.version feature levels by release (Kafka's MetadataVersion).
+METADATA_VERSIONS = {
+    "3.3-IV3": 7, "3.4-IV0": 8, "3.5-IV0": 9, "3.5-IV1": 10, "3.5-IV2": 11, "3.6-IV0": 12, "3.6-IV1": 13,
+    "3.6-IV2": 14, "3.7-IV0": 15, "3.7-IV1": 16, "3.7-IV2": 17, "3.7-IV3": 18, "3.7-IV4": 19, "3.8-IV0": 20,
+    "3.9-IV0": 21, "4.0-IV0": 22, "4.0-IV1": 23, "4.0-IV2": 24, "4.0-IV3": 25, "4.1-IV0": 26, "4.1-IV1": 27,
+    "4.2-IV0": 28, "4.2-IV1": 29,
+}
+LATEST_PRODUCTION = "4.2-IV1"
+
+#: Other features finalized at format time, by the first metadata.version level that has them
+#: (taken from the bootstrap.checkpoint files Kafka 4.0 and 4.2 wrote; see kafka-fixtures).
+_FEATURE_DEFAULTS = [
+    (29, {"eligible.leader.replicas.version": 1, "group.version": 1, "share.version": 1,
+          "streams.version": 1, "transaction.version": 2}),
+    (25, {"group.version": 1, "transaction.version": 2}),
+    (0, {}),
+]
+
+
+class FormatError(KraftStorageError):
+    pass
+
+
+def random_uuid() -> str:
+    """A random Kafka Uuid whose base64 form does not start with '-' (as Kafka's randomUuid)."""
+    while True:
+        s = str(Uuid.random())
+        if not s.startswith("-"):
+            return s
+
+
+def release_level(release: str) -> tuple[str, int]:
+    """``"4.2"`` or ``"4.2-IV1"`` -> (name, metadata.version level)."""
+    if release in METADATA_VERSIONS:
+        return release, METADATA_VERSIONS[release]
+    matches = [k for k in METADATA_VERSIONS if k.split("-")[0] == release]
+    if not matches:
+        raise FormatError(f"unknown release version {release!r} (known: "
+                          f"{', '.join(sorted({k.split('-')[0] for k in METADATA_VERSIONS}))})")
+    name = matches[-1]
+    return name, METADATA_VERSIONS[name]
+
+
+def bootstrap_records(level: int) -> list:
+    """(FeatureLevelRecord, version 0) pairs: metadata.version first, then the rest by name."""
+    features = next(f for lvl, f in _FEATURE_DEFAULTS if level >= lvl)
+    recs = [(FeatureLevelRecord(name="metadata.version", feature_level=level), 0)]
+    recs += [(FeatureLevelRecord(name=n, feature_level=v), 0) for n, v in sorted(features.items())]
+    return recs
+
+
+def _voters_record(voters, listener: str) -> VotersRecord:
+    R = VotersRecord
+    out = []
+    for v in voters:
+        if v.directory_id is None:
+            raise FormatError(f"--initial-controllers entry for node {v.id} has no directory id "
+                              "(id@host:port:directoryId)")
+        out.append(R.Voter(voter_id=v.id, voter_directory_id=Uuid(v.directory_id),
+                           endpoints=[R.Endpoint(name=listener, host=v.host, port=v.port)],
+                           k_raft_version_feature=R.KRaftVersionFeature(min_supported_version=0,
+                                                                        max_supported_version=1)))
+    return R(version=0, voters=out)
+
+
+def format_storage(cfg: NodeConfig, cluster_id: str, *, standalone: bool = False,
+                   initial_controllers: str | None = None, no_initial_controllers: bool = False,
+                   release_version: str = LATEST_PRODUCTION, ignore_formatted: bool = False,
+                   out=sys.stdout) -> int:
+    try:
+        Uuid(cluster_id)
+    except ValueError:
+        # Kafka accepts any string but warns; ids from random-uuid are Uuids.
+        if not cluster_id or any(c.isspace() for c in cluster_id):
+            raise FormatError(f"invalid cluster id {cluster_id!r}") from None
+    dynamic = standalone or initial_controllers is not None or no_initial_controllers
+    if sum([standalone, initial_controllers is not None, no_initial_controllers]) > 1:
+        raise FormatError("--standalone, --initial-controllers and --no-initial-controllers are mutually exclusive")
+    if dynamic and cfg.voters:
+        raise FormatError("--standalone, --initial-controllers and --no-initial-controllers need "
+                          "controller.quorum.voters to be unset (use controller.quorum.bootstrap.servers)")
+    if cfg.is_controller and not cfg.voters and not dynamic:
+        raise FormatError("because controller.quorum.voters is not set on this controller, you must specify "
+                          "one of --standalone, --initial-controllers, or --no-initial-controllers")
+    name, level = release_level(release_version)
+    listener = cfg.controller_listener_names[0]
+    voters = None
+    if standalone:
+        ep = cfg.controller_endpoint
+        if ep is None:
+            raise FormatError("--standalone needs a controller listener")
+        from kraft_node.config import Voter
+        voters = [Voter(cfg.node_id, ep.host, ep.port, random_uuid())]
+    elif initial_controllers is not None:
+        voters = parse_voters(initial_controllers, "--initial-controllers", "command line")
+    my_dir_id = next((v.directory_id for v in voters or () if v.id == cfg.node_id), None)
+    if my_dir_id is not None:
+        Uuid(my_dir_id)
+
+    empty = []
+    for d in cfg.all_log_dirs:
+        if os.path.exists(os.path.join(d, FILE_NAME)):
+            meta = read_meta_properties(d).meta
+            if meta.cluster_id != cluster_id or meta.node_id != cfg.node_id:
+                raise FormatError(f"log directory {d} belongs to cluster {meta.cluster_id} node {meta.node_id}, "
+                                  f"not cluster {cluster_id} node {cfg.node_id}")
+            if not ignore_formatted:
+                raise FormatError(f"Log directory {d} is already formatted. Use --ignore-formatted to ignore "
+                                  "this directory and format the others.")
+        else:
+            empty.append(d)
+    if not empty:
+        print("All of the log directories are already formatted.", file=out)
+        return 0
+    records = bootstrap_records(level)
+    for d in empty:
+        is_meta = os.path.abspath(d) == os.path.abspath(cfg.metadata_log_dir)
+        os.makedirs(d, exist_ok=True)
+        kind = "metadata directory" if is_meta else "data directory"
+        if is_meta and voters is not None and my_dir_id is not None:
+            kind = "dynamic metadata voter directory"
+        elif is_meta and dynamic:
+            kind = "dynamic metadata directory"
+        print(f"Formatting {kind} {d} with metadata.version {name}.", file=out)
+        if is_meta:
+            _write_bootstrap(d, records, voters, listener, dynamic)
+        dir_id = my_dir_id if (is_meta and my_dir_id) else random_uuid()
+        write_meta_properties(d, MetaProperties(1, cluster_id, cfg.node_id, dir_id))
+    return 0
+
+
+def _write_bootstrap(log_dir: str, records, voters, listener: str, dynamic: bool) -> None:
+    from kraft_storage.snapshot import BOOTSTRAP_SNAPSHOT_ID, RawSnapshotWriter, RecordsSnapshotWriter
+    from kraft_storage.snapshot.records import write_bootstrap_checkpoint
+    if not dynamic:
+        write_bootstrap_checkpoint(log_dir, records)
+        return
+    import time
+    part_dir = os.path.join(log_dir, METADATA_TOPIC_DIR)
+    os.makedirs(part_dir, exist_ok=True)
+    raw = RawSnapshotWriter(part_dir, BOOTSTRAP_SNAPSHOT_ID)
+    with RecordsSnapshotWriter(raw, last_contained_log_timestamp=int(time.time() * 1000), kraft_version=1,
+                               voters=_voters_record(voters, listener) if voters else None) as w:
+        w.append(records)
+        w.freeze()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="kraft-storage", description="Format and inspect kraft storage directories.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("random-uuid", help="print a random cluster/directory id")
+    f = sub.add_parser("format", help="format the log directories of a node")
+    f.add_argument("--config", "-c", required=True)
+    f.add_argument("--cluster-id", "-t", required=True)
+    f.add_argument("--release-version", "-r", default=LATEST_PRODUCTION)
+    f.add_argument("--ignore-formatted", "-g", action="store_true")
+    g = f.add_mutually_exclusive_group()
+    g.add_argument("--standalone", "-s", action="store_true")
+    g.add_argument("--initial-controllers", "-I")
+    g.add_argument("--no-initial-controllers", "-N", action="store_true")
+    args = p.parse_args(argv)
+    if args.cmd == "random-uuid":
+        print(random_uuid())
+        return 0
+    try:
+        cfg = NodeConfig.from_file(args.config)
+        return format_storage(cfg, args.cluster_id, standalone=args.standalone,
+                              initial_controllers=args.initial_controllers,
+                              no_initial_controllers=args.no_initial_controllers,
+                              release_version=args.release_version, ignore_formatted=args.ignore_formatted)
+    except (FormatError, ConfigError, MetaPropertiesError, KraftStorageError, ValueError) as exc:
+        print(f"kraft-storage: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
