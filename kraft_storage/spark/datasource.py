@@ -1,0 +1,214 @@
+"""The PySpark data source ``kraft``: Kafka log segments and checkpoints as a DataFrame.
+
+Usage::
+
+    from kraft_storage.spark import register
+    register(spark)                      # registers "kraft", enables filter pushdown
+    df = spark.read.format("kraft").load("/var/lib/kafka/__cluster_metadata-0")
+
+``load`` takes a directory (searched recursively), a segment
+(``00000000000000000000.log``), a ``.checkpoint`` snapshot, or several of
+them separated by commas.  The schema is fixed (see
+:mod:`kraft_storage.spark.reader` for the columns).  Options:
+
+=====================  =========  ==============================================
+fields                 none       ``json``: decode every metadata body into the
+                                  ``fields`` column (slow: one Python object per
+                                  record; ``none`` leaves it null)
+files                  all        ``log``: only segments; ``checkpoint``: only
+                                  snapshots
+maxPartitionBytes      134217728  a segment bigger than this is read by several
+                                  tasks, cut at batch boundaries
+batchRows              131072     records per Arrow batch handed to the JVM
+verifyCrc              true       check every batch's CRC-32C
+allowPartialTail       false      a torn last batch ends the read quietly
+pushdown               true       ``false`` uses a reader without filter
+                                  pushdown (for sessions where
+                                  ``spark.sql.python.filterPushdown.enabled``
+                                  is off)
+=====================  =========  ==============================================
+
+Pushed-down filters (evaluated exactly, Spark does not re-check them):
+``offset`` compared with =, <, <=, >, >= or IN, and ``record_type`` = or IN.
+Offset filters skip whole files (by base offset in the file name) and whole
+splits before any task starts, then whole batches, then rows.
+
+Partitions: one per file, and large segments are cut by byte range
+(:mod:`kraft_storage.spark.files`).  Executors mmap their file and yield
+``pyarrow.RecordBatch`` objects built from the native columnar decoder.
+
+Only local (or locally mounted) paths are supported: every executor opens
+the files by path.
+"""
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource, DataSourceReader, EqualTo, GreaterThan, GreaterThanOrEqual, In, InputPartition, IsNotNull,
+    LessThan, LessThanOrEqual)
+
+from kraft_storage.spark.files import DEFAULT_MAX_SPLIT_BYTES, Split, find_files, plan_splits
+from kraft_storage.spark.reader import DEFAULT_BATCH_ROWS, SCHEMA_DDL, ReadOptions, read_split
+
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _bool(options, name: str, default: bool) -> bool:
+    v = options.get(name)
+    if v is None:
+        return default
+    s = str(v).strip().lower()
+    if s in _TRUE:
+        return True
+    if s in _FALSE:
+        return False
+    raise ValueError(f"option {name} must be true or false, not {v!r}")
+
+
+def _int(options, name: str, default: int) -> int:
+    v = options.get(name)
+    if v is None:
+        return default
+    try:
+        n = int(v)
+    except ValueError:
+        raise ValueError(f"option {name} must be an integer, not {v!r}") from None
+    if n <= 0:
+        raise ValueError(f"option {name} must be positive, not {n}")
+    return n
+
+
+def _kinds(options) -> tuple[str, ...]:
+    v = str(options.get("files", "all")).strip().lower()
+    table = {"all": ("log", "checkpoint"), "log": ("log",), "checkpoint": ("checkpoint",)}
+    if v not in table:
+        raise ValueError(f"option files must be all, log or checkpoint, not {v!r}")
+    return table[v]
+
+
+class KraftPartition(InputPartition):
+    """One split (picklable: plain fields)."""
+
+    def __init__(self, split: Split):
+        super().__init__(split)
+        self.split = split
+
+
+class KraftDataSource(DataSource):
+    """``spark.read.format("kraft").load(path)`` over Kafka log dirs, segments and checkpoints."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kraft"
+
+    def _paths(self) -> str:
+        path = self.options.get("path") or self.options.get("paths")
+        if not path:
+            raise ValueError('the kraft data source needs a path: spark.read.format("kraft").load(path)')
+        return path
+
+    def schema(self) -> str:
+        find_files(self._paths(), _kinds(self.options))  # fail early, with a clear error
+        return SCHEMA_DDL
+
+    def reader(self, schema):
+        if _bool(self.options, "pushdown", True):
+            return KraftPushdownReader(self._paths(), self.options)
+        return KraftReader(self._paths(), self.options)
+
+
+class KraftReader(DataSourceReader):
+    def __init__(self, paths: str, options):
+        self.paths = paths
+        self.kinds = _kinds(options)
+        self.max_split_bytes = _int(options, "maxPartitionBytes", DEFAULT_MAX_SPLIT_BYTES)
+        self.read_options = ReadOptions(
+            verify_crc=_bool(options, "verifyCrc", True),
+            fields=str(options.get("fields", "none")).strip().lower(),
+            batch_rows=_int(options, "batchRows", DEFAULT_BATCH_ROWS),
+            allow_partial_tail=_bool(options, "allowPartialTail", False))
+
+    def partitions(self):
+        lo, hi = self.read_options.bounds()
+        splits = plan_splits(self.paths, kinds=self.kinds, max_split_bytes=self.max_split_bytes,
+                             min_offset=lo, max_offset=hi)
+        return [KraftPartition(s) for s in splits]
+
+    def read(self, partition):
+        yield from read_split(partition.split, self.read_options)
+
+
+def _int_value(v) -> int | None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        return None
+    return v
+
+
+class KraftPushdownReader(KraftReader):
+    """KraftReader that takes offset and record_type filters (exactly)."""
+
+    def pushFilters(self, filters):
+        o = self.read_options
+        for f in filters:
+            col = tuple(f.attribute)
+            if col == ("offset",) and self._push_offset(f, o):
+                continue
+            if col == ("record_type",) and self._push_type(f, o):
+                continue
+            yield f
+
+    @staticmethod
+    def _push_offset(f, o: ReadOptions) -> bool:
+        if isinstance(f, In):
+            vals = [_int_value(v) for v in f.value]
+            if any(v is None for v in vals):
+                return False
+            s = set(vals) if o.offset_in is None else set(vals) & set(o.offset_in)
+            o.offset_in = tuple(sorted(s))
+            return True
+        if isinstance(f, IsNotNull):  # offset is never null
+            return True
+        if not isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+            return False
+        v = _int_value(f.value)
+        if v is None:
+            return False
+        lo = -(2**63) if o.min_offset is None else o.min_offset
+        hi = 2**63 - 1 if o.max_offset is None else o.max_offset
+        if isinstance(f, EqualTo):
+            lo, hi = max(lo, v), min(hi, v)
+        elif isinstance(f, GreaterThan):
+            lo = max(lo, v + 1)
+        elif isinstance(f, GreaterThanOrEqual):
+            lo = max(lo, v)
+        elif isinstance(f, LessThan):
+            hi = min(hi, v - 1)
+        elif isinstance(f, LessThanOrEqual):
+            hi = min(hi, v)
+        else:
+            return False
+        o.min_offset, o.max_offset = lo, hi
+        return True
+
+    @staticmethod
+    def _push_type(f, o: ReadOptions) -> bool:
+        if isinstance(f, EqualTo):
+            vals = [_int_value(f.value)]
+        elif isinstance(f, In):
+            vals = [_int_value(v) for v in f.value]
+        else:
+            return False
+        if any(v is None for v in vals):
+            return False
+        s = set(vals) if o.record_types is None else set(vals) & set(o.record_types)
+        o.record_types = tuple(sorted(s))
+        return True
+
+
+def register(spark, *, pushdown: bool = True) -> None:
+    """Register the ``kraft`` format on ``spark`` (and turn on Python filter pushdown)."""
+    if pushdown:
+        spark.conf.set(PUSHDOWN_CONF, "true")
+    spark.dataSource.register(KraftDataSource)
