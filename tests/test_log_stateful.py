@@ -98,9 +98,9 @@ class LogMachine(RuleBasedStateMachine):
             self.history = [b for b in self.history if b[1] < off]
             if dropped:
                 self.end = dropped[0][0]  # a straddling batch goes whole
-            if self.end < self.start:  # it straddled the log start: the log empties at the start
+            if self.end <= self.start:  # the log empties at its start (a straddling batch went whole)
                 self.batches = []
-                self.history = []
+                self.history = []  # truncateFromEnd(end) forgets the entry at the start too
                 self.end = self.start
         assert self.log.log_end_offset == self.end
 
