@@ -39,6 +39,7 @@ assumes a response will come (requests time out after request.timeout.ms).
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -211,6 +212,8 @@ class RaftCore:
         self._shutdown_timed_out = False
         self._bootstrap_target: int | None = None
         self._initialized = False
+        #: Event counts (elections, truncations, snapshot installs...) for tests and metrics.
+        self.stats: Counter[str] = Counter()
 
     # ------------------------------------------------------------ queries
     @property
@@ -334,11 +337,13 @@ class RaftCore:
 
     def _transition_to_prospective(self, now_ms: int) -> None:
         self.quorum.transition_to_prospective(now_ms)
+        self.stats["became_prospective"] += 1
         self._on_role_change(now_ms)
         self._maybe_transition_forward(now_ms)
 
     def _transition_to_candidate(self, now_ms: int) -> None:
         self.quorum.transition_to_candidate(now_ms)
+        self.stats["became_candidate"] += 1
         self._on_role_change(now_ms)
         self._maybe_transition_forward(now_ms)
 
@@ -348,6 +353,7 @@ class RaftCore:
                                self.config.append_linger_ms, self.config.max_batch_size_bytes,
                                self.config.max_number_of_batches)
         leader = self.quorum.transition_to_leader(epoch_start, acc, now_ms)
+        self.stats["became_leader"] += 1
         self._on_role_change(now_ms)
         # The HWM can only move once a record of this epoch is committed, so
         # write one right away (the LeaderChange control record).
@@ -361,6 +367,7 @@ class RaftCore:
         assert isinstance(st, LeaderState)
         preferred = st.non_leader_voters_by_descending_fetch_offset()
         self.quorum.transition_to_resigned(preferred, now_ms)
+        self.stats["resigned"] += 1
         self._on_role_change(now_ms)
 
     def _maybe_transition_forward(self, now_ms: int) -> None:
@@ -373,8 +380,10 @@ class RaftCore:
     def _maybe_handle_election_loss(self, now_ms: int) -> None:
         st = self.quorum.state
         if isinstance(st, CandidateState) and st.backoff_deadline is None and st.epoch_election.is_vote_rejected():
+            self.stats["election_lost"] += 1
             st.backoff_deadline = now_ms + self._binary_exponential_backoff(st.retries)
         elif isinstance(st, ProspectiveState) and st.epoch_election.is_vote_rejected():
+            self.stats["pre_vote_lost"] += 1
             self._prospective_after_election_loss(now_ms)
 
     def _prospective_after_election_loss(self, now_ms: int) -> None:
@@ -495,6 +504,7 @@ class RaftCore:
         up_to_date = OffsetAndEpoch(req.last_offset, req.last_offset_epoch).at_least(self.log_end())
         st = self.quorum.state
         granted = st.can_grant_vote(candidate, up_to_date, req.pre_vote)
+        self.stats[("pre_vote_" if req.pre_vote else "vote_") + ("granted" if granted else "rejected")] += 1
         if granted and not req.pre_vote and isinstance(st, (UnattachedState, ProspectiveState)) \
                 and st.voted_key is None:
             # Durable before the response exists: one vote per epoch survives crashes.
@@ -561,6 +571,7 @@ class RaftCore:
         if isinstance(st, FollowerState) and st.leader_id() == req.leader_id and st.epoch == req.leader_epoch:
             # Most caught-up successors time out first: strict exponential by position.
             backoff = self._end_epoch_election_backoff(req.preferred_candidates)
+            self.stats["end_quorum_epoch_backoff"] += 1
             st.fetch_deadline = min(st.fetch_deadline, now_ms + backoff)
         return self._eqe_response(NONE)
 
@@ -601,6 +612,7 @@ class RaftCore:
         else:
             # Long poll: answer when data or a new HWM arrives, or at max wait.
             self._purgatory.append((source, corr, req, now_ms + req.max_wait_ms))
+            self.stats["fetches_parked"] += 1
 
     def _try_complete_fetch(self, source: int, req: FetchRequest, now_ms: int) -> FetchResponse:
         err = self._validate_leader_only(req.current_leader_epoch)
@@ -667,6 +679,7 @@ class RaftCore:
                                          f"{target.offset}, below the high watermark {st.high_watermark}")
             self._truncate_to_end_offset(target, st)
         elif resp.snapshot_id is not None:
+            self.stats["snapshot_fetch_started"] += 1
             st.fetching_snapshot = (resp.snapshot_id, bytearray())
         else:
             self._append_as_follower(resp.records)
@@ -693,6 +706,8 @@ class RaftCore:
         if offset < log.start_offset:
             raise InvariantViolation(f"node {self.local_id}: truncation to {offset} below the log start "
                                      f"{log.start_offset}")
+        if offset < log.end_offset:
+            self.stats["truncations"] += 1
         log.truncate_to(offset)
         for ctx in self._listeners:
             if ctx.next_offset > offset:
@@ -765,6 +780,7 @@ class RaftCore:
     def _install_snapshot(self, sid: SnapshotId, data: bytes, st: FollowerState) -> None:
         log = self.log
         st.fetching_snapshot = None
+        self.stats["snapshots_installed"] += 1
         log.create_snapshot(sid, data)
         local = log.end_offset_for_epoch(sid.epoch)
         if sid.offset <= log.end_offset and local.epoch == sid.epoch and local.offset >= sid.offset:
