@@ -13,6 +13,15 @@ Output:
   message codecs are available, metadata records gain a ``metadata`` member
   and control records a ``control`` member.
 
+Index files: ``.index`` and ``.timeindex`` are printed entry by entry as
+Kafka's tool does (``offset: O position: P`` / ``timestamp: T offset: O``)
+and checked against the ``.log`` beside them: every offset-index entry must
+name the position of a batch whose last offset is the entry's offset, every
+time-index entry the max timestamp of the batch ending at its offset, and
+both must increase.  Problems are listed after the entries (``Mismatches
+in :FILE`` etc., Kafka's wording) and make the exit code 1.
+``--verify-index-only`` prints only the problems.
+
 Damage: every good batch before the corrupt point is printed, then the problem
 is named on stderr (file, byte position, batch base offset) and the exit code
 is 1.  A batch whose CRC does not match is printed with ``crcValid: false``
@@ -177,6 +186,88 @@ def dump_file(path: str, as_json: bool, out=sys.stdout, err=sys.stderr, print_re
     return status
 
 
+def _index_entries(path: str):
+    """(kind, base_offset, entries array) of a .index / .timeindex file."""
+    import numpy as np
+    from kraft_storage.log.index import OFFSET_ENTRY, TIME_ENTRY
+    name = os.path.basename(path)
+    base = int(name.split(".")[0])
+    dtype = OFFSET_ENTRY if path.endswith(".index") else TIME_ENTRY
+    with open(path, "rb") as f:
+        raw = f.read()
+    usable = len(raw) - len(raw) % dtype.itemsize
+    return ("offset" if dtype is OFFSET_ENTRY else "time"), base, np.frombuffer(raw[:usable], dtype=dtype), \
+        len(raw) % dtype.itemsize
+
+
+def dump_index(path: str, verify_only: bool = False, out=None, err=None) -> int:
+    """Print (or only verify) a .index / .timeindex file against its .log; 0 when consistent."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    try:
+        kind, base, entries, stray = _index_entries(path)
+    except (OSError, ValueError) as exc:
+        err.write(f"kraft-dump-log: {path}: {exc}\n")
+        return 1
+    log_path = path[: path.rindex(".")] + ".log"
+    if not verify_only:
+        out.write(f"Dumping {path}\n")
+    problems: list[str] = []
+    if stray:
+        problems.append(f"Index file size is not a multiple of the entry size in :{path}\n"
+                        f"  {stray} stray bytes at the end")
+    try:
+        buf, close = _open(log_path)
+    except OSError as exc:
+        err.write(f"kraft-dump-log: {path}: cannot read the segment {log_path}: {exc.strerror or exc}\n")
+        return 1
+    try:
+        scan = scan_batches(buf, crc_mode=CRC_REPORT, raise_on_error=False, source=log_path)
+        h = scan.headers
+        last_by_pos = dict(zip(h["position"].tolist(), (h["base_offset"] + h["last_offset_delta"]).tolist()))
+        ts_by_last = dict(zip((h["base_offset"] + h["last_offset_delta"]).tolist(), h["max_timestamp"].tolist()))
+    finally:
+        close()
+    mismatches, disorder = [], []
+    prev = None
+    for i in range(len(entries)):
+        if kind == "offset":
+            off = base + int(entries["rel"][i])
+            pos = int(entries["pos"][i])
+            if i > 0 and off == base:  # the zero-filled, preallocated tail of an active index
+                break
+            log_off = last_by_pos.get(pos)
+            if log_off != off:
+                mismatches.append(f"  Index offset: {off}, log offset: {'none' if log_off is None else log_off}")
+            if prev is not None and off <= prev:
+                disorder.append(f"  Index offset: {off}, Previously indexed offset: {prev}")
+            prev = off
+            if not verify_only:
+                out.write(f"offset: {off} position: {pos}\n")
+        else:
+            ts = int(entries["ts"][i])
+            off = base + int(entries["rel"][i])
+            if i > 0 and ts == 0 and off == base:
+                break
+            log_ts = ts_by_last.get(off)
+            if log_ts != ts:
+                mismatches.append(f"  Index timestamp: {ts}, log timestamp: {'none' if log_ts is None else log_ts}")
+            if prev is not None and ts <= prev:
+                disorder.append(f"  Index timestamp: {ts}, Previously indexed timestamp: {prev}")
+            prev = ts
+            if not verify_only:
+                out.write(f"timestamp: {ts} offset: {off}\n")
+    if mismatches:
+        head = "Mismatches in :" if kind == "offset" else "Found timestamp mismatch in :"
+        problems.append(head + path + "\n" + "\n".join(mismatches))
+    if disorder:
+        head = "Indexes not monotonic in :" if kind == "offset" else "Found out of order timestamp in :"
+        problems.append(head + path + "\n" + "\n".join(disorder))
+    for p in problems:
+        out.write(p + "\n")
+    return 1 if problems else 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="kraft-dump-log",
@@ -186,6 +277,8 @@ def main(argv=None) -> int:
                    help="write kraft's bundled example metadata log to a temporary directory and dump it")
     p.add_argument("--json", action="store_true", help="JSON Lines output, one object per batch")
     p.add_argument("--batches-only", action="store_true", help="print batch headers without records")
+    p.add_argument("--verify-index-only", action="store_true",
+                   help="for .index/.timeindex files: check the entries against the .log, print only problems")
     args = p.parse_args(argv)
     if args.example:
         import tempfile
@@ -201,7 +294,10 @@ def _dump_all(files, args) -> int:
     rc = 0
     for path in files:
         try:
-            rc |= dump_file(path, args.json, print_records=not args.batches_only)
+            if path.endswith((".index", ".timeindex")):
+                rc |= dump_index(path, verify_only=getattr(args, "verify_index_only", False))
+            else:
+                rc |= dump_file(path, args.json, print_records=not args.batches_only)
         except BrokenPipeError:
             return rc
     return rc
