@@ -1,0 +1,181 @@
+"""Segmented-log figures as JSON (medians of repeated runs).
+
+    python benchmarks/log_report.py [--quick]
+
+Measures: append into the page cache (MB/s, by batch size); append with
+fsync per batch (flush.messages=1) next to a plain write+fdatasync loop of
+the same batches in the same run; read by offset (reads/s and MB/s);
+offset-index lookups one at a time from Python and batched; recovery scan
+of a 1 GiB segment (CRC-verified, index rebuilt).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from log_workload import fill_log, make_batches  # noqa: E402
+
+from kraft_storage import _accel  # noqa: E402
+from kraft_storage.log.config import LogConfig  # noqa: E402
+from kraft_storage.log.log import KafkaLog  # noqa: E402
+
+
+def median_of(fn, repeat):
+    return statistics.median(fn() for _ in range(repeat))
+
+
+def bench_append(tmp, batch_bytes, total, verify_crc=True, repeat=5):
+    batches = make_batches(batch_bytes, 64)
+    size = sum(len(b) for b in batches)
+    n = max(total // size, 1)
+
+    def run():
+        d = tempfile.mkdtemp(dir=tmp)
+        log = KafkaLog.open(d + "/a-0", LogConfig(verify_crc=verify_crc))
+        t = time.perf_counter()
+        for _ in range(n):
+            for b in batches:
+                log.append_as_leader(b, 1)
+        dt = time.perf_counter() - t
+        log.close_uncleanly()
+        shutil.rmtree(d)
+        return n * size / dt
+    return median_of(run, repeat)
+
+
+def bench_fsync(tmp, batch_bytes, count=300, repeat=3):
+    batches = make_batches(batch_bytes, 16)
+
+    def run_log():
+        d = tempfile.mkdtemp(dir=tmp)
+        log = KafkaLog.open(d + "/f-0", LogConfig(flush_messages=1))
+        t = time.perf_counter()
+        for i in range(count):
+            log.append_as_leader(batches[i % len(batches)], 1)
+        dt = time.perf_counter() - t
+        log.close_uncleanly()
+        shutil.rmtree(d)
+        return dt
+
+    def run_loop():
+        d = tempfile.mkdtemp(dir=tmp)
+        fd = os.open(d + "/plain.log", os.O_RDWR | os.O_CREAT, 0o644)
+        t = time.perf_counter()
+        for i in range(count):
+            os.write(fd, batches[i % len(batches)])
+            os.fdatasync(fd)
+        dt = time.perf_counter() - t
+        os.close(fd)
+        shutil.rmtree(d)
+        return dt
+    nbytes = sum(len(batches[i % len(batches)]) for i in range(count))
+    lg, lp = [], []
+    for _ in range(repeat):  # interleave so both see the same disk weather
+        lg.append(run_log())
+        lp.append(run_loop())
+    tl, tp = statistics.median(lg), statistics.median(lp)
+    return {"batch_bytes": batch_bytes, "log_batches_per_s": count / tl, "log_MB_per_s": nbytes / tl / 1e6,
+            "plain_batches_per_s": count / tp, "plain_MB_per_s": nbytes / tp / 1e6, "ratio": tp / tl}
+
+
+def bench_read(tmp, repeat=5):
+    d = tempfile.mkdtemp(dir=tmp)
+    log = fill_log(d + "/r-0", 256 << 20, 16 << 10, LogConfig(segment_bytes=64 << 20))
+    end = log.log_end_offset
+    rng = np.random.default_rng(1)
+    offs = rng.integers(0, end, 20000).tolist()
+
+    def run():
+        t = time.perf_counter()
+        nb = 0
+        for o in offs:
+            nb += len(log.read(o, 65536).tobytes())
+        dt = time.perf_counter() - t
+        return len(offs) / dt, nb / dt / 1e6
+    res = [run() for _ in range(repeat)]
+    log.close_uncleanly()
+    shutil.rmtree(d)
+    return {"reads_per_s": statistics.median(r[0] for r in res),
+            "MB_per_s": statistics.median(r[1] for r in res), "max_bytes": 65536, "batch_bytes": 16384}
+
+
+def bench_index(tmp, repeat=5):
+    from kraft_storage.log.index import OffsetIndex
+    d = tempfile.mkdtemp(dir=tmp)
+    n = 100_000
+    idx = OffsetIndex(d + "/00000000000000000000.index", 0, n * 8)
+    rel = np.arange(n, dtype=np.int64) * 37
+    idx.append_relative(rel, np.arange(n, dtype=np.int64) * 4096 + 1)
+    rng = np.random.default_rng(2)
+    targets = rng.integers(0, n * 37, 1_000_000).astype(np.int64)
+    tl = targets[:200_000].tolist()
+    lookup = idx.lookup
+
+    def single():
+        t = time.perf_counter()
+        for x in tl:
+            lookup(x)
+        return len(tl) / (time.perf_counter() - t)
+
+    def batched():
+        t = time.perf_counter()
+        idx.lookup_many(targets)
+        return len(targets) / (time.perf_counter() - t)
+    out = {"entries": n, "single_per_s": median_of(single, repeat), "batched_per_s": median_of(batched, repeat)}
+    idx.close()
+    shutil.rmtree(d)
+    return out
+
+
+def bench_recovery(tmp, gib=1.0, repeat=3):
+    d = tempfile.mkdtemp(dir=tmp)
+    total = int(gib * (1 << 30))
+    log = fill_log(d + "/c-0", total, 64 << 10, LogConfig(segment_bytes=2 << 30))
+    seg = log.active_segment
+    size = seg.size
+    log.close_uncleanly()
+    from kraft_storage.log.segment import LogSegment
+    res = []
+    for _ in range(repeat):
+        s = LogSegment(d + "/c-0", 0, index_interval_bytes=4096, max_index_size=10 << 20)
+        t = time.perf_counter()
+        rep = s.recover()
+        dt = time.perf_counter() - t
+        assert rep.truncated_bytes == 0 and rep.valid_bytes == size
+        s.close()
+        res.append(size / dt / 1e9)
+    shutil.rmtree(d)
+    return {"segment_bytes": size, "GB_per_s": statistics.median(res), "batch_bytes": 65536}
+
+
+def main():
+    quick = "--quick" in sys.argv
+    tmp = tempfile.mkdtemp(prefix="kraft-log-bench-")
+    try:
+        out = {"native": _accel.WANT_NATIVE and _accel.native_available("_index"),
+               "append_page_cache_MB_per_s": {}, "append_page_cache_nocrc_MB_per_s": {}}
+        for bb in (4 << 10, 64 << 10, 1 << 20):
+            out["append_page_cache_MB_per_s"][bb] = bench_append(tmp, bb, (64 if quick else 512) << 20) / 1e6
+            out["append_page_cache_nocrc_MB_per_s"][bb] = bench_append(tmp, bb, (64 if quick else 512) << 20,
+                                                                       verify_crc=False) / 1e6
+        out["fsync_per_batch"] = [bench_fsync(tmp, bb, 100 if quick else 300) for bb in (1 << 10, 64 << 10)]
+        out["read_by_offset"] = bench_read(tmp)
+        out["index_lookup"] = bench_index(tmp)
+        out["recovery_scan"] = bench_recovery(tmp, 0.125 if quick else 1.0)
+        print(json.dumps(out, indent=1))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
