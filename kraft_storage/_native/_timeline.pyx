@@ -10,11 +10,15 @@ Hash table layout (``Table``), a compact open-addressing table like CPython's
 dict::
 
     index[capacity]   int32 per slot: -1 empty, -2 deleted, else entry number
-    entries[usable]   dense array, in insertion order, of 32-byte Entry:
+    entries[usable]   dense array, in insertion order, of 24-byte Entry:
         PyObject* key      (NULL once deleted: a hole until the next resize)
         PyObject* value    (NULL for sets)
-        Py_hash_t hash     (cached: compares and resizes never re-hash)
         int64     start    (start epoch: registry.latest_epoch + 1 at write time)
+    hashes[usable]    uint32 per entry: the key's hash folded to 32 bits
+                      (cached apart from ``entries`` so an element costs
+                      28 + 6 bytes: <= 2x even a str-keyed dict, whose
+                      entries are 16 bytes; compares and resizes never call
+                      ``__hash__`` again)
 
     capacity is a power of two, usable = capacity * 2 / 3; probing follows
     i = 5*i + 1 + perturb, perturb >>= 5 (all hash bits take part).
@@ -32,7 +36,7 @@ from cpython.ref cimport PyObject
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.list cimport PyList_New
 cimport cython
-from libc.stdint cimport int64_t, int32_t, INT64_MAX, INT64_MIN, INT32_MAX, INT32_MIN
+from libc.stdint cimport int64_t, int32_t, uint32_t, uint64_t, INT64_MAX, INT64_MIN, INT32_MAX, INT32_MIN
 from libc.string cimport memset
 
 import weakref
@@ -63,18 +67,21 @@ DEF MIN_CAPACITY = 8
 
 cdef int64_t C_LATEST = INT64_MAX
 cdef int64_t C_NONE = INT64_MIN
+# The default ``epoch`` argument object: ``epoch is _LATEST`` is a pointer
+# compare, cheaper than converting it to int64 on every single-op read.
+cdef object _LATEST = LATEST_EPOCH
 
 
 ctypedef struct Entry:
     PyObject* key
     PyObject* value
-    Py_hash_t hash
     int64_t start
 
 
 ctypedef struct Table:
     int32_t* index
     Entry* entries
+    uint32_t* hashes
     size_t mask
     Py_ssize_t usable
     Py_ssize_t nentries
@@ -90,13 +97,16 @@ cdef int tbl_alloc(Table* t, Py_ssize_t capacity) except -1:
     cdef Py_ssize_t usable = (capacity << 1) // 3
     cdef int32_t* index = <int32_t*>PyMem_Malloc(capacity * sizeof(int32_t))
     cdef Entry* entries = <Entry*>PyMem_Malloc(usable * sizeof(Entry))
-    if index == NULL or entries == NULL:
+    cdef uint32_t* hashes = <uint32_t*>PyMem_Malloc(usable * sizeof(uint32_t))
+    if index == NULL or entries == NULL or hashes == NULL:
         PyMem_Free(index)
         PyMem_Free(entries)
+        PyMem_Free(hashes)
         raise MemoryError()
     memset(index, 0xff, capacity * sizeof(int32_t))   # all EMPTY (-1)
     t.index = index
     t.entries = entries
+    t.hashes = hashes
     t.mask = <size_t>(capacity - 1)
     t.usable = usable
     t.nentries = 0
@@ -118,7 +128,14 @@ cdef int tbl_init(Table* t, Py_ssize_t expected) except -1:
     return tbl_alloc(t, capacity_for((expected * 3 + 1) // 2 + 1))
 
 
-cdef inline size_t tbl_empty_slot(Table* t, Py_hash_t h) noexcept:
+cdef inline uint32_t fold(Py_hash_t h) noexcept:
+    """Fold a hash to the 32 bits the table keeps (idempotent on 32-bit values,
+    so a stored hash can be passed back wherever a Py_hash_t is expected)."""
+    cdef uint64_t u = <uint64_t>h
+    return <uint32_t>(u ^ (u >> 32))
+
+
+cdef inline size_t tbl_empty_slot(Table* t, uint32_t h) noexcept:
     cdef size_t mask = t.mask
     cdef size_t perturb = <size_t>h
     cdef size_t i = perturb & mask
@@ -132,6 +149,7 @@ cdef int tbl_resize(Table* t, Py_ssize_t capacity) except -1:
     """Move the live entries into fresh arrays (drops holes)."""
     cdef int32_t* old_index = t.index
     cdef Entry* old_entries = t.entries
+    cdef uint32_t* old_hashes = t.hashes
     cdef Py_ssize_t old_n = t.nentries, used = t.used, k, j = 0
     cdef size_t slot
     if capacity < MIN_CAPACITY:
@@ -142,20 +160,23 @@ cdef int tbl_resize(Table* t, Py_ssize_t capacity) except -1:
     for k in range(old_n):
         if old_entries[k].key != NULL:
             t.entries[j] = old_entries[k]
-            slot = tbl_empty_slot(t, old_entries[k].hash)
+            t.hashes[j] = old_hashes[k]
+            slot = tbl_empty_slot(t, old_hashes[k])
             t.index[slot] = <int32_t>j
             j += 1
     t.nentries = j
     t.used = j
     PyMem_Free(old_index)
     PyMem_Free(old_entries)
+    PyMem_Free(old_hashes)
     return 0
 
 
-cdef Py_ssize_t tbl_lookup(Table* t, PyObject* key, Py_hash_t h,
+cdef inline Py_ssize_t tbl_lookup(Table* t, PyObject* key, Py_hash_t h,
                            size_t* slot_out) except -2:
     """Entry number of ``key`` (and its index slot in ``slot_out``), or -1."""
     cdef size_t mask, perturb, i
+    cdef uint32_t h32 = fold(h)
     cdef int32_t ix
     cdef Entry* e
     cdef PyObject* k
@@ -163,7 +184,7 @@ cdef Py_ssize_t tbl_lookup(Table* t, PyObject* key, Py_hash_t h,
     cdef int cmp
     while True:   # restarted if a user __eq__ changed the table under us
         mask = t.mask
-        perturb = <size_t>h
+        perturb = h32
         i = perturb & mask
         while True:
             ix = t.index[i]
@@ -175,7 +196,7 @@ cdef Py_ssize_t tbl_lookup(Table* t, PyObject* key, Py_hash_t h,
                 if k == key:
                     slot_out[0] = i
                     return ix
-                if e.hash == h:
+                if t.hashes[ix] == h32:
                     version = t.version
                     Py_INCREF_p(k)
                     cmp = PyObject_RichCompareBool_p(k, key, Py_EQ)
@@ -196,15 +217,16 @@ cdef int tbl_insert_new(Table* t, PyObject* key, PyObject* value, Py_hash_t h,
     """Add an element known to be absent; takes new references to key/value."""
     cdef size_t slot
     cdef Py_ssize_t ix
+    cdef uint32_t h32 = fold(h)
     if t.nentries >= t.usable:
         tbl_resize(t, capacity_for(t.used * 3))
-    slot = tbl_empty_slot(t, h)
+    slot = tbl_empty_slot(t, h32)
     ix = t.nentries
     Py_INCREF_p(key)
     Py_XINCREF_p(value)
     t.entries[ix].key = key
     t.entries[ix].value = value
-    t.entries[ix].hash = h
+    t.hashes[ix] = h32
     t.entries[ix].start = start
     t.index[slot] = <int32_t>ix
     t.nentries = ix + 1
@@ -238,12 +260,22 @@ cdef int tbl_put_entry(Table* t, PyObject* key, PyObject* value, Py_hash_t h,
     return 0
 
 
+cdef int tbl_reserve(Table* t, Py_ssize_t extra) except -1:
+    """Make room for ``extra`` more inserts without resizing in between
+    (bulk inserts: one resize instead of log2(n))."""
+    if t.nentries + extra > t.usable:
+        tbl_resize(t, capacity_for(((t.used + extra) * 3 + 1) // 2 + 1))
+    return 0
+
+
 cdef void tbl_free(Table* t) noexcept:
     """Release everything ``t`` owns; ``t`` is left without arrays."""
     cdef Entry* entries = t.entries
     cdef Py_ssize_t n = t.nentries, k
     PyMem_Free(t.index)
+    PyMem_Free(t.hashes)
     t.index = NULL
+    t.hashes = NULL
     t.entries = NULL
     t.nentries = 0
     t.used = 0
@@ -267,7 +299,8 @@ cdef int tbl_clear(Table* t) except -1:
 cdef inline Py_ssize_t tbl_bytes(Table* t) noexcept:
     if t.index == NULL:
         return 0
-    return <Py_ssize_t>((t.mask + 1) * sizeof(int32_t) + t.usable * sizeof(Entry))
+    return <Py_ssize_t>((t.mask + 1) * sizeof(int32_t)
+                        + t.usable * (sizeof(Entry) + sizeof(uint32_t)))
 
 
 cdef inline Py_hash_t hash_of(PyObject* key) except? -1:
@@ -524,22 +557,25 @@ cdef class _HashTier:
             PyMem_Free(self.saved)
             self.saved = NULL
 
-    cdef int save(self, Entry* e) except -1:
-        """Keep a copy of ``e`` (new references to its key and value)."""
+    cdef int save(self, Table* src, Py_ssize_t ix) except -1:
+        """Keep a copy of element ``ix`` of ``src`` (new references)."""
         cdef Table* t = self.saved
+        cdef Entry* e
         if t == NULL:
             t = <Table*>PyMem_Malloc(sizeof(Table))
             if t == NULL:
                 raise MemoryError()
             t.index = NULL
             t.entries = NULL
+            t.hashes = NULL
             try:
                 tbl_init(t, 1)
             except MemoryError:
                 PyMem_Free(t)
                 raise
             self.saved = t
-        return tbl_put_entry(t, e.key, e.value, e.hash, e.start)
+        e = &src.entries[ix]
+        return tbl_put_entry(t, e.key, e.value, src.hashes[ix], e.start)
 
     cdef Py_ssize_t nbytes(self):
         cdef Py_ssize_t n = sizeof(Table) if self.saved != NULL else 0
@@ -561,6 +597,7 @@ cdef class _SnapshottableHashTable(_Revertable):
         # exist without a table and a registry: the C code never checks.
         self.t.index = NULL
         self.t.entries = NULL
+        self.t.hashes = NULL
         self.t.version = 0
         if expected_size < 0:
             raise ValueError("expected_size must be >= 0")
@@ -603,7 +640,7 @@ cdef class _SnapshottableHashTable(_Revertable):
             if ix < 0:
                 tier.added.append(<object>key)
             elif self.t.entries[ix].start <= reg._latest_epoch:
-                tier.save(&self.t.entries[ix])
+                tier.save(&self.t, ix)
             if version != self.t.version:   # GC / __eq__ re-entered us
                 ix = tbl_lookup(&self.t, key, h, &slot)
         if ix < 0:
@@ -639,7 +676,7 @@ cdef class _SnapshottableHashTable(_Revertable):
             version = self.t.version
             tier = self._current_tier()
             if self.t.entries[ix].start <= reg._latest_epoch:
-                tier.save(&self.t.entries[ix])
+                tier.save(&self.t, ix)
             if version != self.t.version:
                 ix = tbl_lookup(&self.t, key, h, &slot)
                 if ix < 0:
@@ -793,7 +830,7 @@ cdef class _SnapshottableHashTable(_Revertable):
             for k in range(other.saved.nentries):
                 e = &other.saved.entries[k]
                 if e.key != NULL and e.start <= epoch:
-                    mine.save(e)
+                    mine.save(other.saved, k)
         mine.added.extend(other.added)
         return 0
 
@@ -814,7 +851,7 @@ cdef class _SnapshottableHashTable(_Revertable):
             for k in range(saved.nentries):
                 e = &saved.entries[k]
                 if e.key != NULL:
-                    tbl_put_entry(&self.t, e.key, e.value, e.hash, e.start)
+                    tbl_put_entry(&self.t, e.key, e.value, saved.hashes[k], e.start)
         return 0
 
     cdef void _unlink_drop(self, Py_ssize_t ix, size_t slot):
@@ -843,7 +880,7 @@ cdef class _SnapshottableHashTable(_Revertable):
         for k in range(self.t.nentries):
             if self.t.entries[k].key != NULL:
                 live += 1
-                ix = tbl_lookup(&self.t, self.t.entries[k].key, self.t.entries[k].hash, &slot)
+                ix = tbl_lookup(&self.t, self.t.entries[k].key, self.t.hashes[k], &slot)
                 assert ix == k, (k, ix)
         assert live == self.t.used, (live, self.t.used)
         assert self.t.nentries <= self.t.usable
@@ -934,7 +971,7 @@ cdef class TimelineHashMap(_SnapshottableHashTable):
         cdef size_t slot = 0
         cdef Py_ssize_t ix
         cdef Entry* e
-        if epoch is LATEST_EPOCH:
+        if epoch is _LATEST:
             ix = tbl_lookup(&self.t, <PyObject*>key, hash_of(<PyObject*>key), &slot)
             if ix < 0:
                 return default
@@ -997,6 +1034,7 @@ cdef class TimelineHashMap(_SnapshottableHashTable):
                              f"{PySequence_Fast_GET_SIZE(vseq)} values")
         ks = PySequence_Fast_ITEMS(kseq)
         vs = PySequence_Fast_ITEMS(vseq)
+        tbl_reserve(&self.t, n)
         for i in range(n):
             self._write(ks[i], vs[i], hash_of(ks[i]), NULL)
 
@@ -1074,6 +1112,7 @@ cdef class TimelineHashSet(_SnapshottableHashTable):
         kseq = _seq(keys)
         n = PySequence_Fast_GET_SIZE(kseq)
         ks = PySequence_Fast_ITEMS(kseq)
+        tbl_reserve(&self.t, n)
         for i in range(n):
             added += self._add(ks[i])
         return added
@@ -1159,7 +1198,7 @@ cdef class TimelineLong(_TimelineScalar):
         return self._value
 
     def get(self, epoch=LATEST_EPOCH):
-        if epoch is LATEST_EPOCH:
+        if epoch is _LATEST:
             return self._value
         return self._get_at(epoch)
 
@@ -1211,7 +1250,7 @@ cdef class TimelineInteger(_TimelineScalar):
         return self._value
 
     def get(self, epoch=LATEST_EPOCH):
-        if epoch is LATEST_EPOCH:
+        if epoch is _LATEST:
             return self._value
         return self._get_at(epoch)
 
@@ -1265,7 +1304,7 @@ cdef class TimelineObject(_TimelineScalar):
         return self._value
 
     def get(self, epoch=LATEST_EPOCH):
-        if epoch is LATEST_EPOCH:
+        if epoch is _LATEST:
             return self._value
         return self._get_at(epoch)
 
@@ -1308,3 +1347,106 @@ __all__ = [
     "SnapshotNotFoundError", "SnapshotEpochError", "TimelineHashMap",
     "TimelineHashSet", "TimelineLong", "TimelineInteger", "TimelineObject",
 ]
+
+
+# ---------------------------------------------------------------------------
+# garbage collector support
+#
+# Cython's generated tp_traverse only visits declared object attributes, not
+# the PyObject* kept in Table arrays, so a cycle through a table's contents
+# (``m[1] = m``, or a value that refers back to its map's registry) would be
+# invisible to the cycle collector and leak.  We wrap each table-owning type's
+# tp_traverse to also visit the arrays, and give it a tp_clear that swaps in an
+# empty table (the object stays usable: the C code never sees a NULL array).
+
+cdef extern from "Python.h":
+    ctypedef int (*visitproc)(PyObject*, void*) noexcept
+    ctypedef int (*traverseproc)(PyObject*, visitproc, void*) noexcept
+    ctypedef int (*inquiry)(PyObject*) noexcept
+    ctypedef struct GCTypeSlots "PyTypeObject":
+        traverseproc tp_traverse
+        inquiry tp_clear
+    void PyErr_Clear()
+
+cdef traverseproc _orig_traverse_map = NULL
+cdef traverseproc _orig_traverse_set = NULL
+cdef traverseproc _orig_traverse_tier = NULL
+
+
+cdef int _visit_table(Table* t, visitproc visit, void* arg) noexcept:
+    cdef Py_ssize_t k
+    cdef int r
+    if t == NULL or t.entries == NULL:
+        return 0
+    for k in range(t.nentries):
+        if t.entries[k].key != NULL:
+            r = visit(t.entries[k].key, arg)
+            if r:
+                return r
+        if t.entries[k].value != NULL:
+            r = visit(t.entries[k].value, arg)
+            if r:
+                return r
+    return 0
+
+
+cdef inline Table* _table_of(PyObject* o) noexcept:
+    return &(<_SnapshottableHashTable><void*>o).t
+
+
+cdef int _traverse_map(PyObject* o, visitproc visit, void* arg) noexcept:
+    cdef int r = _orig_traverse_map(o, visit, arg) if _orig_traverse_map != NULL else 0
+    return r if r else _visit_table(_table_of(o), visit, arg)
+
+
+cdef int _traverse_set(PyObject* o, visitproc visit, void* arg) noexcept:
+    cdef int r = _orig_traverse_set(o, visit, arg) if _orig_traverse_set != NULL else 0
+    return r if r else _visit_table(_table_of(o), visit, arg)
+
+
+cdef int _traverse_tier(PyObject* o, visitproc visit, void* arg) noexcept:
+    cdef int r = _orig_traverse_tier(o, visit, arg) if _orig_traverse_tier != NULL else 0
+    return r if r else _visit_table((<_HashTier><void*>o).saved, visit, arg)
+
+
+cdef int _clear_table_obj(PyObject* o) noexcept:
+    cdef Table* t = _table_of(o)
+    cdef Table old = t[0]
+    try:
+        tbl_alloc(t, MIN_CAPACITY)
+    except MemoryError:
+        t[0] = old          # cannot clear now; the collector will retry later
+        PyErr_Clear()
+        return 0
+    tbl_free(&old)
+    return 0
+
+
+cdef int _clear_tier(PyObject* o) noexcept:
+    cdef _HashTier tier = <_HashTier><void*>o
+    cdef Table* saved = tier.saved
+    tier.saved = NULL
+    if saved != NULL:
+        tbl_free(saved)
+        PyMem_Free(saved)
+    return 0
+
+
+cdef void _install_gc_hooks():
+    global _orig_traverse_map, _orig_traverse_set, _orig_traverse_tier
+    cdef GCTypeSlots* tp
+    tp = <GCTypeSlots*><PyObject*>TimelineHashMap
+    _orig_traverse_map = tp.tp_traverse
+    tp.tp_traverse = _traverse_map
+    tp.tp_clear = _clear_table_obj
+    tp = <GCTypeSlots*><PyObject*>TimelineHashSet
+    _orig_traverse_set = tp.tp_traverse
+    tp.tp_traverse = _traverse_set
+    tp.tp_clear = _clear_table_obj
+    tp = <GCTypeSlots*><PyObject*>_HashTier
+    _orig_traverse_tier = tp.tp_traverse
+    tp.tp_traverse = _traverse_tier
+    tp.tp_clear = _clear_tier
+
+
+_install_gc_hooks()
