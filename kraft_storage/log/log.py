@@ -403,8 +403,11 @@ class KafkaLog:
         mv = memoryview(records).cast("B")
         h = self._validate(mv)
         n = len(h)
-        deltas = h["last_offset_delta"].astype(np.int64)
-        bases = self._end + np.concatenate(([0], np.cumsum(deltas + 1)[:-1]))
+        if n == 1:
+            bases = [self._end]
+        else:
+            deltas = h["last_offset_delta"].astype(np.int64)
+            bases = self._end + np.concatenate(([0], np.cumsum(deltas + 1)[:-1]))
         h = h.copy()
         h["base_offset"] = bases
         h["partition_leader_epoch"] = leader_epoch
@@ -506,8 +509,9 @@ class KafkaLog:
         self._check_open()
         end = self._end
         i = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
-        for seg in self._segments[i:]:
-            seg.flush()
+        segs = self._segments[i:]
+        for seg in segs:
+            seg.flush(indexes=seg is not segs[-1])
         self.recovery_point = max(self.recovery_point, end)
         self._unflushed_records = 0
         self._last_flush_ms = self._clock()
@@ -701,6 +705,8 @@ class KafkaLog:
         with self._lock:
             self.flush()
             for s in self._segments:
+                s.offset_index.flush()
+                s.time_index.flush()
                 s.close(trim=True)
             self._closed = True
             write_atomically(os.path.join(self.directory, CLEAN_SHUTDOWN_FILE),

@@ -169,6 +169,18 @@ class LogSegment:
         m = len(h)
         if m == 0:
             return
+        if m == 1:  # the common single-batch append: same rule, no array round trips
+            row = h[0]
+            last = int(row["base_offset"]) + int(row["last_offset_delta"])
+            mts = int(row["max_timestamp"])
+            if mts > self.max_timestamp_so_far:
+                self.max_timestamp_so_far, self.offset_of_max_timestamp = mts, last
+            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(last, int(positions[0]))
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+                self.bytes_since_last_index_entry = 0
+            self.bytes_since_last_index_entry += int(row["size"])
+            return
         positions = np.ascontiguousarray(positions, dtype=np.int64)
         sizes = np.ascontiguousarray(h["size"], dtype=np.int32)
         last = np.ascontiguousarray(h["base_offset"] + h["last_offset_delta"], dtype=np.int64)
@@ -210,10 +222,17 @@ class LogSegment:
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
 
-    def flush(self) -> None:
+    def flush(self, indexes: bool = True) -> None:
+        """fdatasync the log; msync the indexes too unless ``indexes`` is False.
+
+        The active segment's indexes need no msync for durability: an
+        unclean open always rebuilds the segment holding the recovery point
+        (which is the active one after a flush), and a sealed segment's
+        indexes are msync'd when it rolls."""
         os.fdatasync(self.handle.fd)
-        self.offset_index.flush()
-        self.time_index.flush()
+        if indexes:
+            self.offset_index.flush()
+            self.time_index.flush()
 
     # ---- reading ----
     def walk_to_offset(self, offset: int, start: int, stop: int):
