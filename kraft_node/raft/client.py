@@ -620,16 +620,17 @@ class RaftCore:
             return FetchResponse(0, int(err), -1, self._leader_and_epoch())
         st: LeaderState = self.quorum.state
         log = self.log
+        # Invariant kept by create_snapshot/_install_snapshot: when the log start is
+        # above 0, the latest snapshot ends exactly at the log start.
         latest = log.latest_snapshot_id()
-        earliest = log.earliest_snapshot_id()
         diverging = snapshot_id = None
         records = ()
         fo, fe = req.fetch_offset, req.last_fetched_epoch
         if fo == 0 and latest is not None and latest.offset > 0:
             snapshot_id = latest
-        elif earliest is not None and earliest.offset == log.start_offset and log.start_offset > 0 and (
-                fo < log.start_offset or (fo == log.start_offset and fe != earliest.epoch)
-                or fe < earliest.epoch):
+        elif latest is not None and log.start_offset > 0 and (
+                fo < log.start_offset or (fo == log.start_offset and fe != latest.epoch)
+                or fe < latest.epoch):
             snapshot_id = latest
         else:
             end = log.end_offset_for_epoch(fe)
@@ -768,6 +769,7 @@ class RaftCore:
         if resp.snapshot_id != sid or resp.position != len(buf):
             return True  # stale slice
         buf += resp.unaligned_records
+        self.stats["snapshot_slices"] += 1
         if len(buf) > resp.size:
             st.fetching_snapshot = None
             return False
@@ -780,6 +782,9 @@ class RaftCore:
     def _install_snapshot(self, sid: SnapshotId, data: bytes, st: FollowerState) -> None:
         log = self.log
         st.fetching_snapshot = None
+        latest = log.latest_snapshot_id()
+        if sid.offset <= log.start_offset or (latest is not None and sid.offset <= latest.offset):
+            return  # we already hold this state (e.g. a slow transfer raced a local snapshot)
         self.stats["snapshots_installed"] += 1
         log.create_snapshot(sid, data)
         local = log.end_offset_for_epoch(sid.epoch)

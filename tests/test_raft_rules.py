@@ -1,0 +1,802 @@
+"""One scenario test per KRaft rule (reference: 10-kraft-consensus-raft.txt).
+
+Single-replica tests drive one RaftCore by hand (``Ctx``): they deliver
+requests/responses and inspect what the core emits.  Multi-replica tests use
+the simulator's Cluster with a fault-free network.
+"""
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+
+from kraft_node.raft.client import RETRY_BACKOFF_BASE_MS, RaftCore
+from kraft_node.raft.config import QuorumConfig
+from kraft_node.raft.errors import Errors, InvariantViolation, RaftError
+from kraft_node.raft.log import MemoryRaftLog
+from kraft_node.raft.messages import (Batch, BeginQuorumEpochRequest, EndQuorumEpochRequest,
+                                      FetchRequest, FetchResponse, FetchSnapshotRequest, LeaderAndEpoch,
+                                      LeaderIdAndEpoch, EpochEndOffset, OffsetAndEpoch, OutboundRequest,
+                                      OutboundResponse, ReplicaKey, VoteRequest, VoteResponse)
+from kraft_node.raft.quorum_state import MemoryQuorumStateStore
+from kraft_node.raft.roles import (CandidateState, ElectionState, FollowerState, LeaderState,
+                                   ProspectiveState, ResignedState, UnattachedState)
+from kraft_node.raft.sim.cluster import Cluster, SimConfig
+
+CLUSTER = "cluster-A"
+
+
+def key(i: int) -> ReplicaKey:
+    return ReplicaKey(i, uuid.UUID(int=i))
+
+
+def make_log(spec) -> MemoryRaftLog:
+    """spec: [(epoch, number of records), ...] appended as one batch each, flushed."""
+    log = MemoryRaftLog()
+    off = 0
+    for epoch, n in spec:
+        log.append_as_follower([Batch(off, epoch, tuple(f"e{epoch}o{off + i}".encode() for i in range(n)))])
+        off += n
+    log.flush()
+    return log
+
+
+class Recorder:
+    def __init__(self):
+        self.events = []
+        self.commits: list[Batch] = []
+
+    def handle_commit(self, batches):
+        self.commits.extend(batches)
+        self.events.append(("commit", batches[0].base_offset, batches[-1].next_offset))
+
+    def handle_load_snapshot(self, snapshot_id, data):
+        self.events.append(("snapshot", snapshot_id, data))
+
+    def handle_leader_change(self, leader):
+        self.events.append(("leader", leader))
+
+    def next_offset(self):
+        return self.commits[-1].next_offset if self.commits else 0
+
+
+class Ctx:
+    """Drives one RaftCore by hand on a manual clock."""
+
+    def __init__(self, local=1, voters=(1, 2, 3), log=None, election=None, config=None, seed=1,
+                 store=None):
+        self.local = local
+        self.voters = voters
+        self.config = config or QuorumConfig()
+        self.log = log if log is not None else MemoryRaftLog()
+        self.store = store if store is not None else MemoryQuorumStateStore(election)
+        self.seed = seed
+        self.now = 0
+        self.outbox: list = []
+        self.corr = 1000
+        self.start()
+
+    def start(self):
+        self.core = RaftCore(self.config, key(self.local), [key(v) for v in self.voters], self.log,
+                             self.store, random.Random(self.seed), cluster_id=CLUSTER)
+        self.listener = Recorder()
+        self.core.register_listener(self.listener)
+        self.core.initialize(self.now)
+        self.outbox = []
+
+    @property
+    def state(self):
+        return self.core.state
+
+    def poll(self):
+        r = self.core.poll(self.now)
+        self.outbox.extend(r.messages)
+        self.ready = r
+        return r
+
+    def advance(self, ms):
+        self.now += ms
+        return self.poll()
+
+    def advance_to(self, t):
+        self.now = t
+        return self.poll()
+
+    def take(self, typ, dest=None) -> list[OutboundRequest]:
+        got = [m for m in self.outbox if isinstance(m, OutboundRequest) and isinstance(m.request, typ)
+               and (dest is None or m.destination == dest)]
+        self.outbox = [m for m in self.outbox if m not in got]
+        return got
+
+    def request(self, src, req):
+        """Deliver a request; return its response (None if the core parked it)."""
+        self.corr += 1
+        corr = self.corr
+        self.core.handle_request(src, corr, req, self.now)
+        self.poll()
+        return self.response_for(src, corr)
+
+    def response_for(self, src, corr):
+        for m in self.outbox:
+            if isinstance(m, OutboundResponse) and m.destination == src and m.correlation_id == corr:
+                self.outbox.remove(m)
+                return m.response
+        return None
+
+    def reply(self, out: OutboundRequest, resp):
+        self.core.handle_response(out.destination, out.correlation_id, resp, self.now)
+        return self.poll()
+
+    # ---- message builders
+    def vote(self, src, epoch, last_epoch, last_offset, pre_vote=False, voter_dir=None, cluster=CLUSTER):
+        return VoteRequest(cluster, self.local, epoch, src, key(src).directory_id,
+                           voter_dir if voter_dir is not None else key(self.local).directory_id,
+                           last_epoch, last_offset, pre_vote)
+
+    def fetch(self, src, offset, last_epoch, epoch=None, max_wait=0, hwm=-1, cluster=CLUSTER):
+        return FetchRequest(cluster, src, max_wait, self.core.epoch if epoch is None else epoch, offset,
+                            last_epoch, replica_directory_id=key(src).directory_id, high_watermark=hwm)
+
+    def elect(self):
+        """Win an election: time out, collect pre-votes, then votes."""
+        self.advance(2 * self.config.election_timeout_ms)
+        assert isinstance(self.state, ProspectiveState), self.state
+        for r in self.take(VoteRequest):
+            assert r.request.pre_vote
+            self.reply(r, VoteResponse(0, 0, -1, r.request.replica_epoch, True))
+        assert isinstance(self.state, (CandidateState, LeaderState)), self.state
+        for r in self.take(VoteRequest):
+            assert not r.request.pre_vote
+            self.reply(r, VoteResponse(0, 0, -1, r.request.replica_epoch, True))
+        assert isinstance(self.state, LeaderState), self.state
+        self.poll()
+        return self.state
+
+    def follow(self, leader=2, epoch=5, fetched=False):
+        """Make the local replica a follower via BeginQuorumEpoch."""
+        r = self.request(leader, BeginQuorumEpochRequest(CLUSTER, self.local, key(self.local).directory_id,
+                                                         leader, epoch))
+        assert r.partition_error_code == 0
+        assert isinstance(self.state, FollowerState)
+        if fetched:
+            self.poll()
+            f = self.take(FetchRequest, leader)[-1]
+            self.reply(f, FetchResponse(0, 0, -1, LeaderIdAndEpoch(leader, epoch)))
+        return self.state
+
+
+# =====================================================================
+# Restart initialization
+# =====================================================================
+def test_initialize_stale_quorum_state_starts_unattached_at_log_epoch():
+    ctx = Ctx(log=make_log([(1, 2), (4, 1)]), election=ElectionState(2, 3, None))
+    assert isinstance(ctx.state, UnattachedState) and ctx.state.epoch == 4
+    assert ctx.store.state.epoch == 4
+
+
+def test_initialize_former_leader_starts_resigned_in_same_epoch():
+    ctx = Ctx(election=ElectionState(6, 1, key(1)))
+    assert isinstance(ctx.state, ResignedState) and ctx.state.epoch == 6
+    # it can never vote in its own epoch
+    resp = ctx.request(2, ctx.vote(2, 6, 0, 0))
+    assert not resp.vote_granted
+
+
+def test_initialize_voted_for_self_starts_candidate():
+    ctx = Ctx(election=ElectionState(3, -1, key(1)))
+    assert isinstance(ctx.state, CandidateState) and ctx.state.epoch == 3
+
+
+def test_initialize_known_leader_starts_follower():
+    ctx = Ctx(election=ElectionState(3, 2, key(2)))
+    assert isinstance(ctx.state, FollowerState) and ctx.state.leader_id() == 2
+    assert ctx.state.voted_key == key(2)
+
+
+def test_initialize_vote_without_leader_starts_unattached_with_vote():
+    ctx = Ctx(election=ElectionState(3, -1, key(2)))
+    assert isinstance(ctx.state, UnattachedState) and ctx.state.voted_key == key(2)
+
+
+def test_initialize_single_voter_becomes_leader_immediately():
+    ctx = Ctx(voters=(1,))
+    assert isinstance(ctx.state, LeaderState) and ctx.state.epoch == 1
+
+
+# =====================================================================
+# Pre-vote (KIP-996) and the Prospective role
+# =====================================================================
+def test_election_timeout_goes_prospective_without_bumping_epoch():
+    ctx = Ctx(election=ElectionState(4))
+    writes = len(ctx.store.writes)
+    ctx.advance(2 * ctx.config.election_timeout_ms)
+    assert isinstance(ctx.state, ProspectiveState) and ctx.state.epoch == 4
+    assert len(ctx.store.writes) == writes  # Prospective is not persisted
+    reqs = ctx.take(VoteRequest)
+    assert sorted(r.destination for r in reqs) == [2, 3]
+    assert all(r.request.pre_vote and r.request.replica_epoch == 4 for r in reqs)
+
+
+def test_fetch_timeout_moves_follower_to_prospective():
+    ctx = Ctx(election=ElectionState(5, 2, None))
+    assert isinstance(ctx.state, FollowerState)
+    ctx.advance(ctx.config.fetch_timeout_ms - 1)
+    assert isinstance(ctx.state, FollowerState)
+    ctx.advance(1)
+    assert isinstance(ctx.state, ProspectiveState) and ctx.state.epoch == 5
+
+
+def test_prospective_majority_pre_votes_becomes_candidate_with_durable_self_vote():
+    ctx = Ctx(election=ElectionState(4))
+    ctx.advance(2000)
+    r = [m for m in ctx.take(VoteRequest) if m.destination == 2][0]
+    ready = ctx.reply(r, VoteResponse(0, 0, -1, 4, True))
+    assert isinstance(ctx.state, CandidateState) and ctx.state.epoch == 5
+    assert ctx.store.state == ElectionState(5, -1, key(1))
+    assert ElectionState(5, -1, key(1)) in ready.quorum_state_writes
+    votes = ctx.take(VoteRequest)
+    assert votes and all(not v.request.pre_vote and v.request.replica_epoch == 5 for v in votes)
+
+
+def test_prospective_loses_pre_vote_returns_to_follower_when_leader_known():
+    ctx = Ctx(election=ElectionState(5, 2, None))
+    ctx.advance(ctx.config.fetch_timeout_ms)
+    assert isinstance(ctx.state, ProspectiveState)
+    for r in ctx.take(VoteRequest):
+        ctx.reply(r, VoteResponse(0, 0, 2, 5, False))
+    assert isinstance(ctx.state, FollowerState) and ctx.state.leader_id() == 2 and ctx.state.epoch == 5
+
+
+def test_prospective_loses_pre_vote_returns_to_unattached_without_leader():
+    ctx = Ctx(election=ElectionState(5))
+    ctx.advance(2000)
+    for r in ctx.take(VoteRequest):
+        ctx.reply(r, VoteResponse(0, 0, -1, 5, False))
+    assert isinstance(ctx.state, UnattachedState) and ctx.state.epoch == 5
+
+
+def test_follower_grants_pre_vote_before_it_has_fetched_from_leader():
+    ctx = Ctx(log=make_log([(5, 3)]), election=ElectionState(5, 2, None))
+    assert ctx.request(3, ctx.vote(3, 5, 5, 3, pre_vote=True)).vote_granted
+    # one successful fetch from the leader and it stops granting pre-votes
+    ctx.poll()
+    f = ctx.take(FetchRequest, 2)[0]
+    ctx.reply(f, FetchResponse(0, 0, 3, LeaderIdAndEpoch(2, 5)))
+    assert ctx.state.has_fetched_from_leader
+    assert not ctx.request(3, ctx.vote(3, 5, 5, 3, pre_vote=True)).vote_granted
+
+
+def test_pre_vote_does_not_change_epoch_or_record_a_vote():
+    ctx = Ctx(election=ElectionState(5))
+    writes = len(ctx.store.writes)
+    resp = ctx.request(2, ctx.vote(2, 9, 0, 0, pre_vote=True))
+    assert resp.vote_granted and ctx.core.epoch == 5
+    assert len(ctx.store.writes) == writes and ctx.state.voted_key is None
+
+
+def test_candidate_pre_vote_only_when_log_up_to_date():
+    ctx = Ctx(log=make_log([(2, 4)]), election=ElectionState(3, -1, key(1)))
+    assert isinstance(ctx.state, CandidateState)
+    assert ctx.request(2, ctx.vote(2, 3, 2, 4, pre_vote=True)).vote_granted
+    assert not ctx.request(2, ctx.vote(2, 3, 2, 3, pre_vote=True)).vote_granted
+    assert not ctx.request(2, ctx.vote(2, 3, 2, 4, pre_vote=False)).vote_granted
+
+
+# =====================================================================
+# Vote granting
+# =====================================================================
+def test_vote_rejected_when_candidate_log_is_not_up_to_date():
+    ctx = Ctx(log=make_log([(1, 3), (2, 2)]), election=ElectionState(2))
+    assert not ctx.request(2, ctx.vote(2, 3, 2, 4)).vote_granted        # shorter, same epoch
+    assert not ctx.request(3, ctx.vote(3, 3, 1, 100)).vote_granted      # longer but older epoch
+    assert ctx.request(3, ctx.vote(3, 3, 2, 5)).vote_granted            # equal
+
+
+def test_one_vote_per_epoch():
+    ctx = Ctx(election=ElectionState(2))
+    assert ctx.request(2, ctx.vote(2, 3, 0, 0)).vote_granted
+    assert not ctx.request(3, ctx.vote(3, 3, 0, 0)).vote_granted
+    assert ctx.request(2, ctx.vote(2, 3, 0, 0)).vote_granted  # same candidate: idempotent
+
+
+def test_granted_vote_is_durable_before_the_response_and_survives_restart():
+    ctx = Ctx(election=ElectionState(2))
+    ctx.core.handle_request(2, 77, ctx.vote(2, 3, 0, 0), ctx.now)
+    # the store already holds the vote although no response has been polled out yet
+    assert ctx.store.state == ElectionState(3, -1, key(2))
+    ctx.start()  # crash + restart with the same store
+    assert isinstance(ctx.state, UnattachedState) and ctx.state.voted_key == key(2)
+    assert not ctx.request(3, ctx.vote(3, 3, 0, 0)).vote_granted
+
+
+def test_vote_for_another_directory_id_is_invalid_voter_key():
+    ctx = Ctx(election=ElectionState(2))
+    resp = ctx.request(2, ctx.vote(2, 3, 0, 0, voter_dir=uuid.UUID(int=999)))
+    assert resp.partition_error_code == Errors.INVALID_VOTER_KEY and not resp.vote_granted
+
+
+def test_vote_from_candidate_with_unknown_directory_id_is_rejected():
+    ctx = Ctx(election=ElectionState(2))
+    req = ctx.vote(2, 3, 0, 0)
+    req = VoteRequest(req.cluster_id, req.voter_id, 3, 2, uuid.UUID(int=12345), req.voter_directory_id, 0, 0)
+    assert not ctx.request(2, req).vote_granted
+
+
+def test_vote_from_lower_epoch_is_fenced():
+    ctx = Ctx(election=ElectionState(5))
+    resp = ctx.request(2, ctx.vote(2, 4, 0, 0))
+    assert resp.partition_error_code == Errors.FENCED_LEADER_EPOCH and resp.leader_epoch == 5
+
+
+def test_standard_vote_with_higher_epoch_moves_to_unattached_even_if_rejected():
+    ctx = Ctx(log=make_log([(3, 5)]), election=ElectionState(3, 2, None))
+    resp = ctx.request(3, ctx.vote(3, 7, 1, 1))
+    assert not resp.vote_granted
+    assert isinstance(ctx.state, UnattachedState) and ctx.state.epoch == 7 and ctx.state.voted_key is None
+
+
+def test_vote_request_with_last_epoch_not_below_its_epoch_is_invalid():
+    ctx = Ctx(election=ElectionState(2))
+    assert ctx.request(2, ctx.vote(2, 3, 3, 1)).error_code == Errors.INVALID_REQUEST
+    assert ctx.request(2, ctx.vote(2, 3, 4, 1, pre_vote=True)).error_code == Errors.INVALID_REQUEST
+
+
+def test_requests_from_another_cluster_are_inconsistent_cluster_id():
+    ctx = Ctx(election=ElectionState(2))
+    assert ctx.request(2, ctx.vote(2, 3, 0, 0, cluster="other")).error_code == Errors.INCONSISTENT_CLUSTER_ID
+    assert ctx.request(2, ctx.fetch(2, 0, 0, cluster="other")).error_code == Errors.INCONSISTENT_CLUSTER_ID
+    assert ctx.store.state is None or ctx.store.state.voted_key is None
+
+
+# =====================================================================
+# Election timing
+# =====================================================================
+def test_randomized_election_timeout_is_between_t_and_2t():
+    deadlines = set()
+    for seed in range(40):
+        ctx = Ctx(election=ElectionState(1), seed=seed)
+        d = ctx.state.election_deadline
+        assert 1000 <= d < 2000
+        deadlines.add(d)
+    assert len(deadlines) > 10
+
+
+def test_candidate_election_backoff_is_binary_exponential_and_capped():
+    ctx = Ctx()
+    for retries, hi in [(1, 100), (2, 300), (3, 700)]:
+        vals = {ctx.core._binary_exponential_backoff(retries) for _ in range(300)}
+        assert vals <= set(range(0, hi + 1, RETRY_BACKOFF_BASE_MS)) and max(vals) == hi
+    assert max(ctx.core._binary_exponential_backoff(12) for _ in range(300)) == 1000  # capped
+
+
+def test_candidate_that_loses_backs_off_then_goes_prospective():
+    outcomes = set()
+    for seed in range(20):
+        ctx = Ctx(election=ElectionState(3, -1, key(1)), seed=seed)
+        ctx.poll()
+        for r in ctx.take(VoteRequest):
+            ctx.reply(r, VoteResponse(0, 0, -1, 3, False))
+        assert ctx.core.stats["election_lost"] == 1
+        st = ctx.state
+        if isinstance(st, CandidateState):
+            # first loss: backoff is 0 or 100 ms (binary exponential, retries=1)
+            assert st.backoff_deadline - ctx.now == 100
+            ctx.advance(99)
+            assert isinstance(ctx.state, CandidateState)
+            ctx.advance(1)
+            outcomes.add(100)
+        else:
+            outcomes.add(0)
+        assert isinstance(ctx.state, ProspectiveState) and ctx.state.epoch == 3
+    assert outcomes == {0, 100}
+
+
+def test_end_quorum_epoch_backoff_is_strict_exponential_by_preferred_position():
+    for preferred, expect in [((1, 3), 0), ((3, 1), 100), ((3, 2, 1), 200), ((3,), 1000)]:
+        ctx = Ctx(voters=(1, 2, 3, 4), election=ElectionState(5, 2, None))
+        ctx.now = 10
+        resp = ctx.request(2, EndQuorumEpochRequest(CLUSTER, 2, 5, tuple(key(i) for i in preferred)))
+        assert resp.partition_error_code == 0
+        if expect == 0:
+            assert isinstance(ctx.state, ProspectiveState)
+        else:
+            assert ctx.state.fetch_deadline == 10 + expect
+
+
+# =====================================================================
+# Replication
+# =====================================================================
+def leader_ctx(spec=(), voters=(1, 2, 3), **kw):
+    log = make_log(list(spec))
+    last_epoch = log.last_fetched_epoch
+    ctx = Ctx(voters=voters, log=log, election=ElectionState(last_epoch), **kw)
+    ctx.elect()
+    return ctx
+
+
+def test_leader_change_control_record_written_on_becoming_leader():
+    ctx = leader_ctx([(1, 3)])
+    st = ctx.state
+    assert st.epoch_start_offset == 3 and ctx.log.end_offset == 4
+    b = ctx.log.batches()[-1]
+    assert b.is_control and b.epoch == st.epoch and b.base_offset == 3
+    assert b.control.leader_id == 1 and set(b.control.voters) == {1, 2, 3}
+    assert 1 in b.control.granting_voters and len(b.control.granting_voters) >= 2
+
+
+def test_fetch_at_diverging_epoch_returns_that_epochs_end():
+    ctx = leader_ctx([(1, 3), (3, 2)])
+    resp = ctx.request(2, ctx.fetch(2, 4, 2))
+    assert resp.diverging_epoch == EpochEndOffset(1, 3) and not resp.records
+    resp = ctx.request(2, ctx.fetch(2, 7, 3))  # offset past the end of epoch 3
+    assert resp.diverging_epoch == EpochEndOffset(3, 5)
+    resp = ctx.request(2, ctx.fetch(2, 3, 1))  # valid
+    assert resp.diverging_epoch is None and resp.records[0].base_offset == 3
+
+
+def test_follower_truncates_at_diverging_epoch():
+    ctx = Ctx(log=make_log([(1, 3), (2, 2)]), election=ElectionState(4, 2, None))
+    ctx.poll()
+    f = ctx.take(FetchRequest, 2)[0]
+    assert (f.request.fetch_offset, f.request.last_fetched_epoch) == (5, 2)
+    ctx.reply(f, FetchResponse(0, 0, -1, LeaderIdAndEpoch(2, 4), diverging_epoch=EpochEndOffset(1, 3)))
+    assert ctx.log.end_offset == 3 and ctx.log.last_fetched_epoch == 1
+    f = ctx.take(FetchRequest, 2)[0]
+    assert (f.request.fetch_offset, f.request.last_fetched_epoch) == (3, 1)
+
+
+def test_follower_never_truncates_below_high_watermark():
+    ctx = Ctx(log=make_log([(1, 3), (2, 2)]), election=ElectionState(4, 2, None))
+    ctx.poll()
+    f = ctx.take(FetchRequest, 2)[0]
+    ctx.reply(f, FetchResponse(0, 0, 5, LeaderIdAndEpoch(2, 4)))
+    assert ctx.core.high_watermark == 5
+    ctx.advance(1)
+    f = ctx.take(FetchRequest, 2)[0]
+    with pytest.raises(InvariantViolation):
+        ctx.reply(f, FetchResponse(0, 0, 5, LeaderIdAndEpoch(2, 4), diverging_epoch=EpochEndOffset(1, 3)))
+    assert ctx.log.end_offset == 5
+
+
+def test_fetch_below_log_start_returns_snapshot_id():
+    log = make_log([(1, 3), (2, 3)])
+    log.create_snapshot(OffsetAndEpoch(4, 2), b"snap")
+    log.delete_before(OffsetAndEpoch(4, 2))
+    ctx = Ctx(log=log, election=ElectionState(2))
+    ctx.elect()
+    for offset, epoch in [(0, 0), (2, 1), (4, 1)]:
+        resp = ctx.request(2, ctx.fetch(2, offset, epoch))
+        assert resp.snapshot_id == OffsetAndEpoch(4, 2), (offset, epoch)
+    assert ctx.request(2, ctx.fetch(2, 4, 2)).snapshot_id is None
+
+
+def test_only_one_fetch_in_flight_per_follower():
+    ctx = Ctx(election=ElectionState(4, 2, None))
+    for _ in range(10):
+        ctx.advance(50)
+    fetches = ctx.take(FetchRequest)
+    assert len(fetches) == 1
+    ctx.reply(fetches[0], FetchResponse(0, 0, -1, LeaderIdAndEpoch(2, 4)))
+    assert len(ctx.take(FetchRequest)) == 1
+    # a duplicated (stale) response is ignored
+    ctx.reply(fetches[0], FetchResponse(0, 0, -1, LeaderIdAndEpoch(2, 4)))
+    assert len(ctx.take(FetchRequest)) == 0
+
+
+def test_fetch_request_times_out_then_retries_after_backoff():
+    ctx = Ctx(election=ElectionState(4, 2, None), config=QuorumConfig(request_timeout_ms=500))
+    ctx.poll()
+    assert len(ctx.take(FetchRequest)) == 1
+    ctx.advance(ctx.config.request_timeout_ms - 1)
+    assert not ctx.take(FetchRequest)
+    ctx.advance(1)
+    ctx.advance(ctx.config.retry_backoff_ms)
+    assert len(ctx.take(FetchRequest)) == 1
+
+
+def test_high_watermark_is_the_majority_end_offset():
+    ctx = leader_ctx([], voters=(1, 2, 3, 4, 5))
+    ctx.core.append([b"a", b"b"], ctx.core.epoch, ctx.now)
+    ctx.advance(ctx.config.append_linger_ms)
+    end, ep = ctx.log.end_offset, ctx.core.epoch
+    assert end == 3
+    ctx.request(2, ctx.fetch(2, end, ep))
+    assert ctx.core.high_watermark is None  # 2 of 5
+    ctx.request(3, ctx.fetch(3, 2, ep))
+    assert ctx.core.high_watermark == 2  # 3 of 5 have reached offset 2
+    ctx.request(4, ctx.fetch(4, end, ep))
+    assert ctx.core.high_watermark == 3
+
+
+def test_epoch_start_commit_rule_holds_back_prior_epoch_records():
+    ctx = leader_ctx([(1, 5)])
+    st = ctx.state
+    assert st.epoch_start_offset == 5
+    # a majority has the old records but not the LeaderChange of the new epoch
+    ctx.request(2, ctx.fetch(2, 5, 1))
+    assert ctx.core.high_watermark is None
+    ctx.request(2, ctx.fetch(2, 6, st.epoch))
+    assert ctx.core.high_watermark == 6
+
+
+def test_high_watermark_is_monotonic():
+    ctx = leader_ctx([(1, 5)])
+    ep = ctx.core.epoch
+    ctx.request(2, ctx.fetch(2, 6, ep))
+    assert ctx.core.high_watermark == 6
+    ctx.request(2, ctx.fetch(2, 5, 1))  # follower went back (e.g. restarted)
+    assert ctx.core.high_watermark == 6
+
+
+def test_observer_fetches_do_not_count_towards_high_watermark():
+    ctx = leader_ctx([])
+    ep = ctx.core.epoch
+    ctx.request(9, FetchRequest(CLUSTER, 9, 0, ep, 1, ep))
+    assert ctx.core.high_watermark is None
+    assert 9 in ctx.state.observers
+    ctx.request(2, ctx.fetch(2, 1, ep))
+    assert ctx.core.high_watermark == 1
+
+
+def test_empty_fetch_is_parked_until_new_data_arrives():
+    ctx = leader_ctx([])
+    ep = ctx.core.epoch
+    ctx.request(2, ctx.fetch(2, 1, ep))
+    ctx.request(3, ctx.fetch(3, 1, ep))
+    assert ctx.core.high_watermark == 1
+    assert ctx.request(2, ctx.fetch(2, 1, ep, max_wait=500, hwm=1)) is None  # parked
+    ctx.core.append([b"x"], ep, ctx.now)
+    ctx.advance(ctx.config.append_linger_ms)
+    resp = [m.response for m in ctx.outbox if isinstance(m, OutboundResponse) and m.destination == 2]
+    assert resp and resp[-1].records[0].records == (b"x",)
+
+
+def test_parked_fetch_is_answered_at_max_wait():
+    ctx = leader_ctx([])
+    ep = ctx.core.epoch
+    ctx.request(2, ctx.fetch(2, 1, ep))
+    ctx.request(3, ctx.fetch(3, 1, ep))
+    assert ctx.request(2, ctx.fetch(2, 1, ep, max_wait=500, hwm=1)) is None
+    assert ctx.ready.next_wakeup_ms <= ctx.now + 500
+    ctx.advance(499)
+    assert not [m for m in ctx.outbox if isinstance(m, OutboundResponse)]
+    ctx.advance(1)
+    resp = [m.response for m in ctx.outbox if isinstance(m, OutboundResponse)]
+    assert len(resp) == 1 and resp[0].records == () and resp[0].high_watermark == 1
+
+
+def test_fetch_epoch_validation_errors():
+    ctx = leader_ctx([])
+    ep = ctx.core.epoch
+    assert ctx.request(2, ctx.fetch(2, 0, 0, epoch=ep - 1)).partition_error_code == Errors.FENCED_LEADER_EPOCH
+    assert ctx.request(2, ctx.fetch(2, 0, 0, epoch=ep + 1)).partition_error_code == Errors.UNKNOWN_LEADER_EPOCH
+    follower = Ctx(election=ElectionState(4, 2, None))
+    assert follower.request(3, follower.fetch(3, 0, 0, epoch=4)).partition_error_code == Errors.NOT_LEADER_OR_FOLLOWER
+
+
+def test_begin_quorum_epoch_sent_to_voters_after_election():
+    ctx = leader_ctx([])
+    bqe = ctx.take(BeginQuorumEpochRequest)
+    assert sorted(m.destination for m in bqe) == [2, 3]
+    assert all(m.request.leader_epoch == ctx.core.epoch and m.request.leader_id == 1 for m in bqe)
+
+
+def test_begin_quorum_epoch_makes_unattached_voter_follow_the_leader():
+    ctx = Ctx(local=2, election=ElectionState(3))
+    resp = ctx.request(1, BeginQuorumEpochRequest(CLUSTER, 2, key(2).directory_id, 1, 4))
+    assert resp.partition_error_code == 0 and resp.leader_epoch == 4
+    assert isinstance(ctx.state, FollowerState) and ctx.state.leader_id() == 1
+    assert ctx.store.state == ElectionState(4, 1, None)
+    stale = ctx.request(3, BeginQuorumEpochRequest(CLUSTER, 2, key(2).directory_id, 3, 3))
+    assert stale.partition_error_code == Errors.FENCED_LEADER_EPOCH
+
+
+def test_check_quorum_resigns_after_one_and_a_half_fetch_timeouts():
+    ctx = leader_ctx([])
+    t0 = ctx.now
+    ctx.advance_to(t0 + 2999)
+    assert isinstance(ctx.state, LeaderState)
+    ctx.advance_to(t0 + 3000)
+    assert isinstance(ctx.state, ResignedState)
+    assert sorted(m.destination for m in ctx.take(EndQuorumEpochRequest)) == [2, 3]
+
+
+def test_check_quorum_is_reset_by_fetches_from_a_majority():
+    ctx = leader_ctx([])
+    t0 = ctx.now
+    ctx.advance_to(t0 + 2000)
+    ctx.request(2, ctx.fetch(2, 1, ctx.core.epoch))
+    ctx.advance_to(t0 + 4999)
+    assert isinstance(ctx.state, LeaderState)
+    ctx.advance_to(t0 + 5000)
+    assert isinstance(ctx.state, ResignedState)
+
+
+def test_single_voter_leader_never_resigns_on_check_quorum():
+    ctx = Ctx(voters=(1,))
+    ctx.advance(100_000)
+    assert isinstance(ctx.state, LeaderState)
+
+
+def test_higher_epoch_in_a_response_makes_the_leader_step_down():
+    ctx = leader_ctx([])
+    ep = ctx.core.epoch
+    bqe = ctx.take(BeginQuorumEpochRequest, 2)[0]
+    from kraft_node.raft.messages import BeginQuorumEpochResponse
+    ctx.reply(bqe, BeginQuorumEpochResponse(0, 0, 3, ep + 1))
+    assert isinstance(ctx.state, FollowerState) and ctx.state.epoch == ep + 1 and ctx.state.leader_id() == 3
+
+
+# =====================================================================
+# Listener API
+# =====================================================================
+def test_listener_receives_only_committed_records_in_offset_order():
+    ctx = leader_ctx([])
+    ep = ctx.core.epoch
+    ctx.core.append([b"a", b"b"], ep, ctx.now)
+    ctx.advance(25)
+    assert ctx.listener.next_offset() == 0
+    ctx.request(2, ctx.fetch(2, 1, ep))
+    assert ctx.listener.next_offset() == 1
+    ctx.request(2, ctx.fetch(2, 3, ep))
+    assert ctx.listener.next_offset() == 3
+    offs = [b.base_offset for b in ctx.listener.commits]
+    assert offs == sorted(offs)
+    assert ctx.listener.commits[-1].records == (b"a", b"b")
+
+
+def test_leader_listener_gets_in_memory_batches_without_reading_the_log():
+    ctx = leader_ctx([])
+    ep = ctx.core.epoch
+    ctx.core.append([b"a"], ep, ctx.now)
+    ctx.advance(25)
+
+    def no_read(*a, **k):
+        raise AssertionError("the leader re-read its own batches")
+
+    ctx.log.read = no_read
+    # Commit offsets [0, 2) by recording a follower's progress directly (a Fetch would read the log).
+    st = ctx.state
+    st.update_replica_state(key(2), ctx.now, 2)
+    ctx.core._on_leader_hwm_update(ctx.now)
+    ctx.poll()
+    assert ctx.listener.next_offset() == 2 and ctx.listener.commits[-1].records == (b"a",)
+
+
+def test_leader_change_fires_after_prior_epoch_commits_and_before_new_ones():
+    ctx = leader_ctx([(1, 3)])
+    ep = ctx.core.epoch
+    ctx.request(2, ctx.fetch(2, 4, ep))
+    events = ctx.listener.events
+    pos = events.index(("leader", LeaderAndEpoch(1, ep)))
+    before = [e for e in events[:pos] if e[0] == "commit"]
+    after = [e for e in events[pos:] if e[0] == "commit"]
+    assert before and before[-1][2] == 3  # all prior-epoch data first
+    assert after and after[0][1] == 3     # then the new epoch, starting at its LeaderChange
+
+
+def test_listener_loads_snapshot_when_the_log_starts_after_it():
+    log = make_log([(1, 4)])
+    log.create_snapshot(OffsetAndEpoch(3, 1), b"state@3")
+    log.delete_before(OffsetAndEpoch(3, 1))
+    ctx = Ctx(log=log, election=ElectionState(1, 2, None))
+    ctx.poll()
+    assert ("snapshot", OffsetAndEpoch(3, 1), b"state@3") in ctx.listener.events
+    f = ctx.take(FetchRequest, 2)[0]
+    ctx.reply(f, FetchResponse(0, 0, 4, LeaderIdAndEpoch(2, 1)))
+    assert ctx.listener.commits[0].base_offset == 3 and ctx.listener.next_offset() == 4
+
+
+# =====================================================================
+# Snapshots
+# =====================================================================
+def test_create_snapshot_requires_a_committed_offset_in_the_right_epoch():
+    ctx = leader_ctx([(1, 3)])
+    ep = ctx.core.epoch
+    with pytest.raises(RaftError):
+        ctx.core.create_snapshot(OffsetAndEpoch(3, 1), b"s")  # nothing committed yet
+    ctx.request(2, ctx.fetch(2, 4, ep))
+    with pytest.raises(RaftError):
+        ctx.core.create_snapshot(OffsetAndEpoch(3, ep), b"s")  # wrong epoch for offset 2
+    ctx.core.create_snapshot(OffsetAndEpoch(3, 1), b"s")
+    assert ctx.log.start_offset == 3 and ctx.log.latest_snapshot_id() == OffsetAndEpoch(3, 1)
+
+
+def test_fetch_snapshot_is_served_in_slices():
+    cfg = QuorumConfig(fetch_snapshot_max_bytes=4)
+    log = make_log([(1, 3)])
+    log.create_snapshot(OffsetAndEpoch(3, 1), b"0123456789")
+    log.delete_before(OffsetAndEpoch(3, 1))
+    ctx = Ctx(log=log, election=ElectionState(1), config=cfg)
+    ctx.elect()
+    ep = ctx.core.epoch
+    got = b""
+    while True:
+        r = ctx.request(2, FetchSnapshotRequest(CLUSTER, 2, 100, ep, OffsetAndEpoch(3, 1), len(got)))
+        assert r.partition_error_code == 0 and r.size == 10 and r.position == len(got)
+        got += r.unaligned_records
+        if len(got) == r.size:
+            break
+    assert got == b"0123456789"
+    bad = ctx.request(2, FetchSnapshotRequest(CLUSTER, 2, 100, ep, OffsetAndEpoch(3, 1), 10))
+    assert bad.partition_error_code == Errors.POSITION_OUT_OF_RANGE
+    missing = ctx.request(2, FetchSnapshotRequest(CLUSTER, 2, 100, ep, OffsetAndEpoch(2, 1), 0))
+    assert missing.partition_error_code == Errors.SNAPSHOT_NOT_FOUND
+
+
+def test_fetched_snapshot_is_installed_and_log_truncated_to_it():
+    c = Cluster(11, SimConfig(voters=3, quorum=QuorumConfig(fetch_snapshot_max_bytes=64)))
+    c.start_all()
+    c.run_for(3000)
+    leader = c.leaders()[0]
+    lagger = next(i for i in c.voter_ids if i != leader.id)
+    c.crash(lagger)
+    for _ in range(30):
+        c.client_append(4)
+        c.run_for(30)
+    c.run_for(500)
+    assert c.maybe_snapshot(leader.id)
+    sid = leader.log.latest_snapshot_id()
+    assert leader.log.start_offset == sid.offset > 0
+    c.restart(lagger)
+    c.run_for(5000)
+    n = c.nodes[lagger]
+    assert n.core.stats["snapshots_installed"] == 1
+    assert n.core.stats["snapshot_slices"] > 1
+    assert n.log.latest_snapshot_id() == sid and n.log.start_offset >= sid.offset
+    assert n.sm.snapshots_loaded == 1 and len(n.sm.entries) == n.core.high_watermark
+    c.checker.final_check()
+
+
+# =====================================================================
+# Graceful shutdown and resignation
+# =====================================================================
+def test_graceful_shutdown_of_leader_resigns_and_hands_over():
+    c = Cluster(5, SimConfig(voters=3))
+    c.start_all()
+    c.run_for(3000)
+    old = c.leaders()[0]
+    old_epoch = old.core.epoch
+    c.shutdown_gracefully(old.id, timeout_ms=5000)
+    assert isinstance(old.core.state, ResignedState)
+    c.run_for(3000)
+    assert not old.alive  # shutdown completed (the node stopped)
+    new = c.leaders()
+    assert len(new) == 1 and new[0].id != old.id and new[0].core.epoch > old_epoch
+    assert old.store.state.epoch > old_epoch  # it learned the new leader before stopping
+
+
+def test_graceful_shutdown_of_follower_completes_immediately():
+    ctx = Ctx(election=ElectionState(4, 2, None))
+    ctx.core.begin_shutdown(5000, ctx.now)
+    r = ctx.poll()
+    assert r.shutdown_complete and not r.shutdown_timed_out
+
+
+def test_graceful_shutdown_times_out_without_a_new_leader():
+    ctx = leader_ctx([])
+    ctx.core.begin_shutdown(1000, ctx.now)
+    r = ctx.poll()
+    assert isinstance(ctx.state, ResignedState) and not r.shutdown_complete
+    r = ctx.advance(1000)
+    assert r.shutdown_complete and r.shutdown_timed_out
+
+
+def test_resigned_leader_moves_to_unattached_in_the_next_epoch_after_election_timeout():
+    ctx = Ctx(election=ElectionState(6, 1, key(1)))
+    assert isinstance(ctx.state, ResignedState)
+    ctx.advance_to(ctx.state.election_deadline)
+    assert ctx.core.epoch == 7 and isinstance(ctx.state, (UnattachedState, ProspectiveState))
+
+
+def test_resign_api_makes_the_leader_resign():
+    ctx = leader_ctx([])
+    ctx.core.resign(ctx.core.epoch + 1)  # wrong epoch: ignored
+    ctx.poll()
+    assert isinstance(ctx.state, LeaderState)
+    ctx.core.resign(ctx.core.epoch)
+    ctx.poll()
+    assert isinstance(ctx.state, ResignedState)
+    eqe = ctx.take(EndQuorumEpochRequest)
+    assert eqe and eqe[0].request.leader_epoch == ctx.core.epoch
