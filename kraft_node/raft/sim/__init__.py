@@ -2,7 +2,7 @@
 from kraft_node.raft.sim.cluster import Cluster, SimConfig, SimNode
 from kraft_node.raft.sim.invariants import InvariantChecker, SafetyViolation
 from kraft_node.raft.sim.network import EventScheduler, Network, NetworkConfig
-from kraft_node.raft.sim.runner import run_seed
 
 __all__ = ["Cluster", "SimConfig", "SimNode", "InvariantChecker", "SafetyViolation", "EventScheduler",
-           "Network", "NetworkConfig", "run_seed"]
+           "Network", "NetworkConfig"]
+# run_seed lives in kraft_node.raft.sim.runner (not imported here so `python -m` runs it cleanly).
