@@ -147,3 +147,42 @@ def test_crash_loses_unflushed_observer_data_but_not_committed_data():
     c.run_for(5000)
     assert obs.log.end_offset == c.leaders()[0].log.end_offset
     c.checker.final_check()
+
+
+def _vote_crash_scenario(seed: int) -> None:
+    """5 voters, slow network, and every voter dies right after answering a Vote
+    (restarting within 20 ms): elections overlap with crashes after durable writes."""
+    from kraft_node.raft.sim.network import NetworkConfig
+
+    c = Cluster(seed, SimConfig(voters=5, crash_after_vote_probability=1.0,
+                                network=NetworkConfig(min_delay_ms=1, max_delay_ms=200)))
+    c.start_all()
+    c.run_for(8000)
+
+
+def test_vote_crash_scenario_is_safe():
+    for seed in range(100):
+        _vote_crash_scenario(seed)
+
+
+def test_checker_catches_votes_forgotten_across_a_crash(monkeypatch):
+    from kraft_node.raft import quorum_state
+
+    orig = quorum_state.QuorumState.add_voted_state
+
+    def not_durable(self, candidate, now_ms):
+        real = self.store.write
+        self.store.write = lambda state: None  # the vote is never persisted
+        try:
+            orig(self, candidate, now_ms)
+        finally:
+            self.store.write = real
+
+    monkeypatch.setattr(quorum_state.QuorumState, "add_voted_state", not_durable)
+    failures = []
+    for seed in range(200):
+        try:
+            _vote_crash_scenario(seed)
+        except SafetyViolation as e:
+            failures.append(str(e))
+    assert failures and all("two leaders" in f for f in failures)

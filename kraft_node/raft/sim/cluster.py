@@ -18,7 +18,8 @@ from kraft_node.raft.client import RaftCore
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import BufferFullError, NotLeaderError
 from kraft_node.raft.log import MemoryRaftLog
-from kraft_node.raft.messages import Batch, LeaderAndEpoch, OffsetAndEpoch, OutboundRequest, ReplicaKey
+from kraft_node.raft.messages import (Batch, LeaderAndEpoch, OffsetAndEpoch, OutboundRequest, ReplicaKey,
+                                      VoteRequest)
 from kraft_node.raft.quorum_state import MemoryQuorumStateStore
 from kraft_node.raft.roles import LeaderState
 from kraft_node.raft.sim.invariants import InvariantChecker
@@ -141,6 +142,13 @@ class SimNode:
         else:
             self.core.handle_response(env.source, env.correlation_id, env.payload, now)
         self.poll()
+        c = self.cluster
+        if env.kind == "request" and isinstance(env.payload, VoteRequest) and not env.payload.pre_vote \
+                and c.sim.crash_after_vote_probability and c.rng.random() < c.sim.crash_after_vote_probability:
+            # Targeted fault: die right after answering a vote, then come back fast,
+            # while the candidates of that epoch are still canvassing.
+            self.crash()
+            c.scheduler.at(now + c.rng.randint(1, 20), lambda: None if self.alive else self.start())
 
 
 @dataclass
@@ -151,6 +159,8 @@ class SimConfig:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     #: Directory ids on voter keys (KIP-853); exercises the voter-key checks.
     with_directory_ids: bool = True
+    #: Chance that a voter crashes (and restarts within 20 ms) right after answering a Vote.
+    crash_after_vote_probability: float = 0.0
 
 
 class Cluster:

@@ -53,7 +53,8 @@ def random_sim_config(rng: random.Random) -> SimConfig:
                           max_number_of_batches=rng.choice([2, 10]),
                           max_batch_size_bytes=rng.choice([512, 8 << 20]))
     return SimConfig(voters=voters, observers=observers, quorum=quorum, network=net,
-                     with_directory_ids=rng.random() < 0.7)
+                     with_directory_ids=rng.random() < 0.7,
+                     crash_after_vote_probability=rng.choice([0.0, 0.0, 0.3]))
 
 
 def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000) -> RunResult:
@@ -101,6 +102,14 @@ def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000) -> RunRes
             for n in c.leaders():
                 n.core.resign(n.core.epoch)
                 n.poll()
+        elif r < 0.78:
+            # Crash storm: bounce a voter almost at once, many times, which lands
+            # crashes between a durable write and the messages that follow it.
+            for k in range(rng.randint(2, 6)):
+                nid = rng.choice(c.voter_ids)
+                t = now + k * rng.randint(1, 40)
+                sched.at(t, lambda n=nid: (c.crash(n), stats.__setitem__("crashes", stats["crashes"] + 1)))
+                sched.at(t + rng.randint(1, 30), lambda n=nid: restart_if_dead(n))
         sched.at(now + rng.randint(20, 250), chaos_step)
 
     c.start_all()
