@@ -256,6 +256,15 @@ def test_prospective_loses_pre_vote_returns_to_unattached_without_leader():
     assert isinstance(ctx.state, UnattachedState) and ctx.state.epoch == 5
 
 
+def test_nominee_that_learns_the_leader_of_its_epoch_follows_it():
+    ctx = Ctx(election=ElectionState(5))
+    ctx.advance(2000)
+    assert isinstance(ctx.state, ProspectiveState)
+    r = ctx.take(VoteRequest)[0]
+    ctx.reply(r, VoteResponse(0, 0, 3, 5, False))
+    assert isinstance(ctx.state, FollowerState) and ctx.state.leader_id() == 3 and ctx.state.epoch == 5
+
+
 def test_follower_grants_pre_vote_before_it_has_fetched_from_leader():
     ctx = Ctx(log=make_log([(5, 3)]), election=ElectionState(5, 2, None))
     assert ctx.request(3, ctx.vote(3, 5, 5, 3, pre_vote=True)).vote_granted

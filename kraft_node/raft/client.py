@@ -435,6 +435,12 @@ class RaftCore:
         if epoch > self.quorum.epoch or error in (Errors.FENCED_LEADER_EPOCH, Errors.NOT_LEADER_OR_FOLLOWER):
             self._maybe_transition(leader_id, epoch, now_ms)
             return True
+        if epoch == self.quorum.epoch and leader_id >= 0 and self.quorum.leader_id < 0 \
+                and leader_id != self.local_id:
+            # Learned this epoch's leader (e.g. a nominee or an unattached observer):
+            # follow it; the response itself belonged to the previous role.
+            self._maybe_transition(leader_id, epoch, now_ms)
+            return True
         return False
 
     # ------------------------------------------------------------ inbound dispatch

@@ -1,0 +1,360 @@
+"""``KafkaRaftLog``: the core's :class:`~kraft_node.raft.log.RaftLog` over Kafka's on-disk log.
+
+The metadata partition lives in ``<metadata.log.dir>/__cluster_metadata-0``
+exactly as Kafka lays it out: segments of v2 record batches
+(:class:`kraft_storage.log.KafkaLog`), the ``leader-epoch-checkpoint``, and
+snapshots as ``<20-digit end offset>-<10-digit epoch>.checkpoint`` files.
+
+Encoding of a core :class:`Batch` (what Kafka's ``KafkaRaftClient`` writes):
+
+* data batch: one v2 batch, ``baseOffset`` = the batch's first offset,
+  ``partitionLeaderEpoch`` = its epoch, one record per core record with a
+  null key and the opaque record bytes as the value, no compression;
+* the LeaderChange control batch: control bit set, one record whose key is
+  the control key (version 0, type 2 = LEADER_CHANGE) and whose value is the
+  ``LeaderChangeMessage`` body at version 0 (as Kafka writes it).
+
+Why :class:`RawBatch`: a batch read from disk or from a Fetch response keeps
+its exact bytes next to the decoded records, so a follower appends what the
+leader sent byte for byte (CRC and timestamps intact) and the leader answers
+a Fetch without re-encoding.  A batch the core slices (``Batch(...)`` with
+fewer records) loses ``raw`` and is re-encoded.
+
+Durability (the RaftLog contract): appends are buffered by the OS until
+:meth:`flush` (``fdatasync``); :meth:`truncate_to`,
+:meth:`truncate_fully_and_start_at`, :meth:`create_snapshot` and
+:meth:`delete_before` are durable when they return.
+
+Invariants kept here:
+
+* ``start_offset`` is 0 or the end offset of a retained snapshot (on open,
+  the log start is moved up to the latest snapshot if it lags behind, which
+  is how the state survives a restart without a log-start checkpoint);
+* ``truncate_to(o)`` leaves the end offset exactly at ``o``: Kafka's segment
+  truncation drops a straddling batch whole, so its prefix is re-appended.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from kraft_node.raft.messages import Batch, LeaderChangeMessage, OffsetAndEpoch, SnapshotId
+from kraft_storage.log import KafkaLog
+from kraft_storage.log.config import LogConfig
+from kraft_storage.messages._runtime import Uuid, ZERO_UUID
+from kraft_storage.messages.control import (ControlRecordType, LeaderChangeMessage as WireLeaderChange,
+                                            decode_control_key, encode_control_key)
+from kraft_storage.record import build_batch, build_batches, decode_records
+from kraft_storage.record.constants import CONTROL_MASK
+from kraft_storage.snapshot import (RawSnapshotReader, RawSnapshotWriter, SnapshotId as FileSnapshotId,
+                                    delete_snapshot, open_snapshot_dir)
+
+__all__ = ["KafkaRaftLog", "RawBatch", "encode_batches", "decode_batches", "encode_leader_change",
+           "decode_leader_change"]
+
+#: Upper bound on one read when the core asks for "everything" (listener catch-up):
+#: the core delivers what it got and continues at the next poll.
+MAX_READ_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RawBatch(Batch):
+    """A core Batch that also carries its exact v2 batch bytes (``raw``)."""
+    raw: bytes = b""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# ------------------------------------------------------------------ control records
+def encode_leader_change(msg: LeaderChangeMessage) -> bytes:
+    """The LeaderChangeMessage body Kafka writes (schema version 0; voters by id only)."""
+    V = WireLeaderChange.Voter
+    body = WireLeaderChange(version=msg.version, leader_id=msg.leader_id,
+                            voters=[V(voter_id=v) for v in msg.voters],
+                            granting_voters=[V(voter_id=v) for v in msg.granting_voters])
+    return body.write(0)
+
+
+def decode_leader_change(value: bytes) -> LeaderChangeMessage:
+    body = WireLeaderChange.read(value, 0)
+    return LeaderChangeMessage(body.version, body.leader_id, tuple(v.voter_id for v in body.voters),
+                               tuple(v.voter_id for v in body.granting_voters))
+
+
+_LEADER_CHANGE_KEY = encode_control_key(ControlRecordType.LEADER_CHANGE)
+
+
+# ------------------------------------------------------------------ batch codec
+def encode_batch(b: Batch, timestamp_ms: int | None = None) -> bytes:
+    """One core Batch -> one v2 record batch (its ``raw`` bytes when it has them)."""
+    if isinstance(b, RawBatch) and b.raw:
+        return b.raw
+    ts = _now_ms() if timestamp_ms is None else timestamp_ms
+    if b.is_control:
+        if b.control is None or len(b.records) != 1:
+            raise ValueError(f"control batch at offset {b.base_offset} must hold one LeaderChange record")
+        value = encode_leader_change(b.control)
+        return build_batch([(_LEADER_CHANGE_KEY, value, ts)], base_offset=b.base_offset,
+                           partition_leader_epoch=b.epoch, is_control=True, timestamp=ts)
+    if not b.records:
+        raise ValueError(f"empty batch at offset {b.base_offset}")
+    return build_batches(b.records, records_per_batch=len(b.records), base_offset=b.base_offset,
+                         partition_leader_epoch=b.epoch, timestamp=ts)
+
+
+def encode_batches(batches: Sequence[Batch]) -> bytes:
+    """Concatenated v2 batches for ``batches`` (the Fetch ``records`` field)."""
+    if len(batches) == 1:
+        return encode_batch(batches[0])
+    ts = _now_ms()
+    return b"".join(encode_batch(b, ts) for b in batches)
+
+
+def decode_batches(buf, source: str = "records") -> tuple[RawBatch, ...]:
+    """v2 batches (CRC-checked, one ``decode_records`` call) -> core batches with their bytes.
+
+    A control batch must be a LeaderChange (the only control record a KRaft
+    log of a static quorum holds); its decoded body is in ``Batch.control``.
+    Other control types (KRaftVersion/Voters written by a dynamic quorum) are
+    kept as control batches with ``control=None``.
+    """
+    mv = memoryview(buf).cast("B")
+    if mv.nbytes == 0:
+        return ()
+    cols = decode_records(mv, source=source)
+    hdr = cols.batches
+    values = cols.values()
+    counts = hdr["records_count"].tolist()
+    bases = hdr["base_offset"].tolist()
+    lods = hdr["last_offset_delta"].tolist()
+    epochs = hdr["partition_leader_epoch"].tolist()
+    attrs = hdr["attributes"].tolist()
+    pos = hdr["position"].tolist()
+    sizes = hdr["size"].tolist()
+    max_ts = hdr["max_timestamp"].tolist()
+    out = []
+    i = 0
+    for k in range(len(counts)):
+        n = counts[k]
+        if n != lods[k] + 1:
+            raise ValueError(f"{source}: batch at offset {bases[k]} has {n} records but last offset delta "
+                             f"{lods[k]} (compacted batches are not expected in the metadata log)")
+        recs = tuple(values[i:i + n])
+        raw = bytes(mv[pos[k]:pos[k] + sizes[k]])
+        control = None
+        is_control = bool(attrs[k] & CONTROL_MASK)
+        if is_control:
+            key = cols.key(i)
+            _, ctype = decode_control_key(key)
+            if ctype == ControlRecordType.LEADER_CHANGE:
+                control = decode_leader_change(recs[0])
+        out.append(RawBatch(bases[k], epochs[k], recs, is_control, control, max_ts[k], raw))
+        i += n
+    return tuple(out)
+
+
+# ------------------------------------------------------------------ the log
+class KafkaRaftLog:
+    """RaftLog over a ``__cluster_metadata-0`` directory (see the module doc)."""
+
+    def __init__(self, directory: str, config: LogConfig | None = None):
+        self.directory = os.fspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+        self._log = KafkaLog.open(self.directory, config or LogConfig(), topic_id=Uuid("AAAAAAAAAAAAAAAAAAAAAQ").bytes)
+        self._snapshots: list[SnapshotId] = sorted(
+            (OffsetAndEpoch(s.end_offset, s.epoch) for s in open_snapshot_dir(self.directory)),
+            key=lambda s: (s.offset, s.epoch))
+        self.high_watermark = 0
+        self.flush_count = 0
+        latest = self.latest_snapshot_id()
+        if latest is not None and latest.offset > self._log.log_start_offset:
+            if latest.offset > self._log.log_end_offset:
+                self._log.truncate_fully_and_start_at(latest.offset)
+            else:
+                self._log.advance_log_start_offset(latest.offset)
+        self._flushed = self._log.log_end_offset
+
+    # ---- positions
+    @property
+    def kafka_log(self) -> KafkaLog:
+        return self._log
+
+    @property
+    def start_offset(self) -> int:
+        return self._log.log_start_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self._log.log_end_offset
+
+    @property
+    def flushed_end_offset(self) -> int:
+        return max(min(self._flushed, self.end_offset), self.start_offset)
+
+    def _start_epoch(self) -> int:
+        start = self.start_offset
+        for sid in self._snapshots:
+            if sid.offset == start:
+                return sid.epoch
+        return 0
+
+    @property
+    def last_fetched_epoch(self) -> int:
+        if self.end_offset > self.start_offset:
+            return self._log.last_fetched_epoch
+        return self._start_epoch()
+
+    # ---- writes
+    def append_as_leader(self, batch: Batch) -> None:
+        if batch.base_offset != self.end_offset:
+            raise ValueError(f"append at offset {batch.base_offset} but log end offset is {self.end_offset}")
+        self._log.append_as_leader(encode_batch(batch), batch.epoch)
+
+    def append_as_follower(self, batches: Sequence[Batch]) -> None:
+        if not batches:
+            return
+        if batches[0].base_offset != self.end_offset:
+            raise ValueError(f"append at offset {batches[0].base_offset} but log end offset is "
+                             f"{self.end_offset}")
+        self._log.append_as_follower(encode_batches(batches))
+
+    def flush(self) -> None:
+        if self._flushed < self.end_offset:
+            self._log.flush()
+            self.flush_count += 1
+        self._flushed = self.end_offset
+
+    def truncate_to(self, offset: int) -> None:
+        if offset < self.start_offset:
+            raise ValueError(f"cannot truncate to {offset}, below log start offset {self.start_offset}")
+        if offset >= self.end_offset:
+            return
+        keep: tuple[Batch, ...] = ()
+        straddling = self.read(offset, 1) if offset > self.start_offset else ()
+        if straddling and straddling[0].base_offset < offset:
+            b = straddling[0]
+            keep = (Batch(b.base_offset, b.epoch, b.records[:offset - b.base_offset], b.is_control,
+                          b.control, b.append_time_ms),)
+        self._log.truncate_to(offset)
+        if keep and self.end_offset == keep[0].base_offset:
+            self._log.append_as_follower(encode_batches(keep))
+        if self.end_offset != offset:
+            raise RuntimeError(f"{self.directory}: truncation to {offset} left the log end at {self.end_offset}")
+        self._log.flush()  # the new size (and any re-appended prefix) is durable before we return
+        self._flushed = offset
+
+    def truncate_fully_and_start_at(self, snapshot_id: SnapshotId) -> None:
+        if snapshot_id not in self._snapshots:
+            raise ValueError(f"no stored snapshot {snapshot_id} to restart the log at")
+        self._log.truncate_fully_and_start_at(snapshot_id.offset)
+        self._flushed = snapshot_id.offset
+
+    # ---- reads
+    def read(self, start_offset: int, max_bytes: int) -> tuple[Batch, ...]:
+        start, end = self.start_offset, self.end_offset
+        if start_offset < start or start_offset > end:
+            raise ValueError(f"read at {start_offset} outside log [{start}, {end})")
+        if start_offset == end:
+            return ()
+        budget = max(1, min(max_bytes, MAX_READ_BYTES))
+        parts = []
+        pos = start_offset
+        got = 0
+        while pos < end and got < budget:
+            data = self._log.read(pos, budget - got, min_one_batch=not parts)
+            n = len(data)
+            if n == 0:
+                break
+            buf = data.tobytes()
+            parts.append(buf)
+            got += n
+            if got >= budget:
+                break
+            batches_end = _next_offset_of(buf)
+            if batches_end <= pos:
+                break
+            pos = batches_end
+        if not parts:
+            return ()
+        out = decode_batches(parts[0] if len(parts) == 1 else b"".join(parts), source=self.directory)
+        first = out[0]
+        if first.base_offset < start_offset:
+            k = start_offset - first.base_offset
+            out = (Batch(start_offset, first.epoch, first.records[k:], first.is_control, first.control,
+                         first.append_time_ms),) + out[1:]
+        return out
+
+    def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
+        entries = [(e, s) for e, s in self._log.epoch_cache.entries() if s < self.end_offset]
+        epochs = [e for e, _ in entries]
+        i = bisect.bisect_right(epochs, epoch) - 1
+        if i < 0:
+            return OffsetAndEpoch(self.start_offset, self._start_epoch())
+        end = entries[i + 1][1] if i + 1 < len(entries) else self.end_offset
+        return OffsetAndEpoch(end, entries[i][0])
+
+    def update_high_watermark(self, offset: int) -> None:
+        self.high_watermark = offset
+
+    # ---- snapshots
+    def latest_snapshot_id(self) -> SnapshotId | None:
+        return self._snapshots[-1] if self._snapshots else None
+
+    def earliest_snapshot_id(self) -> SnapshotId | None:
+        return self._snapshots[0] if self._snapshots else None
+
+    def read_snapshot(self, snapshot_id: SnapshotId) -> bytes | None:
+        if snapshot_id not in self._snapshots:
+            return None
+        with RawSnapshotReader.open(self.directory, FileSnapshotId(snapshot_id.offset, snapshot_id.epoch)) as r:
+            return bytes(r.buffer)
+
+    def create_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        """Write ``data`` (a whole snapshot, normally Kafka records format) as a frozen
+        ``.checkpoint``: ``.part`` file, fsync, atomic rename, directory fsync."""
+        if snapshot_id in self._snapshots:
+            return
+        with RawSnapshotWriter.create(self.directory, FileSnapshotId(snapshot_id.offset, snapshot_id.epoch)) as w:
+            w.append(data)
+            w.freeze()
+        self._snapshots.append(snapshot_id)
+        self._snapshots.sort(key=lambda s: (s.offset, s.epoch))
+
+    def delete_before(self, snapshot_id: SnapshotId) -> None:
+        if snapshot_id not in self._snapshots:
+            raise ValueError(f"no stored snapshot {snapshot_id}")
+        off = snapshot_id.offset
+        if off > self.end_offset:
+            raise ValueError(f"snapshot {snapshot_id} is beyond the log end offset {self.end_offset}")
+        if off > self.start_offset:
+            self._log.advance_log_start_offset(off)
+        self._flushed = max(self._flushed, off)
+        for sid in [s for s in self._snapshots if s.offset < off]:
+            delete_snapshot(self.directory, FileSnapshotId(sid.offset, sid.epoch))
+            self._snapshots.remove(sid)
+
+    # ---- lifecycle
+    def close(self) -> None:
+        """Flush and close cleanly (leaves Kafka's clean-shutdown marker)."""
+        self._log.close()
+
+    def close_uncleanly(self) -> None:
+        self._log.close_uncleanly()
+
+    def __repr__(self) -> str:
+        return (f"KafkaRaftLog({self.directory!r}, start={self.start_offset}, end={self.end_offset}, "
+                f"flushed={self.flushed_end_offset})")
+
+
+def _next_offset_of(buf: bytes) -> int:
+    """Offset after the last whole batch in ``buf`` (header fields only)."""
+    from kraft_storage.record import scan_batches
+    h = scan_batches(buf, verify_crc=False, allow_partial_tail=True).headers
+    if not len(h):
+        return -1
+    return int(h["base_offset"][-1]) + int(h["last_offset_delta"][-1]) + 1
