@@ -265,6 +265,22 @@ def test_nominee_that_learns_the_leader_of_its_epoch_follows_it():
     assert isinstance(ctx.state, FollowerState) and ctx.state.leader_id() == 3 and ctx.state.epoch == 5
 
 
+def test_pre_vote_unsupported_by_a_voter_falls_back_to_candidacy():
+    ctx = Ctx(election=ElectionState(5))
+    ctx.advance(2000)
+    r = ctx.take(VoteRequest)[0]
+    ctx.reply(r, VoteResponse(int(Errors.UNSUPPORTED_VERSION), 0, -1, -1, False))
+    assert isinstance(ctx.state, CandidateState) and ctx.state.epoch == 6
+    assert ctx.store.state == ElectionState(6, -1, key(1))
+
+
+def test_follower_keeps_its_vote_when_it_learns_the_leader_of_the_same_epoch():
+    ctx = Ctx(election=ElectionState(2))
+    assert ctx.request(2, ctx.vote(2, 3, 0, 0)).vote_granted
+    ctx.follow(leader=2, epoch=3)
+    assert ctx.state.voted_key == key(2) and ctx.store.state == ElectionState(3, 2, key(2))
+
+
 def test_follower_grants_pre_vote_before_it_has_fetched_from_leader():
     ctx = Ctx(log=make_log([(5, 3)]), election=ElectionState(5, 2, None))
     assert ctx.request(3, ctx.vote(3, 5, 5, 3, pre_vote=True)).vote_granted
@@ -758,6 +774,21 @@ def test_fetched_snapshot_is_installed_and_log_truncated_to_it():
     c.checker.final_check()
 
 
+def test_snapshot_not_found_mid_download_restarts_with_a_plain_fetch():
+    ctx = Ctx(election=ElectionState(4, 2, None))
+    ctx.poll()
+    f = ctx.take(FetchRequest, 2)[0]
+    ctx.reply(f, FetchResponse(0, 0, -1, LeaderIdAndEpoch(2, 4), snapshot_id=OffsetAndEpoch(10, 3)))
+    fs = ctx.take(FetchSnapshotRequest, 2)
+    assert len(fs) == 1 and fs[0].request.position == 0
+    from kraft_node.raft.messages import FetchSnapshotResponse
+    ctx.reply(fs[0], FetchSnapshotResponse(0, int(Errors.SNAPSHOT_NOT_FOUND), OffsetAndEpoch(10, 3),
+                                           LeaderIdAndEpoch(2, 4)))
+    assert ctx.state.fetching_snapshot is None
+    ctx.advance(ctx.config.retry_backoff_ms)
+    assert len(ctx.take(FetchRequest, 2)) == 1 and not ctx.take(FetchSnapshotRequest)
+
+
 # =====================================================================
 # Graceful shutdown and resignation
 # =====================================================================
@@ -809,3 +840,19 @@ def test_resign_api_makes_the_leader_resign():
     assert isinstance(ctx.state, ResignedState)
     eqe = ctx.take(EndQuorumEpochRequest)
     assert eqe and eqe[0].request.leader_epoch == ctx.core.epoch
+
+
+def test_resigned_leader_retries_end_quorum_epoch_until_acknowledged():
+    ctx = leader_ctx([], config=QuorumConfig(request_timeout_ms=300))
+    ep = ctx.core.epoch
+    ctx.core.resign(ep)
+    ctx.poll()
+    first = {m.destination: m for m in ctx.take(EndQuorumEpochRequest)}
+    assert set(first) == {2, 3}
+    from kraft_node.raft.messages import EndQuorumEpochResponse
+    ctx.reply(first[2], EndQuorumEpochResponse(0, 0, -1, ep))
+    ctx.advance(ctx.config.request_timeout_ms)  # 3's request times out: retry backoff starts
+    assert not ctx.take(EndQuorumEpochRequest)
+    ctx.advance(ctx.config.retry_backoff_ms)
+    again = [m.destination for m in ctx.take(EndQuorumEpochRequest)]
+    assert again == [3]  # 2 acknowledged; 3's request timed out and is retried

@@ -465,6 +465,15 @@ class RaftCore:
         """Handle an inbound response; unexpected correlation ids (stale, duplicated) are dropped."""
         if not self.requests.accept_response(source, correlation_id):
             return
+        if isinstance(response, VoteResponse) and response.error_code == Errors.UNSUPPORTED_VERSION \
+                and isinstance(self.quorum.state, ProspectiveState):
+            # A voter too old for PreVote: skip the pre-vote phase (Kafka does the same).
+            self.stats["pre_vote_unsupported"] += 1
+            self.quorum.transition_to_candidate(now_ms, force=True)
+            self.stats["became_candidate"] += 1
+            self._on_role_change(now_ms)
+            self._maybe_transition_forward(now_ms)
+            return
         if response.error_code != NONE:
             self.requests.on_failure(source, now_ms)
             return

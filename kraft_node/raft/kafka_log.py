@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from kraft_node.raft.messages import Batch, LeaderChangeMessage, OffsetAndEpoch, SnapshotId
-from kraft_storage.log import KafkaLog
+from kraft_storage.log.log import KafkaLog
 from kraft_storage.log.config import LogConfig
 from kraft_storage.messages._runtime import Uuid, ZERO_UUID
 from kraft_storage.messages.control import (ControlRecordType, LeaderChangeMessage as WireLeaderChange,
@@ -235,7 +235,7 @@ class KafkaRaftLog:
         if offset >= self.end_offset:
             return
         keep: tuple[Batch, ...] = ()
-        straddling = self.read(offset, 1) if offset > self.start_offset else ()
+        straddling = self._read_whole(offset, 1) if offset > self.start_offset else ()
         if straddling and straddling[0].base_offset < offset:
             b = straddling[0]
             keep = (Batch(b.base_offset, b.epoch, b.records[:offset - b.base_offset], b.is_control,
@@ -256,6 +256,16 @@ class KafkaRaftLog:
 
     # ---- reads
     def read(self, start_offset: int, max_bytes: int) -> tuple[Batch, ...]:
+        out = self._read_whole(start_offset, max_bytes)
+        if out and out[0].base_offset < start_offset:
+            first = out[0]
+            k = start_offset - first.base_offset
+            out = (Batch(start_offset, first.epoch, first.records[k:], first.is_control, first.control,
+                         first.append_time_ms),) + out[1:]
+        return out
+
+    def _read_whole(self, start_offset: int, max_bytes: int) -> tuple[RawBatch, ...]:
+        """Whole batches from the one holding ``start_offset`` (one decode for the lot)."""
         start, end = self.start_offset, self.end_offset
         if start_offset < start or start_offset > end:
             raise ValueError(f"read at {start_offset} outside log [{start}, {end})")
@@ -281,13 +291,7 @@ class KafkaRaftLog:
             pos = batches_end
         if not parts:
             return ()
-        out = decode_batches(parts[0] if len(parts) == 1 else b"".join(parts), source=self.directory)
-        first = out[0]
-        if first.base_offset < start_offset:
-            k = start_offset - first.base_offset
-            out = (Batch(start_offset, first.epoch, first.records[k:], first.is_control, first.control,
-                         first.append_time_ms),) + out[1:]
-        return out
+        return decode_batches(parts[0] if len(parts) == 1 else b"".join(parts), source=self.directory)
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
         entries = [(e, s) for e, s in self._log.epoch_cache.entries() if s < self.end_offset]

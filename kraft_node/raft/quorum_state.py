@@ -190,9 +190,10 @@ class QuorumState:
         self._memory(ProspectiveState(cur.epoch, self.local_id, self.voter_ids, leader, voted,
                                       self.random_election_deadline(now_ms), retries, cur.high_watermark))
 
-    def transition_to_candidate(self, now_ms: int) -> None:
+    def transition_to_candidate(self, now_ms: int, force: bool = False) -> None:
+        """``force``: a voter does not support PreVote, so the pre-vote tally is moot."""
         cur = self.state
-        self._require(isinstance(cur, ProspectiveState) and cur.epoch_election.is_vote_granted(),
+        self._require(isinstance(cur, ProspectiveState) and (force or cur.epoch_election.is_vote_granted()),
                       "Candidate without a granted pre-vote")
         self._durable(CandidateState(cur.epoch + 1, self.local_key, self.voter_ids,
                                      self.random_election_deadline(now_ms), cur.retries + 1,
