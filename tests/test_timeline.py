@@ -536,3 +536,19 @@ def test_collection_usable_after_gc_clear_of_a_peer(tl):
         del m
         gc.collect()
     assert keep.to_dict() == {0: 0, 1: 1, 2: 2}
+
+
+def test_object_saved_none_survives_snapshot_merge(tl):
+    """Regression (found by the model test): a TimelineObject whose saved value
+    is None must keep it when a later snapshot is merged into that snapshot."""
+    reg = tl.SnapshotRegistry()
+    obj = tl.TimelineObject(reg, "init")
+    obj.set(None)
+    reg.get_or_create_snapshot(1)
+    obj.set(0)                     # snapshot 1 saves None
+    reg.get_or_create_snapshot(2)
+    obj.set(None)                  # snapshot 2 saves 0
+    reg.delete_snapshot(2)         # merge 2 into 1: 1 keeps its None
+    assert obj.get(1) is None
+    reg.revert_to_snapshot(1)
+    assert obj.get() is None

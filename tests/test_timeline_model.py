@@ -275,6 +275,6 @@ IMPLS = [pytest.param(pure_tl, id="pure"),
 def test_model(mod):
     machine = make_machine(mod)
     machine.TestCase.settings = settings(
-        max_examples=60, stateful_step_count=40, deadline=None,
+        max_examples=100, stateful_step_count=50, deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
     machine.TestCase().runTest()

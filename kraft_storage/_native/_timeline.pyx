@@ -70,6 +70,8 @@ cdef int64_t C_NONE = INT64_MIN
 # The default ``epoch`` argument object: ``epoch is _LATEST`` is a pointer
 # compare, cheaper than converting it to int64 on every single-op read.
 cdef object _LATEST = LATEST_EPOCH
+# "no such entry" where None is a legitimate value.
+cdef object _MISSING = object()
 
 
 ctypedef struct Entry:
@@ -476,8 +478,8 @@ cdef class SnapshotRegistry:
         if index > 0:
             prev = <Snapshot>self._snapshots[index - 1]
             for owner, delta in snap.deltas.items():
-                mine = prev.deltas.get(owner)
-                if mine is None:
+                mine = prev.deltas.get(owner, _MISSING)
+                if mine is _MISSING:   # (a TimelineObject may have saved None)
                     prev.deltas[owner] = delta
                 else:
                     (<_Revertable>owner)._merge_delta(prev.epoch, mine, delta)
@@ -929,8 +931,6 @@ cdef _LatestIterator _latest_iter(_SnapshottableHashTable owner, int what):
     it.what = what
     return it
 
-
-cdef object _MISSING = object()
 
 
 cdef inline object _seq(object items):

@@ -183,8 +183,8 @@ class SnapshotRegistry:
         if index > 0:
             prev = self._snapshots[index - 1]
             for owner, delta in snap.deltas.items():
-                mine = prev.deltas.get(owner)
-                if mine is None:
+                mine = prev.deltas.get(owner, _MISSING)
+                if mine is _MISSING:   # (a TimelineObject may have saved None)
                     # owner did not change between prev and snap: snap's delta
                     # describes prev's epoch just as well.
                     prev.deltas[owner] = delta
