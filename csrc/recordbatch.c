@@ -99,6 +99,12 @@ static inline int varint_size(int32_t v) {
     while (u >= 0x80) { u >>= 7; n++; }
     return n;
 }
+static inline int varlong_size(int64_t v) {
+    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    int n = 1;
+    while (u >= 0x80) { u >>= 7; n++; }
+    return n;
+}
 
 /* ---- scanning ------------------------------------------------------------ */
 
@@ -360,7 +366,7 @@ int64_t kr_encode_records(uint8_t *out, int64_t cap, int64_t lo, int64_t hi,
         int64_t head = t - tmp;
         int64_t body = head + (klen > 0 ? klen : 0) + varint_size(vlen) + (vlen > 0 ? vlen : 0) + 1;
         if (body > INT32_MAX) return -1;
-        if ((end - p) < body + 5) return -1;
+        if ((end - p) < body + varint_size((int32_t)body)) return -1;
         p = wr_varint(p, (int32_t)body);
         memcpy(p, tmp, (size_t)head); p += head;
         if (klen > 0) { memcpy(p, k, (size_t)klen); p += klen; }
@@ -417,4 +423,28 @@ int64_t kr_encode_batches(uint8_t *out, int64_t cap, int64_t n, int64_t per_batc
                                      producer_id, producer_epoch, seq, (int32_t)(hi - lo));
     }
     return pos;
+}
+
+int64_t kr_encode_batches_size(int64_t n, int64_t per_batch,
+                               const uint8_t *keys, const int64_t *key_off, const uint8_t *key_null,
+                               const uint8_t *vals, const int64_t *val_off, const uint8_t *val_null,
+                               const int64_t *ts) {
+    int64_t total = 0;
+    if (per_batch <= 0) return -1;
+    for (int64_t lo = 0; lo < n; lo += per_batch) {
+        int64_t hi = lo + per_batch < n ? lo + per_batch : n;
+        int64_t base_ts = ts ? ts[lo] : 0;
+        total += KR_HEADER_SIZE;
+        for (int64_t i = lo; i < hi; i++) {
+            int32_t klen = -1, vlen = -1;
+            if (keys && !(key_null && key_null[i])) klen = (int32_t)(key_off[i + 1] - key_off[i]);
+            if (vals && !(val_null && val_null[i])) vlen = (int32_t)(val_off[i + 1] - val_off[i]);
+            int64_t tsd = ts ? (int64_t)((uint64_t)ts[i] - (uint64_t)base_ts) : 0;
+            int64_t body = 1 + varlong_size(tsd) + varint_size((int32_t)(i - lo)) + varint_size(klen)
+                           + (klen > 0 ? klen : 0) + varint_size(vlen) + (vlen > 0 ? vlen : 0) + 1;
+            if (body > INT32_MAX) return -1;
+            total += varint_size((int32_t)body) + body;
+        }
+    }
+    return total;
 }

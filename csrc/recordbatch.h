@@ -152,6 +152,14 @@ int64_t kr_encode_batches(uint8_t *out, int64_t cap, int64_t n, int64_t per_batc
                           int64_t producer_id, int16_t producer_epoch, int32_t base_sequence,
                           int64_t *batch_positions);
 
+/* Exact bytes kr_encode_batches will write for the same arguments (one
+ * cheap pass over lengths and timestamps), so callers allocate once and never
+ * copy or shrink the output. */
+int64_t kr_encode_batches_size(int64_t n, int64_t per_batch,
+                               const uint8_t *keys, const int64_t *key_off, const uint8_t *key_null,
+                               const uint8_t *vals, const int64_t *val_off, const uint8_t *val_null,
+                               const int64_t *ts);
+
 /* Worst-case bytes for encoding n records with total key+value payload
  * bytes in nb batches. */
 static inline int64_t kr_encode_bound(int64_t n, int64_t payload, int64_t nb) {

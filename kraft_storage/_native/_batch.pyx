@@ -78,6 +78,10 @@ cdef extern from "recordbatch.h":
                               int64_t producer_id, int16_t producer_epoch, int32_t base_sequence,
                               int64_t *batch_positions) nogil
     int64_t kr_encode_bound(int64_t n, int64_t payload, int64_t nb) nogil
+    int64_t kr_encode_batches_size(int64_t n, int64_t per_batch,
+                                   const uint8_t *keys, const int64_t *key_off, const uint8_t *key_null,
+                                   const uint8_t *vals, const int64_t *val_off, const uint8_t *val_null,
+                                   const int64_t *ts) nogil
     int KR_HEADER_SIZE
 
 OK, TRUNCATED, CORRUPT, CAPACITY = 0, 1, 2, 3
@@ -299,7 +303,12 @@ def encode_batches(keys, key_off, key_null, vals, val_off, val_null, ts, int64_t
         raise ValueError("per_batch must be positive")
     cdef _Inputs inp = _Inputs(keys, key_off, key_null, vals, val_off, val_null, ts, n)
     cdef int64_t nb = (n + per_batch - 1) // per_batch
-    cdef int64_t cap = kr_encode_bound(n, inp.payload(0, n) if n else 0, nb)
+    cdef int64_t cap
+    with nogil:
+        cap = kr_encode_batches_size(n, per_batch, inp.kp, inp.kop, inp.knp, inp.vp, inp.vop, inp.vnp,
+                                     inp.tsp)
+    if cap < 0:
+        raise OverflowError("record too large to encode")
     positions = np.empty(nb, dtype=np.int64)
     cdef int64_t[::1] pv = positions
     out = PyBytes_FromStringAndSize(NULL, cap)
@@ -310,10 +319,8 @@ def encode_batches(keys, key_off, key_null, vals, val_off, val_null, ts, int64_t
         w = kr_encode_batches(op, cap, n, per_batch, inp.kp, inp.kop, inp.knp, inp.vp, inp.vop,
                               inp.vnp, inp.tsp, default_ts, base_offset, partition_leader_epoch,
                               attributes, producer_id, producer_epoch, base_sequence, pp)
-    if w < 0:
-        raise OverflowError("record too large to encode")
-    if w != cap:
-        out = out[:w]
+    if w != cap:  # the size pass and the encoder disagree: a bug, never silently truncate
+        raise AssertionError(f"encoded {w} bytes, expected exactly {cap}")
     return out, positions
 
 
