@@ -1,0 +1,209 @@
+"""KafkaRaftLog: the RaftLog contract over Kafka's on-disk log, checked against MemoryRaftLog.
+
+The in-memory log is the model: any sequence of appends (leader and follower),
+truncations, snapshots and reopenings must leave both logs answering every
+query identically.  Plus byte-level checks that the files are what Kafka writes.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kraft_node.raft.kafka_log import (KafkaRaftLog, RawBatch, decode_batches, decode_leader_change,
+                                       encode_batches, encode_leader_change)
+from kraft_node.raft.log import MemoryRaftLog
+from kraft_node.raft.messages import Batch, LeaderChangeMessage, OffsetAndEpoch
+from kraft_storage.log.log import KafkaLog
+from kraft_storage.messages.control import ControlRecordType, decode_control_record
+from kraft_storage.record import iter_batches
+
+FIXTURES = "/work/shared/kafka-fixtures"
+
+
+def _lc(leader=1):
+    return LeaderChangeMessage(0, leader, (1, 2, 3), (leader, 2))
+
+
+def _flat(log, start):
+    out = []
+    for b in log.read(start, 1 << 40) if start < log.end_offset else ():
+        for i, r in enumerate(b.records):
+            out.append((b.base_offset + i, b.epoch, bytes(r), b.is_control))
+    return out
+
+
+def test_files_are_kafka_batches(tmp_path):
+    d = tmp_path / "__cluster_metadata-0"
+    log = KafkaRaftLog(str(d))
+    log.append_as_leader(Batch(0, 3, (b"placeholder",), True, _lc(2)))
+    log.append_as_leader(Batch(1, 3, (b"r1", b"r2")))
+    log.flush()
+    log.close()
+    data = (d / "00000000000000000000.log").read_bytes()
+    batches = list(iter_batches(data))
+    assert [b.base_offset for b in batches] == [0, 1]
+    ctl, rec = batches
+    assert ctl.is_control and ctl.header_row()["partition_leader_epoch"] == 3
+    (r,) = ctl.records()
+    ctype, body = decode_control_record(r.key, r.value)
+    assert ctype == ControlRecordType.LEADER_CHANGE
+    assert body.leader_id == 2 and [v.voter_id for v in body.voters] == [1, 2, 3]
+    assert [v.voter_id for v in body.granting_voters] == [2, 2]
+    assert not rec.is_control and rec.header_row()["partition_leader_epoch"] == 3
+    assert [(x.key, x.value) for x in rec.records()] == [(None, b"r1"), (None, b"r2")]
+    assert open(d / "partition.metadata").read().strip().endswith("AAAAAAAAAAAAAAAAAAAAAQ")
+
+
+def test_leader_change_codec_roundtrip():
+    m = LeaderChangeMessage(0, 7, (1, 5, 7), (5, 7))
+    assert decode_leader_change(encode_leader_change(m)) == m
+
+
+def test_raw_bytes_are_reused_and_follower_appends_identical_bytes(tmp_path):
+    a = KafkaRaftLog(str(tmp_path / "a"))
+    a.append_as_leader(Batch(0, 1, (b"x", b"y")))
+    a.append_as_leader(Batch(2, 2, (b"z",)))
+    got = a.read(0, 1 << 20)
+    assert all(isinstance(b, RawBatch) for b in got)
+    wire = encode_batches(got)
+    b = KafkaRaftLog(str(tmp_path / "b"))
+    b.append_as_follower(decode_batches(wire))
+    a.flush(); b.flush()
+    assert (tmp_path / "a" / "00000000000000000000.log").read_bytes() == \
+           (tmp_path / "b" / "00000000000000000000.log").read_bytes()
+
+
+def test_corrupt_fetch_records_raise_clear_error():
+    wire = bytearray(encode_batches((Batch(0, 1, (b"abc",)),)))
+    wire[-1] ^= 0xFF
+    with pytest.raises(Exception, match="(?i)crc"):
+        decode_batches(bytes(wire))
+
+
+def test_truncate_inside_a_batch_is_exact_and_durable(tmp_path):
+    d = str(tmp_path / "p")
+    log = KafkaRaftLog(d)
+    log.append_as_leader(Batch(0, 1, (b"a", b"b", b"c", b"d")))
+    log.append_as_leader(Batch(4, 2, (b"e",)))
+    log.flush()
+    log.truncate_to(2)
+    assert log.end_offset == 2 and log.flushed_end_offset == 2
+    assert log.end_offset_for_epoch(2) == OffsetAndEpoch(2, 1)
+    log.close_uncleanly()
+    again = KafkaRaftLog(d)
+    assert _flat(again, 0) == [(0, 1, b"a", False), (1, 1, b"b", False)]
+
+
+def test_snapshot_survives_reopen_and_sets_log_start(tmp_path):
+    d = str(tmp_path / "p")
+    log = KafkaRaftLog(d)
+    log.append_as_leader(Batch(0, 1, (b"a", b"b", b"c")))
+    log.append_as_leader(Batch(3, 4, (b"d", b"e")))
+    log.flush()
+    sid = OffsetAndEpoch(4, 4)
+    log.create_snapshot(sid, b"SNAPSHOT-BYTES")
+    log.delete_before(sid)
+    assert log.start_offset == 4 and log.read(4, 100)[0].records == (b"e",)
+    assert os.path.exists(os.path.join(d, "00000000000000000004-0000000004.checkpoint"))
+    log.close()
+    again = KafkaRaftLog(d)
+    assert again.start_offset == 4 and again.latest_snapshot_id() == sid
+    assert again.read_snapshot(sid) == b"SNAPSHOT-BYTES"
+    assert again.end_offset_for_epoch(3) == OffsetAndEpoch(4, 4)  # before every entry: log start
+    # a snapshot beyond the log end: truncate fully
+    s2 = OffsetAndEpoch(10, 5)
+    again.create_snapshot(s2, b"later")
+    again.truncate_fully_and_start_at(s2)
+    assert (again.start_offset, again.end_offset, again.last_fetched_epoch) == (10, 10, 5)
+
+
+@pytest.mark.parametrize("fixture", sorted(f for f in os.listdir(FIXTURES) if os.path.isdir(os.path.join(FIXTURES, f, "__cluster_metadata-0"))) if os.path.isdir(FIXTURES) else [])
+def test_opens_kafka_fixture_metadata_logs(tmp_path, fixture):
+    import shutil
+    src = os.path.join(FIXTURES, fixture, "__cluster_metadata-0")
+    if not os.path.isdir(src):
+        pytest.skip("fixture without a metadata partition")
+    dst = tmp_path / "__cluster_metadata-0"
+    shutil.copytree(src, dst)
+    log = KafkaRaftLog(str(dst))
+    snap = log.latest_snapshot_id()
+    if snap is not None:
+        assert log.start_offset >= snap.offset or log.start_offset == 0
+        assert log.read_snapshot(snap)[:0] == b""
+    # Read everything the way the listener does; control batches decode to LeaderChange.
+    pos = log.start_offset
+    n = 0
+    while pos < log.end_offset:
+        bs = log.read(pos, 1 << 20)
+        for b in bs:
+            if b.is_control and b.control is not None:
+                assert b.control.leader_id >= 0
+            n += len(b.records)
+        pos = bs[-1].next_offset
+    assert pos == log.end_offset
+    assert log.last_fetched_epoch >= 0
+
+
+# ---------------------------------------------------------------- model-based property test
+ops = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 5), st.integers(0, 2), st.booleans()),
+    st.tuples(st.just("truncate"), st.integers(0, 30)),
+    st.tuples(st.just("flush")),
+    st.tuples(st.just("snapshot"), st.integers(0, 30)),
+    st.tuples(st.just("reopen")),
+), max_size=25)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops)
+def test_matches_memory_model(tmp_path_factory, script):
+    d = str(tmp_path_factory.mktemp("log") / "__cluster_metadata-0")
+    real = KafkaRaftLog(d)
+    model = MemoryRaftLog()
+    epoch = 1
+    seq = 0
+    for op in script:
+        if op[0] == "append":
+            _, n, bump, control = op
+            epoch += bump
+            if control:
+                b = Batch(model.end_offset, epoch, (encode_leader_change(_lc()),), True, _lc())
+            else:
+                recs = tuple(f"v{seq + i}".encode() for i in range(n))
+                seq += n
+                b = Batch(model.end_offset, epoch, recs)
+            model.append_as_leader(b)
+            real.append_as_leader(b)
+        elif op[0] == "truncate":
+            off = model.start_offset + op[1] % (model.end_offset - model.start_offset + 1)
+            model.truncate_to(off)
+            real.truncate_to(off)
+        elif op[0] == "flush":
+            model.flush()
+            real.flush()
+        elif op[0] == "snapshot":
+            if model.end_offset <= model.start_offset:
+                continue
+            off = model.start_offset + 1 + op[1] % (model.end_offset - model.start_offset)
+            ep = model.end_offset_for_epoch(10 ** 6)
+            e = next(b.epoch for b in model.batches() if b.base_offset <= off - 1 < b.next_offset)
+            sid = OffsetAndEpoch(off, e)
+            for log in (model, real):
+                log.create_snapshot(sid, b"snap%d" % off)
+                log.delete_before(sid)
+        elif op[0] == "reopen":
+            # a clean close keeps everything; the model flushes likewise
+            model.flush()
+            real.close()
+            real = KafkaRaftLog(d)
+        assert (real.start_offset, real.end_offset) == (model.start_offset, model.end_offset)
+        assert real.last_fetched_epoch == model.last_fetched_epoch
+        for e in range(0, epoch + 2):
+            assert real.end_offset_for_epoch(e) == model.end_offset_for_epoch(e), e
+        assert _flat(real, real.start_offset) == [
+            (o, e, r, c) for (o, e, r, c) in _flat(model, model.start_offset)]
+        assert real.latest_snapshot_id() == model.latest_snapshot_id()
+    real.close()
