@@ -552,3 +552,34 @@ def test_object_saved_none_survives_snapshot_merge(tl):
     assert obj.get(1) is None
     reg.revert_to_snapshot(1)
     assert obj.get() is None
+
+
+def test_bulk_calls_survive_keys_list_mutated_by_eq(tl):
+    """A key's __eq__ that empties the caller's list mid-call must give an
+    error or a result, never a crash (the native loops re-check the list)."""
+    reg = tl.SnapshotRegistry()
+    m = tl.TimelineHashMap(reg)
+    keys = []
+
+    class Shrinker:
+        def __init__(self, n):
+            self.n = n
+
+        def __hash__(self):
+            return 1
+
+        def __eq__(self, other):
+            keys.clear()
+            return isinstance(other, Shrinker) and other.n == self.n
+
+    m[Shrinker(0)] = 0
+    for call in (lambda: m.get_many(keys), lambda: m.put_many(keys, list(range(50))),
+                 lambda: m.contains_many(keys), lambda: m.get_many(keys, epoch=1)):
+        reg.get_or_create_snapshot(1)
+        keys[:] = [Shrinker(i) for i in range(50)]
+        try:
+            call()
+        except (RuntimeError, ValueError, IndexError):
+            pass
+    if hasattr(m, "_check_integrity"):
+        m._check_integrity()

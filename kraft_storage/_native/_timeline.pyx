@@ -770,16 +770,18 @@ cdef class _SnapshottableHashTable(_Revertable):
         """``[contains(k, epoch) for k in keys]``."""
         cdef int64_t e = _as_epoch(epoch)
         cdef Py_ssize_t i, n
-        cdef PyObject** items
+        cdef PyObject* k
         cdef PyObject* r
-        if hasattr(keys, "tolist") and not isinstance(keys, list):
-            keys = keys.tolist()
-        seq = PySequence_Fast(keys, "contains_many: keys must be a sequence")
+        seq = _seq(keys)
         n = PySequence_Fast_GET_SIZE(seq)
         out = PyList_New(n)
-        items = PySequence_Fast_ITEMS(seq)
         for i in range(n):
-            r = Py_True if self._lookup_at(items[i], e) != NULL else Py_False
+            k = _item(seq, i)
+            Py_INCREF_p(k)
+            try:
+                r = Py_True if self._lookup_at(k, e) != NULL else Py_False
+            finally:
+                Py_DECREF_p(k)
             Py_INCREF_p(r)
             PyList_SET_ITEM_p(out, i, r)   # steals the reference
         return out
@@ -793,8 +795,11 @@ cdef class _SnapshottableHashTable(_Revertable):
         cdef list out = []
         cdef size_t slot = 0
         cdef Py_ssize_t ix
+        cdef size_t version = self.t.version
         pos = self._registry._position(epoch)
         for k in range(self.t.nentries):
+            if version != self.t.version:   # a finalizer run by out.append() changed us
+                raise RuntimeError("timeline collection changed during a snapshot read")
             e = &self.t.entries[k]
             if e.key != NULL and e.start <= epoch:
                 out.append(_emit(e, what))
@@ -934,9 +939,22 @@ cdef _LatestIterator _latest_iter(_SnapshottableHashTable owner, int what):
 
 
 cdef inline object _seq(object items):
-    if hasattr(items, "tolist") and not isinstance(items, list):
-        items = items.tolist()
-    return PySequence_Fast(items, "expected a sequence")
+    """A list or tuple to walk with ``_item``: lists and tuples as they are,
+    numpy arrays via ``tolist()`` (fast C boxing), other iterables copied."""
+    if isinstance(items, (list, tuple)):
+        return items
+    if hasattr(items, "tolist"):
+        return items.tolist()
+    return list(items)
+
+
+cdef inline PyObject* _item(object seq, Py_ssize_t i) except NULL:
+    """Borrowed item ``i`` of a list/tuple, re-read on every call: a key's
+    ``__eq__``/``__hash__`` may run Python that mutates the caller's list, so
+    bulk loops re-check the size and hold their own reference while working."""
+    if i >= PySequence_Fast_GET_SIZE(seq):
+        raise RuntimeError("sequence changed size during a bulk call")
+    return PySequence_Fast_ITEMS(seq)[i]
 
 
 @cython.no_gc_clear
@@ -1024,44 +1042,59 @@ cdef class TimelineHashMap(_SnapshottableHashTable):
     def put_many(self, keys, values):
         """``put(k, v)`` for each pair (sequences or numpy arrays of equal length)."""
         cdef Py_ssize_t i, n
-        cdef PyObject** ks
-        cdef PyObject** vs
+        cdef PyObject* k
+        cdef PyObject* v
         kseq = _seq(keys)
         vseq = _seq(values)
         n = PySequence_Fast_GET_SIZE(kseq)
         if PySequence_Fast_GET_SIZE(vseq) != n:
             raise ValueError(f"put_many: {n} keys but "
                              f"{PySequence_Fast_GET_SIZE(vseq)} values")
-        ks = PySequence_Fast_ITEMS(kseq)
-        vs = PySequence_Fast_ITEMS(vseq)
         tbl_reserve(&self.t, n)
         for i in range(n):
-            self._write(ks[i], vs[i], hash_of(ks[i]), NULL)
+            k = _item(kseq, i)
+            v = _item(vseq, i)
+            Py_INCREF_p(k)
+            Py_INCREF_p(v)
+            try:
+                self._write(k, v, hash_of(k), NULL)
+            finally:
+                Py_DECREF_p(k)
+                Py_DECREF_p(v)
 
     def get_many(self, keys, default=None, *, epoch=LATEST_EPOCH):
         """``[get(k, default, epoch=epoch) for k in keys]``."""
         cdef int64_t e = _as_epoch(epoch)
         cdef Py_ssize_t i, n, ix
-        cdef PyObject** ks
+        cdef PyObject* k
         cdef PyObject* v
         cdef Entry* ent
         cdef size_t slot = 0
         cdef PyObject* dflt = <PyObject*>default
         kseq = _seq(keys)
         n = PySequence_Fast_GET_SIZE(kseq)
-        ks = PySequence_Fast_ITEMS(kseq)
         out = PyList_New(n)
         if e == C_LATEST:
             for i in range(n):
-                ix = tbl_lookup(&self.t, ks[i], hash_of(ks[i]), &slot)
-                v = self.t.entries[ix].value if ix >= 0 else dflt
-                Py_INCREF_p(v)
+                k = _item(kseq, i)
+                Py_INCREF_p(k)
+                try:
+                    ix = tbl_lookup(&self.t, k, hash_of(k), &slot)
+                    v = self.t.entries[ix].value if ix >= 0 else dflt
+                    Py_INCREF_p(v)    # before DECREF(k): that may run a __del__
+                finally:
+                    Py_DECREF_p(k)
                 PyList_SET_ITEM_p(out, i, v)   # steals the reference
         else:
             for i in range(n):
-                ent = self._lookup_at(ks[i], e)
-                v = ent.value if ent != NULL else dflt
-                Py_INCREF_p(v)
+                k = _item(kseq, i)
+                Py_INCREF_p(k)
+                try:
+                    ent = self._lookup_at(k, e)
+                    v = ent.value if ent != NULL else dflt
+                    Py_INCREF_p(v)
+                finally:
+                    Py_DECREF_p(k)
                 PyList_SET_ITEM_p(out, i, v)   # steals the reference
         return out
 
@@ -1108,13 +1141,17 @@ cdef class TimelineHashSet(_SnapshottableHashTable):
     def add_many(self, keys):
         """Add every key; return how many were new."""
         cdef Py_ssize_t i, n, added = 0
-        cdef PyObject** ks
+        cdef PyObject* k
         kseq = _seq(keys)
         n = PySequence_Fast_GET_SIZE(kseq)
-        ks = PySequence_Fast_ITEMS(kseq)
         tbl_reserve(&self.t, n)
         for i in range(n):
-            added += self._add(ks[i])
+            k = _item(kseq, i)
+            Py_INCREF_p(k)
+            try:
+                added += self._add(k)
+            finally:
+                Py_DECREF_p(k)
         return added
 
     def remove(self, key):
