@@ -856,3 +856,63 @@ def test_resigned_leader_retries_end_quorum_epoch_until_acknowledged():
     ctx.advance(ctx.config.retry_backoff_ms)
     again = [m.destination for m in ctx.take(EndQuorumEpochRequest)]
     assert again == [3]  # 2 acknowledged; 3's request timed out and is retried
+
+
+# =====================================================================
+# Observers
+# =====================================================================
+def test_unattached_observer_discovers_the_leader_by_fetching_a_voter():
+    ctx = Ctx(local=9, voters=(1, 2, 3))
+    assert isinstance(ctx.state, UnattachedState) and ctx.state.election_deadline is None
+    ctx.poll()
+    f = ctx.take(FetchRequest)
+    assert len(f) == 1 and f[0].destination in (1, 2, 3) and f[0].request.replica_id == 9
+    ctx.reply(f[0], FetchResponse(0, int(Errors.FENCED_LEADER_EPOCH), -1, LeaderIdAndEpoch(2, 7)))
+    assert isinstance(ctx.state, FollowerState) and ctx.state.leader_id() == 2 and ctx.state.epoch == 7
+    ctx.advance(ctx.config.retry_backoff_ms)
+    assert [m.destination for m in ctx.take(FetchRequest)] == [2]
+
+
+def test_observer_never_starts_an_election_and_never_votes():
+    ctx = Ctx(local=9, voters=(1, 2, 3), election=ElectionState(4, 2, None))
+    assert isinstance(ctx.state, FollowerState)
+    ctx.advance(10 * ctx.config.fetch_timeout_ms)
+    assert not isinstance(ctx.state, (ProspectiveState, CandidateState))
+    assert not ctx.take(VoteRequest)
+    resp = ctx.request(1, VoteRequest(CLUSTER, 9, 5, 1, key(1).directory_id, None, 4, 0))
+    assert not resp.vote_granted and resp.partition_error_code == Errors.INCONSISTENT_VOTER_SET
+
+
+def test_observer_does_not_flush_fetched_data_but_voters_do():
+    for local, flushed in [(9, False), (3, True)]:
+        ctx = Ctx(local=local, voters=(1, 2, 3), election=ElectionState(4, 2, None))
+        ctx.poll()
+        f = ctx.take(FetchRequest, 2)[0]
+        ctx.reply(f, FetchResponse(0, 0, 1, LeaderIdAndEpoch(2, 4), records=(Batch(0, 4, (b"x",)),)))
+        assert ctx.log.end_offset == 1
+        assert (ctx.log.flushed_end_offset == 1) == flushed
+
+
+def test_leader_resends_begin_quorum_epoch_to_voters_that_do_not_fetch():
+    ctx = leader_ctx([])
+    ep = ctx.core.epoch
+    ctx.take(BeginQuorumEpochRequest)
+    ctx.request(2, ctx.fetch(2, 1, ep))  # 2 fetches, 3 stays silent
+    ctx.advance(ctx.config.request_timeout_ms)  # the first BQE to 3 times out
+    ctx.request(2, ctx.fetch(2, 1, ep))  # keeps check-quorum satisfied
+    ctx.advance(ctx.config.begin_quorum_epoch_timeout_ms)
+    assert isinstance(ctx.state, LeaderState)
+    assert [m.destination for m in ctx.take(BeginQuorumEpochRequest)] == [3]
+
+
+def test_quorum_config_uses_kafka_names_and_defaults():
+    cfg = QuorumConfig()
+    assert (cfg.election_timeout_ms, cfg.election_backoff_max_ms, cfg.fetch_timeout_ms, cfg.request_timeout_ms,
+            cfg.retry_backoff_ms, cfg.append_linger_ms) == (1000, 1000, 2000, 2000, 20, 25)
+    assert cfg.check_quorum_timeout_ms == 3000
+    cfg = QuorumConfig.from_properties({"controller.quorum.election.timeout.ms": "500",
+                                        "controller.quorum.append.linger.ms": "5",
+                                        "controller.quorum.voters": "1@a:1", "other.key": "x"})
+    assert cfg.election_timeout_ms == 500 and cfg.append_linger_ms == 5
+    with pytest.raises(ValueError):
+        QuorumConfig.from_properties({"controller.quorum.bogus.ms": "1"})
