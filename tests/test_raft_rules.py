@@ -916,3 +916,14 @@ def test_quorum_config_uses_kafka_names_and_defaults():
     assert cfg.election_timeout_ms == 500 and cfg.append_linger_ms == 5
     with pytest.raises(ValueError):
         QuorumConfig.from_properties({"controller.quorum.bogus.ms": "1"})
+
+
+def test_listener_catch_up_is_chunked_by_fetch_max_bytes_and_complete():
+    log = make_log([(1, 1)] * 20)
+    ctx = Ctx(log=log, election=ElectionState(1, 2, None), config=QuorumConfig(fetch_max_bytes=200))
+    ctx.poll()
+    f = ctx.take(FetchRequest, 2)[0]
+    ctx.reply(f, FetchResponse(0, 0, 20, LeaderIdAndEpoch(2, 1)))
+    commits = [e for e in ctx.listener.events if e[0] == "commit"]
+    assert len(commits) > 1
+    assert [b.base_offset for b in ctx.listener.commits] == list(range(20))

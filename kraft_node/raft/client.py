@@ -1019,29 +1019,32 @@ class RaftCore:
             self._leader_batches = [b for b in self._leader_batches if b.next_offset > low]
 
     def _deliver(self, ctx: _ListenerContext, upto: int | None) -> None:
-        if upto is None or ctx.next_offset >= upto:
-            return
-        out: list[Batch] = []
-        pos = ctx.next_offset
-        mem = [b for b in self._leader_batches if b.next_offset > pos and b.base_offset < upto]
-        if mem and mem[0].base_offset <= pos:
-            source = mem  # the leader's own in-memory batches, no re-read
-        else:
-            source = list(self.log.read(pos, NEVER))
-        for b in source:
-            if b.base_offset >= upto:
-                break
-            if b.next_offset <= pos:
-                continue
-            lo = pos - b.base_offset if b.base_offset < pos else 0
-            hi = min(len(b.records), upto - b.base_offset)
-            if lo != 0 or hi != len(b.records):
-                b = Batch(b.base_offset + lo, b.epoch, b.records[lo:hi], b.is_control, b.control,
-                          b.append_time_ms)
-            if b.base_offset != pos:
-                raise InvariantViolation(f"node {self.local_id}: gap in committed data at {pos}")
-            out.append(b)
-            pos = b.next_offset
-        if out:
+        """Hand ``[ctx.next_offset, upto)`` to the listener, one ``handle_commit`` per
+        chunk of about fetch.max.bytes (the leader's own batches come from memory)."""
+        while upto is not None and ctx.next_offset < upto:
+            pos = ctx.next_offset
+            mem = [b for b in self._leader_batches if b.next_offset > pos and b.base_offset < upto]
+            if mem and mem[0].base_offset <= pos:
+                source = mem  # the leader's own in-memory batches, no re-read
+            else:
+                source = self.log.read(pos, self.config.fetch_max_bytes)
+            out: list[Batch] = []
+            for b in source:
+                if b.base_offset >= upto:
+                    break
+                if b.next_offset <= pos:
+                    continue
+                lo = pos - b.base_offset if b.base_offset < pos else 0
+                hi = min(len(b.records), upto - b.base_offset)
+                if lo != 0 or hi != len(b.records):
+                    b = Batch(b.base_offset + lo, b.epoch, b.records[lo:hi], b.is_control, b.control,
+                              b.append_time_ms)
+                if b.base_offset != pos:
+                    raise InvariantViolation(f"node {self.local_id}: gap in committed data at {pos}")
+                out.append(b)
+                pos = b.next_offset
+            if not out:
+                raise InvariantViolation(f"node {self.local_id}: committed offset {pos} below {upto} "
+                                         f"is missing from the log")
             ctx.next_offset = pos
             ctx.listener.handle_commit(tuple(out))

@@ -1,0 +1,511 @@
+"""``RaftDriver``: runs the deterministic :class:`RaftCore` for real, on one asyncio event loop.
+
+This is kraft's KafkaRaftClientDriver: the core owns no clock, socket or
+file handle, so the driver supplies them.
+
+* **Storage**: :class:`KafkaRaftLog` over ``<metadata.log.dir>/__cluster_metadata-0``
+  and :class:`FileQuorumStateStore` (``quorum-state`` in the same directory).
+  Both are called synchronously by the core from inside the event loop, so an
+  fsync blocks the loop, exactly like Kafka's single Raft I/O thread.
+* **Clock**: ``time.monotonic()`` in ms for every core call (timeouts never
+  jump with the wall clock); ``time.time()`` only for record timestamps and
+  DescribeQuorum's wall-clock fields.
+* **Inbound**: a :class:`KafkaServer` on the controller listener.  Each
+  Vote/BeginQuorumEpoch/EndQuorumEpoch/Fetch/FetchSnapshot request is
+  translated (:mod:`.wire`), handed to ``core.handle_request`` under a fresh
+  correlation id, and its handler awaits the future that the matching
+  ``OutboundResponse`` resolves -- for a Fetch parked in the leader's
+  purgatory that is up to ``fetch_max_wait_ms`` later.  DescribeQuorum and
+  DescribeCluster are answered here from the core's state (only the leader
+  answers DescribeQuorum; others say NOT_LEADER_OR_FOLLOWER, like Kafka).
+* **Outbound**: one :class:`KafkaConnection` per voter, opened on demand; a
+  failed connection is not retried before ``controller.quorum.retry.backoff.ms``.
+  A request that fails (connection refused/lost, or no answer within
+  ``controller.quorum.request.timeout.ms``) is reported to the core as a
+  response of the right type with a top-level error (BROKER_NOT_AVAILABLE
+  or REQUEST_TIMED_OUT), as Kafka's NetworkClient does; the core then backs
+  off and retries.
+* **Polling**: after every inbound message and at ``Ready.next_wakeup_ms`` (a
+  single re-armed ``call_at`` timer), the driver calls ``core.poll`` and sends
+  what it returns.  The cluster id (from meta.properties) is passed to the
+  core, which rejects RPCs of another cluster with INCONSISTENT_CLUSTER_ID.
+
+State-machine API (in-process): :meth:`append` returns a future resolved with
+the record's offset once it is committed *in the epoch it was appended in*
+(or failed if another record commits at that offset), :meth:`register_listener`,
+:meth:`resign`, :meth:`shutdown` (graceful: a leader resigns with
+EndQuorumEpoch and waits until another leader is known).
+"""
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import logging
+import os
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kraft_node.config import NodeConfig
+from kraft_node.network import ConnectionClosed, KafkaConnection, KafkaServer, RequestTimeout
+from kraft_node.protocol.api_keys import ApiKeys
+from kraft_node.protocol.generated.describe_cluster import DescribeClusterResponse
+from kraft_node.protocol.generated.describe_quorum import DescribeQuorumResponse
+from kraft_node.raft import wire
+from kraft_node.raft.client import RaftCore
+from kraft_node.raft.errors import Errors, NotLeaderError, RaftError
+from kraft_node.raft.file_state import FileQuorumStateStore
+from kraft_node.raft.kafka_log import KafkaRaftLog
+from kraft_node.raft.messages import (BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest,
+                                      FetchSnapshotRequest, LeaderAndEpoch, OutboundRequest, OutboundResponse,
+                                      ReplicaKey, VoteRequest)
+from kraft_node.raft.roles import LeaderState
+from kraft_storage.errors import KraftStorageError
+from kraft_storage.messages._runtime import MessageError, Uuid, ZERO_UUID
+from kraft_storage.meta_properties import read_meta_properties
+
+log = logging.getLogger("kraft.raft")
+
+RAFT_APIS = (ApiKeys.VOTE, ApiKeys.BEGIN_QUORUM_EPOCH, ApiKeys.END_QUORUM_EPOCH, ApiKeys.FETCH,
+             ApiKeys.FETCH_SNAPSHOT)
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class DriverError(KraftStorageError):
+    """The node cannot start (unformatted or mismatching storage, bad config)."""
+
+
+def _source_of(req) -> int:
+    if isinstance(req, (VoteRequest, FetchRequest, FetchSnapshotRequest)):
+        return req.replica_id
+    if isinstance(req, (BeginQuorumEpochRequest, EndQuorumEpochRequest)):
+        return req.leader_id
+    raise TypeError(type(req).__name__)
+
+
+def _dir_uuid(text: str | None) -> uuid.UUID | None:
+    if not text:
+        return None
+    u = Uuid(text)
+    return None if u == ZERO_UUID else uuid.UUID(bytes=u.bytes)
+
+
+@dataclass
+class _Peer:
+    node_id: int
+    host: str
+    port: int
+    conn: KafkaConnection | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last_failure_ms: int = -(2 ** 62)
+
+
+class _PendingAppends:
+    """Listener that resolves append futures when their offset commits (see :meth:`RaftDriver.append`)."""
+
+    def __init__(self):
+        self.offsets: list[int] = []               # sorted last offsets
+        self.entries: list[tuple[int, int, asyncio.Future]] = []  # (offset, epoch, future), same order
+        self.committed_end = 0
+        self.leader: LeaderAndEpoch | None = None
+
+    def add(self, offset: int, epoch: int, fut: asyncio.Future) -> None:
+        i = bisect.bisect_right(self.offsets, offset)
+        self.offsets.insert(i, offset)
+        self.entries.insert(i, (offset, epoch, fut))
+
+    def handle_commit(self, batches) -> None:
+        for b in batches:
+            self.committed_end = b.next_offset
+            k = 0
+            while k < len(self.entries) and self.entries[k][0] < b.next_offset:
+                off, epoch, fut = self.entries[k]
+                if not fut.done():
+                    if off >= b.base_offset and b.epoch == epoch:
+                        fut.set_result(off)
+                    else:
+                        fut.set_exception(NotLeaderError(
+                            f"offset {off} was committed in epoch {b.epoch if off >= b.base_offset else '?'}, "
+                            f"not in epoch {epoch} where it was appended"))
+                k += 1
+            if k:
+                del self.entries[:k]
+                del self.offsets[:k]
+
+    def handle_load_snapshot(self, snapshot_id, data) -> None:
+        self.committed_end = snapshot_id.offset
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        self.leader = leader
+
+    def fail_all(self, exc: Exception) -> None:
+        for _, _, fut in self.entries:
+            if not fut.done():
+                fut.set_exception(exc)
+        self.entries.clear()
+        self.offsets.clear()
+
+
+class RaftDriver:
+    """One KRaft quorum member (voter or observer) running over TCP.  See the module doc."""
+
+    def __init__(self, config: NodeConfig, *, cluster_id: str, directory_id: uuid.UUID | None = None,
+                 rng: random.Random | None = None):
+        if not config.voters:
+            raise DriverError(f"{config.source}: kraft runs static quorums (controller.quorum.voters) only "
+                              "for now; controller.quorum.bootstrap.servers is not supported yet")
+        ep = config.controller_endpoint
+        self.config = config
+        self.node_id = config.node_id
+        self.cluster_id = cluster_id
+        self.directory_id = directory_id
+        self.quorum_config = config.quorum
+        self.is_voter = any(v.id == config.node_id for v in config.voters)
+        if self.is_voter and ep is None:
+            raise DriverError(f"{config.source}: voter {config.node_id} needs a controller listener")
+        self.endpoint = ep
+        self.voter_keys = [ReplicaKey(v.id, _dir_uuid(v.directory_id)) for v in config.voters]
+        self.local_key = ReplicaKey(config.node_id, directory_id)
+        pdir = config.metadata_partition_dir
+        self.log = KafkaRaftLog(pdir)
+        self.store = FileQuorumStateStore(pdir, [v.id for v in config.voters], data_version=0)
+        self.core = RaftCore(self.quorum_config, self.local_key, self.voter_keys, self.log, self.store,
+                             rng or random.Random(), cluster_id=cluster_id)
+        self._appends = _PendingAppends()
+        self.core.register_listener(self._appends)
+        self._peers = {v.id: _Peer(v.id, v.host, v.port) for v in config.voters if v.id != config.node_id}
+        self._listener_name = config.controller_listener_names[0]
+        self._inbound: dict[int, asyncio.Future] = {}
+        self._inbound_ids = itertools.count(1)
+        self._tasks: set[asyncio.Task] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = None
+        self._poll_soon = False
+        self._role_seen = None
+        self._role_callbacks: list[Callable[[str, int, int], None]] = []
+        self._shutdown_started = False
+        self._shutdown_done: asyncio.Event | None = None
+        self._closed = False
+        self.fatal: BaseException | None = None
+        self.server: KafkaServer | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.role_changes: list[tuple[str, int, int]] = []
+
+    # ------------------------------------------------------------ construction from a config
+    @classmethod
+    def from_config(cls, config: NodeConfig, **kw) -> "RaftDriver":
+        """Check the metadata log dir's meta.properties (formatted, same node id) and build the driver."""
+        try:
+            meta = read_meta_properties(config.metadata_log_dir).meta
+        except KraftStorageError as exc:
+            raise DriverError(f"{exc}") from None
+        if meta.node_id != config.node_id:
+            raise DriverError(f"{config.metadata_log_dir}/meta.properties belongs to node {meta.node_id}, "
+                              f"but {config.source} says node.id={config.node_id}")
+        if not meta.cluster_id:
+            raise DriverError(f"{config.metadata_log_dir}/meta.properties has no cluster.id")
+        for d in config.all_log_dirs:
+            if os.path.abspath(d) == os.path.abspath(config.metadata_log_dir):
+                continue
+            if os.path.exists(os.path.join(d, "meta.properties")):
+                other = read_meta_properties(d).meta
+                if other.cluster_id != meta.cluster_id or other.node_id != meta.node_id:
+                    raise DriverError(f"log directory {d} belongs to cluster {other.cluster_id} node "
+                                      f"{other.node_id}, not cluster {meta.cluster_id} node {meta.node_id}")
+        return cls(config, cluster_id=meta.cluster_id, directory_id=_dir_uuid(meta.directory_id), **kw)
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._shutdown_done = asyncio.Event()
+        handlers = {int(k): self._handle_raft for k in RAFT_APIS}
+        handlers[int(ApiKeys.DESCRIBE_QUORUM)] = self._handle_describe_quorum
+        handlers[int(ApiKeys.DESCRIBE_CLUSTER)] = self._handle_describe_cluster
+        if self.endpoint is not None:
+            self.server = KafkaServer(self.endpoint.host, self.endpoint.port, handlers,
+                                      listener=self.endpoint.listener, listener_type="controller")
+            await self.server.start()
+        self.core.initialize(monotonic_ms())
+        self._poll()
+
+    @property
+    def port(self) -> int | None:
+        return self.server.port if self.server is not None else None
+
+    def on_role_change(self, cb: Callable[[str, int, int], None]) -> None:
+        """``cb(role, epoch, leader_id)`` after every change of role, epoch or leader."""
+        self._role_callbacks.append(cb)
+
+    def register_listener(self, listener) -> None:
+        self.core.register_listener(listener)
+        self._schedule_poll()
+
+    async def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Graceful: a leader resigns (EndQuorumEpoch) and waits up to ``timeout_s`` for a
+        successor to be known; then everything is closed.  True if it completed in time."""
+        ok = True
+        if not self._closed and self.fatal is None:
+            if not self._shutdown_started:
+                self._shutdown_started = True
+                self.core.begin_shutdown(int(timeout_s * 1000), monotonic_ms())
+                self._poll()
+            try:
+                await asyncio.wait_for(self._shutdown_done.wait(), timeout_s + 1.0)
+            except asyncio.TimeoutError:
+                ok = False
+            ok = ok and not getattr(self, "_shutdown_timed_out", False)
+        await self.close()
+        return ok
+
+    async def close(self) -> None:
+        """Stop at once (no resignation); the log is closed cleanly."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        self._appends.fail_all(RaftError(f"node {self.node_id} shut down"))
+        for fut in self._inbound.values():
+            if not fut.done():
+                fut.cancel()
+        self._inbound.clear()
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self.server is not None:
+            await self.server.close()
+        for p in self._peers.values():
+            if p.conn is not None:
+                await p.conn.close()
+        try:
+            self.log.close()
+        except Exception:  # noqa: BLE001 - best effort at close; the log recovers on open
+            log.exception("node %d: closing the log failed", self.node_id)
+
+    async def wait_closed_or_fatal(self) -> None:
+        while not self._closed and self.fatal is None:
+            await asyncio.sleep(0.05)
+
+    # ------------------------------------------------------------ state-machine API
+    def append(self, records) -> asyncio.Future:
+        """Append ``records`` (bytes each) on the leader; the future resolves with the last
+        offset once committed in this epoch.  Raises NotLeaderError / BufferFullError at once."""
+        if self._closed:
+            raise RaftError(f"node {self.node_id} is shut down")
+        epoch = self.core.epoch
+        last = self.core.append(list(records), epoch, monotonic_ms())
+        fut = self.loop.create_future()
+        self._appends.add(last, epoch, fut)
+        self._schedule_poll()
+        return fut
+
+    def resign(self) -> None:
+        self.core.resign(self.core.epoch)
+        self._schedule_poll()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.core.is_leader
+
+    @property
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        return LeaderAndEpoch(self.core.leader_id, self.core.epoch)
+
+    # ------------------------------------------------------------ polling
+    def _schedule_poll(self) -> None:
+        if not self._poll_soon and not self._closed:
+            self._poll_soon = True
+            self.loop.call_soon(self._poll)
+
+    def _poll(self) -> None:
+        self._poll_soon = False
+        if self._closed or self.fatal is not None:
+            return
+        now = monotonic_ms()
+        try:
+            ready = self.core.poll(now)
+        except Exception as exc:  # an invariant violation or storage failure: stop serving
+            self._die(exc)
+            return
+        for msg in ready.messages:
+            if isinstance(msg, OutboundResponse):
+                fut = self._inbound.pop(msg.correlation_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(msg.response)
+            elif isinstance(msg, OutboundRequest):
+                self._spawn(self._send_request(msg))
+        self._note_role()
+        if ready.shutdown_complete and self._shutdown_started and not self._shutdown_done.is_set():
+            self._shutdown_timed_out = ready.shutdown_timed_out
+            self._shutdown_done.set()
+        self._arm_timer(ready.next_wakeup_ms, now)
+
+    def _arm_timer(self, wake_ms: int, now: int) -> None:
+        if self._timer_at == wake_ms and self._timer is not None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        delay = min(max(0, wake_ms - now), 3_600_000) / 1000.0
+        self._timer_at = wake_ms
+        self._timer = self.loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self._poll()
+
+    def _note_role(self) -> None:
+        cur = (self.core.role, self.core.epoch, self.core.leader_id)
+        if cur != self._role_seen:
+            self._role_seen = cur
+            self.role_changes.append(cur)
+            for cb in self._role_callbacks:
+                try:
+                    cb(*cur)
+                except Exception:  # noqa: BLE001 - a callback must not stop the node
+                    log.exception("role change callback failed")
+
+    def _die(self, exc: BaseException) -> None:
+        log.critical("node %d: fatal error in the raft core, stopping: %r", self.node_id, exc)
+        self.fatal = exc
+        if self._shutdown_done is not None:
+            self._shutdown_done.set()
+
+    def _spawn(self, coro) -> None:
+        t = self.loop.create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------ inbound
+    async def _handle_raft(self, ctx, body):
+        key = int(ctx.header.request_api_key)
+        if self._closed or self.fatal is not None:
+            return wire.response_to_wire(wire.error_response(key, Errors.BROKER_NOT_AVAILABLE))
+        try:
+            req = wire.request_from_wire(body, ctx.api_version)
+        except wire.WireError as exc:
+            log.warning("node %d: bad %s from %s: %s", self.node_id, ApiKeys(key).name, ctx.peer, exc)
+            return wire.response_to_wire(wire.error_response(key, exc.error))
+        corr = next(self._inbound_ids)
+        fut = self.loop.create_future()
+        self._inbound[corr] = fut
+        try:
+            self.core.handle_request(_source_of(req), corr, req, monotonic_ms())
+        except Exception as exc:
+            self._inbound.pop(corr, None)
+            self._die(exc)
+            return wire.response_to_wire(wire.error_response(key, Errors.BROKER_NOT_AVAILABLE))
+        self._poll()
+        try:
+            resp = await fut
+        except asyncio.CancelledError:
+            return wire.response_to_wire(wire.error_response(key, Errors.BROKER_NOT_AVAILABLE))
+        return wire.response_to_wire(resp)
+
+    # ------------------------------------------------------------ outbound
+    async def _connection(self, peer: _Peer) -> KafkaConnection:
+        if peer.conn is not None and peer.conn.connected:
+            return peer.conn
+        async with peer.lock:
+            if peer.conn is not None and peer.conn.connected:
+                return peer.conn
+            if peer.conn is not None:
+                await peer.conn.close()
+                peer.conn = None
+            now = monotonic_ms()
+            backoff = self.quorum_config.retry_backoff_ms
+            if now - peer.last_failure_ms < backoff:
+                raise ConnectionClosed(f"node {peer.node_id}: reconnect backoff ({backoff} ms)")
+            try:
+                peer.conn = await KafkaConnection.open(peer.host, peer.port,
+                                                       timeout=self.quorum_config.request_timeout_ms / 1000,
+                                                       client_id=f"raft-client-{self.node_id}")
+            except (OSError, asyncio.TimeoutError) as exc:
+                peer.last_failure_ms = monotonic_ms()
+                raise ConnectionClosed(f"cannot connect to node {peer.node_id} at {peer.host}:{peer.port}: "
+                                       f"{exc}") from None
+            return peer.conn
+
+    async def _send_request(self, out: OutboundRequest) -> None:
+        key = wire.api_key_of(out.request)
+        peer = self._peers.get(out.destination)
+        if peer is None:
+            resp = wire.error_response(key, Errors.BROKER_NOT_AVAILABLE)
+        else:
+            try:
+                conn = await self._connection(peer)
+                body, version = wire.request_to_wire(out.request)
+                raw = await conn.request(body, version, timeout=self.quorum_config.request_timeout_ms / 1000)
+                resp = wire.response_from_wire(raw)
+            except RequestTimeout:
+                resp = wire.error_response(key, Errors.REQUEST_TIMED_OUT)
+            except (ConnectionClosed, OSError, MessageError, KraftStorageError, ValueError) as exc:
+                log.debug("node %d: %s to node %d failed: %s", self.node_id, ApiKeys(key).name, peer.node_id, exc)
+                peer.last_failure_ms = monotonic_ms()
+                if peer.conn is not None and not peer.conn.connected:
+                    peer.conn = None
+                resp = wire.error_response(key, Errors.BROKER_NOT_AVAILABLE)
+        if self._closed or self.fatal is not None:
+            return
+        try:
+            self.core.handle_response(out.destination, out.correlation_id, resp, monotonic_ms())
+        except Exception as exc:
+            self._die(exc)
+            return
+        self._poll()
+
+    # ------------------------------------------------------------ DescribeQuorum / DescribeCluster
+    async def _handle_describe_quorum(self, ctx, body):
+        R = DescribeQuorumResponse
+        st = self.core.state
+        topic = wire.TOPIC
+        if not isinstance(st, LeaderState):
+            part = R.PartitionData(partition_index=0, error_code=int(Errors.NOT_LEADER_OR_FOLLOWER),
+                                   error_message=None, leader_id=self.core.leader_id,
+                                   leader_epoch=self.core.epoch, high_watermark=-1)
+            return R(topics=[R.TopicData(topic_name=topic, partitions=[part])], error_message=None)
+        now, wall = monotonic_ms(), wall_ms()
+        hwm = st.high_watermark if st.high_watermark is not None else -1
+
+        def rstate(rs, is_local):
+            if is_local:
+                end, fetch, caught = self.log.end_offset, wall, wall
+            else:
+                end = rs.end_offset if rs.end_offset is not None else -1
+                fetch = wall - (now - rs.last_fetch_ms) if rs.last_fetch_ms >= 0 else -1
+                caught = fetch if (end >= 0 and hwm >= 0 and end >= hwm) else -1
+            return R.ReplicaState(replica_id=rs.key.id,
+                                  replica_directory_id=Uuid(rs.key.directory_id.bytes) if rs.key.directory_id
+                                  else ZERO_UUID,
+                                  log_end_offset=end, last_fetch_timestamp=fetch, last_caught_up_timestamp=caught)
+
+        voters = [rstate(rs, vid == self.node_id) for vid, rs in sorted(st.voters.items())]
+        observers = [rstate(rs, False) for _, rs in sorted(st.observers.items())]
+        part = R.PartitionData(partition_index=0, error_code=0, error_message=None, leader_id=self.node_id,
+                               leader_epoch=st.epoch, high_watermark=hwm, current_voters=voters,
+                               observers=observers)
+        nodes = [R.Node(node_id=v.id, listeners=[R.Listener(name=self._listener_name, host=v.host, port=v.port)])
+                 for v in self.config.voters]
+        return R(error_code=0, error_message=None, topics=[R.TopicData(topic_name=topic, partitions=[part])],
+                 nodes=nodes)
+
+    async def _handle_describe_cluster(self, ctx, body):
+        R = DescribeClusterResponse
+        brokers = [R.DescribeClusterBroker(broker_id=v.id, host=v.host, port=v.port, rack=None)
+                   for v in self.config.voters]
+        return R(error_code=0, error_message=None, endpoint_type=2, cluster_id=self.cluster_id,
+                 controller_id=self.core.leader_id, brokers=brokers)
