@@ -3,8 +3,10 @@
 Usage::
 
     from kraft_storage.spark import register
-    register(spark)                      # registers "kraft", enables filter pushdown
+    register(spark)                      # registers the "kraft" format
     df = spark.read.format("kraft").load("/var/lib/kafka/__cluster_metadata-0")
+    df = (spark.read.format("kraft").option("minOffset", 1000).option("maxOffset", 1999)
+          .load(path))                   # offset range, pruned before any task runs
 
 ``load`` takes a directory (searched recursively), a segment
 (``00000000000000000000.log``), a ``.checkpoint`` snapshot, or several of
@@ -17,21 +19,29 @@ fields                 none       ``json``: decode every metadata body into the
                                   record; ``none`` leaves it null)
 files                  all        ``log``: only segments; ``checkpoint``: only
                                   snapshots
+minOffset, maxOffset   (none)     inclusive offset range to read
 maxPartitionBytes      134217728  a segment bigger than this is read by several
                                   tasks, cut at batch boundaries
 batchRows              131072     records per Arrow batch handed to the JVM
 verifyCrc              true       check every batch's CRC-32C
 allowPartialTail       false      a torn last batch ends the read quietly
-pushdown               true       ``false`` uses a reader without filter
-                                  pushdown (for sessions where
+pushdown               false      ``true``: take ``WHERE`` filters on ``offset``
+                                  (=, <, <=, >, >=, IN) and ``record_type``
+                                  (=, IN) from Spark, evaluated exactly; needs
                                   ``spark.sql.python.filterPushdown.enabled``
-                                  is off)
+                                  (``register(spark, pushdown=True)`` sets it)
 =====================  =========  ==============================================
 
-Pushed-down filters (evaluated exactly, Spark does not re-check them):
-``offset`` compared with =, <, <=, >, >= or IN, and ``record_type`` = or IN.
-Offset filters skip whole files (by base offset in the file name) and whole
-splits before any task starts, then whole batches, then rows.
+Why filter pushdown is opt-in: in pyspark 4.3.0 a scan that pushes no
+filter can reuse the read plan of an earlier scan *of the same DataFrame*
+that did push filters (``df.filter("offset < 5").count()`` then
+``df.count()`` returns 5); later Spark sources cache only the pushdown-free
+plan on the data source.  With ``pushdown=true`` on such a Spark, build a
+fresh DataFrame (``spark.read...load``) per filtered query, or use the
+``minOffset``/``maxOffset`` options, which are part of the DataFrame and
+always safe.  Either way, offset ranges skip whole files (by the base
+offset in the file name) and whole splits before any task starts, then
+whole batches, then rows.
 
 Partitions: one per file, and large segments are cut by byte range
 (:mod:`kraft_storage.spark.files`).  Executors mmap their file and yield
@@ -47,7 +57,7 @@ from pyspark.sql.datasource import (
     LessThan, LessThanOrEqual)
 
 from kraft_storage.spark.files import DEFAULT_MAX_SPLIT_BYTES, Split, find_files, plan_splits
-from kraft_storage.spark.reader import DEFAULT_BATCH_ROWS, SCHEMA_DDL, ReadOptions, read_split
+from kraft_storage.spark.reader import DEFAULT_BATCH_ROWS, ReadOptions, read_split, spark_schema
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
@@ -80,6 +90,16 @@ def _int(options, name: str, default: int) -> int:
     return n
 
 
+def _offset(options, name: str) -> int | None:
+    v = options.get(name)
+    if v is None:
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"option {name} must be an integer offset, not {v!r}") from None
+
+
 def _kinds(options) -> tuple[str, ...]:
     v = str(options.get("files", "all")).strip().lower()
     table = {"all": ("log", "checkpoint"), "log": ("log",), "checkpoint": ("checkpoint",)}
@@ -109,12 +129,12 @@ class KraftDataSource(DataSource):
             raise ValueError('the kraft data source needs a path: spark.read.format("kraft").load(path)')
         return path
 
-    def schema(self) -> str:
+    def schema(self):
         find_files(self._paths(), _kinds(self.options))  # fail early, with a clear error
-        return SCHEMA_DDL
+        return spark_schema()
 
     def reader(self, schema):
-        if _bool(self.options, "pushdown", True):
+        if _bool(self.options, "pushdown", False):
             return KraftPushdownReader(self._paths(), self.options)
         return KraftReader(self._paths(), self.options)
 
@@ -128,7 +148,9 @@ class KraftReader(DataSourceReader):
             verify_crc=_bool(options, "verifyCrc", True),
             fields=str(options.get("fields", "none")).strip().lower(),
             batch_rows=_int(options, "batchRows", DEFAULT_BATCH_ROWS),
-            allow_partial_tail=_bool(options, "allowPartialTail", False))
+            allow_partial_tail=_bool(options, "allowPartialTail", False),
+            min_offset=_offset(options, "minOffset"), max_offset=_offset(options, "maxOffset"))
+        self._base = (self.read_options.min_offset, self.read_options.max_offset)
 
     def partitions(self):
         lo, hi = self.read_options.bounds()
@@ -150,7 +172,10 @@ class KraftPushdownReader(KraftReader):
     """KraftReader that takes offset and record_type filters (exactly)."""
 
     def pushFilters(self, filters):
+        # Start from no filters: this call describes the whole query.
         o = self.read_options
+        o.min_offset, o.max_offset = self._base
+        o.offset_in = o.record_types = None
         for f in filters:
             col = tuple(f.attribute)
             if col == ("offset",) and self._push_offset(f, o):
@@ -207,8 +232,11 @@ class KraftPushdownReader(KraftReader):
         return True
 
 
-def register(spark, *, pushdown: bool = True) -> None:
-    """Register the ``kraft`` format on ``spark`` (and turn on Python filter pushdown)."""
+def register(spark, *, pushdown: bool = False) -> None:
+    """Register the ``kraft`` format on ``spark``; ``pushdown`` also turns on Python filter pushdown.
+
+    Readers still push filters only with ``option("pushdown", "true")`` (see the module doc).
+    """
     if pushdown:
         spark.conf.set(PUSHDOWN_CONF, "true")
     spark.dataSource.register(KraftDataSource)

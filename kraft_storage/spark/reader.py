@@ -101,6 +101,14 @@ _NOOP_KEY = next(k for k, c in METADATA_RECORD_TYPES.items() if c.NAME == "NoOpR
 DEFAULT_BATCH_ROWS = 1 << 17
 
 
+def spark_schema():
+    """The schema as a pyspark StructType (imports pyspark)."""
+    from pyspark.sql import types as T
+    kinds = {"STRING": T.StringType, "LONG": T.LongType, "INT": T.IntegerType, "SHORT": T.ShortType,
+             "BOOLEAN": T.BooleanType, "BINARY": T.BinaryType}
+    return T.StructType([T.StructField(n, kinds[d](), True) for n, _t, d in SCHEMA_FIELDS])
+
+
 @dataclass
 class ReadOptions:
     """What to decode and keep.  Offsets filters are inclusive bounds plus an optional set."""
