@@ -5,7 +5,7 @@ Each seed builds a random cluster (1/3/5 voters, maybe an observer), runs
 partitions, crashes that lose unflushed data, restarts, graceful shutdowns,
 snapshots, resignations) with the invariants checked after every event, then
 heals and demands convergence.  A failure names its seed; replay it with
-``python -m kraft_node.raft.sim.runner --seeds N:N+1``.
+``python -m kraft_node.raft.sim.runner --seeds N:N+1 --trace``.
 
 ``KRAFT_SIM_SEEDS`` overrides the number of seeds (default 1000).
 """

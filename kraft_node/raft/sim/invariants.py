@@ -41,6 +41,9 @@ class InvariantChecker:
         self.leader_verified: set[tuple[int, int]] = set()
         self.unverified_acks: list["PendingAppend"] = []
         self.checks = 0
+        #: When set (e.g. ``print``), every role change is reported: a replay aid.
+        self.trace = None
+        self._last_role: dict[int, tuple] = {}
 
     def fail(self, msg: str) -> None:
         c = self.cluster
@@ -72,6 +75,13 @@ class InvariantChecker:
             core = n.core
             st = core.state
             key = (n.id, n.incarnation)
+            if self.trace is not None:
+                role = (n.incarnation, st.name, st.epoch, core.leader_id)
+                if self._last_role.get(n.id) != role:
+                    self._last_role[n.id] = role
+                    self.trace(f"t={self.cluster.scheduler.now:>6} node {n.id} (inc {n.incarnation}) "
+                               f"{st.name} epoch={st.epoch} leader={core.leader_id} "
+                               f"end={n.log.end_offset} hwm={core.high_watermark}")
             if isinstance(st, (LeaderState, ResignedState)):
                 prev = self.leader_of_epoch.setdefault(st.epoch, n.id)
                 if prev != n.id:

@@ -59,10 +59,14 @@ def random_sim_config(rng: random.Random) -> SimConfig:
                      crash_after_vote_probability=rng.choice([0.0, 0.0, 0.3]))
 
 
-def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000) -> RunResult:
+def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000, trace=None) -> RunResult:
+    """Run one seeded scenario; ``trace`` (e.g. ``print``) receives every role change."""
     rng = random.Random(seed * 7919 + 17)
     cfg = random_sim_config(rng)
     c = Cluster(seed, cfg)
+    c.checker.trace = trace
+    if trace is not None:
+        trace(f"seed {seed}: {cfg}")
     sched = c.scheduler
     stats = {"crashes": 0, "snapshots": 0}
     ids = list(c.nodes)
@@ -149,8 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0:100", help="start:stop range of seeds")
     ap.add_argument("--chaos-ms", type=int, default=10_000)
     ap.add_argument("--heal-ms", type=int, default=20_000)
+    ap.add_argument("--trace", action="store_true", help="print every role change (use with one seed)")
     args = ap.parse_args(argv)
     a, b = (int(x) for x in args.seeds.split(":"))
+    if args.trace:
+        for s in range(a, b):
+            print(run_seed(s, args.chaos_ms, args.heal_ms, trace=print))
+        return 0
     t0 = time.perf_counter()
     failures = []
     events = 0
