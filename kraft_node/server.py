@@ -1,0 +1,158 @@
+"""``kraft-server-start``: run one KRaft controller-quorum member (or observer) until SIGTERM.
+
+    kraft-server-start [server.properties] [--exit-after-seconds N]
+                       [--demo-writer] [--writer-interval-ms MS] [--writer-batch N]
+
+Without a file, the embedded default config is used (one controller on
+127.0.0.1:19093, data under the temp dir); if that log dir is not formatted
+yet it is formatted with a fresh cluster id first, so the command alone runs
+a node on a fresh machine.  With a file, the log dirs must have been
+formatted with ``kraft-storage format`` (same node id; the cluster id comes
+from meta.properties).
+
+Role changes are logged to stderr ("node 1 became leader of epoch 3").
+SIGTERM or SIGINT starts a graceful shutdown: a leader resigns with
+EndQuorumEpoch and waits (up to ``--shutdown-timeout-seconds``) until a
+successor is known, the log is closed cleanly, and the process exits 0.
+
+``--demo-writer`` makes the node, whenever it leads, append numbered records
+(``<node>-<pid>-<seq>``) and print each one once it is *committed* as
+``ACK <offset> <value>`` on stdout -- a tiny state-machine client used by the
+multi-process tests (every ACK line must survive any crash) and for demos.
+``--exit-after-seconds`` (or ``KRAFT_EXIT_AFTER_SECONDS``) stops the node
+gracefully after that long.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from kraft_node.config import ConfigError, NodeConfig
+from kraft_node.raft.driver import DriverError, RaftDriver
+from kraft_node.raft.errors import BufferFullError, NotLeaderError, RaftError
+from kraft_storage.errors import KraftStorageError
+
+log = logging.getLogger("kraft.server")
+
+
+def _describe(node_id: int, role: str, epoch: int, leader: int) -> str:
+    if role == "Leader":
+        return f"node {node_id} became leader of epoch {epoch}"
+    if role == "Follower":
+        return f"node {node_id} is following leader {leader} in epoch {epoch}"
+    if role == "Resigned":
+        return f"node {node_id} resigned as leader of epoch {epoch}"
+    if role in ("Candidate", "Prospective"):
+        return f"node {node_id} is {role.lower()} in epoch {epoch}"
+    return f"node {node_id} is unattached in epoch {epoch}" + (f" (leader {leader})" if leader >= 0 else "")
+
+
+def _maybe_format_default(cfg: NodeConfig, out) -> None:
+    from kraft_node.tools.storage import format_storage, random_uuid
+    if os.path.exists(os.path.join(cfg.metadata_log_dir, "meta.properties")):
+        return
+    cid = random_uuid()
+    print(f"No config file given and {cfg.metadata_log_dir} is not formatted: formatting it with the "
+          f"embedded default config and the new cluster id {cid}.", file=out)
+    format_storage(cfg, cid, out=out)
+
+
+async def _demo_writer(driver: RaftDriver, interval_s: float, batch: int, stop: asyncio.Event) -> None:
+    seq = 0
+    prefix = f"{driver.node_id}-{os.getpid()}-"
+
+    def done(values, fut):
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        last = fut.result()
+        first = last - len(values) + 1
+        sys.stdout.write("".join(f"ACK {first + i} {v}\n" for i, v in enumerate(values)))
+        sys.stdout.flush()
+
+    while not stop.is_set():
+        if driver.is_leader:
+            values = [f"{prefix}{seq + i}" for i in range(batch)]
+            try:
+                fut = driver.append([v.encode() for v in values])
+            except (NotLeaderError, BufferFullError, RaftError):
+                pass
+            else:
+                seq += batch
+                fut.add_done_callback(lambda f, vs=values: done(vs, f))
+        try:
+            await asyncio.wait_for(stop.wait(), interval_s)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: bool = False,
+              writer_interval_ms: int = 1000, writer_batch: int = 1, shutdown_timeout: float = 5.0) -> int:
+    driver = RaftDriver.from_config(cfg)
+    driver.on_role_change(lambda r, e, l: log.info("%s", _describe(cfg.node_id, r, e, l)))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await driver.start()
+    kind = "voter" if driver.is_voter else "observer"
+    where = f" on {driver.endpoint}" if driver.endpoint is not None else ""
+    log.info("node %d started as a %s of cluster %s%s (%s)", cfg.node_id, kind, driver.cluster_id, where,
+             cfg.metadata_partition_dir)
+    tasks = []
+    if demo_writer:
+        tasks.append(asyncio.create_task(_demo_writer(driver, writer_interval_ms / 1000, writer_batch, stop)))
+    waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(driver.wait_closed_or_fatal())]
+    await asyncio.wait(waiters, timeout=exit_after, return_when=asyncio.FIRST_COMPLETED)
+    for w in waiters:
+        w.cancel()
+    stop.set()
+    for t in tasks:
+        await t
+    if driver.fatal is not None:
+        log.critical("node %d stopped after a fatal error: %r", cfg.node_id, driver.fatal)
+        await driver.close()
+        return 2
+    log.info("node %d shutting down", cfg.node_id)
+    ok = await driver.shutdown(shutdown_timeout)
+    log.info("node %d shut down%s", cfg.node_id, "" if ok else " (no successor was known in time)")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="kraft-server-start", description="Run a KRaft controller quorum member.")
+    p.add_argument("config", nargs="?", help="server.properties (default: the embedded single-node config)")
+    p.add_argument("--exit-after-seconds", type=float,
+                   default=float(os.environ["KRAFT_EXIT_AFTER_SECONDS"])
+                   if os.environ.get("KRAFT_EXIT_AFTER_SECONDS") else None)
+    p.add_argument("--shutdown-timeout-seconds", type=float, default=5.0)
+    p.add_argument("--demo-writer", action="store_true",
+                   help="when leader, append numbered records and print 'ACK <offset> <value>' once committed")
+    p.add_argument("--writer-interval-ms", type=int, default=1000)
+    p.add_argument("--writer-batch", type=int, default=1)
+    p.add_argument("--log-level", default=os.environ.get("KRAFT_LOG_LEVEL", "INFO"))
+    args = p.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="[%(asctime)s] %(levelname)s %(message)s")
+    try:
+        if args.config:
+            cfg = NodeConfig.from_file(args.config)
+        else:
+            cfg = NodeConfig.default()
+            _maybe_format_default(cfg, sys.stderr)
+        return asyncio.run(run(cfg, exit_after=args.exit_after_seconds, demo_writer=args.demo_writer,
+                               writer_interval_ms=args.writer_interval_ms, writer_batch=args.writer_batch,
+                               shutdown_timeout=args.shutdown_timeout_seconds))
+    except (ConfigError, DriverError, KraftStorageError) as exc:
+        print(f"kraft-server-start: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"kraft-server-start: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
