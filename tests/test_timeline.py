@@ -583,3 +583,22 @@ def test_bulk_calls_survive_keys_list_mutated_by_eq(tl):
             pass
     if hasattr(m, "_check_integrity"):
         m._check_integrity()
+
+
+def test_python_subclass_in_a_cycle_is_collected(tl):
+    import weakref
+
+    class TopicsMap(tl.TimelineHashMap):
+        pass
+
+    reg = tl.SnapshotRegistry()
+    m = TopicsMap(reg)
+    m.owner = m                            # cycle through the instance __dict__
+    m["me"] = m                            # and through the table
+    reg.get_or_create_snapshot(1)
+    m["me"] = None
+    assert m.get("me", epoch=1) is m
+    ref = weakref.ref(m)
+    del m, reg
+    gc.collect()
+    assert ref() is None
