@@ -186,8 +186,10 @@ def encode_leader_change(msg: LeaderChangeMessage) -> bytes:
 class RaftCore:
     """One replica of the metadata partition.
 
-    ``voters`` maps voter id to its ReplicaKey (static voter set; dynamic
-    membership comes later).  ``local_key`` not in ``voters`` makes an observer.
+    ``voters`` lists the voters' ReplicaKeys (a static voter set; dynamic
+    membership comes later).  A ``local_key`` that matches no voter (same id
+    and, where both are known, same directory id) makes this replica an observer.
+    ``rng`` is the only entropy (election timeouts, backoffs, correlation ids).
     """
 
     def __init__(self, config: QuorumConfig, local_key: ReplicaKey, voters: list[ReplicaKey],
