@@ -335,6 +335,14 @@ def test_granted_vote_is_durable_before_the_response_and_survives_restart():
     assert not ctx.request(3, ctx.vote(3, 3, 0, 0)).vote_granted
 
 
+def test_unattached_or_prospective_with_a_known_leader_rejects_standard_votes():
+    ctx = Ctx(election=ElectionState(5, 2, None))
+    ctx.advance(ctx.config.fetch_timeout_ms)
+    assert isinstance(ctx.state, ProspectiveState) and ctx.state.leader_id() == 2
+    assert not ctx.request(3, ctx.vote(3, 5, 0, 0)).vote_granted
+    assert ctx.request(3, ctx.vote(3, 5, 0, 0, pre_vote=True)).vote_granted
+
+
 def test_vote_for_another_directory_id_is_invalid_voter_key():
     ctx = Ctx(election=ElectionState(2))
     resp = ctx.request(2, ctx.vote(2, 3, 0, 0, voter_dir=uuid.UUID(int=999)))

@@ -9,8 +9,9 @@ vote* (``can_grant_vote``), following Kafka:
 ============  =====================================  ========================
 role          standard vote                          pre-vote (KIP-996)
 ============  =====================================  ========================
-Unattached    no vote yet: log up to date;           log up to date
-              voted: only the same candidate again
+Unattached    no vote yet: log up to date (and no    log up to date
+              known leader); voted: only the same
+              candidate again
 Prospective   as Unattached                          log up to date
 Candidate     never (voted for itself)               log up to date
 Follower      never (has a leader this epoch)        log up to date and not
@@ -108,11 +109,13 @@ class EpochState:
         return f"{self.name}(epoch={self.epoch}, {self.election()})"
 
 
-def _unattached_can_grant(voted_key, candidate, up_to_date, pre_vote) -> bool:
+def _unattached_can_grant(voted_key, leader_id, candidate, up_to_date, pre_vote) -> bool:
     if pre_vote:
         return up_to_date
     if voted_key is not None:
         return voted_key.matches(candidate)
+    if leader_id >= 0:
+        return False  # this epoch already has a leader: behave like a follower
     return up_to_date
 
 
@@ -134,7 +137,7 @@ class UnattachedState(EpochState):
         return ElectionState(self.epoch, self._leader_id, self.voted_key)
 
     def can_grant_vote(self, candidate, log_up_to_date, pre_vote):
-        return _unattached_can_grant(self.voted_key, candidate, log_up_to_date, pre_vote)
+        return _unattached_can_grant(self.voted_key, self._leader_id, candidate, log_up_to_date, pre_vote)
 
 
 class ProspectiveState(EpochState):
@@ -159,7 +162,7 @@ class ProspectiveState(EpochState):
         return ElectionState(self.epoch, self._leader_id, self.voted_key)
 
     def can_grant_vote(self, candidate, log_up_to_date, pre_vote):
-        return _unattached_can_grant(self.voted_key, candidate, log_up_to_date, pre_vote)
+        return _unattached_can_grant(self.voted_key, self._leader_id, candidate, log_up_to_date, pre_vote)
 
 
 class CandidateState(EpochState):
