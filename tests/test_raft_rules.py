@@ -349,7 +349,7 @@ def test_vote_for_another_directory_id_is_invalid_voter_key():
     assert resp.partition_error_code == Errors.INVALID_VOTER_KEY and not resp.vote_granted
 
 
-def test_vote_from_candidate_with_unknown_directory_id_is_rejected():
+def test_standard_vote_from_candidate_with_unknown_directory_id_is_rejected():
     ctx = Ctx(election=ElectionState(2))
     req = ctx.vote(2, 3, 0, 0)
     req = VoteRequest(req.cluster_id, req.voter_id, 3, 2, uuid.UUID(int=12345), req.voter_directory_id, 0, 0)
@@ -888,7 +888,20 @@ def test_observer_never_starts_an_election_and_never_votes():
     assert not isinstance(ctx.state, (ProspectiveState, CandidateState))
     assert not ctx.take(VoteRequest)
     resp = ctx.request(1, VoteRequest(CLUSTER, 9, 5, 1, key(1).directory_id, None, 4, 0))
-    assert not resp.vote_granted and resp.partition_error_code == Errors.INCONSISTENT_VOTER_SET
+    assert not resp.vote_granted and resp.partition_error_code == 0
+    assert ctx.store.state.voted_key is None
+    # pre-votes are non-binding: an observer answers them like any replica
+    resp = ctx.request(1, VoteRequest(CLUSTER, 9, 5, 1, key(1).directory_id, None, 4, 0, True))
+    assert resp.vote_granted
+
+
+def test_pre_vote_from_a_non_voter_is_answered_but_standard_vote_is_not_granted():
+    ctx = Ctx(election=ElectionState(2))
+    req = VoteRequest(CLUSTER, 1, 3, 7, None, key(1).directory_id, 0, 0, True)
+    assert ctx.request(7, req).vote_granted
+    req = VoteRequest(CLUSTER, 1, 3, 7, None, key(1).directory_id, 0, 0, False)
+    assert not ctx.request(7, req).vote_granted
+    assert ctx.store.state.voted_key is None
 
 
 def test_observer_does_not_flush_fetched_data_but_voters_do():

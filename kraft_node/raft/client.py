@@ -507,8 +507,6 @@ class RaftCore:
             return self._vote_response(NONE, False, Errors.INVALID_REQUEST)
         if req.replica_epoch < self.quorum.epoch:
             return self._vote_response(Errors.FENCED_LEADER_EPOCH, False)
-        if not self.quorum.is_voter:
-            return self._vote_response(Errors.INCONSISTENT_VOTER_SET, False)
         if req.replica_epoch > self.quorum.epoch and not req.pre_vote:
             self._transition_to_unattached(req.replica_epoch, now_ms)
         # The request must be meant for this replica (id and directory id).
@@ -516,11 +514,16 @@ class RaftCore:
             return self._vote_response(Errors.INVALID_VOTER_KEY, False)
         candidate = ReplicaKey(req.replica_id, req.replica_directory_id)
         voter = self.quorum.voters.get(candidate.id)
-        if voter is None or not voter.matches(candidate):
-            return self._vote_response(NONE, False)
         up_to_date = OffsetAndEpoch(req.last_offset, req.last_offset_epoch).at_least(self.log_end())
         st = self.quorum.state
-        granted = st.can_grant_vote(candidate, up_to_date, req.pre_vote)
+        if req.pre_vote:
+            # Non-binding: like Kafka, observers answer too and non-voters may ask;
+            # only voters' grants count in the nominee's tally.
+            granted = st.can_grant_vote(candidate, up_to_date, True)
+        elif not self.quorum.is_voter or voter is None or not voter.matches(candidate):
+            granted = False  # a binding vote is only cast by a voter, for a voter
+        else:
+            granted = st.can_grant_vote(candidate, up_to_date, False)
         self.stats[("pre_vote_" if req.pre_vote else "vote_") + ("granted" if granted else "rejected")] += 1
         if granted and not req.pre_vote and isinstance(st, (UnattachedState, ProspectiveState)) \
                 and st.voted_key is None:
