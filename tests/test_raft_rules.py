@@ -292,12 +292,21 @@ def test_follower_grants_pre_vote_before_it_has_fetched_from_leader():
     assert not ctx.request(3, ctx.vote(3, 5, 5, 3, pre_vote=True)).vote_granted
 
 
-def test_pre_vote_does_not_change_epoch_or_record_a_vote():
+def test_pre_vote_never_records_a_vote():
     ctx = Ctx(election=ElectionState(5))
-    writes = len(ctx.store.writes)
-    resp = ctx.request(2, ctx.vote(2, 9, 0, 0, pre_vote=True))
+    resp = ctx.request(2, ctx.vote(2, 5, 0, 0, pre_vote=True))
     assert resp.vote_granted and ctx.core.epoch == 5
-    assert len(ctx.store.writes) == writes and ctx.state.voted_key is None
+    assert ctx.state.voted_key is None and (ctx.store.state is None or ctx.store.state.voted_key is None)
+    # a second pre-vote for another replica is granted too: nothing was bound
+    assert ctx.request(3, ctx.vote(3, 5, 0, 0, pre_vote=True)).vote_granted
+
+
+def test_pre_vote_with_a_higher_epoch_moves_to_unattached_at_that_epoch():
+    ctx = Ctx(log=make_log([(2, 3)]), election=ElectionState(2, 2, None))
+    assert isinstance(ctx.state, FollowerState)
+    resp = ctx.request(3, ctx.vote(3, 3, 2, 3, pre_vote=True))
+    assert resp.vote_granted and resp.leader_epoch == 3 and resp.leader_id == -1
+    assert isinstance(ctx.state, UnattachedState) and ctx.state.epoch == 3 and ctx.state.voted_key is None
 
 
 def test_candidate_pre_vote_only_when_log_up_to_date():
@@ -426,7 +435,9 @@ def test_candidate_that_loses_backs_off_then_goes_prospective():
 
 
 def test_end_quorum_epoch_backoff_is_strict_exponential_by_preferred_position():
-    for preferred, expect in [((1, 3), 0), ((3, 1), 100), ((3, 2, 1), 200), ((3,), 1000)]:
+    # position p of n successors: 0 for the first, else (max >> (n - 1)) << (p - 1)
+    for preferred, expect in [((1, 3), 0), ((3, 1), 500), ((3, 2, 1), 500), ((3, 1, 2), 250),
+                              ((2, 1, 3, 4), 125), ((3,), 1000)]:
         ctx = Ctx(voters=(1, 2, 3, 4), election=ElectionState(5, 2, None))
         ctx.now = 10
         resp = ctx.request(2, EndQuorumEpochRequest(CLUSTER, 2, 5, tuple(key(i) for i in preferred)))

@@ -402,16 +402,21 @@ class RaftCore:
         return min(RETRY_BACKOFF_BASE_MS * self.rng.randrange(2 << min(20, retries - 1)),
                    self.config.election_backoff_max_ms)
 
-    def _strict_exponential_backoff(self, position: int) -> int:
-        """0 for the first preferred successor, then 100, 200, 400 ... ms, capped."""
-        if position <= 0:
+    def _strict_exponential_backoff(self, position: int, total: int) -> int:
+        """Kafka's strict exponential backoff by successor position: 0 for the first,
+        then ``max >> (total - 1)`` doubling per position, capped at
+        election.backoff.max.ms (which is also the value for non-successors)."""
+        cap = self.config.election_backoff_max_ms
+        if position == 0:
             return 0
-        return min(self.config.election_backoff_max_ms, RETRY_BACKOFF_BASE_MS << (position - 1))
+        if position < 0 or position >= total:
+            return cap
+        return min(cap, (cap >> (total - 1)) << (position - 1))
 
     def _end_epoch_election_backoff(self, preferred: tuple[ReplicaKey, ...]) -> int:
         for pos, key in enumerate(preferred):
             if key.matches(self.local_key):
-                return self._strict_exponential_backoff(pos)
+                return self._strict_exponential_backoff(pos, len(preferred))
         return self.config.election_backoff_max_ms
 
     def _maybe_transition(self, leader_id: int, epoch: int, now_ms: int) -> None:
@@ -507,7 +512,9 @@ class RaftCore:
             return self._vote_response(NONE, False, Errors.INVALID_REQUEST)
         if req.replica_epoch < self.quorum.epoch:
             return self._vote_response(Errors.FENCED_LEADER_EPOCH, False)
-        if req.replica_epoch > self.quorum.epoch and not req.pre_vote:
+        if req.replica_epoch > self.quorum.epoch:
+            # Kafka moves to the higher epoch for pre-votes too: the prospective
+            # learned that epoch legitimately, and no vote is recorded for it.
             self._transition_to_unattached(req.replica_epoch, now_ms)
         # The request must be meant for this replica (id and directory id).
         if req.voter_id != self.local_id or not ReplicaKey(req.voter_id, req.voter_directory_id).matches(self.local_key):
