@@ -959,3 +959,13 @@ def test_listener_catch_up_is_chunked_by_fetch_max_bytes_and_complete():
     commits = [e for e in ctx.listener.events if e[0] == "commit"]
     assert len(commits) > 1
     assert [b.base_offset for b in ctx.listener.commits] == list(range(20))
+
+
+def test_fetch_answered_by_the_leader_of_our_epoch_is_used_right_away():
+    ctx = Ctx(local=9, voters=(1, 2, 3), election=ElectionState(4))
+    ctx.poll()
+    f = ctx.take(FetchRequest)[0]
+    leader = f.destination
+    ctx.reply(f, FetchResponse(0, 0, 1, LeaderIdAndEpoch(leader, 4), records=(Batch(0, 4, (b"x",)),)))
+    assert isinstance(ctx.state, FollowerState) and ctx.state.leader_id() == leader
+    assert ctx.log.end_offset == 1 and ctx.core.high_watermark == 1

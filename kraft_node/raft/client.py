@@ -445,9 +445,10 @@ class RaftCore:
         if epoch == self.quorum.epoch and leader_id >= 0 and self.quorum.leader_id < 0 \
                 and leader_id != self.local_id:
             # Learned this epoch's leader (e.g. a nominee or an unattached observer):
-            # follow it; the response itself belonged to the previous role.
+            # follow it, then let the handler use the response if it carries no error
+            # (a Fetch answered by that leader is appended at once).
             self._maybe_transition(leader_id, epoch, now_ms)
-            return True
+            return error != NONE
         return False
 
     # ------------------------------------------------------------ inbound dispatch
