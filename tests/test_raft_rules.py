@@ -619,6 +619,14 @@ def test_fetch_epoch_validation_errors():
     assert follower.request(3, follower.fetch(3, 0, 0, epoch=4)).partition_error_code == Errors.NOT_LEADER_OR_FOLLOWER
 
 
+def test_malformed_fetch_is_invalid_request():
+    ctx = leader_ctx([])
+    ep = ctx.core.epoch
+    for bad in (ctx.fetch(2, -1, 0), ctx.fetch(2, 0, -1), ctx.fetch(2, 0, ep + 1, epoch=ep),
+                ctx.fetch(2, 0, 0, max_wait=-1)):
+        assert ctx.request(2, bad).partition_error_code == Errors.INVALID_REQUEST
+
+
 def test_begin_quorum_epoch_sent_to_voters_after_election():
     ctx = leader_ctx([])
     bqe = ctx.take(BeginQuorumEpochRequest)

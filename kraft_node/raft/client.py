@@ -627,7 +627,8 @@ class RaftCore:
             self._respond(source, corr, FetchResponse(int(Errors.INCONSISTENT_CLUSTER_ID), 0, -1,
                                                       self._leader_and_epoch()))
             return
-        if req.fetch_offset < 0 or req.last_fetched_epoch < 0 or req.last_fetched_epoch > req.current_leader_epoch:
+        if req.max_wait_ms < 0 or req.fetch_offset < 0 or req.last_fetched_epoch < 0 \
+                or req.last_fetched_epoch > req.current_leader_epoch:
             self._respond(source, corr, FetchResponse(0, int(Errors.INVALID_REQUEST), -1,
                                                       self._leader_and_epoch()))
             return
