@@ -85,6 +85,7 @@ SCHEMA_FIELDS: list[tuple[str, pa.DataType, str]] = [
     ("fields", pa.string(), "STRING"),
 ]
 SCHEMA_DDL = ", ".join(f"{n} {ddl}" for n, _t, ddl in SCHEMA_FIELDS)
+_FIELD_TYPES = {n: t for n, t, _d in SCHEMA_FIELDS}
 ARROW_SCHEMA = pa.schema([pa.field(n, t, nullable=True) for n, t, _d in SCHEMA_FIELDS])
 
 _COMPRESSION_NAMES = pa.array(["none", "gzip", "snappy", "lz4", "zstd", "unknown5", "unknown6", "unknown7"])
@@ -120,10 +121,24 @@ class ReadOptions:
     offset_in: tuple[int, ...] | None = None
     record_types: tuple[int, ...] | None = None  # keep only these apiKeys
     allow_partial_tail: bool = False
+    columns: tuple[str, ...] | None = None       # a subset of SCHEMA_FIELDS, in output order
 
     def __post_init__(self):
         if self.fields not in ("none", "json"):
             raise ValueError(f"fields must be 'none' or 'json', not {self.fields!r}")
+        if self.columns is not None:
+            unknown = [c for c in self.columns if c not in _FIELD_TYPES]
+            if unknown:
+                raise ValueError(f"unknown column(s) {unknown}; the kraft columns are {list(_FIELD_TYPES)}")
+            self.columns = tuple(self.columns)
+
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(_FIELD_TYPES) if self.columns is None else self.columns
+
+    def arrow_schema(self) -> pa.Schema:
+        if self.columns is None:
+            return ARROW_SCHEMA
+        return pa.schema([pa.field(c, _FIELD_TYPES[c], nullable=True) for c in self.columns])
         if self.batch_rows <= 0:
             raise ValueError("batch_rows must be positive")
 
@@ -212,47 +227,65 @@ def _fields_json(cols, frames: FrameColumns, rows: np.ndarray, source: str) -> p
 
 def columns_to_arrow(cols, frames: FrameColumns, file_name: str, options: ReadOptions,
                      rows: np.ndarray | None = None, source: str | None = None) -> pa.RecordBatch:
-    """One Arrow batch from decoded columns (``rows`` selects records, None = all)."""
+    """One Arrow batch from decoded columns (``rows`` selects records, None = all).
+
+    Only the columns in ``options.columns`` are built (all by default): a
+    narrow schema skips the gathers and takes it does not need.
+    """
     def sel(a):
         return a if rows is None else a[rows]
 
     hb = cols.batches
     bidx = sel(cols.batch)
     n = len(bidx)
-    attrs = hb["attributes"][bidx]
-    api_key, version, ctype = sel(frames.api_key), sel(frames.version), sel(frames.control_type)
-    name_idx = np.where(api_key >= 0, api_key.astype(np.int32),
-                        np.where(ctype >= 0, ctype.astype(np.int32) + _CONTROL_BASE, -1))
-    name_idx[(name_idx >= len(_TYPE_NAMES))] = -1
-    if options.fields == "json":
-        fields = _fields_json(cols, frames, np.arange(len(cols)) if rows is None else rows,
-                              source or file_name)
-    else:
-        fields = pa.nulls(n, pa.string())
-    arrays = [
-        pa.repeat(pa.scalar(file_name, pa.string()), n),
-        pa.array(hb["position"][bidx]),
-        pa.array(sel(cols.offset)),
-        pa.array(sel(cols.timestamp)),
-        pa.array(hb["base_offset"][bidx]),
-        pa.array(hb["base_offset"][bidx] + hb["last_offset_delta"][bidx]),
-        pa.array(hb["partition_leader_epoch"][bidx]),
-        pa.array(hb["producer_id"][bidx]),
-        pa.array(hb["producer_epoch"][bidx]),
-        pa.array(hb["base_sequence"][bidx]),
-        _COMPRESSION_NAMES.take(pa.array(attrs & 7)),
-        _TS_TYPE_NAMES.take(pa.array((attrs >> 3) & 1)),
-        pa.array((attrs & 0x10) != 0),
-        pa.array((attrs & 0x20) != 0),
-        _binary(cols.data, sel(cols.key_pos), sel(cols.key_len)),
-        _binary(cols.data, sel(cols.value_pos), sel(cols.value_len)),
-        _masked(api_key),
-        _masked(version),
-        _TYPE_NAMES.take(_masked(name_idx)),
-        _masked(ctype),
-        fields,
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+    cache: dict = {}
+
+    def attrs():
+        if "a" not in cache:
+            cache["a"] = hb["attributes"][bidx]
+        return cache["a"]
+
+    def hcol(name):
+        return hb[name][bidx]
+
+    def type_names():
+        api_key, ctype = sel(frames.api_key), sel(frames.control_type)
+        idx = np.where(api_key >= 0, api_key.astype(np.int32),
+                       np.where(ctype >= 0, ctype.astype(np.int32) + _CONTROL_BASE, -1))
+        idx[idx >= len(_TYPE_NAMES)] = -1
+        return _TYPE_NAMES.take(_masked(idx))
+
+    def fields():
+        if options.fields != "json":
+            return pa.nulls(n, pa.string())
+        return _fields_json(cols, frames, np.arange(len(cols)) if rows is None else rows,
+                            source or file_name)
+
+    build = {
+        "file": lambda: pa.repeat(pa.scalar(file_name, pa.string()), n),
+        "batch_position": lambda: pa.array(hcol("position")),
+        "offset": lambda: pa.array(sel(cols.offset)),
+        "timestamp": lambda: pa.array(sel(cols.timestamp)),
+        "batch_base_offset": lambda: pa.array(hcol("base_offset")),
+        "batch_last_offset": lambda: pa.array(hcol("base_offset") + hcol("last_offset_delta")),
+        "partition_leader_epoch": lambda: pa.array(hcol("partition_leader_epoch")),
+        "producer_id": lambda: pa.array(hcol("producer_id")),
+        "producer_epoch": lambda: pa.array(hcol("producer_epoch")),
+        "base_sequence": lambda: pa.array(hcol("base_sequence")),
+        "compression": lambda: _COMPRESSION_NAMES.take(pa.array(attrs() & 7)),
+        "timestamp_type": lambda: _TS_TYPE_NAMES.take(pa.array((attrs() >> 3) & 1)),
+        "is_transactional": lambda: pa.array((attrs() & 0x10) != 0),
+        "is_control": lambda: pa.array((attrs() & 0x20) != 0),
+        "key": lambda: _binary(cols.data, sel(cols.key_pos), sel(cols.key_len)),
+        "value": lambda: _binary(cols.data, sel(cols.value_pos), sel(cols.value_len)),
+        "record_type": lambda: _masked(sel(frames.api_key)),
+        "record_version": lambda: _masked(sel(frames.version)),
+        "record_type_name": type_names,
+        "control_type": lambda: _masked(sel(frames.control_type)),
+        "fields": fields,
+    }
+    names = options.column_names()
+    return pa.RecordBatch.from_arrays([build[c]() for c in names], schema=options.arrow_schema())
 
 
 def _row_filter(cols, frames: FrameColumns | None, options: ReadOptions) -> np.ndarray | None:
@@ -342,5 +375,6 @@ def read_arrow(paths, options: ReadOptions | None = None, *, kinds=("log", "chec
 
 
 def read_table(paths, options: ReadOptions | None = None, **kw) -> pa.Table:
+    options = options or ReadOptions()
     batches = list(read_arrow(paths, options, **kw))
-    return pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
+    return pa.Table.from_batches(batches, schema=options.arrow_schema())
