@@ -276,8 +276,8 @@ class RaftDriver:
             self._timer.cancel()
         self._appends.fail_all(RaftError(f"node {self.node_id} shut down"))
         for fut in self._inbound.values():
-            if not fut.done():
-                fut.cancel()
+            if not fut.done():  # parked requests get an error answer (handlers never swallow cancellation)
+                fut.set_exception(RaftError(f"node {self.node_id} shut down"))
         self._inbound.clear()
         for t in list(self._tasks):
             t.cancel()
@@ -412,7 +412,7 @@ class RaftDriver:
         self._poll()
         try:
             resp = await fut
-        except asyncio.CancelledError:
+        except RaftError:
             return wire.response_to_wire(wire.error_response(key, Errors.BROKER_NOT_AVAILABLE))
         return wire.response_to_wire(resp)
 

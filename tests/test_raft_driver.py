@@ -1,0 +1,243 @@
+"""RaftDriver in-process over real sockets on 127.0.0.1: election, commit, resignation,
+cluster-id validation, DescribeQuorum/DescribeCluster, restart from disk.
+
+Every test runs under asyncio.wait_for with a hard deadline (no test can hang).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from raft_cluster_util import CLUSTER_ID, cluster_properties  # noqa: E402
+
+from kraft_node.config import NodeConfig  # noqa: E402
+from kraft_node.network import KafkaConnection  # noqa: E402
+from kraft_node.raft import messages as m  # noqa: E402
+from kraft_node.raft import wire  # noqa: E402
+from kraft_node.raft.driver import DriverError, RaftDriver  # noqa: E402
+from kraft_node.raft.errors import NotLeaderError  # noqa: E402
+from kraft_node.raft.file_state import FileQuorumStateStore  # noqa: E402
+from kraft_node.raft.kafka_log import KafkaRaftLog  # noqa: E402
+from kraft_node.tools import metadata_quorum  # noqa: E402
+
+
+def run(coro, timeout=60):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+async def start(paths):
+    ds = [RaftDriver.from_config(NodeConfig.from_file(p)) for p in paths]
+    for d in ds:
+        await d.start()
+    return ds
+
+
+async def wait_leader(ds, exclude=None, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        leaders = [d for d in ds if d.is_leader and d is not exclude and not d._closed]
+        if leaders:
+            return max(leaders, key=lambda d: d.core.epoch)
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no leader within {timeout}s: {[d.role_changes[-1:] for d in ds]}")
+
+
+def committed_values(cfg_path):
+    cfg = NodeConfig.from_file(cfg_path)
+    log = KafkaRaftLog(cfg.metadata_partition_dir)
+    out = []
+    pos = log.start_offset
+    while pos < log.end_offset:
+        bs = log.read(pos, 1 << 20)
+        for b in bs:
+            if not b.is_control:
+                out.extend(b.records)
+        pos = bs[-1].next_offset
+    log.close()
+    return out
+
+
+def test_three_voters_elect_commit_and_resign(tmp_path):
+    paths = cluster_properties(str(tmp_path), 3)
+
+    async def go():
+        ds = await start(paths)
+        try:
+            leader = await wait_leader(ds)
+            offs = await asyncio.gather(*[leader.append([b"a%d" % i]) for i in range(50)])
+            assert offs == sorted(offs) and len(set(offs)) == 50
+            # every voter's listener-visible state follows: high watermarks converge
+            epoch = leader.core.epoch
+            t0 = time.monotonic()
+            leader.resign()
+            new = await wait_leader(ds, exclude=leader, timeout=5)
+            failover = time.monotonic() - t0
+            assert new.core.epoch > epoch
+            assert failover < 2.0, failover
+            offs2 = await asyncio.gather(*[new.append([b"b%d" % i]) for i in range(20)])
+            assert min(offs2) > max(offs)
+            # the old leader follows the new one
+            deadline = time.monotonic() + 5
+            while leader.core.leader_id != new.node_id and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert leader.core.leader_id == new.node_id
+        finally:
+            for d in ds:
+                await d.shutdown(2)
+
+    run(go())
+    expected = [b"a%d" % i for i in range(50)] + [b"b%d" % i for i in range(20)]
+    for p in paths:
+        assert committed_values(p)[:70] == expected
+
+
+def test_append_on_follower_is_refused(tmp_path):
+    paths = cluster_properties(str(tmp_path), 3)
+
+    async def go():
+        ds = await start(paths)
+        try:
+            leader = await wait_leader(ds)
+            follower = next(d for d in ds if d is not leader)
+            with pytest.raises(NotLeaderError):
+                follower.append([b"x"])
+        finally:
+            for d in ds:
+                await d.shutdown(2)
+
+    run(go())
+
+
+def test_cluster_id_is_validated_on_every_rpc(tmp_path):
+    paths = cluster_properties(str(tmp_path), 3)
+
+    async def go():
+        ds = await start(paths)
+        try:
+            leader = await wait_leader(ds)
+            conn = await KafkaConnection.open("127.0.0.1", leader.port)
+            try:
+                bad = [m.VoteRequest("not-this-cluster", leader.node_id, leader.core.epoch + 5, 2, None, None, 1, 5),
+                       m.FetchRequest("not-this-cluster", 2, 0, leader.core.epoch, 0, 0),
+                       m.BeginQuorumEpochRequest("not-this-cluster", leader.node_id, None, 2, 99),
+                       m.EndQuorumEpochRequest("not-this-cluster", 2, 99, ()),
+                       m.FetchSnapshotRequest("not-this-cluster", 2, 100, leader.core.epoch, m.OffsetAndEpoch(1, 1), 0)]
+                for req in bad:
+                    body, v = wire.request_to_wire(req)
+                    resp = wire.response_from_wire(await conn.request(body, v, timeout=5))
+                    assert resp.error_code == 104, (type(req).__name__, resp)
+                # and the right cluster id gets a real answer
+                body, v = wire.request_to_wire(m.FetchRequest(CLUSTER_ID, 2, 0, leader.core.epoch, 0, 0))
+                resp = wire.response_from_wire(await conn.request(body, v, timeout=5))
+                assert resp.error_code == 0 and resp.current_leader.leader_id == leader.node_id
+            finally:
+                await conn.close()
+            assert leader.is_leader  # the bogus epochs did not disturb the quorum
+        finally:
+            for d in ds:
+                await d.shutdown(2)
+
+    run(go())
+
+
+def test_describe_quorum_and_cluster(tmp_path):
+    paths = cluster_properties(str(tmp_path), 3, observers=1)
+
+    async def go():
+        ds = await start(paths)
+        try:
+            leader = await wait_leader(ds)
+            await asyncio.gather(*[leader.append([b"z"]) for _ in range(5)])
+            # wait until the observer fetched from the leader
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                if 4 in leader.core.state.observers:
+                    break
+                await asyncio.sleep(0.02)
+            cluster, quorum = await metadata_quorum.fetch("127.0.0.1", leader.port, 5)
+            assert cluster.cluster_id == CLUSTER_ID and cluster.controller_id == leader.node_id
+            text = metadata_quorum.format_status(cluster.cluster_id, quorum)
+            assert f"LeaderId:               {leader.node_id}" in text
+            assert '"id": 4' in text.split("CurrentObservers:")[1]
+            p = quorum.topics[0].partitions[0]
+            assert sorted(v.replica_id for v in p.current_voters) == [1, 2, 3]
+            assert p.high_watermark >= 6
+            follower = next(d for d in ds[:3] if d is not leader)
+            _, fq = await _raw_describe(follower.port)
+            assert fq.topics[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
+            obs = ds[3]
+            assert not obs.is_voter and obs.core.leader_id == leader.node_id
+        finally:
+            for d in ds:
+                await d.shutdown(2)
+
+    run(go())
+
+
+async def _raw_describe(port):
+    conn = await KafkaConnection.open("127.0.0.1", port)
+    try:
+        from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest
+        c = await conn.request(DescribeClusterRequest(endpoint_type=2), 1, timeout=5)
+        q = await conn.request(metadata_quorum.describe_request(), 2, timeout=5)
+        return c, q
+    finally:
+        await conn.close()
+
+
+def test_restart_from_disk_keeps_log_and_epoch(tmp_path):
+    paths = cluster_properties(str(tmp_path), 3)
+
+    async def phase1():
+        ds = await start(paths)
+        try:
+            leader = await wait_leader(ds)
+            await asyncio.gather(*[leader.append([b"p1-%d" % i]) for i in range(10)])
+            return leader.core.epoch
+        finally:
+            for d in ds:
+                await d.close()  # abrupt stop: no resignation
+
+    epoch1 = run(phase1())
+    for p in paths:
+        st = FileQuorumStateStore(NodeConfig.from_file(p).metadata_partition_dir).read()
+        assert st.epoch >= epoch1
+
+    async def phase2():
+        ds = await start(paths)
+        try:
+            leader = await wait_leader(ds)
+            assert leader.core.epoch > epoch1
+            await asyncio.gather(*[leader.append([b"p2-%d" % i]) for i in range(10)])
+        finally:
+            for d in ds:
+                await d.shutdown(2)
+
+    run(phase2())
+    want = [b"p1-%d" % i for i in range(10)] + [b"p2-%d" % i for i in range(10)]
+    for p in paths:
+        assert committed_values(p)[:20] == want
+
+
+def test_unformatted_or_foreign_storage_is_refused(tmp_path):
+    paths = cluster_properties(str(tmp_path), 1)
+    cfg = NodeConfig.from_file(paths[0])
+    os.remove(os.path.join(cfg.metadata_log_dir, "meta.properties"))
+    with pytest.raises(DriverError, match="not found"):
+        RaftDriver.from_config(cfg)
+    text = open(paths[0]).read().replace("node.id=1", "node.id=7").replace("1@127", "7@127")
+    other = tmp_path / "other.properties"
+    other.write_text(text)
+    paths2 = cluster_properties(str(tmp_path / "b"), 1)
+    cfg2 = NodeConfig.from_file(paths2[0])
+    text2 = open(paths2[0]).read().replace("node.id=1", "node.id=7").replace("1@127", "7@127")
+    p2 = tmp_path / "b" / "wrong.properties"
+    p2.write_text(text2)
+    with pytest.raises(DriverError, match="belongs to node 1"):
+        RaftDriver.from_config(NodeConfig.from_file(str(p2)))
+    assert cfg2.node_id == 1
