@@ -13,7 +13,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from raft_cluster_util import CLUSTER_ID, cluster_properties  # noqa: E402
+from test_raft_driver_support import CLUSTER_ID, cluster_properties  # noqa: E402
 
 from kraft_node.config import NodeConfig  # noqa: E402
 from kraft_node.network import KafkaConnection  # noqa: E402

@@ -1,4 +1,4 @@
-"""Helpers shared by the TCP cluster tests: free ports, configs, formatted dirs."""
+"""Helpers shared by the TCP cluster tests (no tests here): free ports, configs, formatted dirs."""
 from __future__ import annotations
 
 import io
