@@ -263,7 +263,9 @@ class LeaderState(EpochState):
         self.resign_requested = False
 
     def election(self):
-        return ElectionState(self.epoch, self.local_key.id, self.local_key)
+        # Kafka (LeaderState/ResignedState.election) records the elected leader and no vote:
+        # the quorum-state file says votedId -1, as every Kafka fixture shows.
+        return ElectionState(self.epoch, self.local_key.id, None)
 
     def time_until_check_quorum_expires(self, now_ms: int) -> int:
         if len(self.voters) == 1:
@@ -340,4 +342,6 @@ class ResignedState(EpochState):
         self.high_watermark = high_watermark
 
     def election(self):
-        return ElectionState(self.epoch, self.local_key.id, self.local_key)
+        # Kafka (LeaderState/ResignedState.election) records the elected leader and no vote:
+        # the quorum-state file says votedId -1, as every Kafka fixture shows.
+        return ElectionState(self.epoch, self.local_key.id, None)
