@@ -977,3 +977,17 @@ def test_fetch_answered_by_the_leader_of_our_epoch_is_used_right_away():
     ctx.reply(f, FetchResponse(0, 0, 1, LeaderIdAndEpoch(leader, 4), records=(Batch(0, 4, (b"x",)),)))
     assert isinstance(ctx.state, FollowerState) and ctx.state.leader_id() == leader
     assert ctx.log.end_offset == 1 and ctx.core.high_watermark == 1
+
+
+def test_leader_and_resigned_election_state_records_no_vote():
+    # Kafka's LeaderState/ResignedState.election() is withElectedLeader(epoch, localId): the
+    # quorum-state file of a leader says votedId -1 (as every Kafka fixture file does).
+    ctx = Ctx(local=1, voters=(1,))
+    assert isinstance(ctx.state, (LeaderState, ProspectiveState, CandidateState))
+    ctx.advance(10)
+    assert isinstance(ctx.state, LeaderState)
+    assert ctx.store.state.leader_id == 1 and ctx.store.state.voted_key is None
+    epoch = ctx.core.epoch
+    ctx.start()  # restart from the stored state: a former leader starts Resigned
+    assert isinstance(ctx.state, ResignedState) and ctx.state.epoch == epoch
+    assert ctx.store.state.voted_key is None
