@@ -129,6 +129,23 @@ def test_fields_json(spark):
     assert f["PartitionId"] == 0 and f["Replicas"] == [1] and rows[0]["record_version"] == 2
 
 
+def test_user_schema_selects_columns(spark, gen_dir):
+    df = spark.read.format("kraft").schema("value BINARY, offset LONG, record_type SHORT").load(str(gen_dir))
+    assert df.columns == ["value", "offset", "record_type"]
+    got = df.filter("offset < 1000").orderBy("offset").collect()
+    native = kr.read_table(str(gen_dir), kr.ReadOptions(max_offset=999)).to_pydict()
+    assert [bytes(r.value) for r in got] == native["value"]
+    assert [r.record_type for r in got] == native["record_type"]
+    with pytest.raises(Exception, match="column offset is bigint in the kraft source"):
+        spark.read.format("kraft").schema("offset INT").load(str(gen_dir)).count()
+    with pytest.raises(Exception, match="has no column 'colour'"):
+        spark.read.format("kraft").schema("colour STRING").load(str(gen_dir)).count()
+
+
+def test_empty_plan_reads_nothing(spark, gen_dir):
+    assert spark.read.format("kraft").option("minOffset", 10**12).load(str(gen_dir)).count() == 0
+
+
 def test_not_kafka_paths_are_clear_errors(spark, tmp_path):
     (tmp_path / "readme.txt").write_text("hi")
     with pytest.raises(Exception, match="is not a Kafka log segment"):

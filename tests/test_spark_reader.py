@@ -159,3 +159,13 @@ def test_empty_segment_reads_nothing(tmp_path):
     (tmp_path / "00000000000000000000.log").write_bytes(b"")
     t = kr.read_table(str(tmp_path))
     assert t.num_rows == 0 and t.schema.equals(kr.ARROW_SCHEMA)
+
+
+def test_column_subsets_match_the_full_rows(gen_log):
+    full = kr.read_table(str(gen_log))
+    for cols in [("value", "offset"), ("record_type_name",), ("fields", "file", "is_control", "key")]:
+        part = kr.read_table(str(gen_log), kr.ReadOptions(columns=cols))
+        assert part.schema.names == list(cols)
+        assert part.equals(full.select(list(cols)))
+    with pytest.raises(ValueError, match="unknown column"):
+        kr.ReadOptions(columns=("offset", "nope"))
