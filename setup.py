@@ -40,24 +40,27 @@ INCLUDES = ["csrc", numpy.get_include()]
 MACROS = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 
 
-def ext(name, pyx, csources=()):
+def ext(name, pyx, csources=(), depends=()):
     return Extension(
         name,
         sources=[pyx, *csources],
+        depends=list(depends),
         include_dirs=INCLUDES,
         define_macros=MACROS,
         extra_compile_args=CFLAGS,
     )
 
 
-# (module, pyx, C sources).  C sources are compiled into every module that
-# needs them; each kernel file is self-contained with static-free public
-# symbols prefixed ``kr_``.
+# (module, pyx, C sources).  Extensions are compiled in parallel, so no C
+# file may be listed by two extensions (they would race on its object file):
+# an extension that needs another's kernels gets a one-file "unit" that
+# #includes them (csrc/batch_unit.c).
 EXTENSIONS = [
     ext("kraft_storage._native._crc32c", "kraft_storage/_native/_crc32c.pyx",
         ["csrc/crc32c.c"]),
     ext("kraft_storage._native._batch", "kraft_storage/_native/_batch.pyx",
-        ["csrc/crc32c.c", "csrc/recordbatch.c"]),
+        ["csrc/batch_unit.c"],
+        depends=["csrc/crc32c.c", "csrc/crc32c.h", "csrc/recordbatch.c", "csrc/recordbatch.h"]),
     ext("kraft_storage._native._messages_metadata", "kraft_storage/_native/_messages_metadata.pyx"),
     ext("kraft_storage._native._timeline", "kraft_storage/_native/_timeline.pyx"),
     ext("kraft_storage._native._index", "kraft_storage/_native/_index.pyx"),

@@ -396,3 +396,23 @@ def test_parallel_codec_path_keeps_order_and_names_bad_batch(comp):
     with pytest.raises(CorruptRecordError, match="malformed|truncated") as ei:
         decode_records(bytes(buf))
     assert ei.value.position == p and ei.value.base_offset == 900
+
+
+@pytest.mark.parametrize("comp", ["none", "zstd"])
+def test_build_batches_into_a_reused_buffer(comp):
+    vals = [b"v%d" % i for i in range(2500)]
+    expect = build_batches(vals, timestamp=5, compression=comp, records_per_batch=1000)
+    buf = bytearray(len(expect) + 100)
+    for _ in range(2):
+        n, pos = build_batches(vals, timestamp=5, compression=comp, records_per_batch=1000, out=buf,
+                               return_positions=True)
+        assert n == len(expect) or comp == "zstd"
+        assert decode_records(bytes(buf[:n])).values() == vals
+    if comp == "none":
+        assert bytes(buf[:n]) == expect
+        for impl in (native, pure):
+            from kraft_storage.record.builder import pack_buffers
+            vd, vo, vn = pack_buffers(vals)
+            with pytest.raises(ValueError, match="too small"):
+                impl.encode_batches(None, None, None, vd, vo, vn, None, 5, 1000, 0, 0, 0, -1, -1, -1,
+                                    bytearray(10))

@@ -340,10 +340,13 @@ def write_batch(records: bytes, base_offset: int, partition_leader_epoch: int, a
 
 def encode_batches(keys, key_off, key_null, vals, val_off, val_null, ts, default_ts: int,
                    per_batch: int, base_offset: int, partition_leader_epoch: int, attributes: int,
-                   producer_id: int, producer_epoch: int, base_sequence: int):
-    """Uncompressed batches of at most ``per_batch`` records; returns (bytes, batch positions)."""
+                   producer_id: int, producer_epoch: int, base_sequence: int, out=None):
+    """Uncompressed batches of at most ``per_batch`` records; returns (bytes, batch positions).
+
+    With ``out`` (a writable buffer), writes there and returns (nbytes, positions).
+    """
     n = len(key_off) - 1 if key_off is not None else len(val_off) - 1
-    out = bytearray()
+    buf = bytearray()
     positions = []
     for lo in range(0, n, per_batch):
         hi = min(lo + per_batch, n)
@@ -351,10 +354,17 @@ def encode_batches(keys, key_off, key_null, vals, val_off, val_null, ts, default
         max_ts = max(int(t) for t in ts[lo:hi]) if ts is not None else base_ts
         body = encode_records(lo, hi, keys, key_off, key_null, vals, val_off, val_null, ts, base_ts)
         seq = -1 if base_sequence < 0 else (base_sequence + lo) & 0x7FFFFFFF
-        positions.append(len(out))
-        out += write_batch(body, base_offset + lo, partition_leader_epoch, attributes, hi - lo - 1,
+        positions.append(len(buf))
+        buf += write_batch(body, base_offset + lo, partition_leader_epoch, attributes, hi - lo - 1,
                            base_ts, max_ts, producer_id, producer_epoch, seq, hi - lo)
-    return bytes(out), np.asarray(positions, dtype=np.int64)
+    pos = np.asarray(positions, dtype=np.int64)
+    if out is None:
+        return bytes(buf), pos
+    target = memoryview(out).cast("B")
+    if len(target) < len(buf):
+        raise ValueError(f"output buffer of {len(target)} bytes is too small: {len(buf)} needed")
+    target[:len(buf)] = buf
+    return len(buf), pos
 
 
 def parse_headers(buf, pos: int, count: int) -> tuple:

@@ -117,7 +117,7 @@ def build_batches(values, *, keys=None, timestamps=None, records_per_batch: int 
                   timestamp: int | None = None, is_transactional: bool = False,
                   is_control: bool = False, producer_id: int = NO_PRODUCER_ID,
                   producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
-                  return_positions: bool = False):
+                  return_positions: bool = False, out=None):
     """Encode N records into consecutive batches of ``records_per_batch``.
 
     Args:
@@ -126,7 +126,12 @@ def build_batches(values, *, keys=None, timestamps=None, records_per_batch: int 
         keys: same forms, or None for all-null keys (metadata records).
         timestamps: int64 array of N timestamps, or None for ``timestamp``
             (default now) on every record.
-    Returns the bytes of all batches (and the batch start positions if asked).
+        out: optional writable buffer (bytearray, mmap, numpy uint8 array...)
+            to write the batches into, from its start; then the number of
+            bytes written is returned instead of a new bytes object.  Reusing
+            one buffer avoids faulting in fresh memory on every call.
+    Returns the bytes of all batches (or their size when ``out`` is given),
+    plus the batch start positions if asked.
     """
     vals, voff, vnull = _arrow(values)
     ks, koff, knull = _arrow(keys)
@@ -144,10 +149,10 @@ def build_batches(values, *, keys=None, timestamps=None, records_per_batch: int 
     comp = Compression.parse(compression)
     attrs = make_attributes(comp, 0, is_transactional, is_control)
     if comp == Compression.NONE:
-        out, positions = _k.encode_batches(ks, koff, knull, vals, voff, vnull, ts, default_ts,
+        res, positions = _k.encode_batches(ks, koff, knull, vals, voff, vnull, ts, default_ts,
                                            records_per_batch, base_offset, partition_leader_epoch,
-                                           attrs, producer_id, producer_epoch, base_sequence)
-        return (out, positions) if return_positions else out
+                                           attrs, producer_id, producer_epoch, base_sequence, out)
+        return (res, positions) if return_positions else res
     spans = [(lo, min(lo + records_per_batch, n)) for lo in range(0, n, records_per_batch)]
     bodies = []
     stamps = []
@@ -167,8 +172,14 @@ def build_batches(values, *, keys=None, timestamps=None, records_per_batch: int 
         parts.append(b)
         positions.append(pos)
         pos += len(b)
-    out = b"".join(parts)
-    return (out, np.asarray(positions, np.int64)) if return_positions else out
+    res = b"".join(parts)
+    if out is not None:
+        target = memoryview(out).cast("B")
+        if len(target) < len(res):
+            raise ValueError(f"output buffer of {len(target)} bytes is too small: {len(res)} needed")
+        target[:len(res)] = res
+        res = len(res)
+    return (res, np.asarray(positions, np.int64)) if return_positions else res
 
 
 __all__ = ["build_batch", "build_batches", "pack_buffers", "NO_PARTITION_LEADER_EPOCH"]
