@@ -370,7 +370,7 @@ def main(argv=None) -> None:
     r.add_argument("--pure-max", type=_num, default=2_000_000)
     r.add_argument("--apply", default=None, help="module:factory of the image-apply stage")
     r.add_argument("--no-breakdown", action="store_true")
-    r.add_argument("--max-partition-bytes", type=_num, default=16 << 20,
+    r.add_argument("--max-partition-bytes", type=_num, default=32 << 20,
                    help="Spark split size (smaller: more tasks for local[2])")
     w = sub.add_parser("worker")
     w.add_argument("--stage", required=True)
