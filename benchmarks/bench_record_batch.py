@@ -54,3 +54,10 @@ def test_iterate_kafka_python(benchmark):
     from kraft_storage.record import scan_batches
     small = small[: scan_batches(small, allow_partial_tail=True).end]
     benchmark(rw.kafka_python_iter_records, small)
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+@pytest.mark.benchmark(group="encode")
+def test_encode_kraft_reused_buffer(benchmark, codec):
+    buf = bytearray(len(DATA[codec]) + 1024)
+    benchmark(rw.kraft_encode_into, W, codec, buf)

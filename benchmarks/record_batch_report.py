@@ -43,7 +43,7 @@ def main():
 
     w = rw.Workload(args.records)
     ws = rw.Workload(args.slow_records)
-    out = {"records": args.records, "slow_records": args.slow_records, "repeat": args.repeat,
+    out = {"load_average_before": os.getloadavg(), "records": args.records, "slow_records": args.slow_records, "repeat": args.repeat,
            "kraft_kernels": _b._k.__name__, "crc32c": crc_impl(), "results": {}}
     for codec in ("none", "zstd"):
         res = {}
@@ -55,14 +55,18 @@ def main():
             t = median_time(fn, repeat)
             return {"median_s": round(t, 5), "records_per_s": round(n / t)}
 
+        reuse = bytearray(len(data) + 1024)
         res["encode"] = {
             "kraft": rate(lambda: rw.kraft_encode(w, codec), w.n),
+            "kraft_reused_buffer": rate(lambda: rw.kraft_encode_into(w, codec, reuse), w.n),
             "aiokafka": rate(lambda: rw.aiokafka_encode(w, codec), w.n),
             "kafka_python": rate(lambda: rw.kafka_python_encode(ws, codec), ws.n, 3),
             "kraft_pure": rate(lambda: rw.kraft_encode(ws, codec, pure), ws.n, 3),
         }
+        holder = [None]
         res["decode_columnar_crc"] = {
             "kraft": rate(lambda: rw.kraft_decode_columns(data), w.n),
+            "kraft_reused_columns": rate(lambda: rw.kraft_decode_columns_reused(data, holder), w.n),
             "kraft_pure": rate(lambda: rw.kraft_decode_columns(data_slow, pure), ws.n, 3),
         }
         res["iterate_records_crc"] = {
@@ -74,11 +78,15 @@ def main():
         ai = res["iterate_records_crc"]["aiokafka"]["records_per_s"]
         res["ratios_vs_aiokafka"] = {
             "encode": round(res["encode"]["kraft"]["records_per_s"] / a, 2),
+            "encode_reused_buffer": round(res["encode"]["kraft_reused_buffer"]["records_per_s"] / a, 2),
+            "decode_columnar_reused_vs_aiokafka_iterate": round(
+                res["decode_columnar_crc"]["kraft_reused_columns"]["records_per_s"] / ai, 2),
             "decode_columnar_vs_aiokafka_iterate": round(
                 res["decode_columnar_crc"]["kraft"]["records_per_s"] / ai, 2),
             "iterate_records": round(res["iterate_records_crc"]["kraft"]["records_per_s"] / ai, 2),
         }
         out["results"][codec] = res
+    out["load_average_after"] = os.getloadavg()
     print(json.dumps(out, indent=2))
 
 

@@ -64,6 +64,13 @@ def kraft_encode(w: Workload, codec: str, kernels=None):
         b._k = saved
 
 
+def kraft_encode_into(w: Workload, codec: str, out):
+    """Bulk encode into a caller's reusable buffer (what a log appender does)."""
+    from kraft_storage.record import build_batches
+    return build_batches((w.values, w.val_off), keys=(w.keys, w.key_off), timestamps=w.ts,
+                         records_per_batch=PER_BATCH, compression=codec, out=out)
+
+
 def kraft_decode_columns(data: bytes, kernels=None):
     """Scan (CRC-checked) + decode every record into columns."""
     from kraft_storage.record import batch, columns
@@ -75,6 +82,13 @@ def kraft_decode_columns(data: bytes, kernels=None):
         return len(columns.decode_records(data))
     finally:
         batch._k, columns._k = saved
+
+
+def kraft_decode_columns_reused(data: bytes, holder: list):
+    """Columnar decode recycling the previous call's arrays (replay segment after segment)."""
+    from kraft_storage.record import decode_records
+    holder[0] = decode_records(data, reuse=holder[0])
+    return len(holder[0])
 
 
 def kraft_iter_records(data: bytes):

@@ -416,3 +416,17 @@ def test_build_batches_into_a_reused_buffer(comp):
             with pytest.raises(ValueError, match="too small"):
                 impl.encode_batches(None, None, None, vd, vo, vn, None, 5, 1000, 0, 0, 0, -1, -1, -1,
                                     bytearray(10))
+
+
+def test_decode_reusing_columns():
+    a = build_batches([b"a%d" % i for i in range(3000)], timestamp=1, records_per_batch=500)
+    b = build_batches([b"b%d" % i for i in range(1000)], timestamp=2, base_offset=7)
+    first = decode_records(a)
+    store = first.storage
+    second = decode_records(b, reuse=first)
+    assert second.storage is store  # same memory, no fresh allocation
+    assert second.values() == [b"b%d" % i for i in range(1000)] and second.offset[0] == 7
+    assert len(second) == 1000
+    third = decode_records(a + a, reuse=second)  # bigger: new storage
+    assert third.storage is not store and len(third) == 6000
+    assert third.values()[:2] == [b"a0", b"a1"]

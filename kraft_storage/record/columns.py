@@ -14,7 +14,7 @@ Spark reader all consume columns, and only convenience code asks for
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -51,6 +51,8 @@ class RecordColumns:
     headers_count: np.ndarray
     batch: np.ndarray
     attributes: np.ndarray
+    #: The full-capacity arrays the columns are views of (see ``reuse`` in decode_batches).
+    storage: tuple | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.offset)
@@ -104,8 +106,16 @@ def _empty_columns(n: int) -> tuple:
             np.empty(n, np.int8))
 
 
-def decode_batches(buf, headers: np.ndarray, *, source: str | None = None) -> RecordColumns:
-    """Decode the records of the batches described by ``headers`` (rows from a scan of ``buf``)."""
+def decode_batches(buf, headers: np.ndarray, *, source: str | None = None,
+                   reuse: RecordColumns | None = None) -> RecordColumns:
+    """Decode the records of the batches described by ``headers`` (rows from a scan of ``buf``).
+
+    ``reuse``: a RecordColumns from an earlier call whose arrays may be
+    overwritten.  When they are big enough the records are decoded into them
+    (the result's columns are views of the same memory, and ``reuse`` must
+    not be read afterwards); replaying a log segment after segment this way
+    touches no fresh memory, which costs more than decoding on small VMs.
+    """
     nb = len(headers)
     comp = headers["attributes"] & COMPRESSION_MASK
     if nb and comp.any():
@@ -122,7 +132,12 @@ def decode_batches(buf, headers: np.ndarray, *, source: str | None = None) -> Re
     total = int(hdr["records_count"].sum(dtype=np.int64))
     # A corrupt count cannot make us allocate more than the bytes can hold.
     limit = int((re_ - rs).sum()) // 7 + 1
-    cols = _empty_columns(min(total, limit))
+    need = min(total, limit)
+    if reuse is not None and reuse.storage is not None and len(reuse.storage[0]) >= need:
+        storage = reuse.storage
+    else:
+        storage = _empty_columns(need)
+    cols = storage if len(storage[0]) == need else tuple(c[:need] for c in storage)
     rows = np.arange(nb, dtype=np.int32)
     status, n, msg, epos, ebo = _k.decode_records(data, hdr, rs, re_, rows, cols, 0)
     if status != _OK:
@@ -131,7 +146,7 @@ def decode_batches(buf, headers: np.ndarray, *, source: str | None = None) -> Re
         raise CorruptRecordError(msg, epos, None if ebo == _NO_OFFSET else ebo, source)
     if n != len(cols[0]):
         cols = tuple(c[:n] for c in cols)
-    return RecordColumns(data, headers, *cols)
+    return RecordColumns(data, headers, *cols, storage=storage)
 
 
 def _decompress_all(buf, headers, comp, source):
@@ -162,8 +177,12 @@ def _decompress_all(buf, headers, comp, source):
 
 
 def decode_records(buf, start: int = 0, end: int | None = None, *, verify_crc: bool = True,
-                   allow_partial_tail: bool = False, source: str | None = None) -> RecordColumns:
-    """Scan ``buf[start:end]`` (CRC-checked by default) and decode every record into columns."""
+                   allow_partial_tail: bool = False, source: str | None = None,
+                   reuse: RecordColumns | None = None) -> RecordColumns:
+    """Scan ``buf[start:end]`` (CRC-checked by default) and decode every record into columns.
+
+    ``reuse`` recycles the arrays of an earlier result (see :func:`decode_batches`).
+    """
     scan: BatchScan = scan_batches(buf, start, end, verify_crc=verify_crc,
                                    allow_partial_tail=allow_partial_tail, source=source)
-    return decode_batches(buf, scan.headers, source=source)
+    return decode_batches(buf, scan.headers, source=source, reuse=reuse)
