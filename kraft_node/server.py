@@ -19,6 +19,7 @@ successor is known, the log is closed cleanly, and the process exits 0.
 (``<node>-<pid>-<seq>``) and print each one once it is *committed* as
 ``ACK <offset> <value>`` on stdout -- a tiny state-machine client used by the
 multi-process tests (every ACK line must survive any crash) and for demos.
+SIGUSR1 stops the writer (the node keeps serving).
 ``--exit-after-seconds`` (or ``KRAFT_EXIT_AFTER_SECONDS``) stops the node
 gracefully after that long.
 """
@@ -95,8 +96,10 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
     driver.on_role_change(lambda r, e, l: log.info("%s", _describe(cfg.node_id, r, e, l)))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    writer_stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, writer_stop.set)  # tests: stop writing, keep serving
     await driver.start()
     kind = "voter" if driver.is_voter else "observer"
     where = f" on {driver.endpoint}" if driver.endpoint is not None else ""
@@ -104,12 +107,14 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
              cfg.metadata_partition_dir)
     tasks = []
     if demo_writer:
-        tasks.append(asyncio.create_task(_demo_writer(driver, writer_interval_ms / 1000, writer_batch, stop)))
+        tasks.append(asyncio.create_task(_demo_writer(driver, writer_interval_ms / 1000, writer_batch,
+                                                      writer_stop)))
     waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(driver.wait_closed_or_fatal())]
     await asyncio.wait(waiters, timeout=exit_after, return_when=asyncio.FIRST_COMPLETED)
     for w in waiters:
         w.cancel()
     stop.set()
+    writer_stop.set()
     for t in tasks:
         await t
     if driver.fatal is not None:
