@@ -47,6 +47,10 @@ from kraft_node.raft.accumulator import BatchAccumulator
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import Errors, InvariantViolation, NotLeaderError, RaftError
 from kraft_node.raft.log import RaftLog
+from kraft_node.raft.messages import (AddRaftVoterRequest, AddRaftVoterResponse, Endpoint,
+                                      KRaftVersionControl, RemoveRaftVoterRequest,
+                                      RemoveRaftVoterResponse, UpdateRaftVoterRequest,
+                                      UpdateRaftVoterResponse, VoterEntry, VotersControl)
 from kraft_node.raft.messages import (Batch, BeginQuorumEpochRequest, BeginQuorumEpochResponse,
                                       EndQuorumEpochRequest, EndQuorumEpochResponse, EpochEndOffset,
                                       FetchRequest, FetchResponse, FetchSnapshotRequest,
@@ -57,11 +61,20 @@ from kraft_node.raft.messages import (Batch, BeginQuorumEpochRequest, BeginQuoru
 from kraft_node.raft.quorum_state import QuorumState, QuorumStateStore
 from kraft_node.raft.roles import (CandidateState, ElectionState, FollowerState, LeaderState,
                                    ProspectiveState, ResignedState, UnattachedState)
+from kraft_node.raft.voters import (ControlRecordStateMachine, NoSnapshotControl, SnapshotControlCodec,
+                                    VoterSet)
 
 #: Base of the election backoffs (Kafka's RETRY_BACKOFF_BASE_MS).
 RETRY_BACKOFF_BASE_MS = 100
 NEVER = 2 ** 62
 NONE = Errors.NONE
+
+
+def error_name_of(code: int) -> str:
+    try:
+        return Errors(code).name
+    except ValueError:
+        return str(code)
 
 
 class RaftListener(Protocol):
@@ -183,27 +196,65 @@ def encode_leader_change(msg: LeaderChangeMessage) -> bytes:
             f"granting={list(msg.granting_voters)})").encode()
 
 
+def encode_voters(msg: VotersControl) -> bytes:
+    """Placeholder record value of a VotersRecord (the wire log encodes the real body)."""
+    return ("Voters(" + ",".join(f"{e.key.id}:{e.key.directory_id}" for e in msg.voters) + ")").encode()
+
+
+@dataclass
+class _VoterChange:
+    """The one voter change a leader may have in progress (Kafka's Add/Remove/UpdateVoterHandlerState).
+
+    ``offset`` is where its VotersRecord went (None until appended); the
+    change completes when the high watermark passes it."""
+    kind: str            # "add" | "remove" | "update"
+    source: int
+    correlation_id: int
+    deadline_ms: int
+    key: ReplicaKey
+    offset: int | None = None
+
+
 class RaftCore:
     """One replica of the metadata partition.
 
-    ``voters`` lists the voters' ReplicaKeys (a static voter set; dynamic
-    membership comes later).  A ``local_key`` that matches no voter (same id
-    and, where both are known, same directory id) makes this replica an observer.
+    ``voters`` lists the static voters (``controller.quorum.voters``); it may be
+    empty when the voter set comes from the log (KIP-853).  The voter set in
+    effect is the latest VotersRecord in the local log or snapshot (committed
+    or not), else the static set: see :mod:`kraft_node.raft.voters`.
+    ``snapshot_control`` tells how that state rides in snapshot bytes (the
+    bootstrap snapshot ``(0, 0)`` written by ``kraft-storage format`` holds the
+    initial voters).  A ``local_key`` that matches no voter (same id and, where
+    both are known, same directory id) makes this replica an observer;
+    ``bootstrap_ids`` are the nodes it asks when it knows no voter.
+    ``local_listeners`` are the endpoints it announces in AddRaftVoter.
     ``rng`` is the only entropy (election timeouts, backoffs, correlation ids).
     """
 
     def __init__(self, config: QuorumConfig, local_key: ReplicaKey, voters: list[ReplicaKey],
                  log: RaftLog, store: QuorumStateStore, rng: random.Random,
-                 cluster_id: str | None = None):
+                 cluster_id: str | None = None, *,
+                 snapshot_control: SnapshotControlCodec | None = None,
+                 local_listeners: tuple[Endpoint, ...] = (),
+                 bootstrap_ids: tuple[int, ...] = ()):
         self.config = config
         self.local_key = local_key
         self.local_id = local_key.id
         self.log = log
         self.rng = rng
         self.cluster_id = cluster_id
+        self.snapshot_control = snapshot_control or NoSnapshotControl()
+        self.local_listeners = tuple(local_listeners)
+        self.bootstrap_ids = tuple(bootstrap_ids)
         self._store = _RecordingStore(store)
-        self.quorum = QuorumState(local_key, {k.id: k for k in voters}, self._store, rng, config)
+        self.control = ControlRecordStateMachine(VoterSet.of(voters))
+        self.quorum = QuorumState(local_key, self.control, self._store, rng, config)
         self.requests = RequestManager(config)
+        #: Add/Remove/UpdateRaftVoter travel apart from Fetch (one in flight per peer each),
+        #: so a joining observer keeps fetching while its AddRaftVoter waits for the commit.
+        self.voter_requests = RequestManager(config)
+        self._voter_change: _VoterChange | None = None
+        self._auto_join_next_ms = 0
         self._outbox: list[Outbound] = []
         self._next_correlation = rng.randrange(1 << 30)
         self._listeners: list[_ListenerContext] = []
@@ -245,11 +296,47 @@ class RaftCore:
     def log_end(self) -> OffsetAndEpoch:
         return OffsetAndEpoch(self.log.end_offset, self.log.last_fetched_epoch)
 
+    @property
+    def voter_set(self) -> VoterSet:
+        """The voter set in effect (latest in the log, committed or not)."""
+        return self.control.latest_voter_set()
+
+    @property
+    def kraft_version(self) -> int:
+        return self.control.kraft_version()
+
+    def committed_voter_set(self) -> VoterSet | None:
+        """The latest voter set at an offset below the high watermark (None if unknown)."""
+        hwm = self.high_watermark
+        if hwm is None:
+            return None
+        return self.control.voter_set_at(hwm - 1)
+
+    def _dynamic(self) -> bool:
+        return self.control.kraft_version() >= 1
+
     # ------------------------------------------------------------ setup
     def register_listener(self, listener: RaftListener) -> None:
         self._listeners.append(_ListenerContext(listener))
 
+    def _load_control_state(self) -> None:
+        """Rebuild voter set / kraft.version history from the latest snapshot and the log."""
+        snap = self.log.latest_snapshot_id()
+        if snap is not None and snap.offset <= self.log.start_offset:
+            data = self.log.read_snapshot(snap)
+            if data is not None:
+                kv, voters = self.snapshot_control.read(data)
+                self.control.load_snapshot(snap, kv, voters)
+        pos = self.log.start_offset
+        while pos < self.log.end_offset:
+            batches = self.log.read(pos, self.config.fetch_max_bytes)
+            if not batches:
+                break
+            self.control.apply_batches(batches)
+            pos = batches[-1].next_offset
+
     def initialize(self, now_ms: int) -> None:
+        self._load_control_state()
         self.quorum.initialize(self.log_end(), now_ms)
         self._initialized = True
         # A single-voter quorum elects itself at once.
@@ -300,6 +387,10 @@ class RaftCore:
                 or (before.epoch < snapshot_id.epoch and before.offset >= snapshot_id.offset):
             raise RaftError(f"snapshot {snapshot_id}: offset {snapshot_id.offset - 1} is not in "
                             f"epoch {snapshot_id.epoch} in the log")
+        last = snapshot_id.offset - 1
+        history = self.control.voter_history()
+        voters = self.control.voter_set_at(last) if history and history[0][0] <= last else None
+        data = self.snapshot_control.write(data, self.control.kraft_version_at(last), voters)
         self.log.create_snapshot(snapshot_id, data)
         self.log.delete_before(snapshot_id)
 
@@ -322,6 +413,10 @@ class RaftCore:
     # ------------------------------------------------------------ transitions (with side effects)
     def _on_role_change(self, now_ms: int) -> None:
         self.requests.reset()
+        self.voter_requests.reset()
+        if self._voter_change is not None:
+            # Kafka answers a pending voter change when leadership ends.
+            self._finish_voter_change(Errors.NOT_LEADER_OR_FOLLOWER)
         self._leader_batches = []
         self._bootstrap_target = None
         # Parked fetches are answered against the new state (an error now).
@@ -391,7 +486,7 @@ class RaftCore:
     def _prospective_after_election_loss(self, now_ms: int) -> None:
         st = self.quorum.state
         lid = st.leader_id()
-        if lid >= 0 and lid != self.local_id and lid in self.quorum.voters:
+        if self._can_follow(lid):
             self._transition_to_follower(st.epoch, lid, now_ms)
         else:
             self._transition_to_unattached(st.epoch, now_ms)
@@ -419,6 +514,12 @@ class RaftCore:
                 return self._strict_exponential_backoff(pos, len(preferred))
         return self.config.election_backoff_max_ms
 
+    def _can_follow(self, leader_id: int) -> bool:
+        """Static quorums follow only known voters; with dynamic voters the local log may
+        not hold the voter set that elected the leader yet, so any other node may lead."""
+        return leader_id >= 0 and leader_id != self.local_id and \
+            (leader_id in self.quorum.voters or self._dynamic())
+
     def _maybe_transition(self, leader_id: int, epoch: int, now_ms: int) -> None:
         """Act on a (leader, epoch) learned from any message."""
         cur_epoch = self.quorum.epoch
@@ -427,12 +528,11 @@ class RaftCore:
             raise InvariantViolation(f"node {self.local_id}: leader {leader_id} claimed for epoch {epoch} "
                                      f"but the known leader is {cur_leader}")
         if epoch > cur_epoch:
-            if leader_id >= 0 and leader_id != self.local_id and leader_id in self.quorum.voters:
+            if self._can_follow(leader_id):
                 self._transition_to_follower(epoch, leader_id, now_ms)
             else:
                 self._transition_to_unattached(epoch, now_ms)
-        elif epoch == cur_epoch and leader_id >= 0 and leader_id != self.local_id and cur_leader < 0 \
-                and leader_id in self.quorum.voters:
+        elif epoch == cur_epoch and cur_leader < 0 and self._can_follow(leader_id):
             self._transition_to_follower(epoch, leader_id, now_ms)
 
     def _maybe_handle_common_response(self, error: int, leader_id: int, epoch: int, now_ms: int) -> bool:
@@ -465,12 +565,25 @@ class RaftCore:
             resp = self._handle_end_quorum_epoch_request(source, request, now_ms)
         elif isinstance(request, FetchSnapshotRequest):
             resp = self._handle_fetch_snapshot_request(source, request, now_ms)
+        elif isinstance(request, AddRaftVoterRequest):
+            resp = self._handle_add_voter_request(source, correlation_id, request, now_ms)
+        elif isinstance(request, RemoveRaftVoterRequest):
+            resp = self._handle_remove_voter_request(source, correlation_id, request, now_ms)
+        elif isinstance(request, UpdateRaftVoterRequest):
+            resp = self._handle_update_voter_request(source, correlation_id, request, now_ms)
         else:
             raise TypeError(f"unknown request type {type(request).__name__}")
-        self._respond(source, correlation_id, resp)
+        if resp is not None:  # None: a voter change answers once its record commits
+            self._respond(source, correlation_id, resp)
 
     def handle_response(self, source: int, correlation_id: int, response, now_ms: int) -> None:
         """Handle an inbound response; unexpected correlation ids (stale, duplicated) are dropped."""
+        if isinstance(response, (AddRaftVoterResponse, RemoveRaftVoterResponse, UpdateRaftVoterResponse)):
+            if self.voter_requests.accept_response(source, correlation_id):
+                self.stats[f"{type(response).__name__}:{error_name_of(response.error_code)}"] += 1
+                if response.error_code != NONE:
+                    self.voter_requests.on_failure(source, now_ms)
+            return
         if not self.requests.accept_response(source, correlation_id):
             return
         if isinstance(response, VoteResponse) and response.error_code == Errors.UNSUPPORTED_VERSION \
@@ -565,7 +678,7 @@ class RaftCore:
             return self._bqe_response(NONE, Errors.INCONSISTENT_CLUSTER_ID)
         if req.leader_epoch < self.quorum.epoch:
             return self._bqe_response(Errors.FENCED_LEADER_EPOCH)
-        if req.leader_id not in self.quorum.voters or req.leader_id == self.local_id:
+        if req.leader_id == self.local_id or (req.leader_id not in self.quorum.voters and not self._dynamic()):
             return self._bqe_response(Errors.INCONSISTENT_VOTER_SET)
         if req.voter_id != self.local_id or not ReplicaKey(req.voter_id, req.voter_directory_id).matches(self.local_key):
             return self._bqe_response(Errors.INVALID_VOTER_KEY)
@@ -592,7 +705,7 @@ class RaftCore:
             return self._eqe_response(NONE, Errors.INCONSISTENT_CLUSTER_ID)
         if req.leader_epoch < self.quorum.epoch:
             return self._eqe_response(Errors.FENCED_LEADER_EPOCH)
-        if req.leader_id not in self.quorum.voters:
+        if req.leader_id not in self.quorum.voters and not self._dynamic():
             return self._eqe_response(Errors.INCONSISTENT_VOTER_SET)
         self._maybe_transition(req.leader_id, req.leader_epoch, now_ms)
         st = self.quorum.state
@@ -678,6 +791,7 @@ class RaftCore:
     def _on_leader_hwm_update(self, now_ms: int) -> None:
         self.log.update_high_watermark(self.quorum.state.high_watermark)
         self._complete_purgatory(now_ms, force=True)
+        self._maybe_complete_voter_change(self.quorum.state, now_ms)
 
     def _complete_purgatory(self, now_ms: int, force: bool) -> None:
         if not self._purgatory:
@@ -739,6 +853,8 @@ class RaftCore:
         if offset < log.end_offset:
             self.stats["truncations"] += 1
         log.truncate_to(offset)
+        if self.control.truncate_new_entries(offset):
+            self.stats["voter_set_truncated"] += 1
         for ctx in self._listeners:
             if ctx.next_offset > offset:
                 raise InvariantViolation(f"node {self.local_id}: truncated delivered offset {offset}")
@@ -757,9 +873,152 @@ class RaftCore:
             end = b.next_offset
         if keep:
             self.log.append_as_follower(keep)
-            # Voters flush before reporting the new end offset in their next Fetch.
-            if self.quorum.is_voter:
+            self.control.apply_batches(keep)
+            # Voters flush before reporting the new end offset in their next Fetch.  With a
+            # dynamic quorum an observer may become a voter by a record the leader appends at
+            # any moment (its last fetch offset then counts at once), so it flushes too.
+            if self.quorum.is_voter or self._dynamic():
                 self.log.flush()
+
+    # ------------------------------------------------------------ Add/Remove/UpdateRaftVoter (leader)
+    def _voter_change_precheck(self, now_ms: int) -> tuple[Errors, str] | None:
+        """Kafka's shared rules, in its order: one change at a time, an established high
+        watermark, kraft.version >= 1, and the latest voter set committed."""
+        if self._voter_change is not None:
+            return Errors.REQUEST_TIMED_OUT, "a previous voter change is still in progress"
+        st = self.quorum.state
+        if st.high_watermark is None:
+            return Errors.REQUEST_TIMED_OUT, "the leader has not committed an offset in its epoch yet"
+        if not self._dynamic():
+            return Errors.UNSUPPORTED_VERSION, "kraft.version 0 does not support voter changes"
+        last = self.control.last_voter_set_offset()
+        if last is None or last >= st.high_watermark:
+            return Errors.REQUEST_TIMED_OUT, f"the latest voter change at {last} is not committed yet"
+        return None
+
+    def _append_voter_set(self, st: LeaderState, voters: VoterSet, change: _VoterChange, now_ms: int) -> None:
+        msg = voters.to_control()
+        change.offset = st.accumulator.append_control(msg, encode_voters(msg), now_ms)
+        self._voter_change = change
+        self.stats[f"voter_change_{change.kind}_appended"] += 1
+        self._flush_leader(st, now_ms)  # takes effect for the majority on append
+
+    def _handle_add_voter_request(self, source, corr, req: AddRaftVoterRequest, now_ms):
+        if not self._cluster_ok(req.cluster_id):
+            return AddRaftVoterResponse(int(Errors.INCONSISTENT_CLUSTER_ID), "cluster id mismatch")
+        st = self.quorum.state
+        if not isinstance(st, LeaderState):
+            return AddRaftVoterResponse(int(Errors.NOT_LEADER_OR_FOLLOWER), "not the leader")
+        bad = self._voter_change_precheck(now_ms)
+        if bad is not None:
+            return AddRaftVoterResponse(int(bad[0]), bad[1])
+        key = ReplicaKey(req.voter_id, req.voter_directory_id)
+        voters = self.voter_set
+        if key.id in voters.ids:
+            return AddRaftVoterResponse(int(Errors.DUPLICATE_VOTER), f"voter id {key.id} is already a voter")
+        if req.voter_id < 0 or req.voter_directory_id is None:
+            return AddRaftVoterResponse(int(Errors.INVALID_REQUEST), "a new voter needs an id and a directory id")
+        # Kafka asks the new voter (ApiVersions) for its kraft.version range; this core has
+        # no ApiVersions channel and takes every replica to support [0, 1].
+        if not st.is_replica_caught_up(key, now_ms, self.config.fetch_timeout_ms):
+            return AddRaftVoterResponse(int(Errors.REQUEST_TIMED_OUT),
+                                        f"new voter {key} is not caught up with the leader")
+        new = voters.add(VoterEntry(key, tuple(req.listeners)))
+        timeout = req.timeout_ms if req.timeout_ms > 0 else self.config.request_timeout_ms
+        self._append_voter_set(st, new, _VoterChange("add", source, corr, now_ms + timeout, key), now_ms)
+        return None
+
+    def _handle_remove_voter_request(self, source, corr, req: RemoveRaftVoterRequest, now_ms):
+        if not self._cluster_ok(req.cluster_id):
+            return RemoveRaftVoterResponse(int(Errors.INCONSISTENT_CLUSTER_ID), "cluster id mismatch")
+        st = self.quorum.state
+        if not isinstance(st, LeaderState):
+            return RemoveRaftVoterResponse(int(Errors.NOT_LEADER_OR_FOLLOWER), "not the leader")
+        bad = self._voter_change_precheck(now_ms)
+        if bad is not None:
+            return RemoveRaftVoterResponse(int(bad[0]), bad[1])
+        key = ReplicaKey(req.voter_id, req.voter_directory_id)
+        new = self.voter_set.remove(key)
+        if new is None:
+            return RemoveRaftVoterResponse(int(Errors.VOTER_NOT_FOUND),
+                                           f"{key} cannot be removed from {sorted(self.voter_set.ids)}")
+        self._append_voter_set(st, new, _VoterChange("remove", source, corr,
+                                                     now_ms + self.config.request_timeout_ms, key), now_ms)
+        return None
+
+    def _handle_update_voter_request(self, source, corr, req: UpdateRaftVoterRequest, now_ms):
+        def resp(err):
+            return UpdateRaftVoterResponse(int(err), self._leader_and_epoch())
+        if not self._cluster_ok(req.cluster_id):
+            return resp(Errors.INCONSISTENT_CLUSTER_ID)
+        err = self._validate_leader_only(req.current_leader_epoch)
+        if err != NONE:
+            return resp(err)
+        st = self.quorum.state
+        key = ReplicaKey(req.voter_id, req.voter_directory_id)
+        if not self._dynamic() and self._voter_change is None and st.high_watermark is not None:
+            # Static quorum: the endpoints come from config; nothing to write.
+            return resp(NONE if self.voter_set.is_voter(key) else Errors.VOTER_NOT_FOUND)
+        bad = self._voter_change_precheck(now_ms)
+        if bad is not None:
+            return resp(bad[0])
+        kv = self.kraft_version
+        if not req.min_kraft_version <= kv <= req.max_kraft_version:
+            return resp(Errors.INVALID_REQUEST)
+        new = self.voter_set.update(VoterEntry(key, tuple(req.listeners), req.min_kraft_version,
+                                               req.max_kraft_version))
+        if new is None:
+            return resp(Errors.VOTER_NOT_FOUND)
+        if new == self.voter_set:
+            return resp(NONE)  # already up to date: no record
+        self._append_voter_set(st, new, _VoterChange("update", source, corr,
+                                                     now_ms + self.config.request_timeout_ms, key), now_ms)
+        return None
+
+    def _maybe_complete_voter_change(self, st, now_ms: int) -> None:
+        ch = self._voter_change
+        if ch is None or not isinstance(st, LeaderState):
+            return
+        if ch.offset is not None and st.high_watermark is not None and st.high_watermark > ch.offset:
+            self.stats[f"voter_change_{ch.kind}_committed"] += 1
+            self._finish_voter_change(NONE)
+        elif now_ms >= ch.deadline_ms:
+            self._finish_voter_change(Errors.REQUEST_TIMED_OUT)
+
+    def _finish_voter_change(self, error: Errors) -> None:
+        ch, self._voter_change = self._voter_change, None
+        msg = None if error == NONE else f"voter change of {ch.key}: {error.name}"
+        if ch.kind == "add":
+            r = AddRaftVoterResponse(int(error), msg)
+        elif ch.kind == "remove":
+            r = RemoveRaftVoterResponse(int(error), msg)
+        else:
+            r = UpdateRaftVoterResponse(int(error), self._leader_and_epoch())
+        self._respond(ch.source, ch.correlation_id, r)
+
+    # ------------------------------------------------------------ auto-join (observer)
+    def _maybe_auto_join(self, st: FollowerState, now_ms: int) -> None:
+        """``controller.quorum.auto.join.enable``: an observer that has fetched from the
+        leader asks it to add this replica; if the voter set holds this node id with
+        another directory id (a re-formatted disk), it first asks to remove that key."""
+        if not self.config.auto_join_enable or not self._dynamic() or self.quorum.is_voter \
+                or not st.has_fetched_from_leader or now_ms < self._auto_join_next_ms:
+            return
+        leader = st.leader_id()
+        if self.voter_requests.has_inflight(leader) or not self.voter_requests.is_ready(leader, now_ms):
+            return
+        old = self.quorum.voters.get(self.local_id)
+        if old is not None:
+            req = RemoveRaftVoterRequest(self.cluster_id, old.id, old.directory_id)
+        else:
+            req = AddRaftVoterRequest(self.cluster_id, self.config.request_timeout_ms, self.local_id,
+                                      self.local_key.directory_id, self.local_listeners)
+        corr = self._next_correlation
+        self._next_correlation += 1
+        self.voter_requests.on_send(leader, corr, now_ms)
+        self._outbox.append(OutboundRequest(leader, corr, req, now_ms))
+        self.stats["auto_join_requests"] += 1
+        self._auto_join_next_ms = now_ms + self.config.fetch_timeout_ms // 2
 
     # ------------------------------------------------------------ FetchSnapshot
     def _handle_fetch_snapshot_request(self, source, req: FetchSnapshotRequest, now_ms):
@@ -821,6 +1080,17 @@ class RaftCore:
             log.delete_before(sid)
         else:
             log.truncate_fully_and_start_at(sid)
+        kv, voters = self.snapshot_control.read(data)
+        if voters is not None or kv:
+            # The snapshot's control state replaces history up to it; later log entries stay.
+            self.control.load_snapshot(sid, kv, voters)
+            pos = log.start_offset
+            while pos < log.end_offset:
+                batches = log.read(pos, self.config.fetch_max_bytes)
+                if not batches:
+                    break
+                self.control.apply_batches(batches)
+                pos = batches[-1].next_offset
         if st.high_watermark is None or sid.offset > st.high_watermark:
             st.update_high_watermark(sid.offset)
             log.update_high_watermark(sid.offset)
@@ -873,13 +1143,18 @@ class RaftCore:
         return self._poll_unattached(st, now_ms)
 
     def _poll_leader(self, st: LeaderState, now_ms: int) -> int:
+        removed_self = not self.quorum.is_voter and st.high_watermark is not None \
+            and st.high_watermark > (self.control.last_voter_set_offset() or 0)
         if (self._shutdown_deadline is not None and not self._shutdown_done) or st.resign_requested \
-                or st.time_until_check_quorum_expires(now_ms) == 0:
-            if len(self.quorum.voter_ids) > 1:
+                or st.time_until_check_quorum_expires(now_ms) == 0 or removed_self:
+            if self.quorum.voter_ids != {self.local_id}:
+                if removed_self:
+                    self.stats["resigned_after_removal"] += 1
                 self._flush_leader(st, now_ms)
                 self._transition_to_resigned(now_ms)
                 return now_ms
         self._flush_leader(st, now_ms)
+        self._maybe_complete_voter_change(st, now_ms)
         self._maybe_send_begin_quorum_epoch(st, now_ms)
         self._complete_purgatory(now_ms, force=False)
         wake = min(now_ms + st.accumulator.time_until_drain(now_ms),
@@ -887,15 +1162,22 @@ class RaftCore:
                    st.begin_quorum_epoch_deadline)
         for _, _, _, deadline in self._purgatory:
             wake = min(wake, deadline)
+        if self._voter_change is not None:
+            wake = min(wake, self._voter_change.deadline_ms)
         return wake
 
     def _flush_leader(self, st: LeaderState, now_ms: int) -> None:
         batches = st.accumulator.drain(now_ms)
         if not batches:
             return
+        changed = False
         for b in batches:
             self.log.append_as_leader(b)
             self._leader_batches.append(b)
+            changed |= self.control.apply_batches((b,))
+        if changed:
+            # Kafka: a VotersRecord counts for the majority as soon as it is appended.
+            st.update_voter_set(self.quorum.voters.values())
         self.log.flush()
         if st.update_local_state(self.log.flushed_end_offset):
             self._on_leader_hwm_update(now_ms)
@@ -927,6 +1209,7 @@ class RaftCore:
         return st.election_deadline
 
     def _poll_follower(self, st: FollowerState, now_ms: int) -> int:
+        self._maybe_auto_join(st, now_ms)
         if now_ms >= st.fetch_deadline:
             if self.quorum.is_voter:
                 self._transition_to_prospective(now_ms)
@@ -961,12 +1244,14 @@ class RaftCore:
 
     def _poll_unattached(self, st: UnattachedState, now_ms: int) -> int:
         if self.quorum.is_voter:
+            if st.election_deadline is None:  # became a voter (log or snapshot) while unattached
+                st.election_deadline = self.quorum.random_election_deadline(now_ms)
             if now_ms >= st.election_deadline:
                 self._transition_to_prospective(now_ms)
                 return now_ms
             return st.election_deadline
         # Observer: discover the leader by fetching from a random voter.
-        voters = sorted(self.quorum.voter_ids)
+        voters = sorted(self.quorum.voter_ids - {self.local_id}) or sorted(set(self.bootstrap_ids) - {self.local_id})
         if not voters:
             return NEVER
         target = self.rng.choice(voters)
@@ -977,20 +1262,24 @@ class RaftCore:
     def _send_vote_requests(self, st, pre_vote: bool, now_ms: int) -> None:
         end = self.log_end()
         for vid in st.epoch_election.unrecorded():
-            if vid != self.local_id and self.requests.is_ready(vid, now_ms):
-                key = self.quorum.voters[vid]
+            key = self.quorum.voters.get(vid)
+            if key is not None and vid != self.local_id and self.requests.is_ready(vid, now_ms):
                 self._send(vid, VoteRequest(self.cluster_id, vid, st.epoch, self.local_id,
                                             self.local_key.directory_id, key.directory_id,
                                             end.epoch, end.offset, pre_vote), now_ms)
 
     def _poll_prospective(self, st: ProspectiveState, now_ms: int) -> int:
-        if now_ms >= st.election_deadline:
+        if now_ms >= st.election_deadline or not self.quorum.is_voter:
             self._prospective_after_election_loss(now_ms)
             return now_ms
         self._send_vote_requests(st, True, now_ms)
         return st.election_deadline
 
     def _poll_candidate(self, st: CandidateState, now_ms: int) -> int:
+        if not self.quorum.is_voter:
+            # Removed from the voter set (a truncation or a new record): stop canvassing.
+            self._transition_to_unattached(st.epoch, now_ms)
+            return now_ms
         if st.backoff_deadline is not None:
             if now_ms >= st.backoff_deadline:
                 self._transition_to_prospective(now_ms)

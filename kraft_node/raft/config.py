@@ -37,6 +37,8 @@ class QuorumConfig:
     #: Maximum number of batches queued in the accumulator before appends
     #: are refused with BufferFullError (Kafka: 10).
     max_number_of_batches: int = 10
+    #: ``controller.quorum.auto.join.enable``: an observer asks the leader to add it as a voter.
+    auto_join_enable: bool = False
 
     @property
     def check_quorum_timeout_ms(self) -> int:
@@ -55,7 +57,13 @@ class QuorumConfig:
             if not key.startswith(PREFIX):
                 continue
             name = key[len(PREFIX):].replace(".", "_")
-            if name in ("voters", "bootstrap_servers", "auto_join_enable"):
+            if name == "auto_join_enable":
+                v = value.strip().lower()
+                if v not in ("true", "false"):
+                    raise ValueError(f"{key} must be true or false, got {value!r}")
+                kwargs[name] = v == "true"
+                continue
+            if name in ("voters", "bootstrap_servers"):
                 continue  # membership settings are not part of the core's timing config
             if name not in names:
                 raise ValueError(f"unknown quorum config {key!r}")

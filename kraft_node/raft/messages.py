@@ -96,19 +96,42 @@ class LeaderChangeMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class VoterEntry:
+    """One voter of a VotersRecord (KIP-853): key, listeners and supported kraft.version range."""
+    key: ReplicaKey
+    endpoints: tuple[Endpoint, ...] = ()
+    min_kraft_version: int = 0
+    max_kraft_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class VotersControl:
+    """Payload of the KRAFT_VOTERS control record: the whole voter set from this offset on."""
+    version: int
+    voters: tuple[VoterEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KRaftVersionControl:
+    """Payload of the KRAFT_VERSION control record: the finalized kraft.version from this offset on."""
+    version: int
+    kraft_version: int
+
+
+@dataclass(frozen=True, slots=True)
 class Batch:
     """A record batch as the core sees it.
 
     Offsets ``base_offset .. base_offset + len(records) - 1`` all carry the
     batch's ``epoch``.  A control batch holds exactly one record and its
-    decoded ``control`` payload (a LeaderChangeMessage here).
+    decoded ``control`` payload (LeaderChangeMessage, VotersControl or KRaftVersionControl).
     ``append_time_ms`` is the leader's clock when the batch was built.
     """
     base_offset: int
     epoch: int
     records: tuple[bytes, ...]
     is_control: bool = False
-    control: LeaderChangeMessage | None = None
+    control: "LeaderChangeMessage | VotersControl | KRaftVersionControl | None" = None
     append_time_ms: int = 0
 
     @property
@@ -269,10 +292,60 @@ class FetchSnapshotResponse:
     node_endpoints: tuple[NodeEndpoint, ...] = ()
 
 
+# ------------------------------------------- Add/Remove/UpdateRaftVoter (80-82)
+@dataclass(frozen=True, slots=True)
+class AddRaftVoterRequest:
+    cluster_id: str | None
+    timeout_ms: int
+    voter_id: int
+    voter_directory_id: uuid.UUID | None
+    listeners: tuple[Endpoint, ...] = ()
+    #: v1: answer once the VotersRecord is committed (v0 behaves the same in this core).
+    ack_when_committed: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class AddRaftVoterResponse:
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveRaftVoterRequest:
+    cluster_id: str | None
+    voter_id: int
+    voter_directory_id: uuid.UUID | None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveRaftVoterResponse:
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateRaftVoterRequest:
+    cluster_id: str | None
+    current_leader_epoch: int
+    voter_id: int
+    voter_directory_id: uuid.UUID | None
+    listeners: tuple[Endpoint, ...] = ()
+    min_kraft_version: int = 0
+    max_kraft_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateRaftVoterResponse:
+    error_code: int
+    current_leader: LeaderIdAndEpoch = LeaderIdAndEpoch(-1, -1)
+
+
 Request = Union[VoteRequest, BeginQuorumEpochRequest, EndQuorumEpochRequest,
-                FetchRequest, FetchSnapshotRequest]
+                FetchRequest, FetchSnapshotRequest, AddRaftVoterRequest, RemoveRaftVoterRequest,
+                UpdateRaftVoterRequest]
 Response = Union[VoteResponse, BeginQuorumEpochResponse, EndQuorumEpochResponse,
-                 FetchResponse, FetchSnapshotResponse]
+                 FetchResponse, FetchSnapshotResponse, AddRaftVoterResponse, RemoveRaftVoterResponse,
+                 UpdateRaftVoterResponse]
 
 
 @dataclass(frozen=True, slots=True)

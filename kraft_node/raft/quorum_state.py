@@ -56,12 +56,21 @@ class MemoryQuorumStateStore:
 
 
 class QuorumState:
-    def __init__(self, local_key: ReplicaKey, voters: dict[int, ReplicaKey], store: QuorumStateStore,
+    """Roles and election state.  ``voters`` is either a fixed ``{id: ReplicaKey}`` (static
+    quorum) or a :class:`~kraft_node.raft.voters.ControlRecordStateMachine`, whose latest
+    voter set (committed or not) is the one in effect, as in Kafka."""
+
+    def __init__(self, local_key: ReplicaKey, voters, store: QuorumStateStore,
                  rng: random.Random, config: QuorumConfig):
+        from kraft_node.raft.voters import ControlRecordStateMachine, VoterSet
         self.local_key = local_key
         self.local_id = local_key.id
-        self.voters = dict(voters)
-        self.voter_ids = frozenset(voters)
+        if not isinstance(voters, ControlRecordStateMachine):
+            voters = ControlRecordStateMachine(VoterSet.of(voters.values()))
+        self.control = voters
+        self._cache_gen = -1
+        self._voters: dict[int, ReplicaKey] = {}
+        self._voter_ids: frozenset[int] = frozenset()
         self.store = store
         self.rng = rng
         self.config = config
@@ -69,6 +78,24 @@ class QuorumState:
         self.transitions = 0
 
     # ---- queries
+    def _refresh(self) -> None:
+        if self._cache_gen != self.control.generation:
+            vs = self.control.latest_voter_set()
+            self._voters = vs.keys()
+            self._voter_ids = vs.ids
+            self._cache_gen = self.control.generation
+
+    @property
+    def voters(self) -> dict[int, ReplicaKey]:
+        """The voter set in effect (the latest in the log, committed or not)."""
+        self._refresh()
+        return self._voters
+
+    @property
+    def voter_ids(self) -> frozenset[int]:
+        self._refresh()
+        return self._voter_ids
+
     @property
     def is_voter(self) -> bool:
         v = self.voters.get(self.local_id)
@@ -81,6 +108,11 @@ class QuorumState:
     @property
     def leader_id(self) -> int:
         return self.state.leader_id()
+
+    @property
+    def dynamic(self) -> bool:
+        """kraft.version >= 1: the voter set lives in the log (KIP-853)."""
+        return self.control.kraft_version() >= 1
 
     def has_remote_leader(self) -> bool:
         lid = self.leader_id
@@ -120,7 +152,8 @@ class QuorumState:
             st = ResignedState(election.epoch, self.local_key, self.voter_ids, deadline, ())
         elif self.is_voter and election.leader_id < 0 and election.is_voted_candidate(self.local_key):
             st = CandidateState(election.epoch, self.local_key, self.voter_ids, deadline, 1, None)
-        elif election.has_leader() and election.leader_id in self.voters and election.leader_id != self.local_id:
+        elif election.has_leader() and (election.leader_id in self.voters or self.dynamic) \
+                and election.leader_id != self.local_id:
             st = FollowerState(election.epoch, election.leader_id, election.voted_key,
                                now_ms + self.config.fetch_timeout_ms, None)
         else:
@@ -132,9 +165,10 @@ class QuorumState:
     def transition_to_unattached(self, epoch: int, now_ms: int, leader_id: int | None = None) -> None:
         cur = self.state
         if epoch == cur.epoch:
-            self._require(isinstance(cur, (UnattachedState, ProspectiveState)),
+            self._require(isinstance(cur, (UnattachedState, ProspectiveState))
+                          or (isinstance(cur, CandidateState) and not self.is_voter),
                           f"Unattached at the same epoch {epoch}")
-            voted = cur.voted_key
+            voted = cur.election().voted_key
         else:
             self._require(epoch > cur.epoch, f"Unattached at lower epoch {epoch}")
             voted = None
@@ -162,7 +196,7 @@ class QuorumState:
 
     def transition_to_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
         cur = self.state
-        self._require(leader_id != self.local_id and leader_id in self.voters,
+        self._require(leader_id != self.local_id and (leader_id in self.voters or self.dynamic),
                       f"Follower of {leader_id}")
         if epoch == cur.epoch:
             self._require(isinstance(cur, (UnattachedState, ProspectiveState, CandidateState)),
@@ -201,8 +235,8 @@ class QuorumState:
 
     def transition_to_leader(self, epoch_start_offset: int, accumulator, now_ms: int) -> LeaderState:
         cur = self.state
-        self._require(isinstance(cur, CandidateState) and cur.epoch_election.is_vote_granted(),
-                      "Leader without a granted election")
+        self._require(isinstance(cur, CandidateState) and cur.epoch_election.is_vote_granted()
+                      and self.is_voter, "Leader without a granted election")
         # The leader does not inherit the previous high watermark: it must
         # commit a record of its own epoch first (epoch-start commit rule).
         new = LeaderState(cur.epoch, self.local_key, list(self.voters.values()), epoch_start_offset,
@@ -213,5 +247,8 @@ class QuorumState:
     def transition_to_resigned(self, preferred: list[ReplicaKey], now_ms: int) -> None:
         cur = self.state
         self._require(isinstance(cur, LeaderState), "Resigned from a non-leader")
+        deadline = self.random_election_deadline(now_ms)
+        if deadline is None:  # a leader that removed itself: no election timer, same wait
+            deadline = now_ms + self.config.election_timeout_ms
         self._memory(ResignedState(cur.epoch, self.local_key, self.voter_ids,
-                                   self.random_election_deadline(now_ms), preferred, cur.high_watermark))
+                                   deadline, preferred, cur.high_watermark))

@@ -231,6 +231,20 @@ class ReplicaState:
     end_offset: int | None = None
     last_fetch_ms: int = -1
     has_acknowledged_leader: bool = False
+    #: Kafka's lastCaughtUpTimestamp: the last time the replica had fetched everything the
+    #: leader had (used by AddRaftVoter's caught-up rule).
+    last_caught_up_ms: int = -1
+    #: Leader end offset when this replica last fetched (to credit the previous fetch).
+    leader_end_at_last_fetch: int | None = None
+
+    def record_fetch(self, fetch_offset: int, now_ms: int, leader_end: int) -> None:
+        if fetch_offset >= leader_end:
+            self.last_caught_up_ms = now_ms
+        elif self.leader_end_at_last_fetch is not None and fetch_offset >= self.leader_end_at_last_fetch:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+        self.end_offset = fetch_offset
+        self.last_fetch_ms = now_ms
+        self.leader_end_at_last_fetch = leader_end
 
 
 class LeaderState(EpochState):
@@ -252,12 +266,13 @@ class LeaderState(EpochState):
         self.granting_voters = tuple(granting_voters)
         self.accumulator: BatchAccumulator = accumulator
         self.high_watermark: int | None = None
-        self.voters: dict[int, ReplicaState] = {k.id: ReplicaState(k) for k in voter_keys}
-        self.voters[local_key.id].has_acknowledged_leader = True
+        self.local = ReplicaState(local_key, has_acknowledged_leader=True)
+        self.voters: dict[int, ReplicaState] = {}
         self.observers: dict[int, ReplicaState] = {}
+        self.fetched_voters: set[int] = set()
+        self.update_voter_set(voter_keys)
         self.check_quorum_timeout_ms = config.check_quorum_timeout_ms
         self.check_quorum_deadline = now_ms + self.check_quorum_timeout_ms
-        self.fetched_voters: set[int] = set()
         self.begin_quorum_epoch_timeout_ms = config.begin_quorum_epoch_timeout_ms
         self.begin_quorum_epoch_deadline = now_ms  # send immediately
         self.resign_requested = False
@@ -267,8 +282,36 @@ class LeaderState(EpochState):
         # the quorum-state file says votedId -1, as every Kafka fixture shows.
         return ElectionState(self.epoch, self.local_key.id, None)
 
+    def update_voter_set(self, voter_keys) -> None:
+        """Adopt a new voter set (Kafka: on appending a VotersRecord, committed or not).
+
+        Replica progress moves with the replica between ``voters`` and
+        ``observers``, so a caught-up observer that becomes a voter counts for
+        the high watermark at once.  The leader's own state is ``local``; it is
+        in ``voters`` only while the leader is a voter (a leader removing itself
+        leads, without counting, until that change commits)."""
+        keys = list(voter_keys)
+        old = {**self.observers, **self.voters}
+        voters: dict[int, ReplicaState] = {}
+        for k in keys:
+            if k.id == self.local_key.id and k.matches(self.local_key):
+                voters[k.id] = self.local
+                continue
+            rs = old.pop(k.id, None)
+            if rs is None or not rs.key.matches(k):
+                rs = ReplicaState(k)
+            voters[k.id] = rs
+        old.pop(self.local_key.id, None)
+        self.observers = {i: rs for i, rs in old.items()}
+        self.voters = voters
+        self.fetched_voters &= set(voters)
+
+    @property
+    def is_local_voter(self) -> bool:
+        return self.voters.get(self.local_key.id) is self.local
+
     def time_until_check_quorum_expires(self, now_ms: int) -> int:
-        if len(self.voters) == 1:
+        if self.is_local_voter and len(self.voters) == 1:
             return 2 ** 62
         return max(0, self.check_quorum_deadline - now_ms)
 
@@ -276,12 +319,15 @@ class LeaderState(EpochState):
         if replica_id not in self.voters or replica_id == self.local_key.id:
             return
         self.fetched_voters.add(replica_id)
-        if len(self.fetched_voters) >= len(self.voters) // 2:
+        # Others needed besides the leader: a majority minus the leader's own vote,
+        # or a full majority when the leader is not (any more) a voter.
+        needed = len(self.voters) // 2 if self.is_local_voter else len(self.voters) // 2 + 1
+        if len(self.fetched_voters) >= needed:
             self.fetched_voters.clear()
             self.check_quorum_deadline = now_ms + self.check_quorum_timeout_ms
 
     def update_local_state(self, flushed_end_offset: int) -> bool:
-        rs = self.voters[self.local_key.id]
+        rs = self.local
         if rs.end_offset is not None and flushed_end_offset < rs.end_offset:
             from kraft_node.raft.errors import InvariantViolation
             raise InvariantViolation(f"leader end offset went back {rs.end_offset} -> {flushed_end_offset}")
@@ -290,23 +336,31 @@ class LeaderState(EpochState):
 
     def update_replica_state(self, key: ReplicaKey, now_ms: int, fetch_offset: int) -> bool:
         """Record a valid Fetch at ``fetch_offset``; returns True if the HWM advanced."""
+        leader_end = self.local.end_offset if self.local.end_offset is not None else 0
         rs = self.voters.get(key.id)
         if rs is None or not rs.key.matches(key):
             rs = self.observers.get(key.id)
-            if rs is None:
+            if rs is None or rs.key != key:
                 rs = self.observers[key.id] = ReplicaState(key)
-            rs.end_offset = fetch_offset
-            rs.last_fetch_ms = now_ms
+            rs.record_fetch(fetch_offset, now_ms, leader_end)
             return False
         # Fetch offsets are a follower's flushed LEO; they may go back after a
         # truncation or restart, and the HWM computation tolerates that.
-        rs.end_offset = fetch_offset
-        rs.last_fetch_ms = now_ms
+        rs.record_fetch(fetch_offset, now_ms, leader_end)
         rs.has_acknowledged_leader = True
         self._update_check_quorum(key.id, now_ms)
         return self.maybe_update_high_watermark()
 
+    def is_replica_caught_up(self, key: ReplicaKey, now_ms: int, max_lag_ms: int) -> bool:
+        """Kafka's isReplicaCaughtUp: fetched up to the leader's end within ``max_lag_ms``."""
+        rs = self.observers.get(key.id) or self.voters.get(key.id)
+        if rs is None or rs.key != key or rs.last_caught_up_ms < 0:
+            return False
+        return now_ms - rs.last_caught_up_ms < max_lag_ms
+
     def maybe_update_high_watermark(self) -> bool:
+        if not self.voters:
+            return False
         offsets = sorted((rs.end_offset if rs.end_offset is not None else -1
                           for rs in self.voters.values()), reverse=True)
         candidate = offsets[len(offsets) // 2]

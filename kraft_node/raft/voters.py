@@ -1,0 +1,203 @@
+"""The voter set as replicated state (KIP-853): Kafka's VoterSet + KRaftControlRecordStateMachine.
+
+Why replicated: with dynamic quorums the set of voters is itself data in the
+metadata log.  A ``VotersRecord`` control record at offset ``o`` says "from
+``o`` on, these are the voters"; a ``KRaftVersionRecord`` says which
+``kraft.version`` is finalized.  Every replica keeps the history of both by
+offset (:class:`ControlRecordStateMachine`) so that:
+
+* the set *in effect* is always the latest one in the local log, committed or
+  not (Kafka: a new voter set counts for elections and the high watermark as
+  soon as it is appended);
+* a truncation reverts it (entries at offsets ``>=`` the new end are dropped);
+* a snapshot carries the set in effect at its end offset, and loading one
+  replaces the history with that single entry (at ``snapshot.offset - 1``,
+  ``-1`` for the bootstrap snapshot ``(0, 0)``);
+* with no VotersRecord anywhere, the static ``controller.quorum.voters`` set
+  applies and kraft.version is 0.
+
+Invariant kept: history offsets strictly increase; the entry that a
+truncation to ``end`` keeps is the last one at an offset ``< end``.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+from kraft_node.raft.messages import (Batch, KRaftVersionControl, ReplicaKey, SnapshotId, VoterEntry,
+                                      VotersControl)
+
+
+@dataclass(frozen=True, slots=True)
+class VoterSet:
+    """An immutable set of voters keyed by node id (at most one key per id, as in Kafka)."""
+    entries: tuple[VoterEntry, ...]
+
+    @classmethod
+    def of(cls, keys: Iterable[ReplicaKey | VoterEntry]) -> "VoterSet":
+        out = {}
+        for k in keys:
+            e = k if isinstance(k, VoterEntry) else VoterEntry(k)
+            if e.key.id in out:
+                raise ValueError(f"voter id {e.key.id} appears twice")
+            out[e.key.id] = e
+        return cls(tuple(out[i] for i in sorted(out)))
+
+    @property
+    def ids(self) -> frozenset[int]:
+        return frozenset(e.key.id for e in self.entries)
+
+    def keys(self) -> dict[int, ReplicaKey]:
+        return {e.key.id: e.key for e in self.entries}
+
+    def entry(self, voter_id: int) -> VoterEntry | None:
+        for e in self.entries:
+            if e.key.id == voter_id:
+                return e
+        return None
+
+    def is_voter(self, key: ReplicaKey) -> bool:
+        e = self.entry(key.id)
+        return e is not None and e.key.matches(key)
+
+    def add(self, entry: VoterEntry) -> "VoterSet | None":
+        """The set with ``entry`` added; None if its id is already a voter."""
+        if entry.key.id in self.ids:
+            return None
+        return VoterSet.of(self.entries + (entry,))
+
+    def remove(self, key: ReplicaKey) -> "VoterSet | None":
+        """The set without ``key`` (id and directory id must match); None if absent or
+        if it would leave no voter."""
+        if not self.is_voter(key) or len(self.entries) == 1:
+            return None
+        return VoterSet(tuple(e for e in self.entries if e.key.id != key.id))
+
+    def update(self, entry: VoterEntry) -> "VoterSet | None":
+        """The set with the voter of ``entry.key`` replaced (endpoints, versions); None if absent."""
+        if not self.is_voter(entry.key):
+            return None
+        return VoterSet(tuple(entry if e.key.id == entry.key.id else e for e in self.entries))
+
+    def key_set(self) -> frozenset[ReplicaKey]:
+        return frozenset(e.key for e in self.entries)
+
+    def is_single_change_from(self, other: "VoterSet") -> bool:
+        """At most one voter key added or removed (endpoint updates are no membership change)."""
+        return len(self.key_set() ^ other.key_set()) <= 1
+
+    def to_control(self) -> VotersControl:
+        return VotersControl(0, self.entries)
+
+
+class SnapshotControlCodec(Protocol):
+    """How the voter set and kraft.version ride inside snapshot bytes.
+
+    Kafka writes them as control records at the head of every snapshot; the
+    core stays agnostic of the snapshot format and asks this codec.
+    """
+
+    def read(self, data: bytes) -> tuple[int, VoterSet | None]:
+        """``(kraft_version, voters)`` stored in a snapshot (voters None if absent)."""
+
+    def write(self, data: bytes, kraft_version: int, voters: VoterSet | None) -> bytes:
+        """The snapshot bytes with the control state at its end offset included."""
+
+
+class NoSnapshotControl:
+    """Snapshots carry no control state (static quorums: the voters come from config)."""
+
+    def read(self, data: bytes) -> tuple[int, VoterSet | None]:
+        return 0, None
+
+    def write(self, data: bytes, kraft_version: int, voters: VoterSet | None) -> bytes:
+        return data
+
+
+class ControlRecordStateMachine:
+    """Voter set and kraft.version history by offset (Kafka's KRaftControlRecordStateMachine)."""
+
+    def __init__(self, static_voters: VoterSet):
+        self.static_voters = static_voters
+        self._voter_offsets: list[int] = []
+        self._voter_sets: list[VoterSet] = []
+        self._version_offsets: list[int] = []
+        self._versions: list[int] = []
+        #: Bumped on every change, so callers can cache derived views.
+        self.generation = 0
+
+    # ---- queries
+    def latest_voter_set(self) -> VoterSet:
+        return self._voter_sets[-1] if self._voter_sets else self.static_voters
+
+    def last_voter_set_offset(self) -> int | None:
+        """Offset of the latest VotersRecord (-1 for a snapshot/bootstrap entry), None if static."""
+        return self._voter_offsets[-1] if self._voter_offsets else None
+
+    def voter_set_at(self, offset: int) -> VoterSet:
+        """The voter set in effect for records at ``offset`` (entries at offsets ``<= offset``)."""
+        i = bisect.bisect_right(self._voter_offsets, offset) - 1
+        return self._voter_sets[i] if i >= 0 else self.static_voters
+
+    def kraft_version(self) -> int:
+        return self._versions[-1] if self._versions else 0
+
+    def kraft_version_at(self, offset: int) -> int:
+        i = bisect.bisect_right(self._version_offsets, offset) - 1
+        return self._versions[i] if i >= 0 else 0
+
+    def voter_history(self) -> list[tuple[int, VoterSet]]:
+        return list(zip(self._voter_offsets, self._voter_sets))
+
+    # ---- updates
+    def _add_voters(self, offset: int, voters: VoterSet) -> None:
+        if self._voter_offsets and offset <= self._voter_offsets[-1]:
+            raise ValueError(f"voter set at offset {offset} is not after {self._voter_offsets[-1]}")
+        self._voter_offsets.append(offset)
+        self._voter_sets.append(voters)
+        self.generation += 1
+
+    def _add_version(self, offset: int, version: int) -> None:
+        if self._version_offsets and offset <= self._version_offsets[-1]:
+            raise ValueError(f"kraft.version at offset {offset} is not after {self._version_offsets[-1]}")
+        self._version_offsets.append(offset)
+        self._versions.append(version)
+        self.generation += 1
+
+    def apply_batches(self, batches: Iterable[Batch]) -> bool:
+        """Record the control records of newly appended batches; True if anything changed."""
+        changed = False
+        for b in batches:
+            if not b.is_control:
+                continue
+            c = b.control
+            if isinstance(c, VotersControl):
+                self._add_voters(b.base_offset, VoterSet.of(c.voters))
+                changed = True
+            elif isinstance(c, KRaftVersionControl):
+                self._add_version(b.base_offset, c.kraft_version)
+                changed = True
+        return changed
+
+    def truncate_new_entries(self, end_offset: int) -> bool:
+        """Forget entries at offsets ``>= end_offset`` (the log was truncated there)."""
+        i = bisect.bisect_left(self._voter_offsets, end_offset)
+        j = bisect.bisect_left(self._version_offsets, end_offset)
+        changed = i < len(self._voter_offsets) or j < len(self._version_offsets)
+        del self._voter_offsets[i:], self._voter_sets[i:]
+        del self._version_offsets[j:], self._versions[j:]
+        if changed:
+            self.generation += 1
+        return changed
+
+    def load_snapshot(self, snapshot_id: SnapshotId, kraft_version: int, voters: VoterSet | None) -> None:
+        """Replace the history with the snapshot's state, in effect from ``offset - 1``."""
+        self._voter_offsets, self._voter_sets = [], []
+        self._version_offsets, self._versions = [], []
+        at = snapshot_id.offset - 1
+        if voters is not None:
+            self._add_voters(at, voters)
+        if kraft_version:
+            self._add_version(at, kraft_version)
+        self.generation += 1
