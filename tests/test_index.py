@@ -173,3 +173,91 @@ def test_time_index_maybe_append(tmp_path):
     ti.truncate_to(9)
     assert ti.entries == 1
     ti.close()
+
+
+# ---- batched lookup: the native lockstep kernel against the twin (the oracle) ----
+
+def _np_offset_buf(rels, spare=0):
+    """Offset-index bytes for relative offsets ``rels`` (positions 7*slot + 3)."""
+    n = len(rels)
+    a = np.zeros(n + spare, dtype=[("rel", ">i4"), ("pos", ">i4")])
+    a["rel"][:n] = rels
+    a["pos"][:n] = np.arange(n, dtype=np.int64) * 7 + 3
+    return bytearray(a.tobytes())
+
+
+def _batched(k, buf, base, n, targets):
+    s = k.IndexSearcher(buf, base, "offset", n)
+    t = np.ascontiguousarray(targets, dtype=np.int64)
+    oo = np.full(len(t), -99, np.int64)
+    op = np.full(len(t), -99, np.int64)
+    s.lookup_many(t, oo, op)
+    singles = [s.lookup(int(x)) for x in t]
+    s.release()
+    return oo.tolist(), op.tolist(), singles
+
+
+def _expected(rels, base, targets):
+    out_o, out_p = [], []
+    for t in targets:
+        i = bisect.bisect_right(rels, min(t - base, 2**31 - 1)) - 1
+        out_o.append(base if i < 0 else base + rels[i])
+        out_p.append(0 if i < 0 else 7 * i + 3)
+    return out_o, out_p
+
+
+@pytest.mark.skipif(len(IMPLS) < 2, reason="native _index not built")
+@settings(max_examples=200, deadline=None)
+@given(rels=st.lists(st.integers(0, 2**31 - 1), max_size=400).map(sorted), data=st.data())
+def test_lookup_many_native_matches_twin(rels, data):
+    """Random non-decreasing indexes (duplicates allowed: the kernel must still
+    return the *last* slot with key <= target, as the twin does), targets
+    anywhere including below the first entry, above the last, at int32 and
+    int64 extremes, repeated targets, and batch lengths that are not a
+    multiple of the 16 lanes."""
+    base = data.draw(st.integers(0, 2**62))
+    n = len(rels)
+    buf = _np_offset_buf(rels, spare=data.draw(st.integers(0, 3)))
+    near = [base + r + d for r in rels[:8] + rels[-8:] for d in (-1, 0, 1)]
+    targets = data.draw(st.lists(st.one_of(
+        st.integers(base - 10, base + 2**31 + 10), st.sampled_from(near or [base]),
+        st.sampled_from([-2**63, 2**63 - 1, base - 2**31 - 1, base + 2**31 - 1, base + 2**31])),
+        max_size=70))
+    targets += targets[:5]  # duplicates
+    got_n = _batched(native, buf, base, n, targets)
+    got_p = _batched(pure, buf, base, n, targets)
+    assert got_n[0] == got_p[0] and got_n[1] == got_p[1]
+    assert list(zip(got_n[0], got_n[1])) == got_n[2]  # batched == single lookups
+    assert (got_n[0], got_n[1]) == _expected(rels, base, targets)
+
+
+@pytest.mark.parametrize("k", IMPLS, ids=IDS)
+def test_lookup_many_edge_cases(k):
+    base = 500
+    # empty index (and an empty batch): every answer is (base, 0)
+    assert _batched(k, bytearray(0), base, 0, [0, 500, 10**12])[:2] == ([base] * 3, [0] * 3)
+    assert _batched(k, bytearray(16), base, 0, [])[:2] == ([], [])
+    rels = [0, 3, 3, 3, 10, 2**31 - 1]
+    buf = _np_offset_buf(rels)
+    targets = [base - 1, base, base + 2, base + 3, base + 9, base + 10, base + 2**31 - 2,
+               base + 2**31 - 1, base + 2**40, -2**63, 2**63 - 1] * 3  # 33: two lanes + a tail
+    assert _batched(k, buf, base, len(rels), targets)[:2] == _expected(rels, base, targets)
+    # first entry above every target: "no entry"
+    buf = _np_offset_buf([100, 200])
+    assert _batched(k, buf, base, 2, [base + 99] * 20)[:2] == ([base] * 20, [0] * 20)
+    # n counts only the valid prefix: entries past it are never returned
+    buf = _np_offset_buf([1, 2, 3, 4])
+    assert _batched(k, buf, base, 2, [base + 4] * 17)[:2] == ([base + 2] * 17, [10] * 17)
+
+
+@pytest.mark.skipif(len(IMPLS) < 2, reason="native _index not built")
+def test_lookup_many_large_index_native_matches_twin():
+    rng = np.random.default_rng(7)
+    rels = np.unique(rng.integers(0, 2**31 - 1, 5000))
+    base = 10**9
+    buf = _np_offset_buf(rels)
+    targets = rng.integers(base - 100, base + 2**31 + 100, 3001)
+    got_n = _batched(native, buf, base, len(rels), targets)
+    got_p = _batched(pure, buf, base, len(rels), targets)
+    assert got_n == got_p
+    assert (got_n[0], got_n[1]) == _expected(rels.tolist(), base, targets.tolist())
