@@ -637,13 +637,17 @@ class RaftCore:
         voter = self.quorum.voters.get(candidate.id)
         up_to_date = OffsetAndEpoch(req.last_offset, req.last_offset_epoch).at_least(self.log_end())
         st = self.quorum.state
+        granted = None
         if req.pre_vote:
             # Non-binding: like Kafka, observers answer too and non-voters may ask;
             # only voters' grants count in the nominee's tally.
             granted = st.can_grant_vote(candidate, up_to_date, True)
-        elif not self.quorum.is_voter or voter is None or not voter.matches(candidate):
-            granted = False  # a binding vote is only cast by a voter, for a voter
-        else:
+        elif not self._dynamic() and (not self.quorum.is_voter or voter is None or not voter.matches(candidate)):
+            granted = False  # static quorum: a binding vote is only cast by a voter, for a voter
+        # Dynamic quorum (Kafka, KIP-853): the voter key in the request matching this replica is
+        # enough; a just-added voter may not have replicated the VotersRecord naming it (nor the
+        # candidate) yet, and refusing would deadlock the new majority.
+        if granted is None:
             granted = st.can_grant_vote(candidate, up_to_date, False)
         self.stats[("pre_vote_" if req.pre_vote else "vote_") + ("granted" if granted else "rejected")] += 1
         if granted and not req.pre_vote and isinstance(st, (UnattachedState, ProspectiveState)) \

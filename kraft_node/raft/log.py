@@ -213,6 +213,11 @@ class MemoryRaftLog:
         b = self._batches[i]
         return b.epoch, b.records[offset - b.base_offset]
 
+    def batch_at(self, offset: int) -> Batch:
+        """The stored batch holding ``offset`` (simulator helper)."""
+        i = bisect.bisect_right(self._bases, offset) - 1
+        return self._batches[i]
+
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
         # Batches are few enough per epoch that scanning epoch boundaries from the
         # end is cheap; most lookups ask for the latest epoch.

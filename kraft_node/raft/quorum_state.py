@@ -181,8 +181,8 @@ class QuorumState:
 
     def add_voted_state(self, candidate: ReplicaKey, now_ms: int) -> None:
         cur = self.state
-        self._require(self.is_voter, "vote granted by an observer")
-        self._require(candidate.id in self.voter_ids and candidate.id != self.local_id,
+        self._require(self.is_voter or self.dynamic, "vote granted by an observer of a static quorum")
+        self._require((candidate.id in self.voter_ids or self.dynamic) and candidate.id != self.local_id,
                       f"vote for {candidate}")
         self._require(isinstance(cur, (UnattachedState, ProspectiveState)) and cur.voted_key is None,
                       "vote without being Unattached/Prospective without a vote")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import random
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kraft_node.raft.client import RaftCore
 from kraft_node.raft.config import QuorumConfig
@@ -24,6 +24,11 @@ from kraft_node.raft.quorum_state import MemoryQuorumStateStore
 from kraft_node.raft.roles import LeaderState
 from kraft_node.raft.sim.invariants import InvariantChecker
 from kraft_node.raft.sim.network import Envelope, EventScheduler, Network, NetworkConfig
+from kraft_node.raft.voters import VoterSet
+
+
+#: Node id of the simulated admin client (kraft-metadata-quorum add/remove-controller).
+ADMIN_ID = 0
 
 
 def encode_snapshot(entries: list[tuple[int, bytes]]) -> bytes:
@@ -31,7 +36,28 @@ def encode_snapshot(entries: list[tuple[int, bytes]]) -> bytes:
 
 
 def decode_snapshot(data: bytes) -> list[tuple[int, bytes]]:
+    if data.startswith(b"C"):
+        data = data.split(b"\n", 1)[1]
     return [(e, bytes.fromhex(h)) for e, h in json.loads(data)]
+
+
+class SimSnapshotControl:
+    """Snapshot control state for the simulator: a ``C<json>\\n`` line before the entries
+    (the Kafka format keeps KRaftVersion/Voters control records at the snapshot head)."""
+
+    def read(self, data: bytes):
+        if not data.startswith(b"C"):
+            return 0, None
+        head = json.loads(data[1:data.index(b"\n")])
+        voters = None
+        if head["voters"] is not None:
+            voters = VoterSet.of(ReplicaKey(i, uuid.UUID(d) if d else None) for i, d in head["voters"])
+        return head["kv"], voters
+
+    def write(self, data: bytes, kraft_version: int, voters) -> bytes:
+        v = None if voters is None else [[e.key.id, str(e.key.directory_id) if e.key.directory_id else None]
+                                         for e in voters.entries]
+        return b"C" + json.dumps({"kv": kraft_version, "voters": v}).encode() + b"\n" + data
 
 
 class StateMachine:
@@ -79,6 +105,11 @@ class SimNode:
         self.id = node_id
         self.key = key
         self.log = MemoryRaftLog()
+        if cluster.sim.dynamic:
+            # kraft-storage format --initial-controllers: the (0, 0) bootstrap snapshot.
+            codec = SimSnapshotControl()
+            self.log.create_snapshot(OffsetAndEpoch(0, 0), codec.write(encode_snapshot([]), 1,
+                                                                       VoterSet.of(cluster.voter_keys)))
         self.store = MemoryQuorumStateStore()
         self.alive = False
         self.incarnation = 0
@@ -92,8 +123,12 @@ class SimNode:
         self.incarnation += 1
         self.alive = True
         self.shutting_down = False
-        self.core = RaftCore(c.config, self.key, c.voter_keys, self.log, self.store,
-                             random.Random(c.rng.getrandbits(64)), cluster_id=c.cluster_id)
+        cfg = c.config
+        if c.sim.dynamic and self.id in c.auto_join_ids:
+            cfg = replace(cfg, auto_join_enable=True)
+        self.core = RaftCore(cfg, self.key, [] if c.sim.dynamic else c.voter_keys, self.log, self.store,
+                             random.Random(c.rng.getrandbits(64)), cluster_id=c.cluster_id,
+                             snapshot_control=SimSnapshotControl() if c.sim.dynamic else None)
         self.sm = StateMachine(self)
         self.core.register_listener(self.sm)
         self.core.initialize(c.scheduler.now)
@@ -120,8 +155,8 @@ class SimNode:
         for m in ready.messages:
             kind = "request" if isinstance(m, OutboundRequest) else "response"
             payload = m.request if kind == "request" else m.response
-            dest = c.nodes[m.destination]
-            c.network.send(Envelope(self.id, m.destination, dest.incarnation, kind, m.correlation_id, payload))
+            inc = 0 if m.destination == ADMIN_ID else c.nodes[m.destination].incarnation
+            c.network.send(Envelope(self.id, m.destination, inc, kind, m.correlation_id, payload))
         if ready.shutdown_complete and self.shutting_down:
             c.on_shutdown_complete(self)
             return
@@ -161,6 +196,11 @@ class SimConfig:
     with_directory_ids: bool = True
     #: Chance that a voter crashes (and restarts within 20 ms) right after answering a Vote.
     crash_after_vote_probability: float = 0.0
+    #: KIP-853 dynamic quorum: the voters come from a bootstrap snapshot (kraft.version 1)
+    #: and the chaos adds and removes voters.
+    dynamic: bool = False
+    #: Observers that run with controller.quorum.auto.join.enable (dynamic only).
+    auto_join: int = 0
 
 
 class Cluster:
@@ -181,6 +221,10 @@ class Cluster:
         self.voter_ids = ids[:sim.voters]
         self.observer_ids = ids[sim.voters:]
         self.voter_keys = [keys[i] for i in self.voter_ids]
+        self.keys = keys
+        self.auto_join_ids = set(self.observer_ids[:sim.auto_join])
+        self.admin_responses: list[tuple[int, object]] = []
+        self._admin_corr = 0
         self.checker = InvariantChecker(self)
         self.nodes = {i: SimNode(self, i, keys[i]) for i in ids}
         self.pending: list[PendingAppend] = []
@@ -195,7 +239,16 @@ class Cluster:
         self.checker.check()
 
     def _deliver(self, env: Envelope) -> None:
+        if env.destination == ADMIN_ID:
+            self.admin_responses.append((env.source, env.payload))
+            return
         self.nodes[env.destination].deliver(env)
+
+    # ---- admin client (AddRaftVoter / RemoveRaftVoter over the faulty network)
+    def admin_send(self, node_id: int, request) -> None:
+        self._admin_corr += 1
+        n = self.nodes[node_id]
+        self.network.send(Envelope(ADMIN_ID, node_id, n.incarnation, "request", self._admin_corr, request))
 
     def run_until(self, end_ms: int) -> None:
         self.scheduler.run_until(end_ms, self.checker.check)

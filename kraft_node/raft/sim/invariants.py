@@ -11,6 +11,12 @@
   committed log, and every listener saw exactly the committed records.
 * **acknowledged means committed**: every acknowledged append is in the
   global committed log at its offset, with its epoch.
+* **single-member voter changes** (KIP-853): along the committed log, every
+  VotersRecord differs from the voter set before it by at most one voter key.
+* **voter set follows the log**: a node's voter-set history never names an
+  offset at or past its log end (a truncation must revert it); after healing,
+  every node's voter set in effect is the committed one.
+* **leaders are voters**: a node becomes leader only while it is a voter.
 
 The checks are incremental (each offset is compared once per node
 incarnation) so they can run after every event.
@@ -19,7 +25,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kraft_node.raft.messages import VotersControl
 from kraft_node.raft.roles import LeaderState, ResignedState
+from kraft_node.raft.voters import VoterSet
 
 if TYPE_CHECKING:
     from kraft_node.raft.sim.cluster import Cluster, PendingAppend, SimNode
@@ -40,6 +48,8 @@ class InvariantChecker:
         self.sm_checked: dict[tuple[int, int], int] = {}
         self.leader_verified: set[tuple[int, int]] = set()
         self.unverified_acks: list["PendingAppend"] = []
+        #: Committed voter sets in log order, from the bootstrap set (dynamic quorums).
+        self.committed_voter_sets: list[tuple[int, VoterSet]] = [(-1, VoterSet.of(cluster.voter_keys))]
         self.checks = 0
         #: When set (e.g. ``print``), every role change is reported: a replay aid.
         self.trace = None
@@ -89,12 +99,18 @@ class InvariantChecker:
                 if isinstance(st, LeaderState) and (n.id, st.epoch) not in self.leader_verified:
                     self.leader_verified.add((n.id, st.epoch))
                     self._verify_leader_log(n)
+            last_change = core.control.last_voter_set_offset()
+            if last_change is not None and last_change >= n.log.end_offset:
+                self.fail(f"node {n.id} voter set history names offset {last_change} past its log end "
+                          f"{n.log.end_offset}")
             hwm = core.high_watermark
             if hwm is not None:
                 if hwm < self.inc_hwm.get(key, -1):
                     self.fail(f"node {n.id} high watermark went back {self.inc_hwm[key]} -> {hwm}")
                 self.inc_hwm[key] = hwm
-                if n.id in self.cluster.voter_ids:
+                if not core.quorum.is_voter:
+                    self.max_voter_hwm.pop(n.id, None)  # observers do not flush in static quorums
+                else:
                     if hwm < self.max_voter_hwm.get(n.id, -1):
                         self.fail(f"voter {n.id} high watermark went back across restarts "
                                   f"{self.max_voter_hwm[n.id]} -> {hwm}")
@@ -106,6 +122,9 @@ class InvariantChecker:
                     entry = n.log.entry_at(off)
                     if off == len(committed):
                         committed.append(entry)
+                        b = n.log.batch_at(off)
+                        if b.is_control and isinstance(b.control, VotersControl):
+                            self._on_committed_voters(off, VoterSet.of(b.control.voters))
                     elif committed[off] != entry:
                         self.fail(f"node {n.id} committed offset {off} = {entry}, but {committed[off]} "
                                   f"was committed before")
@@ -132,7 +151,16 @@ class InvariantChecker:
                     self.fail(f"acknowledged append {p} is not committed (found {committed[p.offset]})")
             self.unverified_acks = keep
 
+    def _on_committed_voters(self, offset: int, voters: VoterSet) -> None:
+        prev_off, prev = self.committed_voter_sets[-1]
+        if not voters.is_single_change_from(prev):
+            self.fail(f"committed voter set at {offset} {sorted(voters.ids)} is more than one change from "
+                      f"{sorted(prev.ids)} (at {prev_off})")
+        self.committed_voter_sets.append((offset, voters))
+
     def _verify_leader_log(self, n: "SimNode") -> None:
+        if not n.core.quorum.is_voter:
+            self.fail(f"node {n.id} became leader of epoch {n.core.epoch} without being a voter")
         committed = self.committed
         log = n.log
         if log.end_offset < len(committed):
@@ -165,3 +193,7 @@ class InvariantChecker:
                           f"leader hwm {hwm} end {leader.log.end_offset}")
             if len(n.sm.entries) != hwm:
                 self.fail(f"node {n.id} listener at {len(n.sm.entries)}, expected {hwm}")
+            committed_set = self.committed_voter_sets[-1][1]
+            if self.cluster.sim.dynamic and n.core.voter_set.key_set() != committed_set.key_set():
+                self.fail(f"node {n.id} voter set {sorted(n.core.voter_set.ids)} is not the committed "
+                          f"{sorted(committed_set.ids)}")

@@ -23,6 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from kraft_node.raft.config import QuorumConfig
+from kraft_node.raft.messages import AddRaftVoterRequest, RemoveRaftVoterRequest
 from kraft_node.raft.sim.cluster import Cluster, SimConfig
 from kraft_node.raft.sim.network import NetworkConfig
 
@@ -32,6 +33,8 @@ class RunResult:
     seed: int
     voters: int
     observers: int
+    dynamic: bool
+    voter_changes: int
     events: int
     virtual_ms: int
     committed: int
@@ -54,9 +57,34 @@ def random_sim_config(rng: random.Random) -> SimConfig:
     quorum = QuorumConfig(fetch_snapshot_max_bytes=rng.choice([64, 512, 1 << 20]),
                           max_number_of_batches=rng.choice([2, 10]),
                           max_batch_size_bytes=rng.choice([512, 8 << 20]))
+    dynamic = rng.random() < 0.4
+    if dynamic:
+        # KIP-853 voter keys need directory ids; keep spare nodes to add.
+        observers = rng.choice([1, 2, 2])
     return SimConfig(voters=voters, observers=observers, quorum=quorum, network=net,
-                     with_directory_ids=rng.random() < 0.7,
-                     crash_after_vote_probability=rng.choice([0.0, 0.0, 0.3]))
+                     with_directory_ids=dynamic or rng.random() < 0.7,
+                     crash_after_vote_probability=rng.choice([0.0, 0.0, 0.3]),
+                     dynamic=dynamic, auto_join=rng.choice([0, 0, 1]) if dynamic else 0)
+
+
+def membership_step(c: Cluster, rng: random.Random) -> None:
+    """An admin asks a node (usually the newest leader) to add or remove one voter."""
+    leaders = c.leaders()
+    alive = [n for n in c.nodes.values() if n.alive]
+    if not alive:
+        return
+    target = max(leaders, key=lambda x: x.core.epoch) if leaders and rng.random() < 0.85 else rng.choice(alive)
+    voters = target.core.voter_set
+    outside = [i for i in c.nodes if i not in voters.ids]
+    if outside and (rng.random() < 0.5 or len(voters.ids) == 1):
+        nid = rng.choice(outside)
+        key = c.keys[nid]
+        c.admin_send(target.id, AddRaftVoterRequest(c.cluster_id, rng.choice([500, 3000]), key.id,
+                                                    key.directory_id))
+    else:
+        vid = rng.choice(sorted(voters.ids))
+        key = voters.keys()[vid]
+        c.admin_send(target.id, RemoveRaftVoterRequest(c.cluster_id, key.id, key.directory_id))
 
 
 def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000, trace=None) -> RunResult:
@@ -116,6 +144,8 @@ def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000, trace=Non
                 t = now + k * rng.randint(1, 40)
                 sched.at(t, lambda n=nid: (c.crash(n), stats.__setitem__("crashes", stats["crashes"] + 1)))
                 sched.at(t + rng.randint(1, 30), lambda n=nid: restart_if_dead(n))
+        elif r < 0.84 and c.sim.dynamic:
+            membership_step(c, rng)
         sched.at(now + rng.randint(20, 250), chaos_step)
 
     c.start_all()
@@ -143,7 +173,8 @@ def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000, trace=Non
     if len(c.acked) <= before:
         c.checker.fail(f"no append acknowledged after healing (leaders {[n.id for n in c.leaders()]})")
     c.checker.final_check()
-    return RunResult(seed, cfg.voters, cfg.observers, sched.events_run, sched.now, len(c.checker.committed),
+    changes = len(c.checker.committed_voter_sets) - 1
+    return RunResult(seed, cfg.voters, cfg.observers, cfg.dynamic, changes, sched.events_run, sched.now, len(c.checker.committed),
                      len(c.acked), max(c.checker.leader_of_epoch, default=0), stats["crashes"],
                      stats["snapshots"], c.network.sent, c.network.dropped)
 
