@@ -45,6 +45,7 @@ class Node:
 
     def start(self):
         self.starts += 1
+        self.term_sent = False
         args = [sys.executable, "-m", "kraft_node.server", self.cfg_path, "--shutdown-timeout-seconds", "3"]
         if self.writer:
             args += ["--demo-writer", "--writer-interval-ms", "10", "--writer-batch", "5"]
@@ -78,6 +79,8 @@ class Node:
     def signal(self, sig):
         if self.alive:
             self.proc.send_signal(sig)
+            if sig == signal.SIGTERM:
+                self.term_sent = True
 
     def kill9(self):
         if self.alive:
@@ -87,8 +90,8 @@ class Node:
     def stop(self, timeout=15) -> int:
         if self.proc is None:
             return 0
-        if self.alive:
-            self.proc.send_signal(signal.SIGTERM)
+        if self.alive and not self.term_sent:  # a second SIGTERM during exit would kill it
+            self.signal(signal.SIGTERM)
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -197,11 +200,19 @@ def test_voters_and_observer_replicate_and_stop_gracefully(tmp_path, voters):
         for n in nodes:
             n.signal(signal.SIGUSR1)
         time.sleep(1.5)  # let the last commits reach every follower and the observer
-        order = [leader] + [n for n in nodes if n is not leader]
-        for n in order:
-            assert n.stop() == 0, n.stderr()[-3000:]
-        assert "resigned as leader" in leader.stderr() or "shut down" in leader.stderr()
+        # graceful resignation: SIGTERM the leader, a successor must take over quickly
+        t0 = time.monotonic()
+        leader.signal(signal.SIGTERM)
+        new = find_leader(nodes, exclude=leader, timeout=10)
+        handover = time.monotonic() - t0
+        assert leader.stop() == 0, leader.stderr()[-3000:]
+        assert "resigned as leader" in leader.stderr()
+        for n in nodes:
+            if n is not leader:
+                assert n.stop() == 0, n.stderr()[-3000:]
         check_acks_everywhere(nodes)
+        print(f"\n{voters} voters: leader {leader.id} -> {new.id} after SIGTERM in {handover * 1000:.0f} ms")
+        assert handover < 3.0
     finally:
         for n in nodes:
             n.kill9()
@@ -239,3 +250,40 @@ def test_kill_leader_in_a_loop_loses_no_acknowledged_write(tmp_path):
     finally:
         for n in nodes:
             n.kill9()
+
+
+def test_server_start_without_config_formats_and_runs_the_default_node(tmp_path):
+    """``kraft-server-start`` alone: the embedded config (127.0.0.1:19093, data under the
+    temp dir -- here TMPDIR=tmp_path) is formatted on first use, the node leads, exits 0."""
+    import socket
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", 19093))
+    except OSError:
+        pytest.skip("port 19093 of the embedded default config is in use on this machine")
+    finally:
+        s.close()
+    env = dict(os.environ, PYTHONPATH=REPO, TMPDIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-m", "kraft_node.server", "--exit-after-seconds", "2"],
+                       capture_output=True, text=True, timeout=30, cwd=REPO, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "formatting it with the embedded default config" in r.stderr
+    assert "node 1 became leader of epoch 1" in r.stderr
+    assert os.path.exists(tmp_path / "kraft-default-node-1" / "meta.properties")
+    # second start: already formatted, no new cluster id, epoch moves on (a restarted leader
+    # starts Resigned and waits one election timeout, 1-2 s by default, before leading again)
+    r2 = subprocess.run([sys.executable, "-m", "kraft_node.server", "--exit-after-seconds", "4"],
+                        capture_output=True, text=True, timeout=30, cwd=REPO, env=env)
+    assert r2.returncode == 0, r2.stderr
+    import re
+    assert "formatting it" not in r2.stderr
+    assert re.search(r"node 1 became leader of epoch ([2-9]|\d\d)", r2.stderr), r2.stderr
+
+
+def test_server_refuses_unformatted_storage(tmp_path):
+    paths = cluster_properties(str(tmp_path), 1)
+    cfg = NodeConfig.from_file(paths[0])
+    os.remove(os.path.join(cfg.metadata_log_dir, "meta.properties"))
+    r = subprocess.run([sys.executable, "-m", "kraft_node.server", paths[0]], capture_output=True, text=True,
+                       timeout=30, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode == 1 and "kraft-storage format" in r.stderr
