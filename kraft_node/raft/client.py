@@ -664,7 +664,7 @@ class RaftCore:
             return False
         st = self.quorum.state
         if isinstance(st, (ProspectiveState, CandidateState)) and resp.leader_epoch == st.epoch:
-            if source not in self.quorum.voter_ids:
+            if source not in st.epoch_election.states:
                 return True
             st.epoch_election.record(source, resp.vote_granted)
             if resp.vote_granted:
@@ -1215,7 +1215,7 @@ class RaftCore:
     def _poll_follower(self, st: FollowerState, now_ms: int) -> int:
         self._maybe_auto_join(st, now_ms)
         if now_ms >= st.fetch_deadline:
-            if self.quorum.is_voter:
+            if self.quorum.can_stand:
                 self._transition_to_prospective(now_ms)
                 return now_ms
             # An observer asks another voter who leads now, then retries the leader.
@@ -1247,7 +1247,7 @@ class RaftCore:
                             max_bytes=self.config.fetch_max_bytes)
 
     def _poll_unattached(self, st: UnattachedState, now_ms: int) -> int:
-        if self.quorum.is_voter:
+        if self.quorum.can_stand:
             if st.election_deadline is None:  # became a voter (log or snapshot) while unattached
                 st.election_deadline = self.quorum.random_election_deadline(now_ms)
             if now_ms >= st.election_deadline:
@@ -1266,21 +1266,21 @@ class RaftCore:
     def _send_vote_requests(self, st, pre_vote: bool, now_ms: int) -> None:
         end = self.log_end()
         for vid in st.epoch_election.unrecorded():
-            key = self.quorum.voters.get(vid)
+            key = self.quorum.election_keys().get(vid)
             if key is not None and vid != self.local_id and self.requests.is_ready(vid, now_ms):
                 self._send(vid, VoteRequest(self.cluster_id, vid, st.epoch, self.local_id,
                                             self.local_key.directory_id, key.directory_id,
                                             end.epoch, end.offset, pre_vote), now_ms)
 
     def _poll_prospective(self, st: ProspectiveState, now_ms: int) -> int:
-        if now_ms >= st.election_deadline or not self.quorum.is_voter:
+        if now_ms >= st.election_deadline or not self.quorum.can_stand:
             self._prospective_after_election_loss(now_ms)
             return now_ms
         self._send_vote_requests(st, True, now_ms)
         return st.election_deadline
 
     def _poll_candidate(self, st: CandidateState, now_ms: int) -> int:
-        if not self.quorum.is_voter:
+        if not self.quorum.can_stand:
             # Removed from the voter set (a truncation or a new record): stop canvassing.
             self._transition_to_unattached(st.epoch, now_ms)
             return now_ms

@@ -114,12 +114,43 @@ class QuorumState:
         """kraft.version >= 1: the voter set lives in the log (KIP-853)."""
         return self.control.kraft_version() >= 1
 
+    def _standing_via_previous(self) -> bool:
+        """Not a voter in the latest set, but in the set before it, and that latest change is
+        not known committed: typically a leader that removed itself and restarted before the
+        removal committed.  Only it may have the longest log, so it must be able to stand."""
+        if not self.dynamic or self.is_voter:
+            return False
+        prev = self.control.previous_voter_set()
+        if prev is None or not prev.is_voter(self.local_key):
+            return False
+        hwm = self.state.high_watermark
+        last = self.control.last_voter_set_offset()
+        return hwm is None or last is None or hwm <= last
+
+    @property
+    def can_stand(self) -> bool:
+        """May start elections: a voter, or standing via the previous voter set."""
+        return self.is_voter or self._standing_via_previous()
+
+    def election_sets(self):
+        """Whose votes a nominee needs: the latest set, plus the previous one when standing via it."""
+        if self._standing_via_previous():
+            return [self.voter_ids, self.control.previous_voter_set().ids]
+        return self.voter_ids
+
+    def election_keys(self) -> dict[int, ReplicaKey]:
+        keys = dict(self.voters)
+        if self._standing_via_previous():
+            for k, v in self.control.previous_voter_set().keys().items():
+                keys.setdefault(k, v)
+        return keys
+
     def has_remote_leader(self) -> bool:
         lid = self.leader_id
         return lid >= 0 and lid != self.local_id
 
     def random_election_deadline(self, now_ms: int) -> int | None:
-        if not self.is_voter:
+        if not self.can_stand:
             return None
         t = self.config.election_timeout_ms
         return now_ms + t + self.rng.randrange(t)
@@ -146,12 +177,12 @@ class QuorumState:
             st = UnattachedState(log_end.epoch, None, None, deadline, None)
             self._durable(st)
             return
-        if self.is_voter and election.is_leader(self.local_id):
+        if self.can_stand and election.is_leader(self.local_id):
             # A former leader must not vote in its own epoch again, and must not
             # reuse (offset, epoch) pairs that may have been lost unflushed.
             st = ResignedState(election.epoch, self.local_key, self.voter_ids, deadline, ())
-        elif self.is_voter and election.leader_id < 0 and election.is_voted_candidate(self.local_key):
-            st = CandidateState(election.epoch, self.local_key, self.voter_ids, deadline, 1, None)
+        elif self.can_stand and election.leader_id < 0 and election.is_voted_candidate(self.local_key):
+            st = CandidateState(election.epoch, self.local_key, self.election_sets(), deadline, 1, None)
         elif election.has_leader() and (election.leader_id in self.voters or self.dynamic) \
                 and election.leader_id != self.local_id:
             st = FollowerState(election.epoch, election.leader_id, election.voted_key,
@@ -166,14 +197,14 @@ class QuorumState:
         cur = self.state
         if epoch == cur.epoch:
             self._require(isinstance(cur, (UnattachedState, ProspectiveState))
-                          or (isinstance(cur, CandidateState) and not self.is_voter),
+                          or (isinstance(cur, CandidateState) and not self.can_stand),
                           f"Unattached at the same epoch {epoch}")
             voted = cur.election().voted_key
         else:
             self._require(epoch > cur.epoch, f"Unattached at lower epoch {epoch}")
             voted = None
         if isinstance(cur, (UnattachedState, CandidateState)) and cur.election_deadline is not None \
-                and epoch > cur.epoch and self.is_voter:
+                and epoch > cur.epoch and self.can_stand:
             deadline = cur.election_deadline  # keep the remaining election time
         else:
             deadline = self.random_election_deadline(now_ms)
@@ -212,7 +243,7 @@ class QuorumState:
 
     def transition_to_prospective(self, now_ms: int) -> None:
         cur = self.state
-        self._require(self.is_voter, "Prospective as an observer")
+        self._require(self.can_stand, "Prospective as an observer")
         self._require(isinstance(cur, (UnattachedState, FollowerState, CandidateState)),
                       "Prospective")
         if isinstance(cur, CandidateState):
@@ -221,7 +252,7 @@ class QuorumState:
             retries = 0
             leader = cur.leader_id() if cur.leader_id() >= 0 else None
             voted = cur.voted_key
-        self._memory(ProspectiveState(cur.epoch, self.local_id, self.voter_ids, leader, voted,
+        self._memory(ProspectiveState(cur.epoch, self.local_id, self.election_sets(), leader, voted,
                                       self.random_election_deadline(now_ms), retries, cur.high_watermark))
 
     def transition_to_candidate(self, now_ms: int, force: bool = False) -> None:
@@ -229,14 +260,14 @@ class QuorumState:
         cur = self.state
         self._require(isinstance(cur, ProspectiveState) and (force or cur.epoch_election.is_vote_granted()),
                       "Candidate without a granted pre-vote")
-        self._durable(CandidateState(cur.epoch + 1, self.local_key, self.voter_ids,
+        self._durable(CandidateState(cur.epoch + 1, self.local_key, self.election_sets(),
                                      self.random_election_deadline(now_ms), cur.retries + 1,
                                      cur.high_watermark))
 
     def transition_to_leader(self, epoch_start_offset: int, accumulator, now_ms: int) -> LeaderState:
         cur = self.state
         self._require(isinstance(cur, CandidateState) and cur.epoch_election.is_vote_granted()
-                      and self.is_voter, "Leader without a granted election")
+                      and self.can_stand, "Leader without a granted election")
         # The leader does not inherit the previous high watermark: it must
         # commit a record of its own epoch first (epoch-start commit rule).
         new = LeaderState(cur.epoch, self.local_key, list(self.voters.values()), epoch_start_offset,

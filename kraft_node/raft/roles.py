@@ -61,9 +61,13 @@ class EpochElection:
     impossible (granted + unrecorded < majority).
     """
 
-    def __init__(self, local_id: int, voter_ids: frozenset[int]):
-        self.states = {v: UNRECORDED for v in voter_ids}
-        self.majority = len(voter_ids) // 2 + 1
+    def __init__(self, local_id: int, voter_ids):
+        # ``voter_ids``: one set, or a list of sets that must each grant a majority (a
+        # replica whose own uncommitted VotersRecord removed it stands under both sets).
+        sets = [frozenset(v) for v in voter_ids] if isinstance(voter_ids, list) else [frozenset(voter_ids)]
+        self.sets = sets
+        self.states = {v: UNRECORDED for vs in sets for v in vs}
+        self.majority = len(sets[0]) // 2 + 1
         if local_id in self.states:
             self.states[local_id] = GRANTED
 
@@ -81,11 +85,10 @@ class EpochElection:
         return sorted(v for v, s in self.states.items() if s == GRANTED)
 
     def is_vote_granted(self) -> bool:
-        return sum(1 for s in self.states.values() if s == GRANTED) >= self.majority
+        return all(sum(1 for v in vs if self.states[v] == GRANTED) >= len(vs) // 2 + 1 for vs in self.sets)
 
     def is_vote_rejected(self) -> bool:
-        ok = sum(1 for s in self.states.values() if s != REJECTED)
-        return ok < self.majority
+        return any(sum(1 for v in vs if self.states[v] != REJECTED) < len(vs) // 2 + 1 for vs in self.sets)
 
     def __repr__(self) -> str:
         return f"EpochElection({self.states})"

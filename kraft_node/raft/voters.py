@@ -131,6 +131,14 @@ class ControlRecordStateMachine:
     def latest_voter_set(self) -> VoterSet:
         return self._voter_sets[-1] if self._voter_sets else self.static_voters
 
+    def previous_voter_set(self) -> VoterSet | None:
+        """The voter set before the latest VotersRecord (None if there is no earlier entry)."""
+        if len(self._voter_sets) >= 2:
+            return self._voter_sets[-2]
+        if len(self._voter_sets) == 1 and self.static_voters.entries:
+            return self.static_voters
+        return None
+
     def last_voter_set_offset(self) -> int | None:
         """Offset of the latest VotersRecord (-1 for a snapshot/bootstrap entry), None if static."""
         return self._voter_offsets[-1] if self._voter_offsets else None

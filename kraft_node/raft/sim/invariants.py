@@ -16,7 +16,8 @@
 * **voter set follows the log**: a node's voter-set history never names an
   offset at or past its log end (a truncation must revert it); after healing,
   every node's voter set in effect is the committed one.
-* **leaders are voters**: a node becomes leader only while it is a voter.
+* **leaders are voters**: a node becomes leader only while it is a voter (or, having
+  removed itself by a not yet committed VotersRecord, a voter of the set before it).
 
 The checks are incremental (each offset is compared once per node
 incarnation) so they can run after every event.
@@ -159,7 +160,7 @@ class InvariantChecker:
         self.committed_voter_sets.append((offset, voters))
 
     def _verify_leader_log(self, n: "SimNode") -> None:
-        if not n.core.quorum.is_voter:
+        if not n.core.quorum.can_stand:
             self.fail(f"node {n.id} became leader of epoch {n.core.epoch} without being a voter")
         committed = self.committed
         log = n.log

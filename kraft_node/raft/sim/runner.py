@@ -144,7 +144,7 @@ def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000, trace=Non
                 t = now + k * rng.randint(1, 40)
                 sched.at(t, lambda n=nid: (c.crash(n), stats.__setitem__("crashes", stats["crashes"] + 1)))
                 sched.at(t + rng.randint(1, 30), lambda n=nid: restart_if_dead(n))
-        elif r < 0.84 and c.sim.dynamic:
+        elif r < 0.92 and c.sim.dynamic:
             membership_step(c, rng)
         sched.at(now + rng.randint(20, 250), chaos_step)
 
