@@ -241,3 +241,67 @@ def test_unformatted_or_foreign_storage_is_refused(tmp_path):
     with pytest.raises(DriverError, match="belongs to node 1"):
         RaftDriver.from_config(NodeConfig.from_file(str(p2)))
     assert cfg2.node_id == 1
+
+
+class Recorder:
+    def __init__(self):
+        self.records = []
+        self.snapshots = []
+        self.leaders = []
+
+    def handle_commit(self, batches):
+        for b in batches:
+            assert b.base_offset == len(self.records) or self.snapshots, (b.base_offset, len(self.records))
+            self.records.extend((b.base_offset + i, r, b.is_control) for i, r in enumerate(b.records))
+
+    def handle_load_snapshot(self, sid, data):
+        self.snapshots.append((sid, bytes(data)))
+        self.records = [(i, None, None) for i in range(sid.offset)]
+
+    def handle_leader_change(self, leader):
+        self.leaders.append(leader)
+
+
+def test_snapshot_is_fetched_over_tcp_by_a_wiped_follower(tmp_path):
+    """A follower that lost its log catches up with FetchSnapshot (v1) + Fetch over TCP,
+    and its listener sees the snapshot, then the records after it, in order."""
+    import shutil
+    paths = cluster_properties(str(tmp_path), 3, extra={"controller.quorum.fetch.snapshot.max.bytes": "1000"})
+
+    async def go():
+        ds = await start(paths)
+        try:
+            leader = await wait_leader(ds)
+            await asyncio.gather(*[leader.append([b"s%d" % i]) for i in range(30)])
+            hwm = leader.core.high_watermark
+            epoch = leader.log.read(hwm - 1, 1)[0].epoch
+            sid = m.OffsetAndEpoch(hwm, epoch)
+            payload = os.urandom(3000)  # several FetchSnapshot slices with a small max
+            leader.core.create_snapshot(sid, payload)
+            assert leader.log.start_offset == hwm
+            victim = next(d for d in ds if d is not leader)
+            await victim.close()
+            pdir = victim.config.metadata_partition_dir
+            shutil.rmtree(pdir)
+            idx = ds.index(victim)
+            fresh = RaftDriver.from_config(NodeConfig.from_file(paths[idx]))
+            rec = Recorder()
+            fresh.register_listener(rec)
+            await fresh.start()
+            ds[idx] = fresh
+            tail = await asyncio.gather(*[leader.append([b"t%d" % i]) for i in range(5)])
+            deadline = time.monotonic() + 10
+            while (not rec.records or rec.records[-1][0] < tail[-1]) and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert rec.snapshots == [(sid, payload)]
+            assert fresh.log.latest_snapshot_id() == sid and fresh.log.read_snapshot(sid) == payload
+            assert fresh.log.start_offset == sid.offset
+            data = [r for o, r, c in rec.records if o >= sid.offset and not c]
+            assert data == [b"t%d" % i for i in range(5)]
+            assert fresh.core.stats["snapshots_installed"] == 1
+            assert fresh.core.stats["snapshot_slices"] == 3  # 3000 bytes in 1000-byte FetchSnapshot slices
+        finally:
+            for d in ds:
+                await d.shutdown(2)
+
+    run(go())

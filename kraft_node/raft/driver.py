@@ -327,7 +327,7 @@ class RaftDriver:
 
     # ------------------------------------------------------------ polling
     def _schedule_poll(self) -> None:
-        if not self._poll_soon and not self._closed:
+        if not self._poll_soon and not self._closed and self.loop is not None:
             self._poll_soon = True
             self.loop.call_soon(self._poll)
 
