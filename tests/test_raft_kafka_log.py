@@ -207,3 +207,21 @@ def test_matches_memory_model(tmp_path_factory, script):
             (o, e, r, c) for (o, e, r, c) in _flat(model, model.start_offset)]
         assert real.latest_snapshot_id() == model.latest_snapshot_id()
     real.close()
+
+
+def test_records_decode_lazily_once_per_read_group():
+    from kraft_node.raft.kafka_log import _RECORDS
+    wire = encode_batches((Batch(0, 1, (b"a", b"b")), Batch(2, 1, (b"x",), True, _lc()),
+                           Batch(3, 2, (b"c",)), Batch(4, 2, (b"d", b"e", b"f"))))
+    bs = decode_batches(wire)
+    assert [(b.base_offset, b.next_offset, b.last_offset) for b in bs] == [(0, 2, 1), (2, 3, 2), (3, 4, 3),
+                                                                         (4, 7, 6)]
+    data = [b for b in bs if not b.is_control]
+    assert all(_RECORDS.__get__(b) is None for b in data)  # nothing decoded yet
+    assert bs[1].control == _lc() and bs[1].is_control
+    assert data[1].records == (b"c",)
+    assert all(_RECORDS.__get__(b) is not None for b in data)  # one decode filled the whole group
+    assert [b.records for b in data] == [(b"a", b"b"), (b"c",), (b"d", b"e", b"f")]
+    assert encode_batches(bs) == wire  # re-sent byte for byte
+    sliced = Batch(data[2].base_offset + 1, data[2].epoch, data[2].records[1:])
+    assert decode_batches(encode_batches((sliced,)))[0].records == (b"e", b"f")

@@ -38,7 +38,6 @@ from __future__ import annotations
 import bisect
 import os
 import time
-from dataclasses import dataclass
 from typing import Sequence
 
 from kraft_node.raft.messages import Batch, LeaderChangeMessage, OffsetAndEpoch, SnapshotId
@@ -47,7 +46,8 @@ from kraft_storage.log.config import LogConfig
 from kraft_storage.messages._runtime import Uuid, ZERO_UUID
 from kraft_storage.messages.control import (ControlRecordType, LeaderChangeMessage as WireLeaderChange,
                                             decode_control_key, encode_control_key)
-from kraft_storage.record import build_batch, build_batches, decode_records
+from kraft_storage.errors import CorruptRecordError
+from kraft_storage.record import build_batch, build_batches, decode_records, scan_batches
 from kraft_storage.record.constants import CONTROL_MASK
 from kraft_storage.snapshot import (RawSnapshotReader, RawSnapshotWriter, SnapshotId as FileSnapshotId,
                                     delete_snapshot, open_snapshot_dir)
@@ -60,10 +60,80 @@ __all__ = ["KafkaRaftLog", "RawBatch", "encode_batches", "decode_batches", "enco
 MAX_READ_BYTES = 16 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+_RECORDS = Batch.__dict__["records"]  # the slot of Batch.records (a member descriptor)
+
+
+class _DecodeGroup:
+    """Batches that came from one buffer: the first one whose records are needed decodes
+    them all with a single ``decode_records`` call (one scan, one columnar decode)."""
+
+    __slots__ = ("buf", "batches", "source")
+
+    def __init__(self, buf, source: str):
+        self.buf = buf
+        self.batches: list[RawBatch] = []
+        self.source = source
+
+    def decode(self) -> None:
+        buf = self.buf if self.buf is not None else b"".join(b.raw for b in self.batches)
+        cols = decode_records(buf, verify_crc=False, source=self.source)  # CRCs were checked on arrival
+        values = cols.values()
+        i = 0
+        for b in self.batches:
+            n = b._count
+            _RECORDS.__set__(b, tuple(values[i:i + n]))
+            i += n
+        self.buf = None
+        self.batches = []  # break the batch <-> group cycle
+
+
 class RawBatch(Batch):
-    """A core Batch that also carries its exact v2 batch bytes (``raw``)."""
-    raw: bytes = b""
+    """A core Batch that carries its exact v2 batch bytes (``raw``), records decoded lazily.
+
+    The leader answers a Fetch with ``raw`` and a follower appends ``raw``, so
+    neither needs the records as Python objects; only a listener does.  Record
+    count and sizes come from the batch header, so offsets work undecoded.
+    Construct with :meth:`make`; it behaves as an ordinary (immutable) Batch.
+    """
+
+    __slots__ = ("raw", "_count", "_group")
+
+    @classmethod
+    def make(cls, base_offset: int, epoch: int, count: int, raw: bytes, append_time_ms: int,
+             group: _DecodeGroup | None, records=None, is_control: bool = False, control=None) -> "RawBatch":
+        b = object.__new__(cls)
+        for name, value in (("base_offset", base_offset), ("epoch", epoch), ("is_control", is_control),
+                            ("control", control), ("append_time_ms", append_time_ms), ("raw", raw),
+                            ("_count", count), ("_group", group)):
+            object.__setattr__(b, name, value)
+        _RECORDS.__set__(b, records)
+        if group is not None and records is None:
+            group.batches.append(b)
+        return b
+
+    @property
+    def records(self) -> tuple[bytes, ...]:
+        r = _RECORDS.__get__(self)
+        if r is None:
+            self._group.decode()
+            r = _RECORDS.__get__(self)
+        return r
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self._count - 1
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self._count
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self.raw)
+
+    def __reduce__(self):
+        return (Batch, (self.base_offset, self.epoch, self.records, self.is_control, self.control,
+                        self.append_time_ms))
 
 
 def _now_ms() -> int:
@@ -92,7 +162,7 @@ _LEADER_CHANGE_KEY = encode_control_key(ControlRecordType.LEADER_CHANGE)
 # ------------------------------------------------------------------ batch codec
 def encode_batch(b: Batch, timestamp_ms: int | None = None) -> bytes:
     """One core Batch -> one v2 record batch (its ``raw`` bytes when it has them)."""
-    if isinstance(b, RawBatch) and b.raw:
+    if type(b) is RawBatch:
         return b.raw
     ts = _now_ms() if timestamp_ms is None else timestamp_ms
     if b.is_control:
@@ -116,19 +186,18 @@ def encode_batches(batches: Sequence[Batch]) -> bytes:
 
 
 def decode_batches(buf, source: str = "records") -> tuple[RawBatch, ...]:
-    """v2 batches (CRC-checked, one ``decode_records`` call) -> core batches with their bytes.
+    """v2 batches (one CRC-checking ``scan_batches``) -> core batches with their bytes.
 
-    A control batch must be a LeaderChange (the only control record a KRaft
-    log of a static quorum holds); its decoded body is in ``Batch.control``.
-    Other control types (KRaftVersion/Voters written by a dynamic quorum) are
-    kept as control batches with ``control=None``.
+    Records are decoded lazily, all batches of ``buf`` at once with one
+    ``decode_records`` call when a listener first needs them.  A control batch
+    is decoded at once: a LeaderChange gives ``Batch.control``; other control
+    types (KRaftVersion/Voters, written by a dynamic quorum) are kept as
+    control batches with ``control=None``.
     """
     mv = memoryview(buf).cast("B")
     if mv.nbytes == 0:
         return ()
-    cols = decode_records(mv, source=source)
-    hdr = cols.batches
-    values = cols.values()
+    hdr = scan_batches(mv, source=source).headers
     counts = hdr["records_count"].tolist()
     bases = hdr["base_offset"].tolist()
     lods = hdr["last_offset_delta"].tolist()
@@ -137,24 +206,26 @@ def decode_batches(buf, source: str = "records") -> tuple[RawBatch, ...]:
     pos = hdr["position"].tolist()
     sizes = hdr["size"].tolist()
     max_ts = hdr["max_timestamp"].tolist()
+    data = bytes(mv)
+    group = _DecodeGroup(data, source)
     out = []
-    i = 0
     for k in range(len(counts)):
         n = counts[k]
-        if n != lods[k] + 1:
-            raise ValueError(f"{source}: batch at offset {bases[k]} has {n} records but last offset delta "
-                             f"{lods[k]} (compacted batches are not expected in the metadata log)")
-        recs = tuple(values[i:i + n])
-        raw = bytes(mv[pos[k]:pos[k] + sizes[k]])
-        control = None
-        is_control = bool(attrs[k] & CONTROL_MASK)
-        if is_control:
-            key = cols.key(i)
-            _, ctype = decode_control_key(key)
-            if ctype == ControlRecordType.LEADER_CHANGE:
-                control = decode_leader_change(recs[0])
-        out.append(RawBatch(bases[k], epochs[k], recs, is_control, control, max_ts[k], raw))
-        i += n
+        if n != lods[k] + 1 or n <= 0:
+            raise CorruptRecordError(f"batch at offset {bases[k]} has {n} records but last offset delta "
+                                     f"{lods[k]} (compacted or empty batches are not expected in the "
+                                     f"metadata log)", pos[k], bases[k], source)
+        raw = data if len(counts) == 1 else data[pos[k]:pos[k] + sizes[k]]
+        if attrs[k] & CONTROL_MASK:
+            cols = decode_records(raw, verify_crc=False, source=source)
+            recs = tuple(cols.values())
+            _, ctype = decode_control_key(cols.key(0))
+            control = decode_leader_change(recs[0]) if ctype == ControlRecordType.LEADER_CHANGE else None
+            out.append(RawBatch.make(bases[k], epochs[k], n, raw, max_ts[k], None, recs, True, control))
+        else:
+            out.append(RawBatch.make(bases[k], epochs[k], n, raw, max_ts[k], group))
+    if len(group.batches) != len(out):
+        group.buf = None  # control batches sit in between: decode from the data batches' own bytes
     return tuple(out)
 
 
