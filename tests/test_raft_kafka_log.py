@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kraft_node.raft.kafka_log import (KafkaRaftLog, RawBatch, decode_batches, decode_leader_change,
@@ -159,6 +159,7 @@ ops = st.lists(st.one_of(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops)
+@example([("append", 3, 0, False), ("snapshot", 0), ("truncate", 1)])  # batch straddles start and cut
 def test_matches_memory_model(tmp_path_factory, script):
     d = str(tmp_path_factory.mktemp("log") / "__cluster_metadata-0")
     real = KafkaRaftLog(d)

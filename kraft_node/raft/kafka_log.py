@@ -43,7 +43,7 @@ from typing import Sequence
 from kraft_node.raft.messages import Batch, LeaderChangeMessage, OffsetAndEpoch, SnapshotId
 from kraft_storage.log.log import KafkaLog
 from kraft_storage.log.config import LogConfig
-from kraft_storage.messages._runtime import Uuid, ZERO_UUID
+from kraft_storage.messages._runtime import METADATA_TOPIC_ID
 from kraft_storage.messages.control import (ControlRecordType, LeaderChangeMessage as WireLeaderChange,
                                             decode_control_key, encode_control_key)
 from kraft_storage.errors import CorruptRecordError
@@ -234,9 +234,14 @@ class KafkaRaftLog:
     """RaftLog over a ``__cluster_metadata-0`` directory (see the module doc)."""
 
     def __init__(self, directory: str, config: LogConfig | None = None):
+        """``config`` defaults to ``LogConfig(verify_crc=False)``: every batch this log
+        is given was either built here (leader) or CRC-checked when its Fetch response
+        was decoded (follower), so the append does not check it a second time.  An
+        unclean open still validates every batch after the recovery point."""
         self.directory = os.fspath(directory)
         os.makedirs(self.directory, exist_ok=True)
-        self._log = KafkaLog.open(self.directory, config or LogConfig(), topic_id=Uuid("AAAAAAAAAAAAAAAAAAAAAQ").bytes)
+        self._log = KafkaLog.open(self.directory, config or LogConfig(verify_crc=False),
+                                  topic_id=METADATA_TOPIC_ID.bytes)
         self._snapshots: list[SnapshotId] = sorted(
             (OffsetAndEpoch(s.end_offset, s.epoch) for s in open_snapshot_dir(self.directory)),
             key=lambda s: (s.offset, s.epoch))
@@ -308,8 +313,11 @@ class KafkaRaftLog:
         keep: tuple[Batch, ...] = ()
         straddling = self._read_whole(offset, 1) if offset > self.start_offset else ()
         if straddling and straddling[0].base_offset < offset:
+            # Kafka's segment truncation drops this batch whole: re-append its prefix
+            # (from the log start if the batch also straddles the log start).
             b = straddling[0]
-            keep = (Batch(b.base_offset, b.epoch, b.records[:offset - b.base_offset], b.is_control,
+            base = max(b.base_offset, self.start_offset)
+            keep = (Batch(base, b.epoch, b.records[base - b.base_offset:offset - b.base_offset], b.is_control,
                           b.control, b.append_time_ms),)
         self._log.truncate_to(offset)
         if keep and self.end_offset == keep[0].base_offset:
