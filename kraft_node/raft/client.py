@@ -313,7 +313,7 @@ class RaftCore:
         return self.control.voter_set_at(hwm - 1)
 
     def _dynamic(self) -> bool:
-        return self.control.kraft_version() >= 1
+        return self.quorum.dynamic
 
     # ------------------------------------------------------------ setup
     def register_listener(self, listener: RaftListener) -> None:

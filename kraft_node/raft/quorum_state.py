@@ -111,8 +111,9 @@ class QuorumState:
 
     @property
     def dynamic(self) -> bool:
-        """kraft.version >= 1: the voter set lives in the log (KIP-853)."""
-        return self.control.kraft_version() >= 1
+        """kraft.version >= 1: the voter set lives in the log (KIP-853).  A replica that
+        knows no voter at all (empty disk, bootstrap servers) is treated the same way."""
+        return self.control.kraft_version() >= 1 or not self.voter_ids
 
     def _standing_via_previous(self) -> bool:
         """Not a voter in the latest set, but in the set before it, and that latest change is

@@ -128,7 +128,8 @@ class SimNode:
             cfg = replace(cfg, auto_join_enable=True)
         self.core = RaftCore(cfg, self.key, [] if c.sim.dynamic else c.voter_keys, self.log, self.store,
                              random.Random(c.rng.getrandbits(64)), cluster_id=c.cluster_id,
-                             snapshot_control=SimSnapshotControl() if c.sim.dynamic else None)
+                             snapshot_control=SimSnapshotControl() if c.sim.dynamic else None,
+                             bootstrap_ids=tuple(c.voter_ids) if c.sim.dynamic else ())
         self.sm = StateMachine(self)
         self.core.register_listener(self.sm)
         self.core.initialize(c.scheduler.now)
