@@ -218,8 +218,9 @@ def test_voters_and_observer_replicate_and_stop_gracefully(tmp_path, voters):
             n.kill9()
 
 
-def test_kill_leader_in_a_loop_loses_no_acknowledged_write(tmp_path):
-    paths = cluster_properties(str(tmp_path), 3, observers=1)
+@pytest.mark.parametrize("voters", [3, 5])
+def test_kill_leader_in_a_loop_loses_no_acknowledged_write(tmp_path, voters):
+    paths = cluster_properties(str(tmp_path), voters, observers=1)
     nodes = [Node(p, writer=True) for p in paths]
     failovers = []
     try:
@@ -244,7 +245,7 @@ def test_kill_leader_in_a_loop_loses_no_acknowledged_write(tmp_path):
         for n in nodes:
             assert n.stop() == 0, n.stderr()[-3000:]
         acks = check_acks_everywhere(nodes)
-        print(f"\n{len(acks)} acknowledged records survived 3 leader kills; failover times (s): "
+        print(f"\n{voters} voters: {len(acks)} acknowledged records survived 3 leader kills; failover times (s): "
               + ", ".join(f"{f:.2f}" for f in failovers))
         assert max(failovers) < 10, failovers
     finally:
