@@ -65,6 +65,8 @@ EXTENSIONS = [
     ext("kraft_storage._native._timeline", "kraft_storage/_native/_timeline.pyx"),
     ext("kraft_storage._native._index", "kraft_storage/_native/_index.pyx"),
     ext("kraft_storage._native._frame", "kraft_storage/_native/_frame.pyx"),
+    ext("kraft_storage._native._logappend", "kraft_storage/_native/_logappend.pyx",
+        ["csrc/crc32c.c", "csrc/recordbatch.c"]),
 ]
 
 only = {s.strip() for s in os.environ.get("KRAFT_EXT_ONLY", "").split(",") if s.strip()}

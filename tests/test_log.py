@@ -495,3 +495,22 @@ def test_kill_9_loses_no_acknowledged_append(tmp_path):
     values = [r.value for b in iter_batches(read_all(lg)) for r in b.records()]
     assert values[:acked + 1] == [b"payload-%d" % i for i in range(acked + 1)]
     lg.close()
+
+
+def test_reopen_of_a_log_emptied_at_its_start_keeps_no_epoch(tmp_path):
+    """Found by the stateful test: start == end after truncation; an unclean reopen
+    re-reads the batches below the start and must not resurrect their epoch."""
+    d = tmp_path / "e-0"
+    lg = KafkaLog.open(d)
+    for _ in range(3):
+        lg.append_as_leader(batch(1), 0)
+    lg.advance_log_start_offset(2)
+    lg.truncate_to(2)
+    assert (lg.log_start_offset, lg.log_end_offset, lg.epoch_cache.entries()) == (2, 2, [])
+    lg.close_uncleanly()
+    lg = KafkaLog.open(d)
+    assert (lg.log_start_offset, lg.log_end_offset) == (0, 2)  # no checkpointed start: the segment's
+    lg.close()
+    lg = KafkaLog.open(d, log_start_offset=2)
+    assert (lg.log_start_offset, lg.log_end_offset, lg.epoch_cache.entries()) == (2, 2, [])
+    lg.close()

@@ -49,6 +49,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from kraft_storage._accel import load
 from kraft_storage.errors import CorruptRecordError, KraftStorageError
 from kraft_storage.log.checkpoint import fsync_dir, write_atomically
 from kraft_storage.log.config import LONG_MAX, LogConfig
@@ -61,11 +62,13 @@ from kraft_storage.log.segment import (
     INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, RecoveryReport)
 from kraft_storage.record.batch import CRC_SKIP, CRC_VERIFY, scan_batches
 
+_appendk = load("_logappend")
+
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _STALE_SUFFIXES = (".deleted", ".cleaned", ".tmp")
-_HDR16 = struct.Struct(">qii")
-_WRITEV_MAX_BATCHES = 64
+_LEADER = _appendk.MODE_LEADER
+_FOLLOWER = _appendk.MODE_FOLLOWER
 
 
 class EpochEndOffset(NamedTuple):
@@ -193,6 +196,7 @@ class KafkaLog:
         self._unflushed_records = 0
         self._last_flush_ms = clock()
         self._closed = False
+        self._appender = _appendk.Appender()  # scratch of the append kernel (one writer)
         self.epoch_cache: LeaderEpochCache
         self.load_report: LoadReport
 
@@ -336,8 +340,11 @@ class KafkaLog:
         self._start = max(log_start_offset, segments[0].base_offset)
         if self._start > self._end:
             self._start = self._end
-        cache.truncate_from_end(self._end)
+        # start first, then end: when the log is empty at its start (start == end) the
+        # collapsed entry at ``start`` is dropped, the state the live log reached when
+        # truncate_to emptied it (Kafka's loader does end first and keeps that entry)
         cache.truncate_from_start(self._start)
+        cache.truncate_from_end(self._end)
         self.recovery_point = self._end
 
     @staticmethod
@@ -400,90 +407,47 @@ class KafkaLog:
         latest = self.epoch_cache.latest_epoch
         if latest is not None and leader_epoch < latest:
             raise ValueError(f"leader epoch {leader_epoch} is older than the log's latest epoch {latest}")
-        mv = memoryview(records).cast("B")
-        h = self._validate(mv)
-        n = len(h)
-        if n == 1:
-            bases = [self._end]
-        else:
-            deltas = h["last_offset_delta"].astype(np.int64)
-            bases = self._end + np.concatenate(([0], np.cumsum(deltas + 1)[:-1]))
-        h = h.copy()
-        h["base_offset"] = bases
-        h["partition_leader_epoch"] = leader_epoch
-        pos = h["position"]
-        size = h["size"]
-        if n <= _WRITEV_MAX_BATCHES:
-            buffers = []
-            for i in range(n):
-                p, s = int(pos[i]), int(size[i])
-                buffers.append(_HDR16.pack(int(bases[i]), s - 12, leader_epoch))
-                buffers.append(mv[p + 16:p + s])
-        else:
-            buf = bytearray(mv)
-            for i in range(n):
-                _HDR16.pack_into(buf, int(pos[i]), int(bases[i]), int(size[i]) - 12, leader_epoch)
-            buffers = [buf]
-        return self._append(h, buffers, mv.nbytes)
+        return self._append_records(records, _LEADER, leader_epoch, -1 if latest is None else latest)
 
     def append_as_follower(self, records) -> AppendInfo:
         """Append batches replicated from the leader, offsets and epochs as given.
 
         The first batch must start at the log end offset and each batch must
-        start right after the previous one (OutOfOrderAppend otherwise)."""
+        start right after the previous one, and no batch may carry an epoch
+        older than one already in the log (OutOfOrderAppend otherwise)."""
         self._check_open()
-        mv = memoryview(records).cast("B")
-        h = self._validate(mv)
-        base = h["base_offset"]
-        last = base + h["last_offset_delta"]
-        expected = np.concatenate(([self._end], last[:-1] + 1))
-        bad = np.flatnonzero(base != expected)
-        if len(bad):
-            i = int(bad[0])
-            raise OutOfOrderAppend(int(expected[i]), int(base[i]), int(h["position"][i]))
-        ep = h["partition_leader_epoch"]
         latest = self.epoch_cache.latest_epoch
-        floor = np.maximum.accumulate(np.concatenate(([-1 if latest is None else latest], ep)))[:-1]
-        back = np.flatnonzero((ep < floor))
-        if len(back):
-            i = int(back[0])
-            raise OutOfOrderAppend(int(base[i]), int(base[i]), int(h["position"][i]),
-                                   reason=f"the batch at offset {int(base[i])} has leader epoch {int(ep[i])}, "
-                                          f"older than epoch {int(floor[i])} already in the log")
-        return self._append(h, [mv], mv.nbytes)
+        return self._append_records(records, _FOLLOWER, -1, -1 if latest is None else latest)
 
-    def _validate(self, mv: memoryview) -> np.ndarray:
-        if mv.nbytes == 0:
-            raise ValueError("nothing to append: the buffer is empty")
-        scan = scan_batches(mv, crc_mode=CRC_VERIFY if self.config.verify_crc else CRC_SKIP,
-                            source="appended records")
-        return scan.headers
-
-    def _append(self, h: np.ndarray, buffers: list, nbytes: int) -> AppendInfo:
-        first = int(h["base_offset"][0])
-        last = int(h["base_offset"][-1]) + int(h["last_offset_delta"][-1])
-        max_ts = int(h["max_timestamp"].max())
-        seg = self._segments[-1]
+    def _append_records(self, records, mode: int, leader_epoch: int, latest: int) -> AppendInfo:
+        """The whole append in two kernel calls (see ``kraft_storage._pure._logappend``):
+        scan (validate, stamp offsets/epoch), maybe roll, write (bytes, index
+        entries), then the epoch cache, the log end offset and the flush policy."""
+        ap = self._appender
         cfg = self.config
-        if seg.should_roll(nbytes, max_ts, last, self._clock(), cfg.segment_bytes, cfg.segment_ms,
-                           cfg.segment_jitter_ms):
-            seg = self.roll()
-        position = seg.append(buffers, nbytes, h)
-        ep = h["partition_leader_epoch"]
-        latest = self.epoch_cache.latest_epoch
-        if latest is None or int(ep.max()) > latest:
-            prev = np.maximum.accumulate(np.concatenate(([-1 if latest is None else latest], ep)))[:-1]
-            for i in np.flatnonzero((ep >= 0) & (ep > prev)):
-                self.epoch_cache.assign(int(ep[i]), int(h["base_offset"][i]))
+        ap.scan(records, mode, self._end, leader_epoch, latest,
+                CRC_VERIFY if cfg.verify_crc else CRC_SKIP)
+        try:
+            nbytes, last, max_ts = ap.nbytes, ap.last_offset, ap.max_timestamp
+            seg = self._segments[-1]
+            if seg.should_roll(nbytes, max_ts, last, self._clock(), cfg.segment_bytes, cfg.segment_ms,
+                               cfg.segment_jitter_ms):
+                seg = self.roll()
+            position = seg.append_scanned(ap)
+        finally:
+            ap.release()
+        for epoch, start_offset in ap.epochs:
+            self.epoch_cache.assign(epoch, start_offset)
         self._end = last + 1  # publish
-        records = int(h["records_count"].sum())
+        records = ap.records
         self._unflushed_records += records
         flushed = False
         if self._unflushed_records >= cfg.flush_messages or \
                 (cfg.flush_ms != LONG_MAX and self._clock() - self._last_flush_ms >= cfg.flush_ms):
             self.flush()
             flushed = True
-        return AppendInfo(first, last, len(h), records, nbytes, seg.base_offset, position, max_ts, flushed)
+        return AppendInfo(ap.first_offset, last, ap.batches, records, nbytes, seg.base_offset, position,
+                          max_ts, flushed)
 
     # ---------------------------------------------------------------- roll
     def roll(self) -> LogSegment:

@@ -165,6 +165,34 @@ class LogSegment:
         self.size = start + nbytes  # publish last
         return start
 
+    def append_scanned(self, ap) -> int:
+        """Write the batches an :class:`Appender` (``kraft_storage._native._logappend``
+        or its twin) has scanned, and their index entries; the fast path of
+        :meth:`KafkaLog.append_as_leader`/``append_as_follower``.
+
+        Same invariants as :meth:`append`: the bytes are written first (cut
+        back on failure), then the index entries' bytes, then the index
+        counts, then ``size``.  Returns the file position of the first batch."""
+        start = self.size
+        oi, ti = self.offset_index, self.time_index
+        os_, ts_ = oi._s, ti._s
+        o_n, t_n = os_.n, ts_.n
+        no, nt, self.bytes_since_last_index_entry, self.max_timestamp_so_far, self.offset_of_max_timestamp = \
+            ap.write(self.handle.fd, start, self.base_offset, self.index_interval_bytes,
+                     self.bytes_since_last_index_entry, self.max_timestamp_so_far,
+                     self.offset_of_max_timestamp, oi._mm, o_n, oi.max_entries, ti._mm, t_n, ti.max_entries)
+        if no != o_n:
+            os_.n = no
+            oi._dirty = True
+        if nt != t_n:
+            ts_.n = nt
+            ti._dirty = True
+        if start == 0 and self.rolling_based_timestamp is None:
+            self.rolling_based_timestamp = ap.first_max_timestamp
+        self.next_offset = ap.last_offset + 1
+        self.size = start + ap.nbytes  # publish last
+        return start
+
     def _index_batches(self, positions: np.ndarray, h: np.ndarray) -> None:
         m = len(h)
         if m == 0:
