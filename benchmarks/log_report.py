@@ -2,7 +2,8 @@
 
     python benchmarks/log_report.py [--quick]
 
-Measures: append into the page cache (MB/s, by batch size); append with
+Measures: append into the page cache (MB/s, by batch size); small appends
+(appends/s, leader and follower, next to a plain pwrite loop); append with
 fsync per batch (flush.messages=1) next to a plain write+fdatasync loop of
 the same batches in the same run; read by offset (reads/s and MB/s);
 offset-index lookups one at a time from Python and batched; recovery scan
@@ -51,6 +52,67 @@ def bench_append(tmp, batch_bytes, total, verify_crc=True, repeat=5):
         shutil.rmtree(d)
         return n * size / dt
     return median_of(run, repeat)
+
+
+def bench_small_appends(tmp, batch_bytes, count=50_000, repeat=5):
+    """Appends/s of small batches into the page cache (leader and follower), next
+    to a plain ``os.pwrite`` loop of the same bytes in the same run (interleaved,
+    so both see the same machine load): the ratio is what the log costs on top
+    of the write system call."""
+    batches = make_batches(batch_bytes, 64)
+    follower = []
+    off = 0
+    from kraft_storage.record.batch import scan_batches
+    for b in batches:  # follower batches carry their own, contiguous offsets
+        bb = bytearray(b)
+        h = scan_batches(bb).headers
+        bb[0:8] = off.to_bytes(8, "big")
+        off += int(h["last_offset_delta"][0]) + 1
+        follower.append(bytes(bb))
+    step = off
+
+    def run_log(mode):
+        d = tempfile.mkdtemp(dir=tmp)
+        log = KafkaLog.open(d + "/s-0", LogConfig(verify_crc=True))
+        if mode == "leader":
+            t = time.perf_counter()
+            for i in range(count):
+                log.append_as_leader(batches[i & 63], 1)
+        else:
+            src = [bytearray(b) for b in follower]
+            t = time.perf_counter()
+            for i in range(count):
+                if i and not i & 63:  # next round of the same batches, offsets moved on
+                    base = (i >> 6) * step
+                    for j, b in enumerate(src):
+                        b[0:8] = (base + int.from_bytes(follower[j][0:8], "big")).to_bytes(8, "big")
+                log.append_as_follower(src[i & 63])
+        dt = time.perf_counter() - t
+        log.close_uncleanly()
+        shutil.rmtree(d)
+        return count / dt
+
+    def run_plain():
+        d = tempfile.mkdtemp(dir=tmp)
+        fd = os.open(d + "/plain.log", os.O_RDWR | os.O_CREAT, 0o644)
+        pos = 0
+        t = time.perf_counter()
+        for i in range(count):
+            b = batches[i & 63]
+            os.pwrite(fd, b, pos)
+            pos += len(b)
+        dt = time.perf_counter() - t
+        os.close(fd)
+        shutil.rmtree(d)
+        return count / dt
+    lead, foll, plain = [], [], []
+    for _ in range(repeat):
+        lead.append(run_log("leader"))
+        foll.append(run_log("follower"))
+        plain.append(run_plain())
+    ml, mf, mp = statistics.median(lead), statistics.median(foll), statistics.median(plain)
+    return {"batch_bytes": len(batches[0]), "leader_appends_per_s": ml, "follower_appends_per_s": mf,
+            "plain_pwrite_per_s": mp, "leader_vs_plain": ml / mp, "follower_vs_plain": mf / mp}
 
 
 def bench_fsync(tmp, batch_bytes, count=300, repeat=3):
@@ -171,16 +233,20 @@ def main():
     quick = "--quick" in sys.argv
     tmp = tempfile.mkdtemp(prefix="kraft-log-bench-")
     try:
-        out = {"native": _accel.WANT_NATIVE and _accel.native_available("_index"),
+        out = {"native": _accel.WANT_NATIVE and _accel.native_available("_index")
+               and _accel.native_available("_logappend"), "loadavg_at_start": os.getloadavg(),
                "append_page_cache_MB_per_s": {}, "append_page_cache_nocrc_MB_per_s": {}}
         for bb in (4 << 10, 64 << 10, 1 << 20):
             out["append_page_cache_MB_per_s"][bb] = bench_append(tmp, bb, (64 if quick else 512) << 20) / 1e6
             out["append_page_cache_nocrc_MB_per_s"][bb] = bench_append(tmp, bb, (64 if quick else 512) << 20,
                                                                        verify_crc=False) / 1e6
+        out["small_appends"] = [bench_small_appends(tmp, bb, 20_000 if quick else 50_000)
+                                for bb in (1 << 10, 4 << 10)]
         out["fsync_per_batch"] = [bench_fsync(tmp, bb, 100 if quick else 300) for bb in (1 << 10, 64 << 10)]
         out["read_by_offset"] = bench_read(tmp)
         out["index_lookup"] = bench_index(tmp)
         out["recovery_scan"] = bench_recovery(tmp, 0.125 if quick else 1.0)
+        out["loadavg_at_end"] = os.getloadavg()
         print(json.dumps(out, indent=1))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

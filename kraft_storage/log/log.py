@@ -77,9 +77,10 @@ class EpochEndOffset(NamedTuple):
     end_offset: int
 
 
-@dataclass(frozen=True)
-class AppendInfo:
-    """Where an append went."""
+class AppendInfo(NamedTuple):
+    """Where an append went.  (A NamedTuple, not a frozen dataclass: it is built on
+    every append, and a frozen dataclass costs ~1.5 us to construct, a tenth of
+    a small append's budget.)"""
     first_offset: int
     last_offset: int
     batches: int
