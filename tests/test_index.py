@@ -256,8 +256,12 @@ def test_lookup_many_large_index_native_matches_twin():
     rels = np.unique(rng.integers(0, 2**31 - 1, 5000))
     base = 10**9
     buf = _np_offset_buf(rels)
-    targets = rng.integers(base - 100, base + 2**31 + 100, 3001)
-    got_n = _batched(native, buf, base, len(rels), targets)
-    got_p = _batched(pure, buf, base, len(rels), targets)
-    assert got_n == got_p
-    assert (got_n[0], got_n[1]) == _expected(rels.tolist(), base, targets.tolist())
+    # 3001 targets: searched in the mmap; 9001 (>= 4096 and >= n/4): over a native-endian key copy
+    for m in (3001, 9001):
+        targets = rng.integers(base - 100, base + 2**31 + 100, m)
+        targets[:50] = base + rels[:50]  # exact hits
+        targets[50:60] = base - 1  # below the first entry
+        got_n = _batched(native, buf, base, len(rels), targets)
+        got_p = _batched(pure, buf, base, len(rels), targets)
+        assert got_n == got_p
+        assert (got_n[0], got_n[1]) == _expected(rels.tolist(), base, targets.tolist())

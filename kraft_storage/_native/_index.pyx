@@ -29,6 +29,7 @@ cdef extern from *:
     """
     #include <stdint.h>
     #include <string.h>
+    #include <stdlib.h>
     static inline int32_t kr_be32(const uint8_t *p) {
         uint32_t v; memcpy(&v, p, 4); return (int32_t)__builtin_bswap32(v);
     }
@@ -70,6 +71,38 @@ cdef extern from *:
         if (key <= rel) { *out_o = base + key; *out_p = kr_be32(p + lo * 8 + 4); }
         else { *out_o = base; *out_p = 0; }
     }
+    /* The same lockstep search over ``key``, a native-endian copy of the
+     * relative offsets: half the bytes of the entries (more keys per cache
+     * line in the deep, random levels) and no byte swaps.  ~10% faster on a
+     * 100k-entry index; the copy (n loads) is made only when the batch is big
+     * enough to repay it. */
+    static void kr_lookup_native_keys(const uint8_t *p, const int32_t *key, int64_t n, int64_t base,
+                                      const int64_t *targets, int64_t m,
+                                      int64_t *out_o, int64_t *out_p) {
+        int64_t i = 0;
+        for (; i + KR_LANES <= m; i += KR_LANES) {
+            int64_t lo[KR_LANES], rel[KR_LANES];
+            for (int k = 0; k < KR_LANES; k++) { lo[k] = 0; rel[k] = kr_rel_target(targets[i + k], base); }
+            int64_t len = n;
+            while (len > 1) {
+                int64_t half = len >> 1;
+                for (int k = 0; k < KR_LANES; k++)
+                    lo[k] += half & -(int64_t)(key[lo[k] + half] <= rel[k]);
+                len -= half;
+            }
+            for (int k = 0; k < KR_LANES; k++)
+                kr_emit(p, base, lo[k], rel[k], out_o + i + k, out_p + i + k);
+        }
+        for (; i < m; i++) {
+            int64_t lo = 0, len = n, rel = kr_rel_target(targets[i], base);
+            while (len > 1) {
+                int64_t half = len >> 1;
+                lo += half & -(int64_t)(key[lo + half] <= rel);
+                len -= half;
+            }
+            kr_emit(p, base, lo, rel, out_o + i, out_p + i);
+        }
+    }
     static void kr_offset_lookup_many(const uint8_t *p, int64_t n, int64_t base,
                                       const int64_t *targets, int64_t m,
                                       int64_t *out_o, int64_t *out_p) {
@@ -77,6 +110,15 @@ cdef extern from *:
         if (n <= 0) {
             for (; i < m; i++) { out_o[i] = base; out_p[i] = 0; }
             return;
+        }
+        if (m >= 4096 && m >= n / 4) {
+            int32_t *key = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+            if (key != NULL) {  /* else: the plain path below, no copy */
+                for (int64_t j = 0; j < n; j++) key[j] = kr_be32(p + j * 8);
+                kr_lookup_native_keys(p, key, n, base, targets, m, out_o, out_p);
+                free(key);
+                return;
+            }
         }
         for (; i + KR_LANES <= m; i += KR_LANES) {
             int64_t lo[KR_LANES], rel[KR_LANES];
