@@ -38,6 +38,62 @@ def test_append_page_cache(benchmark, tmp_path, batch_bytes):
         lg.close_uncleanly()
 
 
+@pytest.mark.parametrize("mode", ["leader", "follower", "plain_pwrite"])
+def test_append_small_4k(benchmark, tmp_path, mode):
+    """1024 appends of ~4 KiB batches per round (appends/s = 1024 / time), next to a
+    plain pwrite loop of the same bytes."""
+    from kraft_storage.record.batch import scan_batches
+    batches = make_batches(4 << 10, 64) * 16
+    if mode == "follower":
+        src, off = [], 0
+        for b in batches:  # contiguous offsets; each round continues where the last ended
+            lod = int(scan_batches(b).headers["last_offset_delta"][0])
+            src.append(bytearray(b))
+            off += lod + 1
+        step = off
+    state = {"n": 0, "open": []}
+
+    def setup():  # closing the previous round's log or fd here keeps it out of the timing
+        for t in state["open"]:
+            os.close(t) if isinstance(t, int) else t.close_uncleanly()
+        state["open"].clear()
+        state["n"] += 1
+        if mode == "plain_pwrite":
+            return (os.open(tmp_path / f"p{state['n']}.log", os.O_RDWR | os.O_CREAT, 0o644),), {}
+        log = KafkaLog.open(tmp_path / f"s{state['n']}-0")
+        # One untimed append first: the first append of an epoch writes and fsyncs the
+        # leader-epoch checkpoint (once per epoch, ~ms), which is not the steady state.
+        if mode == "leader":
+            log.append_as_leader(batches[0], 1)
+        else:  # a fresh log each round: offsets start after the untimed batch
+            warm = bytearray(src[0])
+            warm[0:8] = (0).to_bytes(8, "big")
+            log.append_as_follower(warm)
+            o = log.log_end_offset
+            for b in src:
+                b[0:8] = o.to_bytes(8, "big")
+                o += int(scan_batches(b).headers["last_offset_delta"][0]) + 1
+            assert o - log.log_end_offset == step
+        return (log,), {}
+
+    def run(target):
+        state["open"].append(target)
+        if mode == "plain_pwrite":
+            pos = 0
+            for b in batches:
+                os.pwrite(target, b, pos)
+                pos += len(b)
+        elif mode == "leader":
+            for b in batches:
+                target.append_as_leader(b, 1)
+        else:
+            for b in src:
+                target.append_as_follower(b)
+    benchmark.extra_info["appends_per_round"] = len(batches)
+    benchmark.pedantic(run, setup=setup, rounds=10)
+    setup()
+
+
 @pytest.mark.parametrize("mode", ["log_flush_messages_1", "plain_write_fdatasync"])
 def test_append_fsync_per_batch(benchmark, tmp_path, mode):
     batches = make_batches(1 << 10, 16)

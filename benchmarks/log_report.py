@@ -74,16 +74,20 @@ def bench_small_appends(tmp, batch_bytes, count=50_000, repeat=5):
     def run_log(mode):
         d = tempfile.mkdtemp(dir=tmp)
         log = KafkaLog.open(d + "/s-0", LogConfig(verify_crc=True))
+        # the first append of an epoch fsyncs the epoch checkpoint once: keep it out of the timing
         if mode == "leader":
+            log.append_as_leader(batches[0], 1)
             t = time.perf_counter()
             for i in range(count):
                 log.append_as_leader(batches[i & 63], 1)
         else:
+            log.append_as_follower(follower[0])
             src = [bytearray(b) for b in follower]
+            shift = log.log_end_offset
             t = time.perf_counter()
             for i in range(count):
-                if i and not i & 63:  # next round of the same batches, offsets moved on
-                    base = (i >> 6) * step
+                if not i & 63:  # next round of the same batches, offsets moved on
+                    base = shift + (i >> 6) * step
                     for j, b in enumerate(src):
                         b[0:8] = (base + int.from_bytes(follower[j][0:8], "big")).to_bytes(8, "big")
                 log.append_as_follower(src[i & 63])
