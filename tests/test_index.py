@@ -250,17 +250,30 @@ def test_lookup_many_edge_cases(k):
     assert _batched(k, buf, base, 2, [base + 4] * 17)[:2] == ([base + 2] * 17, [10] * 17)
 
 
+def _key_sets(rng):
+    """Named index key sets exercising every path of the native batched lookup."""
+    uniform = np.unique(rng.integers(0, 2**31 - 1, 5000))  # radix buckets (a few entries each)
+    even = np.arange(5000, dtype=np.int64) * 37  # the benchmark's shape
+    triples = np.repeat(np.arange(1700, dtype=np.int64) * 1000, 3)  # duplicates inside buckets
+    skewed = np.concatenate([np.arange(4990), 2**31 - 11 + np.arange(10)])  # one huge bucket: fallback
+    same = np.full(300, 77, dtype=np.int64)  # all equal: fallback
+    return {"uniform": uniform, "even": even, "triples": triples, "skewed": skewed, "same": same}
+
+
 @pytest.mark.skipif(len(IMPLS) < 2, reason="native _index not built")
-def test_lookup_many_large_index_native_matches_twin():
+@pytest.mark.parametrize("name", ["uniform", "even", "triples", "skewed", "same"])
+def test_lookup_many_large_index_native_matches_twin(name):
+    """Batches of 3001 targets search the mmap; 9001 (>= 4096 and >= n/4) search a
+    native-endian key copy, through radix buckets unless one bucket is crowded."""
     rng = np.random.default_rng(7)
-    rels = np.unique(rng.integers(0, 2**31 - 1, 5000))
+    rels = _key_sets(rng)[name]
     base = 10**9
     buf = _np_offset_buf(rels)
-    # 3001 targets: searched in the mmap; 9001 (>= 4096 and >= n/4): over a native-endian key copy
     for m in (3001, 9001):
-        targets = rng.integers(base - 100, base + 2**31 + 100, m)
-        targets[:50] = base + rels[:50]  # exact hits
-        targets[50:60] = base - 1  # below the first entry
+        targets = np.concatenate([
+            rng.integers(base - 100, base + 2**31 + 100, m // 3),
+            base + rng.integers(int(rels[0]) - 2, int(rels[-1]) + 3, m - m // 3 - 60),
+            base + rels[:50], np.full(10, base - 1)])  # exact hits, below the first entry
         got_n = _batched(native, buf, base, len(rels), targets)
         got_p = _batched(pure, buf, base, len(rels), targets)
         assert got_n == got_p

@@ -103,6 +103,70 @@ cdef extern from *:
             kr_emit(p, base, lo, rel, out_o + i, out_p + i);
         }
     }
+    /* Radix buckets over the native keys, for batches large enough to pay
+     * for building them.  The key range [key[0], key[n-1]] is cut into nbk
+     * buckets of 2^shift values (nbk about n/2); start[b] is the first slot
+     * whose key falls in bucket b or later (start[nbk] = n).  For a target in
+     * bucket b every slot before start[b] has a smaller key and every slot
+     * from start[b+1] a larger one, so the answer is in
+     * [start[b] - 1, start[b+1] - 1]: a search over a few entries instead of
+     * log2(n) levels.  Offset-index keys are close to evenly spread (one entry
+     * per index.interval.bytes of log), so buckets hold ~2 entries; when some
+     * bucket holds more than KR_RADIX_MAX_BUCKET the caller uses the plain
+     * lockstep search instead, so skewed keys never cost more than that.
+     *
+     * Memory safety on arbitrary bytes: bucket numbers are clamped to
+     * [0, nbk), start[] is non-decreasing by construction, so every probe is
+     * inside [0, n).  (Answers, as for any binary search, are defined only for
+     * non-decreasing keys -- the index invariant.) */
+    #define KR_RADIX_MAX_BUCKET 32
+    static int64_t kr_radix_build(const int32_t *key, int64_t n, int32_t *start, int *shift_out) {
+        int64_t span = (int64_t)key[n - 1] - key[0], nbk, b = 0, maxfill = 0;
+        int shift = 0;
+        if (span < 0) return -1;  /* not sorted: no radix */
+        while ((span >> shift) >= n / 2 + 1) shift++;
+        nbk = (span >> shift) + 1;
+        for (int64_t j = 0; j < n; j++) {
+            int64_t kb = ((int64_t)key[j] - key[0]) >> shift;
+            kb = kb < 0 ? 0 : (kb >= nbk ? nbk - 1 : kb);
+            while (b <= kb) start[b++] = (int32_t)j;
+        }
+        while (b <= nbk) start[b++] = (int32_t)n;
+        for (b = 0; b < nbk; b++)
+            if (start[b + 1] - start[b] > maxfill) maxfill = start[b + 1] - start[b];
+        *shift_out = shift;
+        return maxfill > KR_RADIX_MAX_BUCKET ? -1 : nbk;
+    }
+    static void kr_lookup_radix(const uint8_t *p, const int32_t *key, int64_t n, int64_t base,
+                                const int32_t *start, int64_t nbk, int shift,
+                                const int64_t *targets, int64_t m, int64_t *out_o, int64_t *out_p) {
+        int64_t k0 = key[0], kl = key[n - 1];
+        for (int64_t i = 0; i < m; i += KR_LANES) {
+            int64_t lanes = m - i < KR_LANES ? m - i : KR_LANES;
+            int64_t lo[KR_LANES], len[KR_LANES], rel[KR_LANES], maxlen = 1;
+            for (int k = 0; k < KR_LANES; k++) {
+                int64_t r = kr_rel_target(targets[i + (k < lanes ? k : 0)], base);
+                int64_t c = r < k0 ? k0 : (r > kl ? kl : r);
+                int64_t b = (c - k0) >> shift;
+                if (b >= nbk) b = nbk - 1;
+                int64_t l = start[b] > 0 ? start[b] - 1 : 0;
+                rel[k] = r;
+                lo[k] = l;
+                len[k] = start[b + 1] - l;
+                maxlen = len[k] > maxlen ? len[k] : maxlen;
+            }
+            while (maxlen > 1) {  /* every lane's len <= maxlen; len 1 lanes do no-ops */
+                for (int k = 0; k < KR_LANES; k++) {
+                    int64_t half = len[k] >> 1;
+                    lo[k] += half & -(int64_t)(key[lo[k] + half] <= rel[k]);
+                    len[k] -= half;
+                }
+                maxlen -= maxlen >> 1;
+            }
+            for (int k = 0; k < lanes; k++)
+                kr_emit(p, base, lo[k], rel[k], out_o + i + k, out_p + i + k);
+        }
+    }
     static void kr_offset_lookup_many(const uint8_t *p, int64_t n, int64_t base,
                                       const int64_t *targets, int64_t m,
                                       int64_t *out_o, int64_t *out_p) {
@@ -113,12 +177,21 @@ cdef extern from *:
         }
         if (m >= 4096 && m >= n / 4) {
             int32_t *key = (int32_t *)malloc((size_t)n * sizeof(int32_t));
-            if (key != NULL) {  /* else: the plain path below, no copy */
+            int32_t *start = (int32_t *)malloc((size_t)(n / 2 + 3) * sizeof(int32_t));
+            if (key != NULL && start != NULL) {  /* else: the plain path below, no copy */
+                int shift = 0;
                 for (int64_t j = 0; j < n; j++) key[j] = kr_be32(p + j * 8);
-                kr_lookup_native_keys(p, key, n, base, targets, m, out_o, out_p);
+                int64_t nbk = kr_radix_build(key, n, start, &shift);
+                if (nbk > 0)
+                    kr_lookup_radix(p, key, n, base, start, nbk, shift, targets, m, out_o, out_p);
+                else
+                    kr_lookup_native_keys(p, key, n, base, targets, m, out_o, out_p);
                 free(key);
+                free(start);
                 return;
             }
+            free(key);
+            free(start);
         }
         for (; i + KR_LANES <= m; i += KR_LANES) {
             int64_t lo[KR_LANES], rel[KR_LANES];
