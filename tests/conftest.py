@@ -10,6 +10,14 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# CI (CI=true) runs hypothesis derandomized: the same examples every run, so a
+# landing never depends on luck; developers' runs keep exploring new examples
+# (and hypothesis' database replays any failure they find).
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("KRAFT_SHARED", REPO.parent / "shared"))
