@@ -6,8 +6,13 @@ for the semantics and the byte layouts).  Why Cython and not Numba: the
 single lookup must cost a few hundred nanoseconds *including* the call from
 Python, so the searcher is an object that acquires the mmap's buffer once and
 keeps the raw pointer (a Numba call re-boxes its array arguments on every
-call, which alone costs more than the whole budget).  The batched lookup and
-the index planner are plain C loops.
+call, which alone costs more than the whole budget).  The index planner is a
+plain C loop.  The batched lookup (``kr_offset_lookup_many`` in the C block
+below) has three tiers: small batches run 16 branch-free binary searches in
+lockstep over the mmap; batches of >= 4096 targets and >= n/4 copy the keys
+to native int32 once and search that copy through radix buckets, or in
+lockstep when the keys are too unevenly spread for buckets.  All tiers give
+the twin's answers (tests compare them).
 
 Memory safety: the :class:`IndexSearcher` holds a buffer export of the mmap,
 so the mmap cannot be closed or resized under it (``mmap.close`` raises
