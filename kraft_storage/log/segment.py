@@ -134,44 +134,13 @@ class LogSegment:
         return self.max_timestamp_so_far
 
     # ---- appending ----
-    def append(self, buffers: list, nbytes: int, headers: np.ndarray, position_in_buffer: int = 0) -> int:
-        """Write ``buffers`` (``nbytes`` in all, the batches described by ``headers``
-        whose ``position`` column counts from ``position_in_buffer``) at the end.
-
-        Returns the file position of the first batch.  On a failed write the
-        file is cut back, so no partial batch is ever left behind."""
-        start = self.size
-        fd = self.handle.fd
-        try:
-            written = os.pwritev(fd, buffers, start) if len(buffers) > 1 else os.pwrite(fd, buffers[0], start)
-            if written != nbytes:  # short write (e.g. a full disk): finish it byte-wise
-                rest = b"".join(bytes(b) for b in buffers)[written:]
-                while rest:
-                    w = os.pwrite(fd, rest, start + written)
-                    if w <= 0:
-                        raise OSError("write returned 0")
-                    written += w
-                    rest = rest[w:]
-        except BaseException:
-            try:
-                os.ftruncate(fd, start)
-            finally:
-                pass
-            raise
-        if self.rolling_based_timestamp is None and start == 0 and len(headers):
-            self.rolling_based_timestamp = int(headers["max_timestamp"][0])
-        self._index_batches(headers["position"] - position_in_buffer + start, headers)
-        self.next_offset = int(headers["base_offset"][-1]) + int(headers["last_offset_delta"][-1]) + 1
-        self.size = start + nbytes  # publish last
-        return start
-
     def append_scanned(self, ap) -> int:
         """Write the batches an :class:`Appender` (``kraft_storage._native._logappend``
         or its twin) has scanned, and their index entries; the fast path of
         :meth:`KafkaLog.append_as_leader`/``append_as_follower``.
 
-        Same invariants as :meth:`append`: the bytes are written first (cut
-        back on failure), then the index entries' bytes, then the index
+        The bytes are written first (cut back on failure, so no partial batch
+        is ever left behind), then the index entries' bytes, then the index
         counts, then ``size``.  Returns the file position of the first batch."""
         start = self.size
         oi, ti = self.offset_index, self.time_index
