@@ -226,3 +226,144 @@ def test_records_decode_lazily_once_per_read_group():
     assert encode_batches(bs) == wire  # re-sent byte for byte
     sliced = Batch(data[2].base_offset + 1, data[2].epoch, data[2].records[1:])
     assert decode_batches(encode_batches((sliced,)))[0].records == (b"e", b"f")
+
+
+# ------------------------------------------------------------------ KIP-853 control records and snapshots
+import io
+import uuid as _uuid
+
+from kraft_node.raft.kafka_log import (KafkaSnapshotControl, decode_kraft_version, decode_voters,
+                                       encode_control_value, encode_kraft_version, encode_voters)
+from kraft_node.raft.messages import Endpoint, KRaftVersionControl, ReplicaKey, VoterEntry, VotersControl
+from kraft_node.raft.voters import VoterSet
+from kraft_storage.messages.control import KRaftVersionRecord, VotersRecord
+from kraft_storage.snapshot import RawSnapshotWriter, RecordsSnapshotReader, RecordsSnapshotWriter
+from kraft_storage.snapshot import SnapshotId as FileSnapshotId
+
+_ids = st.integers(0, 2 ** 31 - 1)
+_entries = st.lists(st.builds(
+    lambda i, d, eps, lo: VoterEntry(ReplicaKey(i, d), tuple(eps), lo, lo + 1),
+    _ids, st.one_of(st.none(), st.uuids()),
+    st.lists(st.builds(Endpoint, st.sampled_from(["CONTROLLER", "C2"]), st.text("abc.1", min_size=1, max_size=9),
+                       st.integers(0, 65535)), max_size=2),
+    st.integers(0, 3)), min_size=1, max_size=5, unique_by=lambda e: e.key.id)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_entries)
+def test_voters_record_roundtrip(entries):
+    msg = VotersControl(0, tuple(entries))
+    raw = encode_voters(msg)
+    assert decode_voters(raw) == msg
+    body = VotersRecord.read(raw, 0)  # the generated schema class reads exactly what we wrote
+    assert [v.voter_id for v in body.voters] == [e.key.id for e in entries]
+
+
+def test_kraft_version_record_roundtrip():
+    raw = encode_kraft_version(KRaftVersionControl(0, 1))
+    assert KRaftVersionRecord.read(raw, 0).k_raft_version == 1
+    assert decode_kraft_version(raw) == KRaftVersionControl(0, 1)
+    with pytest.raises(ValueError):
+        encode_control_value(object())
+
+
+def test_voters_and_kraft_version_batches_in_the_log(tmp_path):
+    """Control batches of type 6 and 5 are written as Kafka does and come back as controls."""
+    d = str(tmp_path / "__cluster_metadata-0")
+    log = KafkaRaftLog(d)
+    voters = VotersControl(0, (VoterEntry(ReplicaKey(1, _uuid.uuid4()), (Endpoint("CONTROLLER", "h", 9093),)),
+                               VoterEntry(ReplicaKey(2, _uuid.uuid4()), ())))
+    kv = KRaftVersionControl(0, 1)
+    log.append_as_leader(Batch(0, 1, (encode_control_value(kv),), True, kv))
+    log.append_as_leader(Batch(1, 1, (encode_control_value(voters),), True, voters))
+    log.append_as_leader(Batch(2, 1, (b"data",)))
+    log.flush()
+    log.close()
+    log = KafkaRaftLog(d)
+    got = log.read(0, 1 << 20)
+    assert [b.control for b in got] == [kv, voters, None]
+    assert got[1].records == (encode_voters(voters),)
+    cols_types = [decode_control_record(*_kv(b.raw))[0] for b in got[:2]]
+    assert cols_types == [ControlRecordType.KRAFT_VERSION, ControlRecordType.KRAFT_VOTERS]
+    log.close()
+
+
+def _kv(raw):
+    from kraft_storage.record import decode_records
+    cols = decode_records(raw)
+    return cols.key(0), cols.value(0)
+
+
+def _voter_set(n=2):
+    return VoterSet.of([VoterEntry(ReplicaKey(i, _uuid.uuid4()), (Endpoint("CONTROLLER", "127.0.0.1", 9000 + i),))
+                        for i in range(1, n + 1)])
+
+
+def test_snapshot_control_reads_the_format_standalone_bootstrap(tmp_path):
+    """The (0, 0) snapshot written by kraft-storage format --standalone gives kraft.version 1
+    and the one voter, with its directory id and endpoint."""
+    from kraft_node.config import NodeConfig
+    from kraft_node.tools.storage import format_storage
+    from kraft_storage.meta_properties import read_meta_properties
+    p = tmp_path / "server.properties"
+    p.write_text("process.roles=controller\nnode.id=1\ncontroller.quorum.bootstrap.servers=127.0.0.1:9093\n"
+                 "listeners=CONTROLLER://127.0.0.1:9093\ncontroller.listener.names=CONTROLLER\n"
+                 f"log.dirs={tmp_path}/m\n")
+    cfg = NodeConfig.from_file(str(p))
+    format_storage(cfg, "MkU3OEVBNTcwNTJENDM2Qg", standalone=True, out=io.StringIO())
+    log = KafkaRaftLog(cfg.metadata_partition_dir)
+    sid = log.latest_snapshot_id()
+    assert sid == OffsetAndEpoch(0, 0)
+    kv, voters = KafkaSnapshotControl().read(log.read_snapshot(sid))
+    meta = read_meta_properties(cfg.metadata_log_dir).meta
+    assert kv == 1
+    (e,) = voters.entries
+    assert e.key == ReplicaKey(1, _uuid.UUID(bytes=Uuid(meta.directory_id).bytes))
+    assert e.endpoints == (Endpoint("CONTROLLER", "127.0.0.1", 9093),)
+    log.close()
+
+
+from kraft_storage.messages._runtime import Uuid  # noqa: E402
+
+
+def test_snapshot_control_write_rebuilds_header_and_rebases_data(tmp_path):
+    """Rewriting a records snapshot puts KRaftVersion + Voters after the header and shifts the
+    data batches' base offsets; Kafka's own reader accepts the result."""
+    raw = RawSnapshotWriter(str(tmp_path), FileSnapshotId(10, 2))
+    from kraft_storage.messages.metadata import FeatureLevelRecord
+    with RecordsSnapshotWriter(raw, last_contained_log_timestamp=123) as w:
+        w.append([(FeatureLevelRecord(name="metadata.version", feature_level=20), 0)])
+        w.freeze()
+    from kraft_storage.snapshot import RawSnapshotReader
+    with RawSnapshotReader.open(str(tmp_path), FileSnapshotId(10, 2)) as r:
+        data = bytes(r.buffer)
+    codec = KafkaSnapshotControl()
+    assert codec.read(data) == (0, None)
+    assert codec.read(codec.write(data, 0, None)) == (0, None)
+    vs = _voter_set(3)
+    out = codec.write(data, 1, vs)
+    assert codec.read(out) == (1, vs)
+    d2 = tmp_path / "o"
+    d2.mkdir()
+    raw2 = RawSnapshotWriter(str(d2), FileSnapshotId(10, 2))
+    raw2.append(out)
+    raw2.freeze()
+    raw2.close()
+    rd = RecordsSnapshotReader.open(str(d2), FileSnapshotId(10, 2))
+    assert rd.kraft_version == 1 and rd.header.last_contained_log_timestamp == 123
+    assert [v.voter_id for v in rd.voters.voters] == [1, 2, 3]
+    assert int(rd.batches["base_offset"][0]) == 3  # header, kraft.version, voters before it
+    assert rd.records_count == 1
+    rd.close()
+    # rewriting again with fewer control records shifts back
+    back = codec.write(out, 0, None)
+    assert codec.read(back) == (0, None)
+
+
+def test_snapshot_control_opaque_payload():
+    codec = KafkaSnapshotControl()
+    assert codec.read(b"x" * 100) == (0, None)
+    assert codec.write(b"x" * 100, 0, None) == b"x" * 100
+    vs = _voter_set(1)
+    out = codec.write(b"x" * 100, 1, vs)
+    assert out.endswith(b"x" * 100) and codec.read(out) == (1, vs)

@@ -987,7 +987,20 @@ def test_leader_and_resigned_election_state_records_no_vote():
     ctx.advance(10)
     assert isinstance(ctx.state, LeaderState)
     assert ctx.store.state.leader_id == 1 and ctx.store.state.voted_key is None
-    epoch = ctx.core.epoch
-    ctx.start()  # restart from the stored state: a former leader starts Resigned
-    assert isinstance(ctx.state, ResignedState) and ctx.state.epoch == epoch
+    # a former leader of a multi-voter quorum restarts Resigned in its epoch, still with no vote
+    ctx = Ctx(local=1, voters=(1, 2, 3), election=ElectionState(5, 1, None))
+    assert isinstance(ctx.state, ResignedState) and ctx.state.epoch == 5
     assert ctx.store.state.voted_key is None
+
+
+def test_restarted_single_voter_leader_leads_again_at_once():
+    # Kafka's KafkaRaftClient.initialize: the only voter becomes candidate whatever state it
+    # restarted in (a former leader starts Resigned), so it leads the next epoch without
+    # waiting an election timeout.
+    ctx = Ctx(local=1, voters=(1,))
+    ctx.advance(10)
+    assert isinstance(ctx.state, LeaderState)
+    epoch = ctx.core.epoch
+    ctx.start()  # restart from the stored state
+    assert isinstance(ctx.state, LeaderState) and ctx.state.epoch == epoch + 1
+    assert ctx.store.state.leader_id == 1 and ctx.store.state.epoch == epoch + 1

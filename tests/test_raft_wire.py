@@ -33,6 +33,13 @@ requests = st.one_of(
     st.builds(m.FetchRequest, cluster, i32, i32, i32, i64, i32, i64, dir_ids, st.just(2 ** 63 - 1), i32, i32, i32,
               i64),
     st.builds(m.FetchSnapshotRequest, cluster, i32, i32, i32, sids, i64, dir_ids),
+    st.builds(m.AddRaftVoterRequest, cluster, i32, i32, dir_ids,
+              st.lists(st.builds(m.Endpoint, st.just("CONTROLLER"), host, port), max_size=2).map(tuple),
+              st.booleans()),
+    st.builds(m.RemoveRaftVoterRequest, cluster, i32, dir_ids),
+    st.builds(m.UpdateRaftVoterRequest, cluster, i32, i32, dir_ids,
+              st.lists(st.builds(m.Endpoint, st.just("CONTROLLER"), host, port), max_size=2).map(tuple),
+              st.integers(0, 3), st.integers(0, 3)),
 )
 
 
@@ -68,6 +75,9 @@ responses = st.one_of(
     st.builds(m.BeginQuorumEpochResponse, err, err, i32, i32, nodes),
     st.builds(m.EndQuorumEpochResponse, err, err, i32, i32, nodes),
     st.builds(m.FetchSnapshotResponse, err, err, sids, leader, i64, i64, st.binary(max_size=50), nodes),
+    st.builds(m.AddRaftVoterResponse, err, st.one_of(st.none(), st.text(max_size=20))),
+    st.builds(m.RemoveRaftVoterResponse, err, st.one_of(st.none(), st.text(max_size=20))),
+    st.builds(m.UpdateRaftVoterResponse, err, leader),
 )
 
 
@@ -137,9 +147,33 @@ def test_wrong_topic_is_rejected_with_kafka_error():
 
 
 @pytest.mark.parametrize("key", [ApiKeys.VOTE, ApiKeys.BEGIN_QUORUM_EPOCH, ApiKeys.END_QUORUM_EPOCH,
-                                 ApiKeys.FETCH, ApiKeys.FETCH_SNAPSHOT])
+                                 ApiKeys.FETCH, ApiKeys.FETCH_SNAPSHOT, ApiKeys.ADD_RAFT_VOTER,
+                                 ApiKeys.REMOVE_RAFT_VOTER, ApiKeys.UPDATE_RAFT_VOTER])
 def test_error_response_types(key):
     r = wire.error_response(key, 8)
     assert r.error_code == 8 and wire.api_key_of(r) == key
     body = wire.response_to_wire(r)
     assert wire.response_from_wire(_bytes_roundtrip(body, wire.VERSIONS[key], type(body))).error_code == 8
+
+
+def test_add_raft_voter_v0_has_no_ack_when_committed_and_update_carries_leader_endpoint():
+    from kraft_node.protocol.generated import add_raft_voter as g_add
+    req = m.AddRaftVoterRequest("c", 30000, 2, None, (m.Endpoint("CONTROLLER", "h", 1),), False)
+    body, v = wire.request_to_wire(req)
+    assert v == 1
+    body.ack_when_committed = True  # the only value v0 can carry
+    back = wire.request_from_wire(_bytes_roundtrip(body, 0, g_add.AddRaftVoterRequest), 0)
+    assert back.ack_when_committed is True  # v0 always acks on commit
+    r = wire.response_to_wire(m.UpdateRaftVoterResponse(6, m.LeaderIdAndEpoch(1, 3)),
+                              leader_endpoint=m.NodeEndpoint(1, "127.0.0.1", 9093))
+    assert (r.current_leader.leader_id, r.current_leader.host, r.current_leader.port) == (1, "127.0.0.1", 9093)
+
+
+def test_voters_control_batch_travels_in_fetch():
+    import uuid
+    vc = m.VotersControl(0, (m.VoterEntry(m.ReplicaKey(1, uuid.uuid4()), (m.Endpoint("CONTROLLER", "h", 9),)),))
+    resp = m.FetchResponse(0, 0, 5, m.LeaderIdAndEpoch(2, 4), 0, None, None,
+                           (m.Batch(0, 4, (b"ignored",), True, vc),))
+    back = wire.response_from_wire(_bytes_roundtrip(wire.response_to_wire(resp), 17, g_fetch.FetchResponse))
+    (b,) = back.records
+    assert b.is_control and b.control == vc

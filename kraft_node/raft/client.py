@@ -201,6 +201,12 @@ def encode_voters(msg: VotersControl) -> bytes:
     return ("Voters(" + ",".join(f"{e.key.id}:{e.key.directory_id}" for e in msg.voters) + ")").encode()
 
 
+def _placeholder_control_value(msg) -> bytes:
+    if isinstance(msg, VotersControl):
+        return encode_voters(msg)
+    return encode_leader_change(msg)
+
+
 @dataclass
 class _VoterChange:
     """The one voter change a leader may have in progress (Kafka's Add/Remove/UpdateVoterHandlerState).
@@ -228,6 +234,8 @@ class RaftCore:
     both are known, same directory id) makes this replica an observer;
     ``bootstrap_ids`` are the nodes it asks when it knows no voter.
     ``local_listeners`` are the endpoints it announces in AddRaftVoter.
+    ``encode_control`` gives the record value of a control message (LeaderChange,
+    Voters); the default is a readable placeholder for the simulator.
     ``rng`` is the only entropy (election timeouts, backoffs, correlation ids).
     """
 
@@ -236,7 +244,8 @@ class RaftCore:
                  cluster_id: str | None = None, *,
                  snapshot_control: SnapshotControlCodec | None = None,
                  local_listeners: tuple[Endpoint, ...] = (),
-                 bootstrap_ids: tuple[int, ...] = ()):
+                 bootstrap_ids: tuple[int, ...] = (),
+                 encode_control=None):
         self.config = config
         self.local_key = local_key
         self.local_id = local_key.id
@@ -246,6 +255,10 @@ class RaftCore:
         self.snapshot_control = snapshot_control or NoSnapshotControl()
         self.local_listeners = tuple(local_listeners)
         self.bootstrap_ids = tuple(bootstrap_ids)
+        #: control message -> record value; a real log injects Kafka's encoding
+        #: (``kafka_log.encode_control_value``) so the leader's own listener sees the
+        #: same bytes as the followers that read the batch from the wire.
+        self._encode_control = encode_control or _placeholder_control_value
         self._store = _RecordingStore(store)
         self.control = ControlRecordStateMachine(VoterSet.of(voters))
         self.quorum = QuorumState(local_key, self.control, self._store, rng, config)
@@ -339,9 +352,12 @@ class RaftCore:
         self._load_control_state()
         self.quorum.initialize(self.log_end(), now_ms)
         self._initialized = True
-        # A single-voter quorum elects itself at once.
+        # A single-voter quorum elects itself at once (Kafka's KafkaRaftClient.initialize: the
+        # only voter becomes candidate whatever it restarted as, including Resigned -- a
+        # restarted leader -- so it does not wait an election timeout to lead again).
         st = self.quorum.state
-        if self.quorum.is_voter and len(self.quorum.voter_ids) == 1 and isinstance(st, (UnattachedState, CandidateState)):
+        if self.quorum.is_voter and len(self.quorum.voter_ids) == 1 and isinstance(
+                st, (UnattachedState, CandidateState, ResignedState, FollowerState)):
             self._transition_to_prospective(now_ms)
 
     # ------------------------------------------------------------ API
@@ -456,7 +472,7 @@ class RaftCore:
         # write one right away (the LeaderChange control record).
         msg = LeaderChangeMessage(0, self.local_id, tuple(sorted(self.quorum.voter_ids)),
                                   leader.granting_voters)
-        acc.append_control(msg, encode_leader_change(msg), now_ms)
+        acc.append_control(msg, self._encode_control(msg), now_ms)
         leader.update_local_state(self.log.flushed_end_offset)
 
     def _transition_to_resigned(self, now_ms: int) -> None:
@@ -902,7 +918,7 @@ class RaftCore:
 
     def _append_voter_set(self, st: LeaderState, voters: VoterSet, change: _VoterChange, now_ms: int) -> None:
         msg = voters.to_control()
-        change.offset = st.accumulator.append_control(msg, encode_voters(msg), now_ms)
+        change.offset = st.accumulator.append_control(msg, self._encode_control(msg), now_ms)
         self._voter_change = change
         self.stats[f"voter_change_{change.kind}_appended"] += 1
         self._flush_leader(st, now_ms)  # takes effect for the majority on append

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 import itertools
 import logging
 import os
@@ -58,10 +59,11 @@ from kraft_node.raft import wire
 from kraft_node.raft.client import RaftCore
 from kraft_node.raft.errors import Errors, NotLeaderError, RaftError
 from kraft_node.raft.file_state import FileQuorumStateStore
-from kraft_node.raft.kafka_log import KafkaRaftLog
-from kraft_node.raft.messages import (BeginQuorumEpochRequest, EndQuorumEpochRequest, FetchRequest,
-                                      FetchSnapshotRequest, LeaderAndEpoch, OutboundRequest, OutboundResponse,
-                                      ReplicaKey, VoteRequest)
+from kraft_node.raft.kafka_log import KafkaRaftLog, KafkaSnapshotControl, encode_control_value
+from kraft_node.raft.messages import (AddRaftVoterRequest, BeginQuorumEpochRequest, Endpoint, EndQuorumEpochRequest,
+                                      FetchRequest, FetchSnapshotRequest, LeaderAndEpoch, NodeEndpoint,
+                                      OutboundRequest, OutboundResponse, RemoveRaftVoterRequest, ReplicaKey,
+                                      UpdateRaftVoterRequest, VoteRequest)
 from kraft_node.raft.roles import LeaderState
 from kraft_storage.errors import KraftStorageError
 from kraft_storage.messages._runtime import MessageError, Uuid, ZERO_UUID
@@ -70,7 +72,7 @@ from kraft_storage.meta_properties import read_meta_properties
 log = logging.getLogger("kraft.raft")
 
 RAFT_APIS = (ApiKeys.VOTE, ApiKeys.BEGIN_QUORUM_EPOCH, ApiKeys.END_QUORUM_EPOCH, ApiKeys.FETCH,
-             ApiKeys.FETCH_SNAPSHOT)
+             ApiKeys.FETCH_SNAPSHOT, ApiKeys.ADD_RAFT_VOTER, ApiKeys.REMOVE_RAFT_VOTER, ApiKeys.UPDATE_RAFT_VOTER)
 
 
 def monotonic_ms() -> int:
@@ -90,6 +92,10 @@ def _source_of(req) -> int:
         return req.replica_id
     if isinstance(req, (BeginQuorumEpochRequest, EndQuorumEpochRequest)):
         return req.leader_id
+    if isinstance(req, UpdateRaftVoterRequest):
+        return req.voter_id
+    if isinstance(req, (AddRaftVoterRequest, RemoveRaftVoterRequest)):
+        return -1  # an admin client (or an auto-joining observer): answered on its connection
     raise TypeError(type(req).__name__)
 
 
@@ -161,30 +167,42 @@ class RaftDriver:
 
     def __init__(self, config: NodeConfig, *, cluster_id: str, directory_id: uuid.UUID | None = None,
                  rng: random.Random | None = None):
-        if not config.voters:
-            raise DriverError(f"{config.source}: kraft runs static quorums (controller.quorum.voters) only "
-                              "for now; controller.quorum.bootstrap.servers is not supported yet")
         ep = config.controller_endpoint
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = cluster_id
         self.directory_id = directory_id
         self.quorum_config = config.quorum
-        self.is_voter = any(v.id == config.node_id for v in config.voters)
-        if self.is_voter and ep is None:
+        #: static quorum (kraft.version 0, controller.quorum.voters) or dynamic (KIP-853:
+        #: the voter set comes from the bootstrap snapshot and VotersRecords in the log).
+        self.dynamic = not config.voters
+        if config.is_controller and ep is None:
+            raise DriverError(f"{config.source}: controller {config.node_id} needs a controller listener")
+        if not self.dynamic and any(v.id == config.node_id for v in config.voters) and ep is None:
             raise DriverError(f"{config.source}: voter {config.node_id} needs a controller listener")
         self.endpoint = ep
+        self._listener_name = config.controller_listener_names[0]
         self.voter_keys = [ReplicaKey(v.id, _dir_uuid(v.directory_id)) for v in config.voters]
         self.local_key = ReplicaKey(config.node_id, directory_id)
         pdir = config.metadata_partition_dir
         self.log = KafkaRaftLog(pdir)
-        self.store = FileQuorumStateStore(pdir, [v.id for v in config.voters], data_version=0)
+        # Kafka writes quorum-state data_version 1 (votedDirectoryId, no currentVoters) once
+        # kraft.version is 1, i.e. for every dynamic quorum (no 0 -> 1 upgrade here).
+        self.store = FileQuorumStateStore(pdir, [v.id for v in config.voters], data_version=1 if self.dynamic else 0)
+        #: bootstrap servers get Kafka's negative ids (-1, -2, ...) until their node id is known.
+        self._bootstrap = {-(i + 1): hp for i, hp in enumerate(config.bootstrap_servers)}
+        listeners = (Endpoint(self._listener_name, ep.host, ep.port),) if ep is not None and config.is_controller \
+            else ()
         self.core = RaftCore(self.quorum_config, self.local_key, self.voter_keys, self.log, self.store,
-                             rng or random.Random(), cluster_id=cluster_id)
+                             rng or random.Random(), cluster_id=cluster_id,
+                             snapshot_control=KafkaSnapshotControl(pdir), local_listeners=listeners,
+                             bootstrap_ids=tuple(sorted(self._bootstrap, reverse=True)),
+                             encode_control=encode_control_value)
         self._appends = _PendingAppends()
         self.core.register_listener(self._appends)
         self._peers = {v.id: _Peer(v.id, v.host, v.port) for v in config.voters if v.id != config.node_id}
-        self._listener_name = config.controller_listener_names[0]
+        #: node id -> (host, port) learned from NodeEndpoints / leader endpoints in RPCs
+        self._learned: dict[int, tuple[str, int]] = {}
         self._inbound: dict[int, asyncio.Future] = {}
         self._inbound_ids = itertools.count(1)
         self._tasks: set[asyncio.Task] = set()
@@ -322,6 +340,79 @@ class RaftDriver:
         return self.core.is_leader
 
     @property
+    def is_voter(self) -> bool:
+        """In the voter set in effect now (it changes with VotersRecords in a dynamic quorum)."""
+        return self.core.quorum.is_voter
+
+    # ------------------------------------------------------------ addresses
+    def voter_endpoints(self) -> dict[int, list[Endpoint]]:
+        """Voter id -> its endpoints: from the voter set in effect (VotersRecord), else from
+        controller.quorum.voters (static quorums carry no endpoints in the log)."""
+        out: dict[int, list[Endpoint]] = {}
+        static = {v.id: v for v in self.config.voters}
+        for e in self.core.voter_set.entries:
+            if e.endpoints:
+                out[e.key.id] = list(e.endpoints)
+            elif e.key.id in static:
+                v = static[e.key.id]
+                out[e.key.id] = [Endpoint(self._listener_name, v.host, v.port)]
+        return out
+
+    def address_of(self, node_id: int) -> tuple[str, int] | None:
+        """Where to send RPCs for ``node_id``: a bootstrap server (negative ids), the voter
+        set's endpoint on our controller listener, the static voters, or an address learned
+        from a peer (NodeEndpoints, leader endpoints); None when unknown."""
+        if node_id in self._bootstrap:
+            return self._bootstrap[node_id]
+        if node_id == self.node_id and self.endpoint is not None:
+            return self.endpoint.host, self.endpoint.port
+        e = self.core.voter_set.entry(node_id)
+        if e is not None and e.endpoints:
+            ep = next((x for x in e.endpoints if x.name == self._listener_name), e.endpoints[0])
+            return ep.host, ep.port
+        for v in self.config.voters:
+            if v.id == node_id:
+                return v.host, v.port
+        return self._learned.get(node_id)
+
+    def _peer(self, node_id: int) -> _Peer | None:
+        addr = self.address_of(node_id)
+        if addr is None:
+            return None
+        p = self._peers.get(node_id)
+        if p is None or (p.host, p.port) != tuple(addr):
+            if p is not None and p.conn is not None:
+                self._spawn(p.conn.close())
+            p = self._peers[node_id] = _Peer(node_id, addr[0], addr[1])
+        return p
+
+    def _learn(self, resp) -> None:
+        for n in getattr(resp, "node_endpoints", ()) or ():
+            if n.node_id >= 0 and n.host:
+                self._learned[n.node_id] = (n.host, n.port)
+
+    def _learn_leader_endpoints(self, req) -> None:
+        eps = getattr(req, "leader_endpoints", ()) or ()
+        if eps and getattr(req, "leader_id", -1) >= 0:
+            ep = next((e for e in eps if e.name == self._listener_name), eps[0])
+            self._learned[req.leader_id] = (ep.host, ep.port)
+
+    def _leader_node_endpoint(self) -> NodeEndpoint | None:
+        lid = self.core.leader_id
+        if lid < 0:
+            return None
+        addr = self.address_of(lid)
+        return NodeEndpoint(lid, addr[0], addr[1]) if addr is not None else None
+
+    def _with_node_endpoints(self, resp):
+        """Kafka adds the leader's endpoint (NodeEndpoints) to Raft responses, so a replica
+        that knows no voter (an observer started from bootstrap servers) can reach it."""
+        if not hasattr(resp, "node_endpoints") or resp.node_endpoints:
+            return resp
+        ne = self._leader_node_endpoint()
+        return resp if ne is None else dataclasses.replace(resp, node_endpoints=(ne,))
+
+    @property
     def leader_and_epoch(self) -> LeaderAndEpoch:
         return LeaderAndEpoch(self.core.leader_id, self.core.epoch)
 
@@ -400,6 +491,7 @@ class RaftDriver:
         except wire.WireError as exc:
             log.warning("node %d: bad %s from %s: %s", self.node_id, ApiKeys(key).name, ctx.peer, exc)
             return wire.response_to_wire(wire.error_response(key, exc.error))
+        self._learn_leader_endpoints(req)
         corr = next(self._inbound_ids)
         fut = self.loop.create_future()
         self._inbound[corr] = fut
@@ -414,7 +506,7 @@ class RaftDriver:
             resp = await fut
         except RaftError:
             return wire.response_to_wire(wire.error_response(key, Errors.BROKER_NOT_AVAILABLE))
-        return wire.response_to_wire(resp)
+        return wire.response_to_wire(self._with_node_endpoints(resp), leader_endpoint=self._leader_node_endpoint())
 
     # ------------------------------------------------------------ outbound
     async def _connection(self, peer: _Peer) -> KafkaConnection:
@@ -442,15 +534,19 @@ class RaftDriver:
 
     async def _send_request(self, out: OutboundRequest) -> None:
         key = wire.api_key_of(out.request)
-        peer = self._peers.get(out.destination)
+        peer = self._peer(out.destination)
         if peer is None:
             resp = wire.error_response(key, Errors.BROKER_NOT_AVAILABLE)
         else:
+            timeout_ms = self.quorum_config.request_timeout_ms
+            if isinstance(out.request, AddRaftVoterRequest):  # the leader answers once the change commits
+                timeout_ms = max(timeout_ms, out.request.timeout_ms + 1000)
             try:
                 conn = await self._connection(peer)
                 body, version = wire.request_to_wire(out.request)
-                raw = await conn.request(body, version, timeout=self.quorum_config.request_timeout_ms / 1000)
+                raw = await conn.request(body, version, timeout=timeout_ms / 1000)
                 resp = wire.response_from_wire(raw)
+                self._learn(resp)
             except RequestTimeout:
                 resp = wire.error_response(key, Errors.REQUEST_TIMED_OUT)
             except (ConnectionClosed, OSError, MessageError, KraftStorageError, ValueError) as exc:
@@ -498,14 +594,16 @@ class RaftDriver:
         part = R.PartitionData(partition_index=0, error_code=0, error_message=None, leader_id=self.node_id,
                                leader_epoch=st.epoch, high_watermark=hwm, current_voters=voters,
                                observers=observers)
-        nodes = [R.Node(node_id=v.id, listeners=[R.Listener(name=self._listener_name, host=v.host, port=v.port)])
-                 for v in self.config.voters]
+        nodes = [R.Node(node_id=vid, listeners=[R.Listener(name=e.name, host=e.host, port=e.port) for e in eps])
+                 for vid, eps in sorted(self.voter_endpoints().items())]
         return R(error_code=0, error_message=None, topics=[R.TopicData(topic_name=topic, partitions=[part])],
                  nodes=nodes)
 
     async def _handle_describe_cluster(self, ctx, body):
         R = DescribeClusterResponse
-        brokers = [R.DescribeClusterBroker(broker_id=v.id, host=v.host, port=v.port, rack=None)
-                   for v in self.config.voters]
+        brokers = []
+        for vid, eps in sorted(self.voter_endpoints().items()):
+            ep = next((e for e in eps if e.name == self._listener_name), eps[0])
+            brokers.append(R.DescribeClusterBroker(broker_id=vid, host=ep.host, port=ep.port, rack=None))
         return R(error_code=0, error_message=None, endpoint_type=2, cluster_id=self.cluster_id,
                  controller_id=self.core.leader_id, brokers=brokers)

@@ -10,9 +10,17 @@ Encoding of a core :class:`Batch` (what Kafka's ``KafkaRaftClient`` writes):
 * data batch: one v2 batch, ``baseOffset`` = the batch's first offset,
   ``partitionLeaderEpoch`` = its epoch, one record per core record with a
   null key and the opaque record bytes as the value, no compression;
-* the LeaderChange control batch: control bit set, one record whose key is
-  the control key (version 0, type 2 = LEADER_CHANGE) and whose value is the
-  ``LeaderChangeMessage`` body at version 0 (as Kafka writes it).
+* a control batch: control bit set, one record whose key is the control key
+  (version 0, type 2 = LEADER_CHANGE, 5 = KRAFT_VERSION, 6 = KRAFT_VOTERS) and
+  whose value is the ``LeaderChangeMessage`` / ``KRaftVersionRecord`` /
+  ``VotersRecord`` body at version 0 (as Kafka writes them).
+
+Snapshots (:class:`KafkaSnapshotControl`): a Kafka snapshot starts with a
+control batch holding the ``SnapshotHeaderRecord`` followed, when kraft.version
+is 1, by a ``KRaftVersionRecord`` and the ``VotersRecord`` in effect at the
+snapshot's end offset (this is what ``kraft-storage format --standalone``
+writes into the bootstrap snapshot ``(0, 0)``).  The codec reads the voter set
+from there and, when the core stores a snapshot, rewrites that first batch.
 
 Why :class:`RawBatch`: a batch read from disk or from a Fetch response keeps
 its exact bytes next to the decoded records, so a follower appends what the
@@ -37,23 +45,30 @@ from __future__ import annotations
 
 import bisect
 import os
+import struct
 import time
+import uuid
 from typing import Sequence
 
-from kraft_node.raft.messages import Batch, LeaderChangeMessage, OffsetAndEpoch, SnapshotId
+from kraft_node.raft.messages import (Batch, Endpoint, KRaftVersionControl, LeaderChangeMessage, OffsetAndEpoch,
+                                      ReplicaKey, SnapshotId, VoterEntry, VotersControl)
+from kraft_node.raft.voters import VoterSet
 from kraft_storage.log.log import KafkaLog
 from kraft_storage.log.config import LogConfig
-from kraft_storage.messages._runtime import METADATA_TOPIC_ID
-from kraft_storage.messages.control import (ControlRecordType, LeaderChangeMessage as WireLeaderChange,
-                                            decode_control_key, encode_control_key)
-from kraft_storage.errors import CorruptRecordError
+from kraft_storage.messages._runtime import METADATA_TOPIC_ID, MessageError, Uuid, ZERO_UUID
+from kraft_storage.messages.control import (ControlRecordType, KRaftVersionRecord,
+                                            LeaderChangeMessage as WireLeaderChange, SnapshotHeaderRecord,
+                                            VotersRecord, decode_control_key, decode_control_record,
+                                            encode_control_key)
+from kraft_storage.errors import CorruptRecordError, KraftStorageError
 from kraft_storage.record import build_batch, build_batches, decode_records, scan_batches
 from kraft_storage.record.constants import CONTROL_MASK
 from kraft_storage.snapshot import (RawSnapshotReader, RawSnapshotWriter, SnapshotId as FileSnapshotId,
                                     delete_snapshot, open_snapshot_dir)
 
 __all__ = ["KafkaRaftLog", "RawBatch", "encode_batches", "decode_batches", "encode_leader_change",
-           "decode_leader_change"]
+           "decode_leader_change", "encode_voters", "decode_voters", "encode_kraft_version",
+           "decode_kraft_version", "encode_control_value", "KafkaSnapshotControl"]
 
 #: Upper bound on one read when the core asks for "everything" (listener catch-up):
 #: the core delivers what it got and continues at the next poll.
@@ -156,7 +171,183 @@ def decode_leader_change(value: bytes) -> LeaderChangeMessage:
                                tuple(v.voter_id for v in body.granting_voters))
 
 
-_LEADER_CHANGE_KEY = encode_control_key(ControlRecordType.LEADER_CHANGE)
+def _uuid_out(u: uuid.UUID | None):
+    return ZERO_UUID if u is None else Uuid(u.bytes)
+
+
+def _uuid_in(u) -> uuid.UUID | None:
+    return None if u is None or u == ZERO_UUID else uuid.UUID(bytes=u.bytes)
+
+
+def voters_to_record(msg: VotersControl) -> VotersRecord:
+    R = VotersRecord
+    return R(version=msg.version, voters=[
+        R.Voter(voter_id=e.key.id, voter_directory_id=_uuid_out(e.key.directory_id),
+                endpoints=[R.Endpoint(name=ep.name, host=ep.host, port=ep.port) for ep in e.endpoints],
+                k_raft_version_feature=R.KRaftVersionFeature(min_supported_version=e.min_kraft_version,
+                                                             max_supported_version=e.max_kraft_version))
+        for e in msg.voters])
+
+
+def voters_from_record(body: VotersRecord) -> VotersControl:
+    out = []
+    for v in body.voters:
+        f = v.k_raft_version_feature
+        out.append(VoterEntry(ReplicaKey(v.voter_id, _uuid_in(v.voter_directory_id)),
+                              tuple(Endpoint(ep.name, ep.host, ep.port) for ep in v.endpoints),
+                              f.min_supported_version, f.max_supported_version))
+    return VotersControl(body.version, tuple(out))
+
+
+def encode_voters(msg: VotersControl) -> bytes:
+    """The VotersRecord body (control type 6, schema version 0) Kafka writes."""
+    return voters_to_record(msg).write(0)
+
+
+def decode_voters(value: bytes) -> VotersControl:
+    return voters_from_record(VotersRecord.read(value, 0))
+
+
+def encode_kraft_version(msg: KRaftVersionControl) -> bytes:
+    """The KRaftVersionRecord body (control type 5, schema version 0)."""
+    return KRaftVersionRecord(version=msg.version, k_raft_version=msg.kraft_version).write(0)
+
+
+def decode_kraft_version(value: bytes) -> KRaftVersionControl:
+    body = KRaftVersionRecord.read(value, 0)
+    return KRaftVersionControl(body.version, body.k_raft_version)
+
+
+_CONTROL_CODECS = {
+    LeaderChangeMessage: (ControlRecordType.LEADER_CHANGE, encode_leader_change),
+    VotersControl: (ControlRecordType.KRAFT_VOTERS, encode_voters),
+    KRaftVersionControl: (ControlRecordType.KRAFT_VERSION, encode_kraft_version),
+}
+_CONTROL_DECODERS = {
+    ControlRecordType.LEADER_CHANGE: decode_leader_change,
+    ControlRecordType.KRAFT_VOTERS: decode_voters,
+    ControlRecordType.KRAFT_VERSION: decode_kraft_version,
+}
+_CONTROL_KEYS = {t: encode_control_key(t) for t, _ in _CONTROL_CODECS.values()}
+
+
+def encode_control_value(control) -> bytes:
+    """Kafka's record value for a core control message (what the core stores as the
+    control batch's one record, so the leader's listener sees the same bytes as a follower's)."""
+    try:
+        _, enc = _CONTROL_CODECS[type(control)]
+    except KeyError:
+        raise ValueError(f"no Kafka control record for {type(control).__name__}") from None
+    return enc(control)
+
+
+# ------------------------------------------------------------------ snapshot control state
+_SNAPSHOT_HEADER_KEY = encode_control_key(ControlRecordType.SNAPSHOT_HEADER)
+_BASE_OFFSET = struct.Struct(">q")
+_BATCH_LENGTH = struct.Struct(">i")
+
+
+def _first_batch_size(data) -> int | None:
+    """Size of the first v2 batch of ``data`` (None if ``data`` cannot start with one)."""
+    if len(data) < 61:  # v2 batch header
+        return None
+    (length,) = _BATCH_LENGTH.unpack_from(data, 8)
+    size = 12 + length
+    if length < 49 or size > len(data) or data[16] != 2:
+        return None
+    return size
+
+
+def _snapshot_header_batch(data, source: str):
+    """``(size, epoch, records)`` of a leading control batch that opens with a SnapshotHeaderRecord,
+    records as ``(ControlRecordType, body)``; None when ``data`` does not start with one."""
+    size = _first_batch_size(data)
+    if size is None:
+        return None
+    first = bytes(data[:size])
+    try:
+        h = scan_batches(first, source=source).headers
+    except (CorruptRecordError, KraftStorageError):
+        return None
+    if len(h) != 1 or not int(h["attributes"][0]) & CONTROL_MASK:
+        return None
+    cols = decode_records(first, verify_crc=False, source=source)
+    if len(cols) == 0 or bytes(cols.key(0) or b"") != _SNAPSHOT_HEADER_KEY:
+        return None
+    out = []
+    for i in range(len(cols)):
+        try:
+            out.append(decode_control_record(cols.key(i), cols.value(i)))
+        except MessageError as exc:
+            raise CorruptRecordError(f"bad control record {i} in the snapshot header batch: {exc}", 0,
+                                     int(h["base_offset"][0]), source) from None
+    return size, int(h["partition_leader_epoch"][0]), out
+
+
+class KafkaSnapshotControl:
+    """The core's :class:`~kraft_node.raft.voters.SnapshotControlCodec` for Kafka snapshots.
+
+    ``read``: kraft.version and the voter set from the KRaftVersionRecord and
+    VotersRecord after the SnapshotHeaderRecord in the first batch (``(0, None)``
+    for bytes that are not a Kafka records snapshot).
+    ``write``: the same snapshot with its first batch rebuilt as
+    [SnapshotHeader, KRaftVersion (if > 0), Voters (if known)]; the following
+    batches are re-based after it (``baseOffset`` is outside the batch CRC, so
+    they keep their bytes otherwise).  Bytes that do not start with a header
+    batch get one prepended only when there is control state to carry.
+    """
+
+    def __init__(self, source: str = "snapshot"):
+        self.source = source
+
+    def read(self, data) -> tuple[int, VoterSet | None]:
+        got = _snapshot_header_batch(memoryview(data).cast("B"), self.source)
+        if got is None:
+            return 0, None
+        kv, voters = 0, None
+        for ctype, body in got[2][1:]:
+            if ctype == ControlRecordType.KRAFT_VERSION:
+                kv = body.k_raft_version
+            elif ctype == ControlRecordType.KRAFT_VOTERS:
+                voters = VoterSet.of(voters_from_record(body).voters)
+        return kv, voters
+
+    def write(self, data, kraft_version: int, voters: VoterSet | None) -> bytes:
+        data = bytes(data)
+        got = _snapshot_header_batch(data, self.source)
+        if got is None and not kraft_version and voters is None:
+            return data
+        now = _now_ms()
+        if got is not None:
+            size, epoch, recs = got
+            header = recs[0][1]
+            rest = bytearray(data[size:])
+            old_count = len(recs)
+        else:
+            size, epoch, header, rest, old_count = 0, 0, SnapshotHeaderRecord(version=0,
+                                                                              last_contained_log_timestamp=now), None, 0
+        items = [(ControlRecordType.SNAPSHOT_HEADER, header.write(0))]
+        if kraft_version:
+            items.append((ControlRecordType.KRAFT_VERSION,
+                          encode_kraft_version(KRaftVersionControl(0, kraft_version))))
+        if voters is not None:
+            items.append((ControlRecordType.KRAFT_VOTERS, encode_voters(voters.to_control())))
+        first = build_batch([(encode_control_key(t), v, now) for t, v in items], base_offset=0,
+                            partition_leader_epoch=epoch, is_control=True, timestamp=now)
+        if rest is None:
+            return bytes(first) + data
+        shift = len(items) - old_count
+        if shift and rest:
+            pos = 0
+            while pos < len(rest):
+                n = _first_batch_size(memoryview(rest)[pos:])
+                if n is None:
+                    raise CorruptRecordError("snapshot data after the header batch is not v2 batches", size + pos,
+                                             -1, self.source)
+                (base,) = _BASE_OFFSET.unpack_from(rest, pos)
+                _BASE_OFFSET.pack_into(rest, pos, base + shift)
+                pos += n
+        return bytes(first) + bytes(rest)
 
 
 # ------------------------------------------------------------------ batch codec
@@ -166,10 +357,13 @@ def encode_batch(b: Batch, timestamp_ms: int | None = None) -> bytes:
         return b.raw
     ts = _now_ms() if timestamp_ms is None else timestamp_ms
     if b.is_control:
-        if b.control is None or len(b.records) != 1:
-            raise ValueError(f"control batch at offset {b.base_offset} must hold one LeaderChange record")
-        value = encode_leader_change(b.control)
-        return build_batch([(_LEADER_CHANGE_KEY, value, ts)], base_offset=b.base_offset,
+        codec = _CONTROL_CODECS.get(type(b.control))
+        if codec is None or len(b.records) != 1:
+            raise ValueError(f"control batch at offset {b.base_offset} must hold one LeaderChange, "
+                             f"KRaftVersion or Voters record (got {type(b.control).__name__}, "
+                             f"{len(b.records)} records)")
+        ctype, enc = codec
+        return build_batch([(_CONTROL_KEYS[ctype], enc(b.control), ts)], base_offset=b.base_offset,
                            partition_leader_epoch=b.epoch, is_control=True, timestamp=ts)
     if not b.records:
         raise ValueError(f"empty batch at offset {b.base_offset}")
@@ -185,14 +379,20 @@ def encode_batches(batches: Sequence[Batch]) -> bytes:
     return b"".join(encode_batch(b, ts) for b in batches)
 
 
+_CONTROL_RANK = {ControlRecordType.LEADER_CHANGE: 0, ControlRecordType.KRAFT_VERSION: 1,
+                 ControlRecordType.KRAFT_VOTERS: 2}
+
+
 def decode_batches(buf, source: str = "records") -> tuple[RawBatch, ...]:
     """v2 batches (one CRC-checking ``scan_batches``) -> core batches with their bytes.
 
     Records are decoded lazily, all batches of ``buf`` at once with one
     ``decode_records`` call when a listener first needs them.  A control batch
-    is decoded at once: a LeaderChange gives ``Batch.control``; other control
-    types (KRaftVersion/Voters, written by a dynamic quorum) are kept as
-    control batches with ``control=None``.
+    is decoded at once: a LeaderChange, KRaftVersionRecord or VotersRecord gives
+    ``Batch.control``.  Kafka's leader writes LeaderChange, KRaftVersion and
+    Voters in one batch at the start of an epoch of a dynamic quorum; such a
+    batch gets the VotersRecord (else the KRaftVersionRecord) as its control,
+    since that is the state the core tracks; other types give ``control=None``.
     """
     mv = memoryview(buf).cast("B")
     if mv.nbytes == 0:
@@ -219,8 +419,19 @@ def decode_batches(buf, source: str = "records") -> tuple[RawBatch, ...]:
         if attrs[k] & CONTROL_MASK:
             cols = decode_records(raw, verify_crc=False, source=source)
             recs = tuple(cols.values())
-            _, ctype = decode_control_key(cols.key(0))
-            control = decode_leader_change(recs[0]) if ctype == ControlRecordType.LEADER_CHANGE else None
+            control = None
+            rank = -1
+            for i in range(n):
+                _, ctype = decode_control_key(cols.key(i))
+                dec = _CONTROL_DECODERS.get(ctype)
+                r = _CONTROL_RANK.get(ctype, -1)
+                if dec is not None and r > rank:
+                    try:
+                        control = dec(recs[i])
+                    except MessageError as exc:
+                        raise CorruptRecordError(f"bad {ctype.name} control record at offset {bases[k] + i}: "
+                                                 f"{exc}", pos[k], bases[k], source) from None
+                    rank = r
             out.append(RawBatch.make(bases[k], epochs[k], n, raw, max_ts[k], None, recs, True, control))
         else:
             out.append(RawBatch.make(bases[k], epochs[k], n, raw, max_ts[k], group))

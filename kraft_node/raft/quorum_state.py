@@ -245,10 +245,14 @@ class QuorumState:
     def transition_to_prospective(self, now_ms: int) -> None:
         cur = self.state
         self._require(self.can_stand, "Prospective as an observer")
-        self._require(isinstance(cur, (UnattachedState, FollowerState, CandidateState)),
+        self._require(isinstance(cur, (UnattachedState, FollowerState, CandidateState, ResignedState)),
                       "Prospective")
         if isinstance(cur, CandidateState):
             retries, leader, voted = cur.retries, None, cur.local_key
+        elif isinstance(cur, ResignedState):
+            # Only a restarted single voter does this (Kafka: the only voter stands at once);
+            # it keeps itself as the epoch's leader so it grants no vote in the epoch it led.
+            retries, leader, voted = 0, self.local_id, None
         else:
             retries = 0
             leader = cur.leader_id() if cur.leader_id() >= 0 else None

@@ -8,7 +8,9 @@ fixed topic id ``AAAAAAAAAAAAAAAAAAAAAQ`` (Fetch v13+).
 
 Versions sent (what Kafka 4.x's KafkaRaftClient uses): Vote v2 (PreVote),
 BeginQuorumEpoch v1, EndQuorumEpoch v1 (PreferredCandidates), Fetch v17
-(ReplicaState, LastFetchedEpoch, ReplicaDirectoryId), FetchSnapshot v1.
+(ReplicaState, LastFetchedEpoch, ReplicaDirectoryId), FetchSnapshot v1,
+AddRaftVoter v1 (AckWhenCommitted), RemoveRaftVoter v0, UpdateRaftVoter v0
+(KIP-853; these three address no topic partition: the quorum is implied).
 Inbound requests are accepted at every version the generated classes know:
 fields a version lacks take the core's defaults (e.g. PreVote false before
 Vote v2, directory ids unknown before v1).
@@ -26,10 +28,13 @@ from __future__ import annotations
 import uuid
 
 from kraft_node.protocol.api_keys import ApiKeys
+from kraft_node.protocol.generated import add_raft_voter as g_add
 from kraft_node.protocol.generated import begin_quorum_epoch as g_bqe
 from kraft_node.protocol.generated import end_quorum_epoch as g_eqe
 from kraft_node.protocol.generated import fetch as g_fetch
 from kraft_node.protocol.generated import fetch_snapshot as g_fs
+from kraft_node.protocol.generated import remove_raft_voter as g_remove
+from kraft_node.protocol.generated import update_raft_voter as g_update
 from kraft_node.protocol.generated import vote as g_vote
 from kraft_node.raft import messages as m
 from kraft_node.raft.errors import Errors
@@ -49,14 +54,21 @@ VERSIONS = {
     ApiKeys.END_QUORUM_EPOCH: 1,
     ApiKeys.FETCH: 17,
     ApiKeys.FETCH_SNAPSHOT: 1,
+    ApiKeys.ADD_RAFT_VOTER: 1,
+    ApiKeys.REMOVE_RAFT_VOTER: 0,
+    ApiKeys.UPDATE_RAFT_VOTER: 0,
 }
 
 _REQ_KEYS = {m.VoteRequest: ApiKeys.VOTE, m.BeginQuorumEpochRequest: ApiKeys.BEGIN_QUORUM_EPOCH,
              m.EndQuorumEpochRequest: ApiKeys.END_QUORUM_EPOCH, m.FetchRequest: ApiKeys.FETCH,
-             m.FetchSnapshotRequest: ApiKeys.FETCH_SNAPSHOT}
+             m.FetchSnapshotRequest: ApiKeys.FETCH_SNAPSHOT, m.AddRaftVoterRequest: ApiKeys.ADD_RAFT_VOTER,
+             m.RemoveRaftVoterRequest: ApiKeys.REMOVE_RAFT_VOTER,
+             m.UpdateRaftVoterRequest: ApiKeys.UPDATE_RAFT_VOTER}
 _RESP_KEYS = {m.VoteResponse: ApiKeys.VOTE, m.BeginQuorumEpochResponse: ApiKeys.BEGIN_QUORUM_EPOCH,
               m.EndQuorumEpochResponse: ApiKeys.END_QUORUM_EPOCH, m.FetchResponse: ApiKeys.FETCH,
-              m.FetchSnapshotResponse: ApiKeys.FETCH_SNAPSHOT}
+              m.FetchSnapshotResponse: ApiKeys.FETCH_SNAPSHOT, m.AddRaftVoterResponse: ApiKeys.ADD_RAFT_VOTER,
+              m.RemoveRaftVoterResponse: ApiKeys.REMOVE_RAFT_VOTER,
+              m.UpdateRaftVoterResponse: ApiKeys.UPDATE_RAFT_VOTER}
 
 
 class WireError(ValueError):
@@ -172,6 +184,24 @@ def request_to_wire(req) -> tuple[object, int]:
                                    replica_directory_id=_uuid_out(req.replica_directory_id))
         return R(cluster_id=req.cluster_id, replica_id=req.replica_id, max_bytes=req.max_bytes,
                  topics=[R.TopicSnapshot(name=TOPIC, partitions=[part])]), VERSIONS[ApiKeys.FETCH_SNAPSHOT]
+    if isinstance(req, m.AddRaftVoterRequest):
+        R = g_add.AddRaftVoterRequest
+        return R(cluster_id=req.cluster_id, timeout_ms=req.timeout_ms, voter_id=req.voter_id,
+                 voter_directory_id=_uuid_out(req.voter_directory_id),
+                 listeners=_endpoints_out(R.Listener, req.listeners),
+                 ack_when_committed=req.ack_when_committed), VERSIONS[ApiKeys.ADD_RAFT_VOTER]
+    if isinstance(req, m.RemoveRaftVoterRequest):
+        R = g_remove.RemoveRaftVoterRequest
+        return R(cluster_id=req.cluster_id, voter_id=req.voter_id,
+                 voter_directory_id=_uuid_out(req.voter_directory_id)), VERSIONS[ApiKeys.REMOVE_RAFT_VOTER]
+    if isinstance(req, m.UpdateRaftVoterRequest):
+        R = g_update.UpdateRaftVoterRequest
+        return R(cluster_id=req.cluster_id, current_leader_epoch=req.current_leader_epoch, voter_id=req.voter_id,
+                 voter_directory_id=_uuid_out(req.voter_directory_id),
+                 listeners=_endpoints_out(R.Listener, req.listeners),
+                 k_raft_version_feature=R.KRaftVersionFeature(min_supported_version=req.min_kraft_version,
+                                                              max_supported_version=req.max_kraft_version)), \
+            VERSIONS[ApiKeys.UPDATE_RAFT_VOTER]
     raise TypeError(f"not a Raft request: {type(req).__name__}")
 
 
@@ -219,12 +249,26 @@ def request_from_wire(body, version: int):
         return m.FetchSnapshotRequest(body.cluster_id, body.replica_id, body.max_bytes, p.current_leader_epoch,
                                       m.OffsetAndEpoch(p.snapshot_id.end_offset, p.snapshot_id.epoch),
                                       p.position, _uuid_in(p.replica_directory_id))
+    if isinstance(body, g_add.AddRaftVoterRequest):
+        return m.AddRaftVoterRequest(body.cluster_id, body.timeout_ms, body.voter_id,
+                                     _uuid_in(body.voter_directory_id), _endpoints_in(body.listeners),
+                                     bool(body.ack_when_committed) if version >= 1 else True)
+    if isinstance(body, g_remove.RemoveRaftVoterRequest):
+        return m.RemoveRaftVoterRequest(body.cluster_id, body.voter_id, _uuid_in(body.voter_directory_id))
+    if isinstance(body, g_update.UpdateRaftVoterRequest):
+        f = body.k_raft_version_feature
+        return m.UpdateRaftVoterRequest(body.cluster_id, body.current_leader_epoch, body.voter_id,
+                                        _uuid_in(body.voter_directory_id), _endpoints_in(body.listeners),
+                                        f.min_supported_version, f.max_supported_version)
     raise TypeError(f"not a Raft request: {type(body).__name__}")
 
 
 # ---------------------------------------------------------------- responses
-def response_to_wire(resp):
-    """Core response -> generated response body (encoded by the server at the request's version)."""
+def response_to_wire(resp, leader_endpoint: m.NodeEndpoint | None = None):
+    """Core response -> generated response body (encoded by the server at the request's version).
+
+    ``leader_endpoint``: the leader's host/port for UpdateRaftVoter's ``CurrentLeader``
+    (the core knows ids, the driver knows addresses)."""
     if isinstance(resp, m.FetchResponse):
         R = g_fetch.FetchResponse
         div = resp.diverging_epoch
@@ -267,6 +311,18 @@ def response_to_wire(resp):
                                    unaligned_records=bytes(resp.unaligned_records))
         return R(error_code=resp.error_code, topics=[R.TopicSnapshot(name=TOPIC, partitions=[part])],
                  node_endpoints=_nodes_out(R.NodeEndpoint, resp.node_endpoints))
+    if isinstance(resp, m.AddRaftVoterResponse):
+        return g_add.AddRaftVoterResponse(error_code=resp.error_code, error_message=resp.error_message)
+    if isinstance(resp, m.RemoveRaftVoterResponse):
+        return g_remove.RemoveRaftVoterResponse(error_code=resp.error_code, error_message=resp.error_message)
+    if isinstance(resp, m.UpdateRaftVoterResponse):
+        R = g_update.UpdateRaftVoterResponse
+        ep = leader_endpoint
+        return R(error_code=resp.error_code,
+                 current_leader=R.CurrentLeader(leader_id=resp.current_leader.leader_id,
+                                                leader_epoch=resp.current_leader.leader_epoch,
+                                                host=ep.host if ep is not None else "",
+                                                port=ep.port if ep is not None else 0))
     raise TypeError(f"not a Raft response: {type(resp).__name__}")
 
 
@@ -319,6 +375,14 @@ def response_from_wire(body):
                                        else m.LeaderIdAndEpoch(-1, -1),
                                        p.size, p.position, bytes(p.unaligned_records or b""),
                                        _nodes_in(body.node_endpoints))
+    if isinstance(body, g_add.AddRaftVoterResponse):
+        return m.AddRaftVoterResponse(body.error_code, body.error_message)
+    if isinstance(body, g_remove.RemoveRaftVoterResponse):
+        return m.RemoveRaftVoterResponse(body.error_code, body.error_message)
+    if isinstance(body, g_update.UpdateRaftVoterResponse):
+        cl = body.current_leader
+        return m.UpdateRaftVoterResponse(body.error_code, m.LeaderIdAndEpoch(cl.leader_id, cl.leader_epoch)
+                                         if cl is not None else m.LeaderIdAndEpoch(-1, -1))
     raise TypeError(f"not a Raft response: {type(body).__name__}")
 
 
@@ -336,4 +400,10 @@ def error_response(api_key: int, error: int):
         return m.EndQuorumEpochResponse(int(error), 0, -1, -1)
     if api_key == ApiKeys.FETCH_SNAPSHOT:
         return m.FetchSnapshotResponse(int(error), 0, m.OffsetAndEpoch(-1, -1), m.LeaderIdAndEpoch(-1, -1))
+    if api_key == ApiKeys.ADD_RAFT_VOTER:
+        return m.AddRaftVoterResponse(int(error))
+    if api_key == ApiKeys.REMOVE_RAFT_VOTER:
+        return m.RemoveRaftVoterResponse(int(error))
+    if api_key == ApiKeys.UPDATE_RAFT_VOTER:
+        return m.UpdateRaftVoterResponse(int(error))
     raise ValueError(f"api key {api_key} is not a Raft RPC")
