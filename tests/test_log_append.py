@@ -7,7 +7,6 @@ reference (Kafka's rule written out in Python) expects.
 """
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 

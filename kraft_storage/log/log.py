@@ -41,7 +41,6 @@ import bisect
 import json
 import os
 import re
-import struct
 import threading
 import time
 from dataclasses import dataclass, field
