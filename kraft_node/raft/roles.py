@@ -315,6 +315,10 @@ class LeaderState(EpochState):
 
     def time_until_check_quorum_expires(self, now_ms: int) -> int:
         if self.is_local_voter and len(self.voters) == 1:
+            # Kafka (LeaderState.timeUntilCheckQuorumExpires) keeps resetting the timer while
+            # the leader is the only voter: when a second voter is added later, the leader
+            # gets a full check-quorum timeout to hear from it instead of resigning at once.
+            self.check_quorum_deadline = now_ms + self.check_quorum_timeout_ms
             return 2 ** 62
         return max(0, self.check_quorum_deadline - now_ms)
 

@@ -2,12 +2,29 @@
 
     kraft-metadata-quorum --bootstrap-controller HOST:PORT describe --status
     kraft-metadata-quorum --bootstrap-controller HOST:PORT describe --replication [--human-readable]
+    kraft-metadata-quorum --bootstrap-controller HOST:PORT [--command-config F] add-controller [--config F] [--dry-run]
+    kraft-metadata-quorum --bootstrap-controller HOST:PORT remove-controller --controller-id N
+                          --controller-directory-id D [--dry-run]
 
 It sends DescribeCluster (for the cluster id) and DescribeQuorum v2 to the
 given controller, and prints what Kafka's MetadataQuorumCommand prints, in
 the same layout (``ClusterId:`` ... ``CurrentObservers:``, or the replication
 table with Kafka's tab-separated, space-padded columns), so scripts written for
 Kafka's tool read ours.
+
+``add-controller`` (KIP-853) reads the joining controller's own config (Kafka's
+``--command-config``; ``--config`` after the sub-command is accepted too): its
+``node.id``, the directory id from ``meta.properties`` in its metadata log dir,
+and its controller listeners; it sends AddRaftVoter v1 to the active
+controller (found with DescribeCluster) and prints Kafka's line, e.g.
+``Added controller 2 with directory id <uuid> and endpoints: CONTROLLER://127.0.0.1:9094``.
+``remove-controller`` sends RemoveRaftVoter and prints, exactly as Kafka's
+``printf("%s KRaft controller %d with directory id %s%n", "Removed ", ...)``
+does, ``Removed  KRaft controller 2 with directory id <uuid>`` (two spaces).
+With ``--dry-run`` nothing is sent and the line starts ``DRY RUN of adding`` /
+``DRY RUN of removing ``.  Retriable errors (NOT_LEADER_OR_FOLLOWER,
+REQUEST_TIMED_OUT, connection failures) are retried until ``--timeout``,
+as Kafka's Admin client retries them.
 """
 from __future__ import annotations
 
@@ -17,7 +34,9 @@ import sys
 import time
 
 from kraft_node.network import ConnectionClosed, KafkaConnection, RequestTimeout
+from kraft_node.protocol.generated.add_raft_voter import AddRaftVoterRequest
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest
+from kraft_node.protocol.generated.remove_raft_voter import RemoveRaftVoterRequest
 from kraft_node.protocol.generated.describe_quorum import DescribeQuorumRequest, DescribeQuorumResponse
 from kraft_storage.messages._runtime import Uuid
 
@@ -132,6 +151,147 @@ async def fetch(host: str, port: int, timeout: float):
     return cluster, quorum
 
 
+# ------------------------------------------------------------------ add/remove-controller (KIP-853)
+#: Kafka error code -> exception name, for the errors AddRaftVoter/RemoveRaftVoter return.
+_ERROR_NAMES = {6: "NotLeaderOrFollowerException", 7: "RequestTimedOutException", 35: "UnsupportedVersionException",
+                42: "InvalidRequestException", 104: "InconsistentClusterIdException",
+                125: "InvalidVoterKeyException", 126: "DuplicateVoterException", 127: "VoterNotFoundException"}
+_RETRIABLE = {6, 7, 8, 15}  # NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, BROKER_NOT_AVAILABLE, COORDINATOR_NOT_AVAILABLE
+
+
+def _format_endpoint(name: str, host: str, port: int) -> str:
+    return f"{name}://[{host}]:{port}" if ":" in host else f"{name}://{host}:{port}"
+
+
+def controller_to_add(config_path: str):
+    """``(node_id, directory_id, [(listener, host, port)])`` of the controller described by
+    ``config_path`` (Kafka's getControllerId / getMetadataDirectoryId / getControllerAdvertisedListeners)."""
+    from kraft_node.config import parse_listeners
+    from kraft_storage.errors import KraftStorageError
+    from kraft_storage.meta_properties import read_meta_properties
+    props = _load_props(config_path)
+    if "node.id" not in props:
+        raise QuorumToolError("node.id not found in configuration file. Is this a valid controller configuration file?")
+    try:
+        node_id = int(props["node.id"])
+    except ValueError:
+        raise QuorumToolError(f"node.id {props['node.id']!r} is not a number") from None
+    if node_id < 0:
+        raise QuorumToolError("node.id was negative in configuration file. Is this a valid controller "
+                              "configuration file?")
+    if "controller" not in props.get("process.roles", ""):
+        raise QuorumToolError("process.roles did not contain 'controller' in configuration file. Is this a valid "
+                              "controller configuration file?")
+    if props.get("metadata.log.dir"):
+        meta_dir = props["metadata.log.dir"]
+    elif props.get("log.dirs") or props.get("log.dir"):
+        meta_dir = (props.get("log.dirs") or props.get("log.dir")).strip().split(",")[0]
+    else:
+        raise QuorumToolError("Neither metadata.log.dir nor log.dirs were found. Is this a valid controller "
+                              "configuration file?")
+    try:
+        meta = read_meta_properties(meta_dir).meta
+    except (KraftStorageError, OSError):
+        raise QuorumToolError(f"Unable to read meta.properties from {meta_dir}") from None
+    if not meta.directory_id:
+        raise QuorumToolError(f"No directory id found in {meta_dir}")
+    listeners = {}
+    for key in ("listeners", "advertised.listeners"):
+        try:
+            for e in parse_listeners(props.get(key, ""), config_path):
+                listeners[e.listener] = e
+        except Exception as exc:  # noqa: BLE001 - a ConfigError names the bad entry
+            raise QuorumToolError(str(exc)) from None
+    if "controller.listener.names" not in props:
+        raise QuorumToolError("controller.listener.names was not found. Is this a valid controller configuration "
+                              "file?")
+    eps = []
+    for name in props["controller.listener.names"].split(","):
+        name = name.strip().upper()
+        e = listeners.get(name)
+        if e is None:
+            raise QuorumToolError(f"Cannot find information about controller listener name: {name}")
+        eps.append((e.listener, e.host or "localhost", e.port))
+    return node_id, Uuid(meta.directory_id), eps
+
+
+def _load_props(path: str) -> dict[str, str]:
+    import os
+    if not os.path.exists(path):
+        raise QuorumToolError(f"Properties file {path} does not exist.")
+    from kraft_node.config import parse_properties
+    with open(path, encoding="utf-8") as f:
+        return parse_properties(f.read())
+
+
+def add_controller_line(node_id: int, directory_id, endpoints, dry_run: bool) -> str:
+    head = "DRY RUN of adding" if dry_run else "Added"
+    eps = ", ".join(_format_endpoint(n, h, p) for n, h, p in endpoints)
+    return f"{head} controller {node_id} with directory id {directory_id} and endpoints: {eps}"
+
+
+def remove_controller_line(node_id: int, directory_id, dry_run: bool) -> str:
+    head = "DRY RUN of removing " if dry_run else "Removed "
+    return f"{head} KRaft controller {node_id} with directory id {directory_id}"
+
+
+async def _send_to_active_controller(targets, body, version: int, timeout: float):
+    """Send ``body`` to the active controller (DescribeCluster's controllerId), retrying
+    retriable errors until ``timeout`` seconds have passed.  Returns the response."""
+    deadline = time.monotonic() + timeout
+    last = "no controller answered"
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise QuorumToolError(f"timed out: {last}")
+        for host, port in targets:
+            try:
+                conn = await KafkaConnection.open(host, port, timeout=min(left, 5.0), client_id="kraft-metadata-quorum")
+            except (OSError, asyncio.TimeoutError, ConnectionClosed) as exc:
+                last = f"cannot connect to {host}:{port}: {exc}"
+                continue
+            try:
+                cluster = await conn.request(DescribeClusterRequest(endpoint_type=2), 1, min(left, 5.0))
+                leader = next((b for b in cluster.brokers if b.broker_id == cluster.controller_id), None)
+            except (OSError, ConnectionClosed, RequestTimeout, asyncio.TimeoutError) as exc:
+                last = f"{host}:{port}: {exc}"
+                await conn.close()
+                continue
+            await conn.close()
+            if leader is None:
+                last = "no active controller known yet"
+                continue
+            try:
+                lconn = await KafkaConnection.open(leader.host, leader.port, timeout=min(left, 5.0),
+                                                   client_id="kraft-metadata-quorum")
+                try:
+                    resp = await lconn.request(body, version, max(1.0, left))
+                finally:
+                    await lconn.close()
+            except (OSError, ConnectionClosed, RequestTimeout, asyncio.TimeoutError) as exc:
+                last = f"controller {leader.broker_id} at {leader.host}:{leader.port}: {exc or type(exc).__name__}"
+                continue
+            if resp.error_code in _RETRIABLE:
+                last = f"{_ERROR_NAMES.get(resp.error_code, resp.error_code)}: {resp.error_message or ''}"
+                continue
+            if resp.error_code:
+                name = _ERROR_NAMES.get(resp.error_code, f"error code {resp.error_code}")
+                raise QuorumToolError(f"{name}: {resp.error_message or ''}".rstrip(": "))
+            return resp
+        await asyncio.sleep(0.2)
+
+
+def _targets(text: str):
+    out = []
+    for t in text.split(","):
+        t = t.strip()
+        host, _, port = t.rpartition(":")
+        if not host or not port.isdigit():
+            raise QuorumToolError(f"{t!r} is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="kraft-metadata-quorum",
                                 description="Describe the KRaft metadata quorum, like kafka-metadata-quorum.sh")
@@ -139,14 +299,29 @@ def main(argv=None) -> int:
     g.add_argument("--bootstrap-controller", metavar="HOST:PORT")
     g.add_argument("--bootstrap-server", metavar="HOST:PORT")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds")
+    p.add_argument("--command-config", help="for add-controller: the controller's properties file")
     sub = p.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("add-controller", help="Add a controller to the KRaft controller cluster")
+    a.add_argument("--config", help="the properties file of the controller to add (same as --command-config)")
+    a.add_argument("--dry-run", action="store_true")
+    r = sub.add_parser("remove-controller", help="Remove a controller from the KRaft controller cluster")
+    r.add_argument("--controller-id", "-i", type=int, required=True)
+    r.add_argument("--controller-directory-id", "-d", required=True)
+    r.add_argument("--dry-run", action="store_true")
     d = sub.add_parser("describe")
     dg = d.add_mutually_exclusive_group(required=True)
     dg.add_argument("--status", action="store_true")
     dg.add_argument("--replication", action="store_true")
     d.add_argument("--human-readable", action="store_true")
     args = p.parse_args(argv)
-    target = (args.bootstrap_controller or args.bootstrap_server).split(",")[0].strip()
+    target_text = args.bootstrap_controller or args.bootstrap_server
+    if args.cmd in ("add-controller", "remove-controller"):
+        try:
+            return _change_controllers(args, _targets(target_text))
+        except (OSError, QuorumToolError) as exc:
+            print(f"kraft-metadata-quorum: {exc}", file=sys.stderr)
+            return 1
+    target = target_text.split(",")[0].strip()
     host, _, port = target.rpartition(":")
     if not host or not port.isdigit():
         print(f"kraft-metadata-quorum: {target!r} is not host:port", file=sys.stderr)
@@ -163,6 +338,34 @@ def main(argv=None) -> int:
     except (OSError, ConnectionClosed, RequestTimeout, asyncio.TimeoutError, QuorumToolError) as exc:
         print(f"kraft-metadata-quorum: {target}: {exc or type(exc).__name__}", file=sys.stderr)
         return 1
+
+
+def _change_controllers(args, targets) -> int:
+    if args.cmd == "add-controller":
+        path = args.config or args.command_config
+        if path is None:
+            raise QuorumToolError("You must supply the configuration file of the controller you are adding when "
+                                  "using add-controller.")
+        node_id, dir_id, eps = controller_to_add(path)
+        if not args.dry_run:
+            R = AddRaftVoterRequest
+            body = R(cluster_id=None, timeout_ms=int(args.timeout * 1000), voter_id=node_id,
+                     voter_directory_id=dir_id, listeners=[R.Listener(name=n, host=h, port=p) for n, h, p in eps],
+                     ack_when_committed=True)
+            asyncio.run(_send_to_active_controller(targets, body, 1, args.timeout))
+        print(add_controller_line(node_id, dir_id, eps, args.dry_run))
+        return 0
+    if args.controller_id < 0:
+        raise QuorumToolError(f"Invalid negative --controller-id: {args.controller_id}")
+    try:
+        dir_id = Uuid(args.controller_directory_id)
+    except (ValueError, TypeError) as exc:
+        raise QuorumToolError(f"Failed to parse --controller-directory-id: {exc}") from None
+    if not args.dry_run:
+        body = RemoveRaftVoterRequest(cluster_id=None, voter_id=args.controller_id, voter_directory_id=dir_id)
+        asyncio.run(_send_to_active_controller(targets, body, 0, args.timeout))
+    print(remove_controller_line(args.controller_id, dir_id, args.dry_run))
+    return 0
 
 
 if __name__ == "__main__":

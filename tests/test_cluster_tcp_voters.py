@@ -1,0 +1,205 @@
+"""KIP-853 dynamic quorums over TCP, as Kafka's operators run them:
+
+* node 1 formatted ``kraft-storage format --standalone`` starts alone and leads
+  (its voter set comes from the bootstrap snapshot ``(0, 0)``) while it runs
+  ``--demo-writer``;
+* nodes 2 and 3, formatted ``--no-initial-controllers``, start from
+  ``controller.quorum.bootstrap.servers`` as observers and catch up;
+* ``kraft-metadata-quorum add-controller --config`` adds each of them while the
+  writer runs; DescribeQuorum then shows 3 voters with directory ids and
+  endpoints; ``remove-controller`` removes one;
+* after a graceful stop, every acknowledged value is at its acknowledged offset
+  in the log of every remaining voter.
+
+Also: the tool's dry-run lines and config errors (no cluster needed).  Every
+wait is bounded; processes are always killed in ``finally``.
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_cluster_tcp import REPO, Node, check_acks_everywhere, wait_acks  # noqa: E402
+from test_raft_driver_support import CLUSTER_ID, free_ports  # noqa: E402
+
+from kraft_node.config import NodeConfig  # noqa: E402
+from kraft_node.network import KafkaConnection  # noqa: E402
+from kraft_node.raft.file_state import FileQuorumStateStore  # noqa: E402
+from kraft_node.tools import metadata_quorum  # noqa: E402
+from kraft_node.tools.storage import format_storage  # noqa: E402
+from kraft_storage.meta_properties import read_meta_properties  # noqa: E402
+
+FAST = {
+    "controller.quorum.election.timeout.ms": "500",
+    "controller.quorum.fetch.timeout.ms": "1000",
+    "controller.quorum.election.backoff.max.ms": "500",
+    "controller.quorum.request.timeout.ms": "1000",
+    "controller.quorum.append.linger.ms": "5",
+}
+
+
+def dynamic_cluster(base: str, n: int) -> list[str]:
+    """server.properties for nodes 1..n with controller.quorum.bootstrap.servers = node 1;
+    node 1 formatted --standalone, the others --no-initial-controllers."""
+    ports = free_ports(n)
+    paths = []
+    for i in range(n):
+        nid = i + 1
+        d = os.path.join(base, f"node{nid}")
+        os.makedirs(d, exist_ok=True)
+        props = {"process.roles": "controller", "node.id": str(nid),
+                 "controller.quorum.bootstrap.servers": f"127.0.0.1:{ports[0]}",
+                 "listeners": f"CONTROLLER://127.0.0.1:{ports[i]}", "controller.listener.names": "CONTROLLER",
+                 "log.dirs": os.path.join(d, "data"), **FAST}
+        path = os.path.join(d, "server.properties")
+        with open(path, "w") as f:
+            f.write("".join(f"{k}={v}\n" for k, v in props.items()))
+        cfg = NodeConfig.from_file(path)
+        format_storage(cfg, CLUSTER_ID, standalone=(nid == 1), no_initial_controllers=(nid != 1), out=io.StringIO())
+        paths.append(path)
+    return paths
+
+
+def tool(*args, timeout=40) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kraft_node.tools.metadata_quorum", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
+
+
+async def _describe(port):
+    conn = await KafkaConnection.open("127.0.0.1", port, timeout=2)
+    try:
+        q = await conn.request(metadata_quorum.describe_request(), 2, timeout=2)
+    finally:
+        await conn.close()
+    return q
+
+
+def describe(port):
+    """(partition, {node id: [endpoint strings]}) from a DescribeQuorum v2 answered by the leader."""
+    q = asyncio.run(_describe(port))
+    p = q.topics[0].partitions[0]
+    assert q.error_code == 0 and p.error_code == 0, (q.error_code, p.error_code)
+    return p, {n.node_id: [metadata_quorum._endpoint(l) for l in n.listeners] for n in q.nodes}
+
+
+def dir_id(node: Node) -> str:
+    return read_meta_properties(node.cfg.metadata_log_dir).meta.directory_id
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            v = pred()
+        except Exception:  # noqa: BLE001 - not ready yet
+            v = None
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_standalone_then_add_two_controllers_and_remove_one_while_writing(tmp_path):
+    paths = dynamic_cluster(str(tmp_path), 3)
+    nodes = [Node(p, writer=True) for p in paths]
+    n1, n2, n3 = nodes
+    boot = f"127.0.0.1:{n1.port}"
+    try:
+        n1.start()
+        n1.wait_serving()
+        p, _ = wait_for(lambda: describe(n1.port), 15, "node 1 to lead alone")
+        assert p.leader_id == 1 and [v.replica_id for v in p.current_voters] == [1]
+        # the quorum-state file of a kraft.version 1 quorum is data_version 1, as Kafka writes it
+        data, version = FileQuorumStateStore(n1.cfg.metadata_partition_dir).read_data()
+        assert version == 1 and data.leader_id == 1
+        wait_acks(nodes, 20, timeout=15)
+
+        n2.start()
+        n3.start()
+        n2.wait_serving()
+        n3.wait_serving()
+        wait_for(lambda: {o.replica_id for o in describe(n1.port)[0].observers} >= {2, 3}, 20,
+                 "nodes 2 and 3 to fetch as observers")
+
+        for n in (n2, n3):
+            r = tool("--bootstrap-controller", boot, "--timeout", "30", "add-controller", "--config", n.cfg_path)
+            assert r.returncode == 0, r.stderr + n1.stderr()[-3000:] + n.stderr()[-3000:]
+            assert r.stdout == (f"Added controller {n.id} with directory id {dir_id(n)} and endpoints: "
+                                f"CONTROLLER://127.0.0.1:{n.port}\n")
+        before = sum(len(n.acks) for n in nodes)
+        wait_acks(nodes, before + 20, timeout=15)  # the writer keeps going through the changes
+
+        leader_port = n1.port
+        p, eps = describe(leader_port)
+        assert sorted(v.replica_id for v in p.current_voters) == [1, 2, 3]
+        assert {v.replica_id: str(v.replica_directory_id) for v in p.current_voters} == \
+            {n.id: dir_id(n) for n in nodes}
+        assert eps == {n.id: [f"CONTROLLER://127.0.0.1:{n.port}"] for n in nodes}
+        status = tool("--bootstrap-controller", boot, "describe", "--status")
+        assert status.returncode == 0, status.stderr
+        assert f'{{"id": 3, "directoryId": "{dir_id(n3)}", "endpoints": ["CONTROLLER://127.0.0.1:{n3.port}"]}}' \
+            in status.stdout
+
+        # Kafka's add-controller refuses a voter that is already there
+        again = tool("--bootstrap-controller", boot, "--timeout", "5", "add-controller", "--config", n3.cfg_path)
+        assert again.returncode == 1 and "DuplicateVoterException" in again.stderr
+
+        r = tool("--bootstrap-controller", boot, "--timeout", "30", "remove-controller", "--controller-id", "3",
+                 "--controller-directory-id", dir_id(n3))
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == f"Removed  KRaft controller 3 with directory id {dir_id(n3)}\n"
+        p, eps = describe(leader_port)
+        assert sorted(v.replica_id for v in p.current_voters) == [1, 2]
+        before = sum(len(n.acks) for n in nodes)
+        wait_acks(nodes, before + 20, timeout=15)
+
+        for n in nodes:
+            n.signal(signal.SIGUSR1)
+        time.sleep(2.0)  # the last ACKed records reach every voter
+        for n in nodes:
+            assert n.stop() == 0, n.stderr()[-3000:]
+        acks = check_acks_everywhere([n1, n2])
+        assert len(acks) >= 60
+        # node 3 was a voter until removed: it still holds every record acknowledged before
+        # its removal was committed (it keeps fetching as an observer, so usually all of them).
+    finally:
+        for n in nodes:
+            n.kill9()
+
+
+def test_add_and_remove_controller_dry_run_and_errors(tmp_path):
+    paths = dynamic_cluster(str(tmp_path), 2)
+    n2 = NodeConfig.from_file(paths[1])
+    did = read_meta_properties(n2.metadata_log_dir).meta.directory_id
+    r = tool("--bootstrap-controller", "127.0.0.1:1", "add-controller", "--config", paths[1], "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (f"DRY RUN of adding controller 2 with directory id {did} and endpoints: "
+                        f"CONTROLLER://127.0.0.1:{n2.controller_endpoint.port}\n")
+    r = tool("--bootstrap-controller", "127.0.0.1:1", "--command-config", paths[1], "add-controller", "--dry-run")
+    assert r.returncode == 0 and r.stdout.startswith("DRY RUN of adding controller 2")
+    r = tool("--bootstrap-controller", "127.0.0.1:1", "remove-controller", "--controller-id", "2",
+             "--controller-directory-id", did, "--dry-run")
+    assert r.returncode == 0 and r.stdout == f"DRY RUN of removing  KRaft controller 2 with directory id {did}\n"
+    r = tool("--bootstrap-controller", "127.0.0.1:1", "add-controller")
+    assert r.returncode == 1 and "You must supply the configuration file of the controller" in r.stderr
+    r = tool("--bootstrap-controller", "127.0.0.1:1", "remove-controller", "--controller-id", "-1",
+             "--controller-directory-id", did)
+    assert r.returncode == 1 and "Invalid negative --controller-id: -1" in r.stderr
+    r = tool("--bootstrap-controller", "127.0.0.1:1", "remove-controller", "--controller-id", "2",
+             "--controller-directory-id", "nope")
+    assert r.returncode == 1 and "Failed to parse --controller-directory-id" in r.stderr
+    broken = tmp_path / "broker.properties"
+    broken.write_text("process.roles=broker\nnode.id=5\n")
+    r = tool("--bootstrap-controller", "127.0.0.1:1", "add-controller", "--config", str(broken))
+    assert r.returncode == 1 and "process.roles did not contain 'controller'" in r.stderr
+    # nothing listens on port 1: a real add fails within the timeout, with a clear message
+    r = tool("--bootstrap-controller", "127.0.0.1:1", "--timeout", "1", "add-controller", "--config", paths[1])
+    assert r.returncode == 1 and "timed out" in r.stderr
