@@ -203,3 +203,58 @@ def test_add_and_remove_controller_dry_run_and_errors(tmp_path):
     # nothing listens on port 1: a real add fails within the timeout, with a clear message
     r = tool("--bootstrap-controller", "127.0.0.1:1", "--timeout", "1", "add-controller", "--config", paths[1])
     assert r.returncode == 1 and "timed out" in r.stderr
+
+
+def test_auto_join_observers_become_voters_and_the_quorum_survives_restarts(tmp_path):
+    """``controller.quorum.auto.join.enable=true``: observers started from bootstrap servers
+    send AddRaftVoter themselves.  Then every node restarts: the voter set comes back from
+    the log (VotersRecords after the bootstrap snapshot), a non-leader answers DescribeQuorum
+    with NOT_LEADER_OR_FOLLOWER and the leader's endpoint, and no ACK is lost."""
+    paths = dynamic_cluster(str(tmp_path), 3)
+    for path in paths[1:]:
+        with open(path, "a") as f:
+            f.write("controller.quorum.auto.join.enable=true\n")
+    nodes = [Node(p, writer=True) for p in paths]
+    n1 = nodes[0]
+    try:
+        for n in nodes:
+            n.start()
+        for n in nodes:
+            n.wait_serving()
+        wait_for(lambda: sorted(v.replica_id for v in describe(n1.port)[0].current_voters) == [1, 2, 3], 30,
+                 "nodes 2 and 3 to join as voters")
+        wait_acks(nodes, 30, timeout=15)
+        for n in nodes:
+            assert n.stop() == 0, n.stderr()[-3000:]
+        for n in nodes:
+            n.start()
+        for n in nodes:
+            n.wait_serving()
+
+        def leader_port():
+            for n in nodes:
+                try:
+                    p, _ = describe(n.port)
+                    return n.port if p.leader_id == n.id else None
+                except AssertionError:
+                    continue
+            return None
+        port = wait_for(leader_port, 20, "a leader after the restart")
+        p, eps = describe(port)
+        assert sorted(v.replica_id for v in p.current_voters) == [1, 2, 3]
+        other = next(n for n in nodes if n.port != port)
+        q = wait_for(lambda: (lambda q: q if q.topics[0].partitions[0].leader_id == p.leader_id else None)(
+            asyncio.run(_describe(other.port))), 10, "the follower to know the leader")
+        assert q.topics[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
+        assert [(nd.node_id, nd.listeners[0].port) for nd in q.nodes] == [(p.leader_id, port)]
+        before = sum(len(n.acks) for n in nodes)
+        wait_acks(nodes, before + 20, timeout=15)
+        for n in nodes:
+            n.signal(signal.SIGUSR1)
+        time.sleep(2.0)
+        for n in nodes:
+            assert n.stop() == 0, n.stderr()[-3000:]
+        check_acks_everywhere(nodes)
+    finally:
+        for n in nodes:
+            n.kill9()

@@ -305,3 +305,73 @@ def test_snapshot_is_fetched_over_tcp_by_a_wiped_follower(tmp_path):
                 await d.shutdown(2)
 
     run(go())
+
+
+class _Seen:
+    """Listener recording committed batches (with control records) as the leader's listener sees them."""
+
+    def __init__(self):
+        self.batches = []
+
+    def handle_commit(self, batches):
+        self.batches.extend(batches)
+
+    def handle_load_snapshot(self, sid, data):
+        pass
+
+    def handle_leader_change(self, leader):
+        pass
+
+
+def _standalone(tmp_path):
+    import io
+    from kraft_node.tools.storage import format_storage
+    from test_raft_driver_support import free_ports
+    (port,) = free_ports(1)
+    p = tmp_path / "server.properties"
+    p.write_text("process.roles=controller\nnode.id=1\n"
+                 f"controller.quorum.bootstrap.servers=127.0.0.1:{port}\n"
+                 f"listeners=CONTROLLER://127.0.0.1:{port}\ncontroller.listener.names=CONTROLLER\n"
+                 f"log.dirs={tmp_path}/data\ncontroller.quorum.election.timeout.ms=5000\n")
+    format_storage(NodeConfig.from_file(str(p)), CLUSTER_ID, standalone=True, out=io.StringIO())
+    return str(p)
+
+
+def test_standalone_node_leads_from_the_bootstrap_snapshot_and_again_at_once_after_restart(tmp_path):
+    """kraft-storage format --standalone: the voter set (with directory id and endpoint) comes
+    from the (0, 0) snapshot; the leader's own listener sees the LeaderChange record with
+    Kafka's real body; after a restart the only voter leads the next epoch at once (Kafka's
+    rule) instead of waiting out an election timeout (5 s here) as Resigned."""
+    from kraft_node.raft.kafka_log import decode_leader_change
+    path = _standalone(tmp_path)
+
+    async def go():
+        d = RaftDriver.from_config(NodeConfig.from_file(path))
+        seen = _Seen()
+        d.register_listener(seen)
+        await d.start()
+        try:
+            assert d.dynamic and d.is_voter and d.core.kraft_version == 1
+            (e,) = d.core.voter_set.entries
+            assert e.key == d.local_key and e.endpoints[0].port == d.port
+            await wait_leader([d], timeout=5)
+            await d.append([b"x"])
+            lc = next(b for b in seen.batches if b.is_control)
+            assert decode_leader_change(lc.records[0]) == lc.control  # the real body, not a placeholder
+            epoch = d.core.epoch
+        finally:
+            await d.close()
+        data, version = FileQuorumStateStore(d.config.metadata_partition_dir).read_data()
+        assert version == 1 and data.leader_id == 1  # kraft.version 1 -> quorum-state data_version 1
+        t0 = time.monotonic()
+        d2 = RaftDriver.from_config(NodeConfig.from_file(path))
+        await d2.start()
+        try:
+            await wait_leader([d2], timeout=3)
+            assert time.monotonic() - t0 < 3 and d2.core.epoch == epoch + 1
+            assert "Resigned" not in [r for r, _, _ in d2.role_changes]
+            assert await d2.append([b"y"]) >= 2
+        finally:
+            await d2.close()
+
+    run(go(), timeout=30)

@@ -573,7 +573,10 @@ class RaftDriver:
             part = R.PartitionData(partition_index=0, error_code=int(Errors.NOT_LEADER_OR_FOLLOWER),
                                    error_message=None, leader_id=self.core.leader_id,
                                    leader_epoch=self.core.epoch, high_watermark=-1)
-            return R(topics=[R.TopicData(topic_name=topic, partitions=[part])], error_message=None)
+            ne = self._leader_node_endpoint()  # where the leader is, when known (Kafka's NodeEndpoints)
+            nodes = [R.Node(node_id=ne.node_id, listeners=[R.Listener(name=self._listener_name, host=ne.host,
+                                                                      port=ne.port)])] if ne is not None else []
+            return R(topics=[R.TopicData(topic_name=topic, partitions=[part])], error_message=None, nodes=nodes)
         now, wall = monotonic_ms(), wall_ms()
         hwm = st.high_watermark if st.high_watermark is not None else -1
 
