@@ -27,7 +27,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_cluster_tcp import REPO, Node, check_acks_everywhere, wait_acks  # noqa: E402
+from test_cluster_tcp import REPO, Node, check_acks_everywhere, find_leader, wait_acks  # noqa: E402
 from test_raft_driver_support import CLUSTER_ID, free_ports  # noqa: E402
 
 from kraft_node.config import NodeConfig  # noqa: E402
@@ -255,6 +255,42 @@ def test_auto_join_observers_become_voters_and_the_quorum_survives_restarts(tmp_
         for n in nodes:
             assert n.stop() == 0, n.stderr()[-3000:]
         check_acks_everywhere(nodes)
+    finally:
+        for n in nodes:
+            n.kill9()
+
+
+def test_kill_leader_of_a_dynamic_quorum_loses_no_acknowledged_write(tmp_path):
+    """kill -9 of the leader, twice, in a 3-voter quorum built by auto-join from a standalone
+    node: the survivors elect a leader from the voter set in their logs, the killed node
+    comes back as a voter, and every ACK is in every node's log."""
+    paths = dynamic_cluster(str(tmp_path), 3)
+    for path in paths[1:]:
+        with open(path, "a") as f:
+            f.write("controller.quorum.auto.join.enable=true\n")
+    nodes = [Node(p, writer=True) for p in paths]
+    try:
+        for n in nodes:
+            n.start()
+        for n in nodes:
+            n.wait_serving()
+        wait_for(lambda: sorted(v.replica_id for v in describe(nodes[0].port)[0].current_voters) == [1, 2, 3], 30,
+                 "nodes 2 and 3 to join as voters")
+        for _ in range(2):
+            leader = find_leader(nodes)
+            wait_acks(nodes, sum(len(n.acks) for n in nodes) + 20, timeout=15)
+            leader.kill9()
+            new = find_leader(nodes, exclude=leader, timeout=20)
+            assert new is not leader
+            leader.start()
+            leader.wait_serving()
+        wait_acks(nodes, sum(len(n.acks) for n in nodes) + 20, timeout=15)
+        for n in nodes:
+            n.signal(signal.SIGUSR1)
+        time.sleep(2.0)
+        for n in nodes:
+            assert n.stop() == 0, n.stderr()[-3000:]
+        assert len(check_acks_everywhere(nodes)) >= 40
     finally:
         for n in nodes:
             n.kill9()

@@ -367,3 +367,41 @@ def test_snapshot_control_opaque_payload():
     vs = _voter_set(1)
     out = codec.write(b"x" * 100, 1, vs)
     assert out.endswith(b"x" * 100) and codec.read(out) == (1, vs)
+
+
+_voter_sets = _entries.map(lambda es: VoterSet.of(es))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.binary(max_size=40), max_size=6), st.integers(0, 1), st.one_of(st.none(), _voter_sets),
+       st.integers(0, 1), st.one_of(st.none(), _voter_sets))
+def test_snapshot_control_write_read_properties(tmp_path, values, kv1, vs1, kv2, vs2):
+    """Any records snapshot, rewritten with any control state (twice, so that the header batch
+    grows and shrinks): read() gives back the last state written, and the data records and
+    their order survive with contiguous offsets after the header batch."""
+    from kraft_storage.record import decode_records, scan_batches
+    from kraft_storage.messages.metadata import FeatureLevelRecord
+    d = tmp_path / f"s{len(os.listdir(tmp_path))}"
+    d.mkdir()
+    raw = RawSnapshotWriter(str(d), FileSnapshotId(7, 1))
+    with RecordsSnapshotWriter(raw, last_contained_log_timestamp=5) as w:
+        for i, v in enumerate(values):
+            w.append([(FeatureLevelRecord(name=f"f{i}", feature_level=len(v)), 0)])
+        w.freeze()
+    from kraft_storage.snapshot import RawSnapshotReader
+    with RawSnapshotReader.open(str(d), FileSnapshotId(7, 1)) as r:
+        data = bytes(r.buffer)
+    codec = KafkaSnapshotControl()
+    out = codec.write(codec.write(data, kv1, vs1), kv2, vs2)
+    assert codec.read(out) == (kv2, vs2)
+    h = scan_batches(out).headers  # CRCs still valid after re-basing
+    bases = h["base_offset"].tolist()
+    counts = h["records_count"].tolist()
+    assert all(bases[i] + counts[i] == bases[i + 1] for i in range(len(bases) - 1))
+    assert counts[0] == 1 + (kv2 > 0) + (vs2 is not None)
+    before = decode_records(data)
+    after = decode_records(out)
+    n_data_before = len(before) - 2  # header + footer (kraft.version 0 snapshot)
+    assert len(after) - counts[0] - 1 == n_data_before
+    assert [bytes(after.value(i)) for i in range(counts[0], counts[0] + n_data_before)] == \
+        [bytes(before.value(i)) for i in range(1, 1 + n_data_before)]
