@@ -375,3 +375,52 @@ def test_standalone_node_leads_from_the_bootstrap_snapshot_and_again_at_once_aft
             await d2.close()
 
     run(go(), timeout=30)
+
+
+def test_initial_controllers_quorum_elects_and_replicates_from_the_bootstrap_snapshot(tmp_path):
+    """Three nodes formatted with kraft-storage format --initial-controllers (directory ids
+    given): the voter set comes from each node's (0, 0) snapshot, a leader is elected, records
+    commit on every node, and DescribeQuorum reports each voter's directory id and endpoint."""
+    import io
+    from kraft_node.tools.storage import format_storage, random_uuid
+    from test_raft_driver_support import free_ports
+    ports = free_ports(3)
+    dirs = [random_uuid() for _ in range(3)]
+    initial = ",".join(f"{i + 1}@127.0.0.1:{ports[i]}:{dirs[i]}" for i in range(3))
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"n{i + 1}.properties"
+        p.write_text(f"process.roles=controller\nnode.id={i + 1}\n"
+                     f"controller.quorum.bootstrap.servers=127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}\n"
+                     f"listeners=CONTROLLER://127.0.0.1:{ports[i]}\ncontroller.listener.names=CONTROLLER\n"
+                     f"log.dirs={tmp_path}/d{i + 1}\ncontroller.quorum.election.timeout.ms=500\n"
+                     "controller.quorum.fetch.timeout.ms=1000\ncontroller.quorum.append.linger.ms=5\n")
+        format_storage(NodeConfig.from_file(str(p)), CLUSTER_ID, initial_controllers=initial, out=io.StringIO())
+        paths.append(str(p))
+
+    async def go():
+        ds = await start(paths)
+        try:
+            assert all(d.dynamic and d.is_voter and d.core.voter_set.ids == {1, 2, 3} for d in ds)
+            leader = await wait_leader(ds)
+            await asyncio.gather(*[leader.append([b"r%d" % i]) for i in range(20)])
+            conn = await KafkaConnection.open("127.0.0.1", leader.port, timeout=2)
+            try:
+                q = await conn.request(metadata_quorum.describe_request(), 2, timeout=2)
+            finally:
+                await conn.close()
+            p = q.topics[0].partitions[0]
+            assert {v.replica_id: str(v.replica_directory_id) for v in p.current_voters} == \
+                {i + 1: dirs[i] for i in range(3)}
+            assert {n.node_id: n.listeners[0].port for n in q.nodes} == {i + 1: ports[i] for i in range(3)}
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and any((d.core.high_watermark or 0) < leader.core.high_watermark
+                                                      for d in ds):
+                await asyncio.sleep(0.02)
+        finally:
+            for d in ds:
+                await d.close()
+
+    run(go(), timeout=40)
+    for p in paths:
+        assert committed_values(p) == [b"r%d" % i for i in range(20)]
