@@ -19,6 +19,13 @@ Also measured in the same run, in the same file system: the disk's
 write+fdatasync rate (4 KiB and 64 KiB appends), which bounds how often
 each voter can make a batch durable.
 
+``--voter-changes N`` measures KIP-853 reconfiguration instead: node 1 is
+formatted ``--standalone`` (in this process), nodes 2 and 3 ``--no-initial-controllers``
+(subprocesses, observers via ``controller.quorum.bootstrap.servers``); node 2 is
+added once, then node 3 is added and removed N times.  Each figure is the time
+from sending AddRaftVoter/RemoveRaftVoter (over TCP, like ``kraft-metadata-quorum``)
+to its answer, which the leader sends once the VotersRecord is committed.
+
 Prints one JSON document (and writes it to ``--json`` if given).
 """
 from __future__ import annotations
@@ -162,6 +169,91 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight):
             "failed_appends": failed}
 
 
+def write_dynamic_configs(base, linger_ms):
+    ports = free_ports(3)
+    paths = []
+    for i in range(3):
+        nid = i + 1
+        d = os.path.join(base, f"node{nid}")
+        os.makedirs(d)
+        props = {
+            "process.roles": "controller", "node.id": nid,
+            "controller.quorum.bootstrap.servers": f"127.0.0.1:{ports[0]}",
+            "listeners": f"CONTROLLER://127.0.0.1:{ports[i]}", "controller.listener.names": "CONTROLLER",
+            "log.dirs": os.path.join(d, "data"),
+            "controller.quorum.election.timeout.ms": 300 if nid == 1 else 5000,
+            "controller.quorum.fetch.timeout.ms": 10000,
+            "controller.quorum.append.linger.ms": linger_ms,
+        }
+        p = os.path.join(d, "server.properties")
+        with open(p, "w") as f:
+            f.write("".join(f"{k}={v}\n" for k, v in props.items()))
+        format_storage(NodeConfig.from_file(p), CLUSTER_ID, standalone=(nid == 1),
+                       no_initial_controllers=(nid != 1), out=io.StringIO())
+        paths.append(p)
+    return paths
+
+
+async def voter_changes(args, base):
+    from kraft_node.network import KafkaConnection
+    from kraft_node.protocol.generated.add_raft_voter import AddRaftVoterRequest
+    from kraft_node.protocol.generated.remove_raft_voter import RemoveRaftVoterRequest
+    from kraft_node.tools.metadata_quorum import controller_to_add
+    paths = write_dynamic_configs(base, args.linger_ms)
+    env = dict(os.environ, PYTHONPATH=REPO)
+    procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server", p, "--log-level", "WARNING"],
+                              stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=env, cwd=REPO)
+             for p in paths[1:]]
+    driver = RaftDriver.from_config(NodeConfig.from_file(paths[0]))
+    add_ms, remove_ms = [], []
+    try:
+        await driver.start()
+        deadline = time.monotonic() + 20
+        while not driver.is_leader or len(driver.core.state.observers) < 2:
+            if time.monotonic() > deadline:
+                raise SystemExit("node 1 did not lead with nodes 2 and 3 fetching within 20 s")
+            await asyncio.sleep(0.01)
+        conn = await KafkaConnection.open("127.0.0.1", driver.port, timeout=5)
+
+        async def change(body, version, into):
+            t0 = time.perf_counter()
+            resp = await conn.request(body, version, timeout=30)
+            if resp.error_code:
+                raise SystemExit(f"{type(body).__name__} failed with error {resp.error_code}: {resp.error_message}")
+            if into is not None:
+                into.append((time.perf_counter() - t0) * 1000)
+
+        def add(path):
+            nid, did, eps = controller_to_add(path)
+            R = AddRaftVoterRequest
+            return R(cluster_id=None, timeout_ms=30000, voter_id=nid, voter_directory_id=did,
+                     listeners=[R.Listener(name=n, host=h, port=p) for n, h, p in eps])
+
+        try:
+            await change(add(paths[1]), 1, None)
+            for _ in range(args.voter_changes):
+                await change(add(paths[2]), 1, add_ms)
+                nid, did, _ = controller_to_add(paths[2])
+                await change(RemoveRaftVoterRequest(cluster_id=None, voter_id=nid, voter_directory_id=did), 0,
+                             remove_ms)
+        finally:
+            await conn.close()
+    finally:
+        await driver.shutdown(3)
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    def summary(xs):
+        return {"n": len(xs), "median": round(statistics.median(xs), 2), "p90": round(pct(xs, 0.9), 2),
+                "max": round(max(xs), 2)}
+    return {"add_voter_ms": summary(add_ms), "remove_voter_ms": summary(remove_ms)}
+
+
 async def main_async(args, base):
     paths = write_configs(base, args.linger_ms)
     env = dict(os.environ, PYTHONPATH=REPO)
@@ -199,10 +291,25 @@ def main():
     ap.add_argument("--linger-ms", type=int, default=5)
     ap.add_argument("--dir", default=None, help="where the nodes' data goes (default: a temp dir)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--voter-changes", type=int, default=0,
+                    help="measure N add+remove cycles of a voter (KIP-853) instead of the append load")
     args = ap.parse_args()
     base = tempfile.mkdtemp(prefix="raft-bench-", dir=args.dir)
     try:
         disk = [disk_fsync_rate(base, 4096), disk_fsync_rate(base, 65536)]
+        if args.voter_changes:
+            res = asyncio.run(voter_changes(args, base))
+            out = {"setup": {"quorum": "standalone node 1 + 2 observers, node 3 added/removed repeatedly",
+                             "transport": "TCP loopback", "fsync": True, "linger_ms": args.linger_ms,
+                             "cpus": os.cpu_count(), "python": sys.version.split()[0],
+                             "loadavg": os.getloadavg()},
+                   "result": res, "disk_write_fdatasync": disk}
+            text = json.dumps(out, indent=2)
+            print(text)
+            if args.json:
+                with open(args.json, "w") as f:
+                    f.write(text + "\n")
+            return
         res = asyncio.run(main_async(args, base))
         out = {"setup": {"voters": 3, "transport": "TCP loopback", "fsync": True,
                          "record_bytes": args.record_bytes, "records_per_append": args.records_per_append,
