@@ -101,10 +101,11 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, writer_stop.set)  # tests: stop writing, keep serving
     await driver.start()
-    kind = "voter" if driver.is_voter else "observer"
+    kind = "a voter" if driver.is_voter else "an observer"
     where = f" on {driver.endpoint}" if driver.endpoint is not None else ""
-    log.info("node %d started as a %s of cluster %s%s (%s)", cfg.node_id, kind, driver.cluster_id, where,
-             cfg.metadata_partition_dir)
+    quorum = "dynamic quorum, kraft.version 1" if driver.dynamic else "static quorum"
+    log.info("node %d started as %s of cluster %s%s (%s, %s)", cfg.node_id, kind, driver.cluster_id, where,
+             quorum, cfg.metadata_partition_dir)
     tasks = []
     if demo_writer:
         tasks.append(asyncio.create_task(_demo_writer(driver, writer_interval_ms / 1000, writer_batch,

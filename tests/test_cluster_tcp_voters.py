@@ -116,6 +116,7 @@ def test_standalone_then_add_two_controllers_and_remove_one_while_writing(tmp_pa
         n1.start()
         n1.wait_serving()
         p, _ = wait_for(lambda: describe(n1.port), 15, "node 1 to lead alone")
+        assert "started as a voter" in n1.stderr() and "dynamic quorum, kraft.version 1" in n1.stderr()
         assert p.leader_id == 1 and [v.replica_id for v in p.current_voters] == [1]
         # the quorum-state file of a kraft.version 1 quorum is data_version 1, as Kafka writes it
         data, version = FileQuorumStateStore(n1.cfg.metadata_partition_dir).read_data()
@@ -138,6 +139,8 @@ def test_standalone_then_add_two_controllers_and_remove_one_while_writing(tmp_pa
         wait_acks(nodes, before + 20, timeout=15)  # the writer keeps going through the changes
 
         leader_port = n1.port
+        assert "node 1: the voter set is now [1, 2, 3] (a voter)" in n1.stderr()
+        assert "node 3: the voter set is now [1, 2, 3] (a voter)" in n3.stderr()
         p, eps = describe(leader_port)
         assert sorted(v.replica_id for v in p.current_voters) == [1, 2, 3]
         assert {v.replica_id: str(v.replica_directory_id) for v in p.current_voters} == \

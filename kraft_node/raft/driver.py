@@ -210,6 +210,7 @@ class RaftDriver:
         self._timer_at = None
         self._poll_soon = False
         self._role_seen = None
+        self._voters_seen: tuple[int, ...] | None = None
         self._role_callbacks: list[Callable[[str, int, int], None]] = []
         self._shutdown_started = False
         self._shutdown_done: asyncio.Event | None = None
@@ -460,6 +461,12 @@ class RaftDriver:
         self._poll()
 
     def _note_role(self) -> None:
+        voters = tuple(sorted(self.core.voter_set.ids))
+        if voters != self._voters_seen:
+            if self._voters_seen is not None:
+                log.info("node %d: the voter set is now %s (%s)", self.node_id, list(voters),
+                         "a voter" if self.is_voter else "an observer")
+            self._voters_seen = voters
         cur = (self.core.role, self.core.epoch, self.core.leader_id)
         if cur != self._role_seen:
             self._role_seen = cur
