@@ -297,3 +297,42 @@ def test_kill_leader_of_a_dynamic_quorum_loses_no_acknowledged_write(tmp_path):
     finally:
         for n in nodes:
             n.kill9()
+
+
+def test_removing_the_leader_hands_over_to_the_remaining_voters(tmp_path):
+    """remove-controller of the leader itself (node 1, the standalone founder): it leads until
+    the VotersRecord without it commits, then resigns; nodes 2 and 3 elect a leader that keeps
+    writing, and node 1 stays on as an observer.  No ACK is lost."""
+    paths = dynamic_cluster(str(tmp_path), 3)
+    for path in paths[1:]:
+        with open(path, "a") as f:
+            f.write("controller.quorum.auto.join.enable=true\n")
+    nodes = [Node(p, writer=True) for p in paths]
+    n1 = nodes[0]
+    try:
+        for n in nodes:
+            n.start()
+        for n in nodes:
+            n.wait_serving()
+        wait_for(lambda: sorted(v.replica_id for v in describe(n1.port)[0].current_voters) == [1, 2, 3], 30,
+                 "nodes 2 and 3 to join as voters")
+        wait_acks(nodes, 20, timeout=15)
+        r = tool("--bootstrap-controller", f"127.0.0.1:{n1.port}", "--timeout", "30", "remove-controller",
+                 "--controller-id", "1", "--controller-directory-id", dir_id(n1))
+        assert r.returncode == 0, r.stderr + n1.stderr()[-3000:]
+        new = find_leader(nodes[1:], timeout=20)
+        p, _ = describe(new.port)
+        assert sorted(v.replica_id for v in p.current_voters) == [2, 3]
+        wait_for(lambda: 1 in {o.replica_id for o in describe(new.port)[0].observers}, 15,
+                 "node 1 to fetch as an observer")
+        before = sum(len(n.acks) for n in nodes[1:])
+        wait_acks(nodes[1:], before + 20, timeout=15)
+        for n in nodes:
+            n.signal(signal.SIGUSR1)
+        time.sleep(2.0)
+        for n in nodes:
+            assert n.stop() == 0, n.stderr()[-3000:]
+        check_acks_everywhere(nodes)
+    finally:
+        for n in nodes:
+            n.kill9()
