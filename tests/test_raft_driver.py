@@ -424,3 +424,45 @@ def test_initial_controllers_quorum_elects_and_replicates_from_the_bootstrap_sna
     run(go(), timeout=40)
     for p in paths:
         assert committed_values(p) == [b"r%d" % i for i in range(20)]
+
+
+def test_observer_learns_the_voter_set_from_the_epoch_start_records(tmp_path):
+    """A --no-initial-controllers observer knows no voter at start; the leader of a kraft.version 1
+    quorum begins its epoch with KRaftVersion and Voters records (as Kafka does), so the
+    observer learns the voter set -- directory id and endpoint included -- from the log."""
+    import io
+    from kraft_node.raft.messages import KRaftVersionControl, VotersControl
+    from kraft_node.tools.storage import format_storage
+    from test_raft_driver_support import free_ports
+    ports = free_ports(2)
+    paths = []
+    for i in range(2):
+        p = tmp_path / f"n{i + 1}.properties"
+        p.write_text(f"process.roles=controller\nnode.id={i + 1}\n"
+                     f"controller.quorum.bootstrap.servers=127.0.0.1:{ports[0]}\n"
+                     f"listeners=CONTROLLER://127.0.0.1:{ports[i]}\ncontroller.listener.names=CONTROLLER\n"
+                     f"log.dirs={tmp_path}/d{i + 1}\n")
+        format_storage(NodeConfig.from_file(str(p)), CLUSTER_ID, standalone=(i == 0),
+                       no_initial_controllers=(i == 1), out=io.StringIO())
+        paths.append(str(p))
+
+    async def go():
+        ds = await start(paths)
+        leader, obs = ds
+        try:
+            assert not obs.is_voter and obs.core.voter_set.ids == frozenset()
+            await wait_leader([leader], timeout=5)
+            await leader.append([b"x"])
+            deadline = time.monotonic() + 5
+            while obs.core.voter_set.ids != {1} and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert obs.core.voter_set == leader.core.voter_set
+            assert obs.core.kraft_version == 1 and not obs.is_voter
+            assert obs.address_of(1) == ("127.0.0.1", ports[0])
+            controls = [b.control for b in leader.log.read(0, 1 << 20) if b.is_control]
+            assert [type(c) for c in controls] == [m.LeaderChangeMessage, KRaftVersionControl, VotersControl]
+        finally:
+            for d in ds:
+                await d.close()
+
+    run(go(), timeout=30)

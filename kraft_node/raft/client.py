@@ -204,6 +204,8 @@ def encode_voters(msg: VotersControl) -> bytes:
 def _placeholder_control_value(msg) -> bytes:
     if isinstance(msg, VotersControl):
         return encode_voters(msg)
+    if isinstance(msg, KRaftVersionControl):
+        return f"KRaftVersion({msg.kraft_version})".encode()
     return encode_leader_change(msg)
 
 
@@ -473,6 +475,19 @@ class RaftCore:
         msg = LeaderChangeMessage(0, self.local_id, tuple(sorted(self.quorum.voter_ids)),
                                   leader.granting_voters)
         acc.append_control(msg, self._encode_control(msg), now_ms)
+        kv = self.kraft_version
+        voters = self.voter_set
+        if kv >= 1 and voters.entries and self.quorum.is_voter:
+            # Kafka (LeaderState.appendStartOfEpochControlRecords): with kraft.version >= 1 the
+            # epoch starts with the kraft.version and the voter set in effect, so every replica
+            # reading the log -- observers started with no voters, too -- learns them from it.
+            # Kafka puts the three records in one control batch; here each is its own one-record
+            # control batch at consecutive offsets (the same records, readable by both).  Not
+            # written by a leader elected through the previous set (removed by its own
+            # uncommitted record, see the README): re-appending the latest set would erase
+            # the previous one it stands on; it resigns once that removal commits anyway.
+            for c in (KRaftVersionControl(0, kv), voters.to_control()):
+                acc.append_control(c, self._encode_control(c), now_ms)
         leader.update_local_state(self.log.flushed_end_offset)
 
     def _transition_to_resigned(self, now_ms: int) -> None:
