@@ -466,3 +466,40 @@ def test_observer_learns_the_voter_set_from_the_epoch_start_records(tmp_path):
                 await d.close()
 
     run(go(), timeout=30)
+
+
+def test_old_request_versions_get_answers_without_node_endpoints(tmp_path):
+    """The leader adds its NodeEndpoint to Raft responses only at versions that carry the field:
+    a Vote v0 or Fetch v13 from an older peer still gets a well-formed answer."""
+    from kraft_node.protocol.generated import fetch as g_fetch
+    from kraft_node.protocol.generated import vote as g_vote
+    from kraft_storage.messages._runtime import METADATA_TOPIC_ID
+    path = _standalone(tmp_path)
+
+    async def go():
+        d = RaftDriver.from_config(NodeConfig.from_file(path))
+        await d.start()
+        try:
+            await wait_leader([d], timeout=5)
+            conn = await KafkaConnection.open("127.0.0.1", d.port, timeout=2)
+            try:
+                R = g_vote.VoteRequest
+                body = R(cluster_id=CLUSTER_ID, topics=[R.TopicData(topic_name="__cluster_metadata", partitions=[
+                    R.PartitionData(partition_index=0, replica_epoch=0, replica_id=7, last_offset_epoch=0,
+                                    last_offset=0)])])
+                v0 = await conn.request(body, 0, timeout=2)
+                v2 = await conn.request(body, 2, timeout=2)
+                assert v0.topics[0].partitions[0].leader_id == 1 and v0.node_endpoints == []
+                assert [(n.node_id, n.port) for n in v2.node_endpoints] == [(1, d.port)]
+                F = g_fetch.FetchRequest
+                fbody = F(cluster_id=CLUSTER_ID, replica_id=-1, max_wait_ms=0, topics=[F.FetchTopic(
+                    topic_id=METADATA_TOPIC_ID, partitions=[F.FetchPartition(partition=0, current_leader_epoch=-1,
+                                                                              fetch_offset=0, partition_max_bytes=1000)])])
+                f13 = await conn.request(fbody, 13, timeout=2)
+                assert f13.error_code == 0 and f13.responses[0].partitions[0].current_leader.leader_id == 1
+            finally:
+                await conn.close()
+        finally:
+            await d.close()
+
+    run(go(), timeout=30)

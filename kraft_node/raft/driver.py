@@ -75,6 +75,11 @@ RAFT_APIS = (ApiKeys.VOTE, ApiKeys.BEGIN_QUORUM_EPOCH, ApiKeys.END_QUORUM_EPOCH,
              ApiKeys.FETCH_SNAPSHOT, ApiKeys.ADD_RAFT_VOTER, ApiKeys.REMOVE_RAFT_VOTER, ApiKeys.UPDATE_RAFT_VOTER)
 
 
+#: First version of each Raft response with the NodeEndpoints field (Kafka's schemas).
+_NODE_ENDPOINTS_SINCE = {int(ApiKeys.VOTE): 1, int(ApiKeys.BEGIN_QUORUM_EPOCH): 1, int(ApiKeys.END_QUORUM_EPOCH): 1,
+                         int(ApiKeys.FETCH): 16, int(ApiKeys.FETCH_SNAPSHOT): 1}
+
+
 def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -405,10 +410,12 @@ class RaftDriver:
         addr = self.address_of(lid)
         return NodeEndpoint(lid, addr[0], addr[1]) if addr is not None else None
 
-    def _with_node_endpoints(self, resp):
+    def _with_node_endpoints(self, resp, key: int, version: int):
         """Kafka adds the leader's endpoint (NodeEndpoints) to Raft responses, so a replica
-        that knows no voter (an observer started from bootstrap servers) can reach it."""
-        if not hasattr(resp, "node_endpoints") or resp.node_endpoints:
+        that knows no voter (an observer started from bootstrap servers) can reach it --
+        only at versions that have the field (an older peer's response could not carry it)."""
+        if not hasattr(resp, "node_endpoints") or resp.node_endpoints \
+                or version < _NODE_ENDPOINTS_SINCE.get(key, 1 << 15):
             return resp
         ne = self._leader_node_endpoint()
         return resp if ne is None else dataclasses.replace(resp, node_endpoints=(ne,))
@@ -513,7 +520,8 @@ class RaftDriver:
             resp = await fut
         except RaftError:
             return wire.response_to_wire(wire.error_response(key, Errors.BROKER_NOT_AVAILABLE))
-        return wire.response_to_wire(self._with_node_endpoints(resp), leader_endpoint=self._leader_node_endpoint())
+        return wire.response_to_wire(self._with_node_endpoints(resp, key, ctx.api_version),
+                                     leader_endpoint=self._leader_node_endpoint())
 
     # ------------------------------------------------------------ outbound
     async def _connection(self, peer: _Peer) -> KafkaConnection:
