@@ -336,3 +336,41 @@ def test_removing_the_leader_hands_over_to_the_remaining_voters(tmp_path):
     finally:
         for n in nodes:
             n.kill9()
+
+
+def test_voter_moved_to_another_port_updates_its_endpoint(tmp_path):
+    """A voter restarted on another port (its listeners changed in server.properties) still
+    finds the leader through the voter set, sends UpdateRaftVoter, and the leader's
+    DescribeQuorum then shows the new endpoint (a new VotersRecord, KIP-853)."""
+    paths = dynamic_cluster(str(tmp_path), 3)
+    for path in paths[1:]:
+        with open(path, "a") as f:
+            f.write("controller.quorum.auto.join.enable=true\n")
+    nodes = [Node(p, writer=False) for p in paths]
+    n1, n2, n3 = nodes
+    try:
+        for n in nodes:
+            n.start()
+        for n in nodes:
+            n.wait_serving()
+        wait_for(lambda: sorted(v.replica_id for v in describe(n1.port)[0].current_voters) == [1, 2, 3], 30,
+                 "nodes 2 and 3 to join as voters")
+        assert n3.stop() == 0, n3.stderr()[-3000:]
+        (new_port,) = free_ports(1)
+        text = open(n3.cfg_path).read().replace(f"CONTROLLER://127.0.0.1:{n3.port}", f"CONTROLLER://127.0.0.1:{new_port}")
+        with open(n3.cfg_path, "w") as f:
+            f.write(text)
+        moved = Node(n3.cfg_path, writer=False)
+        moved.starts = n3.starts
+        nodes[2] = moved
+        moved.start()
+        moved.wait_serving()
+        leader = find_leader(nodes, timeout=15)
+        wait_for(lambda: describe(leader.port)[1].get(3) == [f"CONTROLLER://127.0.0.1:{new_port}"], 20,
+                 "the leader to record node 3's new endpoint")
+        assert sorted(v.replica_id for v in describe(leader.port)[0].current_voters) == [1, 2, 3]
+        for n in nodes:
+            assert n.stop() == 0, n.stderr()[-3000:]
+    finally:
+        for n in nodes + [n3]:
+            n.kill9()

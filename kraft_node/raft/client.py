@@ -270,6 +270,7 @@ class RaftCore:
         self.voter_requests = RequestManager(config)
         self._voter_change: _VoterChange | None = None
         self._auto_join_next_ms = 0
+        self._update_voter_next_ms = 0
         self._outbox: list[Outbound] = []
         self._next_correlation = rng.randrange(1 << 30)
         self._listeners: list[_ListenerContext] = []
@@ -1243,8 +1244,33 @@ class RaftCore:
                                                       st.preferred_successors), now_ms)
         return st.election_deadline
 
+    def _maybe_update_voter(self, st: FollowerState, now_ms: int) -> None:
+        """A voter whose endpoints in the voter set differ from its own listeners (it moved
+        to another host/port) asks the leader to update them with UpdateRaftVoter (KIP-853),
+        every fetch.timeout/2 until the updated VotersRecord reaches its log.  Kafka's
+        follower sends UpdateRaftVoter once per epoch whatever the drift; sending only on
+        drift writes the same records (the leader writes none for an unchanged entry)."""
+        if not self.local_listeners or not self.quorum.is_voter or self.kraft_version < 1 \
+                or not st.has_fetched_from_leader or now_ms < self._update_voter_next_ms:
+            return
+        mine = self.voter_set.entry(self.local_id)
+        if mine is None or set(mine.endpoints) == set(self.local_listeners):
+            return
+        leader = st.leader_id()
+        if self.voter_requests.has_inflight(leader) or not self.voter_requests.is_ready(leader, now_ms):
+            return
+        req = UpdateRaftVoterRequest(self.cluster_id, st.epoch, self.local_id, self.local_key.directory_id,
+                                     self.local_listeners, mine.min_kraft_version, mine.max_kraft_version)
+        corr = self._next_correlation
+        self._next_correlation += 1
+        self.voter_requests.on_send(leader, corr, now_ms)
+        self._outbox.append(OutboundRequest(leader, corr, req, now_ms))
+        self.stats["update_voter_requests"] += 1
+        self._update_voter_next_ms = now_ms + self.config.fetch_timeout_ms // 2
+
     def _poll_follower(self, st: FollowerState, now_ms: int) -> int:
         self._maybe_auto_join(st, now_ms)
+        self._maybe_update_voter(st, now_ms)
         if now_ms >= st.fetch_deadline:
             if self.quorum.can_stand:
                 self._transition_to_prospective(now_ms)
