@@ -17,30 +17,9 @@ cimport numpy as cnp
 
 cnp.import_array()
 
+from kraft_storage._native.recordbatch cimport kr_batch_header, kr_error, kr_scan_batches
+
 cdef extern from "recordbatch.h":
-    ctypedef struct kr_error:
-        int code
-        int64_t position
-        int64_t base_offset
-        char message[200]
-
-    ctypedef struct kr_batch_header:
-        int64_t position
-        int64_t base_offset
-        int64_t base_timestamp
-        int64_t max_timestamp
-        int64_t producer_id
-        int32_t size
-        int32_t last_offset_delta
-        int32_t partition_leader_epoch
-        int32_t base_sequence
-        int32_t records_count
-        uint32_t crc
-        int16_t attributes
-        int16_t producer_epoch
-        int8_t magic
-        int8_t crc_valid
-
     ctypedef struct kr_record_columns:
         int64_t *offset
         int64_t *timestamp
@@ -53,9 +32,6 @@ cdef extern from "recordbatch.h":
         int32_t *batch
         int8_t *attributes
 
-    int kr_scan_batches(const uint8_t *buf, int64_t start, int64_t end, int crc_mode,
-                        int64_t max_batch_size, kr_batch_header *out, int64_t cap,
-                        int64_t *n_out, int64_t *next_pos, kr_error *err) nogil
     int kr_decode_records(const uint8_t *buf, int64_t buflen, const kr_batch_header *hdr,
                           const int64_t *region_start, const int64_t *region_end,
                           const int32_t *batch_row, int64_t nbatches,
