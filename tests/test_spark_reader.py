@@ -62,18 +62,19 @@ def test_fixture_rows_match_the_codec(path, frame_impl):
             assert t["control_type"][i] is None
 
 
-def test_fields_json_matches_dump(frame_impl):
-    path = FIXTURES / "kafka-3.6.0-cp7.6.0-snapshot"
-    t = kr.read_table(str(path), kr.ReadOptions(fields="json")).to_pydict()
+@pytest.mark.parametrize("fixture,least", [("kafka-3.6.0-cp7.6.0-snapshot", 500),
+                                           ("kafka-3.7.0-combined-single-node", 4800)])
+def test_fields_json_matches_dump(frame_impl, fixture, least):
     import json
+    t = kr.read_table(str(FIXTURES / fixture), kr.ReadOptions(fields="json")).to_pydict()
     n = 0
     for value, f, ctl in zip(t["value"], t["fields"], t["is_control"]):
         if ctl:
             assert f is None
         else:
-            assert json.loads(f) == metadata_json(value)["data"]
+            assert json.loads(f) == metadata_json(value)["data"]  # NoOps take a shortcut: same answer
             n += 1
-    assert n > 500
+    assert n > least
 
 
 def test_splits_cover_the_file_at_batch_boundaries(gen_log):
