@@ -67,6 +67,7 @@ EXTENSIONS = [
     ext("kraft_storage._native._frame", "kraft_storage/_native/_frame.pyx"),
     ext("kraft_storage._native._logappend", "kraft_storage/_native/_logappend.pyx",
         ["csrc/crc32c.c", "csrc/recordbatch.c"]),
+    ext("kraft_storage._native._metadata_columns", "kraft_storage/_native/_metadata_columns.pyx"),
 ]
 
 only = {s.strip() for s in os.environ.get("KRAFT_EXT_ONLY", "").split(",") if s.strip()}
