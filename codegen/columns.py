@@ -387,13 +387,13 @@ _INT32_MAX = 0x7FFFFFFF
 class Cur:
     """Cursor over one record body: ``p`` the whole buffer, [pos, end) the body."""
 
-    __slots__ = ("p", "pos", "end", "err", "errpos", "fld")
+    __slots__ = ("p", "pos", "end", "err", "errpos", "fld", "errfld")
 
     def __init__(self, p):
         self.p = p
         self.pos = self.end = 0
         self.err = self.errpos = 0
-        self.fld = -1
+        self.fld = self.errfld = -1
 
 
 class Buf:
@@ -411,9 +411,11 @@ class Buf:
 
 
 def fail(c, code):
+    """Record the first problem (code, position, field) and jump to the end of the body."""
     if c.err == 0:
         c.err = code
         c.errpos = c.pos
+        c.errfld = c.fld
     c.pos = c.end
 
 
@@ -675,7 +677,7 @@ def decode_type(api_key, data, body_pos, body_end, version, rows):
     b = [Buf(kind) for kind, _top in layout[2]]
     bad = fn(c, b, bpos.tolist(), bend.tolist(), np.asarray(version).tolist(), rows.tolist(), len(rows))
     if bad >= 0:
-        return None, (bad, c.err, c.errpos, c.fld)
+        return None, (bad, c.err, c.errpos, c.errfld)
     return [_finish(kind, x) for (kind, _top), x in zip(layout[2], b)], None
 '''
 
@@ -753,6 +755,7 @@ ctypedef struct Cur:
     int err
     int64_t errpos
     int fld
+    int errfld
 
 ctypedef struct Buf:
     uint8_t* d
@@ -764,9 +767,11 @@ ctypedef int64_t (*decfn)(Cur*, Buf*, const int64_t*, const int64_t*, const int1
 
 
 cdef inline void fail(Cur* c, int code) noexcept nogil:
+    """Record the first problem (code, position, field) and jump to the end of the body."""
     if c.err == 0:
         c.err = code
         c.errpos = c.pos
+        c.errfld = c.fld
     c.pos = c.end
 
 
@@ -1145,11 +1150,12 @@ def decode_type(api_key, const uint8_t[::1] data, const int64_t[::1] body_pos, c
         c.err = 0
         c.errpos = 0
         c.fld = -1
+        c.errfld = -1
         with nogil:
             bad = fn(&c, b, &body_pos[0] if n else NULL, &body_end[0] if n else NULL,
                      &version[0] if n else NULL, &rows[0] if m else NULL, m)
         if bad >= 0:
-            return None, (bad, c.err, c.errpos, c.fld)
+            return None, (bad, c.err, c.errpos, c.errfld)
         out = []
         for k in range(nb):
             kind, _top = layout[2][k]

@@ -79,6 +79,7 @@ ctypedef struct Cur:
     int err
     int64_t errpos
     int fld
+    int errfld
 
 ctypedef struct Buf:
     uint8_t* d
@@ -90,9 +91,11 @@ ctypedef int64_t (*decfn)(Cur*, Buf*, const int64_t*, const int64_t*, const int1
 
 
 cdef inline void fail(Cur* c, int code) noexcept nogil:
+    """Record the first problem (code, position, field) and jump to the end of the body."""
     if c.err == 0:
         c.err = code
         c.errpos = c.pos
+        c.errfld = c.fld
     c.pos = c.end
 
 
@@ -1840,11 +1843,12 @@ def decode_type(api_key, const uint8_t[::1] data, const int64_t[::1] body_pos, c
         c.err = 0
         c.errpos = 0
         c.fld = -1
+        c.errfld = -1
         with nogil:
             bad = fn(&c, b, &body_pos[0] if n else NULL, &body_end[0] if n else NULL,
                      &version[0] if n else NULL, &rows[0] if m else NULL, m)
         if bad >= 0:
-            return None, (bad, c.err, c.errpos, c.fld)
+            return None, (bad, c.err, c.errpos, c.errfld)
         out = []
         for k in range(nb):
             kind, _top = layout[2][k]

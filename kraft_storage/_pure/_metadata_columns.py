@@ -26,13 +26,13 @@ _INT32_MAX = 0x7FFFFFFF
 class Cur:
     """Cursor over one record body: ``p`` the whole buffer, [pos, end) the body."""
 
-    __slots__ = ("p", "pos", "end", "err", "errpos", "fld")
+    __slots__ = ("p", "pos", "end", "err", "errpos", "fld", "errfld")
 
     def __init__(self, p):
         self.p = p
         self.pos = self.end = 0
         self.err = self.errpos = 0
-        self.fld = -1
+        self.fld = self.errfld = -1
 
 
 class Buf:
@@ -50,9 +50,11 @@ class Buf:
 
 
 def fail(c, code):
+    """Record the first problem (code, position, field) and jump to the end of the body."""
     if c.err == 0:
         c.err = code
         c.errpos = c.pos
+        c.errfld = c.fld
     c.pos = c.end
 
 
@@ -1579,5 +1581,5 @@ def decode_type(api_key, data, body_pos, body_end, version, rows):
     b = [Buf(kind) for kind, _top in layout[2]]
     bad = fn(c, b, bpos.tolist(), bend.tolist(), np.asarray(version).tolist(), rows.tolist(), len(rows))
     if bad >= 0:
-        return None, (bad, c.err, c.errpos, c.fld)
+        return None, (bad, c.err, c.errpos, c.errfld)
     return [_finish(kind, x) for (kind, _top), x in zip(layout[2], b)], None
