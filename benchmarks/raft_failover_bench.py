@@ -213,21 +213,27 @@ class QuorumPoller:
         self.interval = interval
         self.samples: list[tuple[float, int, int, int, int, int]] = []
         self._tasks: list[asyncio.Task] = []
+        self._stopping = False
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._loop(n)) for n in self.nodes]
 
     async def stop(self) -> None:
-        for t in self._tasks:
+        # A flag first: Python 3.11's wait_for (inside KafkaConnection.request) can swallow a
+        # cancellation that races with its answer, which would leave the loop running.
+        self._stopping = True
+        done, pending = await asyncio.wait(self._tasks, timeout=2.0)
+        for t in pending:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if pending:
+            await asyncio.wait(pending, timeout=2.0)
 
     async def _loop(self, node: Node) -> None:
         conn = None
         req = metadata_quorum.describe_request()
         next_t = time.monotonic()
         try:
-            while True:
+            while not self._stopping:
                 try:
                     if conn is None:
                         conn = await KafkaConnection.open("127.0.0.1", node.port, timeout=0.5)
@@ -402,6 +408,13 @@ async def run(paths: list[str], modes: list[str], reps: int, poll_s: float, writ
               max_lifetime_s: float, rep_timeout: float = 15.0, log=None) -> dict:
     nodes = [Node(p, writer_interval_ms, max_lifetime_s) for p in paths]
     results = {m: [] for m in modes}
+    if os.environ.get("FAILOVER_DEBUG"):
+        async def dump():
+            while True:
+                await asyncio.sleep(10)
+                for t in asyncio.all_tasks():
+                    t.print_stack(limit=6, file=sys.stderr)
+        asyncio.create_task(dump())
     try:
         for n in nodes:
             n.start()
@@ -428,6 +441,20 @@ async def run(paths: list[str], modes: list[str], reps: int, poll_s: float, writ
                   "split_or_failed_elections": sum(1 for r in done if (r["epoch_gap"] or 0) > 1),
                   "reps": rs}
     return out
+
+
+def code_version() -> dict:
+    """The commit measured, and which files under kraft_node/ differ from it in the work tree
+    (other engineers edit the same tree: a figure belongs to the code that ran)."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=repo,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "kraft_node", "kraft_storage"],
+                               capture_output=True, text=True, cwd=repo, timeout=10).stdout.split("\n")
+        return {"commit": head, "uncommitted": [d.strip() for d in dirty if d.strip()]}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "uncommitted": None}
 
 
 def main(argv=None) -> None:
@@ -458,7 +485,8 @@ def main(argv=None) -> None:
                          "poll_ms": args.poll_ms, "writer_interval_ms": args.writer_interval_ms,
                          "cpus": os.cpu_count(), "python": sys.version.split()[0],
                          "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-                         "data_dir": base if args.keep else None},
+                         "data_dir": base if args.keep else None,
+                         "code": code_version()},
                "targets_ms": {"kill": 2500, "term": 200},
                "result": res}
         for m, r in res.items():

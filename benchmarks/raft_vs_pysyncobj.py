@@ -1,0 +1,126 @@
+"""kraft's Raft vs PySyncObj, back to back in one run, same machine, same file system.
+
+    python benchmarks/raft_vs_pysyncobj.py [--seconds 10] [--pysyncobj-durability msync]
+                                           [--pysyncobj-inflight 100000] [--json out.json]
+
+Runs, one after the other (never at the same time, the machine has 2 cores):
+
+1. the disk probe: write+fdatasync rate for 4 KiB and 64 KiB appends in the
+   temp dir both systems use (``raft_tcp_bench.disk_fsync_rate``);
+2. ``benchmarks/raft_tcp_bench.py --seconds S`` (3 kraft voters on loopback,
+   fsync on, 100 B records, its default offered load; see that file);
+3. ``benchmarks/pysyncobj_bench.py --seconds S`` (3 PySyncObj replicas on
+   loopback, journal on disk, msync before an entry counts by default, 100 B
+   records, as many in flight as PySyncObj accepts; see that file);
+4. the disk probe again (the disk is shared with other jobs: if the two
+   probes differ a lot, so did the conditions of the two runs).
+
+Each benchmark runs as its own subprocess and writes its JSON; this script
+prints one JSON document with both, the ratios kraft / PySyncObj (committed
+records/s; commit latency p50 and p99), and the load average before and after.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def disk_probe(directory: str) -> list[dict]:
+    from raft_tcp_bench import disk_fsync_rate
+    return [disk_fsync_rate(directory, 4096), disk_fsync_rate(directory, 65536)]
+
+
+def run_json(cmd: list[str], out_path: str, timeout: float) -> dict:
+    t0 = time.monotonic()
+    r = subprocess.run(cmd + ["--json", out_path], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout, cwd=os.path.dirname(HERE))
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    with open(out_path) as f:
+        doc = json.load(f)
+    doc["wall_seconds"] = round(time.monotonic() - t0, 1)
+    return doc
+
+
+def ratio(a, b):
+    return round(a / b, 2) if a is not None and b else None
+
+
+def code_version() -> dict:
+    """The commit measured, and which files under kraft_node/ differ from it in the work tree
+    (other engineers edit the same tree: a figure belongs to the code that ran)."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=repo,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "kraft_node", "kraft_storage"],
+                               capture_output=True, text=True, cwd=repo, timeout=10).stdout.split("\n")
+        return {"commit": head, "uncommitted": [d.strip() for d in dirty if d.strip()]}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "uncommitted": None}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--record-bytes", type=int, default=100)
+    ap.add_argument("--pysyncobj-durability", choices=["msync", "journal", "memory"], default="msync")
+    ap.add_argument("--pysyncobj-inflight", type=int, default=100000)
+    ap.add_argument("--raft-args", default="", help="extra arguments for raft_tcp_bench.py, e.g. '--max-inflight 16'")
+    ap.add_argument("--dir", default=None, help="where the data goes (default: a temp dir under /tmp)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    base = tempfile.mkdtemp(prefix="raft-vs-pysyncobj-", dir=args.dir)
+    try:
+        load_before = os.getloadavg()
+        disk_before = disk_probe(base)
+        budget = args.seconds + 120
+        raft = run_json([sys.executable, os.path.join(HERE, "raft_tcp_bench.py"), "--seconds", str(args.seconds),
+                         "--record-bytes", str(args.record_bytes), "--dir", base] + args.raft_args.split(),
+                        os.path.join(base, "raft.json"), budget)
+        pso = run_json([sys.executable, os.path.join(HERE, "pysyncobj_bench.py"), "--seconds", str(args.seconds),
+                        "--record-bytes", str(args.record_bytes), "--durability", args.pysyncobj_durability,
+                        "--max-inflight", str(args.pysyncobj_inflight), "--dir", base],
+                       os.path.join(base, "pysyncobj.json"), budget)
+        disk_after = disk_probe(base)
+        k = raft["result"]
+        p = pso["result"]["leader"]
+        out = {
+            "setup": {"seconds": args.seconds, "record_bytes": args.record_bytes, "cpus": os.cpu_count(),
+                      "python": sys.version.split()[0], "loadavg_before": load_before,
+                      "loadavg_after": os.getloadavg(),
+                      "code": code_version()},
+            "disk_write_fdatasync": {"before": disk_before, "after": disk_after},
+            "kraft": {"committed_records_per_s": k["committed_records_per_s"],
+                      "commit_latency_ms": k["commit_latency_ms"], "failed_appends": k.get("failed_appends"),
+                      "setup": raft["setup"]},
+            "pysyncobj": {"committed_records_per_s": p["committed_records_per_s"],
+                          "commit_latency_ms": p["commit_latency_ms"], "failed": p["failed"],
+                          "queue_full": p["queue_full"], "setup": pso["setup"]},
+            "kraft_over_pysyncobj": {
+                "committed_records_per_s": ratio(k["committed_records_per_s"], p["committed_records_per_s"]),
+                "commit_latency_p50": ratio(k["commit_latency_ms"]["p50"], p["commit_latency_ms"]["p50"]),
+                "commit_latency_p99": ratio(k["commit_latency_ms"]["p99"], p["commit_latency_ms"]["p99"]),
+            },
+            "raw": {"kraft": raft, "pysyncobj": pso},
+        }
+        text = json.dumps(out, indent=2)
+        print(text)
+        if args.json:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
