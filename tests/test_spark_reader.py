@@ -170,3 +170,92 @@ def test_column_subsets_match_the_full_rows(gen_log):
         assert part.equals(full.select(list(cols)))
     with pytest.raises(ValueError, match="unknown column"):
         kr.ReadOptions(columns=("offset", "nope"))
+
+
+# ------------------------------------------------------------------ fields="columns"
+
+def _check_columns_table(table, cols, result_tables):
+    """Every row of a fields="columns" table: its type column equals the native columnar decoder's row."""
+    names = {k: n for n, k, _t in kr.TYPE_COLUMNS}
+    order = np.argsort(np.asarray(table.column("offset")), kind="stable")
+    t = table.take(pa.array(order)).to_pydict()
+    by_offset = {}
+    for rt in result_tables:
+        for i, r in enumerate(rt.rows.tolist()):
+            by_offset[int(cols.offset[r])] = (rt.api_key, rt.row(i))
+    present = [n for n in t if n in set(names.values())]
+    n_checked = 0
+    for i, off in enumerate(t["offset"]):
+        hit = by_offset.get(off)
+        for name in present:
+            if hit is not None and names[hit[0]] == name:
+                assert t[name][i] == hit[1], (off, name)
+                n_checked += 1
+            else:
+                assert t[name][i] is None, (off, name)
+    return n_checked
+
+
+@pytest.mark.parametrize("path", batch_files(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_fields_columns_match_the_columnar_decoder(path):
+    from kraft_storage.messages import columns as mc
+    table = kr.read_table(str(path), kr.ReadOptions(fields="columns"))
+    cols = decode_records(path.read_bytes())
+    expect = mc.decode_record_columns(cols)
+    assert table.schema.names[:len(kr.SCHEMA_FIELDS)] == kr.ARROW_SCHEMA.names
+    assert len(table.schema) == len(kr.SCHEMA_FIELDS) + 26
+    assert _check_columns_table(table, cols, expect) == len(expect)
+    # the other columns are the fields="none" rows, only grouped by type
+    plain = kr.read_table(str(path))
+    got = table.select(plain.schema.names)
+    idx = pa.array(np.argsort(np.asarray(got.column("offset")), kind="stable"))
+    assert got.take(idx).equals(plain)
+
+
+def test_fields_columns_schema_is_what_spark_expects():
+    from pyspark.sql.pandas.types import to_arrow_schema
+    o = kr.ReadOptions(fields="columns")
+    assert to_arrow_schema(kr.spark_schema("columns"), timezone="UTC").equals(o.arrow_schema())
+    o = kr.ReadOptions(fields="columns", column_types="PartitionChangeRecord,topic_record,0")
+    assert [n for n, _k in o.type_columns()] == ["register_broker_record", "topic_record",
+                                                   "partition_change_record"]
+    assert to_arrow_schema(kr.spark_schema("columns", o.column_types), timezone="UTC").equals(o.arrow_schema())
+    with pytest.raises(ValueError, match="unknown metadata record type 'Nope'"):
+        kr.ReadOptions(fields="columns", column_types="Nope")
+    with pytest.raises(ValueError, match="need fields='columns'"):
+        kr.ReadOptions(columns=("offset", "topic_record"))
+    with pytest.raises(ValueError, match="fields must be"):
+        kr.ReadOptions(fields="struct")
+
+
+def test_fields_columns_with_filters_and_subsets(gen_log):
+    from kraft_storage.messages import columns as mc
+    o = kr.ReadOptions(fields="columns", min_offset=1000, max_offset=20_000, record_types=(2, 3, 5),
+                       columns=("offset", "partition_change_record", "topic_record"), batch_rows=3000)
+    table = kr.read_table(str(gen_log), o, max_split_bytes=150_000)
+    assert table.schema.names == ["offset", "partition_change_record", "topic_record"]
+    full = kr.read_table(str(gen_log), kr.ReadOptions(min_offset=1000, max_offset=20_000, record_types=(2, 3, 5)))
+    assert sorted(table.column("offset").to_pylist()) == full.column("offset").to_pylist()
+    n = 0
+    for f in kf.find_files(str(gen_log)):
+        cols = decode_records(open(f.path, "rb").read())
+        keep = (cols.offset >= 1000) & (cols.offset <= 20_000)
+        expect = mc.decode_record_columns(cols, types={2, 5})
+        sub = table.filter(pa.compute.is_in(table.column("offset"), pa.array(cols.offset[keep])))
+        n += _check_columns_table(sub, cols, expect)  # rows outside the range are simply absent
+    assert n > 1000
+    # PartitionRecords (type 3) are kept as rows, with no column of their own here
+    t3 = table.filter(pa.compute.is_null(table.column("partition_change_record")))
+    assert t3.num_rows > 0 and t3.column("topic_record").null_count < t3.num_rows
+
+
+def test_fields_columns_corrupt_body_is_a_clear_error(tmp_path):
+    from kraft_storage.errors import CorruptRecordError
+    from kraft_storage.record.builder import build_batch
+    good = bytes([1, 2, 0, 2]) + b"t" + bytes(16) + b"\x00"  # TopicRecord "t"
+    bad = bytes([1, 2, 0, 9]) + b"t" + bytes(3)               # name length past the end
+    p = tmp_path / "00000000000000000000.log"
+    p.write_bytes(build_batch([(None, good), (None, good), (None, bad)], base_offset=40))
+    assert kr.read_table(str(p), kr.ReadOptions(fields="columns", max_offset=41)).num_rows == 2
+    with pytest.raises(CorruptRecordError, match=r"TopicRecord.Name.*offset 42.*position 0"):
+        kr.read_table(str(p), kr.ReadOptions(fields="columns"))

@@ -39,7 +39,25 @@ record_type_name         string    e.g. PartitionChangeRecord, or the control
                                    type (LEADER_CHANGE, SNAPSHOT_HEADER, ...)
 control_type             short     control records' type (null otherwise)
 fields                   string    JSON of the decoded body (fields="json")
+<type>_record ...        struct    with ``fields="columns"`` only: one column per
+                                   metadata record type (``topic_record``,
+                                   ``partition_change_record``, ... 26 of them;
+                                   ``TYPE_COLUMNS``), the decoded body of rows
+                                   of that type, null for every other row
 =======================  ========  =============================================
+
+``fields="columns"`` decodes bodies with the generated columnar decoder
+(:mod:`kraft_storage.messages.columns`): struct fields are the schema fields
+in snake case, arrays are Arrow lists (arrays of structs: lists of structs),
+Uuids are 16-byte binaries, uint16 ports are ints (Spark has no unsigned or
+fixed-size binary types).  Rows then come grouped by record type inside each
+chunk of ``batch_rows`` records (one Arrow batch per type present, in offset
+order within it; then the rows that are not metadata records): each batch
+carries one real struct column and nulls in the others, which is what
+keeps the cost down -- every null struct column still ships its (zeroed)
+child buffers to the JVM, about 470 bytes per row for all 26 types, so
+``column_types`` (option ``columnTypes``) keeps only the types you need.
+Order by ``offset`` when log order matters.
 """
 from __future__ import annotations
 
@@ -53,6 +71,7 @@ import pyarrow as pa
 
 from kraft_storage._accel import load
 from kraft_storage.errors import CorruptRecordError
+from kraft_storage.messages import columns as _mc
 from kraft_storage.messages._runtime import MessageError
 from kraft_storage.messages.control import ControlRecordType
 from kraft_storage.messages.metadata import METADATA_RECORD_TYPES, decode_metadata_record
@@ -88,6 +107,34 @@ SCHEMA_DDL = ", ".join(f"{n} {ddl}" for n, _t, ddl in SCHEMA_FIELDS)
 _FIELD_TYPES = {n: t for n, t, _d in SCHEMA_FIELDS}
 ARROW_SCHEMA = pa.schema([pa.field(n, t, nullable=True) for n, t, _d in SCHEMA_FIELDS])
 
+#: fields="columns": (column name, apiKey, Arrow struct type as Spark reads it), by apiKey.
+TYPE_COLUMNS: list[tuple[str, int, pa.DataType]] = [
+    (_mc.type_column_name(k), k, _mc.arrow_type(k, spark=True)) for k in sorted(_mc.LAYOUTS)]
+_TYPE_COLUMN_TYPES = {n: t for n, _k, t in TYPE_COLUMNS}
+_TYPE_COLUMN_KEYS = {n: k for n, k, _t in TYPE_COLUMNS}
+_ALL_TYPES = {**_FIELD_TYPES, **_TYPE_COLUMN_TYPES}
+_TYPE_NAME_KEYS = {_mc.LAYOUTS[k][0]: k for k in _mc.LAYOUTS}
+
+
+def parse_column_types(spec) -> tuple[int, ...] | None:
+    """``"PartitionChangeRecord,topic_record,2"`` -> apiKeys (type names, column names or numbers)."""
+    if spec is None or spec == "":
+        return None
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out = []
+    for it in items:
+        it = str(it).strip()
+        if it.lstrip("-").isdigit() and int(it) in _mc.LAYOUTS:
+            out.append(int(it))
+        elif it in _TYPE_NAME_KEYS:
+            out.append(_TYPE_NAME_KEYS[it])
+        elif it in _TYPE_COLUMN_KEYS:
+            out.append(_TYPE_COLUMN_KEYS[it])
+        else:
+            raise ValueError(f"unknown metadata record type {it!r} in columnTypes; the types are "
+                             f"{sorted(_TYPE_NAME_KEYS)}")
+    return tuple(sorted(set(out)))
+
 _COMPRESSION_NAMES = pa.array(["none", "gzip", "snappy", "lz4", "zstd", "unknown5", "unknown6", "unknown7"])
 _TS_TYPE_NAMES = pa.array(["CreateTime", "LogAppendTime"])
 _MAX_KEY = max(METADATA_RECORD_TYPES)
@@ -102,45 +149,68 @@ _NOOP_KEY = next(k for k, c in METADATA_RECORD_TYPES.items() if c.NAME == "NoOpR
 DEFAULT_BATCH_ROWS = 1 << 17
 
 
-def spark_schema():
-    """The schema as a pyspark StructType (imports pyspark)."""
+def spark_schema(fields: str = "none", column_types: tuple[int, ...] | None = None):
+    """The schema as a pyspark StructType (imports pyspark); ``fields="columns"`` adds the type columns."""
     from pyspark.sql import types as T
+    from pyspark.sql.pandas.types import from_arrow_type
     kinds = {"STRING": T.StringType, "LONG": T.LongType, "INT": T.IntegerType, "SHORT": T.ShortType,
              "BOOLEAN": T.BooleanType, "BINARY": T.BinaryType}
-    return T.StructType([T.StructField(n, kinds[d](), True) for n, _t, d in SCHEMA_FIELDS])
+    out = [T.StructField(n, kinds[d](), True) for n, _t, d in SCHEMA_FIELDS]
+    if fields == "columns":
+        out += [T.StructField(n, from_arrow_type(t), True) for n, k, t in TYPE_COLUMNS
+                if column_types is None or k in column_types]
+    return T.StructType(out)
 
 
 @dataclass
 class ReadOptions:
     """What to decode and keep.  Offsets filters are inclusive bounds plus an optional set."""
     verify_crc: bool = True
-    fields: str = "none"                 # "none" or "json"
+    fields: str = "none"                 # "none", "json" or "columns"
     batch_rows: int = DEFAULT_BATCH_ROWS
     min_offset: int | None = None
     max_offset: int | None = None
     offset_in: tuple[int, ...] | None = None
     record_types: tuple[int, ...] | None = None  # keep only these apiKeys
     allow_partial_tail: bool = False
-    columns: tuple[str, ...] | None = None       # a subset of SCHEMA_FIELDS, in output order
+    columns: tuple[str, ...] | None = None       # a subset of the schema's columns, in output order
+    column_types: tuple[int, ...] | None = None  # fields="columns": only these apiKeys' type columns
 
     def __post_init__(self):
-        if self.fields not in ("none", "json"):
-            raise ValueError(f"fields must be 'none' or 'json', not {self.fields!r}")
-        if self.columns is not None:
-            unknown = [c for c in self.columns if c not in _FIELD_TYPES]
-            if unknown:
-                raise ValueError(f"unknown column(s) {unknown}; the kraft columns are {list(_FIELD_TYPES)}")
-            self.columns = tuple(self.columns)
-
-    def column_names(self) -> tuple[str, ...]:
-        return tuple(_FIELD_TYPES) if self.columns is None else self.columns
-
-    def arrow_schema(self) -> pa.Schema:
-        if self.columns is None:
-            return ARROW_SCHEMA
-        return pa.schema([pa.field(c, _FIELD_TYPES[c], nullable=True) for c in self.columns])
+        if self.fields not in ("none", "json", "columns"):
+            raise ValueError(f"fields must be 'none', 'json' or 'columns', not {self.fields!r}")
         if self.batch_rows <= 0:
             raise ValueError("batch_rows must be positive")
+        if self.column_types is not None:
+            self.column_types = parse_column_types(self.column_types)
+        if self.columns is not None:
+            allowed = self._all_names()
+            unknown = [c for c in self.columns if c not in allowed]
+            if unknown:
+                hint = ("" if self.fields == "columns" or not any(c in _TYPE_COLUMN_TYPES for c in unknown)
+                        else " (record type columns need fields='columns')")
+                raise ValueError(f"unknown column(s) {unknown}{hint}; the kraft columns are {list(allowed)}")
+            self.columns = tuple(self.columns)
+
+    def _all_names(self) -> tuple[str, ...]:
+        names = tuple(_FIELD_TYPES)
+        if self.fields == "columns":
+            names += tuple(n for n, k, _t in TYPE_COLUMNS if self.column_types is None or k in self.column_types)
+        return names
+
+    def column_names(self) -> tuple[str, ...]:
+        return self._all_names() if self.columns is None else self.columns
+
+    def type_columns(self) -> list[tuple[str, int]]:
+        """(name, apiKey) of the record type columns in the output (fields="columns")."""
+        if self.fields != "columns":
+            return []
+        return [(c, _TYPE_COLUMN_KEYS[c]) for c in self.column_names() if c in _TYPE_COLUMN_KEYS]
+
+    def arrow_schema(self) -> pa.Schema:
+        if self.columns is None and self.fields != "columns":
+            return ARROW_SCHEMA
+        return pa.schema([pa.field(c, _ALL_TYPES[c], nullable=True) for c in self.column_names()])
 
     def bounds(self) -> tuple[int, int]:
         lo = -(2**63) if self.min_offset is None else self.min_offset
@@ -225,12 +295,26 @@ def _fields_json(cols, frames: FrameColumns, rows: np.ndarray, source: str) -> p
     return pa.array(out, pa.string())
 
 
+_NULLS: dict = {}
+
+
+def _null_column(name: str, n: int) -> pa.Array:
+    """An all-null type column of length n (a slice of a cached one: no work per batch)."""
+    a = _NULLS.get(name)
+    if a is None or len(a) < n:
+        a = _NULLS[name] = pa.nulls(max(n, DEFAULT_BATCH_ROWS), _TYPE_COLUMN_TYPES[name])
+    return a.slice(0, n)
+
+
 def columns_to_arrow(cols, frames: FrameColumns, file_name: str, options: ReadOptions,
-                     rows: np.ndarray | None = None, source: str | None = None) -> pa.RecordBatch:
+                     rows: np.ndarray | None = None, source: str | None = None,
+                     type_arrays: dict | None = None) -> pa.RecordBatch:
     """One Arrow batch from decoded columns (``rows`` selects records, None = all).
 
     Only the columns in ``options.columns`` are built (all by default): a
-    narrow schema skips the gathers and takes it does not need.
+    narrow schema skips the gathers and takes it does not need.  Record type
+    columns (fields="columns") come from ``type_arrays`` (name -> array of
+    the selected rows); the others are null.
     """
     def sel(a):
         return a if rows is None else a[rows]
@@ -285,7 +369,50 @@ def columns_to_arrow(cols, frames: FrameColumns, file_name: str, options: ReadOp
         "fields": fields,
     }
     names = options.column_names()
-    return pa.RecordBatch.from_arrays([build[c]() for c in names], schema=options.arrow_schema())
+    type_arrays = type_arrays or {}
+    arrays = []
+    for c in names:
+        if c in build:
+            arrays.append(build[c]())
+        else:
+            arr = type_arrays.get(c)
+            arrays.append(_null_column(c, n) if arr is None else arr)
+    return pa.RecordBatch.from_arrays(arrays, schema=options.arrow_schema())
+
+
+def _record_position(cols, offset) -> int:
+    hit = np.flatnonzero(cols.offset == offset) if offset is not None else ()
+    return int(cols.batches["position"][cols.batch[hit[0]]]) if len(hit) else -1
+
+
+def columns_batches(cols, frames: FrameColumns, file_name: str, options: ReadOptions,
+                    rows: np.ndarray | None = None, source: str | None = None):
+    """fields="columns": one Arrow batch per record type present in ``rows``, then the other rows.
+
+    Each type's batch holds that type's decoded bodies as its struct column
+    (no scatter into a full-length column: see the module doc for why).
+    """
+    wanted = options.type_columns()
+    if not wanted:
+        yield columns_to_arrow(cols, frames, file_name, options, rows, source)
+        return
+    names = {k: n for n, k in wanted}
+    end = cols.value_pos + np.maximum(cols.value_len, 0)
+    try:
+        dec = _mc.decode_bodies(cols.data, frames.body_pos, end, frames.api_key, frames.version,
+                                rows=rows, offsets=cols.offset, types=set(names))
+    except MessageError as exc:
+        raise CorruptRecordError(str(exc), _record_position(cols, exc.offset), exc.offset,
+                                 source or file_name) from None
+    left = np.zeros(len(cols), bool)
+    left[slice(None) if rows is None else rows] = True
+    for t in dec:
+        left[t.rows] = False
+        yield columns_to_arrow(cols, frames, file_name, options, t.rows, source,
+                               {names[t.api_key]: t.to_arrow(spark=True)})
+    rest = np.flatnonzero(left)
+    if len(rest):
+        yield columns_to_arrow(cols, frames, file_name, options, None if len(rest) == len(cols) else rest, source)
 
 
 def _row_filter(cols, frames: FrameColumns | None, options: ReadOptions) -> np.ndarray | None:
@@ -337,7 +464,10 @@ def read_buffer(buf, file_name: str, options: ReadOptions, start: int = 0, end: 
         rows = _row_filter(cols, frames, options)
         if rows is not None and not len(rows):
             continue
-        yield columns_to_arrow(cols, frames, file_name, options, rows, source)
+        if options.fields == "columns":
+            yield from columns_batches(cols, frames, file_name, options, rows, source)
+        else:
+            yield columns_to_arrow(cols, frames, file_name, options, rows, source)
 
 
 def read_split(split: Split, options: ReadOptions | None = None):
