@@ -60,10 +60,65 @@ cdef extern from "Python.h":
     void PyList_SET_ITEM_p "PyList_SET_ITEM"(object lst, Py_ssize_t i, PyObject* o)
     PyObject* Py_False
     PyObject* Py_None
+    int PyLong_CheckExact_p "PyLong_CheckExact"(PyObject* o)
+    int PyUnicode_CheckExact_p "PyUnicode_CheckExact"(PyObject* o)
+    void* Py_TYPE_p "Py_TYPE"(PyObject* o)
+    long long PyLong_AsLongLongAndOverflow_p "PyLong_AsLongLongAndOverflow"(PyObject* o, int* overflow)
+    object PyLong_FromLongLong_o "PyLong_FromLongLong"(long long v)
+    int PyList_Append_p "PyList_Append"(object lst, PyObject* o) except -1
+    void PyErr_Clear_p "PyErr_Clear"()
+    Py_ssize_t Py_REFCNT_p "Py_REFCNT"(PyObject* o) noexcept
+
+cdef extern from *:
+    """
+    /* 1 and *h32 = the folded hash when o is an exact int or str (whose hash
+       runs no Python code), else 0.  Compact ints and strs with a cached
+       hash are read directly, as CPython's own long_hash/unicode_hash would
+       answer; anything else goes through PyObject_Hash. */
+    static inline int kraft_exact_hash(PyObject* o, uint32_t* h32) {
+        Py_hash_t h;
+        if (PyLong_CheckExact(o)) {
+    #if PY_VERSION_HEX >= 0x030C0000
+            if (PyUnstable_Long_IsCompact((PyLongObject*)o)) {
+                h = (Py_hash_t)PyUnstable_Long_CompactValue((PyLongObject*)o);
+                if (h == -1) h = -2;
+            } else {
+                h = PyObject_Hash(o);
+            }
+    #else
+            Py_ssize_t size = Py_SIZE(o);
+            if (size >= -1 && size <= 1) {   /* every int has >= 1 digit */
+                h = (Py_hash_t)(size * (Py_ssize_t)((PyLongObject*)o)->ob_digit[0]);
+                if (h == -1) h = -2;
+            } else {
+                h = PyObject_Hash(o);
+            }
+    #endif
+        } else if (PyUnicode_CheckExact(o)) {
+            h = ((PyASCIIObject*)o)->hash;
+            if (h == -1) h = PyObject_Hash(o);
+        } else {
+            return 0;
+        }
+        {
+            uint64_t u = (uint64_t)h;
+            *h32 = (uint32_t)(u ^ (u >> 32));
+        }
+        return 1;
+    }
+    /* the item array of a list (to fill a new list without bounds checks) */
+    #define kraft_list_items(o) (((PyListObject*)(o))->ob_item)
+    """
+    int _exact_hash "kraft_exact_hash"(PyObject* o, uint32_t* h32) noexcept
+    PyObject** _list_items "kraft_list_items"(object lst) noexcept
 
 DEF EMPTY = -1
 DEF DUMMY = -2
 DEF MIN_CAPACITY = 8
+# Replaced values a bulk write releases together (see the bulk paths).
+DEF OLDS = 64
+# _probe_* result: the key cannot be decided without running Python code.
+DEF NEED_GENERAL = -3
 
 cdef int64_t C_LATEST = INT64_MAX
 cdef int64_t C_NONE = INT64_MIN
@@ -317,6 +372,130 @@ cdef int64_t _as_epoch(object epoch) except? -1:
         return <int64_t>epoch
     except OverflowError:
         raise SnapshotEpochError(f"epoch {epoch} does not fit in a signed 64-bit integer") from None
+
+
+# ---------------------------------------------------------------------------
+# Bulk probes.  The general ``tbl_lookup`` must assume that comparing two keys
+# runs Python code (a user ``__eq__``) that may change the table, the caller's
+# key list, anything; so it holds references and re-checks versions per key.
+# Exact ``int`` and ``str`` keys cannot run Python code when hashed or compared
+# with keys of their own type, which is what almost every bulk call holds.
+# The probes below handle exactly those cases and answer NEED_GENERAL for any
+# other (a hash match against a key of another type: ``True`` vs ``1``,
+# ``1.0`` vs ``1``, a user class), which the caller then hands, for that key
+# alone, to the general path.  So semantics are the general path's, always.
+
+# Python's hash of an int is its value modulo 2**61 - 1 (keeping the sign),
+# with -1 mapped to -2, on every 64-bit CPython (``sys.hash_info``).  The
+# int64 probes compute it from the raw value, without making an int object.
+cdef uint64_t _HASH_MODULUS = (<uint64_t>1 << 61) - 1
+cdef bint _INT_HASH_IS_MOD61 = False
+
+
+cdef inline Py_hash_t _int64_hash(int64_t v) noexcept:
+    """``hash(int(v))``, computed without the int object."""
+    cdef uint64_t a = <uint64_t>v if v >= 0 else (<uint64_t>0) - <uint64_t>v
+    cdef Py_hash_t h
+    if a >= _HASH_MODULUS:
+        a %= _HASH_MODULUS
+    h = <Py_hash_t>a
+    if v < 0:
+        h = -h
+    if h == -1:
+        h = -2
+    return h
+
+
+cdef inline Py_ssize_t _probe_exact(const int32_t* index, const Entry* entries,
+                                    const uint32_t* hashes, size_t mask,
+                                    PyObject* key, uint32_t h32, size_t* slot_out) noexcept:
+    """Entry number of ``key`` (an exact int or str), or -1 with ``slot_out``
+    set to the EMPTY slot an insert would use (``tbl_empty_slot`` walks the
+    same sequence and stops at the same first EMPTY), or NEED_GENERAL."""
+    cdef size_t perturb = h32
+    cdef size_t i = perturb & mask
+    cdef int32_t ix
+    cdef PyObject* k
+    cdef int cmp
+    while True:
+        ix = index[i]
+        if ix == EMPTY:
+            slot_out[0] = i
+            return -1
+        if ix >= 0:
+            k = entries[ix].key
+            if k == key:
+                slot_out[0] = i
+                return ix
+            if hashes[ix] == h32:
+                if Py_TYPE_p(k) != Py_TYPE_p(key):
+                    return NEED_GENERAL
+                # int == int, str == str: C code only, cannot fail
+                cmp = PyObject_RichCompareBool_p(k, key, Py_EQ)
+                if cmp < 0:
+                    PyErr_Clear_p()
+                    return NEED_GENERAL
+                if cmp:
+                    slot_out[0] = i
+                    return ix
+        perturb >>= 5
+        i = (i * 5 + perturb + 1) & mask
+
+
+cdef inline Py_ssize_t _probe_int64(const int32_t* index, const Entry* entries,
+                                    const uint32_t* hashes, size_t mask,
+                                    int64_t v, uint32_t h32, size_t* slot_out) noexcept:
+    """``_probe_exact`` for the int ``v`` given as a C value."""
+    cdef size_t perturb = h32
+    cdef size_t i = perturb & mask
+    cdef int32_t ix
+    cdef PyObject* k
+    cdef int overflow = 0
+    cdef long long kv
+    while True:
+        ix = index[i]
+        if ix == EMPTY:
+            slot_out[0] = i
+            return -1
+        if ix >= 0 and hashes[ix] == h32:
+            k = entries[ix].key
+            if not PyLong_CheckExact_p(k):
+                return NEED_GENERAL
+            kv = PyLong_AsLongLongAndOverflow_p(k, &overflow)
+            if overflow == 0 and kv == v:
+                slot_out[0] = i
+                return ix
+        perturb >>= 5
+        i = (i * 5 + perturb + 1) & mask
+
+
+cdef inline void _insert_at(Table* t, size_t slot, PyObject* key, PyObject* value,
+                            uint32_t h32, int64_t start) noexcept:
+    """Add an absent element at ``slot`` (from a probe done since the last
+    change), with room known to be there; takes new references."""
+    cdef Py_ssize_t ix = t.nentries
+    Py_INCREF_p(key)
+    Py_XINCREF_p(value)
+    t.entries[ix].key = key
+    t.entries[ix].value = value
+    t.entries[ix].start = start
+    t.hashes[ix] = h32
+    t.index[slot] = <int32_t>ix
+    t.nentries = ix + 1
+    t.used += 1
+    t.version += 1
+
+
+cdef bint _is_int64_array(object keys):
+    """True for a 1-d numpy-like int64 array: bulk calls then read the keys
+    as C int64 values (exactly what ``keys.tolist()`` would give as ints)."""
+    if not _INT_HASH_IS_MOD61:
+        return False
+    dt = getattr(keys, "dtype", None)
+    if dt is None:
+        return False
+    return getattr(dt, "kind", None) == "i" and getattr(dt, "itemsize", 0) == 8 \
+        and getattr(keys, "ndim", 0) == 1
 
 
 # ---------------------------------------------------------------------------
@@ -772,6 +951,16 @@ cdef class _SnapshottableHashTable(_Revertable):
         cdef Py_ssize_t i, n
         cdef PyObject* k
         cdef PyObject* r
+        cdef const int64_t[::1] karr
+        if e == C_LATEST:
+            if _is_int64_array(keys):
+                try:
+                    karr = keys
+                except (ValueError, TypeError, BufferError):
+                    pass
+                else:
+                    return self._bulk_get_int64(karr, NULL, 1)
+            return self._bulk_get_seq(_seq(keys), NULL, 1)
         seq = _seq(keys)
         n = PySequence_Fast_GET_SIZE(seq)
         out = PyList_New(n)
@@ -785,6 +974,298 @@ cdef class _SnapshottableHashTable(_Revertable):
             Py_INCREF_p(r)
             PyList_SET_ITEM_p(out, i, r)   # steals the reference
         return out
+
+    # -- bulk paths (see "Bulk probes" above) ------------------------------
+    #
+    # One tight C loop per call.  Each key is hashed and probed without a
+    # reference of its own, which is safe because for exact int/str keys no
+    # Python code runs between reading the key from the caller's list and
+    # finishing it (a replaced value whose last reference we hold is released
+    # later, in a batch).  A key that needs the general path (any other type,
+    # or a hash match with a key of another type) stops the loop: it runs
+    # alone, then the loop resumes after it and re-reads the lists, the
+    # table's arrays and room, and the snapshot state, since that path may
+    # have run arbitrary Python.  So results are the general path's, key by
+    # key.  (A version that hashed 16 keys ahead and prefetched their slots
+    # and entries measured slower on this machine for keys in insertion order
+    # and no faster for shuffled keys: the out-of-order core already overlaps
+    # the independent probes of consecutive keys.)
+
+    cdef int _get_one(self, object seq, Py_ssize_t i, list out, PyObject* dflt,
+                      int what) except -1:
+        """General path for key ``i`` of ``seq`` at LATEST: result into ``out[i]``."""
+        cdef size_t slot = 0
+        cdef Py_ssize_t ix
+        cdef PyObject* k = _item(seq, i)
+        cdef PyObject* r
+        Py_INCREF_p(k)
+        try:
+            ix = tbl_lookup(&self.t, k, hash_of(k), &slot)
+            r = _result(&self.t, ix, dflt, what)
+            Py_INCREF_p(r)      # before DECREF(k): that may run a __del__
+        finally:
+            Py_DECREF_p(k)
+        PyList_SET_ITEM_p(out, i, r)   # steals the reference
+        return 0
+
+    cdef int _get_one_int(self, int64_t v, Py_ssize_t i, list out, PyObject* dflt,
+                          int what) except -1:
+        cdef size_t slot = 0
+        cdef Py_ssize_t ix
+        cdef PyObject* r
+        key = PyLong_FromLongLong_o(v)
+        ix = tbl_lookup(&self.t, <PyObject*>key, hash_of(<PyObject*>key), &slot)
+        r = _result(&self.t, ix, dflt, what)
+        Py_INCREF_p(r)
+        PyList_SET_ITEM_p(out, i, r)
+        return 0
+
+    cdef list _bulk_get_seq(self, object seq, PyObject* dflt, int what):
+        """get_many (what=0) / contains_many (what=1) at LATEST over a list/tuple."""
+        cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), i = 0, ix
+        cdef PyObject** items
+        cdef PyObject** outitems
+        cdef Table* t = &self.t
+        cdef int32_t* index
+        cdef Entry* entries
+        cdef uint32_t* hashes
+        cdef size_t mask
+        cdef size_t slot = 0
+        cdef PyObject* k
+        cdef PyObject* r
+        cdef uint32_t h32
+        cdef list out = PyList_New(n)
+        while i < n:
+            if PySequence_Fast_GET_SIZE(seq) != n:
+                raise RuntimeError("sequence changed size during a bulk call")
+            items = PySequence_Fast_ITEMS(seq)
+            # locals: the compiler cannot keep struct fields in registers
+            # across the refcount stores
+            index, entries, hashes, mask = t.index, t.entries, t.hashes, t.mask
+            outitems = _list_items(out)
+            while i < n:
+                k = items[i]
+                if not _exact_hash(k, &h32):
+                    break
+                ix = _probe_exact(index, entries, hashes, mask, k, h32, &slot)
+                if ix == NEED_GENERAL:
+                    break
+                if what == 0:
+                    r = entries[ix].value if ix >= 0 else dflt
+                else:
+                    r = Py_True if ix >= 0 else Py_False
+                Py_INCREF_p(r)
+                outitems[i] = r       # a new list's empty slot: takes the reference
+                i += 1
+            if i < n:
+                self._get_one(seq, i, out, dflt, what)
+                i += 1
+        return out
+
+    cdef list _bulk_get_int64(self, const int64_t[::1] keys, PyObject* dflt, int what):
+        """``_bulk_get_seq`` over C int64 keys: no int object per key."""
+        cdef Py_ssize_t n = keys.shape[0], i = 0, ix
+        cdef PyObject** outitems
+        cdef Table* t = &self.t
+        cdef int32_t* index
+        cdef Entry* entries
+        cdef uint32_t* hashes
+        cdef size_t mask
+        cdef size_t slot = 0
+        cdef PyObject* r
+        cdef list out = PyList_New(n)
+        while i < n:
+            index, entries, hashes, mask = t.index, t.entries, t.hashes, t.mask
+            outitems = _list_items(out)
+            while i < n:
+                ix = _probe_int64(index, entries, hashes, mask, keys[i],
+                                  fold(_int64_hash(keys[i])), &slot)
+                if ix == NEED_GENERAL:
+                    break
+                if what == 0:
+                    r = entries[ix].value if ix >= 0 else dflt
+                else:
+                    r = Py_True if ix >= 0 else Py_False
+                Py_INCREF_p(r)
+                outitems[i] = r
+                i += 1
+            if i < n:
+                self._get_one_int(keys[i], i, out, dflt, what)
+                i += 1
+        return out
+
+    cdef int _put_one(self, object kseq, object vseq, Py_ssize_t i) except -1:
+        """General path: ``put(kseq[i], vseq[i])``."""
+        cdef PyObject* k = _item(kseq, i)
+        cdef PyObject* v = _item(vseq, i)
+        Py_INCREF_p(k)
+        Py_INCREF_p(v)
+        try:
+            self._write(k, v, hash_of(k), NULL)
+        finally:
+            Py_DECREF_p(k)
+            Py_DECREF_p(v)
+        return 0
+
+    cdef int _put_one_int(self, int64_t kv, object vseq, Py_ssize_t i) except -1:
+        cdef PyObject* v = _item(vseq, i)
+        key = PyLong_FromLongLong_o(kv)
+        Py_INCREF_p(v)
+        try:
+            self._write(<PyObject*>key, v, hash_of(<PyObject*>key), NULL)
+        finally:
+            Py_DECREF_p(v)
+        return 0
+
+    cdef object _bulk_restart(self, Py_ssize_t remaining, int64_t* latest):
+        """(Re)start of a bulk write loop: room for ``remaining`` inserts (so
+        the arrays do not move inside the loop), the newest snapshot's epoch
+        in ``latest`` and the list of keys added since it (this table's tier
+        there, created on demand, as ``_write`` does), or None when there is
+        no snapshot."""
+        cdef SnapshotRegistry reg = self._registry
+        cdef _HashTier tier
+        tbl_reserve(&self.t, remaining)
+        if reg._latest is not None:
+            tier = self._current_tier()
+            latest[0] = reg._latest_epoch
+            return tier.added
+        latest[0] = C_NONE
+        return None
+
+    cdef int _bulk_put_seq(self, object kseq, object vseq) except -1:
+        """put_many over lists/tuples of equal length."""
+        cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(kseq), i = 0, ix, nold = 0, q
+        cdef PyObject** kitems
+        cdef PyObject** vitems
+        cdef PyObject* olds[OLDS]
+        cdef Table* t = &self.t
+        cdef int32_t* index
+        cdef Entry* entries
+        cdef uint32_t* hashes
+        cdef size_t mask
+        cdef int64_t latest = C_NONE, start
+        cdef Entry* e
+        cdef PyObject* k
+        cdef PyObject* v
+        cdef PyObject* old
+        cdef size_t slot = 0
+        cdef uint32_t h32
+        cdef bint general
+        cdef object added = None
+        while i < n:
+            added = self._bulk_restart(n - i, &latest)
+            start = latest + 1
+            if PySequence_Fast_GET_SIZE(kseq) != n or PySequence_Fast_GET_SIZE(vseq) != n:
+                raise RuntimeError("sequence changed size during a bulk call")
+            kitems = PySequence_Fast_ITEMS(kseq)
+            vitems = PySequence_Fast_ITEMS(vseq)
+            index, entries, hashes, mask = t.index, t.entries, t.hashes, t.mask
+            general = False
+            try:
+                while i < n and nold < OLDS:
+                    k = kitems[i]
+                    if not _exact_hash(k, &h32):
+                        general = True
+                        break
+                    ix = _probe_exact(index, entries, hashes, mask, k, h32, &slot)
+                    if ix == -1:
+                        if added is not None:
+                            PyList_Append_p(added, k)
+                        _insert_at(t, slot, k, vitems[i], h32, start)
+                        i += 1
+                        continue
+                    if ix < 0:
+                        general = True
+                        break
+                    e = &entries[ix]
+                    if added is not None and e.start <= latest:
+                        general = True      # its old value must be saved first
+                        break
+                    v = vitems[i]
+                    Py_INCREF_p(v)
+                    old = e.value
+                    e.value = v
+                    e.start = start
+                    if Py_REFCNT_p(old) > 1:
+                        Py_DECREF_p(old)    # not the last reference: no finalizer
+                    else:
+                        olds[nold] = old
+                        nold += 1
+                    i += 1
+            finally:
+                for q in range(nold):       # may run finalizers: table consistent
+                    Py_DECREF_p(olds[q])
+                nold = 0
+            if general:
+                self._put_one(kseq, vseq, i)
+                i += 1
+        return 0
+
+    cdef int _bulk_put_int64(self, const int64_t[::1] keys, object vseq) except -1:
+        """put_many with C int64 keys: an int object is made only for a new key."""
+        cdef Py_ssize_t n = keys.shape[0], i = 0, ix, nold = 0, q
+        cdef PyObject** vitems
+        cdef PyObject* olds[OLDS]
+        cdef Table* t = &self.t
+        cdef int32_t* index
+        cdef Entry* entries
+        cdef uint32_t* hashes
+        cdef size_t mask
+        cdef int64_t latest = C_NONE, start
+        cdef Entry* e
+        cdef PyObject* v
+        cdef PyObject* old
+        cdef size_t slot = 0
+        cdef uint32_t h32
+        cdef bint general
+        cdef object added = None
+        cdef object key
+        while i < n:
+            added = self._bulk_restart(n - i, &latest)
+            start = latest + 1
+            if PySequence_Fast_GET_SIZE(vseq) != n:
+                raise RuntimeError("sequence changed size during a bulk call")
+            vitems = PySequence_Fast_ITEMS(vseq)
+            index, entries, hashes, mask = t.index, t.entries, t.hashes, t.mask
+            general = False
+            try:
+                while i < n and nold < OLDS:
+                    h32 = fold(_int64_hash(keys[i]))
+                    ix = _probe_int64(index, entries, hashes, mask, keys[i], h32, &slot)
+                    if ix == -1:
+                        key = PyLong_FromLongLong_o(keys[i])   # not GC-tracked
+                        if added is not None:
+                            PyList_Append_p(added, <PyObject*>key)
+                        _insert_at(t, slot, <PyObject*>key, vitems[i], h32, start)
+                        i += 1
+                        continue
+                    if ix < 0:
+                        general = True
+                        break
+                    e = &entries[ix]
+                    if added is not None and e.start <= latest:
+                        general = True
+                        break
+                    v = vitems[i]
+                    Py_INCREF_p(v)
+                    old = e.value
+                    e.value = v
+                    e.start = start
+                    if Py_REFCNT_p(old) > 1:
+                        Py_DECREF_p(old)
+                    else:
+                        olds[nold] = old
+                        nold += 1
+                    i += 1
+            finally:
+                for q in range(nold):
+                    Py_DECREF_p(olds[q])
+                nold = 0
+            if general:
+                self._put_one_int(keys[i], vseq, i)
+                i += 1
+        return 0
 
     cdef list _elements(self, int64_t epoch, int what):
         """Materialised elements live at ``epoch``: what=0 keys, 1 values,
@@ -892,6 +1373,14 @@ cdef class _SnapshottableHashTable(_Revertable):
         assert live == self.t.used, (live, self.t.used)
         assert self.t.nentries <= self.t.usable
         return True
+
+
+cdef inline PyObject* _result(Table* t, Py_ssize_t ix, PyObject* dflt, int what) noexcept:
+    """Borrowed answer of a LATEST lookup: the value (what=0; ``dflt`` if
+    absent) or True/False (what=1, for contains_many)."""
+    if what == 0:
+        return t.entries[ix].value if ix >= 0 else dflt
+    return Py_True if ix >= 0 else Py_False
 
 
 cdef inline object _emit(Entry* e, int what):
@@ -1040,62 +1529,66 @@ cdef class TimelineHashMap(_SnapshottableHashTable):
             self._write(<PyObject*>k, <PyObject*>v, hash_of(<PyObject*>k), NULL)
 
     def put_many(self, keys, values):
-        """``put(k, v)`` for each pair (sequences or numpy arrays of equal length)."""
-        cdef Py_ssize_t i, n
-        cdef PyObject* k
-        cdef PyObject* v
+        """``put(k, v)`` for each pair (sequences or numpy arrays of equal length).
+
+        Fast when the keys are exact ints or strs, fastest when they are a
+        1-d int64 numpy array (no int object is made for a key already in
+        the map); any other key takes the single-op path, same semantics."""
+        cdef Py_ssize_t n
+        cdef const int64_t[::1] karr
+        if _is_int64_array(keys):
+            try:
+                karr = keys
+            except (ValueError, TypeError, BufferError):
+                pass
+            else:
+                vseq = _seq(values)
+                n = karr.shape[0]
+                if PySequence_Fast_GET_SIZE(vseq) != n:
+                    raise ValueError(f"put_many: {n} keys but "
+                                     f"{PySequence_Fast_GET_SIZE(vseq)} values")
+                self._bulk_put_int64(karr, vseq)
+                return
         kseq = _seq(keys)
         vseq = _seq(values)
         n = PySequence_Fast_GET_SIZE(kseq)
         if PySequence_Fast_GET_SIZE(vseq) != n:
             raise ValueError(f"put_many: {n} keys but "
                              f"{PySequence_Fast_GET_SIZE(vseq)} values")
-        tbl_reserve(&self.t, n)
-        for i in range(n):
-            k = _item(kseq, i)
-            v = _item(vseq, i)
-            Py_INCREF_p(k)
-            Py_INCREF_p(v)
-            try:
-                self._write(k, v, hash_of(k), NULL)
-            finally:
-                Py_DECREF_p(k)
-                Py_DECREF_p(v)
+        self._bulk_put_seq(kseq, vseq)
 
     def get_many(self, keys, default=None, *, epoch=LATEST_EPOCH):
-        """``[get(k, default, epoch=epoch) for k in keys]``."""
+        """``[get(k, default, epoch=epoch) for k in keys]`` (a list; keys as
+        for ``put_many``)."""
         cdef int64_t e = _as_epoch(epoch)
-        cdef Py_ssize_t i, n, ix
+        cdef Py_ssize_t i, n
         cdef PyObject* k
         cdef PyObject* v
         cdef Entry* ent
-        cdef size_t slot = 0
         cdef PyObject* dflt = <PyObject*>default
+        cdef const int64_t[::1] karr
+        if e == C_LATEST:
+            if _is_int64_array(keys):
+                try:
+                    karr = keys
+                except (ValueError, TypeError, BufferError):
+                    pass
+                else:
+                    return self._bulk_get_int64(karr, dflt, 0)
+            return self._bulk_get_seq(_seq(keys), dflt, 0)
         kseq = _seq(keys)
         n = PySequence_Fast_GET_SIZE(kseq)
         out = PyList_New(n)
-        if e == C_LATEST:
-            for i in range(n):
-                k = _item(kseq, i)
-                Py_INCREF_p(k)
-                try:
-                    ix = tbl_lookup(&self.t, k, hash_of(k), &slot)
-                    v = self.t.entries[ix].value if ix >= 0 else dflt
-                    Py_INCREF_p(v)    # before DECREF(k): that may run a __del__
-                finally:
-                    Py_DECREF_p(k)
-                PyList_SET_ITEM_p(out, i, v)   # steals the reference
-        else:
-            for i in range(n):
-                k = _item(kseq, i)
-                Py_INCREF_p(k)
-                try:
-                    ent = self._lookup_at(k, e)
-                    v = ent.value if ent != NULL else dflt
-                    Py_INCREF_p(v)
-                finally:
-                    Py_DECREF_p(k)
-                PyList_SET_ITEM_p(out, i, v)   # steals the reference
+        for i in range(n):
+            k = _item(kseq, i)
+            Py_INCREF_p(k)
+            try:
+                ent = self._lookup_at(k, e)
+                v = ent.value if ent != NULL else dflt
+                Py_INCREF_p(v)
+            finally:
+                Py_DECREF_p(k)
+            PyList_SET_ITEM_p(out, i, v)   # steals the reference
         return out
 
     def keys(self, epoch=LATEST_EPOCH):
@@ -1487,3 +1980,14 @@ cdef void _install_gc_hooks():
 
 
 _install_gc_hooks()
+
+
+def _check_int_hash():
+    import sys
+    global _INT_HASH_IS_MOD61
+    _INT_HASH_IS_MOD61 = (sys.hash_info.width == 64
+                          and sys.hash_info.modulus == (1 << 61) - 1
+                          and sizeof(Py_hash_t) == 8)
+
+
+_check_int_hash()
