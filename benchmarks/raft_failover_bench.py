@@ -447,6 +447,8 @@ def code_version() -> dict:
     """The commit measured, and which files under kraft_node/ differ from it in the work tree
     (other engineers edit the same tree: a figure belongs to the code that ran)."""
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.exists(os.path.join(repo, ".git")):  # e.g. a `git archive` copy of a commit
+        return {"commit": os.environ.get("KRAFT_CODE_COMMIT"), "uncommitted": None, "tree": repo}
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=repo,
                               timeout=10).stdout.strip()
