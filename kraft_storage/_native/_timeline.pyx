@@ -549,6 +549,10 @@ cdef class _Revertable:
     cdef int _reset(self) except -1:
         return 0
 
+    cdef int _forget_snapshot(self, Snapshot snap) except -1:
+        """``snap`` is being deleted: drop any cached reference to its delta."""
+        return 0
+
     cdef int _attach(self, object registry) except -1:
         if not isinstance(registry, SnapshotRegistry):
             raise TypeError(f"registry must be a {__name__}.SnapshotRegistry, "
@@ -662,6 +666,8 @@ cdef class SnapshotRegistry:
                     prev.deltas[owner] = delta
                 else:
                     (<_Revertable>owner)._merge_delta(prev.epoch, mine, delta)
+        for owner in snap.deltas:
+            (<_Revertable>owner)._forget_snapshot(snap)
         snap.deltas = {}
         del self._snapshots[index]
         del self._by_epoch[snap.epoch]
@@ -680,6 +686,8 @@ cdef class SnapshotRegistry:
             snap = <Snapshot>s
             if snap.epoch >= epoch:
                 break
+            for owner in snap.deltas:
+                (<_Revertable>owner)._forget_snapshot(snap)
             snap.deltas = {}
             del self._by_epoch[snap.epoch]
             n += 1
@@ -1353,6 +1361,14 @@ cdef class _SnapshottableHashTable(_Revertable):
         self._tier_snap = None
         self._tier = None
         return self._clear_all()
+
+    cdef int _forget_snapshot(self, Snapshot snap) except -1:
+        # else the cached tier would keep a deleted snapshot's saved copies
+        # alive until the next write under a snapshot
+        if self._tier_snap is snap:
+            self._tier_snap = None
+            self._tier = None
+        return 0
 
     def _memory_bytes(self):
         """Bytes of the current tier's arrays (not the keys/values themselves)."""
