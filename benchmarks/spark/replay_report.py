@@ -21,7 +21,11 @@ start for Spark):
   arrow, arrow_replay; plus ``apply`` with ``--apply module:factory``).
 * ``spark1`` / ``spark2``: ``spark.read.format("kraft")`` with master
   ``local[1]`` / ``local[2]`` written to Spark's ``noop`` sink, for the full
-  schema (``spark_full``) and the replay columns (``spark_replay``);
+  schema (``spark_full``), the replay columns (``spark_replay``), the full
+  schema with ``fields="columns"`` (``spark_columns``: bodies decoded, one
+  struct column per record type) and ``stages.COLUMNS_REPLAY`` + the type
+  columns (``spark_columns_replay``: the information of the native
+  ``columns`` stage, i.e. the same work plus the trip to the JVM);
   ``spark_ceiling`` is a trivial Python data source yielding ready Arrow
   batches (2 columns), i.e. what Spark's Python data source path itself
   can move on this machine.
@@ -117,6 +121,10 @@ def cmd_spark(a) -> None:
                 r = spark.read.format("kraft").option("maxPartitionBytes", a.max_partition_bytes)
                 if w == "spark_replay":
                     r = r.schema(", ".join(f"{c} {_ddl(c)}" for c in stages.REPLAY_COLUMNS))
+                elif w in ("spark_columns", "spark_columns_replay"):
+                    r = r.option("fields", "columns")
+                    if w == "spark_columns_replay":
+                        r = r.schema(_columns_replay_schema())
                 df = r.load(a.path)
                 n = None
             t = time.perf_counter()
@@ -127,6 +135,16 @@ def cmd_spark(a) -> None:
         "maxPartitionBytes", a.max_partition_bytes).load(a.path).rdd.getNumPartitions()
     spark.stop()
     print(json.dumps(out))
+
+
+def _columns_replay_schema():
+    """COLUMNS_REPLAY plus every record type column, as a Spark StructType."""
+    import stages
+    from pyspark.sql import types as T
+    from kraft_storage.spark.reader import spark_schema
+    full = {f.name: f for f in spark_schema("columns").fields}
+    return T.StructType([full[c] for c in stages.COLUMNS_REPLAY]
+                        + [f for n, f in full.items() if n.endswith("_record")])
 
 
 def _ddl(col: str) -> str:
@@ -232,7 +250,7 @@ def cmd_run(a) -> None:
         tqdm = None
     sizes = [_num(s) for s in a.sizes.split(",")]
     modes = a.modes.split(",")
-    stage_names = list(stages.STAGES) + (["apply"] if a.apply else [])
+    stage_names = (a.stages.split(",") if a.stages else list(stages.STAGES)) + (["apply"] if a.apply else [])
     plan = []
     for n in sizes:
         for m in modes:
@@ -266,7 +284,7 @@ def cmd_run(a) -> None:
                                    "mb_per_s": r["bytes"] / med / 1e6, "load1": load})
         else:
             master = {"spark1": "local[1]", "spark2": "local[2]"}[mode]
-            wl = "spark_full,spark_replay" + (",spark_ceiling" if n == sizes[0] else "")
+            wl = a.spark_workloads + (",spark_ceiling" if n == sizes[0] and a.ceiling else "")
             r = _run(["spark", "--master", master, "--path", path, "--repeats", str(a.repeats),
                       "--workloads", wl, "--max-partition-bytes", str(a.max_partition_bytes)])
             nbytes = stages.log_bytes(path)
@@ -370,6 +388,10 @@ def main(argv=None) -> None:
     r.add_argument("--pure-max", type=_num, default=2_000_000)
     r.add_argument("--apply", default=None, help="module:factory of the image-apply stage")
     r.add_argument("--no-breakdown", action="store_true")
+    r.add_argument("--stages", default=None, help="native/pure stages to run (default: all)")
+    r.add_argument("--spark-workloads", default="spark_full,spark_replay,spark_columns,spark_columns_replay")
+    r.add_argument("--no-ceiling", dest="ceiling", action="store_false",
+                   help="skip the spark_ceiling workload (trivial source) at the first size")
     r.add_argument("--max-partition-bytes", type=_num, default=32 << 20,
                    help="Spark split size (smaller: more tasks for local[2])")
     w = sub.add_parser("worker")

@@ -11,6 +11,12 @@ file under ``path`` and does one level of decoding:
   (``kraft_storage.spark.reader.read_arrow``).
 * ``arrow_replay`` -- the columns a replay needs (offset, timestamp, leader
   epoch, record type, version, value) as Arrow batches.
+* ``columns``   -- frames + every metadata body decoded into columns, one
+  table per record type (``kraft_storage.messages.columns.decode_bodies``):
+  the native "bodies decoded into columns" stage, end to end from the files.
+* ``arrow_columns`` -- the whole Spark row with ``fields="columns"`` (every
+  column plus one struct column per record type) as Arrow batches: what the
+  Spark source hands to the JVM.
 * ``apply``     -- image apply: the other half of replay.  It arrives with the
   MetadataImage issue; pass ``--apply module:factory`` to the report script,
   where ``factory()`` returns an object with ``apply(batch: pyarrow.RecordBatch)``
@@ -26,11 +32,17 @@ import importlib
 import mmap
 import os
 
+import numpy as np
+
+from kraft_storage.messages import columns as _mc
 from kraft_storage.record import decode_batches, scan_batches
 from kraft_storage.spark import reader as kr
 from kraft_storage.spark.files import find_files
 
 REPLAY_COLUMNS = ("offset", "timestamp", "partition_leader_epoch", "record_type", "record_version", "value")
+#: fields="columns" replay: the record's place and type plus its decoded body (one struct column per
+#: type) instead of the raw value -- the same information the native ``columns`` stage produces.
+COLUMNS_REPLAY = ("offset", "timestamp", "partition_leader_epoch", "record_type", "record_version")
 
 
 def log_bytes(path: str) -> int:
@@ -46,14 +58,19 @@ def _mapped(path: str):
         yield f.path, mm
 
 
-def _chunked(path: str, with_frames: bool) -> int:
+def _chunked(path: str, with_frames: bool, with_bodies: bool = False) -> int:
     n = 0
     for _name, mm in _mapped(path):
         headers = scan_batches(mm).headers
         for a, b in kr._chunks(headers, kr.DEFAULT_BATCH_ROWS):
             cols = decode_batches(mm, headers[a:b])
             if with_frames:
-                kr.read_frame_columns(cols)
+                fr = kr.read_frame_columns(cols)
+                if with_bodies:
+                    tables = _mc.decode_bodies(cols.data, fr.body_pos, cols.value_pos + np.maximum(cols.value_len, 0),
+                                               fr.api_key, fr.version, offsets=cols.offset)
+                    del tables
+                del fr
             n += len(cols)
         del cols, headers
         mm.close()
@@ -66,6 +83,14 @@ def framing(path: str) -> int:
 
 def frames(path: str) -> int:
     return _chunked(path, True)
+
+
+def columns(path: str) -> int:
+    return _chunked(path, True, True)
+
+
+def arrow_columns(path: str) -> int:
+    return sum(b.num_rows for b in kr.read_arrow(path, kr.ReadOptions(fields="columns")))
 
 
 def arrow(path: str) -> int:
@@ -94,7 +119,8 @@ def load_apply(spec: str):
     return apply
 
 
-STAGES = {"framing": framing, "frames": frames, "arrow": arrow, "arrow_replay": arrow_replay}
+STAGES = {"framing": framing, "frames": frames, "columns": columns, "arrow": arrow, "arrow_replay": arrow_replay,
+          "arrow_columns": arrow_columns}
 
 
 def implementation() -> str:

@@ -295,15 +295,14 @@ def _fields_json(cols, frames: FrameColumns, rows: np.ndarray, source: str) -> p
     return pa.array(out, pa.string())
 
 
-_NULLS: dict = {}
-
-
 def _null_column(name: str, n: int) -> pa.Array:
-    """An all-null type column of length n (a slice of a cached one: no work per batch)."""
-    a = _NULLS.get(name)
-    if a is None or len(a) < n:
-        a = _NULLS[name] = pa.nulls(max(n, DEFAULT_BATCH_ROWS), _TYPE_COLUMN_TYPES[name])
-    return a.slice(0, n)
+    """An all-null type column of length n.
+
+    Built fresh rather than sliced from a cached longer one: Arrow's IPC
+    writer ships a sliced list's whole child arrays, which doubled the bytes
+    sent to the JVM.
+    """
+    return pa.nulls(n, _TYPE_COLUMN_TYPES[name])
 
 
 def columns_to_arrow(cols, frames: FrameColumns, file_name: str, options: ReadOptions,
