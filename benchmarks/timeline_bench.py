@@ -1,6 +1,6 @@
 """Print the timeline-collection figures (issue 5 B targets) as JSON.
 
-Usage:  python benchmarks/timeline_bench.py [--n 100000] [--repeat 15] [--quick]
+Usage:  python benchmarks/timeline_bench.py [--n 100000] [--repeat 15] [--quick] [--bulk-only]
 
 Per-operation costs are medians over ``--repeat`` rounds of ``n`` operations,
 measured with CPU time (``time.process_time``: the benchmark machine is shared
@@ -10,7 +10,9 @@ dict behind a Python class with put/get methods).  Java's 277 ns per put
 (apache/kafka PR #10324, TimelineHashMap JMH) is quoted for reference.
 
 Targets checked: >= 5M puts/s and >= 8M gets/s from single-op calls; bulk
-API >= 5x faster than the single-op calls; snapshot creation O(1); revert
+API >= 5x faster than the single-op calls (``ops`` and ``bulk``: int keys in
+insertion order and shuffled, as a list and as an int64 numpy array, at n
+and at 1M); snapshot creation O(1); revert
 O(changes); memory <= 2x a dict holding the same entries.
 """
 from __future__ import annotations
@@ -110,6 +112,61 @@ def op_figures(impls, n, repeat):
     return out
 
 
+def bulk_figures(impls, n, repeat, seed=1):
+    """Single-op vs bulk calls on int keys, same run, same n: keys in
+    insertion order and shuffled, as a list and as an int64 numpy array."""
+    import random
+
+    import numpy as np
+
+    out = {}
+    vals = [str(i) for i in range(n)]
+    ordered = list(range(n))
+    shuffled = ordered[:]
+    random.Random(seed).shuffle(shuffled)
+    for order, keys in (("ordered", ordered), ("shuffled", shuffled)):
+        arr = np.array(keys, dtype=np.int64)
+        res = out[order] = {}
+        for name, make in impls.items():
+            if name == "dictclass":
+                continue
+            r = res[name] = {}
+            full = make()
+            full.put_many(keys, vals)
+
+            def put_loop(m, keys=keys):
+                put = m.put
+                for k, v in zip(keys, vals):
+                    put(k, v)
+
+            def get_loop(m, keys=keys):
+                get = m.get
+                for k in keys:
+                    get(k)
+
+            r["put"] = measure(put_loop, make, n, repeat)
+            r["get"] = measure(get_loop, lambda full=full: full, n, repeat)
+            r["put_many"] = measure(lambda m, keys=keys: m.put_many(keys, vals), make, n, repeat)
+            r["put_many_replace"] = measure(lambda m, keys=keys: m.put_many(keys, vals),
+                                            lambda full=full: full, n, repeat)
+            r["get_many"] = measure(lambda m, keys=keys: m.get_many(keys),
+                                    lambda full=full: full, n, repeat)
+            r["put_many_int64_array"] = measure(lambda m, arr=arr: m.put_many(arr, vals),
+                                                make, n, repeat)
+            r["put_many_int64_array_replace"] = measure(lambda m, arr=arr: m.put_many(arr, vals),
+                                                        lambda full=full: full, n, repeat)
+            r["get_many_int64_array"] = measure(lambda m, arr=arr: m.get_many(arr),
+                                                lambda full=full: full, n, repeat)
+            r["speedup_vs_single"] = {
+                op: round(r[single]["cpu_ns"] / r[op]["cpu_ns"], 2)
+                for op, single in (("put_many", "put"), ("put_many_replace", "put"),
+                                   ("get_many", "get"), ("put_many_int64_array", "put"),
+                                   ("put_many_int64_array_replace", "put"),
+                                   ("get_many_int64_array", "get"))}
+            del full
+    return out
+
+
 def snapshot_figures(mod, sizes, repeat):
     """ns per get_or_create_snapshot (+ delete) with a map of each size."""
     out = {}
@@ -190,6 +247,8 @@ def main():
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    ap.add_argument("--bulk-only", action="store_true",
+                    help="only the single-op vs bulk figures (at --n and at 1M)")
     args = ap.parse_args()
     n, repeat = (10_000, 3) if args.quick else (args.n, args.repeat)
     big = 100_000 if args.quick else 1_000_000
@@ -198,6 +257,16 @@ def main():
     if native_tl is not None:
         impls["native"] = lambda: native_tl.TimelineHashMap(native_tl.SnapshotRegistry())
     impls["pure"] = lambda: pure_tl.TimelineHashMap(pure_tl.SnapshotRegistry())
+
+    if args.bulk_only:
+        nat = {k: v for k, v in impls.items() if k == "native"} or impls
+        result = {"python": sys.version.split()[0], "n": n, "repeat": repeat,
+                  "timer": "process_time (cpu); perf_counter (wall)",
+                  f"bulk_n={n}": bulk_figures(nat, n, repeat)}
+        if not args.quick:
+            result["bulk_n=1000000"] = bulk_figures(nat, 1_000_000, max(3, repeat // 3))
+        print(json.dumps(result, indent=1))
+        return
 
     ops = op_figures(impls, n, repeat)
     result = {
@@ -217,6 +286,10 @@ def main():
             "bulk_get_speedup": round(nat["get"]["cpu_ns"] / nat["get_many"]["cpu_ns"], 2),
             "vs_java_put": round(JAVA_PUT_NS / nat["put"]["cpu_ns"], 2),
         }
+    result["bulk"] = {f"n={n}": bulk_figures(impls, n, repeat)}
+    if not args.quick:
+        nat = {k: v for k, v in impls.items() if k == "native"}
+        result["bulk"]["n=1000000"] = bulk_figures(nat, 1_000_000, max(3, repeat // 3))
     result["snapshot_create_delete_ns"] = {
         name: snapshot_figures(mod, [1_000, big], repeat) for name, mod in mods.items()}
     result["revert"] = {name: revert_figures(mod, [(10_000, 1_000), (big, 1_000), (big, 100_000)],

@@ -106,11 +106,27 @@ cdef extern from *:
         }
         return 1;
     }
+    /* 1 when the exact int k equals v (compact ints read directly) */
+    static inline int kraft_long_eq_i64(PyObject* k, int64_t v) {
+        int overflow = 0;
+        long long kv;
+    #if PY_VERSION_HEX >= 0x030C0000
+        if (PyUnstable_Long_IsCompact((PyLongObject*)k))
+            return (int64_t)PyUnstable_Long_CompactValue((PyLongObject*)k) == v;
+    #else
+        Py_ssize_t size = Py_SIZE(k);
+        if (size >= -1 && size <= 1)
+            return (int64_t)(size * (Py_ssize_t)((PyLongObject*)k)->ob_digit[0]) == v;
+    #endif
+        kv = PyLong_AsLongLongAndOverflow(k, &overflow);
+        return overflow == 0 && kv == v;
+    }
     /* the item array of a list (to fill a new list without bounds checks) */
     #define kraft_list_items(o) (((PyListObject*)(o))->ob_item)
     """
     int _exact_hash "kraft_exact_hash"(PyObject* o, uint32_t* h32) noexcept
     PyObject** _list_items "kraft_list_items"(object lst) noexcept
+    int _long_eq_i64 "kraft_long_eq_i64"(PyObject* k, int64_t v) noexcept
 
 DEF EMPTY = -1
 DEF DUMMY = -2
@@ -450,8 +466,6 @@ cdef inline Py_ssize_t _probe_int64(const int32_t* index, const Entry* entries,
     cdef size_t i = perturb & mask
     cdef int32_t ix
     cdef PyObject* k
-    cdef int overflow = 0
-    cdef long long kv
     while True:
         ix = index[i]
         if ix == EMPTY:
@@ -461,8 +475,7 @@ cdef inline Py_ssize_t _probe_int64(const int32_t* index, const Entry* entries,
             k = entries[ix].key
             if not PyLong_CheckExact_p(k):
                 return NEED_GENERAL
-            kv = PyLong_AsLongLongAndOverflow_p(k, &overflow)
-            if overflow == 0 and kv == v:
+            if _long_eq_i64(k, v):
                 slot_out[0] = i
                 return ix
         perturb >>= 5
@@ -1042,6 +1055,11 @@ cdef class _SnapshottableHashTable(_Revertable):
         cdef PyObject* k
         cdef PyObject* r
         cdef uint32_t h32
+        cdef PyObject* k4[4]
+        cdef PyObject* r4[4]
+        cdef uint32_t h4[4]
+        cdef Py_ssize_t ix4[4]
+        cdef int u
         cdef list out = PyList_New(n)
         while i < n:
             if PySequence_Fast_GET_SIZE(seq) != n:
@@ -1051,6 +1069,31 @@ cdef class _SnapshottableHashTable(_Revertable):
             # across the refcount stores
             index, entries, hashes, mask = t.index, t.entries, t.hashes, t.mask
             outitems = _list_items(out)
+            # four keys at a time: their loads are issued together, before
+            # any of their refcount stores; a group with any key for the
+            # general path goes one by one below
+            while i + 4 <= n:
+                k4[0] = items[i]
+                k4[1] = items[i + 1]
+                k4[2] = items[i + 2]
+                k4[3] = items[i + 3]
+                if not (_exact_hash(k4[0], &h4[0]) & _exact_hash(k4[1], &h4[1])
+                        & _exact_hash(k4[2], &h4[2]) & _exact_hash(k4[3], &h4[3])):
+                    break
+                for u in range(4):
+                    ix4[u] = _probe_exact(index, entries, hashes, mask, k4[u], h4[u], &slot)
+                if (ix4[0] == NEED_GENERAL or ix4[1] == NEED_GENERAL
+                        or ix4[2] == NEED_GENERAL or ix4[3] == NEED_GENERAL):
+                    break
+                for u in range(4):
+                    if what == 0:
+                        r4[u] = entries[ix4[u]].value if ix4[u] >= 0 else dflt
+                    else:
+                        r4[u] = Py_True if ix4[u] >= 0 else Py_False
+                for u in range(4):
+                    Py_INCREF_p(r4[u])
+                    outitems[i + u] = r4[u]
+                i += 4
             while i < n:
                 k = items[i]
                 if not _exact_hash(k, &h32):
@@ -1081,10 +1124,29 @@ cdef class _SnapshottableHashTable(_Revertable):
         cdef size_t mask
         cdef size_t slot = 0
         cdef PyObject* r
+        cdef PyObject* r4[4]
+        cdef Py_ssize_t ix4[4]
+        cdef int u
         cdef list out = PyList_New(n)
         while i < n:
             index, entries, hashes, mask = t.index, t.entries, t.hashes, t.mask
             outitems = _list_items(out)
+            while i + 4 <= n:            # four at a time, as in _bulk_get_seq
+                for u in range(4):
+                    ix4[u] = _probe_int64(index, entries, hashes, mask, keys[i + u],
+                                          fold(_int64_hash(keys[i + u])), &slot)
+                if (ix4[0] == NEED_GENERAL or ix4[1] == NEED_GENERAL
+                        or ix4[2] == NEED_GENERAL or ix4[3] == NEED_GENERAL):
+                    break
+                for u in range(4):
+                    if what == 0:
+                        r4[u] = entries[ix4[u]].value if ix4[u] >= 0 else dflt
+                    else:
+                        r4[u] = Py_True if ix4[u] >= 0 else Py_False
+                for u in range(4):
+                    Py_INCREF_p(r4[u])
+                    outitems[i + u] = r4[u]
+                i += 4
             while i < n:
                 ix = _probe_int64(index, entries, hashes, mask, keys[i],
                                   fold(_int64_hash(keys[i])), &slot)
