@@ -36,6 +36,8 @@ public facade (``kraft_storage.messages.columns``) turns them into
 """
 from __future__ import annotations
 
+import re
+
 from .emit import HEADER, Emitter
 from .schema import FieldSpec, MessageSpec
 
@@ -267,42 +269,41 @@ class ColumnsEmitter:
 
     # ------------------------------------------------------------ per type
     def emit_type(self, msg: MessageSpec) -> tuple:
+        """``_rec_<Name>``: one record body at c.pos..c.end; ``_dec_<Name>``: a loop over rows of the type."""
         plan = _Plan()
         tree = ("struct", tuple((f.attr, _node(plan, f, True)) for f in msg.fields))
-        body_start = len(self.lines)
-        fn = f"_dec_{msg.name}"
+        rec, fn = f"_rec_{msg.name}", f"_dec_{msg.name}"
+        if self.dialect == "pyx":
+            self.out(0, f"cdef inline int {rec}(Cur* c, Buf* b, int version) noexcept nogil:")
+        else:
+            self.out(0, f"def {rec}(c, b, version):")
+        decl_at = len(self.lines)
+        self.emit_level(1, msg.fields, tree, msg, 0, plan, msg.name)
+        self.out(1, "if c.err == 0 and c.pos != c.end:")
+        self.out(2, f"c.fld = {plan.fid(msg.name)}")
+        self.out(2, "fail(c, 10)")
+        self.out(1, "return c.err")
+        if self.dialect == "pyx":
+            text = "\n".join(self.lines[decl_at:])
+            used = sorted(set(re.findall(r"\b(?:n|k|nt|t|tag|last|tend)[0-9]+\b", text)))
+            if used:
+                self.lines.insert(decl_at, "    cdef int64_t " + ", ".join(used))
+        self.out(0)
+        self.out(0)
         if self.dialect == "pyx":
             self.out(0, f"cdef int64_t {fn}(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, "
                         "const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:")
-            decl_at = len(self.lines)
             self.out(1, "cdef int64_t j, i")
-            self.out(1, "cdef int version")
         else:
             self.out(0, f"def {fn}(c, b, bpos, bend, vers, rows, m):")
-            decl_at = None
         self.out(1, "for j in range(m):")
         self.out(2, "i = rows[j]")
         self.out(2, "c.pos = bpos[i]")
         self.out(2, "c.end = bend[i]")
-        self.out(2, "version = vers[i]")
-        level_start = len(self.lines)
-        self.emit_level(2, msg.fields, tree, msg, 0, plan, msg.name)
-        self.out(2, "if c.err == 0 and c.pos != c.end:")
-        self.out(3, f"c.fld = {plan.fid(msg.name)}")
-        self.out(3, "fail(c, 10)")
-        self.out(2, "if c.err:")
+        self.out(2, f"if {rec}(c, b, vers[i]):")
         self.out(3, "return j")
         self.out(1, "return -1")
         self.out(0)
-        if self.dialect == "pyx":
-            text = "\n".join(self.lines[level_start:])
-            decls = []
-            for d in range(0, 8):
-                names = [f"{p}{d}" for p in ("n", "k", "nt", "t", "tag", "last", "tend") if f"{p}{d}" in text]
-                decls += names
-            if decls:
-                self.lines.insert(decl_at, "    cdef int64_t " + ", ".join(decls))
-        del body_start
         return plan, tree, fn
 
     # ------------------------------------------------------------ module
@@ -339,16 +340,34 @@ class ColumnsEmitter:
         self.out(0, "}")
         self.out(0)
         self.out(0)
+        self.out(0, "#: the highest apiKey with a decoder")
+        self.out(0, f"MAX_API_KEY = {max(m.api_key for m in msgs)}")
+        if self.dialect == "pyx":
+            self.out(0)
+            self.out(0, "cdef enum:")
+            self.out(1, f"_NKEYS = {max(m.api_key for m in msgs) + 1}")
+        self.out(0)
         if self.dialect == "pyx":
             self.out(0, "cdef decfn _decoder(int api_key) noexcept:")
             for m, plan, tree, fn in layouts:
                 self.out(1, f"if api_key == {m.api_key}:")
                 self.out(2, f"return {fn}")
             self.out(1, "return NULL")
+            self.out(0)
+            self.out(0)
+            self.out(0, "cdef recfn _record_decoder(int api_key) noexcept:")
+            for m, plan, tree, fn in layouts:
+                self.out(1, f"if api_key == {m.api_key}:")
+                self.out(2, f"return _rec_{m.name}")
+            self.out(1, "return NULL")
         else:
             self.out(0, "_DECODERS = {")
             for m, plan, tree, fn in layouts:
                 self.out(1, f"{m.api_key}: {fn},")
+            self.out(0, "}")
+            self.out(0, "_RECORD_DECODERS = {")
+            for m, plan, tree, fn in layouts:
+                self.out(1, f"{m.api_key}: _rec_{m.name},")
             self.out(0, "}")
         self.out(0)
         self.lines += (PYX_ENTRY if self.dialect == "pyx" else PY_ENTRY).strip("\n").split("\n")
@@ -679,6 +698,51 @@ def decode_type(api_key, data, body_pos, body_end, version, rows):
     if bad >= 0:
         return None, (bad, c.err, c.errpos, c.errfld)
     return [_finish(kind, x) for (kind, _top), x in zip(layout[2], b)], None
+
+
+
+def decode_rows(data, body_pos, body_end, api_key, version, rows, wanted):
+    """Decode ``rows`` in row order, each body with the decoder of its record type.
+
+    Rows whose ``api_key`` is not in ``wanted`` (or has no decoder, or is -1:
+    not a frame) are skipped.  Walking the rows in order reads the buffer
+    front to back, which is what makes this faster than one pass per type
+    when the types are interleaved.  Returns ``({api_key: (rows_of_type,
+    buffers)}, None)`` or ``(None, (row, api_key, code, position, field_id))``
+    for the first bad record.
+    """
+    mv = memoryview(data).cast("B")
+    bpos = np.asarray(body_pos, dtype=np.int64)
+    bend = np.asarray(body_end, dtype=np.int64)
+    keys_a = np.asarray(api_key, dtype=np.int16)
+    rows = np.asarray(rows, dtype=np.int64)
+    if not (len(bpos) == len(bend) == len(version) == len(keys_a)):
+        raise ValueError("body_pos, body_end, api_key and version must have the same length")
+    wanted = {int(k) for k in wanted if int(k) in LAYOUTS}
+    if len(rows) and (rows.min() < 0 or rows.max() >= len(bpos)):
+        raise ValueError("row index outside the columns")
+    sel = rows[np.isin(keys_a[rows], np.array(sorted(wanted), dtype=np.int16))] if len(rows) else rows
+    sp, se = bpos[sel], bend[sel]
+    if len(sel) and ((sp < 0).any() or (se < sp).any() or (se > len(mv)).any()):
+        raise ValueError(f"a record body lies outside the {len(mv)}-byte buffer")
+    keys = keys_a.tolist()
+    bp, be, vs = bpos.tolist(), bend.tolist(), np.asarray(version).tolist()
+    c = Cur(mv)
+    bufs = {k: [Buf(kind) for kind, _top in LAYOUTS[k][2]] for k in wanted}
+    found = {k: [] for k in wanted}
+    for i in sel.tolist():
+        k = keys[i]
+        c.pos = bp[i]
+        c.end = be[i]
+        if _RECORD_DECODERS[k](c, bufs[k], vs[i]):
+            return None, (i, k, c.err, c.errpos, c.errfld)
+        found[k].append(i)
+    out = {}
+    for k in sorted(wanted):
+        if found[k]:
+            out[k] = (np.array(found[k], dtype=np.int64),
+                      [_finish(kind, x) for (kind, _top), x in zip(LAYOUTS[k][2], bufs[k])])
+    return out, None
 '''
 
 # =====================================================================================
@@ -764,6 +828,7 @@ ctypedef struct Buf:
 
 ctypedef int64_t (*decfn)(Cur*, Buf*, const int64_t*, const int64_t*, const int16_t*, const int64_t*,
                           int64_t) noexcept nogil
+ctypedef int (*recfn)(Cur*, Buf*, int) noexcept nogil
 
 
 cdef inline void fail(Cur* c, int code) noexcept nogil:
@@ -1171,4 +1236,138 @@ def decode_type(api_key, const uint8_t[::1] data, const int64_t[::1] body_pos, c
             free(b[k].d)
         free(b)
 
+
+
+cdef list _finish_all(tuple kinds, Buf* b):
+    """The buffers as numpy arrays (copies), in LAYOUTS order."""
+    cdef list out = []
+    cdef int64_t k
+    cdef uint8_t[::1] dst
+    for k in range(len(kinds)):
+        kind = kinds[k][0]
+        raw = np.empty(b[k].n, dtype=np.uint8)
+        if b[k].n:
+            dst = raw
+            memcpy(&dst[0], b[k].d, b[k].n)
+        a = raw.view(_DTYPES[kind])
+        out.append(a.reshape(-1, 16) if kind == "uuid" else a)
+    return out
+
+
+cdef Buf* _alloc_bufs(tuple kinds, int64_t m) except NULL:
+    """Column buffers for m records of one type (grown on demand); free with _free_bufs."""
+    cdef int64_t nb = len(kinds), k, size
+    cdef Buf* b = <Buf*>malloc(sizeof(Buf) * (nb if nb else 1))
+    if b == NULL:
+        raise MemoryError()
+    for k in range(nb):
+        b[k].d = NULL
+        b[k].n = 0
+        b[k].cap = 0
+    for k in range(nb):
+        kind, top = kinds[k]
+        size = _SIZES[kind]
+        b[k].cap = (m * size if top else (m * size) // 2) + 64
+        b[k].d = <uint8_t*>malloc(b[k].cap)
+        if b[k].d == NULL:
+            _free_bufs(b, nb)
+            raise MemoryError()
+        if kind == "offsets":
+            (<int32_t*>b[k].d)[0] = 0
+            b[k].n = 4
+    return b
+
+
+cdef void _free_bufs(Buf* b, int64_t nb) noexcept:
+    cdef int64_t k
+    if b == NULL:
+        return
+    for k in range(nb):
+        free(b[k].d)
+    free(b)
+
+
+def decode_rows(const uint8_t[::1] data, const int64_t[::1] body_pos, const int64_t[::1] body_end,
+                const int16_t[::1] api_key, const int16_t[::1] version, const int64_t[::1] rows, wanted):
+    """Decode ``rows`` in row order, each body with the decoder of its record type.
+
+    Same contract as the twin (``kraft_storage._pure._metadata_columns``).
+    Pass 1 counts the rows of each wanted type and checks every row index and
+    body range; pass 2, without the GIL, decodes front to back through a
+    table of per-type record functions.
+    """
+    cdef int64_t n = body_pos.shape[0], m = rows.shape[0], dlen = data.shape[0], j, i, k, bad = -1, err = 0
+    cdef int key
+    cdef recfn fns[_NKEYS]
+    cdef Buf* tb[_NKEYS]
+    cdef int64_t cnt[_NKEYS]
+    cdef int64_t fill[_NKEYS]
+    cdef int64_t* rp[_NKEYS]
+    cdef int64_t[::1] rv
+    cdef Cur c
+    if body_end.shape[0] != n or version.shape[0] != n or api_key.shape[0] != n:
+        raise ValueError("body_pos, body_end, api_key and version must have the same length")
+    want = {int(x) for x in wanted}
+    for k in range(_NKEYS):
+        fns[k] = _record_decoder(k) if k in want else NULL
+        tb[k] = NULL
+        cnt[k] = 0
+        fill[k] = 0
+        rp[k] = NULL
+    with nogil:
+        for j in range(m):
+            i = rows[j]
+            if i < 0 or i >= n:
+                err = -2
+                break
+            key = api_key[i]
+            if key < 0 or key >= _NKEYS or fns[key] == NULL:
+                continue
+            if body_pos[i] < 0 or body_end[i] < body_pos[i] or body_end[i] > dlen:
+                err = -3
+                break
+            cnt[key] += 1
+    if err == -2:
+        raise ValueError("row index outside the columns")
+    if err == -3:
+        raise ValueError(f"a record body lies outside the {dlen}-byte buffer")
+    row_arrays = {}
+    try:
+        for k in range(_NKEYS):
+            if cnt[k]:
+                arr = np.empty(cnt[k], dtype=np.int64)
+                row_arrays[k] = arr
+                rv = arr
+                rp[k] = &rv[0]
+                tb[k] = _alloc_bufs(LAYOUTS[k][2], cnt[k])
+        c.p = &data[0] if dlen else _EMPTY
+        c.pos = c.end = 0
+        c.err = 0
+        c.errpos = 0
+        c.fld = -1
+        c.errfld = -1
+        with nogil:
+            for j in range(m):
+                i = rows[j]
+                key = api_key[i]
+                if key < 0 or key >= _NKEYS or fns[key] == NULL:
+                    continue
+                c.pos = body_pos[i]
+                c.end = body_end[i]
+                if fns[key](&c, tb[key], version[i]):
+                    bad = i
+                    break
+                rp[key][fill[key]] = i
+                fill[key] += 1
+        if bad >= 0:
+            return None, (bad, api_key[bad], c.err, c.errpos, c.errfld)
+        out = {}
+        for k in range(_NKEYS):
+            if cnt[k]:
+                out[k] = (row_arrays[k], _finish_all(LAYOUTS[k][2], tb[k]))
+        return out, None
+    finally:
+        for k in range(_NKEYS):
+            if tb[k] != NULL:
+                _free_bufs(tb[k], len(LAYOUTS[k][2]))
 '''

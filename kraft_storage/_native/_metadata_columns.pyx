@@ -88,6 +88,7 @@ ctypedef struct Buf:
 
 ctypedef int64_t (*decfn)(Cur*, Buf*, const int64_t*, const int64_t*, const int16_t*, const int64_t*,
                           int64_t) noexcept nogil
+ctypedef int (*recfn)(Cur*, Buf*, int) noexcept nogil
 
 
 cdef inline void fail(Cur* c, int code) noexcept nogil:
@@ -412,1189 +413,1241 @@ cdef inline void tag_end(Cur* c, int64_t tend) noexcept nogil:
 
 # ---------------------------------------------------------------------- RegisterBrokerRecord (apiKey 0)
 
+cdef inline int _rec_RegisterBrokerRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t k1, last0, last2, n1, nt0, nt2, t0, t2, tag0, tag2, tend0, tend2
+    c.fld = 0
+    ap_int32(c, &b[0], rd_int32(c))
+    c.fld = 1
+    if version <= 1:
+        ap_bool(c, &b[1], 0)
+    elif version >= 2:
+        ap_bool(c, &b[1], rd_bool(c))
+    c.fld = 2
+    rd_uuids(c, &b[2], 1)
+    c.fld = 3
+    ap_int64(c, &b[3], rd_int64(c))
+    c.fld = 4
+    n1 = rd_arrlen(c, 1, 0)
+    for k1 in range(n1):
+        c.fld = 5
+        rd_blob(c, &b[5], &b[6], NULL, 0, 0, 1)
+        c.fld = 6
+        rd_blob(c, &b[7], &b[8], NULL, 0, 0, 1)
+        c.fld = 7
+        ap_uint16(c, &b[9], rd_uint16(c))
+        c.fld = 8
+        ap_int16(c, &b[10], rd_int16(c))
+        c.fld = 9
+        nt2 = rd_uvarint(c)
+        last2 = -1
+        for t2 in range(nt2):
+            tag2 = rd_uvarint(c)
+            tend2 = tag_start(c, tag2, last2)
+            last2 = tag2
+            c.pos = tend2
+            tag_end(c, tend2)
+            if c.err:
+                break
+    ap_list(c, &b[4], NULL, n1)
+    c.fld = 10
+    n1 = rd_arrlen(c, 1, 0)
+    for k1 in range(n1):
+        c.fld = 11
+        rd_blob(c, &b[12], &b[13], NULL, 0, 0, 1)
+        c.fld = 12
+        ap_int16(c, &b[14], rd_int16(c))
+        c.fld = 13
+        ap_int16(c, &b[15], rd_int16(c))
+        c.fld = 14
+        nt2 = rd_uvarint(c)
+        last2 = -1
+        for t2 in range(nt2):
+            tag2 = rd_uvarint(c)
+            tend2 = tag_start(c, tag2, last2)
+            last2 = tag2
+            c.pos = tend2
+            tag_end(c, tend2)
+            if c.err:
+                break
+    ap_list(c, &b[11], NULL, n1)
+    c.fld = 15
+    rd_blob(c, &b[16], &b[17], &b[18], 0, 1, 1)
+    c.fld = 16
+    ap_bool(c, &b[19], rd_bool(c))
+    c.fld = 17
+    if version <= 0:
+        ap_bool(c, &b[20], 0)
+    elif version >= 1:
+        ap_bool(c, &b[20], rd_bool(c))
+    c.fld = 18
+    ap_list(c, &b[21], NULL, 0)
+    c.fld = 19
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        if tag0 == 0 and version >= 3:
+            c.fld = 20
+            pop_list(c, &b[21], NULL)
+            n1 = rd_arrlen(c, 1, 0)
+            rd_uuids(c, &b[22], n1)
+            ap_list(c, &b[21], NULL, n1)
+        else:
+            c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 21
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_RegisterBrokerRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0, n1, k1, nt1, t1, nt2, t2, tag2, last2, tend2, nt3, t3, nt6, t6
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, &b[0], rd_int32(c))
-        c.fld = 1
-        if version <= 1:
-            ap_bool(c, &b[1], 0)
-        elif version >= 2:
-            ap_bool(c, &b[1], rd_bool(c))
-        c.fld = 2
-        rd_uuids(c, &b[2], 1)
-        c.fld = 3
-        ap_int64(c, &b[3], rd_int64(c))
-        c.fld = 4
-        n1 = rd_arrlen(c, 1, 0)
-        for k1 in range(n1):
-            c.fld = 5
-            rd_blob(c, &b[5], &b[6], NULL, 0, 0, 1)
-            c.fld = 6
-            rd_blob(c, &b[7], &b[8], NULL, 0, 0, 1)
-            c.fld = 7
-            ap_uint16(c, &b[9], rd_uint16(c))
-            c.fld = 8
-            ap_int16(c, &b[10], rd_int16(c))
-            c.fld = 9
-            nt2 = rd_uvarint(c)
-            last2 = -1
-            for t2 in range(nt2):
-                tag2 = rd_uvarint(c)
-                tend2 = tag_start(c, tag2, last2)
-                last2 = tag2
-                c.pos = tend2
-                tag_end(c, tend2)
-                if c.err:
-                    break
-        ap_list(c, &b[4], NULL, n1)
-        c.fld = 10
-        n1 = rd_arrlen(c, 1, 0)
-        for k1 in range(n1):
-            c.fld = 11
-            rd_blob(c, &b[12], &b[13], NULL, 0, 0, 1)
-            c.fld = 12
-            ap_int16(c, &b[14], rd_int16(c))
-            c.fld = 13
-            ap_int16(c, &b[15], rd_int16(c))
-            c.fld = 14
-            nt2 = rd_uvarint(c)
-            last2 = -1
-            for t2 in range(nt2):
-                tag2 = rd_uvarint(c)
-                tend2 = tag_start(c, tag2, last2)
-                last2 = tag2
-                c.pos = tend2
-                tag_end(c, tend2)
-                if c.err:
-                    break
-        ap_list(c, &b[11], NULL, n1)
-        c.fld = 15
-        rd_blob(c, &b[16], &b[17], &b[18], 0, 1, 1)
-        c.fld = 16
-        ap_bool(c, &b[19], rd_bool(c))
-        c.fld = 17
-        if version <= 0:
-            ap_bool(c, &b[20], 0)
-        elif version >= 1:
-            ap_bool(c, &b[20], rd_bool(c))
-        c.fld = 18
-        ap_list(c, &b[21], NULL, 0)
-        c.fld = 19
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            if tag0 == 0 and version >= 3:
-                c.fld = 20
-                pop_list(c, &b[21], NULL)
-                n1 = rd_arrlen(c, 1, 0)
-                rd_uuids(c, &b[22], n1)
-                ap_list(c, &b[21], NULL, n1)
-            else:
-                c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 21
-            fail(c, 10)
-        if c.err:
+        if _rec_RegisterBrokerRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- UnregisterBrokerRecord (apiKey 1)
 
+cdef inline int _rec_UnregisterBrokerRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    ap_int32(c, &b[0], rd_int32(c))
+    c.fld = 1
+    ap_int64(c, &b[1], rd_int64(c))
+    c.fld = 2
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_UnregisterBrokerRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0, nt3, t3, nt6, t6
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, &b[0], rd_int32(c))
-        c.fld = 1
-        ap_int64(c, &b[1], rd_int64(c))
-        c.fld = 2
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_UnregisterBrokerRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- TopicRecord (apiKey 2)
 
+cdef inline int _rec_TopicRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    rd_blob(c, &b[0], &b[1], NULL, 0, 0, 1)
+    c.fld = 1
+    rd_uuids(c, &b[2], 1)
+    c.fld = 2
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_TopicRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_blob(c, &b[0], &b[1], NULL, 0, 0, 1)
-        c.fld = 1
-        rd_uuids(c, &b[2], 1)
-        c.fld = 2
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_TopicRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- PartitionRecord (apiKey 3)
 
+cdef inline int _rec_PartitionRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, n1, nt0, t0, tag0, tend0
+    c.fld = 0
+    ap_int32(c, &b[0], rd_int32(c))
+    c.fld = 1
+    rd_uuids(c, &b[1], 1)
+    c.fld = 2
+    n1 = rd_arrlen(c, 1, 0)
+    rd_int32s(c, &b[3], n1)
+    ap_list(c, &b[2], NULL, n1)
+    c.fld = 3
+    n1 = rd_arrlen(c, 1, 0)
+    rd_int32s(c, &b[5], n1)
+    ap_list(c, &b[4], NULL, n1)
+    c.fld = 4
+    n1 = rd_arrlen(c, 1, 0)
+    rd_int32s(c, &b[7], n1)
+    ap_list(c, &b[6], NULL, n1)
+    c.fld = 5
+    n1 = rd_arrlen(c, 1, 0)
+    rd_int32s(c, &b[9], n1)
+    ap_list(c, &b[8], NULL, n1)
+    c.fld = 6
+    ap_int32(c, &b[10], rd_int32(c))
+    c.fld = 7
+    ap_int8(c, &b[11], 0)
+    c.fld = 8
+    ap_int32(c, &b[12], rd_int32(c))
+    c.fld = 9
+    ap_int32(c, &b[13], rd_int32(c))
+    c.fld = 10
+    if version <= 0:
+        ap_list(c, &b[14], NULL, 0)
+    elif version >= 1:
+        n1 = rd_arrlen(c, 1, 0)
+        rd_uuids(c, &b[15], n1)
+        ap_list(c, &b[14], NULL, n1)
+    c.fld = 11
+    ap_list(c, &b[16], &b[17], -1)
+    c.fld = 12
+    ap_list(c, &b[19], &b[20], -1)
+    c.fld = 13
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        if tag0 == 0:
+            c.fld = 14
+            pop(c, &b[11], 1)
+            ap_int8(c, &b[11], rd_int8(c))
+        elif tag0 == 1 and version >= 2:
+            c.fld = 15
+            pop_list(c, &b[16], &b[17])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, &b[18], n1)
+            ap_list(c, &b[16], &b[17], n1)
+        elif tag0 == 2 and version >= 2:
+            c.fld = 16
+            pop_list(c, &b[19], &b[20])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, &b[21], n1)
+            ap_list(c, &b[19], &b[20], n1)
+        else:
+            c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 17
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_PartitionRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0, n1, nt3, t3
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, &b[0], rd_int32(c))
-        c.fld = 1
-        rd_uuids(c, &b[1], 1)
-        c.fld = 2
-        n1 = rd_arrlen(c, 1, 0)
-        rd_int32s(c, &b[3], n1)
-        ap_list(c, &b[2], NULL, n1)
-        c.fld = 3
-        n1 = rd_arrlen(c, 1, 0)
-        rd_int32s(c, &b[5], n1)
-        ap_list(c, &b[4], NULL, n1)
-        c.fld = 4
-        n1 = rd_arrlen(c, 1, 0)
-        rd_int32s(c, &b[7], n1)
-        ap_list(c, &b[6], NULL, n1)
-        c.fld = 5
-        n1 = rd_arrlen(c, 1, 0)
-        rd_int32s(c, &b[9], n1)
-        ap_list(c, &b[8], NULL, n1)
-        c.fld = 6
-        ap_int32(c, &b[10], rd_int32(c))
-        c.fld = 7
-        ap_int8(c, &b[11], 0)
-        c.fld = 8
-        ap_int32(c, &b[12], rd_int32(c))
-        c.fld = 9
-        ap_int32(c, &b[13], rd_int32(c))
-        c.fld = 10
-        if version <= 0:
-            ap_list(c, &b[14], NULL, 0)
-        elif version >= 1:
-            n1 = rd_arrlen(c, 1, 0)
-            rd_uuids(c, &b[15], n1)
-            ap_list(c, &b[14], NULL, n1)
-        c.fld = 11
-        ap_list(c, &b[16], &b[17], -1)
-        c.fld = 12
-        ap_list(c, &b[19], &b[20], -1)
-        c.fld = 13
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            if tag0 == 0:
-                c.fld = 14
-                pop(c, &b[11], 1)
-                ap_int8(c, &b[11], rd_int8(c))
-            elif tag0 == 1 and version >= 2:
-                c.fld = 15
-                pop_list(c, &b[16], &b[17])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, &b[18], n1)
-                ap_list(c, &b[16], &b[17], n1)
-            elif tag0 == 2 and version >= 2:
-                c.fld = 16
-                pop_list(c, &b[19], &b[20])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, &b[21], n1)
-                ap_list(c, &b[19], &b[20], n1)
-            else:
-                c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 17
-            fail(c, 10)
-        if c.err:
+        if _rec_PartitionRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- ConfigRecord (apiKey 4)
 
+cdef inline int _rec_ConfigRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    ap_int8(c, &b[0], rd_int8(c))
+    c.fld = 1
+    rd_blob(c, &b[1], &b[2], NULL, 0, 0, 1)
+    c.fld = 2
+    rd_blob(c, &b[3], &b[4], NULL, 0, 0, 1)
+    c.fld = 3
+    rd_blob(c, &b[5], &b[6], &b[7], 0, 1, 1)
+    c.fld = 4
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 5
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_ConfigRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int8(c, &b[0], rd_int8(c))
-        c.fld = 1
-        rd_blob(c, &b[1], &b[2], NULL, 0, 0, 1)
-        c.fld = 2
-        rd_blob(c, &b[3], &b[4], NULL, 0, 0, 1)
-        c.fld = 3
-        rd_blob(c, &b[5], &b[6], &b[7], 0, 1, 1)
-        c.fld = 4
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 5
-            fail(c, 10)
-        if c.err:
+        if _rec_ConfigRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- PartitionChangeRecord (apiKey 5)
 
+cdef inline int _rec_PartitionChangeRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, n1, nt0, t0, tag0, tend0
+    c.fld = 0
+    ap_int32(c, &b[0], rd_int32(c))
+    c.fld = 1
+    rd_uuids(c, &b[1], 1)
+    c.fld = 2
+    ap_list(c, &b[2], &b[3], -1)
+    c.fld = 3
+    ap_int32(c, &b[5], -2)
+    c.fld = 4
+    ap_list(c, &b[6], &b[7], -1)
+    c.fld = 5
+    ap_list(c, &b[9], &b[10], -1)
+    c.fld = 6
+    ap_list(c, &b[12], &b[13], -1)
+    c.fld = 7
+    ap_int8(c, &b[15], -1)
+    c.fld = 8
+    ap_list(c, &b[16], &b[17], -1)
+    c.fld = 9
+    ap_list(c, &b[19], &b[20], -1)
+    c.fld = 10
+    ap_list(c, &b[22], &b[23], -1)
+    c.fld = 11
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        if tag0 == 0:
+            c.fld = 12
+            pop_list(c, &b[2], &b[3])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, &b[4], n1)
+            ap_list(c, &b[2], &b[3], n1)
+        elif tag0 == 1:
+            c.fld = 13
+            pop(c, &b[5], 4)
+            ap_int32(c, &b[5], rd_int32(c))
+        elif tag0 == 2:
+            c.fld = 14
+            pop_list(c, &b[6], &b[7])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, &b[8], n1)
+            ap_list(c, &b[6], &b[7], n1)
+        elif tag0 == 3:
+            c.fld = 15
+            pop_list(c, &b[9], &b[10])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, &b[11], n1)
+            ap_list(c, &b[9], &b[10], n1)
+        elif tag0 == 4:
+            c.fld = 16
+            pop_list(c, &b[12], &b[13])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, &b[14], n1)
+            ap_list(c, &b[12], &b[13], n1)
+        elif tag0 == 5:
+            c.fld = 17
+            pop(c, &b[15], 1)
+            ap_int8(c, &b[15], rd_int8(c))
+        elif tag0 == 6 and version >= 2:
+            c.fld = 18
+            pop_list(c, &b[19], &b[20])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, &b[21], n1)
+            ap_list(c, &b[19], &b[20], n1)
+        elif tag0 == 7 and version >= 2:
+            c.fld = 19
+            pop_list(c, &b[22], &b[23])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, &b[24], n1)
+            ap_list(c, &b[22], &b[23], n1)
+        elif tag0 == 8 and version >= 1:
+            c.fld = 20
+            pop_list(c, &b[16], &b[17])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_uuids(c, &b[18], n1)
+            ap_list(c, &b[16], &b[17], n1)
+        else:
+            c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 21
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_PartitionChangeRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0, n1, nt3, t3
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, &b[0], rd_int32(c))
-        c.fld = 1
-        rd_uuids(c, &b[1], 1)
-        c.fld = 2
-        ap_list(c, &b[2], &b[3], -1)
-        c.fld = 3
-        ap_int32(c, &b[5], -2)
-        c.fld = 4
-        ap_list(c, &b[6], &b[7], -1)
-        c.fld = 5
-        ap_list(c, &b[9], &b[10], -1)
-        c.fld = 6
-        ap_list(c, &b[12], &b[13], -1)
-        c.fld = 7
-        ap_int8(c, &b[15], -1)
-        c.fld = 8
-        ap_list(c, &b[16], &b[17], -1)
-        c.fld = 9
-        ap_list(c, &b[19], &b[20], -1)
-        c.fld = 10
-        ap_list(c, &b[22], &b[23], -1)
-        c.fld = 11
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            if tag0 == 0:
-                c.fld = 12
-                pop_list(c, &b[2], &b[3])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, &b[4], n1)
-                ap_list(c, &b[2], &b[3], n1)
-            elif tag0 == 1:
-                c.fld = 13
-                pop(c, &b[5], 4)
-                ap_int32(c, &b[5], rd_int32(c))
-            elif tag0 == 2:
-                c.fld = 14
-                pop_list(c, &b[6], &b[7])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, &b[8], n1)
-                ap_list(c, &b[6], &b[7], n1)
-            elif tag0 == 3:
-                c.fld = 15
-                pop_list(c, &b[9], &b[10])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, &b[11], n1)
-                ap_list(c, &b[9], &b[10], n1)
-            elif tag0 == 4:
-                c.fld = 16
-                pop_list(c, &b[12], &b[13])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, &b[14], n1)
-                ap_list(c, &b[12], &b[13], n1)
-            elif tag0 == 5:
-                c.fld = 17
-                pop(c, &b[15], 1)
-                ap_int8(c, &b[15], rd_int8(c))
-            elif tag0 == 6 and version >= 2:
-                c.fld = 18
-                pop_list(c, &b[19], &b[20])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, &b[21], n1)
-                ap_list(c, &b[19], &b[20], n1)
-            elif tag0 == 7 and version >= 2:
-                c.fld = 19
-                pop_list(c, &b[22], &b[23])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, &b[24], n1)
-                ap_list(c, &b[22], &b[23], n1)
-            elif tag0 == 8 and version >= 1:
-                c.fld = 20
-                pop_list(c, &b[16], &b[17])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_uuids(c, &b[18], n1)
-                ap_list(c, &b[16], &b[17], n1)
-            else:
-                c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 21
-            fail(c, 10)
-        if c.err:
+        if _rec_PartitionChangeRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- FenceBrokerRecord (apiKey 7)
 
+cdef inline int _rec_FenceBrokerRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    ap_int32(c, &b[0], rd_int32(c))
+    c.fld = 1
+    ap_int64(c, &b[1], rd_int64(c))
+    c.fld = 2
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_FenceBrokerRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0, nt3, t3, nt6, t6
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, &b[0], rd_int32(c))
-        c.fld = 1
-        ap_int64(c, &b[1], rd_int64(c))
-        c.fld = 2
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_FenceBrokerRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- UnfenceBrokerRecord (apiKey 8)
 
+cdef inline int _rec_UnfenceBrokerRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    ap_int32(c, &b[0], rd_int32(c))
+    c.fld = 1
+    ap_int64(c, &b[1], rd_int64(c))
+    c.fld = 2
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_UnfenceBrokerRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0, nt3, t3, nt6, t6
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, &b[0], rd_int32(c))
-        c.fld = 1
-        ap_int64(c, &b[1], rd_int64(c))
-        c.fld = 2
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_UnfenceBrokerRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- RemoveTopicRecord (apiKey 9)
 
+cdef inline int _rec_RemoveTopicRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    rd_uuids(c, &b[0], 1)
+    c.fld = 1
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 2
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_RemoveTopicRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_uuids(c, &b[0], 1)
-        c.fld = 1
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 2
-            fail(c, 10)
-        if c.err:
+        if _rec_RemoveTopicRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- DelegationTokenRecord (apiKey 10)
 
+cdef inline int _rec_DelegationTokenRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t k1, last0, n1, nt0, t0, tag0, tend0
+    c.fld = 0
+    rd_blob(c, &b[0], &b[1], NULL, 0, 0, 1)
+    c.fld = 1
+    rd_blob(c, &b[2], &b[3], NULL, 0, 0, 1)
+    c.fld = 2
+    n1 = rd_arrlen(c, 1, 0)
+    for k1 in range(n1):
+        rd_blob(c, &b[5], &b[6], NULL, 0, 0, 1)
+    ap_list(c, &b[4], NULL, n1)
+    c.fld = 3
+    ap_int64(c, &b[7], rd_int64(c))
+    c.fld = 4
+    ap_int64(c, &b[8], rd_int64(c))
+    c.fld = 5
+    ap_int64(c, &b[9], rd_int64(c))
+    c.fld = 6
+    rd_blob(c, &b[10], &b[11], NULL, 0, 0, 1)
+    c.fld = 7
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 8
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_DelegationTokenRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0, n1, k1, nt6, t6
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_blob(c, &b[0], &b[1], NULL, 0, 0, 1)
-        c.fld = 1
-        rd_blob(c, &b[2], &b[3], NULL, 0, 0, 1)
-        c.fld = 2
-        n1 = rd_arrlen(c, 1, 0)
-        for k1 in range(n1):
-            rd_blob(c, &b[5], &b[6], NULL, 0, 0, 1)
-        ap_list(c, &b[4], NULL, n1)
-        c.fld = 3
-        ap_int64(c, &b[7], rd_int64(c))
-        c.fld = 4
-        ap_int64(c, &b[8], rd_int64(c))
-        c.fld = 5
-        ap_int64(c, &b[9], rd_int64(c))
-        c.fld = 6
-        rd_blob(c, &b[10], &b[11], NULL, 0, 0, 1)
-        c.fld = 7
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 8
-            fail(c, 10)
-        if c.err:
+        if _rec_DelegationTokenRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- UserScramCredentialRecord (apiKey 11)
 
+cdef inline int _rec_UserScramCredentialRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    rd_blob(c, &b[0], &b[1], NULL, 0, 0, 1)
+    c.fld = 1
+    ap_int8(c, &b[2], rd_int8(c))
+    c.fld = 2
+    rd_blob(c, &b[3], &b[4], NULL, 0, 0, 0)
+    c.fld = 3
+    rd_blob(c, &b[5], &b[6], NULL, 0, 0, 0)
+    c.fld = 4
+    rd_blob(c, &b[7], &b[8], NULL, 0, 0, 0)
+    c.fld = 5
+    ap_int32(c, &b[9], rd_int32(c))
+    c.fld = 6
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 7
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_UserScramCredentialRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0, nt3, t3
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_blob(c, &b[0], &b[1], NULL, 0, 0, 1)
-        c.fld = 1
-        ap_int8(c, &b[2], rd_int8(c))
-        c.fld = 2
-        rd_blob(c, &b[3], &b[4], NULL, 0, 0, 0)
-        c.fld = 3
-        rd_blob(c, &b[5], &b[6], NULL, 0, 0, 0)
-        c.fld = 4
-        rd_blob(c, &b[7], &b[8], NULL, 0, 0, 0)
-        c.fld = 5
-        ap_int32(c, &b[9], rd_int32(c))
-        c.fld = 6
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 7
-            fail(c, 10)
-        if c.err:
+        if _rec_UserScramCredentialRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- FeatureLevelRecord (apiKey 12)
 
+cdef inline int _rec_FeatureLevelRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    rd_blob(c, &b[0], &b[1], NULL, 0, 0, 1)
+    c.fld = 1
+    ap_int16(c, &b[2], rd_int16(c))
+    c.fld = 2
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_FeatureLevelRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0, nt1, t1
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_blob(c, &b[0], &b[1], NULL, 0, 0, 1)
-        c.fld = 1
-        ap_int16(c, &b[2], rd_int16(c))
-        c.fld = 2
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_FeatureLevelRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- ClientQuotaRecord (apiKey 14)
 
+cdef inline int _rec_ClientQuotaRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t k1, last0, last2, n1, nt0, nt2, t0, t2, tag0, tag2, tend0, tend2
+    c.fld = 0
+    n1 = rd_arrlen(c, 1, 0)
+    for k1 in range(n1):
+        c.fld = 1
+        rd_blob(c, &b[1], &b[2], NULL, 0, 0, 1)
+        c.fld = 2
+        rd_blob(c, &b[3], &b[4], &b[5], 0, 1, 1)
+        c.fld = 3
+        nt2 = rd_uvarint(c)
+        last2 = -1
+        for t2 in range(nt2):
+            tag2 = rd_uvarint(c)
+            tend2 = tag_start(c, tag2, last2)
+            last2 = tag2
+            c.pos = tend2
+            tag_end(c, tend2)
+            if c.err:
+                break
+    ap_list(c, &b[0], NULL, n1)
+    c.fld = 4
+    rd_blob(c, &b[6], &b[7], NULL, 0, 0, 1)
+    c.fld = 5
+    ap_float64(c, &b[8], rd_float64(c))
+    c.fld = 6
+    ap_bool(c, &b[9], rd_bool(c))
+    c.fld = 7
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 8
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_ClientQuotaRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0, n1, k1, nt2, t2, tag2, last2, tend2, t6
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        n1 = rd_arrlen(c, 1, 0)
-        for k1 in range(n1):
-            c.fld = 1
-            rd_blob(c, &b[1], &b[2], NULL, 0, 0, 1)
-            c.fld = 2
-            rd_blob(c, &b[3], &b[4], &b[5], 0, 1, 1)
-            c.fld = 3
-            nt2 = rd_uvarint(c)
-            last2 = -1
-            for t2 in range(nt2):
-                tag2 = rd_uvarint(c)
-                tend2 = tag_start(c, tag2, last2)
-                last2 = tag2
-                c.pos = tend2
-                tag_end(c, tend2)
-                if c.err:
-                    break
-        ap_list(c, &b[0], NULL, n1)
-        c.fld = 4
-        rd_blob(c, &b[6], &b[7], NULL, 0, 0, 1)
-        c.fld = 5
-        ap_float64(c, &b[8], rd_float64(c))
-        c.fld = 6
-        ap_bool(c, &b[9], rd_bool(c))
-        c.fld = 7
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 8
-            fail(c, 10)
-        if c.err:
+        if _rec_ClientQuotaRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- ProducerIdsRecord (apiKey 15)
 
+cdef inline int _rec_ProducerIdsRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    ap_int32(c, &b[0], rd_int32(c))
+    c.fld = 1
+    ap_int64(c, &b[1], rd_int64(c))
+    c.fld = 2
+    ap_int64(c, &b[2], rd_int64(c))
+    c.fld = 3
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 4
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_ProducerIdsRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0, nt3, t3, nt6, t6
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, &b[0], rd_int32(c))
-        c.fld = 1
-        ap_int64(c, &b[1], rd_int64(c))
-        c.fld = 2
-        ap_int64(c, &b[2], rd_int64(c))
-        c.fld = 3
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 4
-            fail(c, 10)
-        if c.err:
+        if _rec_ProducerIdsRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- BrokerRegistrationChangeRecord (apiKey 17)
 
+cdef inline int _rec_BrokerRegistrationChangeRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, n1, nt0, t0, tag0, tend0
+    c.fld = 0
+    ap_int32(c, &b[0], rd_int32(c))
+    c.fld = 1
+    ap_int64(c, &b[1], rd_int64(c))
+    c.fld = 2
+    ap_int8(c, &b[2], 0)
+    c.fld = 3
+    ap_int8(c, &b[3], 0)
+    c.fld = 4
+    ap_list(c, &b[4], NULL, 0)
+    c.fld = 5
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        if tag0 == 0:
+            c.fld = 6
+            pop(c, &b[2], 1)
+            ap_int8(c, &b[2], rd_int8(c))
+        elif tag0 == 1 and version >= 1:
+            c.fld = 7
+            pop(c, &b[3], 1)
+            ap_int8(c, &b[3], rd_int8(c))
+        elif tag0 == 2 and version >= 2:
+            c.fld = 8
+            pop_list(c, &b[4], NULL)
+            n1 = rd_arrlen(c, 1, 0)
+            rd_uuids(c, &b[5], n1)
+            ap_list(c, &b[4], NULL, n1)
+        else:
+            c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 9
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_BrokerRegistrationChangeRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0, n1, nt3, t3, nt6, t6
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, &b[0], rd_int32(c))
-        c.fld = 1
-        ap_int64(c, &b[1], rd_int64(c))
-        c.fld = 2
-        ap_int8(c, &b[2], 0)
-        c.fld = 3
-        ap_int8(c, &b[3], 0)
-        c.fld = 4
-        ap_list(c, &b[4], NULL, 0)
-        c.fld = 5
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            if tag0 == 0:
-                c.fld = 6
-                pop(c, &b[2], 1)
-                ap_int8(c, &b[2], rd_int8(c))
-            elif tag0 == 1 and version >= 1:
-                c.fld = 7
-                pop(c, &b[3], 1)
-                ap_int8(c, &b[3], rd_int8(c))
-            elif tag0 == 2 and version >= 2:
-                c.fld = 8
-                pop_list(c, &b[4], NULL)
-                n1 = rd_arrlen(c, 1, 0)
-                rd_uuids(c, &b[5], n1)
-                ap_list(c, &b[4], NULL, n1)
-            else:
-                c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 9
-            fail(c, 10)
-        if c.err:
+        if _rec_BrokerRegistrationChangeRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- AccessControlEntryRecord (apiKey 18)
 
+cdef inline int _rec_AccessControlEntryRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    rd_uuids(c, &b[0], 1)
+    c.fld = 1
+    ap_int8(c, &b[1], rd_int8(c))
+    c.fld = 2
+    rd_blob(c, &b[2], &b[3], NULL, 0, 0, 1)
+    c.fld = 3
+    ap_int8(c, &b[4], rd_int8(c))
+    c.fld = 4
+    rd_blob(c, &b[5], &b[6], NULL, 0, 0, 1)
+    c.fld = 5
+    rd_blob(c, &b[7], &b[8], NULL, 0, 0, 1)
+    c.fld = 6
+    ap_int8(c, &b[9], rd_int8(c))
+    c.fld = 7
+    ap_int8(c, &b[10], rd_int8(c))
+    c.fld = 8
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 9
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_AccessControlEntryRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_uuids(c, &b[0], 1)
-        c.fld = 1
-        ap_int8(c, &b[1], rd_int8(c))
-        c.fld = 2
-        rd_blob(c, &b[2], &b[3], NULL, 0, 0, 1)
-        c.fld = 3
-        ap_int8(c, &b[4], rd_int8(c))
-        c.fld = 4
-        rd_blob(c, &b[5], &b[6], NULL, 0, 0, 1)
-        c.fld = 5
-        rd_blob(c, &b[7], &b[8], NULL, 0, 0, 1)
-        c.fld = 6
-        ap_int8(c, &b[9], rd_int8(c))
-        c.fld = 7
-        ap_int8(c, &b[10], rd_int8(c))
-        c.fld = 8
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 9
-            fail(c, 10)
-        if c.err:
+        if _rec_AccessControlEntryRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- RemoveAccessControlEntryRecord (apiKey 19)
 
+cdef inline int _rec_RemoveAccessControlEntryRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    rd_uuids(c, &b[0], 1)
+    c.fld = 1
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 2
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_RemoveAccessControlEntryRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_uuids(c, &b[0], 1)
-        c.fld = 1
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 2
-            fail(c, 10)
-        if c.err:
+        if _rec_RemoveAccessControlEntryRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- NoOpRecord (apiKey 20)
 
+cdef inline int _rec_NoOpRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 1
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_NoOpRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 1
-            fail(c, 10)
-        if c.err:
+        if _rec_NoOpRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- ZkMigrationStateRecord (apiKey 21)
 
+cdef inline int _rec_ZkMigrationStateRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    ap_int8(c, &b[0], rd_int8(c))
+    c.fld = 1
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 2
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_ZkMigrationStateRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int8(c, &b[0], rd_int8(c))
-        c.fld = 1
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 2
-            fail(c, 10)
-        if c.err:
+        if _rec_ZkMigrationStateRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- RemoveUserScramCredentialRecord (apiKey 22)
 
+cdef inline int _rec_RemoveUserScramCredentialRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    rd_blob(c, &b[0], &b[1], NULL, 0, 0, 1)
+    c.fld = 1
+    ap_int8(c, &b[2], rd_int8(c))
+    c.fld = 2
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_RemoveUserScramCredentialRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_blob(c, &b[0], &b[1], NULL, 0, 0, 1)
-        c.fld = 1
-        ap_int8(c, &b[2], rd_int8(c))
-        c.fld = 2
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_RemoveUserScramCredentialRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- BeginTransactionRecord (apiKey 23)
 
+cdef inline int _rec_BeginTransactionRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    ap_blob_null(c, &b[0], &b[2])
+    c.fld = 1
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        if tag0 == 0:
+            c.fld = 2
+            pop_blob(c, &b[0], &b[1], &b[2])
+            rd_blob(c, &b[0], &b[1], &b[2], 0, 1, 1)
+        else:
+            c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_BeginTransactionRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_blob_null(c, &b[0], &b[2])
-        c.fld = 1
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            if tag0 == 0:
-                c.fld = 2
-                pop_blob(c, &b[0], &b[1], &b[2])
-                rd_blob(c, &b[0], &b[1], &b[2], 0, 1, 1)
-            else:
-                c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_BeginTransactionRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- EndTransactionRecord (apiKey 24)
 
+cdef inline int _rec_EndTransactionRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 1
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_EndTransactionRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 1
-            fail(c, 10)
-        if c.err:
+        if _rec_EndTransactionRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- AbortTransactionRecord (apiKey 25)
 
+cdef inline int _rec_AbortTransactionRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    ap_blob_null(c, &b[0], &b[2])
+    c.fld = 1
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        if tag0 == 0:
+            c.fld = 2
+            pop_blob(c, &b[0], &b[1], &b[2])
+            rd_blob(c, &b[0], &b[1], &b[2], 0, 1, 1)
+        else:
+            c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_AbortTransactionRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_blob_null(c, &b[0], &b[2])
-        c.fld = 1
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            if tag0 == 0:
-                c.fld = 2
-                pop_blob(c, &b[0], &b[1], &b[2])
-                rd_blob(c, &b[0], &b[1], &b[2], 0, 1, 1)
-            else:
-                c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_AbortTransactionRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- RemoveDelegationTokenRecord (apiKey 26)
 
+cdef inline int _rec_RemoveDelegationTokenRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    rd_blob(c, &b[0], &b[1], NULL, 0, 0, 1)
+    c.fld = 1
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 2
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_RemoveDelegationTokenRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_blob(c, &b[0], &b[1], NULL, 0, 0, 1)
-        c.fld = 1
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 2
-            fail(c, 10)
-        if c.err:
+        if _rec_RemoveDelegationTokenRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- RegisterControllerRecord (apiKey 27)
 
+cdef inline int _rec_RegisterControllerRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t k1, last0, last2, n1, nt0, nt2, t0, t2, tag0, tag2, tend0, tend2
+    c.fld = 0
+    ap_int32(c, &b[0], rd_int32(c))
+    c.fld = 1
+    rd_uuids(c, &b[1], 1)
+    c.fld = 2
+    ap_bool(c, &b[2], rd_bool(c))
+    c.fld = 3
+    n1 = rd_arrlen(c, 1, 0)
+    for k1 in range(n1):
+        c.fld = 4
+        rd_blob(c, &b[4], &b[5], NULL, 0, 0, 1)
+        c.fld = 5
+        rd_blob(c, &b[6], &b[7], NULL, 0, 0, 1)
+        c.fld = 6
+        ap_uint16(c, &b[8], rd_uint16(c))
+        c.fld = 7
+        ap_int16(c, &b[9], rd_int16(c))
+        c.fld = 8
+        nt2 = rd_uvarint(c)
+        last2 = -1
+        for t2 in range(nt2):
+            tag2 = rd_uvarint(c)
+            tend2 = tag_start(c, tag2, last2)
+            last2 = tag2
+            c.pos = tend2
+            tag_end(c, tend2)
+            if c.err:
+                break
+    ap_list(c, &b[3], NULL, n1)
+    c.fld = 9
+    n1 = rd_arrlen(c, 1, 0)
+    for k1 in range(n1):
+        c.fld = 10
+        rd_blob(c, &b[11], &b[12], NULL, 0, 0, 1)
+        c.fld = 11
+        ap_int16(c, &b[13], rd_int16(c))
+        c.fld = 12
+        ap_int16(c, &b[14], rd_int16(c))
+        c.fld = 13
+        nt2 = rd_uvarint(c)
+        last2 = -1
+        for t2 in range(nt2):
+            tag2 = rd_uvarint(c)
+            tend2 = tag_start(c, tag2, last2)
+            last2 = tag2
+            c.pos = tend2
+            tag_end(c, tend2)
+            if c.err:
+                break
+    ap_list(c, &b[10], NULL, n1)
+    c.fld = 14
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 15
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_RegisterControllerRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0, n1, k1, nt1, t1, nt2, t2, tag2, last2, tend2, nt3, t3
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, &b[0], rd_int32(c))
-        c.fld = 1
-        rd_uuids(c, &b[1], 1)
-        c.fld = 2
-        ap_bool(c, &b[2], rd_bool(c))
-        c.fld = 3
-        n1 = rd_arrlen(c, 1, 0)
-        for k1 in range(n1):
-            c.fld = 4
-            rd_blob(c, &b[4], &b[5], NULL, 0, 0, 1)
-            c.fld = 5
-            rd_blob(c, &b[6], &b[7], NULL, 0, 0, 1)
-            c.fld = 6
-            ap_uint16(c, &b[8], rd_uint16(c))
-            c.fld = 7
-            ap_int16(c, &b[9], rd_int16(c))
-            c.fld = 8
-            nt2 = rd_uvarint(c)
-            last2 = -1
-            for t2 in range(nt2):
-                tag2 = rd_uvarint(c)
-                tend2 = tag_start(c, tag2, last2)
-                last2 = tag2
-                c.pos = tend2
-                tag_end(c, tend2)
-                if c.err:
-                    break
-        ap_list(c, &b[3], NULL, n1)
-        c.fld = 9
-        n1 = rd_arrlen(c, 1, 0)
-        for k1 in range(n1):
-            c.fld = 10
-            rd_blob(c, &b[11], &b[12], NULL, 0, 0, 1)
-            c.fld = 11
-            ap_int16(c, &b[13], rd_int16(c))
-            c.fld = 12
-            ap_int16(c, &b[14], rd_int16(c))
-            c.fld = 13
-            nt2 = rd_uvarint(c)
-            last2 = -1
-            for t2 in range(nt2):
-                tag2 = rd_uvarint(c)
-                tend2 = tag_start(c, tag2, last2)
-                last2 = tag2
-                c.pos = tend2
-                tag_end(c, tend2)
-                if c.err:
-                    break
-        ap_list(c, &b[10], NULL, n1)
-        c.fld = 14
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 15
-            fail(c, 10)
-        if c.err:
+        if _rec_RegisterControllerRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- ClearElrRecord (apiKey 28)
 
+cdef inline int _rec_ClearElrRecord(Cur* c, Buf* b, int version) noexcept nogil:
+    cdef int64_t last0, nt0, t0, tag0, tend0
+    c.fld = 0
+    rd_blob(c, &b[0], &b[1], NULL, 0, 0, 1)
+    c.fld = 1
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 2
+        fail(c, 10)
+    return c.err
+
+
 cdef int64_t _dec_ClearElrRecord(Cur* c, Buf* b, const int64_t* bpos, const int64_t* bend, const int16_t* vers, const int64_t* rows, int64_t m) noexcept nogil:
-    cdef int64_t nt0, t0, tag0, last0, tend0
     cdef int64_t j, i
-    cdef int version
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_blob(c, &b[0], &b[1], NULL, 0, 0, 1)
-        c.fld = 1
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 2
-            fail(c, 10)
-        if c.err:
+        if _rec_ClearElrRecord(c, b, vers[i]):
             return j
     return -1
 
@@ -1725,6 +1778,12 @@ ERRORS = {
 }
 
 
+#: the highest apiKey with a decoder
+MAX_API_KEY = 28
+
+cdef enum:
+    _NKEYS = 29
+
 cdef decfn _decoder(int api_key) noexcept:
     if api_key == 0:
         return _dec_RegisterBrokerRecord
@@ -1778,6 +1837,62 @@ cdef decfn _decoder(int api_key) noexcept:
         return _dec_RegisterControllerRecord
     if api_key == 28:
         return _dec_ClearElrRecord
+    return NULL
+
+
+cdef recfn _record_decoder(int api_key) noexcept:
+    if api_key == 0:
+        return _rec_RegisterBrokerRecord
+    if api_key == 1:
+        return _rec_UnregisterBrokerRecord
+    if api_key == 2:
+        return _rec_TopicRecord
+    if api_key == 3:
+        return _rec_PartitionRecord
+    if api_key == 4:
+        return _rec_ConfigRecord
+    if api_key == 5:
+        return _rec_PartitionChangeRecord
+    if api_key == 7:
+        return _rec_FenceBrokerRecord
+    if api_key == 8:
+        return _rec_UnfenceBrokerRecord
+    if api_key == 9:
+        return _rec_RemoveTopicRecord
+    if api_key == 10:
+        return _rec_DelegationTokenRecord
+    if api_key == 11:
+        return _rec_UserScramCredentialRecord
+    if api_key == 12:
+        return _rec_FeatureLevelRecord
+    if api_key == 14:
+        return _rec_ClientQuotaRecord
+    if api_key == 15:
+        return _rec_ProducerIdsRecord
+    if api_key == 17:
+        return _rec_BrokerRegistrationChangeRecord
+    if api_key == 18:
+        return _rec_AccessControlEntryRecord
+    if api_key == 19:
+        return _rec_RemoveAccessControlEntryRecord
+    if api_key == 20:
+        return _rec_NoOpRecord
+    if api_key == 21:
+        return _rec_ZkMigrationStateRecord
+    if api_key == 22:
+        return _rec_RemoveUserScramCredentialRecord
+    if api_key == 23:
+        return _rec_BeginTransactionRecord
+    if api_key == 24:
+        return _rec_EndTransactionRecord
+    if api_key == 25:
+        return _rec_AbortTransactionRecord
+    if api_key == 26:
+        return _rec_RemoveDelegationTokenRecord
+    if api_key == 27:
+        return _rec_RegisterControllerRecord
+    if api_key == 28:
+        return _rec_ClearElrRecord
     return NULL
 
 _DTYPES = {"int8": np.int8, "int16": np.int16, "uint16": np.uint16, "int32": np.int32, "uint32": np.uint32,
@@ -1863,3 +1978,137 @@ def decode_type(api_key, const uint8_t[::1] data, const int64_t[::1] body_pos, c
         for k in range(nb):
             free(b[k].d)
         free(b)
+
+
+cdef list _finish_all(tuple kinds, Buf* b):
+    """The buffers as numpy arrays (copies), in LAYOUTS order."""
+    cdef list out = []
+    cdef int64_t k
+    cdef uint8_t[::1] dst
+    for k in range(len(kinds)):
+        kind = kinds[k][0]
+        raw = np.empty(b[k].n, dtype=np.uint8)
+        if b[k].n:
+            dst = raw
+            memcpy(&dst[0], b[k].d, b[k].n)
+        a = raw.view(_DTYPES[kind])
+        out.append(a.reshape(-1, 16) if kind == "uuid" else a)
+    return out
+
+
+cdef Buf* _alloc_bufs(tuple kinds, int64_t m) except NULL:
+    """Column buffers for m records of one type (grown on demand); free with _free_bufs."""
+    cdef int64_t nb = len(kinds), k, size
+    cdef Buf* b = <Buf*>malloc(sizeof(Buf) * (nb if nb else 1))
+    if b == NULL:
+        raise MemoryError()
+    for k in range(nb):
+        b[k].d = NULL
+        b[k].n = 0
+        b[k].cap = 0
+    for k in range(nb):
+        kind, top = kinds[k]
+        size = _SIZES[kind]
+        b[k].cap = (m * size if top else (m * size) // 2) + 64
+        b[k].d = <uint8_t*>malloc(b[k].cap)
+        if b[k].d == NULL:
+            _free_bufs(b, nb)
+            raise MemoryError()
+        if kind == "offsets":
+            (<int32_t*>b[k].d)[0] = 0
+            b[k].n = 4
+    return b
+
+
+cdef void _free_bufs(Buf* b, int64_t nb) noexcept:
+    cdef int64_t k
+    if b == NULL:
+        return
+    for k in range(nb):
+        free(b[k].d)
+    free(b)
+
+
+def decode_rows(const uint8_t[::1] data, const int64_t[::1] body_pos, const int64_t[::1] body_end,
+                const int16_t[::1] api_key, const int16_t[::1] version, const int64_t[::1] rows, wanted):
+    """Decode ``rows`` in row order, each body with the decoder of its record type.
+
+    Same contract as the twin (``kraft_storage._pure._metadata_columns``).
+    Pass 1 counts the rows of each wanted type and checks every row index and
+    body range; pass 2, without the GIL, decodes front to back through a
+    table of per-type record functions.
+    """
+    cdef int64_t n = body_pos.shape[0], m = rows.shape[0], dlen = data.shape[0], j, i, k, bad = -1, err = 0
+    cdef int key
+    cdef recfn fns[_NKEYS]
+    cdef Buf* tb[_NKEYS]
+    cdef int64_t cnt[_NKEYS]
+    cdef int64_t fill[_NKEYS]
+    cdef int64_t* rp[_NKEYS]
+    cdef int64_t[::1] rv
+    cdef Cur c
+    if body_end.shape[0] != n or version.shape[0] != n or api_key.shape[0] != n:
+        raise ValueError("body_pos, body_end, api_key and version must have the same length")
+    want = {int(x) for x in wanted}
+    for k in range(_NKEYS):
+        fns[k] = _record_decoder(k) if k in want else NULL
+        tb[k] = NULL
+        cnt[k] = 0
+        fill[k] = 0
+        rp[k] = NULL
+    with nogil:
+        for j in range(m):
+            i = rows[j]
+            if i < 0 or i >= n:
+                err = -2
+                break
+            key = api_key[i]
+            if key < 0 or key >= _NKEYS or fns[key] == NULL:
+                continue
+            if body_pos[i] < 0 or body_end[i] < body_pos[i] or body_end[i] > dlen:
+                err = -3
+                break
+            cnt[key] += 1
+    if err == -2:
+        raise ValueError("row index outside the columns")
+    if err == -3:
+        raise ValueError(f"a record body lies outside the {dlen}-byte buffer")
+    row_arrays = {}
+    try:
+        for k in range(_NKEYS):
+            if cnt[k]:
+                arr = np.empty(cnt[k], dtype=np.int64)
+                row_arrays[k] = arr
+                rv = arr
+                rp[k] = &rv[0]
+                tb[k] = _alloc_bufs(LAYOUTS[k][2], cnt[k])
+        c.p = &data[0] if dlen else _EMPTY
+        c.pos = c.end = 0
+        c.err = 0
+        c.errpos = 0
+        c.fld = -1
+        c.errfld = -1
+        with nogil:
+            for j in range(m):
+                i = rows[j]
+                key = api_key[i]
+                if key < 0 or key >= _NKEYS or fns[key] == NULL:
+                    continue
+                c.pos = body_pos[i]
+                c.end = body_end[i]
+                if fns[key](&c, tb[key], version[i]):
+                    bad = i
+                    break
+                rp[key][fill[key]] = i
+                fill[key] += 1
+        if bad >= 0:
+            return None, (bad, api_key[bad], c.err, c.errpos, c.errfld)
+        out = {}
+        for k in range(_NKEYS):
+            if cnt[k]:
+                out[k] = (row_arrays[k], _finish_all(LAYOUTS[k][2], tb[k]))
+        return out, None
+    finally:
+        for k in range(_NKEYS):
+            if tb[k] != NULL:
+                _free_bufs(tb[k], len(LAYOUTS[k][2]))

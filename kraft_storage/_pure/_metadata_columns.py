@@ -278,1111 +278,1189 @@ def tag_end(c, tend):
 
 # ---------------------------------------------------------------------- RegisterBrokerRecord (apiKey 0)
 
+def _rec_RegisterBrokerRecord(c, b, version):
+    c.fld = 0
+    ap_int32(c, b[0], rd_int32(c))
+    c.fld = 1
+    if version <= 1:
+        ap_bool(c, b[1], 0)
+    elif version >= 2:
+        ap_bool(c, b[1], rd_bool(c))
+    c.fld = 2
+    rd_uuids(c, b[2], 1)
+    c.fld = 3
+    ap_int64(c, b[3], rd_int64(c))
+    c.fld = 4
+    n1 = rd_arrlen(c, 1, 0)
+    for k1 in range(n1):
+        c.fld = 5
+        rd_blob(c, b[5], b[6], None, 0, 0, 1)
+        c.fld = 6
+        rd_blob(c, b[7], b[8], None, 0, 0, 1)
+        c.fld = 7
+        ap_uint16(c, b[9], rd_uint16(c))
+        c.fld = 8
+        ap_int16(c, b[10], rd_int16(c))
+        c.fld = 9
+        nt2 = rd_uvarint(c)
+        last2 = -1
+        for t2 in range(nt2):
+            tag2 = rd_uvarint(c)
+            tend2 = tag_start(c, tag2, last2)
+            last2 = tag2
+            c.pos = tend2
+            tag_end(c, tend2)
+            if c.err:
+                break
+    ap_list(c, b[4], None, n1)
+    c.fld = 10
+    n1 = rd_arrlen(c, 1, 0)
+    for k1 in range(n1):
+        c.fld = 11
+        rd_blob(c, b[12], b[13], None, 0, 0, 1)
+        c.fld = 12
+        ap_int16(c, b[14], rd_int16(c))
+        c.fld = 13
+        ap_int16(c, b[15], rd_int16(c))
+        c.fld = 14
+        nt2 = rd_uvarint(c)
+        last2 = -1
+        for t2 in range(nt2):
+            tag2 = rd_uvarint(c)
+            tend2 = tag_start(c, tag2, last2)
+            last2 = tag2
+            c.pos = tend2
+            tag_end(c, tend2)
+            if c.err:
+                break
+    ap_list(c, b[11], None, n1)
+    c.fld = 15
+    rd_blob(c, b[16], b[17], b[18], 0, 1, 1)
+    c.fld = 16
+    ap_bool(c, b[19], rd_bool(c))
+    c.fld = 17
+    if version <= 0:
+        ap_bool(c, b[20], 0)
+    elif version >= 1:
+        ap_bool(c, b[20], rd_bool(c))
+    c.fld = 18
+    ap_list(c, b[21], None, 0)
+    c.fld = 19
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        if tag0 == 0 and version >= 3:
+            c.fld = 20
+            pop_list(c, b[21], None)
+            n1 = rd_arrlen(c, 1, 0)
+            rd_uuids(c, b[22], n1)
+            ap_list(c, b[21], None, n1)
+        else:
+            c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 21
+        fail(c, 10)
+    return c.err
+
+
 def _dec_RegisterBrokerRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, b[0], rd_int32(c))
-        c.fld = 1
-        if version <= 1:
-            ap_bool(c, b[1], 0)
-        elif version >= 2:
-            ap_bool(c, b[1], rd_bool(c))
-        c.fld = 2
-        rd_uuids(c, b[2], 1)
-        c.fld = 3
-        ap_int64(c, b[3], rd_int64(c))
-        c.fld = 4
-        n1 = rd_arrlen(c, 1, 0)
-        for k1 in range(n1):
-            c.fld = 5
-            rd_blob(c, b[5], b[6], None, 0, 0, 1)
-            c.fld = 6
-            rd_blob(c, b[7], b[8], None, 0, 0, 1)
-            c.fld = 7
-            ap_uint16(c, b[9], rd_uint16(c))
-            c.fld = 8
-            ap_int16(c, b[10], rd_int16(c))
-            c.fld = 9
-            nt2 = rd_uvarint(c)
-            last2 = -1
-            for t2 in range(nt2):
-                tag2 = rd_uvarint(c)
-                tend2 = tag_start(c, tag2, last2)
-                last2 = tag2
-                c.pos = tend2
-                tag_end(c, tend2)
-                if c.err:
-                    break
-        ap_list(c, b[4], None, n1)
-        c.fld = 10
-        n1 = rd_arrlen(c, 1, 0)
-        for k1 in range(n1):
-            c.fld = 11
-            rd_blob(c, b[12], b[13], None, 0, 0, 1)
-            c.fld = 12
-            ap_int16(c, b[14], rd_int16(c))
-            c.fld = 13
-            ap_int16(c, b[15], rd_int16(c))
-            c.fld = 14
-            nt2 = rd_uvarint(c)
-            last2 = -1
-            for t2 in range(nt2):
-                tag2 = rd_uvarint(c)
-                tend2 = tag_start(c, tag2, last2)
-                last2 = tag2
-                c.pos = tend2
-                tag_end(c, tend2)
-                if c.err:
-                    break
-        ap_list(c, b[11], None, n1)
-        c.fld = 15
-        rd_blob(c, b[16], b[17], b[18], 0, 1, 1)
-        c.fld = 16
-        ap_bool(c, b[19], rd_bool(c))
-        c.fld = 17
-        if version <= 0:
-            ap_bool(c, b[20], 0)
-        elif version >= 1:
-            ap_bool(c, b[20], rd_bool(c))
-        c.fld = 18
-        ap_list(c, b[21], None, 0)
-        c.fld = 19
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            if tag0 == 0 and version >= 3:
-                c.fld = 20
-                pop_list(c, b[21], None)
-                n1 = rd_arrlen(c, 1, 0)
-                rd_uuids(c, b[22], n1)
-                ap_list(c, b[21], None, n1)
-            else:
-                c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 21
-            fail(c, 10)
-        if c.err:
+        if _rec_RegisterBrokerRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- UnregisterBrokerRecord (apiKey 1)
 
+def _rec_UnregisterBrokerRecord(c, b, version):
+    c.fld = 0
+    ap_int32(c, b[0], rd_int32(c))
+    c.fld = 1
+    ap_int64(c, b[1], rd_int64(c))
+    c.fld = 2
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 def _dec_UnregisterBrokerRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, b[0], rd_int32(c))
-        c.fld = 1
-        ap_int64(c, b[1], rd_int64(c))
-        c.fld = 2
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_UnregisterBrokerRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- TopicRecord (apiKey 2)
 
+def _rec_TopicRecord(c, b, version):
+    c.fld = 0
+    rd_blob(c, b[0], b[1], None, 0, 0, 1)
+    c.fld = 1
+    rd_uuids(c, b[2], 1)
+    c.fld = 2
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 def _dec_TopicRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_blob(c, b[0], b[1], None, 0, 0, 1)
-        c.fld = 1
-        rd_uuids(c, b[2], 1)
-        c.fld = 2
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_TopicRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- PartitionRecord (apiKey 3)
 
+def _rec_PartitionRecord(c, b, version):
+    c.fld = 0
+    ap_int32(c, b[0], rd_int32(c))
+    c.fld = 1
+    rd_uuids(c, b[1], 1)
+    c.fld = 2
+    n1 = rd_arrlen(c, 1, 0)
+    rd_int32s(c, b[3], n1)
+    ap_list(c, b[2], None, n1)
+    c.fld = 3
+    n1 = rd_arrlen(c, 1, 0)
+    rd_int32s(c, b[5], n1)
+    ap_list(c, b[4], None, n1)
+    c.fld = 4
+    n1 = rd_arrlen(c, 1, 0)
+    rd_int32s(c, b[7], n1)
+    ap_list(c, b[6], None, n1)
+    c.fld = 5
+    n1 = rd_arrlen(c, 1, 0)
+    rd_int32s(c, b[9], n1)
+    ap_list(c, b[8], None, n1)
+    c.fld = 6
+    ap_int32(c, b[10], rd_int32(c))
+    c.fld = 7
+    ap_int8(c, b[11], 0)
+    c.fld = 8
+    ap_int32(c, b[12], rd_int32(c))
+    c.fld = 9
+    ap_int32(c, b[13], rd_int32(c))
+    c.fld = 10
+    if version <= 0:
+        ap_list(c, b[14], None, 0)
+    elif version >= 1:
+        n1 = rd_arrlen(c, 1, 0)
+        rd_uuids(c, b[15], n1)
+        ap_list(c, b[14], None, n1)
+    c.fld = 11
+    ap_list(c, b[16], b[17], -1)
+    c.fld = 12
+    ap_list(c, b[19], b[20], -1)
+    c.fld = 13
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        if tag0 == 0:
+            c.fld = 14
+            pop(c, b[11], 1)
+            ap_int8(c, b[11], rd_int8(c))
+        elif tag0 == 1 and version >= 2:
+            c.fld = 15
+            pop_list(c, b[16], b[17])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, b[18], n1)
+            ap_list(c, b[16], b[17], n1)
+        elif tag0 == 2 and version >= 2:
+            c.fld = 16
+            pop_list(c, b[19], b[20])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, b[21], n1)
+            ap_list(c, b[19], b[20], n1)
+        else:
+            c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 17
+        fail(c, 10)
+    return c.err
+
+
 def _dec_PartitionRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, b[0], rd_int32(c))
-        c.fld = 1
-        rd_uuids(c, b[1], 1)
-        c.fld = 2
-        n1 = rd_arrlen(c, 1, 0)
-        rd_int32s(c, b[3], n1)
-        ap_list(c, b[2], None, n1)
-        c.fld = 3
-        n1 = rd_arrlen(c, 1, 0)
-        rd_int32s(c, b[5], n1)
-        ap_list(c, b[4], None, n1)
-        c.fld = 4
-        n1 = rd_arrlen(c, 1, 0)
-        rd_int32s(c, b[7], n1)
-        ap_list(c, b[6], None, n1)
-        c.fld = 5
-        n1 = rd_arrlen(c, 1, 0)
-        rd_int32s(c, b[9], n1)
-        ap_list(c, b[8], None, n1)
-        c.fld = 6
-        ap_int32(c, b[10], rd_int32(c))
-        c.fld = 7
-        ap_int8(c, b[11], 0)
-        c.fld = 8
-        ap_int32(c, b[12], rd_int32(c))
-        c.fld = 9
-        ap_int32(c, b[13], rd_int32(c))
-        c.fld = 10
-        if version <= 0:
-            ap_list(c, b[14], None, 0)
-        elif version >= 1:
-            n1 = rd_arrlen(c, 1, 0)
-            rd_uuids(c, b[15], n1)
-            ap_list(c, b[14], None, n1)
-        c.fld = 11
-        ap_list(c, b[16], b[17], -1)
-        c.fld = 12
-        ap_list(c, b[19], b[20], -1)
-        c.fld = 13
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            if tag0 == 0:
-                c.fld = 14
-                pop(c, b[11], 1)
-                ap_int8(c, b[11], rd_int8(c))
-            elif tag0 == 1 and version >= 2:
-                c.fld = 15
-                pop_list(c, b[16], b[17])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, b[18], n1)
-                ap_list(c, b[16], b[17], n1)
-            elif tag0 == 2 and version >= 2:
-                c.fld = 16
-                pop_list(c, b[19], b[20])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, b[21], n1)
-                ap_list(c, b[19], b[20], n1)
-            else:
-                c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 17
-            fail(c, 10)
-        if c.err:
+        if _rec_PartitionRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- ConfigRecord (apiKey 4)
 
+def _rec_ConfigRecord(c, b, version):
+    c.fld = 0
+    ap_int8(c, b[0], rd_int8(c))
+    c.fld = 1
+    rd_blob(c, b[1], b[2], None, 0, 0, 1)
+    c.fld = 2
+    rd_blob(c, b[3], b[4], None, 0, 0, 1)
+    c.fld = 3
+    rd_blob(c, b[5], b[6], b[7], 0, 1, 1)
+    c.fld = 4
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 5
+        fail(c, 10)
+    return c.err
+
+
 def _dec_ConfigRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int8(c, b[0], rd_int8(c))
-        c.fld = 1
-        rd_blob(c, b[1], b[2], None, 0, 0, 1)
-        c.fld = 2
-        rd_blob(c, b[3], b[4], None, 0, 0, 1)
-        c.fld = 3
-        rd_blob(c, b[5], b[6], b[7], 0, 1, 1)
-        c.fld = 4
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 5
-            fail(c, 10)
-        if c.err:
+        if _rec_ConfigRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- PartitionChangeRecord (apiKey 5)
 
+def _rec_PartitionChangeRecord(c, b, version):
+    c.fld = 0
+    ap_int32(c, b[0], rd_int32(c))
+    c.fld = 1
+    rd_uuids(c, b[1], 1)
+    c.fld = 2
+    ap_list(c, b[2], b[3], -1)
+    c.fld = 3
+    ap_int32(c, b[5], -2)
+    c.fld = 4
+    ap_list(c, b[6], b[7], -1)
+    c.fld = 5
+    ap_list(c, b[9], b[10], -1)
+    c.fld = 6
+    ap_list(c, b[12], b[13], -1)
+    c.fld = 7
+    ap_int8(c, b[15], -1)
+    c.fld = 8
+    ap_list(c, b[16], b[17], -1)
+    c.fld = 9
+    ap_list(c, b[19], b[20], -1)
+    c.fld = 10
+    ap_list(c, b[22], b[23], -1)
+    c.fld = 11
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        if tag0 == 0:
+            c.fld = 12
+            pop_list(c, b[2], b[3])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, b[4], n1)
+            ap_list(c, b[2], b[3], n1)
+        elif tag0 == 1:
+            c.fld = 13
+            pop(c, b[5], 4)
+            ap_int32(c, b[5], rd_int32(c))
+        elif tag0 == 2:
+            c.fld = 14
+            pop_list(c, b[6], b[7])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, b[8], n1)
+            ap_list(c, b[6], b[7], n1)
+        elif tag0 == 3:
+            c.fld = 15
+            pop_list(c, b[9], b[10])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, b[11], n1)
+            ap_list(c, b[9], b[10], n1)
+        elif tag0 == 4:
+            c.fld = 16
+            pop_list(c, b[12], b[13])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, b[14], n1)
+            ap_list(c, b[12], b[13], n1)
+        elif tag0 == 5:
+            c.fld = 17
+            pop(c, b[15], 1)
+            ap_int8(c, b[15], rd_int8(c))
+        elif tag0 == 6 and version >= 2:
+            c.fld = 18
+            pop_list(c, b[19], b[20])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, b[21], n1)
+            ap_list(c, b[19], b[20], n1)
+        elif tag0 == 7 and version >= 2:
+            c.fld = 19
+            pop_list(c, b[22], b[23])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_int32s(c, b[24], n1)
+            ap_list(c, b[22], b[23], n1)
+        elif tag0 == 8 and version >= 1:
+            c.fld = 20
+            pop_list(c, b[16], b[17])
+            n1 = rd_arrlen(c, 1, 1)
+            rd_uuids(c, b[18], n1)
+            ap_list(c, b[16], b[17], n1)
+        else:
+            c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 21
+        fail(c, 10)
+    return c.err
+
+
 def _dec_PartitionChangeRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, b[0], rd_int32(c))
-        c.fld = 1
-        rd_uuids(c, b[1], 1)
-        c.fld = 2
-        ap_list(c, b[2], b[3], -1)
-        c.fld = 3
-        ap_int32(c, b[5], -2)
-        c.fld = 4
-        ap_list(c, b[6], b[7], -1)
-        c.fld = 5
-        ap_list(c, b[9], b[10], -1)
-        c.fld = 6
-        ap_list(c, b[12], b[13], -1)
-        c.fld = 7
-        ap_int8(c, b[15], -1)
-        c.fld = 8
-        ap_list(c, b[16], b[17], -1)
-        c.fld = 9
-        ap_list(c, b[19], b[20], -1)
-        c.fld = 10
-        ap_list(c, b[22], b[23], -1)
-        c.fld = 11
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            if tag0 == 0:
-                c.fld = 12
-                pop_list(c, b[2], b[3])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, b[4], n1)
-                ap_list(c, b[2], b[3], n1)
-            elif tag0 == 1:
-                c.fld = 13
-                pop(c, b[5], 4)
-                ap_int32(c, b[5], rd_int32(c))
-            elif tag0 == 2:
-                c.fld = 14
-                pop_list(c, b[6], b[7])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, b[8], n1)
-                ap_list(c, b[6], b[7], n1)
-            elif tag0 == 3:
-                c.fld = 15
-                pop_list(c, b[9], b[10])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, b[11], n1)
-                ap_list(c, b[9], b[10], n1)
-            elif tag0 == 4:
-                c.fld = 16
-                pop_list(c, b[12], b[13])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, b[14], n1)
-                ap_list(c, b[12], b[13], n1)
-            elif tag0 == 5:
-                c.fld = 17
-                pop(c, b[15], 1)
-                ap_int8(c, b[15], rd_int8(c))
-            elif tag0 == 6 and version >= 2:
-                c.fld = 18
-                pop_list(c, b[19], b[20])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, b[21], n1)
-                ap_list(c, b[19], b[20], n1)
-            elif tag0 == 7 and version >= 2:
-                c.fld = 19
-                pop_list(c, b[22], b[23])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_int32s(c, b[24], n1)
-                ap_list(c, b[22], b[23], n1)
-            elif tag0 == 8 and version >= 1:
-                c.fld = 20
-                pop_list(c, b[16], b[17])
-                n1 = rd_arrlen(c, 1, 1)
-                rd_uuids(c, b[18], n1)
-                ap_list(c, b[16], b[17], n1)
-            else:
-                c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 21
-            fail(c, 10)
-        if c.err:
+        if _rec_PartitionChangeRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- FenceBrokerRecord (apiKey 7)
 
+def _rec_FenceBrokerRecord(c, b, version):
+    c.fld = 0
+    ap_int32(c, b[0], rd_int32(c))
+    c.fld = 1
+    ap_int64(c, b[1], rd_int64(c))
+    c.fld = 2
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 def _dec_FenceBrokerRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, b[0], rd_int32(c))
-        c.fld = 1
-        ap_int64(c, b[1], rd_int64(c))
-        c.fld = 2
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_FenceBrokerRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- UnfenceBrokerRecord (apiKey 8)
 
+def _rec_UnfenceBrokerRecord(c, b, version):
+    c.fld = 0
+    ap_int32(c, b[0], rd_int32(c))
+    c.fld = 1
+    ap_int64(c, b[1], rd_int64(c))
+    c.fld = 2
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 def _dec_UnfenceBrokerRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, b[0], rd_int32(c))
-        c.fld = 1
-        ap_int64(c, b[1], rd_int64(c))
-        c.fld = 2
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_UnfenceBrokerRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- RemoveTopicRecord (apiKey 9)
 
+def _rec_RemoveTopicRecord(c, b, version):
+    c.fld = 0
+    rd_uuids(c, b[0], 1)
+    c.fld = 1
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 2
+        fail(c, 10)
+    return c.err
+
+
 def _dec_RemoveTopicRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_uuids(c, b[0], 1)
-        c.fld = 1
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 2
-            fail(c, 10)
-        if c.err:
+        if _rec_RemoveTopicRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- DelegationTokenRecord (apiKey 10)
 
+def _rec_DelegationTokenRecord(c, b, version):
+    c.fld = 0
+    rd_blob(c, b[0], b[1], None, 0, 0, 1)
+    c.fld = 1
+    rd_blob(c, b[2], b[3], None, 0, 0, 1)
+    c.fld = 2
+    n1 = rd_arrlen(c, 1, 0)
+    for k1 in range(n1):
+        rd_blob(c, b[5], b[6], None, 0, 0, 1)
+    ap_list(c, b[4], None, n1)
+    c.fld = 3
+    ap_int64(c, b[7], rd_int64(c))
+    c.fld = 4
+    ap_int64(c, b[8], rd_int64(c))
+    c.fld = 5
+    ap_int64(c, b[9], rd_int64(c))
+    c.fld = 6
+    rd_blob(c, b[10], b[11], None, 0, 0, 1)
+    c.fld = 7
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 8
+        fail(c, 10)
+    return c.err
+
+
 def _dec_DelegationTokenRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_blob(c, b[0], b[1], None, 0, 0, 1)
-        c.fld = 1
-        rd_blob(c, b[2], b[3], None, 0, 0, 1)
-        c.fld = 2
-        n1 = rd_arrlen(c, 1, 0)
-        for k1 in range(n1):
-            rd_blob(c, b[5], b[6], None, 0, 0, 1)
-        ap_list(c, b[4], None, n1)
-        c.fld = 3
-        ap_int64(c, b[7], rd_int64(c))
-        c.fld = 4
-        ap_int64(c, b[8], rd_int64(c))
-        c.fld = 5
-        ap_int64(c, b[9], rd_int64(c))
-        c.fld = 6
-        rd_blob(c, b[10], b[11], None, 0, 0, 1)
-        c.fld = 7
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 8
-            fail(c, 10)
-        if c.err:
+        if _rec_DelegationTokenRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- UserScramCredentialRecord (apiKey 11)
 
+def _rec_UserScramCredentialRecord(c, b, version):
+    c.fld = 0
+    rd_blob(c, b[0], b[1], None, 0, 0, 1)
+    c.fld = 1
+    ap_int8(c, b[2], rd_int8(c))
+    c.fld = 2
+    rd_blob(c, b[3], b[4], None, 0, 0, 0)
+    c.fld = 3
+    rd_blob(c, b[5], b[6], None, 0, 0, 0)
+    c.fld = 4
+    rd_blob(c, b[7], b[8], None, 0, 0, 0)
+    c.fld = 5
+    ap_int32(c, b[9], rd_int32(c))
+    c.fld = 6
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 7
+        fail(c, 10)
+    return c.err
+
+
 def _dec_UserScramCredentialRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_blob(c, b[0], b[1], None, 0, 0, 1)
-        c.fld = 1
-        ap_int8(c, b[2], rd_int8(c))
-        c.fld = 2
-        rd_blob(c, b[3], b[4], None, 0, 0, 0)
-        c.fld = 3
-        rd_blob(c, b[5], b[6], None, 0, 0, 0)
-        c.fld = 4
-        rd_blob(c, b[7], b[8], None, 0, 0, 0)
-        c.fld = 5
-        ap_int32(c, b[9], rd_int32(c))
-        c.fld = 6
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 7
-            fail(c, 10)
-        if c.err:
+        if _rec_UserScramCredentialRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- FeatureLevelRecord (apiKey 12)
 
+def _rec_FeatureLevelRecord(c, b, version):
+    c.fld = 0
+    rd_blob(c, b[0], b[1], None, 0, 0, 1)
+    c.fld = 1
+    ap_int16(c, b[2], rd_int16(c))
+    c.fld = 2
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 def _dec_FeatureLevelRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_blob(c, b[0], b[1], None, 0, 0, 1)
-        c.fld = 1
-        ap_int16(c, b[2], rd_int16(c))
-        c.fld = 2
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_FeatureLevelRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- ClientQuotaRecord (apiKey 14)
 
+def _rec_ClientQuotaRecord(c, b, version):
+    c.fld = 0
+    n1 = rd_arrlen(c, 1, 0)
+    for k1 in range(n1):
+        c.fld = 1
+        rd_blob(c, b[1], b[2], None, 0, 0, 1)
+        c.fld = 2
+        rd_blob(c, b[3], b[4], b[5], 0, 1, 1)
+        c.fld = 3
+        nt2 = rd_uvarint(c)
+        last2 = -1
+        for t2 in range(nt2):
+            tag2 = rd_uvarint(c)
+            tend2 = tag_start(c, tag2, last2)
+            last2 = tag2
+            c.pos = tend2
+            tag_end(c, tend2)
+            if c.err:
+                break
+    ap_list(c, b[0], None, n1)
+    c.fld = 4
+    rd_blob(c, b[6], b[7], None, 0, 0, 1)
+    c.fld = 5
+    ap_float64(c, b[8], rd_float64(c))
+    c.fld = 6
+    ap_bool(c, b[9], rd_bool(c))
+    c.fld = 7
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 8
+        fail(c, 10)
+    return c.err
+
+
 def _dec_ClientQuotaRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        n1 = rd_arrlen(c, 1, 0)
-        for k1 in range(n1):
-            c.fld = 1
-            rd_blob(c, b[1], b[2], None, 0, 0, 1)
-            c.fld = 2
-            rd_blob(c, b[3], b[4], b[5], 0, 1, 1)
-            c.fld = 3
-            nt2 = rd_uvarint(c)
-            last2 = -1
-            for t2 in range(nt2):
-                tag2 = rd_uvarint(c)
-                tend2 = tag_start(c, tag2, last2)
-                last2 = tag2
-                c.pos = tend2
-                tag_end(c, tend2)
-                if c.err:
-                    break
-        ap_list(c, b[0], None, n1)
-        c.fld = 4
-        rd_blob(c, b[6], b[7], None, 0, 0, 1)
-        c.fld = 5
-        ap_float64(c, b[8], rd_float64(c))
-        c.fld = 6
-        ap_bool(c, b[9], rd_bool(c))
-        c.fld = 7
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 8
-            fail(c, 10)
-        if c.err:
+        if _rec_ClientQuotaRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- ProducerIdsRecord (apiKey 15)
 
+def _rec_ProducerIdsRecord(c, b, version):
+    c.fld = 0
+    ap_int32(c, b[0], rd_int32(c))
+    c.fld = 1
+    ap_int64(c, b[1], rd_int64(c))
+    c.fld = 2
+    ap_int64(c, b[2], rd_int64(c))
+    c.fld = 3
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 4
+        fail(c, 10)
+    return c.err
+
+
 def _dec_ProducerIdsRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, b[0], rd_int32(c))
-        c.fld = 1
-        ap_int64(c, b[1], rd_int64(c))
-        c.fld = 2
-        ap_int64(c, b[2], rd_int64(c))
-        c.fld = 3
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 4
-            fail(c, 10)
-        if c.err:
+        if _rec_ProducerIdsRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- BrokerRegistrationChangeRecord (apiKey 17)
 
+def _rec_BrokerRegistrationChangeRecord(c, b, version):
+    c.fld = 0
+    ap_int32(c, b[0], rd_int32(c))
+    c.fld = 1
+    ap_int64(c, b[1], rd_int64(c))
+    c.fld = 2
+    ap_int8(c, b[2], 0)
+    c.fld = 3
+    ap_int8(c, b[3], 0)
+    c.fld = 4
+    ap_list(c, b[4], None, 0)
+    c.fld = 5
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        if tag0 == 0:
+            c.fld = 6
+            pop(c, b[2], 1)
+            ap_int8(c, b[2], rd_int8(c))
+        elif tag0 == 1 and version >= 1:
+            c.fld = 7
+            pop(c, b[3], 1)
+            ap_int8(c, b[3], rd_int8(c))
+        elif tag0 == 2 and version >= 2:
+            c.fld = 8
+            pop_list(c, b[4], None)
+            n1 = rd_arrlen(c, 1, 0)
+            rd_uuids(c, b[5], n1)
+            ap_list(c, b[4], None, n1)
+        else:
+            c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 9
+        fail(c, 10)
+    return c.err
+
+
 def _dec_BrokerRegistrationChangeRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, b[0], rd_int32(c))
-        c.fld = 1
-        ap_int64(c, b[1], rd_int64(c))
-        c.fld = 2
-        ap_int8(c, b[2], 0)
-        c.fld = 3
-        ap_int8(c, b[3], 0)
-        c.fld = 4
-        ap_list(c, b[4], None, 0)
-        c.fld = 5
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            if tag0 == 0:
-                c.fld = 6
-                pop(c, b[2], 1)
-                ap_int8(c, b[2], rd_int8(c))
-            elif tag0 == 1 and version >= 1:
-                c.fld = 7
-                pop(c, b[3], 1)
-                ap_int8(c, b[3], rd_int8(c))
-            elif tag0 == 2 and version >= 2:
-                c.fld = 8
-                pop_list(c, b[4], None)
-                n1 = rd_arrlen(c, 1, 0)
-                rd_uuids(c, b[5], n1)
-                ap_list(c, b[4], None, n1)
-            else:
-                c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 9
-            fail(c, 10)
-        if c.err:
+        if _rec_BrokerRegistrationChangeRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- AccessControlEntryRecord (apiKey 18)
 
+def _rec_AccessControlEntryRecord(c, b, version):
+    c.fld = 0
+    rd_uuids(c, b[0], 1)
+    c.fld = 1
+    ap_int8(c, b[1], rd_int8(c))
+    c.fld = 2
+    rd_blob(c, b[2], b[3], None, 0, 0, 1)
+    c.fld = 3
+    ap_int8(c, b[4], rd_int8(c))
+    c.fld = 4
+    rd_blob(c, b[5], b[6], None, 0, 0, 1)
+    c.fld = 5
+    rd_blob(c, b[7], b[8], None, 0, 0, 1)
+    c.fld = 6
+    ap_int8(c, b[9], rd_int8(c))
+    c.fld = 7
+    ap_int8(c, b[10], rd_int8(c))
+    c.fld = 8
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 9
+        fail(c, 10)
+    return c.err
+
+
 def _dec_AccessControlEntryRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_uuids(c, b[0], 1)
-        c.fld = 1
-        ap_int8(c, b[1], rd_int8(c))
-        c.fld = 2
-        rd_blob(c, b[2], b[3], None, 0, 0, 1)
-        c.fld = 3
-        ap_int8(c, b[4], rd_int8(c))
-        c.fld = 4
-        rd_blob(c, b[5], b[6], None, 0, 0, 1)
-        c.fld = 5
-        rd_blob(c, b[7], b[8], None, 0, 0, 1)
-        c.fld = 6
-        ap_int8(c, b[9], rd_int8(c))
-        c.fld = 7
-        ap_int8(c, b[10], rd_int8(c))
-        c.fld = 8
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 9
-            fail(c, 10)
-        if c.err:
+        if _rec_AccessControlEntryRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- RemoveAccessControlEntryRecord (apiKey 19)
 
+def _rec_RemoveAccessControlEntryRecord(c, b, version):
+    c.fld = 0
+    rd_uuids(c, b[0], 1)
+    c.fld = 1
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 2
+        fail(c, 10)
+    return c.err
+
+
 def _dec_RemoveAccessControlEntryRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_uuids(c, b[0], 1)
-        c.fld = 1
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 2
-            fail(c, 10)
-        if c.err:
+        if _rec_RemoveAccessControlEntryRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- NoOpRecord (apiKey 20)
 
+def _rec_NoOpRecord(c, b, version):
+    c.fld = 0
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 1
+        fail(c, 10)
+    return c.err
+
+
 def _dec_NoOpRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 1
-            fail(c, 10)
-        if c.err:
+        if _rec_NoOpRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- ZkMigrationStateRecord (apiKey 21)
 
+def _rec_ZkMigrationStateRecord(c, b, version):
+    c.fld = 0
+    ap_int8(c, b[0], rd_int8(c))
+    c.fld = 1
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 2
+        fail(c, 10)
+    return c.err
+
+
 def _dec_ZkMigrationStateRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int8(c, b[0], rd_int8(c))
-        c.fld = 1
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 2
-            fail(c, 10)
-        if c.err:
+        if _rec_ZkMigrationStateRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- RemoveUserScramCredentialRecord (apiKey 22)
 
+def _rec_RemoveUserScramCredentialRecord(c, b, version):
+    c.fld = 0
+    rd_blob(c, b[0], b[1], None, 0, 0, 1)
+    c.fld = 1
+    ap_int8(c, b[2], rd_int8(c))
+    c.fld = 2
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 def _dec_RemoveUserScramCredentialRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_blob(c, b[0], b[1], None, 0, 0, 1)
-        c.fld = 1
-        ap_int8(c, b[2], rd_int8(c))
-        c.fld = 2
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_RemoveUserScramCredentialRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- BeginTransactionRecord (apiKey 23)
 
+def _rec_BeginTransactionRecord(c, b, version):
+    c.fld = 0
+    ap_blob_null(c, b[0], b[2])
+    c.fld = 1
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        if tag0 == 0:
+            c.fld = 2
+            pop_blob(c, b[0], b[1], b[2])
+            rd_blob(c, b[0], b[1], b[2], 0, 1, 1)
+        else:
+            c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 def _dec_BeginTransactionRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_blob_null(c, b[0], b[2])
-        c.fld = 1
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            if tag0 == 0:
-                c.fld = 2
-                pop_blob(c, b[0], b[1], b[2])
-                rd_blob(c, b[0], b[1], b[2], 0, 1, 1)
-            else:
-                c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_BeginTransactionRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- EndTransactionRecord (apiKey 24)
 
+def _rec_EndTransactionRecord(c, b, version):
+    c.fld = 0
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 1
+        fail(c, 10)
+    return c.err
+
+
 def _dec_EndTransactionRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 1
-            fail(c, 10)
-        if c.err:
+        if _rec_EndTransactionRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- AbortTransactionRecord (apiKey 25)
 
+def _rec_AbortTransactionRecord(c, b, version):
+    c.fld = 0
+    ap_blob_null(c, b[0], b[2])
+    c.fld = 1
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        if tag0 == 0:
+            c.fld = 2
+            pop_blob(c, b[0], b[1], b[2])
+            rd_blob(c, b[0], b[1], b[2], 0, 1, 1)
+        else:
+            c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 3
+        fail(c, 10)
+    return c.err
+
+
 def _dec_AbortTransactionRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_blob_null(c, b[0], b[2])
-        c.fld = 1
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            if tag0 == 0:
-                c.fld = 2
-                pop_blob(c, b[0], b[1], b[2])
-                rd_blob(c, b[0], b[1], b[2], 0, 1, 1)
-            else:
-                c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 3
-            fail(c, 10)
-        if c.err:
+        if _rec_AbortTransactionRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- RemoveDelegationTokenRecord (apiKey 26)
 
+def _rec_RemoveDelegationTokenRecord(c, b, version):
+    c.fld = 0
+    rd_blob(c, b[0], b[1], None, 0, 0, 1)
+    c.fld = 1
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 2
+        fail(c, 10)
+    return c.err
+
+
 def _dec_RemoveDelegationTokenRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_blob(c, b[0], b[1], None, 0, 0, 1)
-        c.fld = 1
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 2
-            fail(c, 10)
-        if c.err:
+        if _rec_RemoveDelegationTokenRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- RegisterControllerRecord (apiKey 27)
 
+def _rec_RegisterControllerRecord(c, b, version):
+    c.fld = 0
+    ap_int32(c, b[0], rd_int32(c))
+    c.fld = 1
+    rd_uuids(c, b[1], 1)
+    c.fld = 2
+    ap_bool(c, b[2], rd_bool(c))
+    c.fld = 3
+    n1 = rd_arrlen(c, 1, 0)
+    for k1 in range(n1):
+        c.fld = 4
+        rd_blob(c, b[4], b[5], None, 0, 0, 1)
+        c.fld = 5
+        rd_blob(c, b[6], b[7], None, 0, 0, 1)
+        c.fld = 6
+        ap_uint16(c, b[8], rd_uint16(c))
+        c.fld = 7
+        ap_int16(c, b[9], rd_int16(c))
+        c.fld = 8
+        nt2 = rd_uvarint(c)
+        last2 = -1
+        for t2 in range(nt2):
+            tag2 = rd_uvarint(c)
+            tend2 = tag_start(c, tag2, last2)
+            last2 = tag2
+            c.pos = tend2
+            tag_end(c, tend2)
+            if c.err:
+                break
+    ap_list(c, b[3], None, n1)
+    c.fld = 9
+    n1 = rd_arrlen(c, 1, 0)
+    for k1 in range(n1):
+        c.fld = 10
+        rd_blob(c, b[11], b[12], None, 0, 0, 1)
+        c.fld = 11
+        ap_int16(c, b[13], rd_int16(c))
+        c.fld = 12
+        ap_int16(c, b[14], rd_int16(c))
+        c.fld = 13
+        nt2 = rd_uvarint(c)
+        last2 = -1
+        for t2 in range(nt2):
+            tag2 = rd_uvarint(c)
+            tend2 = tag_start(c, tag2, last2)
+            last2 = tag2
+            c.pos = tend2
+            tag_end(c, tend2)
+            if c.err:
+                break
+    ap_list(c, b[10], None, n1)
+    c.fld = 14
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 15
+        fail(c, 10)
+    return c.err
+
+
 def _dec_RegisterControllerRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        ap_int32(c, b[0], rd_int32(c))
-        c.fld = 1
-        rd_uuids(c, b[1], 1)
-        c.fld = 2
-        ap_bool(c, b[2], rd_bool(c))
-        c.fld = 3
-        n1 = rd_arrlen(c, 1, 0)
-        for k1 in range(n1):
-            c.fld = 4
-            rd_blob(c, b[4], b[5], None, 0, 0, 1)
-            c.fld = 5
-            rd_blob(c, b[6], b[7], None, 0, 0, 1)
-            c.fld = 6
-            ap_uint16(c, b[8], rd_uint16(c))
-            c.fld = 7
-            ap_int16(c, b[9], rd_int16(c))
-            c.fld = 8
-            nt2 = rd_uvarint(c)
-            last2 = -1
-            for t2 in range(nt2):
-                tag2 = rd_uvarint(c)
-                tend2 = tag_start(c, tag2, last2)
-                last2 = tag2
-                c.pos = tend2
-                tag_end(c, tend2)
-                if c.err:
-                    break
-        ap_list(c, b[3], None, n1)
-        c.fld = 9
-        n1 = rd_arrlen(c, 1, 0)
-        for k1 in range(n1):
-            c.fld = 10
-            rd_blob(c, b[11], b[12], None, 0, 0, 1)
-            c.fld = 11
-            ap_int16(c, b[13], rd_int16(c))
-            c.fld = 12
-            ap_int16(c, b[14], rd_int16(c))
-            c.fld = 13
-            nt2 = rd_uvarint(c)
-            last2 = -1
-            for t2 in range(nt2):
-                tag2 = rd_uvarint(c)
-                tend2 = tag_start(c, tag2, last2)
-                last2 = tag2
-                c.pos = tend2
-                tag_end(c, tend2)
-                if c.err:
-                    break
-        ap_list(c, b[10], None, n1)
-        c.fld = 14
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 15
-            fail(c, 10)
-        if c.err:
+        if _rec_RegisterControllerRecord(c, b, vers[i]):
             return j
     return -1
 
 
 # ---------------------------------------------------------------------- ClearElrRecord (apiKey 28)
 
+def _rec_ClearElrRecord(c, b, version):
+    c.fld = 0
+    rd_blob(c, b[0], b[1], None, 0, 0, 1)
+    c.fld = 1
+    nt0 = rd_uvarint(c)
+    last0 = -1
+    for t0 in range(nt0):
+        tag0 = rd_uvarint(c)
+        tend0 = tag_start(c, tag0, last0)
+        last0 = tag0
+        c.pos = tend0
+        tag_end(c, tend0)
+        if c.err:
+            break
+    if c.err == 0 and c.pos != c.end:
+        c.fld = 2
+        fail(c, 10)
+    return c.err
+
+
 def _dec_ClearElrRecord(c, b, bpos, bend, vers, rows, m):
     for j in range(m):
         i = rows[j]
         c.pos = bpos[i]
         c.end = bend[i]
-        version = vers[i]
-        c.fld = 0
-        rd_blob(c, b[0], b[1], None, 0, 0, 1)
-        c.fld = 1
-        nt0 = rd_uvarint(c)
-        last0 = -1
-        for t0 in range(nt0):
-            tag0 = rd_uvarint(c)
-            tend0 = tag_start(c, tag0, last0)
-            last0 = tag0
-            c.pos = tend0
-            tag_end(c, tend0)
-            if c.err:
-                break
-        if c.err == 0 and c.pos != c.end:
-            c.fld = 2
-            fail(c, 10)
-        if c.err:
+        if _rec_ClearElrRecord(c, b, vers[i]):
             return j
     return -1
 
@@ -1513,6 +1591,9 @@ ERRORS = {
 }
 
 
+#: the highest apiKey with a decoder
+MAX_API_KEY = 28
+
 _DECODERS = {
     0: _dec_RegisterBrokerRecord,
     1: _dec_UnregisterBrokerRecord,
@@ -1540,6 +1621,34 @@ _DECODERS = {
     26: _dec_RemoveDelegationTokenRecord,
     27: _dec_RegisterControllerRecord,
     28: _dec_ClearElrRecord,
+}
+_RECORD_DECODERS = {
+    0: _rec_RegisterBrokerRecord,
+    1: _rec_UnregisterBrokerRecord,
+    2: _rec_TopicRecord,
+    3: _rec_PartitionRecord,
+    4: _rec_ConfigRecord,
+    5: _rec_PartitionChangeRecord,
+    7: _rec_FenceBrokerRecord,
+    8: _rec_UnfenceBrokerRecord,
+    9: _rec_RemoveTopicRecord,
+    10: _rec_DelegationTokenRecord,
+    11: _rec_UserScramCredentialRecord,
+    12: _rec_FeatureLevelRecord,
+    14: _rec_ClientQuotaRecord,
+    15: _rec_ProducerIdsRecord,
+    17: _rec_BrokerRegistrationChangeRecord,
+    18: _rec_AccessControlEntryRecord,
+    19: _rec_RemoveAccessControlEntryRecord,
+    20: _rec_NoOpRecord,
+    21: _rec_ZkMigrationStateRecord,
+    22: _rec_RemoveUserScramCredentialRecord,
+    23: _rec_BeginTransactionRecord,
+    24: _rec_EndTransactionRecord,
+    25: _rec_AbortTransactionRecord,
+    26: _rec_RemoveDelegationTokenRecord,
+    27: _rec_RegisterControllerRecord,
+    28: _rec_ClearElrRecord,
 }
 
 _DTYPES = {"int8": np.int8, "int16": np.int16, "uint16": np.uint16, "int32": np.int32, "uint32": np.uint32,
@@ -1583,3 +1692,47 @@ def decode_type(api_key, data, body_pos, body_end, version, rows):
     if bad >= 0:
         return None, (bad, c.err, c.errpos, c.errfld)
     return [_finish(kind, x) for (kind, _top), x in zip(layout[2], b)], None
+
+
+def decode_rows(data, body_pos, body_end, api_key, version, rows, wanted):
+    """Decode ``rows`` in row order, each body with the decoder of its record type.
+
+    Rows whose ``api_key`` is not in ``wanted`` (or has no decoder, or is -1:
+    not a frame) are skipped.  Walking the rows in order reads the buffer
+    front to back, which is what makes this faster than one pass per type
+    when the types are interleaved.  Returns ``({api_key: (rows_of_type,
+    buffers)}, None)`` or ``(None, (row, api_key, code, position, field_id))``
+    for the first bad record.
+    """
+    mv = memoryview(data).cast("B")
+    bpos = np.asarray(body_pos, dtype=np.int64)
+    bend = np.asarray(body_end, dtype=np.int64)
+    keys_a = np.asarray(api_key, dtype=np.int16)
+    rows = np.asarray(rows, dtype=np.int64)
+    if not (len(bpos) == len(bend) == len(version) == len(keys_a)):
+        raise ValueError("body_pos, body_end, api_key and version must have the same length")
+    wanted = {int(k) for k in wanted if int(k) in LAYOUTS}
+    if len(rows) and (rows.min() < 0 or rows.max() >= len(bpos)):
+        raise ValueError("row index outside the columns")
+    sel = rows[np.isin(keys_a[rows], np.array(sorted(wanted), dtype=np.int16))] if len(rows) else rows
+    sp, se = bpos[sel], bend[sel]
+    if len(sel) and ((sp < 0).any() or (se < sp).any() or (se > len(mv)).any()):
+        raise ValueError(f"a record body lies outside the {len(mv)}-byte buffer")
+    keys = keys_a.tolist()
+    bp, be, vs = bpos.tolist(), bend.tolist(), np.asarray(version).tolist()
+    c = Cur(mv)
+    bufs = {k: [Buf(kind) for kind, _top in LAYOUTS[k][2]] for k in wanted}
+    found = {k: [] for k in wanted}
+    for i in sel.tolist():
+        k = keys[i]
+        c.pos = bp[i]
+        c.end = be[i]
+        if _RECORD_DECODERS[k](c, bufs[k], vs[i]):
+            return None, (i, k, c.err, c.errpos, c.errfld)
+        found[k].append(i)
+    out = {}
+    for k in sorted(wanted):
+        if found[k]:
+            out[k] = (np.array(found[k], dtype=np.int64),
+                      [_finish(kind, x) for (kind, _top), x in zip(LAYOUTS[k][2], bufs[k])])
+    return out, None

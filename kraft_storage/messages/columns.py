@@ -48,6 +48,11 @@ IMPLEMENTATION = _impl.__name__
 LAYOUTS = _impl.LAYOUTS
 ERRORS = _impl.ERRORS
 _MAX_KEY = max(LAYOUTS)
+_KNOWN = np.zeros(_MAX_KEY + 1, bool)
+_LO = np.zeros(_MAX_KEY + 1, np.int16)
+_HI = np.zeros(_MAX_KEY + 1, np.int16)
+for _k, _lay in LAYOUTS.items():
+    _KNOWN[_k], _LO[_k], _HI[_k] = True, _lay[1][0], _lay[1][1]
 
 __all__ = ["BinaryColumn", "FixedColumn", "ListColumn", "MetadataColumns", "RecordTypeColumns", "StructColumn",
            "UuidColumn", "arrow_type", "decode_bodies", "decode_record_columns", "type_column_name",
@@ -176,7 +181,7 @@ class RecordTypeColumns:
     """Every decoded record of one type: ``rows`` (input row indices) and the body columns."""
     api_key: int
     name: str
-    rows: np.ndarray       # int64, ascending
+    rows: np.ndarray       # int64 input row indices (in input order)
     versions: np.ndarray   # int16
     body: StructColumn
 
@@ -309,52 +314,58 @@ def decode_bodies(data, body_pos, body_end, api_key, version, *, rows=None, offs
     int64 [start, end) of each record's body in it (after the frame header);
     ``api_key``/``version``: each record's type and version (-1 where the row
     is not a metadata frame; see ``kraft_storage._pure._frame.read_frames``).
-    ``rows``: decode only these row indices (default all); ``offsets``: each
+    ``rows``: decode only these row indices (default all; a table's rows keep
+    the order of ``rows``, ascending in the usual case); ``offsets``: each
     row's log offset, named in errors; ``types``: decode only these apiKeys;
     ``impl``: an implementation module (default: the process's choice).
+
+    Versions are checked against each type's valid versions on whole columns
+    first; then one ``decode_rows`` call decodes the rows front to back,
+    dispatching each body to its type's generated loop body.
     """
     impl = impl or _impl
     mv = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else data
-    keys = np.asarray(api_key)
+    keys = np.ascontiguousarray(api_key, dtype=np.int16)
     body_pos = np.ascontiguousarray(body_pos, dtype=np.int64)
     body_end = np.ascontiguousarray(body_end, dtype=np.int64)
     version = np.ascontiguousarray(version, dtype=np.int16)
     n = len(keys)
     if not (len(body_pos) == len(body_end) == len(version) == n):
         raise ValueError("api_key, version, body_pos and body_end must have the same length")
-    sel = None if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
-    k_sel = keys if sel is None else keys[sel]
-    counts = np.bincount(np.clip(k_sel.astype(np.int64) + 1, 0, _MAX_KEY + 2), minlength=_MAX_KEY + 3)
+    sel = np.arange(n, dtype=np.int64) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+    if len(sel) and (sel.min() < 0 or sel.max() >= n):
+        raise ValueError("row index outside the columns")
+    k_sel = keys[sel]
     out = MetadataColumns()
-    unknown = []
-    for k in np.flatnonzero(counts[1:]).tolist():
-        if counts[k + 1] == 0:
-            continue
-        idx = np.flatnonzero(k_sel == k) if k <= _MAX_KEY else np.flatnonzero(k_sel > _MAX_KEY)
-        r = idx if sel is None else sel[idx]
-        if k not in LAYOUTS:
-            unknown.append(r)
-            continue
-        if types is not None and k not in types:
-            continue
-        name, (lo, hi), _bufs, tree, _names = LAYOUTS[k]
-        vers = version[r]
-        bad = (vers < lo) | (vers > hi)
-        if bad.any():
-            j = int(np.flatnonzero(bad)[0])
-            row = int(r[j])
-            raise MessageError(f"unsupported {name} (apiKey {k}) version {int(vers[j])}, valid versions are "
-                               f"{lo}-{hi}", 0, [name], None if offsets is None else int(offsets[row]))
-        r = np.ascontiguousarray(r, dtype=np.int64)
-        bufs, err = impl.decode_type(k, mv, body_pos, body_end, version, r)
-        if err is not None:
-            j, code, pos, fld = err
-            raise _error(k, int(r[j]), code, pos, fld, body_pos, offsets)
+    frame = k_sel >= 0
+    known = frame & (k_sel <= _MAX_KEY) & _KNOWN[np.clip(k_sel, 0, _MAX_KEY)]
+    if (frame & ~known).any():
+        out.unknown_rows = np.sort(sel[frame & ~known])
+    wanted = sorted(LAYOUTS if types is None else (int(k) for k in types if int(k) in LAYOUTS))
+    if not wanted or not known.any():
+        return out
+    # version check on whole columns: the first row whose version its type does not have
+    kk = np.clip(k_sel, 0, _MAX_KEY)
+    v_sel = version[sel]
+    bad = known & ((v_sel < _LO[kk]) | (v_sel > _HI[kk]))
+    if types is not None:
+        bad &= np.isin(k_sel, np.array(wanted, dtype=np.int16))
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        k = int(k_sel[j])
+        name, (lo, hi) = LAYOUTS[k][0], LAYOUTS[k][1]
+        row = int(sel[j])
+        raise MessageError(f"unsupported {name} (apiKey {k}) version {int(v_sel[j])}, valid versions are "
+                           f"{lo}-{hi}", 0, [name], None if offsets is None else int(offsets[row]))
+    res, err = impl.decode_rows(mv, body_pos, body_end, keys, version, sel, wanted)
+    if err is not None:
+        row, k, code, pos, fld = err
+        raise _error(int(k), int(row), code, pos, fld, body_pos, offsets)
+    for k, (r, bufs) in res.items():
+        name, _v, _bufs, tree, _names = LAYOUTS[k]
         body = _build(tree, bufs)
         body.length = len(r)
-        out.tables[k] = RecordTypeColumns(k, name, r, vers, body)
-    if unknown:
-        out.unknown_rows = np.sort(np.concatenate(unknown))
+        out.tables[k] = RecordTypeColumns(k, name, r, version[r], body)
     return out
 
 
