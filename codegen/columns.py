@@ -21,6 +21,12 @@ record type; every buffer is appended to in record order)::
     ("struct", ((name, node), ...))  array elements of a struct type: each child
                                 has one entry per element (elements are never null)
 
+Entry points of the generated modules: ``decode_rows`` (every wanted type in
+one front-to-back pass over the rows, each body handed to its type's
+``_rec_<Type>`` function: reads the buffer in order, which matters when types
+interleave) and ``decode_type`` (the rows of one type, ``_dec_<Type>``; kept
+for per-type measurements).  Both return errors instead of raising, see below.
+
 Decoding rules (the same as the typed decoder, ``emit.Emitter.emit_reader``):
 fields absent in a record's version get the schema default; tagged fields
 first get their default at their place, and a known tag then *replaces* that

@@ -170,8 +170,8 @@ class StructColumn:
     def to_arrow(self, spark: bool = False):
         import pyarrow as pa
         arrays = [c.to_arrow(spark) for c in self.fields.values()]
-        if not arrays:
-            return pa.array([{}] * self.length, pa.struct([]))
+        if not arrays:  # NoOpRecord, EndTransactionRecord: a struct with no fields
+            return pa.Array.from_buffers(pa.struct([]), self.length, [None], children=[])
         return pa.StructArray.from_arrays(arrays, fields=[pa.field(k, a.type) for k, a in
                                                           zip(self.fields, arrays)])
 
