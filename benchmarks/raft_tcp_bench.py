@@ -106,6 +106,21 @@ def disk_fsync_rate(directory, block, seconds=1.0):
     return {"block_bytes": block, "fsyncs_per_s": round(n / dt, 1), "mb_per_s": round(n * block / dt / 1e6, 2)}
 
 
+def cpu_seconds(pids) -> float:
+    """user+system CPU seconds used so far by ``pids`` (Linux /proc), for CPU cost per record:
+    unlike records/s it hardly depends on what else the shared machine runs."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / tick
+
+
 def pct(xs, q):
     if not xs:
         return None
@@ -113,14 +128,24 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-async def offered_load(driver, seconds, record_bytes, per_append, max_inflight):
+async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, rate=None, pids=()):
+    """Offer appends for ``seconds`` after a 1 s warm-up.
+
+    Closed loop (``rate`` None): keep ``max_inflight`` appends outstanding --
+    the saturation throughput.  Open loop (``rate`` records/s, like Kafka's
+    TestRaftServer ``--throughput``): one append of ``per_append`` records every
+    ``per_append / rate`` seconds whatever the commits do, so the latency
+    figures are those of a quorum *at that load* (not of a queue the generator
+    itself keeps full).  ``max_inflight`` still caps the outstanding appends in
+    open loop; appends the cap or backpressure refused are counted as dropped.
+    """
     rec = b"x" * record_bytes
     batch = [rec] * per_append
     lat = []
     committed = 0
     failed = 0
+    dropped = 0
     inflight = set()
-    loop = asyncio.get_running_loop()
 
     def done(t0, fut):
         nonlocal committed, failed
@@ -131,9 +156,24 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight):
         committed += per_append
         lat.append((time.perf_counter() - t0) * 1000)
 
+    def issue() -> bool:
+        t0 = time.perf_counter()
+        try:
+            fut = driver.append(batch)
+        except BufferFullError:
+            return False
+        except NotLeaderError:
+            raise SystemExit("node 1 lost leadership during the run")
+        inflight.add(fut)
+        fut.add_done_callback(lambda f, t0=t0: done(t0, f))
+        return True
+
     warm_end = time.perf_counter() + 1.0
     end = warm_end + seconds
     measured_start_committed = None
+    t_start = None
+    interval = per_append / rate if rate else None
+    next_at = time.perf_counter()
     while True:
         now = time.perf_counter()
         if now >= end:
@@ -141,30 +181,38 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight):
         if measured_start_committed is None and now >= warm_end:
             measured_start_committed = committed
             lat.clear()
+            dropped = 0
             t_start = now
+            cpu_start = cpu_seconds(pids)
+        if interval is not None:
+            while next_at <= now:
+                next_at += interval
+                if len(inflight) >= max_inflight or not issue():
+                    dropped += per_append
+            await asyncio.sleep(max(0.0, min(next_at - time.perf_counter(), 0.001)))
+            continue
         if len(inflight) >= max_inflight:
             await asyncio.sleep(0.0005)
             continue
-        try:
-            t0 = time.perf_counter()
-            fut = driver.append(batch)
-        except BufferFullError:
+        if not issue():
             await asyncio.sleep(0.0005)
             continue
-        except NotLeaderError:
-            raise SystemExit("node 1 lost leadership during the run")
-        inflight.add(fut)
-        fut.add_done_callback(lambda f, t0=t0: done(t0, f))
         await asyncio.sleep(0)
     elapsed = time.perf_counter() - t_start
     total = committed - measured_start_committed
+    cpu = cpu_seconds(pids) - cpu_start
     if inflight:
         await asyncio.wait(list(inflight), timeout=10)
     return {"committed_records": total, "seconds": round(elapsed, 3),
+            "offered_records_per_s": rate, "dropped_records": dropped if rate else None,
             "committed_records_per_s": round(total / elapsed, 1),
+            "cpu_seconds_all_voters": round(cpu, 2),
+            "cpu_us_per_committed_record": round(cpu * 1e6 / total, 3) if total else None,
             "appends_measured": len(lat),
             "commit_latency_ms": {"p50": round(pct(lat, 0.50), 2) if lat else None,
+                                  "p90": round(pct(lat, 0.90), 2) if lat else None,
                                   "p99": round(pct(lat, 0.99), 2) if lat else None,
+                                  "max": round(max(lat), 2) if lat else None,
                                   "mean": round(statistics.fmean(lat), 2) if lat else None},
             "failed_appends": failed}
 
@@ -261,6 +309,8 @@ async def main_async(args, base):
                               stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=env, cwd=REPO)
              for p in paths[1:]]
     driver = RaftDriver.from_config(NodeConfig.from_file(paths[0]))
+    if args.inline_leader_flush:  # A/B: the leader fsyncs on its event loop, as before threads
+        driver.core.async_leader_flush = False
     try:
         await driver.start()
         deadline = time.monotonic() + 20
@@ -269,7 +319,8 @@ async def main_async(args, base):
                 raise SystemExit("node 1 did not become leader")
             await asyncio.sleep(0.01)
         result = await offered_load(driver, args.seconds, args.record_bytes, args.records_per_append,
-                                    args.max_inflight)
+                                    args.max_inflight, args.rate,
+                                    pids=[os.getpid()] + [p.pid for p in procs])
     finally:
         await driver.shutdown(3)
         for p in procs:
@@ -289,6 +340,10 @@ def main():
     ap.add_argument("--records-per-append", type=int, default=100)
     ap.add_argument("--max-inflight", type=int, default=64)
     ap.add_argument("--linger-ms", type=int, default=5)
+    ap.add_argument("--inline-leader-flush", action="store_true",
+                    help="A/B: node 1 fsyncs on its event loop instead of its flush thread")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="open loop: offer this many records/s (default: closed loop, --max-inflight appends)")
     ap.add_argument("--dir", default=None, help="where the nodes' data goes (default: a temp dir)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--voter-changes", type=int, default=0,
@@ -314,6 +369,8 @@ def main():
         out = {"setup": {"voters": 3, "transport": "TCP loopback", "fsync": True,
                          "record_bytes": args.record_bytes, "records_per_append": args.records_per_append,
                          "max_inflight_appends": args.max_inflight, "linger_ms": args.linger_ms,
+                         "offered_records_per_s": args.rate, "loadavg": os.getloadavg(),
+                         "leader_flush": "inline" if args.inline_leader_flush else "thread",
                          "cpus": os.cpu_count(), "python": sys.version.split()[0]},
                "result": res, "disk_write_fdatasync": disk}
         text = json.dumps(out, indent=2)

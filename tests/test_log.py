@@ -514,3 +514,48 @@ def test_reopen_of_a_log_emptied_at_its_start_keeps_no_epoch(tmp_path):
     lg = KafkaLog.open(d, log_start_offset=2)
     assert (lg.log_start_offset, lg.log_end_offset, lg.epoch_cache.entries()) == (2, 2, [])
     lg.close()
+
+
+# ---- split flush (begin_flush on the loop, run on a thread, complete_flush on the loop)
+def test_split_flush_moves_the_recovery_point_only_when_completed(log):
+    log.append_as_leader(batch(3), 1)
+    assert log.recovery_point == 0
+    job = log.begin_flush()
+    assert job.end_offset == 3
+    log.append_as_leader(batch(2), 1)  # appended after the job began: not covered by it
+    with pytest.raises(ValueError):
+        log.complete_flush(job)  # not run yet
+    t = threading.Thread(target=job.run)
+    t.start()
+    t.join()
+    assert log.complete_flush(job) is True
+    assert log.recovery_point == 3
+    log.flush()
+    assert log.recovery_point == 5
+
+
+def test_split_flush_is_void_after_a_truncation(log):
+    log.append_as_leader(batch(3), 1)
+    log.flush()
+    log.append_as_leader(batch(3), 1)
+    job = log.begin_flush()
+    log.truncate_to(3)
+    log.append_as_follower(build_batch([(None, b"x")] * 3, base_offset=3, partition_leader_epoch=2))
+    job.run()
+    assert log.complete_flush(job) is False  # the bytes it covered were replaced
+    assert log.recovery_point == 3
+
+
+def test_split_flush_error_is_raised_on_completion(log, monkeypatch):
+    log.append_as_leader(batch(3), 1)
+    job = log.begin_flush()
+
+    def broken(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    job.run()
+    monkeypatch.undo()
+    with pytest.raises(OSError):
+        log.complete_flush(job)
+    assert log.recovery_point == 0

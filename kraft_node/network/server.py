@@ -101,6 +101,8 @@ class KafkaServer:
                 await writer.drain()
         except asyncio.CancelledError:
             pass
+        except ConnectionError as exc:  # the peer went away while we answered: routine, not a bug
+            log.debug("connection from %s:%s lost: %r", peer[0], peer[1], exc)
         except Exception:  # a handler bug must not kill the server
             log.exception("error serving %s:%s; closing the connection", peer[0], peer[1])
         finally:

@@ -46,7 +46,8 @@ class BatchAccumulator:
     # ---- appends
     def append(self, epoch: int, records: list[bytes] | tuple[bytes, ...], now_ms: int,
                atomic: bool = True) -> int:
-        """Queue ``records``; returns the offset of the last one.
+        """Queue ``records`` (bytes-like; kept by reference until the batch is written, so
+        the caller must not change them); returns the offset of the last one.
 
         Raises NotLeaderError for a wrong epoch, RecordBatchTooLargeError if an
         atomic append (or a single record) cannot fit one batch, BufferFullError
@@ -54,24 +55,39 @@ class BatchAccumulator:
         """
         if epoch != self.epoch:
             raise NotLeaderError(f"append for epoch {epoch} but the leader epoch is {self.epoch}")
-        records = [bytes(r) for r in records]
+        if type(records) is not tuple:
+            records = tuple(records)
         if not records:
             raise ValueError("append needs at least one record")
-        sizes = [_rec_size(r) for r in records]
+        n = len(records)
+        total = sum(map(len, records)) + n * RECORD_OVERHEAD_BYTES
         cap = self.max_batch_size - BATCH_OVERHEAD_BYTES
-        if atomic and sum(sizes) > cap:
-            raise RecordBatchTooLargeError(f"{len(records)} records of {sum(sizes)} bytes exceed "
+        if atomic and total > cap:
+            raise RecordBatchTooLargeError(f"{n} records of {total} bytes exceed "
                                            f"the batch size {self.max_batch_size}")
+        if atomic:
+            # One batch holds the whole append: the common (controller) case costs
+            # O(1) Python work per append, not per record.
+            full = bool(self._open) and self._open_size + total > self.max_batch_size
+            if len(self._completed) + (2 if full else 1) > self.max_batches:  # as _plan counts
+                raise BufferFullError(f"{len(self._completed)} batches queued (max {self.max_batches})")
+            if full:
+                self._complete_open()
+            if not self._open:
+                self._open_since = now_ms
+            self._open.extend(records)
+            self._open_size += total
+            self.next_offset += n
+            return self.next_offset - 1
+        sizes = [_rec_size(r) for r in records]
         if max(sizes) > cap:
             raise RecordBatchTooLargeError(f"a record of {max(sizes)} bytes exceeds the batch size")
         # Plan the placement first so a refused append changes nothing.
         plan = self._plan(sizes, atomic)
         if len(self._completed) + plan > self.max_batches:
             raise BufferFullError(f"{len(self._completed)} batches queued (max {self.max_batches})")
-        if atomic and self._open and self._open_size + sum(sizes) > self.max_batch_size:
-            self._complete_open()
         for r, s in zip(records, sizes):
-            if not atomic and self._open and self._open_size + s > self.max_batch_size:
+            if self._open and self._open_size + s > self.max_batch_size:
                 self._complete_open()
             if not self._open:
                 self._open_since = now_ms

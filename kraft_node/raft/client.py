@@ -107,6 +107,9 @@ class Ready:
     next_wakeup_ms: int = NEVER
     shutdown_complete: bool = False
     shutdown_timed_out: bool = False
+    #: leader log flushes to run off the event loop (only with ``RaftCore.async_leader_flush``):
+    #: call ``job.run()`` on any thread, then ``RaftCore.handle_flush_done(job, now_ms)``.
+    flush_jobs: list = field(default_factory=list)
 
 
 class _RecordingStore:
@@ -276,6 +279,12 @@ class RaftCore:
         self._listeners: list[_ListenerContext] = []
         self._purgatory: list[tuple[int, int, FetchRequest, int]] = []  # src, corr, req, deadline
         self._leader_batches: list[Batch] = []  # written but maybe not yet delivered, leader only
+        #: Leader flushes as jobs the driver runs on a thread (``Ready.flush_jobs``); needs a
+        #: log with ``begin_flush``/``complete_flush``.  Off by default (and in the simulator's
+        #: default): then the leader's next poll fsyncs in line, after answering Fetches.
+        self.async_leader_flush = False
+        self._flush_job = None  # (epoch, job) in flight
+        self._new_flush_jobs: list = []
         self._shutdown_deadline: int | None = None
         self._shutdown_done = False
         self._shutdown_timed_out = False
@@ -1149,7 +1158,8 @@ class RaftCore:
             wake = min(wake, self._shutdown_deadline)
         wake = min(wake, self.requests.next_deadline(now_ms))
         ready = Ready(self._outbox, self._store.pending, max(wake, now_ms),
-                      self._shutdown_done, self._shutdown_timed_out)
+                      self._shutdown_done, self._shutdown_timed_out, self._new_flush_jobs)
+        self._new_flush_jobs = []
         self._outbox = []
         self._store.pending = []
         return ready
@@ -1189,7 +1199,7 @@ class RaftCore:
                 self._flush_leader(st, now_ms)
                 self._transition_to_resigned(now_ms)
                 return now_ms
-        self._flush_leader(st, now_ms)
+        flush_owed = self._flush_leader(st, now_ms, sync=False)
         self._maybe_complete_voter_change(st, now_ms)
         self._maybe_send_begin_quorum_epoch(st, now_ms)
         self._complete_purgatory(now_ms, force=False)
@@ -1198,27 +1208,69 @@ class RaftCore:
                    st.begin_quorum_epoch_deadline)
         for _, _, _, deadline in self._purgatory:
             wake = min(wake, deadline)
+        if flush_owed:
+            wake = now_ms
         if self._voter_change is not None:
             wake = min(wake, self._voter_change.deadline_ms)
         return wake
 
-    def _flush_leader(self, st: LeaderState, now_ms: int) -> None:
+    def _flush_leader(self, st: LeaderState, now_ms: int, sync: bool = True) -> bool:
+        """Append the accumulator's ready batches; fsync what is unflushed.
+
+        With ``sync=False`` (the leader's poll) the fsync of newly appended
+        batches is left to the *next* poll: parked Fetches are answered with
+        the new data first, so the followers write and fsync it while this
+        node fsyncs its own copy -- the two flushes overlap instead of adding
+        up.  This is safe because only durable offsets count: the leader's own
+        end offset enters the high watermark after its flush, a follower's
+        after its own flush (its next Fetch).  Returns True when an fsync is
+        still owed (the caller asks to be polled again at once).
+        """
         batches = st.accumulator.drain(now_ms)
-        if not batches:
-            return
-        changed = False
-        for b in batches:
-            self.log.append_as_leader(b)
-            self._leader_batches.append(b)
-            changed |= self.control.apply_batches((b,))
-        if changed:
-            # Kafka: a VotersRecord counts for the majority as soon as it is appended.
-            st.update_voter_set(self.quorum.voters.values())
+        if batches:
+            changed = False
+            for b in batches:
+                self.log.append_as_leader(b)
+                self._leader_batches.append(b)
+                changed |= self.control.apply_batches((b,))
+            if changed:
+                # Kafka: a VotersRecord counts for the majority as soon as it is appended.
+                st.update_voter_set(self.quorum.voters.values())
+            self._complete_purgatory(now_ms, force=True)  # new data for parked fetches
+        if self.log.flushed_end_offset >= self.log.end_offset:
+            return False
+        if not sync:
+            if self.async_leader_flush:
+                # The driver fsyncs on a thread while this loop keeps answering Fetches;
+                # one job at a time, the next one covers whatever was appended meanwhile.
+                if self._flush_job is None:
+                    job = self.log.begin_flush()
+                    if job is not None:
+                        self._flush_job = (st.epoch, job)
+                        self._new_flush_jobs.append(job)
+                return False
+            if batches:
+                return True
         self.log.flush()
         if st.update_local_state(self.log.flushed_end_offset):
             self._on_leader_hwm_update(now_ms)
-        else:
-            self._complete_purgatory(now_ms, force=True)  # new data for parked fetches
+        return False
+
+    def handle_flush_done(self, job, now_ms: int) -> None:
+        """A flush job from ``Ready.flush_jobs`` ran (``job.run()``): its end offset is
+        durable unless the log was truncated meanwhile; as leader of the epoch that
+        started it, count it for the high watermark.  An fsync error is raised (fatal,
+        as a failed log directory is for Kafka)."""
+        cur, self._flush_job = self._flush_job, None
+        if cur is None or cur[1] is not job:
+            self._flush_job = cur
+            raise RaftError(f"node {self.local_id}: flush completion for a job not in flight")
+        if not self.log.complete_flush(job):
+            return
+        st = self.quorum.state
+        if isinstance(st, LeaderState) and st.epoch == cur[0]:
+            if st.update_local_state(self.log.flushed_end_offset):
+                self._on_leader_hwm_update(now_ms)
 
     def _maybe_send_begin_quorum_epoch(self, st: LeaderState, now_ms: int) -> None:
         if now_ms < st.begin_quorum_epoch_deadline:
@@ -1398,9 +1450,10 @@ class RaftCore:
                     break
                 if b.next_offset <= pos:
                     continue
+                n = b.next_offset - b.base_offset  # not len(b.records): that would decode a RawBatch
                 lo = pos - b.base_offset if b.base_offset < pos else 0
-                hi = min(len(b.records), upto - b.base_offset)
-                if lo != 0 or hi != len(b.records):
+                hi = min(n, upto - b.base_offset)
+                if lo != 0 or hi != n:
                     b = Batch(b.base_offset + lo, b.epoch, b.records[lo:hi], b.is_control, b.control,
                               b.append_time_ms)
                 if b.base_offset != pos:

@@ -203,6 +203,10 @@ class RaftDriver:
                              snapshot_control=KafkaSnapshotControl(pdir), local_listeners=listeners,
                              bootstrap_ids=tuple(sorted(self._bootstrap, reverse=True)),
                              encode_control=encode_control_value)
+        # The leader's fsyncs run on one worker thread (os.fdatasync releases the GIL), so
+        # the loop answers Fetches meanwhile; followers still flush in line before fetching.
+        self.core.async_leader_flush = True
+        self._flush_executor = None
         self._appends = _PendingAppends()
         self.core.register_listener(self._appends)
         self._peers = {v.id: _Peer(v.id, v.host, v.port) for v in config.voters if v.id != config.node_id}
@@ -315,6 +319,8 @@ class RaftDriver:
         for p in self._peers.values():
             if p.conn is not None:
                 await p.conn.close()
+        if self._flush_executor is not None:
+            self._flush_executor.shutdown(wait=True)  # no fsync in flight when the log closes
         try:
             self.log.close()
         except Exception:  # noqa: BLE001 - best effort at close; the log recovers on open
@@ -331,7 +337,7 @@ class RaftDriver:
         if self._closed:
             raise RaftError(f"node {self.node_id} is shut down")
         epoch = self.core.epoch
-        last = self.core.append(list(records), epoch, monotonic_ms())
+        last = self.core.append(records, epoch, monotonic_ms())
         fut = self.loop.create_future()
         self._appends.add(last, epoch, fut)
         self._schedule_poll()
@@ -440,6 +446,8 @@ class RaftDriver:
         except Exception as exc:  # an invariant violation or storage failure: stop serving
             self._die(exc)
             return
+        for job in ready.flush_jobs:
+            self._spawn(self._run_flush(job))
         for msg in ready.messages:
             if isinstance(msg, OutboundResponse):
                 fut = self._inbound.pop(msg.correlation_id, None)
@@ -452,6 +460,20 @@ class RaftDriver:
             self._shutdown_timed_out = ready.shutdown_timed_out
             self._shutdown_done.set()
         self._arm_timer(ready.next_wakeup_ms, now)
+
+    async def _run_flush(self, job) -> None:
+        if self._flush_executor is None:
+            import concurrent.futures
+            self._flush_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"raft-flush-{self.node_id}")
+        await self.loop.run_in_executor(self._flush_executor, job.run)
+        if self._closed or self.fatal is not None:
+            return
+        try:
+            self.core.handle_flush_done(job, monotonic_ms())
+        except Exception as exc:  # an fsync failure: the log directory is unusable
+            self._die(exc)
+            return
+        self._poll()
 
     def _arm_timer(self, wake_ms: int, now: int) -> None:
         if self._timer_at == wake_ms and self._timer is not None:

@@ -516,6 +516,22 @@ class KafkaRaftLog:
             self.flush_count += 1
         self._flushed = self.end_offset
 
+    def begin_flush(self):
+        """The fsync half of :meth:`flush` as a job for another thread, or None when
+        everything is flushed (see ``KafkaLog.begin_flush``)."""
+        if self._flushed >= self.end_offset:
+            return None
+        return self._log.begin_flush()
+
+    def complete_flush(self, job) -> bool:
+        """After ``job.run()``: the job's end offset counts as flushed unless the log was
+        truncated meanwhile (then the next flush covers it).  Raises the fsync's error."""
+        if not self._log.complete_flush(job):
+            return False
+        self._flushed = max(self._flushed, job.end_offset)
+        self.flush_count += 1
+        return True
+
     def truncate_to(self, offset: int) -> None:
         if offset < self.start_offset:
             raise ValueError(f"cannot truncate to {offset}, below log start offset {self.start_offset}")

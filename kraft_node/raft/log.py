@@ -86,6 +86,22 @@ class RaftLog(Protocol):
         """Advance ``start_offset`` to a stored snapshot's offset, dropping older records."""
 
 
+class MemoryFlushJob:
+    """A flush of a :class:`MemoryRaftLog` up to ``end_offset`` (nothing to do off-loop)."""
+
+    __slots__ = ("end_offset", "truncations", "done", "error")
+
+    def __init__(self, end_offset: int, truncations: int):
+        self.end_offset = end_offset
+        self.truncations = truncations
+        self.done = False
+        self.error = None
+
+    def run(self) -> "MemoryFlushJob":
+        self.done = True
+        return self
+
+
 class MemoryRaftLog:
     """An in-memory :class:`RaftLog` that models unflushed data.
 
@@ -103,6 +119,7 @@ class MemoryRaftLog:
         self._start = 0
         self._end = 0
         self._flushed = 0
+        self._truncations = 0
         self._snapshots: dict[SnapshotId, bytes] = {}
         self.high_watermark = 0
         self.flush_count = 0
@@ -159,11 +176,27 @@ class MemoryRaftLog:
         self._flushed = self._end
         self.flush_count += 1
 
+    def begin_flush(self) -> "MemoryFlushJob | None":
+        """The split flush a driver runs off its loop (see ``KafkaLog.begin_flush``); the
+        simulator completes it after a virtual delay, or loses it in a crash."""
+        if self._flushed >= self._end:
+            return None
+        return MemoryFlushJob(self._end, self._truncations)
+
+    def complete_flush(self, job: "MemoryFlushJob") -> bool:
+        if job.truncations != self._truncations or job.end_offset > self._end:
+            return False  # truncated meanwhile: the bytes the job covered may be gone
+        if job.end_offset > self._flushed:
+            self._flushed = job.end_offset
+            self.flush_count += 1
+        return True
+
     def truncate_to(self, offset: int) -> None:
         if offset < self._start:
             raise ValueError(f"cannot truncate to {offset}, below log start offset {self._start}")
         if offset >= self._end:
             return
+        self._truncations += 1
         i = bisect.bisect_right(self._bases, offset) - 1
         keep = self._batches[:i]
         b = self._batches[i]
@@ -178,6 +211,7 @@ class MemoryRaftLog:
     def truncate_fully_and_start_at(self, snapshot_id: SnapshotId) -> None:
         if snapshot_id not in self._snapshots:
             raise ValueError(f"no stored snapshot {snapshot_id} to restart the log at")
+        self._truncations += 1
         self._batches = []
         self._bases = []
         self._start = self._end = self._flushed = snapshot_id.offset

@@ -188,6 +188,7 @@ class KafkaLog:
         self.config = config
         self._clock = clock
         self._lock = threading.RLock()
+        self._truncations = 0  # bumped by every truncation; a FlushJob begun before one is void
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._start = 0
@@ -480,6 +481,37 @@ class KafkaLog:
         self._unflushed_records = 0
         self._last_flush_ms = self._clock()
 
+    def begin_flush(self) -> "FlushJob":
+        """Start a flush whose fsyncs may run on another thread (see :class:`FlushJob`).
+
+        Why: an fdatasync takes 0.2-2 ms here, during which a single-threaded
+        event loop (the Raft I/O loop) could be answering Fetches.  The job
+        holds duplicates of the file descriptors of every segment at or past
+        the recovery point, so a segment closed meanwhile (a truncation, a
+        deletion) cannot make it sync a reused descriptor.  Call
+        :meth:`FlushJob.run` on any thread, then :meth:`complete_flush` on the
+        log's own thread; only then does the recovery point move."""
+        self._check_open()
+        with self._lock:
+            i = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
+            fds = [os.dup(seg.handle.fd) for seg in self._segments[i:]]
+            return FlushJob(self._end, self._truncations, fds)
+
+    def complete_flush(self, job: "FlushJob") -> bool:
+        """Advance the recovery point to the job's end offset if it still means what it
+        meant when the job began (no truncation since).  Returns whether it did."""
+        if job.error is not None:
+            raise job.error
+        if not job.done:
+            raise ValueError("complete_flush() before the flush job ran")
+        if job.truncations != self._truncations or job.end_offset > self._end:
+            return False
+        self.recovery_point = max(self.recovery_point, job.end_offset)
+        if job.end_offset == self._end:
+            self._unflushed_records = 0
+        self._last_flush_ms = self._clock()
+        return True
+
     def maybe_flush(self) -> bool:
         """Flush if ``flush.ms`` has passed since the last flush (call from a timer)."""
         cfg = self.config
@@ -553,6 +585,7 @@ class KafkaLog:
         with self._lock:
             if offset >= self._end:
                 return False
+            self._truncations += 1
             if offset < self._start:
                 self.truncate_fully_and_start_at(offset)
                 return True
@@ -586,6 +619,7 @@ class KafkaLog:
         if offset < 0:
             raise ValueError("offset must be >= 0")
         with self._lock:
+            self._truncations += 1
             old = self._segments
             for s in old:
                 s.generation += 1
@@ -693,3 +727,42 @@ class KafkaLog:
     def __repr__(self):
         return (f"KafkaLog({self.directory!r}, start={self._start}, end={self._end}, "
                 f"segments={len(self._segments)})")
+
+
+class FlushJob:
+    """The fsync half of :meth:`KafkaLog.begin_flush`, runnable on any thread.
+
+    Invariant: ``end_offset`` is durable once ``run`` returned without error,
+    because every byte below it was written (``os.write`` returned) before the
+    job was made and each descriptor is fdatasync'd after that.  The job owns
+    its duplicated descriptors and closes them when it runs (or is dropped).
+    """
+
+    __slots__ = ("end_offset", "truncations", "_fds", "done", "error")
+
+    def __init__(self, end_offset: int, truncations: int, fds: list[int]):
+        self.end_offset = end_offset
+        self.truncations = truncations
+        self._fds = fds
+        self.done = False
+        self.error: BaseException | None = None
+
+    def run(self) -> "FlushJob":
+        fds, self._fds = self._fds, []
+        try:
+            for fd in fds:
+                os.fdatasync(fd)
+        except OSError as exc:
+            self.error = exc
+        finally:
+            for fd in fds:
+                os.close(fd)
+            self.done = True
+        return self
+
+    def __del__(self):
+        for fd in self._fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass

@@ -130,6 +130,7 @@ class SimNode:
                              random.Random(c.rng.getrandbits(64)), cluster_id=c.cluster_id,
                              snapshot_control=SimSnapshotControl() if c.sim.dynamic else None,
                              bootstrap_ids=tuple(c.voter_ids) if c.sim.dynamic else ())
+        self.core.async_leader_flush = c.sim.async_leader_flush
         self.sm = StateMachine(self)
         self.core.register_listener(self.sm)
         self.core.initialize(c.scheduler.now)
@@ -158,12 +159,22 @@ class SimNode:
             payload = m.request if kind == "request" else m.response
             inc = 0 if m.destination == ADMIN_ID else c.nodes[m.destination].incarnation
             c.network.send(Envelope(self.id, m.destination, inc, kind, m.correlation_id, payload))
+        for job in ready.flush_jobs:
+            inc = self.incarnation
+            c.scheduler.at(now + c.rng.randint(0, 3), lambda job=job, inc=inc: self._flush_done(job, inc))
         if ready.shutdown_complete and self.shutting_down:
             c.on_shutdown_complete(self)
             return
         self._wake_gen += 1
         gen = self._wake_gen
         c.scheduler.at(ready.next_wakeup_ms, lambda: self._wake(gen))
+
+    def _flush_done(self, job, incarnation: int) -> None:
+        if not self.alive or incarnation != self.incarnation:
+            return  # the process died with the fsync in flight: after_crash() dropped that data
+        job.run()
+        self.core.handle_flush_done(job, self.cluster.scheduler.now)
+        self.poll()
 
     def _wake(self, gen: int) -> None:
         if gen == self._wake_gen and self.alive:
@@ -202,6 +213,9 @@ class SimConfig:
     dynamic: bool = False
     #: Observers that run with controller.quorum.auto.join.enable (dynamic only).
     auto_join: int = 0
+    #: Leaders flush through ``Ready.flush_jobs`` (as the TCP driver does, on a thread),
+    #: each completing 0-3 virtual ms later unless a crash loses it first.
+    async_leader_flush: bool = False
 
 
 class Cluster:

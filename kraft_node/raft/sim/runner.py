@@ -64,7 +64,8 @@ def random_sim_config(rng: random.Random) -> SimConfig:
     return SimConfig(voters=voters, observers=observers, quorum=quorum, network=net,
                      with_directory_ids=dynamic or rng.random() < 0.7,
                      crash_after_vote_probability=rng.choice([0.0, 0.0, 0.3]),
-                     dynamic=dynamic, auto_join=rng.choice([0, 0, 1]) if dynamic else 0)
+                     dynamic=dynamic, auto_join=rng.choice([0, 0, 1]) if dynamic else 0,
+                     async_leader_flush=rng.random() < 0.5)
 
 
 def membership_step(c: Cluster, rng: random.Random) -> None:
