@@ -1,10 +1,12 @@
-"""Committed-throughput and commit-latency of a 3-voter KRaft quorum over loopback TCP.
+"""Committed-throughput and commit-latency of a KRaft quorum over loopback TCP (the
+raft-only load server, like Kafka's TestRaftServer).
 
-    python benchmarks/raft_tcp_bench.py [--seconds 10] [--record-bytes 100] [--records-per-append 100]
-                                        [--max-inflight 64] [--linger-ms 5] [--json out.json]
+    python benchmarks/raft_tcp_bench.py [--voters 3] [--seconds 10] [--record-bytes 100]
+                                        [--records-per-append 100] [--max-inflight 64]
+                                        [--rate RECORDS_PER_S] [--linger-ms 5] [--json out.json]
 
 Setup: node 1 runs in this process (a RaftDriver on this event loop) and is
-the one that offers the load; nodes 2 and 3 are ``python -m kraft_node.server``
+the one that offers the load; nodes 2..N are ``python -m kraft_node.server``
 subprocesses.  Node 1 gets a short election timeout and the others a long
 one, so node 1 wins the first election.  Every voter fsyncs (fdatasync)
 before it reports/counts an offset, as the core requires.
@@ -64,11 +66,11 @@ def free_ports(n):
     return ports
 
 
-def write_configs(base, linger_ms):
-    ports = free_ports(3)
-    voters = ",".join(f"{i + 1}@127.0.0.1:{ports[i]}" for i in range(3))
+def write_configs(base, linger_ms, n=3):
+    ports = free_ports(n)
+    voters = ",".join(f"{i + 1}@127.0.0.1:{ports[i]}" for i in range(n))
     paths = []
-    for i in range(3):
+    for i in range(n):
         nid = i + 1
         d = os.path.join(base, f"node{nid}")
         os.makedirs(d)
@@ -303,7 +305,7 @@ async def voter_changes(args, base):
 
 
 async def main_async(args, base):
-    paths = write_configs(base, args.linger_ms)
+    paths = write_configs(base, args.linger_ms, args.voters)
     env = dict(os.environ, PYTHONPATH=REPO)
     procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server", p, "--log-level", "WARNING"],
                               stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=env, cwd=REPO)
@@ -336,6 +338,7 @@ async def main_async(args, base):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--voters", type=int, default=3, help="quorum size (node 1 in this process leads)")
     ap.add_argument("--record-bytes", type=int, default=100)
     ap.add_argument("--records-per-append", type=int, default=100)
     ap.add_argument("--max-inflight", type=int, default=64)
@@ -366,7 +369,7 @@ def main():
                     f.write(text + "\n")
             return
         res = asyncio.run(main_async(args, base))
-        out = {"setup": {"voters": 3, "transport": "TCP loopback", "fsync": True,
+        out = {"setup": {"voters": args.voters, "transport": "TCP loopback", "fsync": True,
                          "record_bytes": args.record_bytes, "records_per_append": args.records_per_append,
                          "max_inflight_appends": args.max_inflight, "linger_ms": args.linger_ms,
                          "offered_records_per_s": args.rate, "loadavg": os.getloadavg(),
