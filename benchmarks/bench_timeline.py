@@ -117,6 +117,49 @@ def test_get_many(benchmark, impl):
 
 
 @pytest.mark.parametrize("impl", list(IMPLS))
+def test_put_many_int64_array(benchmark, impl):
+    """Bulk insert with the keys as an int64 numpy array."""
+    import numpy as np
+    benchmark.group = "put-bulk-int"
+    benchmark.extra_info["ops"] = N
+    make = _maker(impl)
+    arr = np.array(KEYS, dtype=np.int64)
+    benchmark.pedantic(lambda m: m.put_many(arr, VALUES), setup=lambda: ((make(),), {}),
+                       rounds=15)
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+def test_get_many_int64_array(benchmark, impl):
+    import numpy as np
+    benchmark.group = "get-bulk-int"
+    benchmark.extra_info["ops"] = N
+    m = _maker(impl)()
+    m.put_many(KEYS, VALUES)
+    arr = np.array(KEYS, dtype=np.int64)
+    benchmark.pedantic(lambda: m.get_many(arr), rounds=15)
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+@pytest.mark.parametrize("bulk", [False, True], ids=["single", "bulk"])
+def test_get_shuffled(benchmark, impl, bulk):
+    """Gets in random key order (every probe a likely cache miss at 100k)."""
+    import random
+    benchmark.group = "get-shuffled-int"
+    benchmark.extra_info["ops"] = N
+    m = _maker(impl)()
+    m.put_many(KEYS, VALUES)
+    ks = KEYS[:]
+    random.Random(1).shuffle(ks)
+
+    def run():
+        get = m.get
+        for k in ks:
+            get(k)
+
+    benchmark.pedantic((lambda: m.get_many(ks)) if bulk else run, rounds=15)
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
 def test_get_at_snapshot_epoch(benchmark, impl):
     """N x ``m.get(k, epoch=E)`` where half the keys changed after E."""
     benchmark.group = "get-at-epoch-int"
