@@ -5,8 +5,8 @@
   DescribeQuorum reports a high watermark, and its writer gets an append committed);
   not before the followers' fetch timeout could have expired (Kafka's rule: a closed
   connection does not shortcut it), and within a bound the timeouts explain.
-* SIGTERM of the leader: it resigns (EndQuorumEpoch), exits 0, and a successor commits
-  well before any fetch timeout would have fired.
+* SIGTERM of the leader: it resigns (EndQuorumEpoch), exits 0, a follower stands at
+  once (well before any fetch timeout would have fired) and a successor commits.
 
 Bounded: a hard pytest timeout, every wait has a deadline, every process is killed.
 """
@@ -66,8 +66,16 @@ def test_kill_and_resignation_of_the_leader_hand_over_to_a_committing_leader(tmp
     # fetch, which was at most a linger + a round trip before the kill), then elect; even a
     # split vote costs at most an election timeout (< 2 s) plus a backoff (<= 1 s) more.
     assert 1500 <= killed["elected_ms"] <= 12000, killed
-    # SIGTERM: handed over by EndQuorumEpoch, far sooner than a fetch timeout, and a clean exit
-    assert resigned["committing_ms"] < 1500, resigned
+    # SIGTERM: the resigning leader's EndQuorumEpoch makes its first preferred successor
+    # stand at once (backoff 0), far sooner than any fetch timeout would have...
+    first_stand = min((t for t, nid, msg in resigned["timeline"]
+                       if nid != resigned["old_leader"] and ("prospective" in msg or "candidate" in msg)),
+                      default=None)
+    assert first_stand is not None and first_stand < 1000, resigned
+    # ...and a successor commits within what the timeouts allow even when that first
+    # pre-vote is lost (see BENCHMARKS.md: the second successor's 500 ms backoff, or worse
+    # the resigned leader's election timeout of 1-2 s plus an Unattached one); the leader exits 0
+    assert resigned["committing_ms"] < 6000, resigned
     assert resigned["old_leader_exit_code"] == 0, stderr
     assert any(nid == resigned["old_leader"] and "resigned as leader" in msg
                for _, nid, msg in resigned["timeline"]), resigned
