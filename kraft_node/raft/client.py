@@ -278,7 +278,9 @@ class RaftCore:
         self._next_correlation = rng.randrange(1 << 30)
         self._listeners: list[_ListenerContext] = []
         self._purgatory: list[tuple[int, int, FetchRequest, int]] = []  # src, corr, req, deadline
-        self._leader_batches: list[Batch] = []  # written but maybe not yet delivered, leader only
+        #: Batches this node wrote (as leader, or fetched as follower) that a listener may still need:
+        #: delivery takes them from memory instead of re-reading (and re-decoding) the log.
+        self._recent_batches: list[Batch] = []
         #: Leader flushes as jobs the driver runs on a thread (``Ready.flush_jobs``); needs a
         #: log with ``begin_flush``/``complete_flush``.  Off by default (and in the simulator's
         #: default): then the leader's next poll fsyncs in line, after answering Fetches.
@@ -445,7 +447,7 @@ class RaftCore:
         if self._voter_change is not None:
             # Kafka answers a pending voter change when leadership ends.
             self._finish_voter_change(Errors.NOT_LEADER_OR_FOLLOWER)
-        self._leader_batches = []
+        self._recent_batches = []
         self._bootstrap_target = None
         # Parked fetches are answered against the new state (an error now).
         parked, self._purgatory = self._purgatory, []
@@ -898,6 +900,7 @@ class RaftCore:
         if offset < log.end_offset:
             self.stats["truncations"] += 1
         log.truncate_to(offset)
+        self._recent_batches = []  # the log is the only truth after a truncation
         if self.control.truncate_new_entries(offset):
             self.stats["voter_set_truncated"] += 1
         for ctx in self._listeners:
@@ -918,6 +921,8 @@ class RaftCore:
             end = b.next_offset
         if keep:
             self.log.append_as_follower(keep)
+            if self._listeners:
+                self._recent_batches.extend(keep)
             self.control.apply_batches(keep)
             # Voters flush before reporting the new end offset in their next Fetch.  With a
             # dynamic quorum an observer may become a voter by a record the leader appends at
@@ -1125,6 +1130,7 @@ class RaftCore:
             log.delete_before(sid)
         else:
             log.truncate_fully_and_start_at(sid)
+            self._recent_batches = []
         kv, voters = self.snapshot_control.read(data)
         if voters is not None or kv:
             # The snapshot's control state replaces history up to it; later log entries stay.
@@ -1231,7 +1237,7 @@ class RaftCore:
             changed = False
             for b in batches:
                 self.log.append_as_leader(b)
-                self._leader_batches.append(b)
+                self._recent_batches.append(b)
                 changed |= self.control.apply_batches((b,))
             if changed:
                 # Kafka: a VotersRecord counts for the majority as soon as it is appended.
@@ -1430,18 +1436,18 @@ class RaftCore:
                     ctx.last_fired = current
                     ctx.listener.handle_leader_change(current)
                 self._deliver(ctx, hwm)
-        if self._leader_batches:
+        if self._recent_batches:
             low = min((c.next_offset for c in self._listeners), default=NEVER)
-            self._leader_batches = [b for b in self._leader_batches if b.next_offset > low]
+            self._recent_batches = [b for b in self._recent_batches if b.next_offset > low]
 
     def _deliver(self, ctx: _ListenerContext, upto: int | None) -> None:
         """Hand ``[ctx.next_offset, upto)`` to the listener, one ``handle_commit`` per
         chunk of about fetch.max.bytes (the leader's own batches come from memory)."""
         while upto is not None and ctx.next_offset < upto:
             pos = ctx.next_offset
-            mem = [b for b in self._leader_batches if b.next_offset > pos and b.base_offset < upto]
+            mem = [b for b in self._recent_batches if b.next_offset > pos and b.base_offset < upto]
             if mem and mem[0].base_offset <= pos:
-                source = mem  # the leader's own in-memory batches, no re-read
+                source = mem  # batches this node wrote, still in memory: no re-read
             else:
                 source = self.log.read(pos, self.config.fetch_max_bytes)
             out: list[Batch] = []
