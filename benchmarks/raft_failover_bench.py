@@ -50,6 +50,8 @@ epochs skipped (``epoch_gap`` > 1 means a failed/split election).
 After a repetition the stopped node is restarted (it rejoins as a follower)
 and the next one waits for stability again.  Every wait is bounded; every
 process is killed at the end; the nodes also get ``--exit-after-seconds``.
+``--keep`` keeps the data dir (the nodes' stderr logs); ``FAILOVER_DEBUG=1``
+prints the bench's asyncio task stacks every 10 s (for diagnosing a hang).
 """
 from __future__ import annotations
 
