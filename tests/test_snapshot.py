@@ -403,6 +403,17 @@ def test_record_sizes_oracle(value_len, delta):
     assert int(record_sizes(np.array([value_len]), np.array([delta]))[0]) == _zz_varint_len(body) + body
 
 
+@given(st.integers(0, 2**28), st.integers(0, 3000))
+def test_delta_varint_sizes_are_the_varint_sizes_of_a_range(first, count):
+    """The writer's shortcut for consecutive offset deltas == per-element sizes."""
+    from kraft_storage.snapshot.records import _delta_varint_sizes, _varint_size
+    expect = [_zz_varint_len(d) for d in range(first, first + count)]
+    assert _delta_varint_sizes(first, count).tolist() == expect
+    xs = np.arange(first, first + count, dtype=np.int64)
+    assert _varint_size(xs).tolist() == expect
+    assert _varint_size(xs, first + count).tolist() == expect
+
+
 @pytest.mark.parametrize("n,vlen", [(70, 70), (9000, 0), (3, 9000), (2, 70000)])
 def test_record_sizes_match_encoder(n, vlen):
     """Sum of record_sizes + header == what the batch encoder really writes (crossing varint widths)."""

@@ -31,6 +31,14 @@ References are dropped only once the table is consistent again, because a
 ``__del__`` may re-enter the table.
 
 The same ``Table`` stores the ``saved`` part of each snapshot tier.
+
+Bulk calls (``put_many``, ``get_many``, ``contains_many`` at LATEST) run one
+tight C loop for keys that are exact ``int``/``str`` (hashing and comparing
+those runs no Python code, so the loop needs no per-key reference or version
+check) or a 1-d int64 numpy array (hashed from the C value, as
+``hash(int(v))``); a key of any other type, or a hash match against a stored
+key of another type (``True`` vs ``1``), is handed alone to the single-op
+path.  See "Bulk probes" and the bulk paths of ``_SnapshottableHashTable``.
 """
 from cpython.ref cimport PyObject
 from cpython.mem cimport PyMem_Malloc, PyMem_Free

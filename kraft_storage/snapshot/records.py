@@ -75,14 +75,31 @@ def _now_ms() -> int:
 _VARINT_LIMITS = (1 << 6, 1 << 13, 1 << 20, 1 << 27)  # zigzag varint of v >= 0 grows at these v
 
 
-def _varint_size(x: np.ndarray) -> np.ndarray:
-    """Bytes of the zigzag varint of each (non-negative, < 2**31) int in ``x``, as int64."""
+def _varint_size(x: np.ndarray, x_max: int | None = None) -> np.ndarray:
+    """Bytes of the zigzag varint of each (non-negative, < 2**31) int in ``x``, as int64.
+
+    ``x_max``: an upper bound of ``x`` if the caller knows one (saves a pass).
+    """
     x = np.asarray(x, dtype=np.int64)
-    out = (x >= _VARINT_LIMITS[0]).astype(np.int64)
-    out += 1
-    if len(x) and int(x.max()) >= _VARINT_LIMITS[1]:
+    out = np.where(x >= _VARINT_LIMITS[0], np.int64(2), np.int64(1))
+    if len(x):
+        top = int(x.max()) if x_max is None else x_max
         for lim in _VARINT_LIMITS[1:]:
+            if top < lim:
+                break
             out += x >= lim
+    return out
+
+
+def _delta_varint_sizes(first: int, count: int) -> np.ndarray:
+    """``_varint_size(np.arange(first, first + count))`` without the per-element
+    compares: the sizes of consecutive offset deltas step up at fixed limits."""
+    out = np.ones(count, dtype=np.int64)
+    for lim in _VARINT_LIMITS:
+        start = lim - first
+        if start >= count:
+            break
+        out[max(start, 0):] += 1
     return out
 
 
@@ -96,13 +113,29 @@ def record_sizes(value_len: np.ndarray, offset_delta: np.ndarray) -> np.ndarray:
     return _sizes_from_body_base(_body_base(value_len), offset_delta)
 
 
-def _body_base(value_len: np.ndarray) -> np.ndarray:
-    """Body size without the offset-delta varint: 4 fixed bytes + varint(len) + len."""
+def _body_base(value_len: np.ndarray, *, consume: bool = False) -> np.ndarray:
+    """Body size without the offset-delta varint: 4 fixed bytes + varint(len) + len.
+
+    ``consume``: ``value_len`` is a scratch int64 array the result may
+    overwrite (a bulk append of N records then allocates nothing of size N:
+    fresh arrays of that size cost more in page faults than the arithmetic).
+    """
     value_len = np.asarray(value_len, dtype=np.int64)
-    base = _varint_size(value_len)
-    base += value_len
-    base += 4
+    steps = _varint_steps(value_len)
+    base = value_len if consume else value_len.copy()
+    base += 5                          # 4 fixed bytes + the varint's first byte
+    for step in steps:
+        base += step
     return base
+
+
+def _varint_steps(x: np.ndarray, x_max: int | None = None) -> list:
+    """Boolean arrays ``x >= limit`` for each varint limit ``x`` reaches
+    (varint size = 1 + their sum); computed before ``x`` is overwritten."""
+    if not len(x):
+        return []
+    top = int(x.max()) if x_max is None else x_max
+    return [x >= lim for lim in _VARINT_LIMITS if top >= lim]
 
 
 def _sizes_from_body_base(base: np.ndarray, offset_delta) -> np.ndarray:
@@ -288,12 +321,20 @@ class RecordsSnapshotWriter:
         n = len(off) - 1
         if n == 0:
             return
-        base = _body_base(np.diff(off))
+        base = _body_base(np.diff(off), consume=True)
+        body_max = int(base.max())     # + at most 5 bytes of offset-delta varint
         # Lower bound of every record's size (offset delta varint counted as 1
         # byte): its prefix sums bound how many records can fit from any start.
         lower = np.empty(n + 1, dtype=np.int64)
         lower[0] = 0
-        np.cumsum(_sizes_from_body_base(base, np.zeros(1, np.int64)), out=lower[1:])
+        body = lower[1:]
+        np.add(base, 1, out=body)
+        steps = _varint_steps(body, body_max + 1)
+        body += 1
+        for step in steps:
+            body += step
+        del steps
+        np.cumsum(body, out=body)
         i = 0
         b = self._batch or self._start_batch()
         while i < n:
@@ -301,8 +342,9 @@ class RecordsSnapshotWriter:
             hi = int(np.searchsorted(lower, lower[i] + room, side="right")) - 1  # records i..hi-1 may fit
             k = 0
             if hi > i:
-                sizes = _sizes_from_body_base(base[i:hi], np.arange(b.count, b.count + hi - i))
-                cum = np.cumsum(sizes)
+                body = base[i:hi] + _delta_varint_sizes(b.count, hi - i)
+                body += _varint_size(body, body_max + 5)
+                cum = np.cumsum(body)
                 k = int(np.searchsorted(cum, room, side="right"))
             if k == 0:
                 if b.count == 0:
