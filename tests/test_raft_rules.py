@@ -448,6 +448,38 @@ def test_end_quorum_epoch_backoff_is_strict_exponential_by_preferred_position():
             assert ctx.state.fetch_deadline == 10 + expect
 
 
+def test_follower_told_of_resignation_grants_pre_votes_and_keeps_the_short_deadline():
+    """Not Kafka (README): after EndQuorumEpoch from its leader a follower grants pre-votes
+    (the leader said it is gone) and a Fetch answer still in flight does not push the
+    shortened deadline back to a full fetch timeout."""
+    ctx = Ctx(log=make_log([(5, 3)]), election=ElectionState(5, 2, None))
+    ctx.poll()
+    f = ctx.take(FetchRequest, 2)[0]
+    ctx.now = 10
+    assert ctx.request(2, EndQuorumEpochRequest(CLUSTER, 2, 5, (key(3), key(1)))).partition_error_code == 0
+    assert isinstance(ctx.state, FollowerState) and ctx.state.fetch_deadline == 10 + 500
+    assert ctx.request(3, ctx.vote(3, 5, 5, 3, pre_vote=True)).vote_granted
+    ctx.reply(f, FetchResponse(0, 0, 3, LeaderIdAndEpoch(2, 5)))  # sent before the resignation
+    assert ctx.state.fetch_deadline == 10 + 500
+    assert ctx.request(3, ctx.vote(3, 5, 5, 3, pre_vote=True)).vote_granted
+
+
+def test_fetch_timeout_has_a_random_extra_of_at_most_a_quarter():
+    """Followers answered together must not all time out in the same millisecond."""
+    deadlines = set()
+    for seed in range(20):
+        ctx = Ctx(log=make_log([(5, 3)]), election=ElectionState(5, 2, None), seed=seed)
+        ctx.poll()
+        f = ctx.take(FetchRequest, 2)[0]
+        ctx.now = 100
+        ctx.reply(f, FetchResponse(0, 0, 3, LeaderIdAndEpoch(2, 5)))
+        d = ctx.state.fetch_deadline - 100
+        t = ctx.config.fetch_timeout_ms
+        assert t <= d <= t + t // 4
+        deadlines.add(d)
+    assert len(deadlines) > 5
+
+
 # =====================================================================
 # Replication
 # =====================================================================

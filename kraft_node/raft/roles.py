@@ -15,7 +15,9 @@ Unattached    no vote yet: log up to date (and no    log up to date
 Prospective   as Unattached                          log up to date
 Candidate     never (voted for itself)               log up to date
 Follower      never (has a leader this epoch)        log up to date and not
-                                                     yet fetched from leader
+                                                     yet fetched from leader (or
+                                                     the leader announced its
+                                                     resignation: not Kafka)
 Leader        never                                  never
 Resigned      never                                  never
 ============  =====================================  ========================
@@ -208,6 +210,8 @@ class FollowerState(EpochState):
         self.fetch_deadline = fetch_deadline
         self.high_watermark = high_watermark
         self.has_fetched_from_leader = False
+        #: EndQuorumEpoch from this leader accepted: later Fetch answers keep the short deadline
+        self.leader_resigned = False
         self.fetching_snapshot = None
 
     def election(self):
