@@ -141,6 +141,7 @@ DEF DUMMY = -2
 DEF MIN_CAPACITY = 8
 # Replaced values a bulk write releases together (see the bulk paths).
 DEF OLDS = 64
+DEF GROUP = 4    # keys a bulk get resolves together (8 measured no better)
 # _probe_* result: the key cannot be decided without running Python code.
 DEF NEED_GENERAL = -3
 
@@ -1063,11 +1064,11 @@ cdef class _SnapshottableHashTable(_Revertable):
         cdef PyObject* k
         cdef PyObject* r
         cdef uint32_t h32
-        cdef PyObject* k4[4]
-        cdef PyObject* r4[4]
-        cdef uint32_t h4[4]
-        cdef Py_ssize_t ix4[4]
-        cdef int u
+        cdef PyObject* k4[GROUP]
+        cdef PyObject* r4[GROUP]
+        cdef uint32_t h4[GROUP]
+        cdef Py_ssize_t ix4[GROUP]
+        cdef int u, ok
         cdef list out = PyList_New(n)
         while i < n:
             if PySequence_Fast_GET_SIZE(seq) != n:
@@ -1080,28 +1081,27 @@ cdef class _SnapshottableHashTable(_Revertable):
             # four keys at a time: their loads are issued together, before
             # any of their refcount stores; a group with any key for the
             # general path goes one by one below
-            while i + 4 <= n:
-                k4[0] = items[i]
-                k4[1] = items[i + 1]
-                k4[2] = items[i + 2]
-                k4[3] = items[i + 3]
-                if not (_exact_hash(k4[0], &h4[0]) & _exact_hash(k4[1], &h4[1])
-                        & _exact_hash(k4[2], &h4[2]) & _exact_hash(k4[3], &h4[3])):
+            while i + GROUP <= n:
+                ok = 1
+                for u in range(GROUP):
+                    k4[u] = items[i + u]
+                    ok &= _exact_hash(k4[u], &h4[u])
+                if not ok:
                     break
-                for u in range(4):
+                for u in range(GROUP):
                     ix4[u] = _probe_exact(index, entries, hashes, mask, k4[u], h4[u], &slot)
-                if (ix4[0] == NEED_GENERAL or ix4[1] == NEED_GENERAL
-                        or ix4[2] == NEED_GENERAL or ix4[3] == NEED_GENERAL):
+                    ok &= ix4[u] != NEED_GENERAL
+                if not ok:
                     break
-                for u in range(4):
+                for u in range(GROUP):
                     if what == 0:
                         r4[u] = entries[ix4[u]].value if ix4[u] >= 0 else dflt
                     else:
                         r4[u] = Py_True if ix4[u] >= 0 else Py_False
-                for u in range(4):
+                for u in range(GROUP):
                     Py_INCREF_p(r4[u])
                     outitems[i + u] = r4[u]
-                i += 4
+                i += GROUP
             while i < n:
                 k = items[i]
                 if not _exact_hash(k, &h32):
