@@ -430,3 +430,15 @@ def test_decode_reusing_columns():
     third = decode_records(a + a, reuse=second)  # bigger: new storage
     assert third.storage is not store and len(third) == 6000
     assert third.values()[:2] == [b"a0", b"a1"]
+
+
+@pytest.mark.parametrize("impl", ["native", "pure"])
+def test_pack_bytes_twins_agree(impl):
+    import importlib
+    m = importlib.import_module(f"kraft_storage._{impl}._batch")
+    data, off = m.pack_bytes([b"ab", b"", b"cde"])
+    assert data == b"abcde" and list(off) == [0, 2, 2, 5]
+    data, off = m.pack_bytes(())
+    assert data == b"" and list(off) == [0]
+    assert m.pack_bytes([b"a", None]) is None
+    assert m.pack_bytes([bytearray(b"a")]) is None  # only exact bytes take the fast path

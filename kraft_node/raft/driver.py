@@ -220,6 +220,7 @@ class RaftDriver:
         self._poll_soon = False
         self._role_seen = None
         self._voters_seen: tuple[int, ...] | None = None
+        self._voter_set_obj = None
         self._role_callbacks: list[Callable[[str, int, int], None]] = []
         self._shutdown_started = False
         self._shutdown_done: asyncio.Event | None = None
@@ -490,12 +491,10 @@ class RaftDriver:
         self._poll()
 
     def _note_role(self) -> None:
-        voters = tuple(sorted(self.core.voter_set.ids))
-        if voters != self._voters_seen:
-            if self._voters_seen is not None:
-                log.info("node %d: the voter set is now %s (%s)", self.node_id, list(voters),
-                         "a voter" if self.is_voter else "an observer")
-            self._voters_seen = voters
+        vs = self.core.voter_set
+        if vs is not self._voter_set_obj:  # (called after every poll: skip the work when unchanged)
+            self._voter_set_obj = vs
+            self._note_voters(tuple(sorted(vs.ids)))
         cur = (self.core.role, self.core.epoch, self.core.leader_id)
         if cur != self._role_seen:
             self._role_seen = cur
@@ -505,6 +504,13 @@ class RaftDriver:
                     cb(*cur)
                 except Exception:  # noqa: BLE001 - a callback must not stop the node
                     log.exception("role change callback failed")
+
+    def _note_voters(self, voters: tuple[int, ...]) -> None:
+        if voters != self._voters_seen:
+            if self._voters_seen is not None:
+                log.info("node %d: the voter set is now %s (%s)", self.node_id, list(voters),
+                         "a voter" if self.is_voter else "an observer")
+            self._voters_seen = voters
 
     def _die(self, exc: BaseException) -> None:
         log.critical("node %d: fatal error in the raft core, stopping: %r", self.node_id, exc)

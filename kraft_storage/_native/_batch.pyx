@@ -481,3 +481,30 @@ cdef class RecordIterator:
 def iter_records(buf, tuple cols, int64_t lo, int64_t hi):
     """See ``kraft_storage._pure._batch.iter_records``."""
     return RecordIterator(buf, cols, lo, hi)
+
+
+def pack_bytes(items):
+    """A list/tuple of ``bytes`` -> (one joined bytes, int64 offsets[n + 1]), or None when an
+    item is not exactly ``bytes`` (the caller then takes the general path).  Why: the Raft
+    leader packs every append's records for the encoder; this is one C pass instead of
+    a join plus a per-item ``len`` through numpy."""
+    cdef Py_ssize_t n = len(items), i, total = 0, ln
+    cdef object seq = items if type(items) is list or type(items) is tuple else list(items)
+    cdef cnp.ndarray[cnp.int64_t, ndim=1] off = np.empty(n + 1, dtype=np.int64)
+    cdef object x
+    off[0] = 0
+    for i in range(n):
+        x = seq[i]
+        if type(x) is not bytes:
+            return None
+        total += len(<bytes>x)
+        off[i + 1] = total
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char *dst = PyBytes_AS_STRING(out)
+    cdef Py_ssize_t pos = 0
+    for i in range(n):
+        x = seq[i]
+        ln = len(<bytes>x)
+        memcpy(dst + pos, PyBytes_AS_STRING(x), ln)
+        pos += ln
+    return out, off

@@ -433,3 +433,14 @@ def iter_records(buf, cols, lo: int, hi: int):
     step = 1024
     for a in range(lo, hi, step):
         yield from make_records(buf, cols, a, min(a + step, hi))
+
+
+def pack_bytes(items):
+    """Twin of the native ``pack_bytes``: (joined bytes, int64 offsets[n + 1]) for a sequence
+    of exactly-``bytes`` items, else None."""
+    items = items if type(items) in (list, tuple) else list(items)
+    if not all(type(x) is bytes for x in items):
+        return None
+    off = np.zeros(len(items) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=len(items)), out=off[1:])
+    return b"".join(items), off

@@ -92,15 +92,9 @@ def build_batch(records: Sequence, *, base_offset: int = 0, partition_leader_epo
 def pack_buffers(items: Iterable) -> tuple[bytes, np.ndarray, np.ndarray | None]:
     """Sequence of bytes-or-None -> (data, offsets[n+1], null mask or None)."""
     items = items if type(items) in (list, tuple) else list(items)
-    try:  # the common case, no None: one join, lengths without a Python loop
-        data = b"".join(items)
-    except TypeError:
-        pass
-    else:
-        off = np.zeros(len(items) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=len(items)), out=off[1:])
-        if off[-1] == len(data):  # (memoryviews of other item sizes fall through)
-            return data, off, None
+    packed = _k.pack_bytes(items)  # the common case: all bytes, no None (one native pass)
+    if packed is not None:
+        return packed[0], packed[1], None
     lens = np.fromiter((0 if x is None else len(x) for x in items), dtype=np.int64, count=len(items))
     off = np.zeros(len(items) + 1, dtype=np.int64)
     np.cumsum(lens, out=off[1:])
