@@ -129,18 +129,37 @@ cdef extern from *:
         kv = PyLong_AsLongLongAndOverflow(k, &overflow);
         return overflow == 0 && kv == v;
     }
+    /* Ask for transparent huge pages on the 2 MiB-aligned part of a big
+       block (Linux, THP in "madvise" mode): a million-entry table is ~40 MB,
+       i.e. ~10,000 page faults to fill and a TLB miss on most random probes
+       with 4 KiB pages, ~20 and few with 2 MiB ones.  Only a hint. */
+    #if defined(__linux__)
+    #include <sys/mman.h>
+    #endif
+    static void kraft_hugepage_hint(void* p, size_t n) {
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+        const uintptr_t huge = (uintptr_t)2 << 20;
+        uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+        uintptr_t e = ((uintptr_t)p + n) & ~(huge - 1);
+        if (e > a) (void)madvise((void*)a, (size_t)(e - a), MADV_HUGEPAGE);
+    #else
+        (void)p; (void)n;
+    #endif
+    }
     /* the item array of a list (to fill a new list without bounds checks) */
     #define kraft_list_items(o) (((PyListObject*)(o))->ob_item)
     """
     int _exact_hash "kraft_exact_hash"(PyObject* o, uint32_t* h32) noexcept
     PyObject** _list_items "kraft_list_items"(object lst) noexcept
     int _long_eq_i64 "kraft_long_eq_i64"(PyObject* k, int64_t v) noexcept
+    void _hugepage_hint "kraft_hugepage_hint"(void* p, size_t n) noexcept
 
 DEF EMPTY = -1
 DEF DUMMY = -2
 DEF MIN_CAPACITY = 8
 # Replaced values a bulk write releases together (see the bulk paths).
 DEF OLDS = 64
+DEF HUGE_TABLE = 1 << 18   # capacity from which tables ask for huge pages
 DEF GROUP = 4    # keys a bulk get resolves together (8 measured no better)
 # _probe_* result: the key cannot be decided without running Python code.
 DEF NEED_GENERAL = -3
@@ -185,6 +204,10 @@ cdef int tbl_alloc(Table* t, Py_ssize_t capacity) except -1:
         PyMem_Free(entries)
         PyMem_Free(hashes)
         raise MemoryError()
+    if capacity >= HUGE_TABLE:
+        _hugepage_hint(index, capacity * sizeof(int32_t))
+        _hugepage_hint(entries, usable * sizeof(Entry))
+        _hugepage_hint(hashes, usable * sizeof(uint32_t))
     memset(index, 0xff, capacity * sizeof(int32_t))   # all EMPTY (-1)
     t.index = index
     t.entries = entries
