@@ -464,6 +464,21 @@ def test_follower_told_of_resignation_grants_pre_votes_and_keeps_the_short_deadl
     assert ctx.request(3, ctx.vote(3, 5, 5, 3, pre_vote=True)).vote_granted
 
 
+def test_follower_whose_fetch_fails_at_the_transport_grants_pre_votes_again():
+    """Not Kafka (README): a leader that cannot be reached does not count as heard from."""
+    ctx = Ctx(log=make_log([(5, 3)]), election=ElectionState(5, 2, None))
+    ctx.poll()
+    f = ctx.take(FetchRequest, 2)[0]
+    ctx.reply(f, FetchResponse(0, 0, 3, LeaderIdAndEpoch(2, 5)))
+    assert not ctx.request(3, ctx.vote(3, 5, 5, 3, pre_vote=True)).vote_granted
+    deadline = ctx.state.fetch_deadline
+    ctx.advance(1)
+    f = ctx.take(FetchRequest, 2)[0]
+    ctx.reply(f, FetchResponse(int(Errors.BROKER_NOT_AVAILABLE), 0, -1, LeaderIdAndEpoch(-1, -1)))
+    assert isinstance(ctx.state, FollowerState) and ctx.state.fetch_deadline == deadline
+    assert ctx.request(3, ctx.vote(3, 5, 5, 3, pre_vote=True)).vote_granted
+
+
 def test_fetch_timeout_has_a_random_extra_of_at_most_a_quarter():
     """Followers answered together must not all time out in the same millisecond."""
     deadlines = set()

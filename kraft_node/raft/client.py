@@ -640,6 +640,14 @@ class RaftCore:
             return
         if response.error_code != NONE:
             self.requests.on_failure(source, now_ms)
+            st = self.quorum.state
+            if isinstance(response, (FetchResponse, FetchSnapshotResponse)) and isinstance(st, FollowerState) \
+                    and st.leader_id() == source and not st.leader_resigned \
+                    and response.error_code in (Errors.BROKER_NOT_AVAILABLE, Errors.REQUEST_TIMED_OUT):
+                # Not Kafka (README, "fetch failures"): the leader cannot be reached, so a voter
+                # whose own fetch timer ran out first may have our (non-binding) pre-vote; the
+                # fetch deadline itself is unchanged.
+                st.has_fetched_from_leader = False
             return
         if isinstance(response, FetchResponse):
             ok = self._handle_fetch_response(source, response, now_ms)
