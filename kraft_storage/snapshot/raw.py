@@ -12,6 +12,9 @@ snapshot exist, durably and atomically:
 
 Until step 2 no reader can see the snapshot; after step 3 it is complete on
 disk.  Closing a writer that was not frozen aborts: the ``.part`` is removed.
+While appending, every 8 MiB written is handed to the device at once
+(``sync_file_range`` WRITE on Linux, no wait), so a big snapshot is mostly on
+disk by the time step 1 runs; durability still comes from step 1 alone.
 
 :class:`RawSnapshotReader` serves a frozen file: its size and any byte slice
 (``read(position, max_bytes)``), exactly what a leader puts in a
