@@ -503,3 +503,37 @@ def test_old_request_versions_get_answers_without_node_endpoints(tmp_path):
             await d.close()
 
     run(go(), timeout=30)
+
+
+def test_failed_leader_fsync_on_the_flush_thread_stops_the_node_without_acknowledging(tmp_path, monkeypatch):
+    """The leader fsyncs on its flush thread; an fsync error there is fatal for the node
+    (as a failed log directory is for Kafka): no append is acknowledged, the interpreter
+    and the event loop carry on, and close() still works."""
+    p = _standalone(tmp_path)
+
+    async def go():
+        d = RaftDriver.from_config(NodeConfig.from_file(p))
+        await d.start()
+        try:
+            t0 = time.monotonic()
+            while not d.is_leader and time.monotonic() - t0 < 10:
+                await asyncio.sleep(0.01)
+            assert d.is_leader
+            await asyncio.wait_for(d.append([b"before"]), 10)  # the normal path works
+
+            def broken(fd):
+                raise OSError(5, "Input/output error (injected)")
+
+            monkeypatch.setattr(os, "fdatasync", broken)
+            fut = d.append([b"after"])
+            t0 = time.monotonic()
+            while d.fatal is None and time.monotonic() - t0 < 10:
+                await asyncio.sleep(0.01)
+            assert isinstance(d.fatal, OSError)
+            assert not fut.done() or fut.exception() is not None
+        finally:
+            monkeypatch.undo()
+            await d.close()
+        assert fut.done() and fut.exception() is not None
+
+    run(go())
