@@ -28,7 +28,10 @@ start for Spark):
   ``columns`` stage, i.e. the same work plus the trip to the JVM);
   ``spark_ceiling`` is a trivial Python data source yielding ready Arrow
   batches (2 columns), i.e. what Spark's Python data source path itself
-  can move on this machine.
+  can move on this machine; ``spark_ceiling_columns`` the same with the
+  ``spark_columns_replay`` batches of the log's first chunk, replayed (what
+  Spark alone costs for that schema).  Either is counted as ``--ceiling-rows``
+  rows (10,485,760 by default, rounded down to whole replays).
 
 The pure-Python twins are slow: at sizes above ``--pure-max`` (default 2M)
 they are measured on the first ``--pure-max`` records only (an offset
@@ -117,6 +120,9 @@ def cmd_spark(a) -> None:
             if w == "spark_ceiling":
                 df = _ceiling_df(spark, a.ceiling_rows)
                 n = a.ceiling_rows
+            elif w == "spark_ceiling_columns":
+                df = _ceiling_columns_df(spark, a.path, a.ceiling_rows)
+                n = a.ceiling_rows
             else:
                 r = spark.read.format("kraft").option("maxPartitionBytes", a.max_partition_bytes)
                 if w == "spark_replay":
@@ -181,6 +187,45 @@ def _ceiling_df(spark, rows: int):
 
     spark.dataSource.register(_D)
     return spark.read.format("kraft_ceiling").load()
+
+
+def _ceiling_columns_df(spark, path: str, rows: int):
+    """Spark's cost of taking ``spark_columns_replay`` batches, with no decoding at all.
+
+    Each of 8 partitions decodes the log's first chunk once (fields="columns",
+    stages.COLUMNS_REPLAY + every type column) and then yields those same
+    Arrow batches again and again until it has produced rows/8 rows: what is
+    timed is Spark's Python data source path for this schema, not kraft.
+    """
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    schema = _columns_replay_schema()
+    names = tuple(schema.fieldNames())  # the workers do not import stages.py
+
+    class _R(DataSourceReader):
+        def partitions(self):
+            return [InputPartition(i) for i in range(8)]
+
+        def read(self, p):
+            from kraft_storage.spark import reader as kr
+            opts = kr.ReadOptions(fields="columns", columns=names, max_offset=kr.DEFAULT_BATCH_ROWS - 1)
+            batches = list(kr.read_arrow(path, opts))
+            per = sum(b.num_rows for b in batches)
+            for _ in range(max(rows // (8 * per), 1)):
+                yield from batches
+
+    class _D(DataSource):
+        @classmethod
+        def name(cls):
+            return "kraft_ceiling_columns"
+
+        def schema(self):
+            return schema
+
+        def reader(self, schema):
+            return _R()
+
+    spark.dataSource.register(_D)
+    return spark.read.format("kraft_ceiling_columns").load()
 
 
 # -- breakdown by record type ----------------------------------------------------

@@ -55,7 +55,7 @@ chunk of ``batch_rows`` records (one Arrow batch per type present, in offset
 order within it; then the rows that are not metadata records): each batch
 carries one real struct column and nulls in the others, which is what
 keeps the cost down -- every null struct column still ships its (zeroed)
-child buffers to the JVM, about 470 bytes per row for all 26 types, so
+child buffers to the JVM (Arrow IPC), 466 bytes per row for all 26 types, so
 ``column_types`` (option ``columnTypes``) keeps only the types you need.
 Order by ``offset`` when log order matters.
 """
