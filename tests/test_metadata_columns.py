@@ -21,7 +21,7 @@ import kraft_storage._pure._metadata_columns as pure_cols
 from kraft_storage.messages import columns as mc
 from kraft_storage.messages._runtime import Message, MessageError, Uuid, uvarint_bytes
 from kraft_storage.messages.framing import encode_metadata_record
-from kraft_storage.messages.metadata import METADATA_RECORD_TYPES, decode_metadata_record
+from kraft_storage.messages.metadata import decode_metadata_record
 from kraft_storage.record import decode_records
 
 from conftest import batch_files
