@@ -135,6 +135,7 @@ def parse_column_types(spec) -> tuple[int, ...] | None:
                              f"{sorted(_TYPE_NAME_KEYS)}")
     return tuple(sorted(set(out)))
 
+
 _COMPRESSION_NAMES = pa.array(["none", "gzip", "snappy", "lz4", "zstd", "unknown5", "unknown6", "unknown7"])
 _TS_TYPE_NAMES = pa.array(["CreateTime", "LogAppendTime"])
 _MAX_KEY = max(METADATA_RECORD_TYPES)
