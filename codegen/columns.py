@@ -72,6 +72,7 @@ ERRORS = {
     10: "unexpected trailing bytes after the record body",
     11: "column larger than 2 GiB (decode fewer records at a time)",
     12: "out of memory",
+    13: "unsupported record version",
 }
 
 
@@ -715,7 +716,8 @@ def decode_rows(data, body_pos, body_end, api_key, version, rows, wanted):
     front to back, which is what makes this faster than one pass per type
     when the types are interleaved.  Returns ``({api_key: (rows_of_type,
     buffers)}, None)`` or ``(None, (row, api_key, code, position, field_id))``
-    for the first bad record.
+    for the first bad record: first the first row whose version its type
+    does not have (code 13), else the first body that does not decode.
     """
     mv = memoryview(data).cast("B")
     bpos = np.asarray(body_pos, dtype=np.int64)
@@ -731,6 +733,14 @@ def decode_rows(data, body_pos, body_end, api_key, version, rows, wanted):
     sp, se = bpos[sel], bend[sel]
     if len(sel) and ((sp < 0).any() or (se < sp).any() or (se > len(mv)).any()):
         raise ValueError(f"a record body lies outside the {len(mv)}-byte buffer")
+    if len(sel):  # every version must be one its type has (checked before any body is decoded)
+        ks, vsel = keys_a[sel].astype(np.int64), np.asarray(version)[sel]
+        lo = np.array([LAYOUTS[k][1][0] if k in LAYOUTS else 0 for k in range(MAX_API_KEY + 1)])[ks]
+        hi = np.array([LAYOUTS[k][1][1] if k in LAYOUTS else 0 for k in range(MAX_API_KEY + 1)])[ks]
+        badv = np.flatnonzero((vsel < lo) | (vsel > hi))
+        if len(badv):
+            i = int(sel[badv[0]])
+            return None, (i, int(keys_a[i]), 13, int(bpos[i]), -1)
     keys = keys_a.tolist()
     bp, be, vs = bpos.tolist(), bend.tolist(), np.asarray(version).tolist()
     c = Cur(mv)
@@ -1298,9 +1308,9 @@ def decode_rows(const uint8_t[::1] data, const int64_t[::1] body_pos, const int6
     """Decode ``rows`` in row order, each body with the decoder of its record type.
 
     Same contract as the twin (``kraft_storage._pure._metadata_columns``).
-    Pass 1 counts the rows of each wanted type and checks every row index and
-    body range; pass 2, without the GIL, decodes front to back through a
-    table of per-type record functions.
+    Pass 1 counts the rows of each wanted type and checks every row index,
+    body range and version; pass 2, without the GIL, decodes front to back
+    through a table of per-type record functions.
     """
     cdef int64_t n = body_pos.shape[0], m = rows.shape[0], dlen = data.shape[0], j, i, k, bad = -1, err = 0
     cdef int key
@@ -1309,6 +1319,8 @@ def decode_rows(const uint8_t[::1] data, const int64_t[::1] body_pos, const int6
     cdef int64_t cnt[_NKEYS]
     cdef int64_t fill[_NKEYS]
     cdef int64_t* rp[_NKEYS]
+    cdef int lo[_NKEYS]
+    cdef int hi[_NKEYS]
     cdef int64_t[::1] rv
     cdef Cur c
     if body_end.shape[0] != n or version.shape[0] != n or api_key.shape[0] != n:
@@ -1316,6 +1328,7 @@ def decode_rows(const uint8_t[::1] data, const int64_t[::1] body_pos, const int6
     want = {int(x) for x in wanted}
     for k in range(_NKEYS):
         fns[k] = _record_decoder(k) if k in want else NULL
+        lo[k], hi[k] = LAYOUTS[k][1] if k in LAYOUTS else (0, -1)
         tb[k] = NULL
         cnt[k] = 0
         fill[k] = 0
@@ -1332,11 +1345,17 @@ def decode_rows(const uint8_t[::1] data, const int64_t[::1] body_pos, const int6
             if body_pos[i] < 0 or body_end[i] < body_pos[i] or body_end[i] > dlen:
                 err = -3
                 break
+            if version[i] < lo[key] or version[i] > hi[key]:
+                if bad < 0:
+                    bad = i  # reported after the range checks of every row
+                continue
             cnt[key] += 1
     if err == -2:
         raise ValueError("row index outside the columns")
     if err == -3:
         raise ValueError(f"a record body lies outside the {dlen}-byte buffer")
+    if bad >= 0:
+        return None, (bad, api_key[bad], 13, body_pos[bad], -1)
     row_arrays = {}
     try:
         for k in range(_NKEYS):

@@ -1775,6 +1775,7 @@ ERRORS = {
     10: 'unexpected trailing bytes after the record body',
     11: 'column larger than 2 GiB (decode fewer records at a time)',
     12: 'out of memory',
+    13: 'unsupported record version',
 }
 
 
@@ -2034,9 +2035,9 @@ def decode_rows(const uint8_t[::1] data, const int64_t[::1] body_pos, const int6
     """Decode ``rows`` in row order, each body with the decoder of its record type.
 
     Same contract as the twin (``kraft_storage._pure._metadata_columns``).
-    Pass 1 counts the rows of each wanted type and checks every row index and
-    body range; pass 2, without the GIL, decodes front to back through a
-    table of per-type record functions.
+    Pass 1 counts the rows of each wanted type and checks every row index,
+    body range and version; pass 2, without the GIL, decodes front to back
+    through a table of per-type record functions.
     """
     cdef int64_t n = body_pos.shape[0], m = rows.shape[0], dlen = data.shape[0], j, i, k, bad = -1, err = 0
     cdef int key
@@ -2045,6 +2046,8 @@ def decode_rows(const uint8_t[::1] data, const int64_t[::1] body_pos, const int6
     cdef int64_t cnt[_NKEYS]
     cdef int64_t fill[_NKEYS]
     cdef int64_t* rp[_NKEYS]
+    cdef int lo[_NKEYS]
+    cdef int hi[_NKEYS]
     cdef int64_t[::1] rv
     cdef Cur c
     if body_end.shape[0] != n or version.shape[0] != n or api_key.shape[0] != n:
@@ -2052,6 +2055,7 @@ def decode_rows(const uint8_t[::1] data, const int64_t[::1] body_pos, const int6
     want = {int(x) for x in wanted}
     for k in range(_NKEYS):
         fns[k] = _record_decoder(k) if k in want else NULL
+        lo[k], hi[k] = LAYOUTS[k][1] if k in LAYOUTS else (0, -1)
         tb[k] = NULL
         cnt[k] = 0
         fill[k] = 0
@@ -2068,11 +2072,17 @@ def decode_rows(const uint8_t[::1] data, const int64_t[::1] body_pos, const int6
             if body_pos[i] < 0 or body_end[i] < body_pos[i] or body_end[i] > dlen:
                 err = -3
                 break
+            if version[i] < lo[key] or version[i] > hi[key]:
+                if bad < 0:
+                    bad = i  # reported after the range checks of every row
+                continue
             cnt[key] += 1
     if err == -2:
         raise ValueError("row index outside the columns")
     if err == -3:
         raise ValueError(f"a record body lies outside the {dlen}-byte buffer")
+    if bad >= 0:
+        return None, (bad, api_key[bad], 13, body_pos[bad], -1)
     row_arrays = {}
     try:
         for k in range(_NKEYS):

@@ -1588,6 +1588,7 @@ ERRORS = {
     10: 'unexpected trailing bytes after the record body',
     11: 'column larger than 2 GiB (decode fewer records at a time)',
     12: 'out of memory',
+    13: 'unsupported record version',
 }
 
 
@@ -1702,7 +1703,8 @@ def decode_rows(data, body_pos, body_end, api_key, version, rows, wanted):
     front to back, which is what makes this faster than one pass per type
     when the types are interleaved.  Returns ``({api_key: (rows_of_type,
     buffers)}, None)`` or ``(None, (row, api_key, code, position, field_id))``
-    for the first bad record.
+    for the first bad record: first the first row whose version its type
+    does not have (code 13), else the first body that does not decode.
     """
     mv = memoryview(data).cast("B")
     bpos = np.asarray(body_pos, dtype=np.int64)
@@ -1718,6 +1720,14 @@ def decode_rows(data, body_pos, body_end, api_key, version, rows, wanted):
     sp, se = bpos[sel], bend[sel]
     if len(sel) and ((sp < 0).any() or (se < sp).any() or (se > len(mv)).any()):
         raise ValueError(f"a record body lies outside the {len(mv)}-byte buffer")
+    if len(sel):  # every version must be one its type has (checked before any body is decoded)
+        ks, vsel = keys_a[sel].astype(np.int64), np.asarray(version)[sel]
+        lo = np.array([LAYOUTS[k][1][0] if k in LAYOUTS else 0 for k in range(MAX_API_KEY + 1)])[ks]
+        hi = np.array([LAYOUTS[k][1][1] if k in LAYOUTS else 0 for k in range(MAX_API_KEY + 1)])[ks]
+        badv = np.flatnonzero((vsel < lo) | (vsel > hi))
+        if len(badv):
+            i = int(sel[badv[0]])
+            return None, (i, int(keys_a[i]), 13, int(bpos[i]), -1)
     keys = keys_a.tolist()
     bp, be, vs = bpos.tolist(), bend.tolist(), np.asarray(version).tolist()
     c = Cur(mv)

@@ -47,12 +47,10 @@ IMPLEMENTATION = _impl.__name__
 #: apiKey -> (name, (lowest, highest version), buffers, layout tree, field names).
 LAYOUTS = _impl.LAYOUTS
 ERRORS = _impl.ERRORS
-_MAX_KEY = max(LAYOUTS)
-_KNOWN = np.zeros(_MAX_KEY + 1, bool)
-_LO = np.zeros(_MAX_KEY + 1, np.int16)
-_HI = np.zeros(_MAX_KEY + 1, np.int16)
-for _k, _lay in LAYOUTS.items():
-    _KNOWN[_k], _LO[_k], _HI[_k] = True, _lay[1][0], _lay[1][1]
+#: indexed by apiKey + 1 for every int16 apiKey: True for -1 (not a frame) and the known types.
+_KNOWN_ANY = np.zeros(1 << 16, bool)
+_KNOWN_ANY[0] = True
+_KNOWN_ANY[[k + 1 for k in LAYOUTS]] = True
 
 __all__ = ["BinaryColumn", "FixedColumn", "ListColumn", "MetadataColumns", "RecordTypeColumns", "StructColumn",
            "UuidColumn", "arrow_type", "decode_bodies", "decode_record_columns", "type_column_name",
@@ -319,9 +317,9 @@ def decode_bodies(data, body_pos, body_end, api_key, version, *, rows=None, offs
     row's log offset, named in errors; ``types``: decode only these apiKeys;
     ``impl``: an implementation module (default: the process's choice).
 
-    Versions are checked against each type's valid versions on whole columns
-    first; then one ``decode_rows`` call decodes the rows front to back,
-    dispatching each body to its type's generated loop body.
+    One ``decode_rows`` call checks every version against its type's valid
+    versions, then decodes the rows front to back, each body by its type's
+    generated function.
     """
     impl = impl or _impl
     mv = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else data
@@ -332,35 +330,29 @@ def decode_bodies(data, body_pos, body_end, api_key, version, *, rows=None, offs
     n = len(keys)
     if not (len(body_pos) == len(body_end) == len(version) == n):
         raise ValueError("api_key, version, body_pos and body_end must have the same length")
-    sel = np.arange(n, dtype=np.int64) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
-    if len(sel) and (sel.min() < 0 or sel.max() >= n):
-        raise ValueError("row index outside the columns")
-    k_sel = keys[sel]
+    if rows is None:
+        sel, k_sel = np.arange(n, dtype=np.int64), keys
+    else:
+        sel = np.ascontiguousarray(rows, dtype=np.int64)
+        if len(sel) and (sel.min() < 0 or sel.max() >= n):
+            raise ValueError("row index outside the columns")
+        k_sel = keys[sel]
     out = MetadataColumns()
-    frame = k_sel >= 0
-    known = frame & (k_sel <= _MAX_KEY) & _KNOWN[np.clip(k_sel, 0, _MAX_KEY)]
-    if (frame & ~known).any():
-        out.unknown_rows = np.sort(sel[frame & ~known])
+    unknown = ~_KNOWN_ANY[np.maximum(k_sel, -1).astype(np.int32) + 1]  # frames of apiKeys unknown here
+    if unknown.any():
+        out.unknown_rows = np.sort(sel[unknown])
     wanted = sorted(LAYOUTS if types is None else (int(k) for k in types if int(k) in LAYOUTS))
-    if not wanted or not known.any():
+    if not wanted:
         return out
-    # version check on whole columns: the first row whose version its type does not have
-    kk = np.clip(k_sel, 0, _MAX_KEY)
-    v_sel = version[sel]
-    bad = known & ((v_sel < _LO[kk]) | (v_sel > _HI[kk]))
-    if types is not None:
-        bad &= np.isin(k_sel, np.array(wanted, dtype=np.int16))
-    if bad.any():
-        j = int(np.flatnonzero(bad)[0])
-        k = int(k_sel[j])
-        name, (lo, hi) = LAYOUTS[k][0], LAYOUTS[k][1]
-        row = int(sel[j])
-        raise MessageError(f"unsupported {name} (apiKey {k}) version {int(v_sel[j])}, valid versions are "
-                           f"{lo}-{hi}", 0, [name], None if offsets is None else int(offsets[row]))
     res, err = impl.decode_rows(mv, body_pos, body_end, keys, version, sel, wanted)
     if err is not None:
         row, k, code, pos, fld = err
-        raise _error(int(k), int(row), code, pos, fld, body_pos, offsets)
+        row, k = int(row), int(k)
+        if code == 13:
+            name, (lo, hi) = LAYOUTS[k][0], LAYOUTS[k][1]
+            raise MessageError(f"unsupported {name} (apiKey {k}) version {int(version[row])}, valid versions "
+                               f"are {lo}-{hi}", 0, [name], None if offsets is None else int(offsets[row]))
+        raise _error(k, row, code, pos, fld, body_pos, offsets)
     for k, (r, bufs) in res.items():
         name, _v, _bufs, tree, _names = LAYOUTS[k]
         body = _build(tree, bufs)
