@@ -312,3 +312,19 @@ def test_body_ranges_outside_the_buffer_are_refused(impl):
     with pytest.raises(ValueError, match="row index"):
         impl.decode_type(20, memoryview(data), np.array([3], np.int64), np.array([4], np.int64),
                          np.array([0], np.int16), np.array([1], np.int64))
+
+
+def test_version_errors_come_first_and_name_their_row():
+    good = bytes([1, 12, 0]) + pure_md.FeatureLevelRecord(name="f", feature_level=1).write(0)
+    broken = bytes([1, 2, 0, 9])                    # TopicRecord, truncated
+    wrong = bytes([1, 5, 7]) + bytes(21)            # PartitionChangeRecord v7 does not exist
+    offs = np.array([10, 11, 12, 13], np.int64)
+    e = _decode_both([good, broken, good, wrong], offs)
+    assert "unsupported PartitionChangeRecord (apiKey 5) version 7, valid versions are 0-2" in str(e)
+    assert "offset 13" in str(e)
+    e = _decode_both([good, broken, good], offs[:3])
+    assert "TopicRecord.Name" in str(e) and "offset 11" in str(e)
+    # a type left out with ``types`` is not checked at all
+    for impl in (native_cols, pure_cols):
+        r = mc.decode_bodies(*frame_columns([good, wrong]), impl=impl, types={12})
+        assert [t.name for t in r] == ["FeatureLevelRecord"]
