@@ -220,3 +220,9 @@ def test_fields_columns_on_a_generated_log(spark, gen_dir):
     one = df.filter("partition_change_record IS NOT NULL").orderBy("offset").select(
         "offset", "partition_change_record").first()
     assert _as_py(one["partition_change_record"])["topic_id"] is not None
+    with pytest.raises(Exception, match="record type columns need option fields=columns"):
+        spark.read.format("kraft").schema("offset LONG, topic_record STRUCT<name: STRING>").load(
+            str(gen_dir)).count()
+    with pytest.raises(Exception, match="unknown metadata record type 'Topic'"):
+        spark.read.format("kraft").option("fields", "columns").option("columnTypes", "Topic").load(
+            str(gen_dir)).count()
