@@ -840,12 +840,39 @@ class RaftCore:
             elif fo > log.end_offset:
                 diverging = EpochEndOffset(*self.log_end().key())
             else:
-                records = log.read(fo, min(req.max_bytes, self.config.fetch_max_bytes))
+                limit = min(req.max_bytes, self.config.fetch_max_bytes)
+                records = self._read_recent(fo, limit) or log.read(fo, limit)
                 if st.update_replica_state(ReplicaKey(req.replica_id, req.replica_directory_id), now_ms, fo):
                     self._on_leader_hwm_update(now_ms)
         hwm = st.high_watermark if st.high_watermark is not None else -1
         return FetchResponse(0, 0, hwm, self._leader_and_epoch(), log.start_offset, diverging,
                              snapshot_id, tuple(records))
+
+    def _read_recent(self, offset: int, max_bytes: int) -> tuple[Batch, ...]:
+        """Serve a Fetch from the batches this leader wrote and still holds in memory (a
+        suffix of its log): whole batches from the one *starting* at ``offset``, at least
+        one, then while ``max_bytes`` allows -- what ``log.read`` returns, without reading
+        the log back.  Empty when ``offset`` is not a batch start in that suffix."""
+        recent = self._recent_batches
+        if not recent or offset < recent[0].base_offset or offset >= recent[-1].next_offset:
+            return ()
+        lo, hi = 0, len(recent) - 1
+        while lo < hi:  # the batch holding offset (bases are increasing)
+            mid = (lo + hi + 1) // 2
+            if recent[mid].base_offset <= offset:
+                lo = mid
+            else:
+                hi = mid - 1
+        if recent[lo].base_offset != offset:
+            return ()
+        out = [recent[lo]]
+        size = recent[lo].size_in_bytes
+        for b in recent[lo + 1:]:
+            size += b.size_in_bytes
+            if size > max_bytes:
+                break
+            out.append(b)
+        return tuple(out)
 
     def _on_leader_hwm_update(self, now_ms: int) -> None:
         self.log.update_high_watermark(self.quorum.state.high_watermark)
@@ -1266,8 +1293,7 @@ class RaftCore:
         if batches:
             changed = False
             for b in batches:
-                self.log.append_as_leader(b)
-                self._recent_batches.append(b)
+                self._recent_batches.append(self.log.append_as_leader(b) or b)
                 changed |= self.control.apply_batches((b,))
             if changed:
                 # Kafka: a VotersRecord counts for the majority as soon as it is appended.

@@ -497,10 +497,19 @@ class KafkaRaftLog:
         return self._start_epoch()
 
     # ---- writes
-    def append_as_leader(self, batch: Batch) -> None:
+    def append_as_leader(self, batch: Batch) -> RawBatch:
+        """Append; returns the batch as written (a RawBatch with its bytes and records), which
+        the core keeps to answer Fetches and feed listeners without reading the log back."""
         if batch.base_offset != self.end_offset:
             raise ValueError(f"append at offset {batch.base_offset} but log end offset is {self.end_offset}")
-        self._log.append_as_leader(encode_batch(batch), batch.epoch)
+        if type(batch) is RawBatch:
+            raw = batch.raw
+            self._log.append_as_leader(raw, batch.epoch)
+            return batch
+        raw = encode_batch(batch)
+        self._log.append_as_leader(raw, batch.epoch)
+        return RawBatch.make(batch.base_offset, batch.epoch, len(batch.records), raw, batch.append_time_ms, None,
+                             batch.records, batch.is_control, batch.control)
 
     def append_as_follower(self, batches: Sequence[Batch]) -> None:
         if not batches:

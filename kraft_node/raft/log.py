@@ -46,8 +46,9 @@ class RaftLog(Protocol):
     def last_fetched_epoch(self) -> int:
         """Epoch of the last record; the log-start snapshot's epoch if empty; 0 if neither."""
 
-    def append_as_leader(self, batch: Batch) -> None:
-        """Append a batch built by the leader; ``batch.base_offset`` must equal ``end_offset``."""
+    def append_as_leader(self, batch: Batch) -> Batch | None:
+        """Append a batch built by the leader; ``batch.base_offset`` must equal ``end_offset``.
+        May return the batch as stored (e.g. with its encoded bytes) for the core to keep."""
 
     def append_as_follower(self, batches: Sequence[Batch]) -> None:
         """Append batches copied from the leader; the first must start at ``end_offset``."""
