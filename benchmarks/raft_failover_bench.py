@@ -65,7 +65,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -80,6 +79,7 @@ from kraft_node.config import NodeConfig  # noqa: E402
 from kraft_node.network import KafkaConnection  # noqa: E402
 from kraft_node.tools import metadata_quorum  # noqa: E402
 from kraft_node.tools.storage import format_storage  # noqa: E402
+from _support import free_ports, code_version  # noqa: E402
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 NOT_LEADER_OR_FOLLOWER = 6
@@ -91,18 +91,6 @@ KAFKA_DEFAULTS = {"election_timeout_ms": 1000, "fetch_timeout_ms": 2000, "electi
 _LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] \w+ (node \d+ .*)$")
 _ROLE_WORDS = ("became leader", "following leader", "resigned", "candidate", "prospective", "unattached",
                "shutting down", "shut down")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def write_configs(base: str, voters: int = 3, extra: dict | None = None) -> list[str]:
@@ -443,22 +431,6 @@ async def run(paths: list[str], modes: list[str], reps: int, poll_s: float, writ
                   "split_or_failed_elections": sum(1 for r in done if (r["epoch_gap"] or 0) > 1),
                   "reps": rs}
     return out
-
-
-def code_version() -> dict:
-    """The commit measured, and which files under kraft_node/ differ from it in the work tree
-    (other engineers edit the same tree: a figure belongs to the code that ran)."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if not os.path.exists(os.path.join(repo, ".git")):  # e.g. a `git archive` copy of a commit
-        return {"commit": os.environ.get("KRAFT_CODE_COMMIT"), "uncommitted": None, "tree": repo}
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=repo,
-                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "kraft_node", "kraft_storage"],
-                               capture_output=True, text=True, cwd=repo, timeout=10).stdout.split("\n")
-        return {"commit": head, "uncommitted": [d.strip() for d in dirty if d.strip()]}
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "uncommitted": None}
 
 
 def main(argv=None) -> None:

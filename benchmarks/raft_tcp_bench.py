@@ -51,19 +51,9 @@ from kraft_node.config import NodeConfig  # noqa: E402
 from kraft_node.raft.driver import RaftDriver  # noqa: E402
 from kraft_node.raft.errors import BufferFullError, NotLeaderError  # noqa: E402
 from kraft_node.tools.storage import format_storage  # noqa: E402
+from _support import free_ports  # noqa: E402
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
-
-
-def free_ports(n):
-    import socket
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def write_configs(base, linger_ms, n=3):

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from _support import code_version  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -57,22 +58,6 @@ def run_json(cmd: list[str], out_path: str, timeout: float) -> dict:
 
 def ratio(a, b):
     return round(a / b, 2) if a is not None and b else None
-
-
-def code_version() -> dict:
-    """The commit measured, and which files under kraft_node/ differ from it in the work tree
-    (other engineers edit the same tree: a figure belongs to the code that ran)."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if not os.path.exists(os.path.join(repo, ".git")):  # e.g. a `git archive` copy of a commit
-        return {"commit": os.environ.get("KRAFT_CODE_COMMIT"), "uncommitted": None, "tree": repo}
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=repo,
-                              timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "kraft_node", "kraft_storage"],
-                               capture_output=True, text=True, cwd=repo, timeout=10).stdout.split("\n")
-        return {"commit": head, "uncommitted": [d.strip() for d in dirty if d.strip()]}
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "uncommitted": None}
 
 
 def main(argv=None) -> None:
