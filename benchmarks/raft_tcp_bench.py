@@ -51,6 +51,7 @@ from kraft_node.config import NodeConfig  # noqa: E402
 from kraft_node.raft.driver import RaftDriver  # noqa: E402
 from kraft_node.raft.errors import BufferFullError, NotLeaderError  # noqa: E402
 from kraft_node.tools.storage import format_storage  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/ (also when loaded by path)
 from _support import free_ports  # noqa: E402
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
