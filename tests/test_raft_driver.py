@@ -167,6 +167,9 @@ def test_describe_quorum_and_cluster(tmp_path):
             p = quorum.topics[0].partitions[0]
             assert sorted(v.replica_id for v in p.current_voters) == [1, 2, 3]
             assert p.high_watermark >= 6
+            now_wall = time.time() * 1000
+            for v in p.current_voters:  # Kafka's LastFetchTimestamp / LastCaughtUpTimestamp
+                assert now_wall - 10_000 < v.last_caught_up_timestamp <= v.last_fetch_timestamp <= now_wall + 1
             follower = next(d for d in ds[:3] if d is not leader)
             _, fq = await _raw_describe(follower.port)
             assert fq.topics[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER

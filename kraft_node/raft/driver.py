@@ -629,7 +629,8 @@ class RaftDriver:
             else:
                 end = rs.end_offset if rs.end_offset is not None else -1
                 fetch = wall - (now - rs.last_fetch_ms) if rs.last_fetch_ms >= 0 else -1
-                caught = fetch if (end >= 0 and hwm >= 0 and end >= hwm) else -1
+                # Kafka's lastCaughtUpTimestamp, kept by the core on every Fetch (ReplicaState)
+                caught = wall - (now - rs.last_caught_up_ms) if rs.last_caught_up_ms >= 0 else -1
             return R.ReplicaState(replica_id=rs.key.id,
                                   replica_directory_id=Uuid(rs.key.directory_id.bytes) if rs.key.directory_id
                                   else ZERO_UUID,
