@@ -1006,14 +1006,7 @@ cdef class _SnapshottableHashTable(_Revertable):
         cdef PyObject* r
         cdef const int64_t[::1] karr
         if e == C_LATEST:
-            if _is_int64_array(keys):
-                try:
-                    karr = keys
-                except (ValueError, TypeError, BufferError):
-                    pass
-                else:
-                    return self._bulk_get_int64(karr, NULL, 1)
-            return self._bulk_get_seq(_seq(keys), NULL, 1)
+            return self._bulk_latest(keys, NULL, 1)
         seq = _seq(keys)
         n = PySequence_Fast_GET_SIZE(seq)
         out = PyList_New(n)
@@ -1072,6 +1065,19 @@ cdef class _SnapshottableHashTable(_Revertable):
         Py_INCREF_p(r)
         PyList_SET_ITEM_p(out, i, r)
         return 0
+
+    cdef list _bulk_latest(self, object keys, PyObject* dflt, int what):
+        """get_many (what=0) / contains_many (what=1) at LATEST: the int64 kernel when
+        ``keys`` is a 1-d int64 array it can view, else the list/tuple kernel."""
+        cdef const int64_t[::1] karr
+        if _is_int64_array(keys):
+            try:
+                karr = keys
+            except (ValueError, TypeError, BufferError):
+                pass
+            else:
+                return self._bulk_get_int64(karr, dflt, what)
+        return self._bulk_get_seq(_seq(keys), dflt, what)
 
     cdef list _bulk_get_seq(self, object seq, PyObject* dflt, int what):
         """get_many (what=0) / contains_many (what=1) at LATEST over a list/tuple."""
@@ -1675,16 +1681,8 @@ cdef class TimelineHashMap(_SnapshottableHashTable):
         cdef PyObject* v
         cdef Entry* ent
         cdef PyObject* dflt = <PyObject*>default
-        cdef const int64_t[::1] karr
         if e == C_LATEST:
-            if _is_int64_array(keys):
-                try:
-                    karr = keys
-                except (ValueError, TypeError, BufferError):
-                    pass
-                else:
-                    return self._bulk_get_int64(karr, dflt, 0)
-            return self._bulk_get_seq(_seq(keys), dflt, 0)
+            return self._bulk_latest(keys, dflt, 0)
         kseq = _seq(keys)
         n = PySequence_Fast_GET_SIZE(kseq)
         out = PyList_New(n)
