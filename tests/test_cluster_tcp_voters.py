@@ -208,24 +208,36 @@ def test_add_and_remove_controller_dry_run_and_errors(tmp_path):
     assert r.returncode == 1 and "timed out" in r.stderr
 
 
-def test_auto_join_observers_become_voters_and_the_quorum_survives_restarts(tmp_path):
-    """``controller.quorum.auto.join.enable=true``: observers started from bootstrap servers
-    send AddRaftVoter themselves.  Then every node restarts: the voter set comes back from
-    the log (VotersRecords after the bootstrap snapshot), a non-leader answers DescribeQuorum
-    with NOT_LEADER_OR_FOLLOWER and the leader's endpoint, and no ACK is lost."""
+def _auto_join_cluster(tmp_path):
+    """Node 1 standalone, nodes 2 and 3 with controller.quorum.auto.join.enable: started, and
+    all three voters once 2 and 3 joined (the caller stops them)."""
     paths = dynamic_cluster(str(tmp_path), 3)
     for path in paths[1:]:
         with open(path, "a") as f:
             f.write("controller.quorum.auto.join.enable=true\n")
     nodes = [Node(p, writer=True) for p in paths]
-    n1 = nodes[0]
     try:
         for n in nodes:
             n.start()
         for n in nodes:
             n.wait_serving()
-        wait_for(lambda: sorted(v.replica_id for v in describe(n1.port)[0].current_voters) == [1, 2, 3], 30,
-                 "nodes 2 and 3 to join as voters")
+        wait_for(lambda: sorted(v.replica_id for v in describe(nodes[0].port)[0].current_voters) == [1, 2, 3],
+                 30, "nodes 2 and 3 to join as voters")
+    except BaseException:
+        for n in nodes:
+            n.kill9()
+        raise
+    return nodes
+
+
+def test_auto_join_observers_become_voters_and_the_quorum_survives_restarts(tmp_path):
+    """``controller.quorum.auto.join.enable=true``: observers started from bootstrap servers
+    send AddRaftVoter themselves.  Then every node restarts: the voter set comes back from
+    the log (VotersRecords after the bootstrap snapshot), a non-leader answers DescribeQuorum
+    with NOT_LEADER_OR_FOLLOWER and the leader's endpoint, and no ACK is lost."""
+    nodes = _auto_join_cluster(tmp_path)
+    n1 = nodes[0]
+    try:
         wait_acks(nodes, 30, timeout=15)
         for n in nodes:
             assert n.stop() == 0, n.stderr()[-3000:]
@@ -303,19 +315,9 @@ def test_removing_the_leader_hands_over_to_the_remaining_voters(tmp_path):
     """remove-controller of the leader itself (node 1, the standalone founder): it leads until
     the VotersRecord without it commits, then resigns; nodes 2 and 3 elect a leader that keeps
     writing, and node 1 stays on as an observer.  No ACK is lost."""
-    paths = dynamic_cluster(str(tmp_path), 3)
-    for path in paths[1:]:
-        with open(path, "a") as f:
-            f.write("controller.quorum.auto.join.enable=true\n")
-    nodes = [Node(p, writer=True) for p in paths]
+    nodes = _auto_join_cluster(tmp_path)
     n1 = nodes[0]
     try:
-        for n in nodes:
-            n.start()
-        for n in nodes:
-            n.wait_serving()
-        wait_for(lambda: sorted(v.replica_id for v in describe(n1.port)[0].current_voters) == [1, 2, 3], 30,
-                 "nodes 2 and 3 to join as voters")
         wait_acks(nodes, 20, timeout=15)
         r = tool("--bootstrap-controller", f"127.0.0.1:{n1.port}", "--timeout", "30", "remove-controller",
                  "--controller-id", "1", "--controller-directory-id", dir_id(n1))
