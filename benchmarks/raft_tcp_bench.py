@@ -47,6 +47,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from kraft_node import event_loop  # noqa: E402
 from kraft_node.config import NodeConfig  # noqa: E402
 from kraft_node.raft.driver import RaftDriver  # noqa: E402
 from kraft_node.raft.errors import BufferFullError, NotLeaderError  # noqa: E402
@@ -140,9 +141,12 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, 
     dropped = 0
     inflight = set()
 
+    slot_free = asyncio.Event()
+
     def done(t0, fut):
         nonlocal committed, failed
         inflight.discard(fut)
+        slot_free.set()
         if fut.cancelled() or fut.exception() is not None:
             failed += 1
             return
@@ -184,13 +188,17 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, 
                     dropped += per_append
             await asyncio.sleep(max(0.0, min(next_at - time.perf_counter(), 0.001)))
             continue
-        if len(inflight) >= max_inflight:
-            await asyncio.sleep(0.0005)
+        # Closed loop: one append per loop iteration while the window has room (so the
+        # node's I/O interleaves with the offered load), else sleep until a commit frees a
+        # slot -- no polling: a poller burns a core that the voters share with it.
+        if len(inflight) < max_inflight and issue():
+            await asyncio.sleep(0)
             continue
-        if not issue():
-            await asyncio.sleep(0.0005)
-            continue
-        await asyncio.sleep(0)
+        slot_free.clear()
+        try:
+            await asyncio.wait_for(slot_free.wait(), 0.05)  # (0.05 s: also retries after backpressure)
+        except asyncio.TimeoutError:
+            pass
     elapsed = time.perf_counter() - t_start
     total = committed - measured_start_committed
     cpu = cpu_seconds(pids) - cpu_start
@@ -347,7 +355,7 @@ def main():
     try:
         disk = [disk_fsync_rate(base, 4096), disk_fsync_rate(base, 65536)]
         if args.voter_changes:
-            res = asyncio.run(voter_changes(args, base))
+            res = event_loop.run(voter_changes(args, base))
             out = {"setup": {"quorum": "standalone node 1 + 2 observers, node 3 added/removed repeatedly",
                              "transport": "TCP loopback", "fsync": True, "linger_ms": args.linger_ms,
                              "cpus": os.cpu_count(), "python": sys.version.split()[0],
@@ -359,8 +367,8 @@ def main():
                 with open(args.json, "w") as f:
                     f.write(text + "\n")
             return
-        res = asyncio.run(main_async(args, base))
-        out = {"setup": {"voters": args.voters, "transport": "TCP loopback", "fsync": True,
+        res = event_loop.run(main_async(args, base))
+        out = {"setup": {"voters": args.voters, "transport": "TCP loopback", "fsync": True, "event_loop": event_loop.EVENT_LOOP,
                          "record_bytes": args.record_bytes, "records_per_append": args.records_per_append,
                          "max_inflight_appends": args.max_inflight, "linger_ms": args.linger_ms,
                          "offered_records_per_s": args.rate, "loadavg": os.getloadavg(),

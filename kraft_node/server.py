@@ -32,6 +32,7 @@ import os
 import signal
 import sys
 
+from kraft_node import event_loop
 from kraft_node.config import ConfigError, NodeConfig
 from kraft_node.raft.driver import DriverError, RaftDriver
 from kraft_node.raft.errors import BufferFullError, NotLeaderError, RaftError
@@ -149,7 +150,7 @@ def main(argv=None) -> int:
         else:
             cfg = NodeConfig.default()
             _maybe_format_default(cfg, sys.stderr)
-        return asyncio.run(run(cfg, exit_after=args.exit_after_seconds, demo_writer=args.demo_writer,
+        return event_loop.run(run(cfg, exit_after=args.exit_after_seconds, demo_writer=args.demo_writer,
                                writer_interval_ms=args.writer_interval_ms, writer_batch=args.writer_batch,
                                shutdown_timeout=args.shutdown_timeout_seconds))
     except (ConfigError, DriverError, KraftStorageError) as exc:

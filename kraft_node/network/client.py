@@ -2,22 +2,39 @@
 
 Requests get increasing correlation ids; responses come back in request order
 (Kafka's guarantee per connection), and each is matched to its waiter by
-correlation id.  A response for an unknown id, a broken frame or a closed
-socket fails every outstanding request with :class:`ConnectionClosed`; the
-connection is then unusable and the caller reconnects (the Raft driver does,
-after ``controller.quorum.retry.backoff.ms``).
+correlation id.  A response for an unknown id is skipped (the late answer to a
+request that timed out); a broken frame or a closed socket fails every
+outstanding request with :class:`ConnectionClosed`; the connection is then
+unusable and the caller reconnects (the Raft driver does, after
+``controller.quorum.retry.backoff.ms``).
+
+Two ways to ask:
+
+* ``await conn.request(body, version, timeout)`` -- for tools and tests;
+* ``conn.send(body, version, timeout, callback)`` -- the Raft driver's hot
+  path: ``callback(response, None)`` or ``callback(None, exc)`` runs straight
+  from the socket callback that completed the frame (or from the timeout
+  timer), with no task or future in between.
+
+The connection is an :class:`asyncio.Protocol` (as asyncpg and uvloop-based
+servers are), so a response costs one ``data_received`` call, not a chain of
+coroutine resumptions through a StreamReader.
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
-import struct
+import logging
+from typing import Callable
 
+from kraft_node.network.frames import FrameError, FrameReader
 from kraft_node.protocol.framing import MAX_FRAME_SIZE, decode_response, encode_request
 from kraft_storage.messages._runtime import MessageError
 
-_SIZE = struct.Struct(">i")
-_HEADER_CORR = struct.Struct(">i")
+log = logging.getLogger(__name__)
+
+#: ``callback(response_body, None)`` on success, ``callback(None, exception)`` on failure.
+ResponseCallback = Callable[[object, BaseException | None], None]
 
 
 class ConnectionClosed(ConnectionError):
@@ -28,7 +45,7 @@ class RequestTimeout(TimeoutError):
     """No response within the request timeout."""
 
 
-class KafkaConnection:
+class KafkaConnection(asyncio.Protocol):
     """One TCP connection to a Kafka-protocol server."""
 
     def __init__(self, host: str, port: int, *, client_id: str = "kraft", max_frame_size: int = MAX_FRAME_SIZE):
@@ -36,12 +53,14 @@ class KafkaConnection:
         self.port = port
         self.client_id = client_id
         self.max_frame_size = max_frame_size
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._pending: dict[int, tuple[asyncio.Future, int, int]] = {}
+        self._transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: corr -> (callback, api key, version, timeout handle)
+        self._pending: dict[int, tuple[ResponseCallback, int, int, asyncio.TimerHandle | None]] = {}
         self._corr = itertools.count(1)
-        self._read_task: asyncio.Task | None = None
+        self._frames = FrameReader(min_size=4, max_size=max_frame_size)
         self._error: BaseException | None = None
+        self._closed_waiter: asyncio.Future | None = None
 
     @classmethod
     async def open(cls, host: str, port: int, *, timeout: float = 10.0, **kw) -> "KafkaConnection":
@@ -51,79 +70,105 @@ class KafkaConnection:
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and self._error is None and not self._writer.is_closing()
+        return self._transport is not None and self._error is None and not self._transport.is_closing()
 
     async def connect(self, timeout: float = 10.0) -> None:
-        self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port), timeout)
-        self._read_task = asyncio.create_task(self._read_loop())
+        self._loop = asyncio.get_running_loop()
+        self._closed_waiter = self._loop.create_future()
+        try:
+            await asyncio.wait_for(self._loop.create_connection(lambda: self, self.host, self.port), timeout)
+        except BaseException:
+            self._closed_waiter.set_result(None)  # never connected: nothing to wait for at close
+            raise
 
-    async def request(self, body, version: int, timeout: float = 30.0):
-        """Send ``body`` at ``version``; return the decoded response body."""
+    # ------------------------------------------------------------ asyncio.Protocol
+    def connection_made(self, transport) -> None:
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._frames.feed(data)
+        except FrameError as exc:
+            self._fail(ConnectionClosed(f"bad response from {self.host}:{self.port}: {exc}"))
+            return
+        for payload in frames:
+            corr = int.from_bytes(payload[:4], "big", signed=True)
+            entry = self._pending.pop(corr, None)
+            if entry is None:
+                continue  # a late answer to a request that timed out: skip it
+            callback, api_key, version, timer = entry
+            if timer is not None:
+                timer.cancel()
+            try:
+                resp = decode_response(payload, api_key, version)[1]
+            except MessageError as exc:
+                self._call(callback, None, exc)
+            else:
+                self._call(callback, resp, None)
+
+    def connection_lost(self, exc) -> None:
+        self._fail(ConnectionClosed(f"connection to {self.host}:{self.port} lost"
+                                    + (f": {exc}" if exc is not None else "")))
+        if self._closed_waiter is not None and not self._closed_waiter.done():
+            self._closed_waiter.set_result(None)
+
+    # ------------------------------------------------------------ requests
+    def send(self, body, version: int, timeout: float | None, callback: ResponseCallback) -> None:
+        """Send ``body`` at ``version``; ``callback`` gets the decoded response body, or the
+        error (:class:`RequestTimeout` after ``timeout`` seconds, :class:`ConnectionClosed`,
+        a :class:`MessageError` for an undecodable answer).  Raises ConnectionClosed at
+        once, without calling ``callback``, when the connection is not usable."""
         if not self.connected:
             raise ConnectionClosed(f"not connected to {self.host}:{self.port}"
                                    + (f" ({self._error})" if self._error else ""))
         corr = next(self._corr) & 0x7FFFFFFF
-        fut = asyncio.get_running_loop().create_future()
-        self._pending[corr] = (fut, body.API_KEY, version)
-        self._writer.write(encode_request(body, version, corr, self.client_id))
-        try:
-            await self._writer.drain()
-            return await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
-            raise RequestTimeout(f"{type(body).__name__} to {self.host}:{self.port} timed out after "
-                                 f"{timeout:.3f}s") from None
-        except ConnectionError as exc:
-            self._fail(exc)
-            raise ConnectionClosed(str(exc)) from None
-        finally:
-            self._pending.pop(corr, None)
+        frame = encode_request(body, version, corr, self.client_id)
+        timer = self._loop.call_later(timeout, self._on_timeout, corr, type(body).__name__, timeout) \
+            if timeout is not None else None
+        self._pending[corr] = (callback, body.API_KEY, version, timer)
+        self._transport.write(frame)
 
-    async def _read_loop(self) -> None:
+    async def request(self, body, version: int, timeout: float = 30.0):
+        """Send ``body`` at ``version``; return the decoded response body."""
+        fut = asyncio.get_running_loop().create_future()
+
+        def done(resp, exc):
+            if not fut.done():
+                if exc is None:
+                    fut.set_result(resp)
+                else:
+                    fut.set_exception(exc)
+        self.send(body, version, timeout, done)
+        return await fut
+
+    def _on_timeout(self, corr: int, what: str, timeout: float) -> None:
+        entry = self._pending.pop(corr, None)
+        if entry is not None:
+            self._call(entry[0], None, RequestTimeout(f"{what} to {self.host}:{self.port} timed out after "
+                                                      f"{timeout:.3f}s"))
+
+    @staticmethod
+    def _call(callback: ResponseCallback, resp, exc) -> None:
         try:
-            while True:
-                head = await self._reader.readexactly(4)
-                size, = _SIZE.unpack(head)
-                if size < 4 or size > self.max_frame_size:
-                    raise MessageError(f"invalid response size {size}")
-                payload = await self._reader.readexactly(size)
-                corr, = _HEADER_CORR.unpack_from(payload, 0)
-                entry = self._pending.get(corr)
-                if entry is None:
-                    # a late answer to a request that timed out: skip it
-                    continue
-                fut, api_key, version = entry
-                if not fut.done():
-                    try:
-                        fut.set_result(decode_response(payload, api_key, version)[1])
-                    except MessageError as exc:
-                        fut.set_exception(exc)
-        except asyncio.CancelledError:
-            self._fail(ConnectionClosed("connection closed"))
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            self._fail(ConnectionClosed(f"connection to {self.host}:{self.port} lost: {exc}"))
-        except MessageError as exc:
-            self._fail(ConnectionClosed(f"bad response from {self.host}:{self.port}: {exc}"))
+            callback(resp, exc)
+        except Exception:  # noqa: BLE001 - a waiter's bug must not break the connection
+            log.exception("response callback failed")
 
     def _fail(self, exc: BaseException) -> None:
         if self._error is None:
             self._error = exc
-        for fut, _k, _v in list(self._pending.values()):
-            if not fut.done():
-                fut.set_exception(ConnectionClosed(str(exc)))
-        if self._writer is not None:
-            self._writer.close()
+        pending, self._pending = self._pending, {}
+        for callback, _k, _v, timer in pending.values():
+            if timer is not None:
+                timer.cancel()
+            self._call(callback, None, ConnectionClosed(str(exc)))
+        if self._transport is not None:
+            self._transport.close()
 
     async def close(self) -> None:
-        if self._read_task is not None:
-            self._read_task.cancel()
-            try:
-                await self._read_task
-            except (asyncio.CancelledError, Exception):
-                pass
         self._fail(ConnectionClosed("closed by the client"))
-        if self._writer is not None:
+        if self._closed_waiter is not None and self._transport is not None:
             try:
-                await self._writer.wait_closed()
-            except (ConnectionError, OSError):
+                await asyncio.wait_for(asyncio.shield(self._closed_waiter), 5)
+            except (asyncio.TimeoutError, ConnectionError, OSError):
                 pass

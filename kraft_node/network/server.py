@@ -2,9 +2,21 @@
 
 Per connection, requests are handled one at a time and answered in order, as
 Kafka's network processor does (it mutes a channel until its response is
-sent).  Handlers are ``async (RequestContext, request) -> response`` looked up
-by API key; ApiVersions is answered here from the ApiKeys table unless a
-handler overrides it.
+sent).  Handlers are looked up by API key and called as
+``handler(RequestContext, request)``; a handler either
+
+* is ``async`` and returns the response (run as a task: simple, for rare APIs), or
+* returns the response at once, or
+* returns :data:`DEFERRED` and later calls ``ctx.respond(response)`` exactly once
+  -- the Raft driver does this for requests its core answers in a later poll
+  (a Fetch parked in the leader's purgatory), with no task or future per request.
+
+ApiVersions is answered here from the ApiKeys table unless a handler overrides it.
+Each connection is an :class:`asyncio.Protocol`: a request costs one
+``data_received`` call (see :mod:`.frames`).  Reading pauses while too many
+requests wait behind the one in progress, and answering pauses while the
+socket's send buffer is over its high-water mark, so a slow or greedy peer
+costs bounded memory.
 
 Bad input never takes the server down: a frame with an invalid size, an
 unknown API or an undecodable body is logged with the peer's address and
@@ -15,11 +27,12 @@ answer at version 0 (KIP-511) so the client can retry with one we do.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
-import struct
-from dataclasses import dataclass
-from typing import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
+from kraft_node.network.frames import FrameError, FrameReader
 from kraft_node.protocol.api_keys import ApiKeys, answer_api_versions
 from kraft_node.protocol.framing import (
     MAX_FRAME_SIZE, UnsupportedApiError, decode_request, encode_response)
@@ -27,19 +40,42 @@ from kraft_storage.messages._runtime import MessageError
 
 log = logging.getLogger(__name__)
 
-_SIZE = struct.Struct(">i")
+#: Returned by a handler that will answer later through ``ctx.respond``.
+DEFERRED = object()
+
+#: Requests read ahead of the one in progress before the connection stops reading.
+_MAX_QUEUED = 16
 
 
 @dataclass
 class RequestContext:
-    """What a handler knows about the request besides its body."""
+    """What a handler knows about the request besides its body; ``respond`` answers it."""
     header: object          # RequestHeader
     api_version: int
     peer: tuple             # (host, port) of the client
     listener: str           # listener name (e.g. "CONTROLLER")
+    _conn: Any = field(default=None, repr=False)
+    _answered: bool = field(default=False, repr=False)
+
+    def respond(self, response) -> None:
+        """Send ``response`` (a response body of this request's API).  Only the first call
+        counts; after the connection closed it is a no-op."""
+        if self._answered:
+            return
+        self._answered = True
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            out = encode_response(response, self.api_version, self.header.correlation_id)
+        except Exception:  # noqa: BLE001 - a handler's bad response: close, like any handler bug
+            log.exception("cannot encode the answer to %s v%d for %s:%s; closing the connection",
+                          type(response).__name__, self.api_version, self.peer[0], self.peer[1])
+            out = None
+        conn.answered(out)
 
 
-Handler = Callable[[RequestContext, object], Awaitable[object]]
+Handler = Callable[[RequestContext, object], Any]
 
 
 class KafkaServer:
@@ -55,82 +91,180 @@ class KafkaServer:
         self.listener_type = listener_type
         self.max_frame_size = max_frame_size
         self._server: asyncio.base_events.Server | None = None
-        self._conns: set[asyncio.Task] = set()
+        self._conns: set[_ServerConnection] = set()
 
     async def start(self) -> int:
         """Listen; returns the bound port (useful with port 0)."""
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, reuse_address=True)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _ServerConnection(self), self.host, self.port,
+                                                reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        for c in list(self._conns):
+            c.close()
+        if self._server is not None:
             await self._server.wait_closed()
-        for t in list(self._conns):
-            t.cancel()
-        for t in list(self._conns):
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        self._conns.add(task)
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        try:
-            while True:
-                try:
-                    head = await reader.readexactly(4)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                size, = _SIZE.unpack(head)
-                if size < 0 or size > self.max_frame_size:
-                    log.warning("closing %s:%s: invalid request size %d (max %d)", peer[0], peer[1], size,
-                                self.max_frame_size)
-                    return
-                try:
-                    payload = await reader.readexactly(size)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                out = await self._handle(payload, peer)
-                if out is None:
-                    return
-                writer.write(out)
-                await writer.drain()
-        except asyncio.CancelledError:
-            pass
-        except ConnectionError as exc:  # the peer went away while we answered: routine, not a bug
-            log.debug("connection from %s:%s lost: %r", peer[0], peer[1], exc)
-        except Exception:  # a handler bug must not kill the server
-            log.exception("error serving %s:%s; closing the connection", peer[0], peer[1])
-        finally:
-            self._conns.discard(task)
-            writer.close()
-
-    async def _handle(self, payload: bytes, peer) -> bytes | None:
+    # ------------------------------------------------------------ one request
+    def _dispatch(self, conn: "_ServerConnection", payload: bytes) -> None:
+        """Decode one request and run its handler; the answer reaches ``conn.answered``."""
+        peer = conn.peer
         try:
             header, body = decode_request(payload)
         except UnsupportedApiError as exc:
             h = exc.header
             if h is not None and h.request_api_key == ApiKeys.API_VERSIONS:
                 resp, v = answer_api_versions(None, h.request_api_version, self.listener_type)
-                return encode_response(resp, v, h.correlation_id)
+                conn.answered(encode_response(resp, v, h.correlation_id))
+                return
             log.warning("closing %s:%s: %s", peer[0], peer[1], exc)
-            return None
+            conn.answered(None)
+            return
         except MessageError as exc:
             log.warning("closing %s:%s: malformed request: %s", peer[0], peer[1], exc)
-            return None
+            conn.answered(None)
+            return
         key, version = header.request_api_key, header.request_api_version
-        ctx = RequestContext(header, version, peer, self.listener)
+        ctx = RequestContext(header, version, peer, self.listener, conn)
         handler = self.handlers.get(key)
         if handler is None:
             if key == ApiKeys.API_VERSIONS:
                 resp, v = answer_api_versions(body, version, self.listener_type)
-                return encode_response(resp, v, header.correlation_id)
+                conn.answered(encode_response(resp, v, header.correlation_id))
+                return
             log.warning("closing %s:%s: no handler for api key %d on listener %s", peer[0], peer[1], key,
                         self.listener)
-            return None
-        resp = await handler(ctx, body)
-        return encode_response(resp, version, header.correlation_id)
+            conn.answered(None)
+            return
+        try:
+            res = handler(ctx, body)
+        except Exception:  # a handler bug must not kill the server
+            log.exception("error serving %s:%s; closing the connection", peer[0], peer[1])
+            ctx._answered = True
+            conn.answered(None)
+            return
+        if res is DEFERRED:
+            return
+        if asyncio.iscoroutine(res):
+            conn.run_handler(ctx, res)
+            return
+        ctx.respond(res)
+
+
+class _ServerConnection(asyncio.Protocol):
+    """One client connection: frames in, one request at a time, answers out in order."""
+
+    def __init__(self, server: KafkaServer):
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.peer: tuple = ("?", 0)
+        self._frames = FrameReader(max_size=server.max_frame_size)
+        self._queue: collections.deque[bytes] = collections.deque()
+        self._busy = False          # a request is being handled (answers go out in order)
+        self._dispatching = False   # re-entrancy guard for _run
+        self._write_paused = False
+        self._read_paused = False
+        self._closed = False
+        self._task: asyncio.Task | None = None
+        self._ctx: RequestContext | None = None
+
+    # ------------------------------------------------------------ asyncio.Protocol
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.peer = transport.get_extra_info("peername") or ("?", 0)
+        self.server._conns.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        try:
+            frames = self._frames.feed(data)
+        except FrameError as exc:
+            log.warning("closing %s:%s: %s", self.peer[0], self.peer[1], exc)
+            self.close()
+            return
+        if frames:
+            self._queue.extend(frames)
+            if len(self._queue) > _MAX_QUEUED and not self._read_paused:
+                self._read_paused = True
+                self.transport.pause_reading()
+            self._run()
+
+    def connection_lost(self, exc) -> None:
+        if exc is not None:  # the peer went away: routine, not a bug
+            log.debug("connection from %s:%s lost: %r", self.peer[0], self.peer[1], exc)
+        self._shut()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._run()
+
+    # ------------------------------------------------------------ requests
+    def _run(self) -> None:
+        if self._dispatching:
+            return
+        self._dispatching = True
+        try:
+            while self._queue and not self._busy and not self._write_paused and not self._closed:
+                payload = self._queue.popleft()
+                self._busy = True
+                self.server._dispatch(self, payload)
+            if self._read_paused and len(self._queue) <= _MAX_QUEUED // 2 and not self._closed:
+                self._read_paused = False
+                self.transport.resume_reading()
+        finally:
+            self._dispatching = False
+
+    def answered(self, out: bytes | None) -> None:
+        """The request in progress is answered with ``out`` (a framed response), or the
+        connection must close (``None``: malformed input or a handler failure)."""
+        if self._closed:
+            return
+        self._busy = False
+        self._ctx = None
+        if out is None:
+            self.close()
+            return
+        self.transport.write(out)
+        self._run()
+
+    def run_handler(self, ctx: RequestContext, coro) -> None:
+        self._ctx = ctx
+        self._task = asyncio.get_running_loop().create_task(coro)
+        self._task.add_done_callback(self._handler_done)
+
+    def _handler_done(self, task: asyncio.Task) -> None:
+        ctx = self._ctx
+        self._task = None
+        if task.cancelled() or ctx is None:
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("error serving %s:%s; closing the connection", self.peer[0], self.peer[1],
+                      exc_info=(type(exc), exc, exc.__traceback__))
+            ctx._answered = True
+            self.answered(None)
+            return
+        ctx.respond(task.result())
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+        self._shut()
+
+    def _shut(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.clear()
+        self.server._conns.discard(self)
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None

@@ -12,13 +12,16 @@ file handle, so the driver supplies them.
   DescribeQuorum's wall-clock fields.
 * **Inbound**: a :class:`KafkaServer` on the controller listener.  Each
   Vote/BeginQuorumEpoch/EndQuorumEpoch/Fetch/FetchSnapshot request is
-  translated (:mod:`.wire`), handed to ``core.handle_request`` under a fresh
-  correlation id, and its handler awaits the future that the matching
-  ``OutboundResponse`` resolves -- for a Fetch parked in the leader's
-  purgatory that is up to ``fetch_max_wait_ms`` later.  DescribeQuorum and
+  translated (:mod:`.wire`) and handed to ``core.handle_request`` under a fresh
+  correlation id; the handler returns ``DEFERRED`` and the poll that yields the
+  matching ``OutboundResponse`` answers it through ``ctx.respond`` -- for a
+  Fetch parked in the leader's purgatory that is up to ``fetch_max_wait_ms``
+  later.  No task or future per request: a commit is a chain of such hops.  DescribeQuorum and
   DescribeCluster are answered here from the core's state (only the leader
   answers DescribeQuorum; others say NOT_LEADER_OR_FOLLOWER, like Kafka).
-* **Outbound**: one :class:`KafkaConnection` per voter, opened on demand; a
+* **Outbound**: one :class:`KafkaConnection` per voter, opened on demand (a
+  request on an open connection is written at once and its answer handed to
+  the core from the socket callback); a
   failed connection is not retried before ``controller.quorum.retry.backoff.ms``.
   A request that fails (connection refused/lost, or no answer within
   ``controller.quorum.request.timeout.ms``) is reported to the core as a
@@ -52,6 +55,7 @@ from typing import Callable
 
 from kraft_node.config import NodeConfig
 from kraft_node.network import ConnectionClosed, KafkaConnection, KafkaServer, RequestTimeout
+from kraft_node.network.server import DEFERRED
 from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterResponse
 from kraft_node.protocol.generated.describe_quorum import DescribeQuorumResponse
@@ -212,7 +216,7 @@ class RaftDriver:
         self._peers = {v.id: _Peer(v.id, v.host, v.port) for v in config.voters if v.id != config.node_id}
         #: node id -> (host, port) learned from NodeEndpoints / leader endpoints in RPCs
         self._learned: dict[int, tuple[str, int]] = {}
-        self._inbound: dict[int, asyncio.Future] = {}
+        self._inbound: dict[int, object] = {}  # core correlation id -> RequestContext
         self._inbound_ids = itertools.count(1)
         self._tasks: set[asyncio.Task] = set()
         self._timer: asyncio.TimerHandle | None = None
@@ -304,10 +308,10 @@ class RaftDriver:
         if self._timer is not None:
             self._timer.cancel()
         self._appends.fail_all(RaftError(f"node {self.node_id} shut down"))
-        for fut in self._inbound.values():
-            if not fut.done():  # parked requests get an error answer (handlers never swallow cancellation)
-                fut.set_exception(RaftError(f"node {self.node_id} shut down"))
-        self._inbound.clear()
+        inbound, self._inbound = self._inbound, {}
+        for ctx in inbound.values():  # parked requests get an error answer
+            ctx.respond(wire.response_to_wire(wire.error_response(int(ctx.header.request_api_key),
+                                                                  Errors.BROKER_NOT_AVAILABLE)))
         for t in list(self._tasks):
             t.cancel()
         for t in list(self._tasks):
@@ -451,11 +455,11 @@ class RaftDriver:
             self._spawn(self._run_flush(job))
         for msg in ready.messages:
             if isinstance(msg, OutboundResponse):
-                fut = self._inbound.pop(msg.correlation_id, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(msg.response)
+                ctx = self._inbound.pop(msg.correlation_id, None)
+                if ctx is not None:
+                    self._answer(ctx, msg.response)
             elif isinstance(msg, OutboundRequest):
-                self._spawn(self._send_request(msg))
+                self._send_request(msg)
         self._note_role()
         if ready.shutdown_complete and self._shutdown_started and not self._shutdown_done.is_set():
             self._shutdown_timed_out = ready.shutdown_timed_out
@@ -524,7 +528,9 @@ class RaftDriver:
         t.add_done_callback(self._tasks.discard)
 
     # ------------------------------------------------------------ inbound
-    async def _handle_raft(self, ctx, body):
+    def _handle_raft(self, ctx, body):
+        """Hand a Raft request to the core; its answer goes out from :meth:`_poll` (for a
+        Fetch parked in the leader's purgatory, up to ``fetch_max_wait_ms`` later)."""
         key = int(ctx.header.request_api_key)
         if self._closed or self.fatal is not None:
             return wire.response_to_wire(wire.error_response(key, Errors.BROKER_NOT_AVAILABLE))
@@ -535,8 +541,7 @@ class RaftDriver:
             return wire.response_to_wire(wire.error_response(key, exc.error))
         self._learn_leader_endpoints(req)
         corr = next(self._inbound_ids)
-        fut = self.loop.create_future()
-        self._inbound[corr] = fut
+        self._inbound[corr] = ctx
         try:
             self.core.handle_request(_source_of(req), corr, req, monotonic_ms())
         except Exception as exc:
@@ -544,12 +549,12 @@ class RaftDriver:
             self._die(exc)
             return wire.response_to_wire(wire.error_response(key, Errors.BROKER_NOT_AVAILABLE))
         self._poll()
-        try:
-            resp = await fut
-        except RaftError:
-            return wire.response_to_wire(wire.error_response(key, Errors.BROKER_NOT_AVAILABLE))
-        return wire.response_to_wire(self._with_node_endpoints(resp, key, ctx.api_version),
-                                     leader_endpoint=self._leader_node_endpoint())
+        return DEFERRED
+
+    def _answer(self, ctx, resp) -> None:
+        key = int(ctx.header.request_api_key)
+        ctx.respond(wire.response_to_wire(self._with_node_endpoints(resp, key, ctx.api_version),
+                                          leader_endpoint=self._leader_node_endpoint()))
 
     # ------------------------------------------------------------ outbound
     async def _connection(self, peer: _Peer) -> KafkaConnection:
@@ -575,29 +580,57 @@ class RaftDriver:
                                        f"{exc}") from None
             return peer.conn
 
-    async def _send_request(self, out: OutboundRequest) -> None:
-        key = wire.api_key_of(out.request)
+    def _send_request(self, out: OutboundRequest) -> None:
+        """Send one of the core's requests.  On an open connection this writes at once and
+        the answer comes back through :meth:`_on_response` from the socket callback (no task
+        per request); otherwise a task connects first.  Whatever happens, the core gets
+        exactly one response, never from inside the poll that sent the request."""
         peer = self._peer(out.destination)
         if peer is None:
-            resp = wire.error_response(key, Errors.BROKER_NOT_AVAILABLE)
+            self.loop.call_soon(self._deliver, out, wire.error_response(wire.api_key_of(out.request),
+                                                                        Errors.BROKER_NOT_AVAILABLE))
+        elif peer.conn is not None and peer.conn.connected:
+            self._transmit(peer, peer.conn, out)
         else:
-            timeout_ms = self.quorum_config.request_timeout_ms
-            if isinstance(out.request, AddRaftVoterRequest):  # the leader answers once the change commits
-                timeout_ms = max(timeout_ms, out.request.timeout_ms + 1000)
+            self._spawn(self._connect_and_send(peer, out))
+
+    async def _connect_and_send(self, peer: _Peer, out: OutboundRequest) -> None:
+        try:
+            conn = await self._connection(peer)
+        except (ConnectionClosed, OSError) as exc:
+            self._on_response(peer, out, None, exc)
+            return
+        self._transmit(peer, conn, out)
+
+    def _transmit(self, peer: _Peer, conn: KafkaConnection, out: OutboundRequest) -> None:
+        timeout_ms = self.quorum_config.request_timeout_ms
+        if isinstance(out.request, AddRaftVoterRequest):  # the leader answers once the change commits
+            timeout_ms = max(timeout_ms, out.request.timeout_ms + 1000)
+        body, version = wire.request_to_wire(out.request)
+        try:
+            conn.send(body, version, timeout_ms / 1000, lambda raw, exc: self._on_response(peer, out, raw, exc))
+        except ConnectionClosed as exc:
+            self.loop.call_soon(self._on_response, peer, out, None, exc)
+
+    def _on_response(self, peer: _Peer, out: OutboundRequest, raw, exc: BaseException | None) -> None:
+        key = wire.api_key_of(out.request)
+        if exc is None:
             try:
-                conn = await self._connection(peer)
-                body, version = wire.request_to_wire(out.request)
-                raw = await conn.request(body, version, timeout=timeout_ms / 1000)
                 resp = wire.response_from_wire(raw)
                 self._learn(resp)
-            except RequestTimeout:
-                resp = wire.error_response(key, Errors.REQUEST_TIMED_OUT)
-            except (ConnectionClosed, OSError, MessageError, KraftStorageError, ValueError) as exc:
-                log.debug("node %d: %s to node %d failed: %s", self.node_id, ApiKeys(key).name, peer.node_id, exc)
-                peer.last_failure_ms = monotonic_ms()
-                if peer.conn is not None and not peer.conn.connected:
-                    peer.conn = None
-                resp = wire.error_response(key, Errors.BROKER_NOT_AVAILABLE)
+            except (MessageError, KraftStorageError, ValueError) as e:
+                exc = e
+        if isinstance(exc, RequestTimeout):
+            resp = wire.error_response(key, Errors.REQUEST_TIMED_OUT)
+        elif exc is not None:
+            log.debug("node %d: %s to node %d failed: %s", self.node_id, ApiKeys(key).name, peer.node_id, exc)
+            peer.last_failure_ms = monotonic_ms()
+            if peer.conn is not None and not peer.conn.connected:
+                peer.conn = None
+            resp = wire.error_response(key, Errors.BROKER_NOT_AVAILABLE)
+        self._deliver(out, resp)
+
+    def _deliver(self, out: OutboundRequest, resp) -> None:
         if self._closed or self.fatal is not None:
             return
         try:
