@@ -38,7 +38,10 @@ assumes a response will come (requests time out after request.timeout.ms).
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import random
+from operator import attrgetter
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -202,6 +205,9 @@ def encode_leader_change(msg: LeaderChangeMessage) -> bytes:
 def encode_voters(msg: VotersControl) -> bytes:
     """Placeholder record value of a VotersRecord (the wire log encodes the real body)."""
     return ("Voters(" + ",".join(f"{e.key.id}:{e.key.directory_id}" for e in msg.voters) + ")").encode()
+
+
+_next_offset = attrgetter("next_offset")
 
 
 def _placeholder_control_value(msg) -> bytes:
@@ -1492,18 +1498,21 @@ class RaftCore:
                     ctx.last_fired = current
                     ctx.listener.handle_leader_change(current)
                 self._deliver(ctx, hwm)
-        if self._recent_batches:
+        recent = self._recent_batches
+        if recent:
             low = min((c.next_offset for c in self._listeners), default=NEVER)
-            self._recent_batches = [b for b in self._recent_batches if b.next_offset > low]
+            if recent[0].next_offset <= low:  # drop what every listener has (offset order: a prefix)
+                del recent[:bisect.bisect_right(recent, low, key=_next_offset)]
 
     def _deliver(self, ctx: _ListenerContext, upto: int | None) -> None:
         """Hand ``[ctx.next_offset, upto)`` to the listener, one ``handle_commit`` per
         chunk of about fetch.max.bytes (the leader's own batches come from memory)."""
         while upto is not None and ctx.next_offset < upto:
             pos = ctx.next_offset
-            mem = [b for b in self._recent_batches if b.next_offset > pos and b.base_offset < upto]
-            if mem and mem[0].base_offset <= pos:
-                source = mem  # batches this node wrote, still in memory: no re-read
+            recent = self._recent_batches
+            i = bisect.bisect_right(recent, pos, key=_next_offset)  # first batch ending past pos
+            if i < len(recent) and recent[i].base_offset <= pos:
+                source = itertools.islice(recent, i, None)  # batches still in memory: no re-read
             else:
                 source = self.log.read(pos, self.config.fetch_max_bytes)
             out: list[Batch] = []
