@@ -36,10 +36,6 @@ class UnsupportedApiError(MessageError):
         self.header = header
 
 
-def _frame(payload: bytes) -> bytes:
-    return _SIZE.pack(len(payload)) + payload
-
-
 def split_frame(data, max_size: int = MAX_FRAME_SIZE):
     """``(payload, rest)`` if ``data`` starts with a whole frame, else ``(None, data)``."""
     if len(data) < 4:
@@ -61,7 +57,20 @@ def encode_request(body: Message, version: int, correlation_id: int, client_id: 
     hv = request_header_version(api_key, version)
     header = RequestHeader(request_api_key=api_key, request_api_version=version,
                            correlation_id=correlation_id, client_id=client_id)
-    return _frame(header.write(hv) + body.write(version))
+    return _framed(header, hv, body, version)
+
+
+def _framed(header: Message, header_version: int, body: Message, version: int) -> bytearray:
+    """size + header + body written into one buffer: a Fetch answer carries up to
+    fetch.max.bytes of records, and joining header, body and size prefix as separate
+    ``bytes`` would copy them three more times."""
+    body._check_version(version)
+    w = Writer()
+    w.out += b"\0\0\0\0"
+    header._write(w, header_version)
+    body._write(w, version)
+    _SIZE.pack_into(w.out, 0, len(w.out) - 4)
+    return w.out
 
 
 def decode_request_header(payload) -> tuple[RequestHeader, int]:
@@ -101,7 +110,7 @@ def encode_response(body: Message, api_version: int, correlation_id: int) -> byt
     if type(body) is not info.response:
         raise MessageError(f"{type(body).__name__} is not a response class")
     hv = response_header_version(api_key, api_version)
-    return _frame(ResponseHeader(correlation_id=correlation_id).write(hv) + body.write(api_version))
+    return _framed(ResponseHeader(correlation_id=correlation_id), hv, body, api_version)
 
 
 def decode_response(payload, api_key: int, api_version: int):
