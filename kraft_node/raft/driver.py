@@ -606,10 +606,11 @@ class RaftDriver:
         timeout_ms = self.quorum_config.request_timeout_ms
         if isinstance(out.request, AddRaftVoterRequest):  # the leader answers once the change commits
             timeout_ms = max(timeout_ms, out.request.timeout_ms + 1000)
-        body, version = wire.request_to_wire(out.request)
         try:
+            body, version = wire.request_to_wire(out.request)
             conn.send(body, version, timeout_ms / 1000, lambda raw, exc: self._on_response(peer, out, raw, exc))
-        except ConnectionClosed as exc:
+        except (ConnectionClosed, MessageError, KraftStorageError, ValueError) as exc:
+            # (not from inside this poll: the core hears of the failure on the next loop turn)
             self.loop.call_soon(self._on_response, peer, out, None, exc)
 
     def _on_response(self, peer: _Peer, out: OutboundRequest, raw, exc: BaseException | None) -> None:
