@@ -1,6 +1,9 @@
 """FrameReader (stream -> size-prefixed frames) and the server's answer ordering."""
 import asyncio
+import os
 import struct
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, strategies as st
@@ -86,17 +89,15 @@ def test_deferred_answers_keep_request_order_on_a_connection():
 
 
 def test_event_loop_choice_is_made_from_the_environment():
-    import subprocess
-    import sys
     code = "from kraft_node import event_loop as e; print(e.EVENT_LOOP)"
     for want in ("asyncio", "uvloop"):
         try:
             __import__(want)
         except ImportError:
             continue
-        out = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, "KRAFT_EVENT_LOOP": want},
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "KRAFT_EVENT_LOOP": want},
                              capture_output=True, text=True, check=True).stdout.strip()
         assert out == want
-    bad = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, "KRAFT_EVENT_LOOP": "x"},
+    bad = subprocess.run([sys.executable, "-c", code], env={**os.environ, "KRAFT_EVENT_LOOP": "x"},
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "KRAFT_EVENT_LOOP" in bad.stderr
