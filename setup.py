@@ -68,6 +68,9 @@ EXTENSIONS = [
     ext("kraft_storage._native._logappend", "kraft_storage/_native/_logappend.pyx",
         ["csrc/crc32c.c", "csrc/recordbatch.c"]),
     ext("kraft_storage._native._metadata_columns", "kraft_storage/_native/_metadata_columns.pyx"),
+    # the generated RPC codecs on the Raft hot path (they include kraft_storage/_native/*.pxi)
+    ext("kraft_node._native._rpc_headers", "kraft_node/_native/_rpc_headers.pyx"),
+    ext("kraft_node._native._rpc_fetch", "kraft_node/_native/_rpc_fetch.pyx"),
 ]
 
 only = {s.strip() for s in os.environ.get("KRAFT_EXT_ONLY", "").split(",") if s.strip()}
@@ -79,6 +82,7 @@ setup(
     ext_modules=cythonize(
         EXTENSIONS,
         language_level=3,
+        include_path=["kraft_storage/_native"],
         compiler_directives={
             "boundscheck": False,
             "wraparound": False,

@@ -314,7 +314,10 @@ class Emitter:
         vs = msg.version_list
         vmin, vmax = vs[0], vs[-1]
         name = msg.name if st is None else st.name
-        self.out(0, f"def {self.fn('w', msg, st)}(o, w, version):")
+        if self.dialect == "pyx":
+            self.out(0, f"cdef object {self.fn('w', msg, st)}(object o, Writer w, int version):")
+        else:
+            self.out(0, f"def {self.fn('w', msg, st)}(o, w, version):")
         self.out(1, "f = None")
         self.out(1, "try:")
         for f in fields:
@@ -430,7 +433,10 @@ class Emitter:
         self.out(ind + 2, f"return {self.fn('r', msg, st)}(r, version)")
         self.out(ind + 1)
         self.out(ind + 1, "def _write(self, w, version):")
-        self.out(ind + 2, f"{self.fn('w', msg, st)}(self, w, version)")
+        if self.dialect == "pyx":  # the C-level Writer, sharing a pure Writer's buffer if given one
+            self.out(ind + 2, f"{self.fn('w', msg, st)}(self, w if type(w) is Writer else Writer(w.out), version)")
+        else:
+            self.out(ind + 2, f"{self.fn('w', msg, st)}(self, w, version)")
         self.out(ind + 1)
 
     def json_table(self, msg: MessageSpec, st: StructSpec | None):
@@ -486,7 +492,10 @@ class Emitter:
         self.out(0, "import struct as _struct")
         self.out(0)
         self.out(0, "from kraft_storage.messages._runtime import (")
-        self.out(1, "UNSET, ZERO_UUID, Message, MessageError, Uuid, Writer,")
+        if self.dialect == "py":
+            self.out(1, "UNSET, ZERO_UUID, Message, MessageError, Uuid, Writer,")
+        else:
+            self.out(1, "UNSET, ZERO_UUID, Message, MessageError, Uuid,")
         self.out(0, ")")
         if self.dialect == "py":
             self.out(0, "from kraft_storage.messages._runtime import Reader")
@@ -496,6 +505,7 @@ class Emitter:
         else:
             self.out(0)
             self.out(0, 'include "_messages_reader.pxi"')
+            self.out(0, 'include "_messages_writer.pxi"')
             self.out(0)
             self.out(0)
             self.out(0, "class _Base(Message):")
@@ -510,6 +520,13 @@ class Emitter:
             self.out(2, "if r.pos != r.end:")
             self.out(3, "raise MessageError(f'{r.end - r.pos} unexpected trailing bytes after {cls.NAME}', r.pos)")
             self.out(2, "return obj")
+            self.out(0)
+            self.out(1, "@classmethod")
+            self.out(1, "def read_prefix(cls, buf, Py_ssize_t pos, version):")
+            self.out(2, "cls._check_version(version)")
+            self.out(2, "cdef Reader r = Reader(buf, pos)")
+            self.out(2, "obj = cls._read(r, version)")
+            self.out(2, "return obj, r.pos")
         self.out(0)
         self.out(0)
         if self.dialect == "py":

@@ -13,8 +13,13 @@ kraft_storage/_native/_metadata_columns.pyx     its Cython build (public API:
                                                 kraft_storage/messages/columns.py)
 kraft_storage/messages/_control_gen.py          control-record bodies
 kraft_storage/messages/_quorum_state_gen.py     QuorumStateData
-kraft_node/protocol/headers.py                  RequestHeader, ResponseHeader
-kraft_node/protocol/generated/<api>.py          one module per request/response pair
+kraft_node/protocol/headers.py                  RequestHeader, ResponseHeader: facade over
+                                                kraft_node/_native/_rpc_headers.pyx (Cython)
+                                                and kraft_node/_pure/_rpc_headers.py (twin)
+kraft_node/protocol/generated/<api>.py          one module per request/response pair; for the
+                                                APIs in ``NATIVE_APIS`` a facade over
+                                                kraft_node/_native/_rpc_<api>.pyx and its
+                                                twin kraft_node/_pure/_rpc_<api>.py
 kraft_node/protocol/generated/__init__.py       table of every API
 ==============================================  ===================================
 """
@@ -28,6 +33,10 @@ from .emit import HEADER, module_source
 from .schema import MessageSpec, load_dir, snake
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+#: APIs with a Cython build: those on the Raft hot path (every replication round
+#: trip decodes and encodes a Fetch and two headers).  Others stay pure Python.
+NATIVE_APIS = ["FetchRequest"]
 
 CONTROL = ["LeaderChangeMessage", "SnapshotHeaderRecord", "SnapshotFooterRecord",
            "KRaftVersionRecord", "VotersRecord"]
@@ -76,10 +85,10 @@ def generate(root: Path) -> dict[str, str]:
     files["kraft_storage/messages/_quorum_state_gen.py"] = module_source(
         [specs["QuorumStateData"]], "QuorumStateData: the content of the ``quorum-state`` file (stored as JSON).")
 
-    files["kraft_node/protocol/headers.py"] = module_source(
-        [specs["RequestHeader"], specs["ResponseHeader"]],
-        "Request and response headers.  Request header v1 (int16 ClientId) or v2 (+ tagged fields);\n"
-        "response header v0 (correlation id) or v1 (+ tagged fields).")
+    hdoc = ("Request and response headers.  Request header v1 (int16 ClientId) or v2 (+ tagged fields);\n"
+            "response header v0 (correlation id) or v1 (+ tagged fields).")
+    _native_pair(files, "headers", [specs["RequestHeader"], specs["ResponseHeader"]], hdoc,
+                 "kraft_node/protocol/headers.py")
 
     apis = sorted((m for m in specs.values() if m.type == "request"), key=lambda m: m.api_key)
     table = []
@@ -87,13 +96,42 @@ def generate(root: Path) -> dict[str, str]:
         resp = specs[req.name[: -len("Request")] + "Response"]
         assert resp.api_key == req.api_key and resp.valid == req.valid, req.name
         mod = api_module_name(req.name)
-        files[f"kraft_node/protocol/generated/{mod}.py"] = module_source(
-            [req, resp], f"{req.name[:-7]} API (apiKey {req.api_key}): request and response.")
+        adoc = f"{req.name[:-7]} API (apiKey {req.api_key}): request and response."
+        if req.name in NATIVE_APIS:
+            _native_pair(files, mod, [req, resp], adoc, f"kraft_node/protocol/generated/{mod}.py")
+        else:
+            files[f"kraft_node/protocol/generated/{mod}.py"] = module_source([req, resp], adoc)
         table.append((req, resp, mod))
     files["kraft_node/protocol/generated/default_principal.py"] = module_source(
         [specs["DefaultPrincipalData"]], "DefaultPrincipalData: the serialized principal of forwarded requests.")
     files["kraft_node/protocol/generated/__init__.py"] = _api_table(table)
     return files
+
+
+def _native_pair(files: dict[str, str], mod: str, msgs: list[MessageSpec], doc: str, facade: str) -> None:
+    """A Cython build, its pure twin and the facade module that picks one (``_accel``)."""
+    files[f"kraft_node/_pure/_rpc_{mod}.py"] = module_source(
+        msgs, doc + f"\n\nPure-Python twin of kraft_node._native._rpc_{mod}.")
+    files[f"kraft_node/_native/_rpc_{mod}.pyx"] = module_source(
+        msgs, doc + f"\n\nCython build of the same generated code (twin: kraft_node._pure._rpc_{mod}).", "pyx")
+    names = [m.name for m in msgs]
+    files[facade] = "\n".join([
+        HEADER.rstrip("\n"),
+        '"""' + doc,
+        "",
+        f"Picks the Cython build ``kraft_node._native._rpc_{mod}`` or its pure-Python twin",
+        f"``kraft_node._pure._rpc_{mod}`` once, at import (``kraft_storage._accel``);",
+        "``IMPLEMENTATION`` names the one in use.",
+        '"""',
+        "from kraft_storage._accel import load as _load",
+        "",
+        f'_impl = _load("_rpc_{mod}", package="kraft_node")',
+        "IMPLEMENTATION = _impl.__name__",
+        "",
+        *(f"{n} = _impl.{n}" for n in names),
+        "",
+        "__all__ = [" + ", ".join(repr(n) for n in names) + ", 'IMPLEMENTATION']",
+        ""])
 
 
 def _metadata_facade(metadata: list[MessageSpec]) -> str:

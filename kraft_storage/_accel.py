@@ -27,20 +27,21 @@ WANT_NATIVE: bool = os.environ.get("KRAFT_NO_EXTENSIONS", "").strip().lower() in
 FALLBACKS: dict[str, str] = {}
 
 
-def load(name: str) -> ModuleType:
-    """Return the implementation module for kernel ``name``."""
+def load(name: str, package: str = "kraft_storage") -> ModuleType:
+    """Return the implementation module for kernel ``name``: ``<package>._native.<name>``
+    or ``<package>._pure.<name>`` (``kraft_node`` has its own, for the RPC codecs)."""
     if WANT_NATIVE:
         try:
-            return importlib.import_module(f"kraft_storage._native.{name}")
+            return importlib.import_module(f"{package}._native.{name}")
         except ImportError as exc:  # not built: use the twin, remember why
             FALLBACKS[name] = f"{type(exc).__name__}: {exc}"
-    return importlib.import_module(f"kraft_storage._pure.{name}")
+    return importlib.import_module(f"{package}._pure.{name}")
 
 
-def native_available(name: str) -> bool:
-    """True when ``kraft_storage._native.<name>`` imports (whatever WANT_NATIVE says)."""
+def native_available(name: str, package: str = "kraft_storage") -> bool:
+    """True when ``<package>._native.<name>`` imports (whatever WANT_NATIVE says)."""
     try:
-        importlib.import_module(f"kraft_storage._native.{name}")
+        importlib.import_module(f"{package}._native.{name}")
         return True
     except ImportError:
         return False

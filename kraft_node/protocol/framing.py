@@ -17,7 +17,7 @@ from kraft_node.protocol.api_keys import (
     API_INFO, api_info, request_header_version, response_header_version,
 )
 from kraft_node.protocol.headers import RequestHeader, ResponseHeader
-from kraft_storage.messages._runtime import Message, MessageError, Reader, Writer
+from kraft_storage.messages._runtime import Message, MessageError, Writer
 
 __all__ = ["MAX_FRAME_SIZE", "encode_request", "decode_request", "decode_request_header", "encode_response",
            "decode_response", "split_frame", "UnsupportedApiError"]
@@ -26,6 +26,7 @@ __all__ = ["MAX_FRAME_SIZE", "encode_request", "decode_request", "decode_request
 MAX_FRAME_SIZE = 100 * 1024 * 1024
 
 _SIZE = struct.Struct(">i")
+_KEY_VERSION = struct.Struct(">hh")
 
 
 class UnsupportedApiError(MessageError):
@@ -75,18 +76,14 @@ def _framed(header: Message, header_version: int, body: Message, version: int) -
 
 def decode_request_header(payload) -> tuple[RequestHeader, int]:
     """``(header, body_position)``; raises UnsupportedApiError for unknown api keys."""
-    r = Reader(payload)
-    if r.remaining() < 4:
+    if len(payload) < 4:
         raise MessageError("request shorter than its api key and version", 0)
-    api_key = r.int16()
-    api_version = r.int16()
-    r.pos = 0
+    api_key, api_version = _KEY_VERSION.unpack_from(payload, 0)
     info = API_INFO.get(api_key)
     if info is None:
         raise UnsupportedApiError(f"unsupported api key {api_key}")
     hv = 2 if info.is_flexible(api_version) or (api_version > info.highest and info.first_flexible is not None) else 1
-    header = RequestHeader._read(r, hv)
-    return header, r.pos
+    return RequestHeader.read_prefix(payload, 0, hv)
 
 
 def decode_request(payload):
@@ -97,10 +94,9 @@ def decode_request(payload):
         raise UnsupportedApiError(
             f"unsupported {info.name} version {header.request_api_version} "
             f"(supported {info.lowest}-{info.highest})", header)
-    r = Reader(payload, pos)
-    body = info.request._read(r, header.request_api_version)
-    if r.pos != r.end:
-        raise MessageError(f"{r.end - r.pos} unexpected trailing bytes after {info.request.NAME}", r.pos)
+    body, end = info.request.read_prefix(payload, pos, header.request_api_version)
+    if end != len(payload):
+        raise MessageError(f"{len(payload) - end} unexpected trailing bytes after {info.request.NAME}", end)
     return header, body
 
 
@@ -117,9 +113,8 @@ def decode_response(payload, api_key: int, api_version: int):
     """``(ResponseHeader, response body)`` of the given API and version."""
     info = api_info(api_key)
     hv = response_header_version(api_key, api_version)
-    r = Reader(payload)
-    header = ResponseHeader._read(r, hv)
-    body = info.response._read(r, api_version)
-    if r.pos != r.end:
-        raise MessageError(f"{r.end - r.pos} unexpected trailing bytes after {info.response.NAME}", r.pos)
+    header, pos = ResponseHeader.read_prefix(payload, 0, hv)
+    body, end = info.response.read_prefix(payload, pos, api_version)
+    if end != len(payload):
+        raise MessageError(f"{len(payload) - end} unexpected trailing bytes after {info.response.NAME}", end)
     return header, body

@@ -452,7 +452,7 @@ class RaftDriver:
             self._die(exc)
             return
         for job in ready.flush_jobs:
-            self._spawn(self._run_flush(job))
+            self._start_flush(job)
         for msg in ready.messages:
             if isinstance(msg, OutboundResponse):
                 ctx = self._inbound.pop(msg.correlation_id, None)
@@ -466,11 +466,27 @@ class RaftDriver:
             self._shutdown_done.set()
         self._arm_timer(ready.next_wakeup_ms, now)
 
-    async def _run_flush(self, job) -> None:
+    def _start_flush(self, job) -> None:
+        """Hand ``job`` to the flush thread now, before this poll encodes its answers.
+
+        Why not a task around ``run_in_executor``: the task would start the fsync only on
+        a later loop turn, after every Fetch answer of this poll is encoded and written;
+        measured, the leader's fsync then began ~0.3-0.5 ms after the append and was the
+        last thing a lone commit waited for.  The thread needs the GIL only for the few
+        bytecodes around ``os.fdatasync``."""
         if self._flush_executor is None:
             import concurrent.futures
             self._flush_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"raft-flush-{self.node_id}")
-        await self.loop.run_in_executor(self._flush_executor, job.run)
+        loop = self.loop
+
+        def landed(_f, job=job):  # on the flush thread
+            try:
+                loop.call_soon_threadsafe(self._flush_landed, job)
+            except RuntimeError:  # the loop is closed: the node is gone, nothing to tell
+                pass
+        self._flush_executor.submit(job.run).add_done_callback(landed)
+
+    def _flush_landed(self, job) -> None:
         if self._closed or self.fatal is not None:
             return
         try:

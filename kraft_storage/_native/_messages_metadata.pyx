@@ -10,10 +10,11 @@ Cython build of the same generated code (twin: kraft_storage._pure._messages_met
 import struct as _struct
 
 from kraft_storage.messages._runtime import (
-    UNSET, ZERO_UUID, Message, MessageError, Uuid, Writer,
+    UNSET, ZERO_UUID, Message, MessageError, Uuid,
 )
 
 include "_messages_reader.pxi"
+include "_messages_writer.pxi"
 
 
 class _Base(Message):
@@ -28,6 +29,13 @@ class _Base(Message):
         if r.pos != r.end:
             raise MessageError(f'{r.end - r.pos} unexpected trailing bytes after {cls.NAME}', r.pos)
         return obj
+
+    @classmethod
+    def read_prefix(cls, buf, Py_ssize_t pos, version):
+        cls._check_version(version)
+        cdef Reader r = Reader(buf, pos)
+        obj = cls._read(r, version)
+        return obj, r.pos
 
 
 _WRITE_ERRORS = (_struct.error, TypeError, AttributeError, OverflowError, ValueError)
@@ -91,7 +99,7 @@ class RegisterBrokerRecord(_Base):
             return _r_RegisterBrokerRecord__BrokerEndpoint(r, version)
 
         def _write(self, w, version):
-            _w_RegisterBrokerRecord__BrokerEndpoint(self, w, version)
+            _w_RegisterBrokerRecord__BrokerEndpoint(self, w if type(w) is Writer else Writer(w.out), version)
 
     class BrokerFeature(_Base):
         """RegisterBrokerRecord.BrokerFeature: struct of RegisterBrokerRecord (versions 0+).
@@ -119,7 +127,7 @@ class RegisterBrokerRecord(_Base):
             return _r_RegisterBrokerRecord__BrokerFeature(r, version)
 
         def _write(self, w, version):
-            _w_RegisterBrokerRecord__BrokerFeature(self, w, version)
+            _w_RegisterBrokerRecord__BrokerFeature(self, w if type(w) is Writer else Writer(w.out), version)
 
     def __init__(self, *, broker_id=0, is_migrating_zk_broker=False, incarnation_id=ZERO_UUID, broker_epoch=0, end_points=UNSET, features=UNSET, rack='', fenced=True, in_controlled_shutdown=False, log_dirs=UNSET, unknown_tagged_fields=()):
         self.broker_id = broker_id
@@ -139,7 +147,7 @@ class RegisterBrokerRecord(_Base):
         return _r_RegisterBrokerRecord(r, version)
 
     def _write(self, w, version):
-        _w_RegisterBrokerRecord(self, w, version)
+        _w_RegisterBrokerRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_RegisterBrokerRecord = RegisterBrokerRecord
@@ -227,7 +235,7 @@ cdef object _r_RegisterBrokerRecord(Reader r, int version):
     return o
 
 
-def _w_RegisterBrokerRecord(o, w, version):
+cdef object _w_RegisterBrokerRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'BrokerId'
@@ -319,7 +327,7 @@ cdef object _r_RegisterBrokerRecord__BrokerEndpoint(Reader r, int version):
     return o
 
 
-def _w_RegisterBrokerRecord__BrokerEndpoint(o, w, version):
+cdef object _w_RegisterBrokerRecord__BrokerEndpoint(object o, Writer w, int version):
     f = None
     try:
         f = 'Name'
@@ -371,7 +379,7 @@ cdef object _r_RegisterBrokerRecord__BrokerFeature(Reader r, int version):
     return o
 
 
-def _w_RegisterBrokerRecord__BrokerFeature(o, w, version):
+cdef object _w_RegisterBrokerRecord__BrokerFeature(object o, Writer w, int version):
     f = None
     try:
         f = 'Name'
@@ -421,7 +429,7 @@ class UnregisterBrokerRecord(_Base):
         return _r_UnregisterBrokerRecord(r, version)
 
     def _write(self, w, version):
-        _w_UnregisterBrokerRecord(self, w, version)
+        _w_UnregisterBrokerRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_UnregisterBrokerRecord = UnregisterBrokerRecord
@@ -459,7 +467,7 @@ cdef object _r_UnregisterBrokerRecord(Reader r, int version):
     return o
 
 
-def _w_UnregisterBrokerRecord(o, w, version):
+cdef object _w_UnregisterBrokerRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'BrokerId'
@@ -507,7 +515,7 @@ class TopicRecord(_Base):
         return _r_TopicRecord(r, version)
 
     def _write(self, w, version):
-        _w_TopicRecord(self, w, version)
+        _w_TopicRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_TopicRecord = TopicRecord
@@ -545,7 +553,7 @@ cdef object _r_TopicRecord(Reader r, int version):
     return o
 
 
-def _w_TopicRecord(o, w, version):
+cdef object _w_TopicRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'Name'
@@ -615,7 +623,7 @@ class PartitionRecord(_Base):
         return _r_PartitionRecord(r, version)
 
     def _write(self, w, version):
-        _w_PartitionRecord(self, w, version)
+        _w_PartitionRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_PartitionRecord = PartitionRecord
@@ -706,7 +714,7 @@ cdef object _r_PartitionRecord(Reader r, int version):
     return o
 
 
-def _w_PartitionRecord(o, w, version):
+cdef object _w_PartitionRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'PartitionId'
@@ -824,7 +832,7 @@ class ConfigRecord(_Base):
         return _r_ConfigRecord(r, version)
 
     def _write(self, w, version):
-        _w_ConfigRecord(self, w, version)
+        _w_ConfigRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_ConfigRecord = ConfigRecord
@@ -868,7 +876,7 @@ cdef object _r_ConfigRecord(Reader r, int version):
     return o
 
 
-def _w_ConfigRecord(o, w, version):
+cdef object _w_ConfigRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'ResourceType'
@@ -938,7 +946,7 @@ class PartitionChangeRecord(_Base):
         return _r_PartitionChangeRecord(r, version)
 
     def _write(self, w, version):
-        _w_PartitionChangeRecord(self, w, version)
+        _w_PartitionChangeRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_PartitionChangeRecord = PartitionChangeRecord
@@ -1038,7 +1046,7 @@ cdef object _r_PartitionChangeRecord(Reader r, int version):
     return o
 
 
-def _w_PartitionChangeRecord(o, w, version):
+cdef object _w_PartitionChangeRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'PartitionId'
@@ -1180,7 +1188,7 @@ class FenceBrokerRecord(_Base):
         return _r_FenceBrokerRecord(r, version)
 
     def _write(self, w, version):
-        _w_FenceBrokerRecord(self, w, version)
+        _w_FenceBrokerRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_FenceBrokerRecord = FenceBrokerRecord
@@ -1218,7 +1226,7 @@ cdef object _r_FenceBrokerRecord(Reader r, int version):
     return o
 
 
-def _w_FenceBrokerRecord(o, w, version):
+cdef object _w_FenceBrokerRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'Id'
@@ -1266,7 +1274,7 @@ class UnfenceBrokerRecord(_Base):
         return _r_UnfenceBrokerRecord(r, version)
 
     def _write(self, w, version):
-        _w_UnfenceBrokerRecord(self, w, version)
+        _w_UnfenceBrokerRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_UnfenceBrokerRecord = UnfenceBrokerRecord
@@ -1304,7 +1312,7 @@ cdef object _r_UnfenceBrokerRecord(Reader r, int version):
     return o
 
 
-def _w_UnfenceBrokerRecord(o, w, version):
+cdef object _w_UnfenceBrokerRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'Id'
@@ -1350,7 +1358,7 @@ class RemoveTopicRecord(_Base):
         return _r_RemoveTopicRecord(r, version)
 
     def _write(self, w, version):
-        _w_RemoveTopicRecord(self, w, version)
+        _w_RemoveTopicRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_RemoveTopicRecord = RemoveTopicRecord
@@ -1385,7 +1393,7 @@ cdef object _r_RemoveTopicRecord(Reader r, int version):
     return o
 
 
-def _w_RemoveTopicRecord(o, w, version):
+cdef object _w_RemoveTopicRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'TopicId'
@@ -1441,7 +1449,7 @@ class DelegationTokenRecord(_Base):
         return _r_DelegationTokenRecord(r, version)
 
     def _write(self, w, version):
-        _w_DelegationTokenRecord(self, w, version)
+        _w_DelegationTokenRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_DelegationTokenRecord = DelegationTokenRecord
@@ -1495,7 +1503,7 @@ cdef object _r_DelegationTokenRecord(Reader r, int version):
     return o
 
 
-def _w_DelegationTokenRecord(o, w, version):
+cdef object _w_DelegationTokenRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'Owner'
@@ -1563,7 +1571,7 @@ class UserScramCredentialRecord(_Base):
         return _r_UserScramCredentialRecord(r, version)
 
     def _write(self, w, version):
-        _w_UserScramCredentialRecord(self, w, version)
+        _w_UserScramCredentialRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_UserScramCredentialRecord = UserScramCredentialRecord
@@ -1613,7 +1621,7 @@ cdef object _r_UserScramCredentialRecord(Reader r, int version):
     return o
 
 
-def _w_UserScramCredentialRecord(o, w, version):
+cdef object _w_UserScramCredentialRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'Name'
@@ -1669,7 +1677,7 @@ class FeatureLevelRecord(_Base):
         return _r_FeatureLevelRecord(r, version)
 
     def _write(self, w, version):
-        _w_FeatureLevelRecord(self, w, version)
+        _w_FeatureLevelRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_FeatureLevelRecord = FeatureLevelRecord
@@ -1707,7 +1715,7 @@ cdef object _r_FeatureLevelRecord(Reader r, int version):
     return o
 
 
-def _w_FeatureLevelRecord(o, w, version):
+cdef object _w_FeatureLevelRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'Name'
@@ -1771,7 +1779,7 @@ class ClientQuotaRecord(_Base):
             return _r_ClientQuotaRecord__EntityData(r, version)
 
         def _write(self, w, version):
-            _w_ClientQuotaRecord__EntityData(self, w, version)
+            _w_ClientQuotaRecord__EntityData(self, w if type(w) is Writer else Writer(w.out), version)
 
     def __init__(self, *, entity=UNSET, key='', value=0.0, remove=False, unknown_tagged_fields=()):
         self.entity = [] if entity is UNSET else entity
@@ -1785,7 +1793,7 @@ class ClientQuotaRecord(_Base):
         return _r_ClientQuotaRecord(r, version)
 
     def _write(self, w, version):
-        _w_ClientQuotaRecord(self, w, version)
+        _w_ClientQuotaRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_ClientQuotaRecord = ClientQuotaRecord
@@ -1835,7 +1843,7 @@ cdef object _r_ClientQuotaRecord(Reader r, int version):
     return o
 
 
-def _w_ClientQuotaRecord(o, w, version):
+cdef object _w_ClientQuotaRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'Entity'
@@ -1887,7 +1895,7 @@ cdef object _r_ClientQuotaRecord__EntityData(Reader r, int version):
     return o
 
 
-def _w_ClientQuotaRecord__EntityData(o, w, version):
+cdef object _w_ClientQuotaRecord__EntityData(object o, Writer w, int version):
     f = None
     try:
         f = 'EntityType'
@@ -1937,7 +1945,7 @@ class ProducerIdsRecord(_Base):
         return _r_ProducerIdsRecord(r, version)
 
     def _write(self, w, version):
-        _w_ProducerIdsRecord(self, w, version)
+        _w_ProducerIdsRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_ProducerIdsRecord = ProducerIdsRecord
@@ -1978,7 +1986,7 @@ cdef object _r_ProducerIdsRecord(Reader r, int version):
     return o
 
 
-def _w_ProducerIdsRecord(o, w, version):
+cdef object _w_ProducerIdsRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'BrokerId'
@@ -2034,7 +2042,7 @@ class BrokerRegistrationChangeRecord(_Base):
         return _r_BrokerRegistrationChangeRecord(r, version)
 
     def _write(self, w, version):
-        _w_BrokerRegistrationChangeRecord(self, w, version)
+        _w_BrokerRegistrationChangeRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_BrokerRegistrationChangeRecord = BrokerRegistrationChangeRecord
@@ -2092,7 +2100,7 @@ cdef object _r_BrokerRegistrationChangeRecord(Reader r, int version):
     return o
 
 
-def _w_BrokerRegistrationChangeRecord(o, w, version):
+cdef object _w_BrokerRegistrationChangeRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'BrokerId'
@@ -2188,7 +2196,7 @@ class AccessControlEntryRecord(_Base):
         return _r_AccessControlEntryRecord(r, version)
 
     def _write(self, w, version):
-        _w_AccessControlEntryRecord(self, w, version)
+        _w_AccessControlEntryRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_AccessControlEntryRecord = AccessControlEntryRecord
@@ -2244,7 +2252,7 @@ cdef object _r_AccessControlEntryRecord(Reader r, int version):
     return o
 
 
-def _w_AccessControlEntryRecord(o, w, version):
+cdef object _w_AccessControlEntryRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'Id'
@@ -2302,7 +2310,7 @@ class RemoveAccessControlEntryRecord(_Base):
         return _r_RemoveAccessControlEntryRecord(r, version)
 
     def _write(self, w, version):
-        _w_RemoveAccessControlEntryRecord(self, w, version)
+        _w_RemoveAccessControlEntryRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_RemoveAccessControlEntryRecord = RemoveAccessControlEntryRecord
@@ -2337,7 +2345,7 @@ cdef object _r_RemoveAccessControlEntryRecord(Reader r, int version):
     return o
 
 
-def _w_RemoveAccessControlEntryRecord(o, w, version):
+cdef object _w_RemoveAccessControlEntryRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'Id'
@@ -2379,7 +2387,7 @@ class NoOpRecord(_Base):
         return _r_NoOpRecord(r, version)
 
     def _write(self, w, version):
-        _w_NoOpRecord(self, w, version)
+        _w_NoOpRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_NoOpRecord = NoOpRecord
@@ -2410,7 +2418,7 @@ cdef object _r_NoOpRecord(Reader r, int version):
     return o
 
 
-def _w_NoOpRecord(o, w, version):
+cdef object _w_NoOpRecord(object o, Writer w, int version):
     f = None
     try:
         f = '_tagged_fields'
@@ -2452,7 +2460,7 @@ class ZkMigrationStateRecord(_Base):
         return _r_ZkMigrationStateRecord(r, version)
 
     def _write(self, w, version):
-        _w_ZkMigrationStateRecord(self, w, version)
+        _w_ZkMigrationStateRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_ZkMigrationStateRecord = ZkMigrationStateRecord
@@ -2487,7 +2495,7 @@ cdef object _r_ZkMigrationStateRecord(Reader r, int version):
     return o
 
 
-def _w_ZkMigrationStateRecord(o, w, version):
+cdef object _w_ZkMigrationStateRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'ZkMigrationState'
@@ -2533,7 +2541,7 @@ class RemoveUserScramCredentialRecord(_Base):
         return _r_RemoveUserScramCredentialRecord(r, version)
 
     def _write(self, w, version):
-        _w_RemoveUserScramCredentialRecord(self, w, version)
+        _w_RemoveUserScramCredentialRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_RemoveUserScramCredentialRecord = RemoveUserScramCredentialRecord
@@ -2571,7 +2579,7 @@ cdef object _r_RemoveUserScramCredentialRecord(Reader r, int version):
     return o
 
 
-def _w_RemoveUserScramCredentialRecord(o, w, version):
+cdef object _w_RemoveUserScramCredentialRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'Name'
@@ -2617,7 +2625,7 @@ class BeginTransactionRecord(_Base):
         return _r_BeginTransactionRecord(r, version)
 
     def _write(self, w, version):
-        _w_BeginTransactionRecord(self, w, version)
+        _w_BeginTransactionRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_BeginTransactionRecord = BeginTransactionRecord
@@ -2656,7 +2664,7 @@ cdef object _r_BeginTransactionRecord(Reader r, int version):
     return o
 
 
-def _w_BeginTransactionRecord(o, w, version):
+cdef object _w_BeginTransactionRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'Name'
@@ -2703,7 +2711,7 @@ class EndTransactionRecord(_Base):
         return _r_EndTransactionRecord(r, version)
 
     def _write(self, w, version):
-        _w_EndTransactionRecord(self, w, version)
+        _w_EndTransactionRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_EndTransactionRecord = EndTransactionRecord
@@ -2734,7 +2742,7 @@ cdef object _r_EndTransactionRecord(Reader r, int version):
     return o
 
 
-def _w_EndTransactionRecord(o, w, version):
+cdef object _w_EndTransactionRecord(object o, Writer w, int version):
     f = None
     try:
         f = '_tagged_fields'
@@ -2776,7 +2784,7 @@ class AbortTransactionRecord(_Base):
         return _r_AbortTransactionRecord(r, version)
 
     def _write(self, w, version):
-        _w_AbortTransactionRecord(self, w, version)
+        _w_AbortTransactionRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_AbortTransactionRecord = AbortTransactionRecord
@@ -2815,7 +2823,7 @@ cdef object _r_AbortTransactionRecord(Reader r, int version):
     return o
 
 
-def _w_AbortTransactionRecord(o, w, version):
+cdef object _w_AbortTransactionRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'Reason'
@@ -2864,7 +2872,7 @@ class RemoveDelegationTokenRecord(_Base):
         return _r_RemoveDelegationTokenRecord(r, version)
 
     def _write(self, w, version):
-        _w_RemoveDelegationTokenRecord(self, w, version)
+        _w_RemoveDelegationTokenRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_RemoveDelegationTokenRecord = RemoveDelegationTokenRecord
@@ -2899,7 +2907,7 @@ cdef object _r_RemoveDelegationTokenRecord(Reader r, int version):
     return o
 
 
-def _w_RemoveDelegationTokenRecord(o, w, version):
+cdef object _w_RemoveDelegationTokenRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'TokenId'
@@ -2966,7 +2974,7 @@ class RegisterControllerRecord(_Base):
             return _r_RegisterControllerRecord__ControllerEndpoint(r, version)
 
         def _write(self, w, version):
-            _w_RegisterControllerRecord__ControllerEndpoint(self, w, version)
+            _w_RegisterControllerRecord__ControllerEndpoint(self, w if type(w) is Writer else Writer(w.out), version)
 
     class ControllerFeature(_Base):
         """RegisterControllerRecord.ControllerFeature: struct of RegisterControllerRecord (versions 0+).
@@ -2994,7 +3002,7 @@ class RegisterControllerRecord(_Base):
             return _r_RegisterControllerRecord__ControllerFeature(r, version)
 
         def _write(self, w, version):
-            _w_RegisterControllerRecord__ControllerFeature(self, w, version)
+            _w_RegisterControllerRecord__ControllerFeature(self, w if type(w) is Writer else Writer(w.out), version)
 
     def __init__(self, *, controller_id=0, incarnation_id=ZERO_UUID, zk_migration_ready=False, end_points=UNSET, features=UNSET, unknown_tagged_fields=()):
         self.controller_id = controller_id
@@ -3009,7 +3017,7 @@ class RegisterControllerRecord(_Base):
         return _r_RegisterControllerRecord(r, version)
 
     def _write(self, w, version):
-        _w_RegisterControllerRecord(self, w, version)
+        _w_RegisterControllerRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_RegisterControllerRecord = RegisterControllerRecord
@@ -3071,7 +3079,7 @@ cdef object _r_RegisterControllerRecord(Reader r, int version):
     return o
 
 
-def _w_RegisterControllerRecord(o, w, version):
+cdef object _w_RegisterControllerRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'ControllerId'
@@ -3131,7 +3139,7 @@ cdef object _r_RegisterControllerRecord__ControllerEndpoint(Reader r, int versio
     return o
 
 
-def _w_RegisterControllerRecord__ControllerEndpoint(o, w, version):
+cdef object _w_RegisterControllerRecord__ControllerEndpoint(object o, Writer w, int version):
     f = None
     try:
         f = 'Name'
@@ -3183,7 +3191,7 @@ cdef object _r_RegisterControllerRecord__ControllerFeature(Reader r, int version
     return o
 
 
-def _w_RegisterControllerRecord__ControllerFeature(o, w, version):
+cdef object _w_RegisterControllerRecord__ControllerFeature(object o, Writer w, int version):
     f = None
     try:
         f = 'Name'
@@ -3231,7 +3239,7 @@ class ClearElrRecord(_Base):
         return _r_ClearElrRecord(r, version)
 
     def _write(self, w, version):
-        _w_ClearElrRecord(self, w, version)
+        _w_ClearElrRecord(self, w if type(w) is Writer else Writer(w.out), version)
 
 
 _C_ClearElrRecord = ClearElrRecord
@@ -3266,7 +3274,7 @@ cdef object _r_ClearElrRecord(Reader r, int version):
     return o
 
 
-def _w_ClearElrRecord(o, w, version):
+cdef object _w_ClearElrRecord(object o, Writer w, int version):
     f = None
     try:
         f = 'TopicName'

@@ -633,6 +633,17 @@ class Message:
             raise MessageError(f"{r.end - r.pos} unexpected trailing bytes after {cls.NAME}", r.pos)
         return obj
 
+    @classmethod
+    def read_prefix(cls, buf, pos: int, version: int):
+        """Decode this message at ``version`` from ``buf[pos:]``: ``(message, end position)``.
+
+        For framing (a header, then a body): each generated module decodes with its own
+        Reader (the Cython one in a native build), so callers never hand one in."""
+        cls._check_version(version)
+        r = Reader(buf, pos)
+        obj = cls._read(r, version)
+        return obj, r.pos
+
     def write(self, version: int) -> bytes:
         """Encode at ``version``; raises MessageError if a value cannot be carried by it."""
         self._check_version(version)
