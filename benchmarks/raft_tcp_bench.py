@@ -181,6 +181,7 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, 
             dropped = 0
             t_start = now
             cpu_start = cpu_seconds(pids)
+            cpu_each_start = [cpu_seconds([p]) for p in pids]
         if interval is not None:
             while next_at <= now:
                 next_at += interval
@@ -202,12 +203,14 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, 
     elapsed = time.perf_counter() - t_start
     total = committed - measured_start_committed
     cpu = cpu_seconds(pids) - cpu_start
+    cpu_each = [round(cpu_seconds([p]) - c, 2) for p, c in zip(pids, cpu_each_start)]
     if inflight:
         await asyncio.wait(list(inflight), timeout=10)
     return {"committed_records": total, "seconds": round(elapsed, 3),
             "offered_records_per_s": rate, "dropped_records": dropped if rate else None,
             "committed_records_per_s": round(total / elapsed, 1),
             "cpu_seconds_all_voters": round(cpu, 2),
+            "cpu_seconds_by_node": cpu_each,  # node 1 (the leader, with the load generator), 2, 3, ...
             "cpu_us_per_committed_record": round(cpu * 1e6 / total, 3) if total else None,
             "appends_measured": len(lat),
             "commit_latency_ms": {"p50": round(pct(lat, 0.50), 2) if lat else None,
@@ -309,9 +312,7 @@ async def main_async(args, base):
     procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server", p, "--log-level", "WARNING"],
                               stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=env, cwd=REPO)
              for p in paths[1:]]
-    driver = RaftDriver.from_config(NodeConfig.from_file(paths[0]))
-    if args.inline_leader_flush:  # A/B: the leader fsyncs on its event loop, as before threads
-        driver.core.async_leader_flush = False
+    driver = RaftDriver.from_config(NodeConfig.from_file(paths[0]), leader_flush=args.leader_flush)
     try:
         await driver.start()
         deadline = time.monotonic() + 20
@@ -342,8 +343,8 @@ def main():
     ap.add_argument("--records-per-append", type=int, default=100)
     ap.add_argument("--max-inflight", type=int, default=64)
     ap.add_argument("--linger-ms", type=int, default=5)
-    ap.add_argument("--inline-leader-flush", action="store_true",
-                    help="A/B: node 1 fsyncs on its event loop instead of its flush thread")
+    ap.add_argument("--leader-flush", choices=("inline", "thread"), default="inline",
+                    help="where node 1 fsyncs as leader (RaftDriver leader_flush; A/B)")
     ap.add_argument("--rate", type=float, default=None,
                     help="open loop: offer this many records/s (default: closed loop, --max-inflight appends)")
     ap.add_argument("--dir", default=None, help="where the nodes' data goes (default: a temp dir)")
@@ -372,7 +373,7 @@ def main():
                          "record_bytes": args.record_bytes, "records_per_append": args.records_per_append,
                          "max_inflight_appends": args.max_inflight, "linger_ms": args.linger_ms,
                          "offered_records_per_s": args.rate, "loadavg": os.getloadavg(),
-                         "leader_flush": "inline" if args.inline_leader_flush else "thread",
+                         "leader_flush": args.leader_flush,
                          "cpus": os.cpu_count(), "python": sys.version.split()[0]},
                "result": res, "disk_write_fdatasync": disk}
         text = json.dumps(out, indent=2)

@@ -30,8 +30,8 @@ def run(coro, timeout=60):
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
-async def start(paths):
-    ds = [RaftDriver.from_config(NodeConfig.from_file(p)) for p in paths]
+async def start(paths, **kw):
+    ds = [RaftDriver.from_config(NodeConfig.from_file(p), **kw) for p in paths]
     for d in ds:
         await d.start()
     return ds
@@ -62,11 +62,12 @@ def committed_values(cfg_path):
     return out
 
 
-def test_three_voters_elect_commit_and_resign(tmp_path):
+@pytest.mark.parametrize("leader_flush", ["inline", "thread"])
+def test_three_voters_elect_commit_and_resign(tmp_path, leader_flush):
     paths = cluster_properties(str(tmp_path), 3)
 
     async def go():
-        ds = await start(paths)
+        ds = await start(paths, leader_flush=leader_flush)
         try:
             leader = await wait_leader(ds)
             offs = await asyncio.gather(*[leader.append([b"a%d" % i]) for i in range(50)])
@@ -508,14 +509,15 @@ def test_old_request_versions_get_answers_without_node_endpoints(tmp_path):
     run(go(), timeout=30)
 
 
-def test_failed_leader_fsync_on_the_flush_thread_stops_the_node_without_acknowledging(tmp_path, monkeypatch):
-    """The leader fsyncs on its flush thread; an fsync error there is fatal for the node
-    (as a failed log directory is for Kafka): no append is acknowledged, the interpreter
-    and the event loop carry on, and close() still works."""
+@pytest.mark.parametrize("leader_flush", ["inline", "thread"])
+def test_failed_leader_fsync_stops_the_node_without_acknowledging(tmp_path, monkeypatch, leader_flush):
+    """An fsync error on the leader -- on its loop or on its flush thread -- is fatal for
+    the node (as a failed log directory is for Kafka): no append is acknowledged, the
+    interpreter and the event loop carry on, and close() still works."""
     p = _standalone(tmp_path)
 
     async def go():
-        d = RaftDriver.from_config(NodeConfig.from_file(p))
+        d = RaftDriver.from_config(NodeConfig.from_file(p), leader_flush=leader_flush)
         await d.start()
         try:
             t0 = time.monotonic()
