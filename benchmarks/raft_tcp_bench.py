@@ -306,6 +306,22 @@ async def voter_changes(args, base):
     return {"add_voter_ms": summary(add_ms), "remove_voter_ms": summary(remove_ms)}
 
 
+async def all_voters_replicating(driver, deadline) -> None:
+    """Wait until every voter has fetched past a fresh record.  Why: a voter that was not
+    listening yet when node 1 won its election learns of it only when the leader resends
+    BeginQuorumEpoch (fetch timeout / 2 = 5 s here, as Kafka does) or when its own
+    election timeout fires; measuring before that measures a two-voter quorum."""
+    off = await driver.append([b"warm-up"])
+    while True:
+        st = driver.core.state
+        ends = [rs.end_offset for vid, rs in st.voters.items() if vid != driver.node_id]
+        if all(e is not None and e > off for e in ends):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"not every voter replicates (end offsets {ends}, need > {off})")
+        await asyncio.sleep(0.01)
+
+
 async def main_async(args, base):
     paths = write_configs(base, args.linger_ms, args.voters)
     env = dict(os.environ, PYTHONPATH=REPO)
@@ -320,6 +336,7 @@ async def main_async(args, base):
             if time.monotonic() > deadline:
                 raise SystemExit("node 1 did not become leader")
             await asyncio.sleep(0.01)
+        await all_voters_replicating(driver, deadline)
         result = await offered_load(driver, args.seconds, args.record_bytes, args.records_per_append,
                                     args.max_inflight, args.rate,
                                     pids=[os.getpid()] + [p.pid for p in procs])
