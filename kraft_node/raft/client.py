@@ -284,6 +284,7 @@ class RaftCore:
         self._next_correlation = rng.randrange(1 << 30)
         self._listeners: list[_ListenerContext] = []
         self._purgatory: list[tuple[int, int, FetchRequest, int]] = []  # src, corr, req, deadline
+        self._listeners_seen = None  # what _poll_listeners last handed out (see there)
         #: Batches this node wrote (as leader, or fetched as follower) that a listener may still need:
         #: delivery takes them from memory instead of re-reading (and re-decoding) the log.
         self._recent_batches: list[Batch] = []
@@ -1476,6 +1477,21 @@ class RaftCore:
     def _poll_listeners(self) -> None:
         st = self.quorum.state
         hwm = st.high_watermark
+        # Nothing a listener could be owed changed since the last poll (same state object,
+        # high watermark, log start and snapshot, same listeners): skip the walk.  Every
+        # poll ends here, several per commit, so this is on the commit path.
+        seen = (hwm, self.log.start_offset, self.log.latest_snapshot_id(), len(self._listeners))
+        prev = self._listeners_seen
+        if prev is None or prev[0] is not st or prev[1] != seen:
+            self._walk_listeners(st, hwm)
+            self._listeners_seen = (st, seen)
+        recent = self._recent_batches
+        if recent:
+            low = min((c.next_offset for c in self._listeners), default=NEVER)
+            if recent[0].next_offset <= low:  # drop what every listener has (offset order: a prefix)
+                del recent[:bisect.bisect_right(recent, low, key=_next_offset)]
+
+    def _walk_listeners(self, st, hwm) -> None:
         for ctx in self._listeners:
             snap = self.log.latest_snapshot_id()
             if snap is not None and ctx.next_offset < self.log.start_offset:
@@ -1498,11 +1514,6 @@ class RaftCore:
                     ctx.last_fired = current
                     ctx.listener.handle_leader_change(current)
                 self._deliver(ctx, hwm)
-        recent = self._recent_batches
-        if recent:
-            low = min((c.next_offset for c in self._listeners), default=NEVER)
-            if recent[0].next_offset <= low:  # drop what every listener has (offset order: a prefix)
-                del recent[:bisect.bisect_right(recent, low, key=_next_offset)]
 
     def _deliver(self, ctx: _ListenerContext, upto: int | None) -> None:
         """Hand ``[ctx.next_offset, upto)`` to the listener, one ``handle_commit`` per

@@ -507,7 +507,10 @@ class RaftDriver:
         self._poll()
 
     def _arm_timer(self, wake_ms: int, now: int) -> None:
-        if self._timer_at == wake_ms and self._timer is not None:
+        # A timer due no later than wake_ms stays: at worst it polls early and re-arms.
+        # (Every poll asks for a wake-up -- several per commit -- and moving the timer
+        # each time, a cancel plus a call_later, was ~4% of the leader's time.)
+        if self._timer is not None and self._timer_at <= wake_ms:
             return
         if self._timer is not None:
             self._timer.cancel()
