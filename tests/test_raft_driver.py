@@ -62,7 +62,7 @@ def committed_values(cfg_path):
     return out
 
 
-@pytest.mark.parametrize("leader_flush", ["inline", "thread"])
+@pytest.mark.parametrize("leader_flush", ["auto", "inline", "thread"])
 def test_three_voters_elect_commit_and_resign(tmp_path, leader_flush):
     paths = cluster_properties(str(tmp_path), 3)
 
@@ -509,7 +509,7 @@ def test_old_request_versions_get_answers_without_node_endpoints(tmp_path):
     run(go(), timeout=30)
 
 
-@pytest.mark.parametrize("leader_flush", ["inline", "thread"])
+@pytest.mark.parametrize("leader_flush", ["auto", "inline", "thread"])
 def test_failed_leader_fsync_stops_the_node_without_acknowledging(tmp_path, monkeypatch, leader_flush):
     """An fsync error on the leader -- on its loop or on its flush thread -- is fatal for
     the node (as a failed log directory is for Kafka): no append is acknowledged, the

@@ -292,6 +292,12 @@ class RaftCore:
         #: log with ``begin_flush``/``complete_flush``.  Off by default (and in the simulator's
         #: default): then the leader's next poll fsyncs in line, after answering Fetches.
         self.async_leader_flush = False
+        #: With ``async_leader_flush``: appends smaller than this many bytes since the last
+        #: flush are fsync'd in line (next poll) instead of by a job.  A job costs a thread
+        #: hand-off that a lone small append feels (its commit waits for it); a big flush
+        #: gains from leaving the loop free.  0: every flush is a job.
+        self.async_flush_min_bytes = 0
+        self._unflushed_bytes = 0   # appended as leader since the last flush began
         self._flush_job = None  # (epoch, job) in flight
         self._new_flush_jobs: list = []
         self._shutdown_deadline: int | None = None
@@ -1300,7 +1306,9 @@ class RaftCore:
         if batches:
             changed = False
             for b in batches:
-                self._recent_batches.append(self.log.append_as_leader(b) or b)
+                written = self.log.append_as_leader(b) or b
+                self._recent_batches.append(written)
+                self._unflushed_bytes += written.size_in_bytes
                 changed |= self.control.apply_batches((b,))
             if changed:
                 # Kafka: a VotersRecord counts for the majority as soon as it is appended.
@@ -1309,7 +1317,8 @@ class RaftCore:
         if self.log.flushed_end_offset >= self.log.end_offset:
             return False
         if not sync:
-            if self.async_leader_flush:
+            if self.async_leader_flush and (self._flush_job is not None
+                                            or self._unflushed_bytes >= self.async_flush_min_bytes):
                 # The driver fsyncs on a thread while this loop keeps answering Fetches;
                 # one job at a time, the next one covers whatever was appended meanwhile.
                 if self._flush_job is None:
@@ -1317,10 +1326,12 @@ class RaftCore:
                     if job is not None:
                         self._flush_job = (st.epoch, job)
                         self._new_flush_jobs.append(job)
+                        self._unflushed_bytes = 0
                 return False
             if batches:
                 return True
         self.log.flush()
+        self._unflushed_bytes = 0
         if st.update_local_state(self.log.flushed_end_offset):
             self._on_leader_hwm_update(now_ms)
         return False

@@ -131,6 +131,7 @@ class SimNode:
                              snapshot_control=SimSnapshotControl() if c.sim.dynamic else None,
                              bootstrap_ids=tuple(c.voter_ids) if c.sim.dynamic else ())
         self.core.async_leader_flush = c.sim.async_leader_flush
+        self.core.async_flush_min_bytes = c.sim.async_flush_min_bytes
         self.sm = StateMachine(self)
         self.core.register_listener(self.sm)
         self.core.initialize(c.scheduler.now)
@@ -216,6 +217,8 @@ class SimConfig:
     #: Leaders flush through ``Ready.flush_jobs`` (as the TCP driver does, on a thread),
     #: each completing 0-3 virtual ms later unless a crash loses it first.
     async_leader_flush: bool = False
+    #: With async_leader_flush: smaller flushes run in line (RaftCore.async_flush_min_bytes).
+    async_flush_min_bytes: int = 0
 
 
 class Cluster:
