@@ -100,6 +100,15 @@ def disk_fsync_rate(directory, block, seconds=1.0):
     return {"block_bytes": block, "fsyncs_per_s": round(n / dt, 1), "mb_per_s": round(n * block / dt / 1e6, 2)}
 
 
+def log_bytes(dirs) -> int:
+    """Bytes in the segment files (``*.log``) under ``dirs``: what the voters wrote."""
+    total = 0
+    for d in dirs:
+        for root, _, files in os.walk(d):
+            total += sum(os.path.getsize(os.path.join(root, f)) for f in files if f.endswith(".log"))
+    return total
+
+
 def cpu_seconds(pids) -> float:
     """user+system CPU seconds used so far by ``pids`` (Linux /proc), for CPU cost per record:
     unlike records/s it hardly depends on what else the shared machine runs."""
@@ -122,7 +131,8 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, rate=None, pids=()):
+async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, rate=None, pids=(),
+                       data_dirs=()):
     """Offer appends for ``seconds`` after a 1 s warm-up.
 
     Closed loop (``rate`` None): keep ``max_inflight`` appends outstanding --
@@ -182,6 +192,7 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, 
             t_start = now
             cpu_start = cpu_seconds(pids)
             cpu_each_start = [cpu_seconds([p]) for p in pids]
+            bytes_start = log_bytes(data_dirs)
         if interval is not None:
             while next_at <= now:
                 next_at += interval
@@ -204,6 +215,7 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, 
     total = committed - measured_start_committed
     cpu = cpu_seconds(pids) - cpu_start
     cpu_each = [round(cpu_seconds([p]) - c, 2) for p, c in zip(pids, cpu_each_start)]
+    written = log_bytes(data_dirs) - bytes_start
     if inflight:
         await asyncio.wait(list(inflight), timeout=10)
     return {"committed_records": total, "seconds": round(elapsed, 3),
@@ -211,6 +223,7 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, 
             "committed_records_per_s": round(total / elapsed, 1),
             "cpu_seconds_all_voters": round(cpu, 2),
             "cpu_seconds_by_node": cpu_each,  # node 1 (the leader, with the load generator), 2, 3, ...
+            "log_bytes_per_s_all_voters": round(written / elapsed) if data_dirs else None,
             "cpu_us_per_committed_record": round(cpu * 1e6 / total, 3) if total else None,
             "appends_measured": len(lat),
             "commit_latency_ms": {"p50": round(pct(lat, 0.50), 2) if lat else None,
@@ -339,7 +352,8 @@ async def main_async(args, base):
         await all_voters_replicating(driver, deadline)
         result = await offered_load(driver, args.seconds, args.record_bytes, args.records_per_append,
                                     args.max_inflight, args.rate,
-                                    pids=[os.getpid()] + [p.pid for p in procs])
+                                    pids=[os.getpid()] + [p.pid for p in procs],
+                                    data_dirs=[os.path.join(os.path.dirname(p), "data") for p in paths])
     finally:
         await driver.shutdown(3)
         for p in procs:
@@ -371,7 +385,8 @@ def main():
     args = ap.parse_args()
     base = tempfile.mkdtemp(prefix="raft-bench-", dir=args.dir)
     try:
-        disk = [disk_fsync_rate(base, 4096), disk_fsync_rate(base, 65536)]
+        disk = [disk_fsync_rate(base, 4096), disk_fsync_rate(base, 65536),
+                disk_fsync_rate(base, 1 << 20, seconds=0.5)]
         if args.voter_changes:
             res = event_loop.run(voter_changes(args, base))
             out = {"setup": {"quorum": "standalone node 1 + 2 observers, node 3 added/removed repeatedly",
@@ -393,6 +408,10 @@ def main():
                          "leader_flush": args.leader_flush,
                          "cpus": os.cpu_count(), "python": sys.version.split()[0]},
                "result": res, "disk_write_fdatasync": disk}
+        if res.get("log_bytes_per_s_all_voters"):
+            # what the quorum wrote, against the best write+fdatasync bandwidth of the probe
+            best = max(d["mb_per_s"] for d in disk)
+            res["log_mb_per_s_vs_disk_probe"] = round(res["log_bytes_per_s_all_voters"] / 1e6 / best, 3)
         text = json.dumps(out, indent=2)
         print(text)
         if args.json:

@@ -434,7 +434,7 @@ class Emitter:
         self.out(ind + 1)
         self.out(ind + 1, "def _write(self, w, version):")
         if self.dialect == "pyx":  # the C-level Writer, sharing a pure Writer's buffer if given one
-            self.out(ind + 2, f"{self.fn('w', msg, st)}(self, w if type(w) is Writer else Writer(w.out), version)")
+            self.out(ind + 2, f"{self.fn('w', msg, st)}(self, _native_writer(w), version)")
         else:
             self.out(ind + 2, f"{self.fn('w', msg, st)}(self, w, version)")
         self.out(ind + 1)

@@ -94,7 +94,7 @@ class FetchRequest(_Base):
             return _r_FetchRequest__ReplicaState(r, version)
 
         def _write(self, w, version):
-            _w_FetchRequest__ReplicaState(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_FetchRequest__ReplicaState(self, _native_writer(w), version)
 
     class FetchTopic(_Base):
         """FetchRequest.FetchTopic: struct of FetchRequest (versions 0+).
@@ -122,7 +122,7 @@ class FetchRequest(_Base):
             return _r_FetchRequest__FetchTopic(r, version)
 
         def _write(self, w, version):
-            _w_FetchRequest__FetchTopic(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_FetchRequest__FetchTopic(self, _native_writer(w), version)
 
     class FetchPartition(_Base):
         """FetchRequest.FetchPartition: struct of FetchRequest (versions 0+).
@@ -160,7 +160,7 @@ class FetchRequest(_Base):
             return _r_FetchRequest__FetchPartition(r, version)
 
         def _write(self, w, version):
-            _w_FetchRequest__FetchPartition(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_FetchRequest__FetchPartition(self, _native_writer(w), version)
 
     class ForgottenTopic(_Base):
         """FetchRequest.ForgottenTopic: struct of FetchRequest (versions 7+).
@@ -188,7 +188,7 @@ class FetchRequest(_Base):
             return _r_FetchRequest__ForgottenTopic(r, version)
 
         def _write(self, w, version):
-            _w_FetchRequest__ForgottenTopic(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_FetchRequest__ForgottenTopic(self, _native_writer(w), version)
 
     def __init__(self, *, cluster_id=None, replica_id=-1, replica_state=UNSET, max_wait_ms=0, min_bytes=0, max_bytes=2147483647, isolation_level=0, session_id=0, session_epoch=-1, topics=UNSET, forgotten_topics_data=UNSET, rack_id='', unknown_tagged_fields=()):
         self.cluster_id = cluster_id
@@ -210,7 +210,7 @@ class FetchRequest(_Base):
         return _r_FetchRequest(r, version)
 
     def _write(self, w, version):
-        _w_FetchRequest(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_FetchRequest(self, _native_writer(w), version)
 
 
 _C_FetchRequest = FetchRequest
@@ -904,7 +904,7 @@ class FetchResponse(_Base):
             return _r_FetchResponse__FetchableTopicResponse(r, version)
 
         def _write(self, w, version):
-            _w_FetchResponse__FetchableTopicResponse(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_FetchResponse__FetchableTopicResponse(self, _native_writer(w), version)
 
     class PartitionData(_Base):
         """FetchResponse.PartitionData: struct of FetchResponse (versions 0+).
@@ -948,7 +948,7 @@ class FetchResponse(_Base):
             return _r_FetchResponse__PartitionData(r, version)
 
         def _write(self, w, version):
-            _w_FetchResponse__PartitionData(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_FetchResponse__PartitionData(self, _native_writer(w), version)
 
     class EpochEndOffset(_Base):
         """FetchResponse.EpochEndOffset: struct of FetchResponse (versions 12+).
@@ -974,7 +974,7 @@ class FetchResponse(_Base):
             return _r_FetchResponse__EpochEndOffset(r, version)
 
         def _write(self, w, version):
-            _w_FetchResponse__EpochEndOffset(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_FetchResponse__EpochEndOffset(self, _native_writer(w), version)
 
     class LeaderIdAndEpoch(_Base):
         """FetchResponse.LeaderIdAndEpoch: struct of FetchResponse (versions 12+).
@@ -1000,7 +1000,7 @@ class FetchResponse(_Base):
             return _r_FetchResponse__LeaderIdAndEpoch(r, version)
 
         def _write(self, w, version):
-            _w_FetchResponse__LeaderIdAndEpoch(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_FetchResponse__LeaderIdAndEpoch(self, _native_writer(w), version)
 
     class SnapshotId(_Base):
         """FetchResponse.SnapshotId: struct of FetchResponse (versions 12+).
@@ -1026,7 +1026,7 @@ class FetchResponse(_Base):
             return _r_FetchResponse__SnapshotId(r, version)
 
         def _write(self, w, version):
-            _w_FetchResponse__SnapshotId(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_FetchResponse__SnapshotId(self, _native_writer(w), version)
 
     class AbortedTransaction(_Base):
         """FetchResponse.AbortedTransaction: struct of FetchResponse (versions 4+).
@@ -1052,7 +1052,7 @@ class FetchResponse(_Base):
             return _r_FetchResponse__AbortedTransaction(r, version)
 
         def _write(self, w, version):
-            _w_FetchResponse__AbortedTransaction(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_FetchResponse__AbortedTransaction(self, _native_writer(w), version)
 
     class NodeEndpoint(_Base):
         """FetchResponse.NodeEndpoint: struct of FetchResponse (versions 16+).
@@ -1082,7 +1082,7 @@ class FetchResponse(_Base):
             return _r_FetchResponse__NodeEndpoint(r, version)
 
         def _write(self, w, version):
-            _w_FetchResponse__NodeEndpoint(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_FetchResponse__NodeEndpoint(self, _native_writer(w), version)
 
     def __init__(self, *, throttle_time_ms=0, error_code=0, session_id=0, responses=UNSET, node_endpoints=UNSET, unknown_tagged_fields=()):
         self.throttle_time_ms = throttle_time_ms
@@ -1097,7 +1097,7 @@ class FetchResponse(_Base):
         return _r_FetchResponse(r, version)
 
     def _write(self, w, version):
-        _w_FetchResponse(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_FetchResponse(self, _native_writer(w), version)
 
 
 _C_FetchResponse = FetchResponse

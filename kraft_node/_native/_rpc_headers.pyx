@@ -72,7 +72,7 @@ class RequestHeader(_Base):
         return _r_RequestHeader(r, version)
 
     def _write(self, w, version):
-        _w_RequestHeader(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_RequestHeader(self, _native_writer(w), version)
 
 
 _C_RequestHeader = RequestHeader
@@ -185,7 +185,7 @@ class ResponseHeader(_Base):
         return _r_ResponseHeader(r, version)
 
     def _write(self, w, version):
-        _w_ResponseHeader(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_ResponseHeader(self, _native_writer(w), version)
 
 
 _C_ResponseHeader = ResponseHeader

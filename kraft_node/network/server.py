@@ -67,7 +67,7 @@ class RequestContext:
         if conn is None:
             return
         try:
-            out = encode_response(response, self.api_version, self.header.correlation_id)
+            out = encode_response(response, self.api_version, self.header.correlation_id, chunks=True)
         except Exception:  # noqa: BLE001 - a handler's bad response: close, like any handler bug
             log.exception("cannot encode the answer to %s v%d for %s:%s; closing the connection",
                           type(response).__name__, self.api_version, self.peer[0], self.peer[1])
@@ -222,9 +222,10 @@ class _ServerConnection(asyncio.Protocol):
         finally:
             self._dispatching = False
 
-    def answered(self, out: bytes | None) -> None:
-        """The request in progress is answered with ``out`` (a framed response), or the
-        connection must close (``None``: malformed input or a handler failure)."""
+    def answered(self, out) -> None:
+        """The request in progress is answered with ``out`` (a framed response: one buffer,
+        or a list of buffers sent in order), or the connection must close (``None``:
+        malformed input or a handler failure)."""
         if self._closed:
             return
         self._busy = False
@@ -232,7 +233,13 @@ class _ServerConnection(asyncio.Protocol):
         if out is None:
             self.close()
             return
-        self.transport.write(out)
+        if type(out) is list:
+            if len(out) == 1:
+                self.transport.write(out[0])
+            else:
+                self.transport.writelines(out)
+        else:
+            self.transport.write(out)
         self._run()
 
     def run_handler(self, ctx: RequestContext, coro) -> None:

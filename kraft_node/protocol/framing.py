@@ -61,17 +61,34 @@ def encode_request(body: Message, version: int, correlation_id: int, client_id: 
     return _framed(header, hv, body, version)
 
 
-def _framed(header: Message, header_version: int, body: Message, version: int) -> bytearray:
+def _framed(header: Message, header_version: int, body: Message, version: int, chunks: bool = False):
     """size + header + body written into one buffer: a Fetch answer carries up to
     fetch.max.bytes of records, and joining header, body and size prefix as separate
-    ``bytes`` would copy them three more times."""
+    ``bytes`` would copy them three more times.
+
+    With ``chunks`` the result is a list of buffers to send in order (for
+    ``transport.writelines``): values of at least ``SPILL_MIN_BYTES`` (a Fetch
+    answer's records) are not copied into the frame at all."""
     body._check_version(version)
     w = Writer()
+    if chunks:
+        w.spill = []
     w.out += b"\0\0\0\0"
     header._write(w, header_version)
     body._write(w, version)
-    _SIZE.pack_into(w.out, 0, len(w.out) - 4)
-    return w.out
+    out = w.out
+    if not w.spill:
+        _SIZE.pack_into(out, 0, len(out) - 4)
+        return [out] if chunks else out
+    _SIZE.pack_into(out, 0, len(out) - 4 + sum(len(v) for _, v in w.spill))
+    parts, pos = [], 0
+    view = memoryview(out)
+    for at, value in w.spill:
+        parts.append(view[pos:at])
+        parts.append(value)
+        pos = at
+    parts.append(view[pos:])
+    return parts
 
 
 def decode_request_header(payload) -> tuple[RequestHeader, int]:
@@ -100,13 +117,15 @@ def decode_request(payload):
     return header, body
 
 
-def encode_response(body: Message, api_version: int, correlation_id: int) -> bytes:
+def encode_response(body: Message, api_version: int, correlation_id: int, chunks: bool = False):
+    """The framed response (one buffer; with ``chunks``, a list of buffers, large
+    records left uncopied -- see :func:`_framed`)."""
     api_key = body.API_KEY
     info = api_info(api_key)
     if type(body) is not info.response:
         raise MessageError(f"{type(body).__name__} is not a response class")
     hv = response_header_version(api_key, api_version)
-    return _framed(ResponseHeader(correlation_id=correlation_id), hv, body, api_version)
+    return _framed(ResponseHeader(correlation_id=correlation_id), hv, body, api_version, chunks)
 
 
 def decode_response(payload, api_key: int, api_version: int):

@@ -99,7 +99,7 @@ class RegisterBrokerRecord(_Base):
             return _r_RegisterBrokerRecord__BrokerEndpoint(r, version)
 
         def _write(self, w, version):
-            _w_RegisterBrokerRecord__BrokerEndpoint(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_RegisterBrokerRecord__BrokerEndpoint(self, _native_writer(w), version)
 
     class BrokerFeature(_Base):
         """RegisterBrokerRecord.BrokerFeature: struct of RegisterBrokerRecord (versions 0+).
@@ -127,7 +127,7 @@ class RegisterBrokerRecord(_Base):
             return _r_RegisterBrokerRecord__BrokerFeature(r, version)
 
         def _write(self, w, version):
-            _w_RegisterBrokerRecord__BrokerFeature(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_RegisterBrokerRecord__BrokerFeature(self, _native_writer(w), version)
 
     def __init__(self, *, broker_id=0, is_migrating_zk_broker=False, incarnation_id=ZERO_UUID, broker_epoch=0, end_points=UNSET, features=UNSET, rack='', fenced=True, in_controlled_shutdown=False, log_dirs=UNSET, unknown_tagged_fields=()):
         self.broker_id = broker_id
@@ -147,7 +147,7 @@ class RegisterBrokerRecord(_Base):
         return _r_RegisterBrokerRecord(r, version)
 
     def _write(self, w, version):
-        _w_RegisterBrokerRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_RegisterBrokerRecord(self, _native_writer(w), version)
 
 
 _C_RegisterBrokerRecord = RegisterBrokerRecord
@@ -429,7 +429,7 @@ class UnregisterBrokerRecord(_Base):
         return _r_UnregisterBrokerRecord(r, version)
 
     def _write(self, w, version):
-        _w_UnregisterBrokerRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_UnregisterBrokerRecord(self, _native_writer(w), version)
 
 
 _C_UnregisterBrokerRecord = UnregisterBrokerRecord
@@ -515,7 +515,7 @@ class TopicRecord(_Base):
         return _r_TopicRecord(r, version)
 
     def _write(self, w, version):
-        _w_TopicRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_TopicRecord(self, _native_writer(w), version)
 
 
 _C_TopicRecord = TopicRecord
@@ -623,7 +623,7 @@ class PartitionRecord(_Base):
         return _r_PartitionRecord(r, version)
 
     def _write(self, w, version):
-        _w_PartitionRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_PartitionRecord(self, _native_writer(w), version)
 
 
 _C_PartitionRecord = PartitionRecord
@@ -832,7 +832,7 @@ class ConfigRecord(_Base):
         return _r_ConfigRecord(r, version)
 
     def _write(self, w, version):
-        _w_ConfigRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_ConfigRecord(self, _native_writer(w), version)
 
 
 _C_ConfigRecord = ConfigRecord
@@ -946,7 +946,7 @@ class PartitionChangeRecord(_Base):
         return _r_PartitionChangeRecord(r, version)
 
     def _write(self, w, version):
-        _w_PartitionChangeRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_PartitionChangeRecord(self, _native_writer(w), version)
 
 
 _C_PartitionChangeRecord = PartitionChangeRecord
@@ -1188,7 +1188,7 @@ class FenceBrokerRecord(_Base):
         return _r_FenceBrokerRecord(r, version)
 
     def _write(self, w, version):
-        _w_FenceBrokerRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_FenceBrokerRecord(self, _native_writer(w), version)
 
 
 _C_FenceBrokerRecord = FenceBrokerRecord
@@ -1274,7 +1274,7 @@ class UnfenceBrokerRecord(_Base):
         return _r_UnfenceBrokerRecord(r, version)
 
     def _write(self, w, version):
-        _w_UnfenceBrokerRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_UnfenceBrokerRecord(self, _native_writer(w), version)
 
 
 _C_UnfenceBrokerRecord = UnfenceBrokerRecord
@@ -1358,7 +1358,7 @@ class RemoveTopicRecord(_Base):
         return _r_RemoveTopicRecord(r, version)
 
     def _write(self, w, version):
-        _w_RemoveTopicRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_RemoveTopicRecord(self, _native_writer(w), version)
 
 
 _C_RemoveTopicRecord = RemoveTopicRecord
@@ -1449,7 +1449,7 @@ class DelegationTokenRecord(_Base):
         return _r_DelegationTokenRecord(r, version)
 
     def _write(self, w, version):
-        _w_DelegationTokenRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_DelegationTokenRecord(self, _native_writer(w), version)
 
 
 _C_DelegationTokenRecord = DelegationTokenRecord
@@ -1571,7 +1571,7 @@ class UserScramCredentialRecord(_Base):
         return _r_UserScramCredentialRecord(r, version)
 
     def _write(self, w, version):
-        _w_UserScramCredentialRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_UserScramCredentialRecord(self, _native_writer(w), version)
 
 
 _C_UserScramCredentialRecord = UserScramCredentialRecord
@@ -1677,7 +1677,7 @@ class FeatureLevelRecord(_Base):
         return _r_FeatureLevelRecord(r, version)
 
     def _write(self, w, version):
-        _w_FeatureLevelRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_FeatureLevelRecord(self, _native_writer(w), version)
 
 
 _C_FeatureLevelRecord = FeatureLevelRecord
@@ -1779,7 +1779,7 @@ class ClientQuotaRecord(_Base):
             return _r_ClientQuotaRecord__EntityData(r, version)
 
         def _write(self, w, version):
-            _w_ClientQuotaRecord__EntityData(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_ClientQuotaRecord__EntityData(self, _native_writer(w), version)
 
     def __init__(self, *, entity=UNSET, key='', value=0.0, remove=False, unknown_tagged_fields=()):
         self.entity = [] if entity is UNSET else entity
@@ -1793,7 +1793,7 @@ class ClientQuotaRecord(_Base):
         return _r_ClientQuotaRecord(r, version)
 
     def _write(self, w, version):
-        _w_ClientQuotaRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_ClientQuotaRecord(self, _native_writer(w), version)
 
 
 _C_ClientQuotaRecord = ClientQuotaRecord
@@ -1945,7 +1945,7 @@ class ProducerIdsRecord(_Base):
         return _r_ProducerIdsRecord(r, version)
 
     def _write(self, w, version):
-        _w_ProducerIdsRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_ProducerIdsRecord(self, _native_writer(w), version)
 
 
 _C_ProducerIdsRecord = ProducerIdsRecord
@@ -2042,7 +2042,7 @@ class BrokerRegistrationChangeRecord(_Base):
         return _r_BrokerRegistrationChangeRecord(r, version)
 
     def _write(self, w, version):
-        _w_BrokerRegistrationChangeRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_BrokerRegistrationChangeRecord(self, _native_writer(w), version)
 
 
 _C_BrokerRegistrationChangeRecord = BrokerRegistrationChangeRecord
@@ -2196,7 +2196,7 @@ class AccessControlEntryRecord(_Base):
         return _r_AccessControlEntryRecord(r, version)
 
     def _write(self, w, version):
-        _w_AccessControlEntryRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_AccessControlEntryRecord(self, _native_writer(w), version)
 
 
 _C_AccessControlEntryRecord = AccessControlEntryRecord
@@ -2310,7 +2310,7 @@ class RemoveAccessControlEntryRecord(_Base):
         return _r_RemoveAccessControlEntryRecord(r, version)
 
     def _write(self, w, version):
-        _w_RemoveAccessControlEntryRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_RemoveAccessControlEntryRecord(self, _native_writer(w), version)
 
 
 _C_RemoveAccessControlEntryRecord = RemoveAccessControlEntryRecord
@@ -2387,7 +2387,7 @@ class NoOpRecord(_Base):
         return _r_NoOpRecord(r, version)
 
     def _write(self, w, version):
-        _w_NoOpRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_NoOpRecord(self, _native_writer(w), version)
 
 
 _C_NoOpRecord = NoOpRecord
@@ -2460,7 +2460,7 @@ class ZkMigrationStateRecord(_Base):
         return _r_ZkMigrationStateRecord(r, version)
 
     def _write(self, w, version):
-        _w_ZkMigrationStateRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_ZkMigrationStateRecord(self, _native_writer(w), version)
 
 
 _C_ZkMigrationStateRecord = ZkMigrationStateRecord
@@ -2541,7 +2541,7 @@ class RemoveUserScramCredentialRecord(_Base):
         return _r_RemoveUserScramCredentialRecord(r, version)
 
     def _write(self, w, version):
-        _w_RemoveUserScramCredentialRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_RemoveUserScramCredentialRecord(self, _native_writer(w), version)
 
 
 _C_RemoveUserScramCredentialRecord = RemoveUserScramCredentialRecord
@@ -2625,7 +2625,7 @@ class BeginTransactionRecord(_Base):
         return _r_BeginTransactionRecord(r, version)
 
     def _write(self, w, version):
-        _w_BeginTransactionRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_BeginTransactionRecord(self, _native_writer(w), version)
 
 
 _C_BeginTransactionRecord = BeginTransactionRecord
@@ -2711,7 +2711,7 @@ class EndTransactionRecord(_Base):
         return _r_EndTransactionRecord(r, version)
 
     def _write(self, w, version):
-        _w_EndTransactionRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_EndTransactionRecord(self, _native_writer(w), version)
 
 
 _C_EndTransactionRecord = EndTransactionRecord
@@ -2784,7 +2784,7 @@ class AbortTransactionRecord(_Base):
         return _r_AbortTransactionRecord(r, version)
 
     def _write(self, w, version):
-        _w_AbortTransactionRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_AbortTransactionRecord(self, _native_writer(w), version)
 
 
 _C_AbortTransactionRecord = AbortTransactionRecord
@@ -2872,7 +2872,7 @@ class RemoveDelegationTokenRecord(_Base):
         return _r_RemoveDelegationTokenRecord(r, version)
 
     def _write(self, w, version):
-        _w_RemoveDelegationTokenRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_RemoveDelegationTokenRecord(self, _native_writer(w), version)
 
 
 _C_RemoveDelegationTokenRecord = RemoveDelegationTokenRecord
@@ -2974,7 +2974,7 @@ class RegisterControllerRecord(_Base):
             return _r_RegisterControllerRecord__ControllerEndpoint(r, version)
 
         def _write(self, w, version):
-            _w_RegisterControllerRecord__ControllerEndpoint(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_RegisterControllerRecord__ControllerEndpoint(self, _native_writer(w), version)
 
     class ControllerFeature(_Base):
         """RegisterControllerRecord.ControllerFeature: struct of RegisterControllerRecord (versions 0+).
@@ -3002,7 +3002,7 @@ class RegisterControllerRecord(_Base):
             return _r_RegisterControllerRecord__ControllerFeature(r, version)
 
         def _write(self, w, version):
-            _w_RegisterControllerRecord__ControllerFeature(self, w if type(w) is Writer else Writer(w.out), version)
+            _w_RegisterControllerRecord__ControllerFeature(self, _native_writer(w), version)
 
     def __init__(self, *, controller_id=0, incarnation_id=ZERO_UUID, zk_migration_ready=False, end_points=UNSET, features=UNSET, unknown_tagged_fields=()):
         self.controller_id = controller_id
@@ -3017,7 +3017,7 @@ class RegisterControllerRecord(_Base):
         return _r_RegisterControllerRecord(r, version)
 
     def _write(self, w, version):
-        _w_RegisterControllerRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_RegisterControllerRecord(self, _native_writer(w), version)
 
 
 _C_RegisterControllerRecord = RegisterControllerRecord
@@ -3239,7 +3239,7 @@ class ClearElrRecord(_Base):
         return _r_ClearElrRecord(r, version)
 
     def _write(self, w, version):
-        _w_ClearElrRecord(self, w if type(w) is Writer else Writer(w.out), version)
+        _w_ClearElrRecord(self, _native_writer(w), version)
 
 
 _C_ClearElrRecord = ClearElrRecord

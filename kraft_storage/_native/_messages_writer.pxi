@@ -11,7 +11,7 @@
 # succeeds -- with the very same exception and message.
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 
-from kraft_storage.messages._runtime import Writer as _PyWriter, Uuid as _Uuid
+from kraft_storage.messages._runtime import SPILL_MIN_BYTES as _SPILL_MIN, Writer as _PyWriter, Uuid as _Uuid
 
 _py_writer_methods = _PyWriter.__dict__
 
@@ -37,9 +37,11 @@ cdef class Writer:
     ``Writer(out)`` appends to an existing bytearray (the framing's buffer), so a
     native message can be written into a pure Writer's buffer without a copy."""
     cdef public bytearray out
+    cdef public object spill   # None or a list: see the pure Writer
 
-    def __cinit__(self, out=None):
+    def __cinit__(self, out=None, spill=None):
         self.out = bytearray() if out is None else out
+        self.spill = spill
 
     cpdef bytes getvalue(self):
         return bytes(self.out)
@@ -143,7 +145,10 @@ cdef class Writer:
     cpdef compact_bytes(self, v, nullable=False):
         if v is not None and (type(v) is bytes or type(v) is bytearray or type(v) is memoryview):
             self._uvarint(len(v) + 1)
-            self.out += v
+            if self.spill is not None and len(v) >= _SPILL_MIN:
+                self.spill.append((len(self.out), v))
+            else:
+                self.out += v
             return
         _py_writer_methods["compact_bytes"](self, v, nullable)
 
@@ -172,3 +177,10 @@ cdef class Writer:
                 self.out += data
             return
         _py_writer_methods["tagged_fields"](self, known, unknown)
+
+
+cdef Writer _native_writer(object w):
+    """The C-level Writer for ``w``: itself, or one sharing a pure Writer's buffer and spill."""
+    if type(w) is Writer:
+        return <Writer>w
+    return Writer(w.out, getattr(w, "spill", None))

@@ -416,13 +416,24 @@ def uvarint_size(value: int) -> int:
     return n
 
 
-class Writer:
-    """Appends Kafka primitives to a bytearray (``getvalue()`` returns bytes)."""
+#: bytes/records values at least this long are not copied into a spilling Writer.
+SPILL_MIN_BYTES = 4096
 
-    __slots__ = ("out",)
+
+class Writer:
+    """Appends Kafka primitives to a bytearray (``getvalue()`` returns bytes).
+
+    ``spill``: None (default), or a list that makes the writer leave large
+    ``bytes``/``records`` values out of ``out``: their length prefix is written
+    and ``(position in out, value)`` is appended to ``spill`` instead of the
+    bytes (see ``framing.encode_response(chunks=True)``: a Fetch answer's records
+    go to the socket without being copied into the frame first)."""
+
+    __slots__ = ("out", "spill")
 
     def __init__(self):
         self.out = bytearray()
+        self.spill = None
 
     def getvalue(self) -> bytes:
         return bytes(self.out)
@@ -492,7 +503,10 @@ class Writer:
             self.out += b"\xff\xff\xff\xff"
             return
         self.out += _P32(len(v))
-        self.out += v
+        if self.spill is not None and len(v) >= SPILL_MIN_BYTES:
+            self.spill.append((len(self.out), v))
+        else:
+            self.out += v
 
     def compact_bytes(self, v, nullable=False):
         if v is None:
@@ -501,7 +515,10 @@ class Writer:
             self.out.append(0)
             return
         self.out += uvarint_bytes(len(v) + 1)
-        self.out += v
+        if self.spill is not None and len(v) >= SPILL_MIN_BYTES:
+            self.spill.append((len(self.out), v))
+        else:
+            self.out += v
 
     def array_len(self, v, nullable=False):
         """Write the count of sequence ``v``; returns False when ``v`` is null."""
