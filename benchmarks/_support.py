@@ -5,6 +5,7 @@ Scripts run as ``python benchmarks/<name>.py``, so this directory is on ``sys.pa
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -37,3 +38,12 @@ def code_version() -> dict:
         return {"commit": head, "uncommitted": [d.strip() for d in dirty if d.strip()]}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "uncommitted": None}
+
+
+def emit_json(doc: dict, path: str | None) -> None:
+    """Print a benchmark's JSON document, and write it to ``path`` when given."""
+    text = json.dumps(doc, indent=2)
+    print(text)
+    if path:
+        with open(path, "w") as f:
+            f.write(text + "\n")

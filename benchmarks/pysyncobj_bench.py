@@ -58,7 +58,7 @@ import tempfile
 import threading
 import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/ (also when loaded by path)
-from _support import free_ports  # noqa: E402
+from _support import emit_json, free_ports  # noqa: E402
 
 
 def pct(xs, q):
@@ -257,11 +257,7 @@ def main(argv=None) -> None:
                      "max_inflight_records": args.max_inflight, "cpus": os.cpu_count(),
                      "python": sys.version.split()[0], "loadavg": os.getloadavg()},
            "result": res}
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
+    emit_json(out, args.json)
 
 
 def _version():
