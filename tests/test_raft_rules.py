@@ -1051,3 +1051,20 @@ def test_restarted_single_voter_leader_leads_again_at_once():
     ctx.start()  # restart from the stored state
     assert isinstance(ctx.state, LeaderState) and ctx.state.epoch == epoch + 1
     assert ctx.store.state.leader_id == 1 and ctx.store.state.epoch == epoch + 1
+
+
+def test_deferred_listeners_let_the_followers_next_fetch_go_out_first():
+    """Kafka's poll order (requests of pollCurrentState are sent before pollListeners):
+    with ``defer_listeners`` a follower's poll returns its next Fetch -- the one the
+    leader's commit waits for -- before any listener hears of the newly committed data."""
+    ctx = Ctx(local=1)
+    ctx.core.defer_listeners = True
+    ctx.follow(leader=2, epoch=5, fetched=True)
+    ctx.poll()
+    f = ctx.take(FetchRequest, 2)[-1]
+    r = ctx.reply(f, FetchResponse(0, 0, 1, LeaderIdAndEpoch(2, 5), 0, None, None, (Batch(0, 5, (b"a",)),)))
+    nxt = [m for m in r.messages if isinstance(m, OutboundRequest) and isinstance(m.request, FetchRequest)]
+    assert nxt and nxt[-1].request.fetch_offset == 1
+    assert ctx.listener.next_offset() == 0  # not delivered by poll
+    ctx.core.poll_listeners()
+    assert ctx.listener.next_offset() == 1 and ctx.listener.commits[-1].records == (b"a",)

@@ -285,6 +285,11 @@ class RaftCore:
         self._listeners: list[_ListenerContext] = []
         self._purgatory: list[tuple[int, int, FetchRequest, int]] = []  # src, corr, req, deadline
         self._listeners_seen = None  # what _poll_listeners last handed out (see there)
+        #: When True, ``poll`` leaves listener delivery to :meth:`poll_listeners`, which the
+        #: driver calls once it has sent the poll's messages: Kafka's poll order (the
+        #: requests of pollCurrentState go out before pollListeners), so a follower's next
+        #: Fetch -- which the leader's commit waits for -- does not wait for the listeners.
+        self.defer_listeners = False
         #: Batches this node wrote (as leader, or fetched as follower) that a listener may still need:
         #: delivery takes them from memory instead of re-reading (and re-decoding) the log.
         self._recent_batches: list[Batch] = []
@@ -1229,7 +1234,8 @@ class RaftCore:
             wake = self._poll_role(now_ms)
             if self.quorum.transitions == before:
                 break
-        self._poll_listeners()
+        if not self.defer_listeners:
+            self._poll_listeners()
         if self._shutdown_deadline is not None and not self._shutdown_done:
             wake = min(wake, self._shutdown_deadline)
         wake = min(wake, self.requests.next_deadline(now_ms))
@@ -1485,6 +1491,13 @@ class RaftCore:
         return st.election_deadline
 
     # ------------------------------------------------------------ listeners
+    def poll_listeners(self) -> None:
+        """Deliver committed data, snapshots and leader changes to the listeners (what
+        ``poll`` does last unless ``defer_listeners``); in offset order, as in ``poll``."""
+        if not self._initialized:
+            raise RaftError("initialize() must be called before poll_listeners()")
+        self._poll_listeners()
+
     def _poll_listeners(self) -> None:
         st = self.quorum.state
         hwm = st.high_watermark

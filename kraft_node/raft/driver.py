@@ -229,6 +229,7 @@ class RaftDriver:
         self.core.async_leader_flush = leader_flush != "inline"
         self.core.async_flush_min_bytes = AUTO_THREAD_FLUSH_BYTES if leader_flush == "auto" else 0
         self._flush_executor = None
+        self.core.defer_listeners = True  # poll_listeners() once the poll's messages are sent
         self._appends = _PendingAppends()
         self.core.register_listener(self._appends)
         self._peers = {v.id: _Peer(v.id, v.host, v.port) for v in config.voters if v.id != config.node_id}
@@ -478,6 +479,11 @@ class RaftDriver:
                     self._answer(ctx, msg.response)
             elif isinstance(msg, OutboundRequest):
                 self._send_request(msg)
+        try:
+            self.core.poll_listeners()  # after the requests are on the wire (core.defer_listeners)
+        except Exception as exc:  # a listener or storage failure: stop serving
+            self._die(exc)
+            return
         self._note_role()
         if ready.shutdown_complete and self._shutdown_started and not self._shutdown_done.is_set():
             self._shutdown_timed_out = ready.shutdown_timed_out

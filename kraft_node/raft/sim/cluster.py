@@ -132,6 +132,7 @@ class SimNode:
                              bootstrap_ids=tuple(c.voter_ids) if c.sim.dynamic else ())
         self.core.async_leader_flush = c.sim.async_leader_flush
         self.core.async_flush_min_bytes = c.sim.async_flush_min_bytes
+        self.core.defer_listeners = c.sim.defer_listeners
         self.sm = StateMachine(self)
         self.core.register_listener(self.sm)
         self.core.initialize(c.scheduler.now)
@@ -160,6 +161,8 @@ class SimNode:
             payload = m.request if kind == "request" else m.response
             inc = 0 if m.destination == ADMIN_ID else c.nodes[m.destination].incarnation
             c.network.send(Envelope(self.id, m.destination, inc, kind, m.correlation_id, payload))
+        if self.core.defer_listeners:  # as the TCP driver does: listeners after the sends
+            self.core.poll_listeners()
         for job in ready.flush_jobs:
             inc = self.incarnation
             c.scheduler.at(now + c.rng.randint(0, 3), lambda job=job, inc=inc: self._flush_done(job, inc))
@@ -219,6 +222,8 @@ class SimConfig:
     async_leader_flush: bool = False
     #: With async_leader_flush: smaller flushes run in line (RaftCore.async_flush_min_bytes).
     async_flush_min_bytes: int = 0
+    #: Listeners are delivered after the poll's messages are sent (RaftCore.defer_listeners).
+    defer_listeners: bool = False
 
 
 class Cluster:
