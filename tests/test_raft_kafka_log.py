@@ -405,3 +405,41 @@ def test_snapshot_control_write_read_properties(tmp_path, values, kv1, vs1, kv2,
     assert len(after) - counts[0] - 1 == n_data_before
     assert [bytes(after.value(i)) for i in range(counts[0], counts[0] + n_data_before)] == \
         [bytes(before.value(i)) for i in range(1, 1 + n_data_before)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=10),
+       st.one_of(st.none(), st.tuples(st.integers(0, 10_000), st.integers(1, 255))),
+       st.integers(0, 3))
+def test_small_fetch_answers_decode_exactly_as_the_full_scan(shape, flip, cut):
+    """decode_batches walks a few batches without numpy (_small_scan); whatever the input
+    -- valid, a flipped byte, a torn tail, more batches than the quick walk takes -- the
+    batches, or the error and its message, are those of the scan_batches path."""
+    import kraft_node.raft.kafka_log as kl
+    from kraft_storage.errors import KraftStorageError
+    off = 0
+    parts = []
+    for n in shape:
+        b = Batch(off, 3, tuple(b"v%d" % i for i in range(n)), append_time_ms=7)
+        parts.append(kl.encode_batch(b))
+        off += n
+    data = bytearray(b"".join(parts))
+    if flip is not None:
+        data[flip[0] % len(data)] ^= flip[1]
+    data = bytes(data[:len(data) - cut])
+
+    def outcome():
+        try:
+            return [(b.base_offset, b.epoch, b.raw, b.append_time_ms, b.is_control, b.records)
+                    for b in kl.decode_batches(data)]
+        except KraftStorageError as exc:
+            return (type(exc).__name__, str(exc))
+
+    quick = outcome()
+    original = kl._small_scan
+    kl._small_scan = lambda _data: None
+    try:
+        full = outcome()
+    finally:
+        kl._small_scan = original
+    assert quick == full
