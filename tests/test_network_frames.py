@@ -20,17 +20,36 @@ def _frame(p: bytes) -> bytes:
     return struct.pack(">i", len(p)) + p
 
 
-@given(st.lists(st.binary(max_size=300), max_size=20), st.lists(st.integers(1, 400), max_size=40))
-def test_any_chunking_gives_back_the_same_frames(payloads, cuts):
+@given(st.lists(st.binary(max_size=300), max_size=20), st.lists(st.integers(1, 400), max_size=40),
+       st.sampled_from([0, 1, 7, 64, 1 << 20]))
+def test_any_chunking_gives_back_the_same_frames(payloads, cuts, large):
+    """Whatever the chunking, and whichever frames take the large-frame path (a list of
+    chunks joined once) or the small one (a bytearray tail): the same payloads, as bytes,
+    and nothing held back at the end."""
     stream = b"".join(_frame(p) for p in payloads)
-    r = FrameReader(max_size=1000)
-    out, pos = [], 0
+    r = FrameReader(max_size=1000, large=large)
+    out, pos, held = [], 0, []
     for c in cuts:
         out += r.feed(stream[pos:pos + c])
         pos += c
+        held.append(r.buffered)
     out += r.feed(stream[pos:])
     assert out == payloads
+    assert all(type(p) is bytes for p in out)
     assert r.buffered == 0
+    assert all(h <= max([len(p) + 4 for p in payloads], default=0) for h in held)
+
+
+def test_a_large_frame_in_many_chunks_then_a_small_one_in_the_same_chunk():
+    big, small = os.urandom(100_000), b"tail"
+    stream = _frame(big) + _frame(small) + _frame(b"x")[:2]
+    r = FrameReader(max_size=1 << 20, large=1024)
+    got = []
+    for i in range(0, len(stream), 4096):
+        got += r.feed(stream[i:i + 4096])
+    assert got == [big, small]
+    assert r.buffered == 2
+    assert r.feed(_frame(b"x")[2:]) == [b"x"]
 
 
 @given(st.binary(max_size=50), st.integers(0, 49))

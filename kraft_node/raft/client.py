@@ -996,7 +996,9 @@ class RaftCore:
             keep.append(b)
             end = b.next_offset
         if keep:
-            self.log.append_as_follower(keep)
+            # all of them, unsliced: hand the log the sequence it was given (a KafkaRaftLog
+            # then writes the fetched bytes as they came, see FetchedBatches)
+            self.log.append_as_follower(batches if len(keep) == len(batches) and keep[0] is batches[0] else keep)
             if self._listeners:
                 self._recent_batches.extend(keep)
             self.control.apply_batches(keep)

@@ -67,7 +67,7 @@ from kraft_storage.record.constants import CONTROL_MASK
 from kraft_storage.snapshot import (RawSnapshotReader, RawSnapshotWriter, SnapshotId as FileSnapshotId,
                                     delete_snapshot, open_snapshot_dir)
 
-__all__ = ["KafkaRaftLog", "RawBatch", "encode_batches", "decode_batches", "encode_leader_change",
+__all__ = ["KafkaRaftLog", "RawBatch", "FetchedBatches", "encode_batches", "decode_batches", "encode_leader_change",
            "decode_leader_change", "encode_voters", "decode_voters", "encode_kraft_version",
            "decode_kraft_version", "encode_control_value", "KafkaSnapshotControl"]
 
@@ -390,6 +390,7 @@ _CONTROL_RANK = {ControlRecordType.LEADER_CHANGE: 0, ControlRecordType.KRAFT_VER
 _V2_HEAD = struct.Struct(">qiibIhi")      # offsets 0..26
 _V2_MAX_TS = struct.Struct(">q")          # offset 35
 _V2_COUNT = struct.Struct(">i")           # offset 57
+_V2_LEN = struct.Struct(">i")             # offset 8
 _SMALL_SCAN_MAX_BATCHES = 8
 
 
@@ -402,15 +403,25 @@ def _small_scan(data: bytes):
     magic other than 2, a bad CRC, more than 8 batches -- returns None so the caller
     takes ``scan_batches``, which names the problem exactly as before."""
     n = len(data)
+    # Count first, from the length fields alone: an answer of many batches (a loaded
+    # quorum) goes to scan_batches before any CRC is computed here.
+    p = k = 0
+    while p < n:
+        if k == _SMALL_SCAN_MAX_BATCHES or n - p < 61:
+            return None
+        length = _V2_LEN.unpack_from(data, p + 8)[0]
+        if length < 49:
+            return None
+        p += length + 12
+        k += 1
+    mv = memoryview(data)
     p = 0
     cols = ([], [], [], [], [], [], [], [])
     counts, bases, lods, epochs, attrs, pos, sizes, max_ts = cols
     while p < n:
-        if len(counts) == _SMALL_SCAN_MAX_BATCHES or n - p < 61:
-            return None
         base, length, epoch, magic, crc, attr, lod = _V2_HEAD.unpack_from(data, p)
         size = length + 12
-        if magic != 2 or length < 49 or p + size > n or _crc32c(data[p + 21:p + size]) != crc:
+        if magic != 2 or length < 49 or p + size > n or _crc32c(mv[p + 21:p + size]) != crc:
             return None
         counts.append(_V2_COUNT.unpack_from(data, p + 57)[0])
         bases.append(base)
@@ -435,10 +446,17 @@ def decode_batches(buf, source: str = "records") -> tuple[RawBatch, ...]:
     batch gets the VotersRecord (else the KRaftVersionRecord) as its control,
     since that is the state the core tracks; other types give ``control=None``.
     """
-    mv = memoryview(buf).cast("B")
-    if mv.nbytes == 0:
-        return ()
-    data = bytes(mv)
+    if type(buf) is bytes:  # (a Fetch answer's records field: no copy)
+        data = buf
+        if not data:
+            return ()
+        mv = memoryview(data)
+    else:
+        mv = memoryview(buf).cast("B")
+        if mv.nbytes == 0:
+            return ()
+        data = bytes(mv)
+        mv = memoryview(data)
     cols = _small_scan(data)
     if cols is None:  # many batches, or anything the quick walk does not vouch for
         hdr = scan_batches(mv, source=source).headers
@@ -454,7 +472,8 @@ def decode_batches(buf, source: str = "records") -> tuple[RawBatch, ...]:
             raise CorruptRecordError(f"batch at offset {bases[k]} has {n} records but last offset delta "
                                      f"{lods[k]} (compacted or empty batches are not expected in the "
                                      f"metadata log)", pos[k], bases[k], source)
-        raw = data if len(counts) == 1 else data[pos[k]:pos[k] + sizes[k]]
+        # (several batches: views into ``data``, which the batches then share, not copies)
+        raw = data if len(counts) == 1 else mv[pos[k]:pos[k] + sizes[k]]
         if attrs[k] & CONTROL_MASK:
             cols = decode_records(raw, verify_crc=False, source=source)
             recs = tuple(cols.values())
@@ -476,7 +495,19 @@ def decode_batches(buf, source: str = "records") -> tuple[RawBatch, ...]:
             out.append(RawBatch.make(bases[k], epochs[k], n, raw, max_ts[k], group))
     if len(group.batches) != len(out):
         group.buf = None  # control batches sit in between: decode from the data batches' own bytes
-    return tuple(out)
+    got = FetchedBatches(out)
+    got.data = data
+    return got
+
+
+class FetchedBatches(tuple):
+    """The batches of one buffer, in order, with the buffer itself (``data``): a follower
+    that appends all of them writes ``data`` as received instead of joining the
+    batches' bytes again (:meth:`KafkaRaftLog.append_as_follower`).  It is a tuple
+    everywhere else."""
+
+    data: bytes
+
 
 
 # ------------------------------------------------------------------ the log
@@ -556,7 +587,8 @@ class KafkaRaftLog:
         if batches[0].base_offset != self.end_offset:
             raise ValueError(f"append at offset {batches[0].base_offset} but log end offset is "
                              f"{self.end_offset}")
-        self._log.append_as_follower(encode_batches(batches))
+        data = getattr(batches, "data", None)  # FetchedBatches: the bytes as fetched
+        self._log.append_as_follower(data if data is not None else encode_batches(batches))
 
     def flush(self) -> None:
         if self._flushed < self.end_offset:
