@@ -542,3 +542,43 @@ def test_failed_leader_fsync_stops_the_node_without_acknowledging(tmp_path, monk
         assert fut.done() and fut.exception() is not None
 
     run(go())
+
+
+def test_appends_within_the_linger_wake_the_leader_once_not_per_append(tmp_path):
+    """Kafka's scheduleAppend rule: an append polls at once only when the batch is due;
+    otherwise the driver just makes sure it wakes when the linger expires.  A burst of
+    appends inside one linger therefore costs no poll per append, lands in one batch,
+    and still commits (by the timer) no earlier than the linger after the first."""
+    paths = cluster_properties(str(tmp_path), 3, extra={"controller.quorum.append.linger.ms": "200"})
+
+    async def go():
+        ds = await start(paths)
+        try:
+            leader = await wait_leader(ds)
+            await leader.append([b"warm-up"])
+            polls = []
+            real_poll = leader.core.poll
+
+            def counting_poll(now_ms):
+                polls.append(now_ms)
+                return real_poll(now_ms)
+            leader.core.poll = counting_poll
+            t0 = time.monotonic()
+            futs = []
+            for i in range(40):
+                futs.append(leader.append([b"r%d" % i]))
+                await asyncio.sleep(0)  # let a poll the append scheduled run
+            await asyncio.sleep(0.05)
+            # none of the 40 appends polled (a parked Fetch timing out may have)
+            assert len(polls) <= 2, len(polls)
+            offs = await asyncio.gather(*futs)
+            waited = time.monotonic() - t0
+            assert offs == list(range(offs[0], offs[0] + 40))
+            assert waited >= 0.19, waited  # the linger was honoured
+            batches = leader.log.read(offs[0], 1 << 20)
+            assert batches[0].base_offset == offs[0] and len(batches[0].records) == 40  # one batch
+        finally:
+            for d in ds:
+                await d.shutdown(2)
+
+    run(go())

@@ -405,6 +405,19 @@ class RaftCore:
             raise NotLeaderError(f"node {self.local_id} is not the leader of epoch {epoch} ({st!r})")
         return st.accumulator.append(epoch, records, now_ms, atomic)
 
+    def time_until_drain(self, now_ms: int) -> int:
+        """After :meth:`append`: ms until the leader's poll has a batch to write (0: now).
+
+        Why a driver asks: polling after every append costs a whole poll per append
+        while the batch lingers.  Like Kafka's ``scheduleAppend`` (which wakes the I/O
+        thread only on the first append or when the accumulator needs draining), the
+        driver polls at once only when this is 0 and otherwise makes sure it wakes up
+        by then.  Not the leader: 0 (poll, and let the poll sort it out)."""
+        st = self.quorum.state
+        if not isinstance(st, LeaderState):
+            return 0
+        return st.accumulator.time_until_drain(now_ms)
+
     def resign(self, epoch: int) -> None:
         """Ask the leader of ``epoch`` to resign at the next poll (no-op otherwise)."""
         st = self.quorum.state

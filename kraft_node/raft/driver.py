@@ -361,10 +361,18 @@ class RaftDriver:
         if self._closed:
             raise RaftError(f"node {self.node_id} is shut down")
         epoch = self.core.epoch
-        last = self.core.append(records, epoch, monotonic_ms())
+        now = monotonic_ms()
+        last = self.core.append(records, epoch, now)
         fut = self.loop.create_future()
         self._appends.add(last, epoch, fut)
-        self._schedule_poll()
+        # Poll now only if the batch is due (linger 0, a full batch); else just make sure
+        # a poll comes when it is (an earlier timer stays).  A poll per append cost a
+        # fifth of the leader's time at saturation with linger 5.
+        wait = self.core.time_until_drain(now)
+        if wait <= 0:
+            self._schedule_poll()
+        else:
+            self._arm_timer(now + wait, now)
         return fut
 
     def resign(self) -> None:

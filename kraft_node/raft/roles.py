@@ -141,6 +141,9 @@ class UnattachedState(EpochState):
     def election(self):
         return ElectionState(self.epoch, self._leader_id, self.voted_key)
 
+    def leader_id(self) -> int:  # (asked after every poll: no ElectionState built)
+        return self._leader_id
+
     def can_grant_vote(self, candidate, log_up_to_date, pre_vote):
         return _unattached_can_grant(self.voted_key, self._leader_id, candidate, log_up_to_date, pre_vote)
 
@@ -166,6 +169,9 @@ class ProspectiveState(EpochState):
     def election(self):
         return ElectionState(self.epoch, self._leader_id, self.voted_key)
 
+    def leader_id(self) -> int:  # (asked after every poll: no ElectionState built)
+        return self._leader_id
+
     def can_grant_vote(self, candidate, log_up_to_date, pre_vote):
         return _unattached_can_grant(self.voted_key, self._leader_id, candidate, log_up_to_date, pre_vote)
 
@@ -189,6 +195,9 @@ class CandidateState(EpochState):
 
     def election(self):
         return ElectionState(self.epoch, -1, self.local_key)
+
+    def leader_id(self) -> int:
+        return -1
 
     def can_grant_vote(self, candidate, log_up_to_date, pre_vote):
         return pre_vote and log_up_to_date
@@ -216,6 +225,9 @@ class FollowerState(EpochState):
 
     def election(self):
         return ElectionState(self.epoch, self._leader_id, self.voted_key)
+
+    def leader_id(self) -> int:  # (asked after every poll: no ElectionState built)
+        return self._leader_id
 
     def can_grant_vote(self, candidate, log_up_to_date, pre_vote):
         return pre_vote and not self.has_fetched_from_leader and log_up_to_date
@@ -288,6 +300,9 @@ class LeaderState(EpochState):
         # Kafka (LeaderState/ResignedState.election) records the elected leader and no vote:
         # the quorum-state file says votedId -1, as every Kafka fixture shows.
         return ElectionState(self.epoch, self.local_key.id, None)
+
+    def leader_id(self) -> int:
+        return self.local_key.id
 
     def update_voter_set(self, voter_keys) -> None:
         """Adopt a new voter set (Kafka: on appending a VotersRecord, committed or not).
@@ -410,3 +425,6 @@ class ResignedState(EpochState):
         # Kafka (LeaderState/ResignedState.election) records the elected leader and no vote:
         # the quorum-state file says votedId -1, as every Kafka fixture shows.
         return ElectionState(self.epoch, self.local_key.id, None)
+
+    def leader_id(self) -> int:
+        return self.local_key.id
