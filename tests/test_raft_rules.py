@@ -1068,3 +1068,39 @@ def test_deferred_listeners_let_the_followers_next_fetch_go_out_first():
     assert ctx.listener.next_offset() == 0  # not delivered by poll
     ctx.core.poll_listeners()
     assert ctx.listener.next_offset() == 1 and ctx.listener.commits[-1].records == (b"a",)
+
+
+def test_leader_flush_leaves_the_loop_for_a_steady_stream_of_small_batches_not_for_a_lone_one():
+    """With flush jobs on and a 1,000-byte threshold: a lone small batch is fsync'd in line
+    by the next poll (no job: a lone commit would wait for a thread hand-off), while small
+    batches arriving back to back (linger 0 under load) go to jobs once 1,000 bytes were
+    appended within the rate window -- else every poll would block its loop for an fsync."""
+    ctx = Ctx(config=QuorumConfig(append_linger_ms=0))
+    ctx.elect()
+    core = ctx.core
+    core.async_leader_flush = True
+    core.async_flush_min_bytes = 1000
+    ctx.advance(1000)  # quiet: the epoch-start batch is long past
+
+    def append_and_poll(n_bytes=200):
+        core.append([b"x" * n_bytes], core.epoch, ctx.now)
+        made = []
+        for _ in range(2):  # drain + answer (a job may start here), then the owed flush
+            r = ctx.poll()
+            made += r.flush_jobs
+            for job in r.flush_jobs:
+                job.run()
+                core.handle_flush_done(job, ctx.now)
+        return len(made)
+
+    assert append_and_poll() == 0                       # lone: in line
+    assert ctx.log.flushed_end_offset == ctx.log.end_offset
+    ctx.advance(100)
+    got = []
+    for _ in range(8):                                  # a stream: one batch per ms
+        got.append(append_and_poll())
+        ctx.advance(1)
+    assert got[:3] == [0, 0, 0] and sum(got[3:]) == 5, got  # ~1,000 bytes in: jobs from then on
+    assert ctx.log.flushed_end_offset == ctx.log.end_offset
+    ctx.advance(100)                                    # quiet again: back in line
+    assert append_and_poll() == 0

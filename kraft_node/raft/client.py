@@ -80,6 +80,11 @@ def error_name_of(code: int) -> str:
         return str(code)
 
 
+
+#: Width of the leader's append-rate buckets (see ``RaftCore.async_flush_min_bytes``):
+#: ``async_flush_min_bytes`` appended within about two buckets counts as a steady stream.
+FLUSH_RATE_BUCKET_MS = 10
+
 class RaftListener(Protocol):
     """What the state machine (controller, broker image) implements.
 
@@ -297,12 +302,16 @@ class RaftCore:
         #: log with ``begin_flush``/``complete_flush``.  Off by default (and in the simulator's
         #: default): then the leader's next poll fsyncs in line, after answering Fetches.
         self.async_leader_flush = False
-        #: With ``async_leader_flush``: appends smaller than this many bytes since the last
-        #: flush are fsync'd in line (next poll) instead of by a job.  A job costs a thread
-        #: hand-off that a lone small append feels (its commit waits for it); a big flush
-        #: gains from leaving the loop free.  0: every flush is a job.
+        #: With ``async_leader_flush``: a flush is fsync'd in line (next poll) instead of by
+        #: a job while fewer than this many bytes were appended since the last flush *and*
+        #: within the last two rate buckets (``FLUSH_RATE_BUCKET_MS`` each).  A job costs a
+        #: thread hand-off that a lone small append feels (its commit waits for it); a big
+        #: flush, or a steady stream of small ones (linger 0 under load: each poll would
+        #: block the loop for an fsync of a few KB), gains from leaving the loop free.
+        #: 0: every flush is a job.
         self.async_flush_min_bytes = 0
         self._unflushed_bytes = 0   # appended as leader since the last flush began
+        self._rate_bucket = (0, 0, 0)  # (bucket start ms, bytes in it, bytes in the one before)
         self._flush_job = None  # (epoch, job) in flight
         self._new_flush_jobs: list = []
         self._shutdown_deadline: int | None = None
@@ -1311,6 +1320,23 @@ class RaftCore:
             wake = min(wake, self._voter_change.deadline_ms)
         return wake
 
+    def _count_appended(self, nbytes: int, now_ms: int) -> None:
+        start, cur, prev = self._rate_bucket
+        if now_ms >= start + FLUSH_RATE_BUCKET_MS:
+            # a new bucket; the one before it counts only if it was the previous one
+            prev = cur if now_ms < start + 2 * FLUSH_RATE_BUCKET_MS else 0
+            start, cur = now_ms, 0
+        self._rate_bucket = (start, cur + nbytes, prev)
+
+    def _recent_append_bytes(self, now_ms: int) -> int:
+        """Bytes the leader appended in the current and the previous rate bucket."""
+        start, cur, prev = self._rate_bucket
+        if now_ms >= start + 2 * FLUSH_RATE_BUCKET_MS:
+            return 0
+        if now_ms >= start + FLUSH_RATE_BUCKET_MS:
+            return cur
+        return cur + prev
+
     def _flush_leader(self, st: LeaderState, now_ms: int, sync: bool = True) -> bool:
         """Append the accumulator's ready batches; fsync what is unflushed.
 
@@ -1330,6 +1356,7 @@ class RaftCore:
                 written = self.log.append_as_leader(b) or b
                 self._recent_batches.append(written)
                 self._unflushed_bytes += written.size_in_bytes
+                self._count_appended(written.size_in_bytes, now_ms)
                 changed |= self.control.apply_batches((b,))
             if changed:
                 # Kafka: a VotersRecord counts for the majority as soon as it is appended.
@@ -1339,7 +1366,8 @@ class RaftCore:
             return False
         if not sync:
             if self.async_leader_flush and (self._flush_job is not None
-                                            or self._unflushed_bytes >= self.async_flush_min_bytes):
+                                            or self._unflushed_bytes >= self.async_flush_min_bytes
+                                            or self._recent_append_bytes(now_ms) >= self.async_flush_min_bytes):
                 # The driver fsyncs on a thread while this loop keeps answering Fetches;
                 # one job at a time, the next one covers whatever was appended meanwhile.
                 if self._flush_job is None:
