@@ -509,7 +509,6 @@ class FetchedBatches(tuple):
     data: bytes
 
 
-
 # ------------------------------------------------------------------ the log
 class KafkaRaftLog:
     """RaftLog over a ``__cluster_metadata-0`` directory (see the module doc)."""
