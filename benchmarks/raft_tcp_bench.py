@@ -124,6 +124,25 @@ def cpu_seconds(pids) -> float:
     return total / tick
 
 
+def run_queue_wait_seconds(pid) -> float:
+    """Seconds the threads of ``pid`` spent runnable but waiting for a CPU so far (Linux
+    ``/proc/PID/task/*/schedstat``, second field; 0 where unavailable).  Why: three voters
+    and the load generator share 2 cores, and at light load the time a woken process waits
+    for a core is a visible part of commit latency (session 6)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / 1e9
+
+
 def pct(xs, q):
     if not xs:
         return None
@@ -192,6 +211,7 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, 
             t_start = now
             cpu_start = cpu_seconds(pids)
             cpu_each_start = [cpu_seconds([p]) for p in pids]
+            wait_start = [run_queue_wait_seconds(p) for p in pids]
             bytes_start = log_bytes(data_dirs)
         if interval is not None:
             while next_at <= now:
@@ -220,6 +240,7 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, 
     total = committed - measured_start_committed
     cpu = cpu_seconds(pids) - cpu_start
     cpu_each = [round(cpu_seconds([p]) - c, 2) for p, c in zip(pids, cpu_each_start)]
+    wait_each = [run_queue_wait_seconds(p) - w for p, w in zip(pids, wait_start)]
     written = log_bytes(data_dirs) - bytes_start
     if inflight:
         await asyncio.wait(list(inflight), timeout=10)
@@ -230,6 +251,9 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, 
             "cpu_seconds_by_node": cpu_each,  # node 1 (the leader, with the load generator), 2, 3, ...
             "log_bytes_per_s_all_voters": round(written / elapsed) if data_dirs else None,
             "cpu_us_per_committed_record": round(cpu * 1e6 / total, 3) if total else None,
+            # per append (not per record): how long each node waited for a core, on average
+            "run_queue_wait_us_per_append_by_node": [round(w * 1e6 / len(lat), 1) if lat else None
+                                                     for w in wait_each],
             "appends_measured": len(lat),
             "commit_latency_ms": {"p50": round(pct(lat, 0.50), 2) if lat else None,
                                   "p90": round(pct(lat, 0.90), 2) if lat else None,

@@ -880,8 +880,9 @@ class RaftCore:
             elif fo > log.end_offset:
                 diverging = EpochEndOffset(*self.log_end().key())
             else:
-                limit = min(req.max_bytes, self.config.fetch_max_bytes)
-                records = self._read_recent(fo, limit) or log.read(fo, limit)
+                if fo < log.end_offset:  # (a follower at the end -- most Fetches -- reads nothing)
+                    limit = min(req.max_bytes, self.config.fetch_max_bytes)
+                    records = self._read_recent(fo, limit) or log.read(fo, limit)
                 if st.update_replica_state(ReplicaKey(req.replica_id, req.replica_directory_id), now_ms, fo):
                     self._on_leader_hwm_update(now_ms)
         hwm = st.high_watermark if st.high_watermark is not None else -1
