@@ -143,6 +143,13 @@ def run_queue_wait_seconds(pid) -> float:
     return total / 1e9
 
 
+def voter_env() -> dict:
+    """Environment of the voter processes: this repository on the path, after
+    ``KRAFT_BENCH_PYTHONPATH`` when set (how ``benchmarks/trace`` gets into them)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (os.environ.get("KRAFT_BENCH_PYTHONPATH"), REPO) if p))
+
+
 def pct(xs, q):
     if not xs:
         return None
@@ -294,8 +301,7 @@ async def voter_changes(args, base):
     from kraft_node.protocol.generated.remove_raft_voter import RemoveRaftVoterRequest
     from kraft_node.tools.metadata_quorum import controller_to_add
     paths = write_dynamic_configs(base, args.linger_ms)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (os.environ.get("KRAFT_BENCH_PYTHONPATH"), REPO) if p))  # (a tracer: benchmarks/trace)
+    env = voter_env()
     procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server", p, "--log-level", "WARNING"],
                               stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=env, cwd=REPO)
              for p in paths[1:]]
@@ -367,8 +373,7 @@ async def all_voters_replicating(driver, deadline) -> None:
 
 async def main_async(args, base):
     paths = write_configs(base, args.linger_ms, args.voters)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (os.environ.get("KRAFT_BENCH_PYTHONPATH"), REPO) if p))  # (a tracer: benchmarks/trace)
+    env = voter_env()
     procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server", p, "--log-level", "WARNING"],
                               stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=env, cwd=REPO)
              for p in paths[1:]]
