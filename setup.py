@@ -67,6 +67,8 @@ EXTENSIONS = [
     ext("kraft_storage._native._frame", "kraft_storage/_native/_frame.pyx"),
     ext("kraft_storage._native._logappend", "kraft_storage/_native/_logappend.pyx",
         ["csrc/crc32c.c", "csrc/recordbatch.c"]),
+    ext("kraft_storage._native._fdsync", "kraft_storage/_native/_fdsync.pyx",
+        ["csrc/aio_fsync.c"], depends=["csrc/aio_fsync.h"]),
     ext("kraft_storage._native._metadata_columns", "kraft_storage/_native/_metadata_columns.pyx"),
     # the generated RPC codecs on the Raft hot path (they include kraft_storage/_native/*.pxi)
     ext("kraft_node._native._rpc_headers", "kraft_node/_native/_rpc_headers.pyx"),

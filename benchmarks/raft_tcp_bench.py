@@ -410,7 +410,7 @@ def main():
     ap.add_argument("--records-per-append", type=int, default=100)
     ap.add_argument("--max-inflight", type=int, default=64)
     ap.add_argument("--linger-ms", type=int, default=5)
-    ap.add_argument("--leader-flush", choices=("auto", "inline", "thread"), default="auto",
+    ap.add_argument("--leader-flush", choices=("auto", "inline", "thread", "aio"), default="auto",
                     help="where node 1 fsyncs as leader (RaftDriver leader_flush; A/B)")
     ap.add_argument("--rate", type=float, default=None,
                     help="open loop: offer this many records/s (default: closed loop, --max-inflight appends)")

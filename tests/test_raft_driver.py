@@ -19,7 +19,7 @@ from kraft_node.config import NodeConfig  # noqa: E402
 from kraft_node.network import KafkaConnection  # noqa: E402
 from kraft_node.raft import messages as m  # noqa: E402
 from kraft_node.raft import wire  # noqa: E402
-from kraft_node.raft.driver import DriverError, RaftDriver  # noqa: E402
+from kraft_node.raft.driver import AUTO_THREAD_FLUSH_BYTES, DriverError, RaftDriver  # noqa: E402
 from kraft_node.raft.errors import NotLeaderError  # noqa: E402
 from kraft_node.raft.file_state import FileQuorumStateStore  # noqa: E402
 from kraft_node.raft.kafka_log import KafkaRaftLog  # noqa: E402
@@ -62,7 +62,7 @@ def committed_values(cfg_path):
     return out
 
 
-@pytest.mark.parametrize("leader_flush", ["auto", "inline", "thread"])
+@pytest.mark.parametrize("leader_flush", ["auto", "inline", "thread", "aio"])
 def test_three_voters_elect_commit_and_resign(tmp_path, leader_flush):
     paths = cluster_properties(str(tmp_path), 3)
 
@@ -95,6 +95,18 @@ def test_three_voters_elect_commit_and_resign(tmp_path, leader_flush):
     expected = [b"a%d" % i for i in range(50)] + [b"b%d" % i for i in range(20)]
     for p in paths:
         assert committed_values(p)[:70] == expected
+
+
+def test_auto_leader_flush_is_native_aio_when_native_code_runs(tmp_path):
+    """"auto" means the AIO flusher where it exists (session 7 measurements), else the
+    in-line/thread rule; the twins' run (KRAFT_NO_EXTENSIONS=1) keeps the latter."""
+    from kraft_storage.log.fdsync import native_aio_available
+    paths = cluster_properties(str(tmp_path), 1)
+    d = RaftDriver.from_config(NodeConfig.from_file(paths[0]))
+    want = "aio" if native_aio_available() else "auto"
+    assert d.leader_flush == want
+    assert d.core.async_flush_min_bytes == (0 if want == "aio" else AUTO_THREAD_FLUSH_BYTES)
+    d.log.close()
 
 
 def test_append_on_follower_is_refused(tmp_path):
@@ -509,11 +521,30 @@ def test_old_request_versions_get_answers_without_node_endpoints(tmp_path):
     run(go(), timeout=30)
 
 
-@pytest.mark.parametrize("leader_flush", ["auto", "inline", "thread"])
+class _FailingFlusher:
+    """Wraps a kraft_storage.log.fdsync flusher: every job it finishes reports EIO."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def fileno(self):
+        return self.inner.fileno()
+
+    def submit(self, fds, token):
+        self.inner.submit(fds, token)
+
+    def reap(self):
+        return [(t, OSError(5, "Input/output error (injected)")) for t, _ in self.inner.reap()]
+
+    def close(self):
+        self.inner.close()
+
+
+@pytest.mark.parametrize("leader_flush", ["auto", "inline", "thread", "aio"])
 def test_failed_leader_fsync_stops_the_node_without_acknowledging(tmp_path, monkeypatch, leader_flush):
-    """An fsync error on the leader -- on its loop or on its flush thread -- is fatal for
-    the node (as a failed log directory is for Kafka): no append is acknowledged, the
-    interpreter and the event loop carry on, and close() still works."""
+    """An fsync error on the leader -- on its loop, on its flush thread or reported by the
+    AIO flusher -- is fatal for the node (as a failed log directory is for Kafka): no append
+    is acknowledged, the interpreter and the event loop carry on, and close() still works."""
     p = _standalone(tmp_path)
 
     async def go():
@@ -530,6 +561,10 @@ def test_failed_leader_fsync_stops_the_node_without_acknowledging(tmp_path, monk
                 raise OSError(5, "Input/output error (injected)")
 
             monkeypatch.setattr(os, "fdatasync", broken)
+            if d._flusher is not None:  # "aio": the kernel fsyncs, the flusher reports
+                d._flusher = _FailingFlusher(d._flusher)
+            elif d.leader_flush == "aio":
+                pytest.fail("the aio leader flushed without its flusher")
             fut = d.append([b"after"])
             t0 = time.monotonic()
             while d.fatal is None and time.monotonic() - t0 < 10:

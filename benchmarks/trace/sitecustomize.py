@@ -77,6 +77,12 @@ if os.environ.get("KTRACE"):
         "qw": ("kraft_node.raft.wire", "", "request_to_wire"),
         "rw": ("kraft_node.raft.wire", "", "response_from_wire"),
         "sw": ("kraft_node.raft.wire", "", "response_to_wire"),
+        "fe": ("kraft_node.network.frames", "FrameReader", "feed"),
+        "dr": ("kraft_node.network.client", "", "decode_response"),
+        "or": ("kraft_node.raft.driver", "RaftDriver", "_on_response"),
+        "eo": ("kraft_node.raft.kafka_log", "KafkaRaftLog", "end_offset_for_epoch"),
+        "ur": ("kraft_node.raft.roles", "LeaderState", "update_replica_state"),
+        "uq": ("kraft_node.raft.roles", "LeaderState", "_update_check_quorum"),
     }
 
     def _install():

@@ -70,6 +70,7 @@ from kraft_node.raft.messages import (AddRaftVoterRequest, BeginQuorumEpochReque
                                       UpdateRaftVoterRequest, VoteRequest)
 from kraft_node.raft.roles import LeaderState
 from kraft_storage.errors import KraftStorageError
+from kraft_storage.log.fdsync import native_aio_available, open_async_fdatasync
 from kraft_storage.messages._runtime import MessageError, Uuid, ZERO_UUID
 from kraft_storage.meta_properties import read_meta_properties
 
@@ -93,8 +94,8 @@ def wall_ms() -> int:
 
 
 #: RaftDriver(leader_flush=...): where the leader's fsync runs (see RaftDriver.__init__).
-LEADER_FLUSH_MODES = ("auto", "inline", "thread")
-#: "auto": flushes of at least this many appended bytes go to the flush thread.
+LEADER_FLUSH_MODES = ("auto", "inline", "thread", "aio")
+#: "auto" without native AIO: flushes of at least this many appended bytes go to the flush thread.
 AUTO_THREAD_FLUSH_BYTES = 64 * 1024
 
 
@@ -218,17 +219,25 @@ class RaftDriver:
         # Where the leader fsyncs.  "inline": on this loop, in the poll right after the one
         # that appended and answered the parked Fetches (the answers are on the wire first,
         # so the followers write and fsync while the leader does).  "thread": on one worker
-        # thread (os.fdatasync releases the GIL) while the loop keeps answering.  "auto"
-        # (default): in line when less than AUTO_THREAD_FLUSH_BYTES were appended since the
-        # last flush, else on the thread.  Measured (BENCHMARKS.md, session 4, 3 voters on
-        # 2 shared cores): a lone append commits in 0.80-0.91 ms in line against 1.11-1.17 ms
-        # on the thread (a futex wake-up, a GIL hand-off and a loop wake-up per flush), while
-        # saturation runs 1.15-1.21M records/s on the thread against 0.94-0.99M in line.
+        # thread (os.fdatasync releases the GIL) while the loop keeps answering.  "aio":
+        # queued to the kernel with Linux native AIO (kraft_storage.log.fdsync), completion
+        # read from an eventfd this loop watches: off the loop like the thread, without its
+        # futex wake-up and GIL hand-offs.  "auto" (default): "aio" when this process runs
+        # native code and the kernel allows native AIO; otherwise in line when less than
+        # AUTO_THREAD_FLUSH_BYTES were appended since the last flush, else on the thread.
+        # Measured (BENCHMARKS.md, 3 voters on 2 shared cores): session 4, a lone append
+        # commits in 0.80-0.91 ms in line against 1.11-1.17 ms on the thread, saturation
+        # 1.15-1.21M records/s on the thread against 0.94-0.99M in line; session 7, aio
+        # against the in-line/thread rule in one run: lone append p50 0.83-0.85 vs 0.86-0.89
+        # ms (p99 1.3 vs 1.7), saturation 1.02-1.23M vs 0.87-1.09M records/s.
         # Followers always flush in line before fetching.
+        if leader_flush == "auto" and native_aio_available():
+            leader_flush = "aio"
         self.leader_flush = leader_flush
         self.core.async_leader_flush = leader_flush != "inline"
         self.core.async_flush_min_bytes = AUTO_THREAD_FLUSH_BYTES if leader_flush == "auto" else 0
         self._flush_executor = None
+        self._flusher = None  # kraft_storage.log.fdsync flusher ("aio" mode), made on first use
         self.core.defer_listeners = True  # poll_listeners() once the poll's messages are sent
         self._appends = _PendingAppends()
         self.core.register_listener(self._appends)
@@ -345,6 +354,9 @@ class RaftDriver:
                 await p.conn.close()
         if self._flush_executor is not None:
             self._flush_executor.shutdown(wait=True)  # no fsync in flight when the log closes
+        if self._flusher is not None:
+            self.loop.remove_reader(self._flusher.fileno())
+            self._flusher.close()  # (waits for the fsyncs in flight)
         try:
             self.log.close()
         except Exception:  # noqa: BLE001 - best effort at close; the log recovers on open
@@ -506,6 +518,12 @@ class RaftDriver:
         measured, the leader's fsync then began ~0.3-0.5 ms after the append and was the
         last thing a lone commit waited for.  The thread needs the GIL only for the few
         bytecodes around ``os.fdatasync``."""
+        if self.leader_flush == "aio" and hasattr(job, "fds"):
+            if self._flusher is None:
+                self._flusher = open_async_fdatasync()
+                self.loop.add_reader(self._flusher.fileno(), self._flusher_ready)
+            self._flusher.submit(job.fds, job)
+            return
         if self._flush_executor is None:
             import concurrent.futures
             self._flush_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"raft-flush-{self.node_id}")
@@ -517,6 +535,11 @@ class RaftDriver:
             except RuntimeError:  # the loop is closed: the node is gone, nothing to tell
                 pass
         self._flush_executor.submit(job.run).add_done_callback(landed)
+
+    def _flusher_ready(self) -> None:
+        for job, err in self._flusher.reap():
+            job.finish(err)
+            self._flush_landed(job)
 
     def _flush_landed(self, job) -> None:
         if self._closed or self.fatal is not None:

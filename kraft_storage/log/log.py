@@ -748,16 +748,32 @@ class FlushJob:
         self.error: BaseException | None = None
 
     def run(self) -> "FlushJob":
-        fds, self._fds = self._fds, []
+        """fdatasync every descriptor here, on the calling thread."""
+        err = None
         try:
-            for fd in fds:
+            for fd in self._fds:
                 os.fdatasync(fd)
         except OSError as exc:
-            self.error = exc
-        finally:
-            for fd in fds:
+            err = exc
+        return self.finish(err)
+
+    @property
+    def fds(self) -> tuple[int, ...]:
+        """The descriptors to fdatasync, for a caller that runs the fsyncs itself (an
+        :class:`~kraft_storage.log.fdsync` flusher); they stay open until :meth:`finish`."""
+        return tuple(self._fds)
+
+    def finish(self, error: BaseException | None) -> "FlushJob":
+        """Record that the fsyncs of :attr:`fds` are over (``error``: the first failure)
+        and close the descriptors."""
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            try:
                 os.close(fd)
-            self.done = True
+            except OSError:
+                pass
+        self.error = error
+        self.done = True
         return self
 
     def __del__(self):
