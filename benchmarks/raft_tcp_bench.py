@@ -51,6 +51,7 @@ from kraft_node import event_loop  # noqa: E402
 from kraft_node.config import NodeConfig  # noqa: E402
 from kraft_node.raft.driver import RaftDriver  # noqa: E402
 from kraft_node.raft.errors import BufferFullError, NotLeaderError  # noqa: E402
+from kraft_node.server import freeze_startup_heap  # noqa: E402
 from kraft_node.tools.storage import format_storage  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/ (also when loaded by path)
 from _support import free_ports  # noqa: E402
@@ -309,6 +310,7 @@ async def voter_changes(args, base):
     add_ms, remove_ms = [], []
     try:
         await driver.start()
+        freeze_startup_heap()  # as kraft-server-start does
         deadline = time.monotonic() + 20
         while not driver.is_leader or len(driver.core.state.observers) < 2:
             if time.monotonic() > deadline:
@@ -380,6 +382,7 @@ async def main_async(args, base):
     driver = RaftDriver.from_config(NodeConfig.from_file(paths[0]), leader_flush=args.leader_flush)
     try:
         await driver.start()
+        freeze_startup_heap()  # as kraft-server-start does
         deadline = time.monotonic() + 20
         while not driver.is_leader:
             if time.monotonic() > deadline:

@@ -288,3 +288,18 @@ def test_server_refuses_unformatted_storage(tmp_path):
     r = subprocess.run([sys.executable, "-m", "kraft_node.server", paths[0]], capture_output=True, text=True,
                        timeout=30, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
     assert r.returncode == 1 and "kraft-storage format" in r.stderr
+
+
+def test_startup_heap_is_frozen_out_of_the_collectors_reach():
+    """kraft-server-start freezes what is alive once the node started (``gc.freeze``), so
+    a full collection no longer walks modules and codecs in the middle of a commit."""
+    import gc
+
+    from kraft_node.server import freeze_startup_heap
+    before = gc.get_freeze_count()
+    try:
+        freeze_startup_heap()
+        assert gc.get_freeze_count() > before
+        assert gc.get_count()[0] < 10  # the young generation was emptied first
+    finally:
+        gc.unfreeze()
