@@ -355,7 +355,10 @@ class RaftDriver:
         if self._flush_executor is not None:
             self._flush_executor.shutdown(wait=True)  # no fsync in flight when the log closes
         if self._flusher is not None:
-            self.loop.remove_reader(self._flusher.fileno())
+            try:
+                self.loop.remove_reader(self._flusher.fileno())
+            except RuntimeError:  # the loop is already closed: nothing watches it any more
+                pass
             self._flusher.close()  # (waits for the fsyncs in flight)
         try:
             self.log.close()
