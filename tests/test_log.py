@@ -559,3 +559,109 @@ def test_split_flush_error_is_raised_on_completion(log, monkeypatch):
     with pytest.raises(OSError):
         log.complete_flush(job)
     assert log.recovery_point == 0
+
+
+# ---- page cache dropped behind the writer (LogConfig.page_cache_retain_bytes)
+class _FadviseSpy:
+    """Records posix_fadvise calls per file (by inode), and still makes them."""
+
+    def __init__(self, monkeypatch):
+        import kraft_storage.log.log as logmod
+        self.calls = []  # (inode, offset, length)
+        real = os.posix_fadvise
+
+        def spy(fd, offset, length, advice):
+            assert advice == os.POSIX_FADV_DONTNEED
+            self.calls.append((os.fstat(fd).st_ino, offset, length))
+            return real(fd, offset, length, advice)
+        monkeypatch.setattr(logmod.os, "posix_fadvise", spy)
+
+    def dropped_to(self, ino):
+        """End of the advised prefix of one file; fails unless the ranges are contiguous
+        from 0, page-aligned, each byte named once."""
+        end = 0
+        for i, off, n in self.calls:
+            if i == ino:
+                assert off == end and n > 0 and off % 4096 == 0 and (off + n) % 4096 == 0
+                end = off + n
+        return end
+
+
+def _ino(seg):
+    return os.fstat(seg.handle.fd).st_ino
+
+
+def test_page_cache_is_kept_by_default(tmp_path, monkeypatch):
+    spy = _FadviseSpy(monkeypatch)
+    lg = KafkaLog.open(tmp_path / "t-0", LogConfig(segment_bytes=50_000))
+    try:
+        for _ in range(100):
+            lg.append_as_leader(batch(5, b"v" * 300), 1)
+            lg.flush()
+        assert spy.calls == []
+    finally:
+        lg.close()
+
+
+def test_flushed_data_older_than_the_retained_tail_leaves_the_page_cache(tmp_path, monkeypatch):
+    spy = _FadviseSpy(monkeypatch)
+    keep = 10_000
+    lg = KafkaLog.open(tmp_path / "t-0", LogConfig(segment_bytes=60_000, page_cache_retain_bytes=keep))
+    try:
+        written = []
+        for i in range(120):
+            b = batch(4, b"w%d-" % i + b"v" * 300)
+            lg.append_as_leader(b, 1)
+            if i % 7 == 6:
+                lg.flush()
+                segs = lg._segments
+                # the newest segment keeps (at least) its last `keep` flushed bytes cached
+                last = segs[-1]
+                assert spy.dropped_to(_ino(last)) == max(0, last.size - keep) // 4096 * 4096
+                # a segment the window has passed entirely is dropped to its last whole page
+                behind = 0
+                for seg in reversed(segs[:-1]):
+                    behind += segs[segs.index(seg) + 1].size
+                    if behind >= keep:
+                        assert spy.dropped_to(_ino(seg)) == seg.size // 4096 * 4096
+            written.append(b)
+        assert len(lg._segments) >= 3
+        # what is stored is unchanged: a full read gives what a log that kept its cache gives
+        ref = KafkaLog.open(tmp_path / "ref-0", LogConfig(segment_bytes=60_000))
+        for b in written:
+            ref.append_as_leader(b, 1)
+        assert read_all(lg) == read_all(ref)
+        ref.close()
+    finally:
+        lg.close()
+
+
+def test_a_flush_job_drops_pages_when_it_completes_not_when_it_begins(tmp_path, monkeypatch):
+    spy = _FadviseSpy(monkeypatch)
+    lg = KafkaLog.open(tmp_path / "t-0", LogConfig(page_cache_retain_bytes=0))
+    try:
+        for _ in range(40):
+            lg.append_as_leader(batch(5, b"v" * 300), 1)
+        size = lg._segments[-1].size
+        job = lg.begin_flush()
+        lg.append_as_leader(batch(5, b"v" * 300), 1)  # not covered by the job
+        job.run()
+        assert spy.calls == []
+        assert lg.complete_flush(job)
+        assert spy.dropped_to(_ino(lg._segments[-1])) == size // 4096 * 4096  # not past what it flushed
+        # a job made void by a truncation drops nothing
+        for _ in range(40):
+            lg.append_as_leader(batch(5, b"v" * 300), 1)
+        before = list(spy.calls)
+        job = lg.begin_flush()
+        lg.truncate_to(lg.log_end_offset - 5)
+        job.run()
+        assert not lg.complete_flush(job)
+        assert spy.calls == before
+    finally:
+        lg.close()
+
+
+def test_page_cache_retain_bytes_is_validated():
+    with pytest.raises(ValueError, match="page_cache_retain_bytes"):
+        LogConfig(page_cache_retain_bytes=-2)

@@ -443,3 +443,26 @@ def test_small_fetch_answers_decode_exactly_as_the_full_scan(shape, flip, cut):
     finally:
         kl._small_scan = original
     assert quick == full
+
+
+def test_metadata_log_keeps_only_its_newest_flushed_bytes_in_the_page_cache(tmp_path, monkeypatch):
+    """KafkaRaftLog's default config drops flushed data older than PAGE_CACHE_RETAIN_BYTES
+    from the page cache (LogConfig.page_cache_retain_bytes); what is read back is unchanged."""
+    import kraft_node.raft.kafka_log as kl
+    import kraft_storage.log.log as logmod
+    monkeypatch.setattr(kl, "PAGE_CACHE_RETAIN_BYTES", 8192)
+    advised = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(logmod.os, "posix_fadvise",
+                        lambda fd, off, n, adv: (advised.append((off, n, adv)), real(fd, off, n, adv))[1])
+    log = KafkaRaftLog(str(tmp_path / "__cluster_metadata-0"))
+    values = [b"r%d-" % i + b"x" * 200 for i in range(200)]
+    for i in range(0, 200, 10):
+        log.append_as_leader(Batch(i, 1, tuple(values[i:i + 10])))
+        log.flush()
+    size = os.path.getsize(tmp_path / "__cluster_metadata-0" / "00000000000000000000.log")
+    assert advised and all(adv == os.POSIX_FADV_DONTNEED for _, _, adv in advised)
+    assert sum(n for _, n, _ in advised) == (size - 8192) // 4096 * 4096
+    got = [r for b in log.read(0, 1 << 20) for r in b.records]
+    assert got == values
+    log.close()

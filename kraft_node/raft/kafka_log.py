@@ -509,18 +509,32 @@ class FetchedBatches(tuple):
     data: bytes
 
 
+#: Flushed metadata log kept in the OS page cache: the newest 32 MiB (LogConfig.
+#: page_cache_retain_bytes).  Reads of this log are rare: the leader answers Fetches from
+#: the batches it holds in memory and listeners get records handed over; what reads it
+#: is a follower or observer catching up from behind, which the retained tail still
+#: serves from memory for the last 32 MiB.  Why drop the rest: on VMs that give freed
+#: guest memory back to the host (the machines here), each fresh page-cache page costs a
+#: host page fault, and at saturation the voters spent ~25-30% of their time in write()
+#: (BENCHMARKS.md, session 7).
+PAGE_CACHE_RETAIN_BYTES = 32 << 20
+
+
 # ------------------------------------------------------------------ the log
 class KafkaRaftLog:
     """RaftLog over a ``__cluster_metadata-0`` directory (see the module doc)."""
 
     def __init__(self, directory: str, config: LogConfig | None = None):
-        """``config`` defaults to ``LogConfig(verify_crc=False)``: every batch this log
-        is given was either built here (leader) or CRC-checked when its Fetch response
-        was decoded (follower), so the append does not check it a second time.  An
-        unclean open still validates every batch after the recovery point."""
+        """``config`` defaults to ``LogConfig(verify_crc=False, page_cache_retain_bytes=
+        PAGE_CACHE_RETAIN_BYTES)``: every batch this log is given was either built here
+        (leader) or CRC-checked when its Fetch response was decoded (follower), so the
+        append does not check it a second time (an unclean open still validates every
+        batch after the recovery point); and flushed data older than the last
+        ``PAGE_CACHE_RETAIN_BYTES`` leaves the page cache (see the constant)."""
         self.directory = os.fspath(directory)
         os.makedirs(self.directory, exist_ok=True)
-        self._log = KafkaLog.open(self.directory, config or LogConfig(verify_crc=False),
+        self._log = KafkaLog.open(self.directory, config or LogConfig(
+            verify_crc=False, page_cache_retain_bytes=PAGE_CACHE_RETAIN_BYTES),
                                   topic_id=METADATA_TOPIC_ID.bytes)
         self._snapshots: list[SnapshotId] = sorted(
             (OffsetAndEpoch(s.end_offset, s.epoch) for s in open_snapshot_dir(self.directory)),

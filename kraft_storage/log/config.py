@@ -47,6 +47,18 @@ class LogConfig:
     flush_messages: int = LONG_MAX
     flush_ms: int = LONG_MAX
     verify_crc: bool = True
+    #: Not a Kafka setting.  -1 (default, Kafka's behaviour): written data stays in the
+    #: OS page cache until the kernel evicts it.  N >= 0: once data is flushed, the page
+    #: cache of everything but the last N flushed bytes is dropped
+    #: (``posix_fadvise(DONTNEED)``).  Why: a log whose readers are served from memory
+    #: (the Raft metadata log: the leader answers Fetches from its recent batches,
+    #: listeners get the records handed over) gains little from caching gigabytes it
+    #: already wrote, and on VMs that return freed guest memory to the host (virtio
+    #: free page reporting, as on the machines here) every never-reused page-cache page
+    #: costs a host page fault: appends ran ~10x slower than into reused pages
+    #: (BENCHMARKS.md, session 7).  Dropping behind the writer makes the kernel reuse
+    #: the same pages.
+    page_cache_retain_bytes: int = -1
 
     def __post_init__(self):
         if self.segment_bytes < 14:
@@ -57,6 +69,8 @@ class LogConfig:
             raise ValueError("index.interval.bytes must be >= 0")
         if self.flush_messages < 1 or self.flush_ms < 0:
             raise ValueError("flush.messages must be >= 1 and flush.ms >= 0")
+        if self.page_cache_retain_bytes < -1:
+            raise ValueError("page_cache_retain_bytes must be -1 (keep everything) or >= 0")
 
     @classmethod
     def from_properties(cls, props: dict) -> "LogConfig":

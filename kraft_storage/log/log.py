@@ -68,6 +68,8 @@ _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _STALE_SUFFIXES = (".deleted", ".cleaned", ".tmp")
 _LEADER = _appendk.MODE_LEADER
 _FOLLOWER = _appendk.MODE_FOLLOWER
+#: page size for posix_fadvise ranges (LogConfig.page_cache_retain_bytes)
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 class EpochEndOffset(NamedTuple):
@@ -480,6 +482,8 @@ class KafkaLog:
         self.recovery_point = max(self.recovery_point, end)
         self._unflushed_records = 0
         self._last_flush_ms = self._clock()
+        if segs:
+            self._drop_flushed_pages(segs[-1], segs[-1].size)
 
     def begin_flush(self) -> "FlushJob":
         """Start a flush whose fsyncs may run on another thread (see :class:`FlushJob`).
@@ -494,8 +498,12 @@ class KafkaLog:
         self._check_open()
         with self._lock:
             i = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
-            fds = [os.dup(seg.handle.fd) for seg in self._segments[i:]]
-            return FlushJob(self._end, self._truncations, fds)
+            segs = self._segments[i:]
+            fds = [os.dup(seg.handle.fd) for seg in segs]
+            job = FlushJob(self._end, self._truncations, fds)
+            if segs:
+                job.last_segment = (segs[-1], segs[-1].size)
+            return job
 
     def complete_flush(self, job: "FlushJob") -> bool:
         """Advance the recovery point to the job's end offset if it still means what it
@@ -510,7 +518,41 @@ class KafkaLog:
         if job.end_offset == self._end:
             self._unflushed_records = 0
         self._last_flush_ms = self._clock()
+        if job.last_segment is not None:
+            self._drop_flushed_pages(*job.last_segment)
         return True
+
+    def _drop_flushed_pages(self, last: LogSegment, flushed_size: int) -> None:
+        """``config.page_cache_retain_bytes`` (see :class:`LogConfig`): drop the page cache
+        of flushed data older than the retained tail.  ``last`` is the newest segment a
+        flush covered, durable up to ``flushed_size``; segments before it are durable
+        whole.  Each segment remembers how far it was dropped (``cache_dropped_to``,
+        page-aligned), so a byte range is advised once.  Only clean (flushed) pages are
+        named, so this changes what is cached, never what is stored."""
+        keep = self.config.page_cache_retain_bytes
+        if keep < 0 or last not in self._segments:
+            return
+        i = self._segments.index(last)
+        flushed = flushed_size
+        while True:
+            seg = self._segments[i]
+            upto = (flushed - keep) & ~(_PAGE - 1) if flushed > keep else 0
+            done = min(seg.cache_dropped_to, seg.size)  # (a truncation may have cut below it)
+            if upto > done:
+                try:
+                    os.posix_fadvise(seg.handle.fd, done, upto - done, os.POSIX_FADV_DONTNEED)
+                except OSError:  # advice only: a file system that refuses it keeps its cache
+                    return
+                seg.cache_dropped_to = upto
+            elif keep == 0:
+                # Dropped whole already, so are the segments before it: the pass that
+                # dropped this one whole went on to them.
+                return
+            keep = max(0, keep - flushed)
+            if i == 0:
+                return
+            i -= 1
+            flushed = self._segments[i].size
 
     def maybe_flush(self) -> bool:
         """Flush if ``flush.ms`` has passed since the last flush (call from a timer)."""
@@ -738,7 +780,7 @@ class FlushJob:
     its duplicated descriptors and closes them when it runs (or is dropped).
     """
 
-    __slots__ = ("end_offset", "truncations", "_fds", "done", "error")
+    __slots__ = ("end_offset", "truncations", "_fds", "done", "error", "last_segment")
 
     def __init__(self, end_offset: int, truncations: int, fds: list[int]):
         self.end_offset = end_offset
@@ -746,6 +788,8 @@ class FlushJob:
         self._fds = fds
         self.done = False
         self.error: BaseException | None = None
+        #: (newest segment covered, its size when the job began): what the job makes durable
+        self.last_segment = None
 
     def run(self) -> "FlushJob":
         """fdatasync every descriptor here, on the calling thread."""

@@ -117,6 +117,8 @@ class LogSegment:
         self.rolling_based_timestamp: int | None = None
         #: next offset after the last batch, when known (None: not computed yet)
         self.next_offset: int | None = base_offset if self.size == 0 else None
+        #: page cache dropped below this file position (KafkaLog._drop_flushed_pages)
+        self.cache_dropped_to = 0
 
     # ---- facts ----
     @property
