@@ -393,6 +393,7 @@ async def main_async(args, base):
                                     args.max_inflight, args.rate,
                                     pids=[os.getpid()] + [p.pid for p in procs],
                                     data_dirs=[os.path.join(os.path.dirname(p), "data") for p in paths])
+        result["leader_flush_used"] = driver.leader_flush  # what "auto" resolved to on this machine
     finally:
         await driver.shutdown(3)
         for p in procs:

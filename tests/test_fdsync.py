@@ -9,6 +9,7 @@ hands out stay open until it is finished and are closed after.
 import errno
 import os
 import select
+import types
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -190,3 +191,25 @@ def test_a_failed_flush_job_raises_its_error_at_completion(tmp_path):
 
 def _append_records(log, n):
     log.append_as_leader(build_batch([(None, b"v%d" % i) for i in range(n)], timestamp=1_700_000_000_000), 1)
+
+
+def test_facade_falls_back_to_the_thread_twin_when_the_kernel_refuses_aio(monkeypatch):
+    """io_setup can fail (kernels before 4.18, seccomp profiles, aio-max-nr reached): the
+    facade then gives the thread twin, and says why."""
+    class Refused:
+        def __init__(self, depth=64):
+            raise OSError(errno.ENOSYS, "Function not implemented", "io_setup")
+
+    monkeypatch.setattr(fdsync, "_impl", types.SimpleNamespace(__name__="kraft_storage._native._fdsync",
+                                                               AsyncFdatasync=Refused))
+    monkeypatch.setattr(fdsync, "_native_ok", None)
+    monkeypatch.setattr(fdsync, "FALLBACK_REASON", None)
+    assert not fdsync.native_aio_available()
+    assert "Function not implemented" in fdsync.FALLBACK_REASON
+    f = fdsync.open_async_fdatasync()
+    try:
+        assert isinstance(f, pure.AsyncFdatasync)
+        f.submit([], "t")
+        assert wait_for(f, 1) == [("t", None)]
+    finally:
+        f.close()
