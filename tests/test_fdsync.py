@@ -213,3 +213,14 @@ def test_facade_falls_back_to_the_thread_twin_when_the_kernel_refuses_aio(monkey
         assert wait_for(f, 1) == [("t", None)]
     finally:
         f.close()
+
+
+@pytest.mark.parametrize("which", IMPLS)
+@pytest.mark.parametrize("bad", ["3", 1.5, None, True])
+def test_a_job_naming_something_not_a_descriptor_is_refused_whole(which, files, bad):
+    with make(which) as f:
+        with pytest.raises(TypeError, match="file descriptor must be an int"):
+            f.submit([files[0], bad], "x")
+        assert f.in_flight == 0
+        f.submit([files[0]], "after")  # the flusher still works
+        assert wait_for(f, 1) == [("after", None)]

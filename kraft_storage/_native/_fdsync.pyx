@@ -16,6 +16,7 @@ from libc.errno cimport EINVAL, EAGAIN
 from libc.stdint cimport uint64_t, int64_t
 from posix.unistd cimport read, write, close as c_close
 
+import operator
 import os
 
 cdef extern from "aio_fsync.h" nogil:
@@ -36,6 +37,15 @@ cdef extern from "errno.h":
 
 cdef object _oserror(int err, str what):
     return OSError(err, os.strerror(err), what)
+
+
+def _as_fd(f):
+    if not isinstance(f, bool):
+        try:
+            return operator.index(f)
+        except TypeError:
+            pass
+    raise TypeError(f"a file descriptor must be an int, not {type(f).__name__}")
 
 
 cdef class AsyncFdatasync:
@@ -86,6 +96,7 @@ cdef class AsyncFdatasync:
         :meth:`reap` once all are done.  The descriptors must stay open until then."""
         if self._closed:
             raise ValueError("AsyncFdatasync is closed")
+        fds = [_as_fd(f) for f in fds]  # (all checked before any request is queued)
         cdef uint64_t tag = self._next
         cdef int fd, r
         cdef int queued = 0

@@ -11,9 +11,19 @@ profiles that refuse io_setup).
 """
 from __future__ import annotations
 
+import operator
 import os
 import queue
 import threading
+
+
+def _as_fd(f):
+    if not isinstance(f, bool):
+        try:
+            return operator.index(f)
+        except TypeError:
+            pass
+    raise TypeError(f"a file descriptor must be an int, not {type(f).__name__}")
 
 
 class AsyncFdatasync:
@@ -41,8 +51,9 @@ class AsyncFdatasync:
     def submit(self, fds, token) -> None:
         if self._closed:
             raise ValueError("AsyncFdatasync is closed")
+        fds = [_as_fd(f) for f in fds]
         self._count += 1
-        self._q.put((list(fds), token))
+        self._q.put((fds, token))
 
     def _work(self) -> None:
         while True:
@@ -57,6 +68,9 @@ class AsyncFdatasync:
                 except OSError as exc:
                     if err is None:
                         err = OSError(exc.errno, os.strerror(exc.errno), f"fdatasync(fd {fd})")
+                except Exception as exc:  # noqa: BLE001 - the worker must outlive any one job
+                    if err is None:
+                        err = OSError(0, f"fdatasync(fd {fd}) failed: {exc!r}")
             with self._lock:
                 self._done.append((token, err))
             os.eventfd_write(self._efd, 1)
