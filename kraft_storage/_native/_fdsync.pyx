@@ -16,8 +16,9 @@ from libc.errno cimport EINVAL, EAGAIN
 from libc.stdint cimport uint64_t, int64_t
 from posix.unistd cimport read, write, close as c_close
 
-import operator
 import os
+
+from kraft_storage._pure._fdsync import _as_fd  # (one argument check for both twins)
 
 cdef extern from "aio_fsync.h" nogil:
     ctypedef struct kraft_aio_completion:
@@ -37,15 +38,6 @@ cdef extern from "errno.h":
 
 cdef object _oserror(int err, str what):
     return OSError(err, os.strerror(err), what)
-
-
-def _as_fd(f):
-    if not isinstance(f, bool):
-        try:
-            return operator.index(f)
-        except TypeError:
-            pass
-    raise TypeError(f"a file descriptor must be an int, not {type(f).__name__}")
 
 
 cdef class AsyncFdatasync:
