@@ -376,10 +376,12 @@ async def all_voters_replicating(driver, deadline) -> None:
 async def main_async(args, base):
     paths = write_configs(base, args.linger_ms, args.voters)
     env = voter_env()
-    procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server", p, "--log-level", "WARNING"],
+    procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server", p, "--log-level", "WARNING",
+                               "--follower-flush", args.follower_flush],
                               stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=env, cwd=REPO)
              for p in paths[1:]]
-    driver = RaftDriver.from_config(NodeConfig.from_file(paths[0]), leader_flush=args.leader_flush)
+    driver = RaftDriver.from_config(NodeConfig.from_file(paths[0]), leader_flush=args.leader_flush,
+                                    follower_flush=args.follower_flush)
     try:
         await driver.start()
         freeze_startup_heap()  # as kraft-server-start does
@@ -416,6 +418,8 @@ def main():
     ap.add_argument("--linger-ms", type=int, default=5)
     ap.add_argument("--leader-flush", choices=("auto", "inline", "thread", "aio"), default="auto",
                     help="where node 1 fsyncs as leader (RaftDriver leader_flush; A/B)")
+    ap.add_argument("--follower-flush", choices=("inline", "aio"), default="inline",
+                    help="where nodes 2..N fsync as followers (kraft-server-start --follower-flush; A/B)")
     ap.add_argument("--rate", type=float, default=None,
                     help="open loop: offer this many records/s (default: closed loop, --max-inflight appends)")
     ap.add_argument("--dir", default=None, help="where the nodes' data goes (default: a temp dir)")
@@ -445,7 +449,7 @@ def main():
                          "record_bytes": args.record_bytes, "records_per_append": args.records_per_append,
                          "max_inflight_appends": args.max_inflight, "linger_ms": args.linger_ms,
                          "offered_records_per_s": args.rate, "loadavg": os.getloadavg(),
-                         "leader_flush": args.leader_flush,
+                         "leader_flush": args.leader_flush, "follower_flush": args.follower_flush,
                          "cpus": os.cpu_count(), "python": sys.version.split()[0]},
                "result": res, "disk_write_fdatasync": disk}
         if res.get("log_bytes_per_s_all_voters"):

@@ -134,3 +134,43 @@ def test_kafka_python_client_frames_are_understood():
         assert 52 in {k.api_key for k in resp.api_keys}
         await s.close()
     run(main())
+
+
+def test_a_held_request_goes_out_only_when_written_and_an_abandoned_one_fails_its_caller():
+    """``send(..., hold=True)`` encodes and registers a request without writing it (a
+    follower's Fetch waiting for its fsync): the server sees nothing until ``write_held``;
+    ``abandon`` gives the caller the error at once and cancels its timeout."""
+    seen = []
+
+    async def describe(ctx, req):
+        seen.append(ctx.header.correlation_id)
+        return DescribeClusterResponse(cluster_id="abc", controller_id=1, error_code=0)
+
+    async def main():
+        s = await _server({ApiKeys.DESCRIBE_CLUSTER: describe})
+        c = await KafkaConnection.open("127.0.0.1", s.port)
+        loop = asyncio.get_running_loop()
+        got = loop.create_future()
+        corr, frame = c.send(DescribeClusterRequest(), 1, 5.0,
+                             lambda r, e: got.set_result((r, e)), hold=True)
+        await asyncio.sleep(0.1)
+        assert seen == [] and not got.done()
+        # another request overtakes the held one on the wire; both are answered to their callers
+        other = await c.request(DescribeClusterRequest(), 1)
+        assert other.cluster_id == "abc" and len(seen) == 1 and seen[0] != corr
+        c.write_held(corr, frame)
+        resp, exc = await got
+        assert exc is None and resp.cluster_id == "abc" and seen[-1] == corr
+        # abandoned: the callback has the error now, nothing is sent, no timeout fires later
+        failed = loop.create_future()
+        corr2, _frame2 = c.send(DescribeClusterRequest(), 1, 0.2,
+                                lambda r, e: failed.set_result((r, e)), hold=True)
+        c.abandon(corr2, ConnectionClosed("gone"))
+        resp, exc = await failed
+        assert resp is None and isinstance(exc, ConnectionClosed)
+        c.write_held(corr2, _frame2)  # no longer pending: not written
+        await asyncio.sleep(0.4)
+        assert corr2 not in seen and len(seen) == 2
+        await c.close()
+        await s.close()
+    run(main())

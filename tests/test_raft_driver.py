@@ -62,16 +62,21 @@ def committed_values(cfg_path):
     return out
 
 
-@pytest.mark.parametrize("leader_flush", ["auto", "inline", "thread", "aio"])
-def test_three_voters_elect_commit_and_resign(tmp_path, leader_flush):
+@pytest.mark.parametrize("leader_flush,follower_flush", [("auto", "inline"), ("inline", "inline"),
+                                                          ("thread", "inline"), ("aio", "inline"),
+                                                          ("auto", "aio"), ("thread", "aio")])
+def test_three_voters_elect_commit_and_resign(tmp_path, leader_flush, follower_flush):
     paths = cluster_properties(str(tmp_path), 3)
 
     async def go():
-        ds = await start(paths, leader_flush=leader_flush)
+        ds = await start(paths, leader_flush=leader_flush, follower_flush=follower_flush)
         try:
             leader = await wait_leader(ds)
             offs = await asyncio.gather(*[leader.append([b"a%d" % i]) for i in range(50)])
             assert offs == sorted(offs) and len(set(offs)) == 50
+            held = sum(d.core.stats["fetches_held_for_flush"] for d in ds)
+            # with "aio" the followers' Fetches after an append wait for the fsync job
+            assert (held > 0) == (follower_flush == "aio"), held
             # every voter's listener-visible state follows: high watermarks converge
             epoch = leader.core.epoch
             t0 = time.monotonic()
@@ -95,6 +100,15 @@ def test_three_voters_elect_commit_and_resign(tmp_path, leader_flush):
     expected = [b"a%d" % i for i in range(50)] + [b"b%d" % i for i in range(20)]
     for p in paths:
         assert committed_values(p)[:70] == expected
+
+
+def test_unknown_flush_modes_are_refused(tmp_path):
+    paths = cluster_properties(str(tmp_path), 1)
+    cfg = NodeConfig.from_file(paths[0])
+    with pytest.raises(DriverError, match="follower_flush must be one of inline, aio, not 'thread'"):
+        RaftDriver.from_config(cfg, follower_flush="thread")
+    with pytest.raises(DriverError, match="leader_flush must be one of"):
+        RaftDriver.from_config(cfg, leader_flush="later")
 
 
 def test_auto_leader_flush_is_native_aio_when_native_code_runs(tmp_path):
@@ -616,4 +630,48 @@ def test_appends_within_the_linger_wake_the_leader_once_not_per_append(tmp_path)
             for d in ds:
                 await d.shutdown(2)
 
+    run(go())
+
+
+def test_requests_held_behind_a_flush_are_sent_when_it_lands_and_failed_when_it_was_overtaken(tmp_path):
+    """A follower's Fetch held behind its fsync job (``follower_flush="aio"``) goes out when
+    the job lands durable; if a truncation overtook the job (``handle_flush_done`` returned
+    False) it must not: an encoded one is abandoned, an unencoded one answered with an error
+    for the core to retry."""
+    from kraft_node.network import ConnectionClosed
+    from kraft_node.raft.errors import Errors
+    paths = cluster_properties(str(tmp_path), 1)
+
+    class Conn:
+        def __init__(self):
+            self.calls = []
+
+        def write_held(self, corr, frame):
+            self.calls.append(("write", corr, frame))
+
+        def abandon(self, corr, exc):
+            self.calls.append(("abandon", corr, type(exc)))
+
+    async def go():
+        d = RaftDriver.from_config(NodeConfig.from_file(paths[0]), follower_flush="aio")
+        try:
+            d.loop = asyncio.get_running_loop()
+            delivered, sent = [], []
+            d._deliver = lambda out, resp: delivered.append((out, resp))
+            d._send_request = sent.append
+            for durable in (False, True):
+                job, conn = object(), Conn()
+                out = m.OutboundRequest(2, 7, d.core._build_fetch(0, 0), 0, job)
+                d._held[id(job)] = [(conn, 11, b"frame"), out]
+                d._release_held(job, durable)
+                await asyncio.sleep(0)
+                assert id(job) not in d._held
+                if durable:
+                    assert conn.calls == [("write", 11, b"frame")] and sent == [out]
+                else:
+                    assert conn.calls == [("abandon", 11, ConnectionClosed)] and sent == []
+                    assert delivered[0][0] is out
+                    assert delivered[0][1].error_code == int(Errors.BROKER_NOT_AVAILABLE)
+        finally:
+            d.log.close()
     run(go())

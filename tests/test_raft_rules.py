@@ -1104,3 +1104,37 @@ def test_leader_flush_leaves_the_loop_for_a_steady_stream_of_small_batches_not_f
     assert ctx.log.flushed_end_offset == ctx.log.end_offset
     ctx.advance(100)                                    # quiet again: back in line
     assert append_and_poll() == 0
+
+
+def test_follower_fetch_reports_only_a_durable_end_offset_and_waits_for_an_async_flush():
+    """Rule 2 (a voter's Fetch reports a durable end offset), with ``async_follower_flush``:
+    the fetched records are fsync'd by a job, and the next Fetch -- fetch offset = the new
+    end -- comes out of the same poll held behind that job (``after_flush``).  The job
+    landing durable says so (True); a job the log's truncation overtook says False, so its
+    held Fetch is never sent.  Without the flag the follower fsyncs in line."""
+    for async_flush in (False, True):
+        ctx = Ctx(local=1)
+        ctx.core.async_follower_flush = async_flush
+        ctx.follow(leader=2, epoch=5, fetched=True)
+        ctx.poll()
+        f = ctx.take(FetchRequest, 2)[-1]
+        r = ctx.reply(f, FetchResponse(0, 0, 1, LeaderIdAndEpoch(2, 5), 0, None, None, (Batch(0, 5, (b"a",)),)))
+        nxt = [m for m in r.messages if isinstance(m, OutboundRequest) and isinstance(m.request, FetchRequest)]
+        assert nxt and nxt[-1].request.fetch_offset == 1
+        if not async_flush:
+            assert r.flush_jobs == [] and nxt[-1].after_flush is None
+            assert ctx.log.flushed_end_offset == 1
+            continue
+        assert len(r.flush_jobs) == 1 and nxt[-1].after_flush is r.flush_jobs[0]
+        assert ctx.log.flushed_end_offset == 0  # not durable until the job runs
+        job = r.flush_jobs[0]
+        job.run()
+        assert ctx.core.handle_flush_done(job, ctx.now) is True
+        assert ctx.log.flushed_end_offset == 1
+        # a job overtaken by a truncation of the bytes it covered is not durable
+        r2 = ctx.reply(nxt[-1], FetchResponse(0, 0, 1, LeaderIdAndEpoch(2, 5), 0, None, None,
+                                              (Batch(1, 5, (b"b",)),)))
+        job2 = r2.flush_jobs[0]
+        ctx.log.truncate_to(1)
+        job2.run()
+        assert ctx.core.handle_flush_done(job2, ctx.now) is False

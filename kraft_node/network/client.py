@@ -113,11 +113,17 @@ class KafkaConnection(asyncio.Protocol):
             self._closed_waiter.set_result(None)
 
     # ------------------------------------------------------------ requests
-    def send(self, body, version: int, timeout: float | None, callback: ResponseCallback) -> None:
+    def send(self, body, version: int, timeout: float | None, callback: ResponseCallback, *,
+             hold: bool = False):
         """Send ``body`` at ``version``; ``callback`` gets the decoded response body, or the
         error (:class:`RequestTimeout` after ``timeout`` seconds, :class:`ConnectionClosed`,
         a :class:`MessageError` for an undecodable answer).  Raises ConnectionClosed at
-        once, without calling ``callback``, when the connection is not usable."""
+        once, without calling ``callback``, when the connection is not usable.
+
+        ``hold=True`` encodes and registers the request but does not write it: the caller
+        gets ``(correlation_id, frame)`` and later calls :meth:`write_held` (or
+        :meth:`abandon`).  Why: a follower encodes its next Fetch while its fsync runs and
+        sends it the moment the fsync lands (RaftDriver)."""
         if not self.connected:
             raise ConnectionClosed(f"not connected to {self.host}:{self.port}"
                                    + (f" ({self._error})" if self._error else ""))
@@ -126,7 +132,25 @@ class KafkaConnection(asyncio.Protocol):
         timer = self._loop.call_later(timeout, self._on_timeout, corr, type(body).__name__, timeout) \
             if timeout is not None else None
         self._pending[corr] = (callback, body.API_KEY, version, timer)
+        if hold:
+            return corr, frame
         self._transport.write(frame)
+        return None
+
+    def write_held(self, corr: int, frame) -> None:
+        """Write a frame from ``send(..., hold=True)``.  If the connection failed meanwhile,
+        its callback already had the error and nothing is written."""
+        if corr in self._pending and self.connected:
+            self._transport.write(frame)
+
+    def abandon(self, corr: int, exc: BaseException) -> None:
+        """Never send a held request: its callback gets ``exc`` now (if it has not had an
+        error already)."""
+        entry = self._pending.pop(corr, None)
+        if entry is not None:
+            if entry[3] is not None:
+                entry[3].cancel()
+            self._call(entry[0], None, exc)
 
     async def request(self, body, version: int, timeout: float = 30.0):
         """Send ``body`` at ``version``; return the decoded response body."""

@@ -21,9 +21,15 @@ the log and the quorum-state store are injected and called synchronously):
 
 1. A quorum-state change is written to the store, durably, *before* the core
    queues any message that depends on it (a granted vote, a Vote request of a
-   new epoch, a BeginQuorumEpoch).  So ``Ready.messages`` may be sent at once.
+   new epoch, a BeginQuorumEpoch).  So ``Ready.messages`` may be sent at once,
+   except a request with ``after_flush`` set (rule 2).
 2. Followers (voters) flush each fetched append before the next Fetch
-   reports the new end offset, so the leader only counts durable data.
+   reports the new end offset, so the leader only counts durable data.  With
+   ``async_follower_flush`` the fsync is a job in ``Ready.flush_jobs`` and the
+   Fetch that reports its end offset is an ``OutboundRequest`` whose
+   ``after_flush`` is that job: the driver may build and encode it while the
+   fsync runs, and must not put it on the wire before the job completed with
+   ``handle_flush_done`` returning True (it drops it otherwise).
 3. The leader flushes drained batches before counting its own end offset
    towards the high watermark.
 4. Only records below the high watermark are delivered to listeners.
@@ -312,7 +318,12 @@ class RaftCore:
         self.async_flush_min_bytes = 0
         self._unflushed_bytes = 0   # appended as leader since the last flush began
         self._rate_bucket = (0, 0, 0)  # (bucket start ms, bytes in it, bytes in the one before)
-        self._flush_job = None  # (epoch, job) in flight
+        #: Followers' flushes as jobs too (rule 2 above): the fsync runs off the loop while the
+        #: next Fetch is built, and that Fetch waits for it (``OutboundRequest.after_flush``).
+        #: The TCP driver turns this on with native AIO (see RaftDriver), where the fsync costs
+        #: the loop one ``io_submit``; off, a follower fsyncs in line before it builds the Fetch.
+        self.async_follower_flush = False
+        self._flush_job = None  # (epoch, job) in flight, a leader's or a follower's
         self._new_flush_jobs: list = []
         self._shutdown_deadline: int | None = None
         self._shutdown_done = False
@@ -465,11 +476,28 @@ class RaftCore:
         self.log.delete_before(snapshot_id)
 
     # ------------------------------------------------------------ plumbing
-    def _send(self, dest: int, request, now_ms: int) -> None:
+    def _send(self, dest: int, request, now_ms: int, after_flush=None) -> None:
         corr = self._next_correlation
         self._next_correlation += 1
         self.requests.on_send(dest, corr, now_ms)
-        self._outbox.append(OutboundRequest(dest, corr, request, now_ms))
+        self._outbox.append(OutboundRequest(dest, corr, request, now_ms, after_flush))
+
+    def _send_fetch(self, dest: int, epoch: int, now_ms: int) -> None:
+        """Send a Fetch reporting this node's log end offset -- durable first (rule 2).
+
+        A voter (or, in a dynamic quorum, anyone: it may become a voter at any offset) whose
+        log end is not flushed either holds the Fetch behind the flush job in flight that
+        covers it, or fsyncs in line now."""
+        job = None
+        log = self.log
+        if log.flushed_end_offset < log.end_offset and (self.quorum.is_voter or self._dynamic()):
+            cur = self._flush_job
+            if cur is not None and getattr(cur[1], "end_offset", -1) >= log.end_offset:
+                job = cur[1]
+                self.stats["fetches_held_for_flush"] += 1
+            else:
+                log.flush()
+        self._send(dest, self._build_fetch(epoch, now_ms), now_ms, job)
 
     def _respond(self, dest: int, corr: int, response) -> None:
         self._outbox.append(OutboundResponse(dest, corr, response))
@@ -1028,8 +1056,15 @@ class RaftCore:
             # Voters flush before reporting the new end offset in their next Fetch.  With a
             # dynamic quorum an observer may become a voter by a record the leader appends at
             # any moment (its last fetch offset then counts at once), so it flushes too.
+            # Asynchronously when allowed and no other flush is in flight: _send_fetch then
+            # holds the Fetch behind the job.
             if self.quorum.is_voter or self._dynamic():
-                self.log.flush()
+                job = self.log.begin_flush() if self.async_follower_flush and self._flush_job is None else None
+                if job is not None:
+                    self._flush_job = (self.quorum.epoch, job)
+                    self._new_flush_jobs.append(job)
+                else:
+                    self.log.flush()
 
     # ------------------------------------------------------------ Add/Remove/UpdateRaftVoter (leader)
     def _voter_change_precheck(self, now_ms: int) -> tuple[Errors, str] | None:
@@ -1386,21 +1421,26 @@ class RaftCore:
             self._on_leader_hwm_update(now_ms)
         return False
 
-    def handle_flush_done(self, job, now_ms: int) -> None:
+    def handle_flush_done(self, job, now_ms: int) -> bool:
         """A flush job from ``Ready.flush_jobs`` ran (``job.run()``): its end offset is
         durable unless the log was truncated meanwhile; as leader of the epoch that
         started it, count it for the high watermark.  An fsync error is raised (fatal,
-        as a failed log directory is for Kafka)."""
+        as a failed log directory is for Kafka).
+
+        Returns whether the job's end offset is durable: only then may the requests held
+        behind it (``OutboundRequest.after_flush is job``) be sent; on False the driver drops
+        them (the core sees them time out or fail, and fetches again)."""
         cur, self._flush_job = self._flush_job, None
         if cur is None or cur[1] is not job:
             self._flush_job = cur
             raise RaftError(f"node {self.local_id}: flush completion for a job not in flight")
         if not self.log.complete_flush(job):
-            return
+            return False
         st = self.quorum.state
         if isinstance(st, LeaderState) and st.epoch == cur[0]:
             if st.update_local_state(self.log.flushed_end_offset):
                 self._on_leader_hwm_update(now_ms)
+        return True
 
     def _maybe_send_begin_quorum_epoch(self, st: LeaderState, now_ms: int) -> None:
         if now_ms < st.begin_quorum_epoch_deadline:
@@ -1466,7 +1506,7 @@ class RaftCore:
             target = self._bootstrap_target
             if not self.requests.has_inflight(target) and self.requests.is_ready(target, now_ms):
                 self._bootstrap_target = None
-                self._send(target, self._build_fetch(st.epoch, now_ms), now_ms)
+                self._send_fetch(target, st.epoch, now_ms)
             return st.fetch_deadline
         if self.requests.is_ready(target, now_ms):
             if st.fetching_snapshot is not None:
@@ -1475,7 +1515,7 @@ class RaftCore:
                                                         self.config.fetch_snapshot_max_bytes, st.epoch,
                                                         sid, len(buf), self.local_key.directory_id), now_ms)
             else:
-                self._send(target, self._build_fetch(st.epoch, now_ms), now_ms)
+                self._send_fetch(target, st.epoch, now_ms)
         return st.fetch_deadline
 
     def _build_fetch(self, epoch: int, now_ms: int) -> FetchRequest:
@@ -1499,7 +1539,7 @@ class RaftCore:
             return NEVER
         target = self.rng.choice(voters)
         if not any(self.requests.has_inflight(v) for v in voters) and self.requests.is_ready(target, now_ms):
-            self._send(target, self._build_fetch(st.epoch, now_ms), now_ms)
+            self._send_fetch(target, st.epoch, now_ms)
         return now_ms + self.config.retry_backoff_ms * 5
 
     def _send_vote_requests(self, st, pre_vote: bool, now_ms: int) -> None:

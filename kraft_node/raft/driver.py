@@ -95,6 +95,8 @@ def wall_ms() -> int:
 
 #: RaftDriver(leader_flush=...): where the leader's fsync runs (see RaftDriver.__init__).
 LEADER_FLUSH_MODES = ("auto", "inline", "thread", "aio")
+#: RaftDriver(follower_flush=...): where a follower's fsync runs (see RaftDriver.__init__).
+FOLLOWER_FLUSH_MODES = ("inline", "aio")
 #: "auto" without native AIO: flushes of at least this many appended bytes go to the flush thread.
 AUTO_THREAD_FLUSH_BYTES = 64 * 1024
 
@@ -182,9 +184,12 @@ class RaftDriver:
     """One KRaft quorum member (voter or observer) running over TCP.  See the module doc."""
 
     def __init__(self, config: NodeConfig, *, cluster_id: str, directory_id: uuid.UUID | None = None,
-                 rng: random.Random | None = None, leader_flush: str = "auto"):
+                 rng: random.Random | None = None, leader_flush: str = "auto", follower_flush: str = "inline"):
         if leader_flush not in LEADER_FLUSH_MODES:
             raise DriverError(f"leader_flush must be one of {', '.join(LEADER_FLUSH_MODES)}, not {leader_flush!r}")
+        if follower_flush not in FOLLOWER_FLUSH_MODES:
+            raise DriverError(f"follower_flush must be one of {', '.join(FOLLOWER_FLUSH_MODES)}, "
+                              f"not {follower_flush!r}")
         ep = config.controller_endpoint
         self.config = config
         self.node_id = config.node_id
@@ -230,10 +235,25 @@ class RaftDriver:
         # 1.15-1.21M records/s on the thread against 0.94-0.99M in line; session 7, aio
         # against the in-line/thread rule in one run: lone append p50 0.83-0.85 vs 0.86-0.89
         # ms (p99 1.3 vs 1.7), saturation 1.02-1.23M vs 0.87-1.09M records/s.
-        # Followers always flush in line before fetching.
+        # Where a follower fsyncs.  "inline" (default): in the handler of the Fetch answer
+        # that brought the records, before it builds its next Fetch.  "aio": queued like the
+        # leader's "aio" flush, and the next Fetch -- it reports the new end offset, so it must
+        # wait for the fsync -- is built and encoded while the fsync runs and written the
+        # moment it lands (RaftCore.async_follower_flush, OutboundRequest.after_flush,
+        # _hold_request).  Measured (BENCHMARKS.md, session 8, 3 voters on 2 shared cores):
+        # "aio" was slower, lone append p50 0.98-1.07 vs 0.80-0.86 ms, 1,000 appends/s
+        # 1.07-1.17 vs 0.79-1.00 ms: the kernel runs an AIO fsync on a kworker thread, so each
+        # follower fsync costs two more wake-ups (kworker, eventfd) on cores the three voters
+        # already share, where the in-line fsync sleeps and wakes in the process itself.
+        # Kept as an option for machines with a core per voter.
         if leader_flush == "auto" and native_aio_available():
             leader_flush = "aio"
         self.leader_flush = leader_flush
+        self.follower_flush = follower_flush
+        self.core.async_follower_flush = follower_flush == "aio"
+        #: id(flush job) -> requests held behind it: (connection, correlation id, frame) when
+        #: encoded on an open connection, else the OutboundRequest itself.
+        self._held: dict[int, list] = {}
         self.core.async_leader_flush = leader_flush != "inline"
         self.core.async_flush_min_bytes = AUTO_THREAD_FLUSH_BYTES if leader_flush == "auto" else 0
         self._flush_executor = None
@@ -500,7 +520,9 @@ class RaftDriver:
                 ctx = self._inbound.pop(msg.correlation_id, None)
                 if ctx is not None:
                     self._answer(ctx, msg.response)
-            elif isinstance(msg, OutboundRequest):
+            elif msg.after_flush is not None:
+                self._hold_request(msg)
+            else:
                 self._send_request(msg)
         try:
             self.core.poll_listeners()  # after the requests are on the wire (core.defer_listeners)
@@ -521,7 +543,7 @@ class RaftDriver:
         measured, the leader's fsync then began ~0.3-0.5 ms after the append and was the
         last thing a lone commit waited for.  The thread needs the GIL only for the few
         bytecodes around ``os.fdatasync``."""
-        if self.leader_flush == "aio" and hasattr(job, "fds"):
+        if (self.leader_flush == "aio" or self.follower_flush == "aio") and hasattr(job, "fds"):
             if self._flusher is None:
                 self._flusher = open_async_fdatasync()
                 self.loop.add_reader(self._flusher.fileno(), self._flusher_ready)
@@ -548,11 +570,40 @@ class RaftDriver:
         if self._closed or self.fatal is not None:
             return
         try:
-            self.core.handle_flush_done(job, monotonic_ms())
+            durable = self.core.handle_flush_done(job, monotonic_ms())
         except Exception as exc:  # an fsync failure: the log directory is unusable
+            self._held.pop(id(job), None)
             self._die(exc)
             return
+        self._release_held(job, durable)
         self._poll()
+
+    def _hold_request(self, out: OutboundRequest) -> None:
+        """Encode a request that must wait for its flush job (a follower's Fetch) now, while
+        the fsync runs; :meth:`_release_held` writes it when the job lands.  Without an
+        open connection the request is kept as it is and sent then."""
+        entry = out
+        peer = self._peer(out.destination)
+        if peer is not None and peer.conn is not None and peer.conn.connected:
+            held = self._transmit(peer, peer.conn, out, hold=True)
+            if held is None:  # refused at once: the core hears of it on the next loop turn
+                return
+            entry = (peer.conn, *held)
+        self._held.setdefault(id(out.after_flush), []).append(entry)
+
+    def _release_held(self, job, durable: bool) -> None:
+        for entry in self._held.pop(id(job), ()):
+            if isinstance(entry, OutboundRequest):
+                if durable:
+                    self._send_request(entry)
+                else:
+                    self.loop.call_soon(self._deliver, entry, wire.error_response(
+                        wire.api_key_of(entry.request), Errors.BROKER_NOT_AVAILABLE))
+            elif durable:
+                entry[0].write_held(entry[1], entry[2])
+            else:  # the log was truncated under the fsync: that Fetch's offset is not durable
+                entry[0].abandon(entry[1], ConnectionClosed("the flush this request waited for was overtaken "
+                                                            "by a truncation"))
 
     def _arm_timer(self, wake_ms: int, now: int) -> None:
         # A timer due no later than wake_ms stays: at worst it polls early and re-arms.
@@ -679,16 +730,20 @@ class RaftDriver:
             return
         self._transmit(peer, conn, out)
 
-    def _transmit(self, peer: _Peer, conn: KafkaConnection, out: OutboundRequest) -> None:
+    def _transmit(self, peer: _Peer, conn: KafkaConnection, out: OutboundRequest, hold: bool = False):
+        """Send ``out`` on ``conn``; with ``hold``, encode and register it only and return
+        ``(correlation id, frame)`` for :meth:`KafkaConnection.write_held` (None if refused)."""
         timeout_ms = self.quorum_config.request_timeout_ms
         if isinstance(out.request, AddRaftVoterRequest):  # the leader answers once the change commits
             timeout_ms = max(timeout_ms, out.request.timeout_ms + 1000)
         try:
             body, version = wire.request_to_wire(out.request)
-            conn.send(body, version, timeout_ms / 1000, lambda raw, exc: self._on_response(peer, out, raw, exc))
+            return conn.send(body, version, timeout_ms / 1000,
+                             lambda raw, exc: self._on_response(peer, out, raw, exc), hold=hold)
         except (ConnectionClosed, MessageError, KraftStorageError, ValueError) as exc:
             # (not from inside this poll: the core hears of the failure on the next loop turn)
             self.loop.call_soon(self._on_response, peer, out, None, exc)
+            return None
 
     def _on_response(self, peer: _Peer, out: OutboundRequest, raw, exc: BaseException | None) -> None:
         key = wire.api_key_of(out.request)

@@ -354,11 +354,17 @@ class OutboundRequest:
 
     The driver delivers the matching response (or nothing) back with the same
     ``correlation_id``; the core tolerates loss, duplication and reordering.
+
+    ``after_flush``: None, or a flush job of ``Ready.flush_jobs`` (this poll's or an
+    earlier one's) that must complete before the request goes on the wire -- a Fetch
+    reporting an end offset the job makes durable.  The driver may encode it meanwhile;
+    it sends it only if ``RaftCore.handle_flush_done(job)`` returned True.
     """
     destination: int
     correlation_id: int
     request: Request
     created_ms: int
+    after_flush: object = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,10 +19,10 @@ from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import BufferFullError, NotLeaderError
 from kraft_node.raft.log import MemoryRaftLog
 from kraft_node.raft.messages import (Batch, LeaderAndEpoch, OffsetAndEpoch, OutboundRequest, ReplicaKey,
-                                      VoteRequest)
+                                      FetchRequest, VoteRequest)
 from kraft_node.raft.quorum_state import MemoryQuorumStateStore
 from kraft_node.raft.roles import LeaderState
-from kraft_node.raft.sim.invariants import InvariantChecker
+from kraft_node.raft.sim.invariants import InvariantChecker, SafetyViolation
 from kraft_node.raft.sim.network import Envelope, EventScheduler, Network, NetworkConfig
 from kraft_node.raft.voters import VoterSet
 
@@ -131,6 +131,8 @@ class SimNode:
                              snapshot_control=SimSnapshotControl() if c.sim.dynamic else None,
                              bootstrap_ids=tuple(c.voter_ids) if c.sim.dynamic else ())
         self.core.async_leader_flush = c.sim.async_leader_flush
+        self.core.async_follower_flush = c.sim.async_follower_flush
+        self.held: dict[int, list] = {}  # id(flush job) -> requests waiting for it (after_flush)
         self.core.async_flush_min_bytes = c.sim.async_flush_min_bytes
         self.core.defer_listeners = c.sim.defer_listeners
         self.sm = StateMachine(self)
@@ -157,10 +159,10 @@ class SimNode:
         now = c.scheduler.now
         ready = self.core.poll(now)
         for m in ready.messages:
-            kind = "request" if isinstance(m, OutboundRequest) else "response"
-            payload = m.request if kind == "request" else m.response
-            inc = 0 if m.destination == ADMIN_ID else c.nodes[m.destination].incarnation
-            c.network.send(Envelope(self.id, m.destination, inc, kind, m.correlation_id, payload))
+            if isinstance(m, OutboundRequest) and m.after_flush is not None:
+                self.held.setdefault(id(m.after_flush), []).append(m)  # sent once the job lands
+                continue
+            self._send(m)
         if self.core.defer_listeners:  # as the TCP driver does: listeners after the sends
             self.core.poll_listeners()
         for job in ready.flush_jobs:
@@ -173,11 +175,28 @@ class SimNode:
         gen = self._wake_gen
         c.scheduler.at(ready.next_wakeup_ms, lambda: self._wake(gen))
 
+    def _send(self, m) -> None:
+        c = self.cluster
+        if isinstance(m, OutboundRequest) and isinstance(m.request, FetchRequest) and self.alive \
+                and (self.core.quorum.is_voter or c.sim.dynamic) \
+                and m.request.fetch_offset > self.log.flushed_end_offset:
+            # RaftCore rule 2: the leader counts a voter's fetch offset as durable.
+            raise SafetyViolation(f"node {self.id}: a Fetch reports offset {m.request.fetch_offset} "
+                                  f"beyond its durable end {self.log.flushed_end_offset}")
+        kind = "request" if isinstance(m, OutboundRequest) else "response"
+        payload = m.request if kind == "request" else m.response
+        inc = 0 if m.destination == ADMIN_ID else c.nodes[m.destination].incarnation
+        c.network.send(Envelope(self.id, m.destination, inc, kind, m.correlation_id, payload))
+
     def _flush_done(self, job, incarnation: int) -> None:
         if not self.alive or incarnation != self.incarnation:
             return  # the process died with the fsync in flight: after_crash() dropped that data
         job.run()
-        self.core.handle_flush_done(job, self.cluster.scheduler.now)
+        durable = self.core.handle_flush_done(job, self.cluster.scheduler.now)
+        held = self.held.pop(id(job), [])
+        if durable:  # else dropped, as the TCP driver does: the core retries after a timeout
+            for m in held:
+                self._send(m)
         self.poll()
 
     def _wake(self, gen: int) -> None:
@@ -224,6 +243,9 @@ class SimConfig:
     async_flush_min_bytes: int = 0
     #: Listeners are delivered after the poll's messages are sent (RaftCore.defer_listeners).
     defer_listeners: bool = False
+    #: Followers flush through ``Ready.flush_jobs`` too, their next Fetch held until the
+    #: job lands (RaftCore.async_follower_flush; the TCP driver's native-AIO mode).
+    async_follower_flush: bool = False
 
 
 class Cluster:
