@@ -1053,18 +1053,25 @@ def test_restarted_single_voter_leader_leads_again_at_once():
     assert ctx.store.state.leader_id == 1 and ctx.store.state.epoch == epoch + 1
 
 
-def test_deferred_listeners_let_the_followers_next_fetch_go_out_first():
-    """Kafka's poll order (requests of pollCurrentState are sent before pollListeners):
-    with ``defer_listeners`` a follower's poll returns its next Fetch -- the one the
-    leader's commit waits for -- before any listener hears of the newly committed data."""
-    ctx = Ctx(local=1)
-    ctx.core.defer_listeners = True
+def _follower_fetches_one_record(ctx):
+    """Node 1 follows leader 2 in epoch 5 and gets one record at offset 0 in a Fetch answer:
+    returns that poll's Ready and its next Fetch requests (asserted to ask for offset 1)."""
     ctx.follow(leader=2, epoch=5, fetched=True)
     ctx.poll()
     f = ctx.take(FetchRequest, 2)[-1]
     r = ctx.reply(f, FetchResponse(0, 0, 1, LeaderIdAndEpoch(2, 5), 0, None, None, (Batch(0, 5, (b"a",)),)))
     nxt = [m for m in r.messages if isinstance(m, OutboundRequest) and isinstance(m.request, FetchRequest)]
     assert nxt and nxt[-1].request.fetch_offset == 1
+    return r, nxt
+
+
+def test_deferred_listeners_let_the_followers_next_fetch_go_out_first():
+    """Kafka's poll order (requests of pollCurrentState are sent before pollListeners):
+    with ``defer_listeners`` a follower's poll returns its next Fetch -- the one the
+    leader's commit waits for -- before any listener hears of the newly committed data."""
+    ctx = Ctx(local=1)
+    ctx.core.defer_listeners = True
+    _r, _nxt = _follower_fetches_one_record(ctx)
     assert ctx.listener.next_offset() == 0  # not delivered by poll
     ctx.core.poll_listeners()
     assert ctx.listener.next_offset() == 1 and ctx.listener.commits[-1].records == (b"a",)
@@ -1115,12 +1122,7 @@ def test_follower_fetch_reports_only_a_durable_end_offset_and_waits_for_an_async
     for async_flush in (False, True):
         ctx = Ctx(local=1)
         ctx.core.async_follower_flush = async_flush
-        ctx.follow(leader=2, epoch=5, fetched=True)
-        ctx.poll()
-        f = ctx.take(FetchRequest, 2)[-1]
-        r = ctx.reply(f, FetchResponse(0, 0, 1, LeaderIdAndEpoch(2, 5), 0, None, None, (Batch(0, 5, (b"a",)),)))
-        nxt = [m for m in r.messages if isinstance(m, OutboundRequest) and isinstance(m.request, FetchRequest)]
-        assert nxt and nxt[-1].request.fetch_offset == 1
+        r, nxt = _follower_fetches_one_record(ctx)
         if not async_flush:
             assert r.flush_jobs == [] and nxt[-1].after_flush is None
             assert ctx.log.flushed_end_offset == 1
