@@ -1140,3 +1140,45 @@ def test_follower_fetch_reports_only_a_durable_end_offset_and_waits_for_an_async
         ctx.log.truncate_to(1)
         job2.run()
         assert ctx.core.handle_flush_done(job2, ctx.now) is False
+
+
+def test_leader_answers_a_lagging_voter_from_memory_within_a_byte_cap(monkeypatch):
+    """The leader keeps the batches it wrote until every listener has them *and* every voter
+    has fetched them: a follower behind the high watermark (with 3 voters one of the two
+    usually is) is answered from memory, not by reading the log back.  Over
+    RECENT_BATCHES_MAX_BYTES the oldest go (a dead voter must not pin memory) and that
+    follower reads the log -- the same records either way."""
+    from kraft_node.raft import client as raft_client
+    ctx = leader_ctx([])
+    ep = ctx.core.epoch
+    start = ctx.log.end_offset  # after the LeaderChange record
+    ctx.request(2, ctx.fetch(2, start, ep))
+    ctx.request(3, ctx.fetch(3, start, ep))
+
+    def append_batches(n, tag):
+        for i in range(n):
+            ctx.core.append([b"%s%d" % (tag, i)], ep, ctx.now)
+            ctx.advance(ctx.config.append_linger_ms)
+            ctx.poll()
+
+    def records(resp):
+        return [r for b in resp.records for r in b.records]
+
+    append_batches(5, b"a")
+    end = ctx.log.end_offset
+    ctx.request(2, ctx.fetch(2, end, ep))  # leader + node 2: all committed, the listener has it
+    assert ctx.core.high_watermark == end and ctx.listener.next_offset() == end
+    read_back = []
+    real_read = ctx.log.read
+    monkeypatch.setattr(ctx.log, "read", lambda *a: read_back.append(a) or real_read(*a))
+    resp = ctx.request(3, ctx.fetch(3, start, ep))
+    assert records(resp) == [b"a%d" % i for i in range(5)] and read_back == []  # from memory
+
+    # node 3 falls behind again; with a cap of 1 byte the batches it lacks are dropped
+    append_batches(3, b"b")
+    end2 = ctx.log.end_offset
+    monkeypatch.setattr(raft_client, "RECENT_BATCHES_MAX_BYTES", 1)
+    ctx.request(2, ctx.fetch(2, end2, ep))
+    assert ctx.core.high_watermark == end2 and ctx.core._recent_batches == [] and ctx.core._recent_bytes == 0
+    resp = ctx.request(3, ctx.fetch(3, end, ep))
+    assert records(resp) == [b"b%d" % i for i in range(3)] and read_back  # from the log

@@ -90,6 +90,13 @@ def error_name_of(code: int) -> str:
 #: Width of the leader's append-rate buckets (see ``RaftCore.async_flush_min_bytes``):
 #: ``async_flush_min_bytes`` appended within about two buckets counts as a steady stream.
 FLUSH_RATE_BUCKET_MS = 10
+#: The leader keeps the batches it wrote in memory (``RaftCore._recent_batches``) until every
+#: listener has them *and* every voter has fetched them, so a follower that is behind the
+#: high watermark (with 3 voters one of the two always is under load) is answered from
+#: memory instead of reading the log back; beyond this many bytes the oldest go anyway (a
+#: dead or slow voter then reads from the log).  Measured (BENCHMARKS.md, session 8): the
+#: leader spent ~16% of its time at saturation in ``pread`` for that follower's Fetches.
+RECENT_BATCHES_MAX_BYTES = 16 << 20
 
 class RaftListener(Protocol):
     """What the state machine (controller, broker image) implements.
@@ -304,6 +311,7 @@ class RaftCore:
         #: Batches this node wrote (as leader, or fetched as follower) that a listener may still need:
         #: delivery takes them from memory instead of re-reading (and re-decoding) the log.
         self._recent_batches: list[Batch] = []
+        self._recent_bytes = 0  # sum of size_in_bytes over _recent_batches
         #: Leader flushes as jobs the driver runs on a thread (``Ready.flush_jobs``); needs a
         #: log with ``begin_flush``/``complete_flush``.  Off by default (and in the simulator's
         #: default): then the leader's next poll fsyncs in line, after answering Fetches.
@@ -515,7 +523,7 @@ class RaftCore:
         if self._voter_change is not None:
             # Kafka answers a pending voter change when leadership ends.
             self._finish_voter_change(Errors.NOT_LEADER_OR_FOLLOWER)
-        self._recent_batches = []
+        self._clear_recent()
         self._bootstrap_target = None
         # Parked fetches are answered against the new state (an error now).
         parked, self._purgatory = self._purgatory, []
@@ -1027,7 +1035,7 @@ class RaftCore:
         if offset < log.end_offset:
             self.stats["truncations"] += 1
         log.truncate_to(offset)
-        self._recent_batches = []  # the log is the only truth after a truncation
+        self._clear_recent()  # the log is the only truth after a truncation
         if self.control.truncate_new_entries(offset):
             self.stats["voter_set_truncated"] += 1
         for ctx in self._listeners:
@@ -1052,6 +1060,7 @@ class RaftCore:
             self.log.append_as_follower(batches if len(keep) == len(batches) and keep[0] is batches[0] else keep)
             if self._listeners:
                 self._recent_batches.extend(keep)
+                self._recent_bytes += sum(b.size_in_bytes for b in keep)
             self.control.apply_batches(keep)
             # Voters flush before reporting the new end offset in their next Fetch.  With a
             # dynamic quorum an observer may become a voter by a record the leader appends at
@@ -1265,7 +1274,7 @@ class RaftCore:
             log.delete_before(sid)
         else:
             log.truncate_fully_and_start_at(sid)
-            self._recent_batches = []
+            self._clear_recent()
         kv, voters = self.snapshot_control.read(data)
         if voters is not None or kv:
             # The snapshot's control state replaces history up to it; later log entries stay.
@@ -1391,6 +1400,7 @@ class RaftCore:
             for b in batches:
                 written = self.log.append_as_leader(b) or b
                 self._recent_batches.append(written)
+                self._recent_bytes += written.size_in_bytes
                 self._unflushed_bytes += written.size_in_bytes
                 self._count_appended(written.size_in_bytes, now_ms)
                 changed |= self.control.apply_batches((b,))
@@ -1596,8 +1606,35 @@ class RaftCore:
         recent = self._recent_batches
         if recent:
             low = min((c.next_offset for c in self._listeners), default=NEVER)
-            if recent[0].next_offset <= low:  # drop what every listener has (offset order: a prefix)
-                del recent[:bisect.bisect_right(recent, low, key=_next_offset)]
+            if isinstance(st, LeaderState):  # and what a voter has still to fetch
+                for rs in st.voters.values():
+                    if rs is not st.local and rs.end_offset is not None and rs.end_offset < low:
+                        low = rs.end_offset
+            if recent[0].next_offset <= low:  # drop what all have (offset order: a prefix)
+                self._drop_recent(bisect.bisect_right(recent, low, key=_next_offset))
+            if self._recent_bytes > RECENT_BATCHES_MAX_BYTES:
+                self._drop_recent_over_cap(low)
+
+    def _clear_recent(self) -> None:
+        self._recent_batches = []
+        self._recent_bytes = 0
+
+    def _drop_recent(self, n: int) -> None:
+        recent = self._recent_batches
+        self._recent_bytes -= sum(b.size_in_bytes for b in recent[:n])
+        del recent[:n]
+
+    def _drop_recent_over_cap(self, low: int) -> None:
+        """Over RECENT_BATCHES_MAX_BYTES: drop the oldest batches no listener still needs
+        (a lagging voter then reads the log); a listener's are kept whatever their size."""
+        recent = self._recent_batches
+        listeners_low = min((c.next_offset for c in self._listeners), default=NEVER)
+        n, size = 0, self._recent_bytes
+        while n < len(recent) and size > RECENT_BATCHES_MAX_BYTES and recent[n].next_offset <= listeners_low:
+            size -= recent[n].size_in_bytes
+            n += 1
+        if n:
+            self._drop_recent(n)
 
     def _walk_listeners(self, st, hwm) -> None:
         for ctx in self._listeners:
