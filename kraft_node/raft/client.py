@@ -308,8 +308,9 @@ class RaftCore:
         #: requests of pollCurrentState go out before pollListeners), so a follower's next
         #: Fetch -- which the leader's commit waits for -- does not wait for the listeners.
         self.defer_listeners = False
-        #: Batches this node wrote (as leader, or fetched as follower) that a listener may still need:
-        #: delivery takes them from memory instead of re-reading (and re-decoding) the log.
+        #: Batches this node wrote (as leader, or fetched as follower) that a listener may still need
+        #: or, on a leader, a voter has still to fetch (RECENT_BATCHES_MAX_BYTES): delivery and
+        #: Fetch answers take them from memory instead of re-reading (and re-decoding) the log.
         self._recent_batches: list[Batch] = []
         self._recent_bytes = 0  # sum of size_in_bytes over _recent_batches
         #: Leader flushes as jobs the driver runs on a thread (``Ready.flush_jobs``); needs a
@@ -328,8 +329,8 @@ class RaftCore:
         self._rate_bucket = (0, 0, 0)  # (bucket start ms, bytes in it, bytes in the one before)
         #: Followers' flushes as jobs too (rule 2 above): the fsync runs off the loop while the
         #: next Fetch is built, and that Fetch waits for it (``OutboundRequest.after_flush``).
-        #: The TCP driver turns this on with native AIO (see RaftDriver), where the fsync costs
-        #: the loop one ``io_submit``; off, a follower fsyncs in line before it builds the Fetch.
+        #: The TCP driver turns this on for ``follower_flush="aio"`` (not its default: slower on
+        #: shared cores, see RaftDriver); off, a follower fsyncs in line before it builds the Fetch.
         self.async_follower_flush = False
         self._flush_job = None  # (epoch, job) in flight, a leader's or a follower's
         self._new_flush_jobs: list = []
