@@ -543,6 +543,8 @@ class RaftDriver:
         measured, the leader's fsync then began ~0.3-0.5 ms after the append and was the
         last thing a lone commit waited for.  The thread needs the GIL only for the few
         bytecodes around ``os.fdatasync``."""
+        # One flusher for both roles: with follower_flush="aio" a leader's jobs (leader_flush
+        # "thread") go through it too, so a node never has two kinds of job in flight.
         if (self.leader_flush == "aio" or self.follower_flush == "aio") and hasattr(job, "fds"):
             if self._flusher is None:
                 self._flusher = open_async_fdatasync()

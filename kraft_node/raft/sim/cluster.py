@@ -244,7 +244,7 @@ class SimConfig:
     #: Listeners are delivered after the poll's messages are sent (RaftCore.defer_listeners).
     defer_listeners: bool = False
     #: Followers flush through ``Ready.flush_jobs`` too, their next Fetch held until the
-    #: job lands (RaftCore.async_follower_flush; the TCP driver's native-AIO mode).
+    #: job lands (RaftCore.async_follower_flush; the TCP driver's follower_flush="aio").
     async_follower_flush: bool = False
 
 
