@@ -154,13 +154,20 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("flush")),
     st.tuples(st.just("snapshot"), st.integers(0, 30)),
     st.tuples(st.just("reopen")),
+    st.tuples(st.just("write")),
+    st.tuples(st.just("crash")),
 ), max_size=25)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops)
 @example([("append", 3, 0, False), ("snapshot", 0), ("truncate", 1)])  # batch straddles start and cut
+@example([("append", 1, 0, False), ("append", 2, 0, False), ("flush",), ("append", 1, 0, False),
+          ("append", 1, 1, True), ("append", 2, 0, False), ("crash",)])
 def test_matches_memory_model(tmp_path_factory, script):
+    """KafkaRaftLog (with write-behind, the default) against MemoryRaftLog after every
+    step: positions, epochs, contents.  A crash (unclean close, reopen) keeps what was
+    written to the file and loses only what write-behind still held -- never flushed data."""
     d = str(tmp_path_factory.mktemp("log") / "__cluster_metadata-0")
     real = KafkaRaftLog(d)
     model = MemoryRaftLog()
@@ -200,6 +207,19 @@ def test_matches_memory_model(tmp_path_factory, script):
             model.flush()
             real.close()
             real = KafkaRaftLog(d)
+        elif op[0] == "write":
+            real.write_pending()
+            assert real.pending_writes == 0
+        elif op[0] == "crash":
+            written = real._log.log_end_offset  # in the file (page cache): survives the process
+            assert model.flushed_end_offset <= real.flushed_end_offset <= written <= real.end_offset
+            assert (real.end_offset > written) == (real.pending_writes > 0)
+            real.close_uncleanly()
+            real = KafkaRaftLog(d)
+            assert real.end_offset == written
+            if written < model.end_offset:
+                model.truncate_to(written)
+            model.flush()
         assert (real.start_offset, real.end_offset) == (model.start_offset, model.end_offset)
         assert real.last_fetched_epoch == model.last_fetched_epoch
         for e in range(0, epoch + 2):

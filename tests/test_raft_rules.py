@@ -1182,3 +1182,45 @@ def test_leader_answers_a_lagging_voter_from_memory_within_a_byte_cap(monkeypatc
     assert ctx.core.high_watermark == end2 and ctx.core._recent_batches == [] and ctx.core._recent_bytes == 0
     resp = ctx.request(3, ctx.fetch(3, end, ep))
     assert records(resp) == [b"b%d" % i for i in range(3)] and read_back  # from the log
+
+
+def test_leader_answers_parked_fetches_before_writing_the_batch_to_its_file(tmp_path):
+    """Write-behind (KafkaRaftLog): a leader poll that appends answers the parked Fetches
+    with the new batch while the log still holds its bytes back -- nothing written, no
+    fsync started -- and asks to be polled again at once; that next poll (the answers are
+    on the wire by then) writes the batch and starts its fsync.  Positions count the batch
+    throughout, and a follower fetching it gets the same bytes the file ends up with."""
+    from kraft_node.raft.kafka_log import KafkaRaftLog
+    log = KafkaRaftLog(str(tmp_path / "__cluster_metadata-0"))
+    ctx = Ctx(log=log, config=QuorumConfig(append_linger_ms=0))
+    ctx.elect()
+    core = ctx.core
+    core.async_leader_flush = True  # the TCP driver's default ("aio"): fsync as a flush job
+    for _ in range(3):  # the LeaderChange batch: written and flushed
+        for job in ctx.poll().flush_jobs:
+            job.run()
+            core.handle_flush_done(job, ctx.now)
+    ep, start = core.epoch, log.end_offset
+    assert log.pending_writes == 0 and log.flushed_end_offset == start
+    for f in (2, 3):  # each follower at the end: told the high watermark, then parked
+        ctx.request(f, ctx.fetch(f, start, ep))
+    assert core.high_watermark == start
+    for f in (2, 3):
+        assert ctx.request(f, ctx.fetch(f, start, ep, max_wait=500, hwm=start)) is None
+    size_before = log.kafka_log.active_segment.size
+
+    core.append([b"hello"], ep, ctx.now)
+    r = ctx.poll()
+    answers = [m.response for m in r.messages if isinstance(m, OutboundResponse)]
+    assert len(answers) == 2 and all(a.records[0].records == (b"hello",) for a in answers)
+    assert log.pending_writes == 1 and log.end_offset == start + 1
+    assert log._log.log_end_offset == start and log._log.active_segment.size == size_before  # not written
+    assert r.flush_jobs == [] and r.next_wakeup_ms == ctx.now  # owed: poll again at once
+
+    r2 = ctx.poll()
+    assert log.pending_writes == 0 and log._log.log_end_offset == start + 1
+    assert len(r2.flush_jobs) == 1 and r2.flush_jobs[0].end_offset == start + 1
+    r2.flush_jobs[0].run()
+    core.handle_flush_done(r2.flush_jobs[0], ctx.now)
+    assert log.flushed_end_offset == start + 1
+    assert log.read(start, 1 << 20)[0].raw == answers[0].records[0].raw

@@ -1395,11 +1395,14 @@ class RaftCore:
         after its own flush (its next Fetch).  Returns True when an fsync is
         still owed (the caller asks to be polled again at once).
         """
+        log = self.log
+        if log.pending_writes:
+            log.write_pending()  # the last poll's batches: its Fetch answers are on the wire now
         batches = st.accumulator.drain(now_ms)
         if batches:
             changed = False
             for b in batches:
-                written = self.log.append_as_leader(b) or b
+                written = log.append_as_leader(b) or b
                 self._recent_batches.append(written)
                 self._recent_bytes += written.size_in_bytes
                 self._unflushed_bytes += written.size_in_bytes
@@ -1417,6 +1420,11 @@ class RaftCore:
                                             or self._recent_append_bytes(now_ms) >= self.async_flush_min_bytes):
                 # The driver fsyncs on a thread while this loop keeps answering Fetches;
                 # one job at a time, the next one covers whatever was appended meanwhile.
+                if batches and log.pending_writes:
+                    # Write-behind (KafkaRaftLog): the log holds these batches back so this
+                    # poll's Fetch answers go out before their pwritev; the next poll, at
+                    # once, writes them and starts their fsync.
+                    return True
                 if self._flush_job is None:
                     job = self.log.begin_flush()
                     if job is not None:

@@ -71,6 +71,15 @@ class RaftLog(Protocol):
     def flush(self) -> None:
         """Make ``[start_offset, end_offset)`` durable."""
 
+    @property
+    def pending_writes(self) -> int:
+        """Leader batches appended but held back from the file (write-behind); 0 for logs
+        that write at once.  They count in every position and are unflushed data."""
+
+    def write_pending(self) -> None:
+        """Write what write-behind holds (the core calls it once the Fetch answers carrying
+        those batches are sent); every method that needs the file does it first anyway."""
+
     def update_high_watermark(self, offset: int) -> None:
         """Record the commit point (informational for the log, e.g. its recovery point)."""
 
@@ -124,6 +133,18 @@ class MemoryRaftLog:
         self._snapshots: dict[SnapshotId, bytes] = {}
         self.high_watermark = 0
         self.flush_count = 0
+        #: model KafkaRaftLog's write-behind: count leader appends in the last batch's epoch
+        #: as pending until something writes them (no other effect: they are unflushed data)
+        self.write_behind = False
+        self._pending = 0
+
+    # ---- write-behind (see KafkaRaftLog)
+    @property
+    def pending_writes(self) -> int:
+        return self._pending
+
+    def write_pending(self) -> None:
+        self._pending = 0
 
     # ---- positions
     @property
@@ -167,19 +188,24 @@ class MemoryRaftLog:
         self._end = batch.next_offset
 
     def append_as_leader(self, batch: Batch) -> None:
+        same_epoch = bool(self._batches) and self._batches[-1].epoch == batch.epoch
         self._append(batch)
+        self._pending = self._pending + 1 if self.write_behind and same_epoch else 0
 
     def append_as_follower(self, batches: Sequence[Batch]) -> None:
+        self._pending = 0
         for b in batches:
             self._append(b)
 
     def flush(self) -> None:
+        self._pending = 0
         self._flushed = self._end
         self.flush_count += 1
 
     def begin_flush(self) -> "MemoryFlushJob | None":
         """The split flush a driver runs off its loop (see ``KafkaLog.begin_flush``); the
         simulator completes it after a virtual delay, or loses it in a crash."""
+        self._pending = 0
         if self._flushed >= self._end:
             return None
         return MemoryFlushJob(self._end, self._truncations)
@@ -197,6 +223,7 @@ class MemoryRaftLog:
             raise ValueError(f"cannot truncate to {offset}, below log start offset {self._start}")
         if offset >= self._end:
             return
+        self._pending = 0
         self._truncations += 1
         i = bisect.bisect_right(self._bases, offset) - 1
         keep = self._batches[:i]
@@ -212,6 +239,7 @@ class MemoryRaftLog:
     def truncate_fully_and_start_at(self, snapshot_id: SnapshotId) -> None:
         if snapshot_id not in self._snapshots:
             raise ValueError(f"no stored snapshot {snapshot_id} to restart the log at")
+        self._pending = 0
         self._truncations += 1
         self._batches = []
         self._bases = []
@@ -325,4 +353,5 @@ class MemoryRaftLog:
         new._batches = keep
         new._bases = [b.base_offset for b in keep]
         new._end = new._flushed = max(self._flushed, self._start)
+        new.write_behind = self.write_behind
         return new

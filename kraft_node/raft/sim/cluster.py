@@ -130,6 +130,7 @@ class SimNode:
                              random.Random(c.rng.getrandbits(64)), cluster_id=c.cluster_id,
                              snapshot_control=SimSnapshotControl() if c.sim.dynamic else None,
                              bootstrap_ids=tuple(c.voter_ids) if c.sim.dynamic else ())
+        self.log.write_behind = c.sim.write_behind
         self.core.async_leader_flush = c.sim.async_leader_flush
         self.core.async_follower_flush = c.sim.async_follower_flush
         self.held: dict[int, list] = {}  # id(flush job) -> requests waiting for it (after_flush)
@@ -246,6 +247,9 @@ class SimConfig:
     #: Followers flush through ``Ready.flush_jobs`` too, their next Fetch held until the
     #: job lands (RaftCore.async_follower_flush; the TCP driver's follower_flush="aio").
     async_follower_flush: bool = False
+    #: Logs hold a leader's appends back until its next poll (KafkaRaftLog's write-behind),
+    #: so the core's write-behind branch runs under the chaos too.
+    write_behind: bool = False
 
 
 class Cluster:

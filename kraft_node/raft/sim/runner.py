@@ -95,7 +95,8 @@ def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000, trace=Non
     # (from the seed, not rng: the chaos schedule stays as it was)
     if cfg.async_leader_flush:
         cfg = replace(cfg, async_flush_min_bytes=(0, 150, 1 << 20)[seed % 3])
-    cfg = replace(cfg, defer_listeners=(seed // 3) % 2 == 1, async_follower_flush=(seed // 5) % 2 == 1)
+    cfg = replace(cfg, defer_listeners=(seed // 3) % 2 == 1, async_follower_flush=(seed // 5) % 2 == 1,
+                  write_behind=(seed // 7) % 2 == 1)
     c = Cluster(seed, cfg)
     c.checker.trace = trace
     if trace is not None:
