@@ -230,7 +230,8 @@ def test_matches_memory_model(tmp_path_factory, script):
     real.close()
 
 
-def test_records_decode_lazily_once_per_read_group():
+def test_records_decode_lazily_once_per_read_group(monkeypatch):
+    from kraft_node.raft import kafka_log as kafka_log_mod
     from kraft_node.raft.kafka_log import _RECORDS
     wire = encode_batches((Batch(0, 1, (b"a", b"b")), Batch(2, 1, (b"x",), True, _lc()),
                            Batch(3, 2, (b"c",)), Batch(4, 2, (b"d", b"e", b"f"))))
@@ -240,12 +241,36 @@ def test_records_decode_lazily_once_per_read_group():
     data = [b for b in bs if not b.is_control]
     assert all(_RECORDS.__get__(b) is None for b in data)  # nothing decoded yet
     assert bs[1].control == _lc() and bs[1].is_control
+    calls = []
+    real_decode = kafka_log_mod.decode_records
+    monkeypatch.setattr(kafka_log_mod, "decode_records", lambda *a, **k: calls.append(1) or real_decode(*a, **k))
     assert data[1].records == (b"c",)
-    assert all(_RECORDS.__get__(b) is not None for b in data)  # one decode filled the whole group
     assert [b.records for b in data] == [(b"a", b"b"), (b"c",), (b"d", b"e", b"f")]
+    assert len(calls) == 1  # one decode for the whole group
     assert encode_batches(bs) == wire  # re-sent byte for byte
     sliced = Batch(data[2].base_offset + 1, data[2].epoch, data[2].records[1:])
     assert decode_batches(encode_batches((sliced,)))[0].records == (b"e", b"f")
+
+
+def test_decoded_batches_leave_no_garbage_for_the_cycle_collector():
+    """A follower decodes every Fetch answer; batches nobody reads the records of (a node
+    without a listener that needs them) must be freed by reference counting alone.  With
+    a batch <-> decode-group cycle each answer left garbage: ~5 gen-0 passes a second in
+    each follower at 1,000 appends/s (session 9)."""
+    import gc
+    wire = encode_batches((Batch(0, 1, (b"a", b"b")), Batch(2, 1, (b"x",), True, _lc()), Batch(3, 2, (b"c",))))
+    gc.collect()
+    gc.disable()
+    try:
+        for touch in (False, True):
+            for _ in range(20):
+                bs = decode_batches(wire)
+                if touch:
+                    assert bs[2].records == (b"c",)
+                del bs
+            assert gc.collect() == 0, f"cyclic garbage left (records touched: {touch})"
+    finally:
+        gc.enable()
 
 
 # ------------------------------------------------------------------ KIP-853 control records and snapshots
