@@ -649,7 +649,7 @@ class KafkaRaftLog:
                 self._log.append_as_leader(raw, batch.epoch)
             else:
                 self._pending.append((raw, batch.epoch))
-                self._pending_end = batch.base_offset + len(batch.records)
+                self._pending_end = batch.next_offset  # (a RawBatch's from its header: no decode)
         else:
             self.write_pending()  # (only if write_behind was switched off meanwhile)
             self._log.append_as_leader(raw, batch.epoch)
