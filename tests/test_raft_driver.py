@@ -13,7 +13,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_raft_driver_support import CLUSTER_ID, cluster_properties  # noqa: E402
+from test_raft_driver_support import CLUSTER_ID, cluster_properties, free_ports  # noqa: E402
 
 from kraft_node.config import NodeConfig  # noqa: E402
 from kraft_node.network import KafkaConnection  # noqa: E402
@@ -200,6 +200,13 @@ def test_describe_quorum_and_cluster(tmp_path):
             follower = next(d for d in ds[:3] if d is not leader)
             _, fq = await _raw_describe(follower.port)
             assert fq.topics[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
+            # the tool reaches the active controller from any controller, and past a dead address
+            dead = free_ports(1)[0]
+            for targets in ([("127.0.0.1", follower.port)], [("127.0.0.1", dead), ("127.0.0.1", follower.port)]):
+                c2, q2 = await metadata_quorum.fetch_from(targets, 5)
+                assert c2.cluster_id == CLUSTER_ID
+                assert q2.topics[0].partitions[0].leader_id == leader.node_id
+                assert q2.topics[0].partitions[0].error_code == 0
             obs = ds[3]
             assert not obs.is_voter and obs.core.leader_id == leader.node_id
         finally:

@@ -133,12 +133,39 @@ def test_add_voter_with_an_existing_id_is_duplicate_voter():
 
 
 def test_add_voter_needs_the_new_voter_caught_up():
+    """Kafka's isReplicaCaughtUp: the new voter must be an observer the leader has seen
+    caught up -- a replica that never fetched (or fetched under another directory id) is
+    refused; one that stopped fetching a while ago is still accepted (within the hour)."""
     c = cluster()
-    c.crash(4)
-    c.run_for(c.config.fetch_timeout_ms + 100)
-    r = ask(c, leader(c).id, add_req(c, 4))
+    stranger = AddRaftVoterRequest(c.cluster_id, 3000, 4, uuid.uuid4(), (Endpoint("CONTROLLER", "h", 4),))
+    r = ask(c, leader(c).id, stranger)
     assert r.error_code == Errors.REQUEST_TIMED_OUT and "caught up" in r.error_message
     assert leader(c).core.voter_set.ids == {1, 2, 3}
+    c.crash(4)
+    c.run_for(3 * c.config.fetch_timeout_ms)
+    r = ask(c, leader(c).id, add_req(c, 4))
+    assert r.error_code == 0, r
+    assert leader(c).core.voter_set.ids == {1, 2, 3, 4}
+
+
+def test_caught_up_for_add_voter_means_caught_up_once_and_fetched_within_the_hour():
+    from kraft_node.raft.roles import CAUGHT_UP_FETCH_WINDOW_MS, LeaderState
+    c = cluster()
+    st = leader(c).core.state
+    assert isinstance(st, LeaderState)
+    key = ReplicaKey(7, uuid.uuid4())
+    end = st.local.end_offset
+    t = 10_000_000
+    assert not st.is_replica_caught_up(key, t)  # never fetched
+    st.update_replica_state(key, t, end - 1)  # fetching, behind the leader
+    assert not st.is_replica_caught_up(key, t + 1)
+    st.update_replica_state(key, t + 5, end)  # caught up once
+    assert st.is_replica_caught_up(key, t + 6)
+    assert not st.is_replica_caught_up(ReplicaKey(7, uuid.uuid4()), t + 6)  # other directory id
+    assert st.is_replica_caught_up(key, t + 5 + CAUGHT_UP_FETCH_WINDOW_MS - 1)
+    assert not st.is_replica_caught_up(key, t + 5 + CAUGHT_UP_FETCH_WINDOW_MS)
+    st.update_replica_state(key, t + 2 * CAUGHT_UP_FETCH_WINDOW_MS, 0)  # back, far behind
+    assert st.is_replica_caught_up(key, t + 2 * CAUGHT_UP_FETCH_WINDOW_MS + 1)  # caught up once, fetched now
 
 
 def test_add_voter_takes_effect_on_append_and_commits_under_the_new_majority():

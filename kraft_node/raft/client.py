@@ -1116,7 +1116,7 @@ class RaftCore:
             return AddRaftVoterResponse(int(Errors.INVALID_REQUEST), "a new voter needs an id and a directory id")
         # Kafka asks the new voter (ApiVersions) for its kraft.version range; this core has
         # no ApiVersions channel and takes every replica to support [0, 1].
-        if not st.is_replica_caught_up(key, now_ms, self.config.fetch_timeout_ms):
+        if not st.is_replica_caught_up(key, now_ms):
             return AddRaftVoterResponse(int(Errors.REQUEST_TIMED_OUT),
                                         f"new voter {key} is not caught up with the leader")
         new = voters.add(VoterEntry(key, tuple(req.listeners)))

@@ -243,6 +243,10 @@ class FollowerState(EpochState):
         return True
 
 
+#: AddRaftVoter's caught-up window (Kafka's LeaderState.isReplicaCaughtUp: one hour).
+CAUGHT_UP_FETCH_WINDOW_MS = 3_600_000
+
+
 @dataclass(slots=True)
 class ReplicaState:
     """The leader's view of one replica (voter or observer)."""
@@ -377,12 +381,16 @@ class LeaderState(EpochState):
         self._update_check_quorum(key.id, now_ms)
         return self.maybe_update_high_watermark()
 
-    def is_replica_caught_up(self, key: ReplicaKey, now_ms: int, max_lag_ms: int) -> bool:
-        """Kafka's isReplicaCaughtUp: fetched up to the leader's end within ``max_lag_ms``."""
-        rs = self.observers.get(key.id) or self.voters.get(key.id)
-        if rs is None or rs.key != key or rs.last_caught_up_ms < 0:
+    def is_replica_caught_up(self, key: ReplicaKey, now_ms: int) -> bool:
+        """Kafka's ``LeaderState.isReplicaCaughtUp``, AddRaftVoter's check: ``key`` (id and
+        directory id) is an observer of this epoch that was caught up with the leader at
+        least once and fetched within the last hour (``CAUGHT_UP_FETCH_WINDOW_MS``).
+        Kafka's own reasoning: a stricter lag bound would refuse every voter under load."""
+        rs = self.observers.get(key.id)
+        if rs is None or rs.key != key:
             return False
-        return now_ms - rs.last_caught_up_ms < max_lag_ms
+        return rs.last_caught_up_ms >= 0 and rs.last_fetch_ms >= 0 \
+            and rs.last_fetch_ms > now_ms - CAUGHT_UP_FETCH_WINDOW_MS
 
     def maybe_update_high_watermark(self) -> bool:
         if not self.voters:

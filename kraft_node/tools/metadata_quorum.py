@@ -6,8 +6,10 @@
     kraft-metadata-quorum --bootstrap-controller HOST:PORT remove-controller --controller-id N
                           --controller-directory-id D [--dry-run]
 
-It sends DescribeCluster (for the cluster id) and DescribeQuorum v2 to the
-given controller, and prints what Kafka's MetadataQuorumCommand prints, in
+It asks the first bootstrap controller that answers (comma-separated
+``HOST:PORT`` list) for the cluster id and the active controller (DescribeCluster),
+sends DescribeQuorum v2 to the active controller -- so any controller of the quorum
+will do, as with Kafka's tool -- and prints what Kafka's MetadataQuorumCommand prints, in
 the same layout (``ClusterId:`` ... ``CurrentObservers:``, or the replication
 table with Kafka's tab-separated, space-padded columns), so scripts written for
 Kafka's tool read ours.
@@ -141,14 +143,29 @@ def describe_request() -> DescribeQuorumRequest:
     return R(topics=[R.TopicData(topic_name=METADATA_TOPIC, partitions=[R.PartitionData(partition_index=0)])])
 
 
+def _describe_error(resp: DescribeQuorumResponse) -> int:
+    """DescribeQuorum's error: the top-level one, else the metadata partition's (a replica
+    that is not the leader answers NOT_LEADER_OR_FOLLOWER there)."""
+    if resp.error_code:
+        return resp.error_code
+    for t in resp.topics:
+        for p in t.partitions:
+            if t.topic_name == METADATA_TOPIC and p.partition_index == 0:
+                return p.error_code
+    return 0
+
+
 async def fetch(host: str, port: int, timeout: float):
-    conn = await KafkaConnection.open(host, port, timeout=timeout, client_id="kraft-metadata-quorum")
-    try:
-        cluster = await conn.request(DescribeClusterRequest(endpoint_type=2), 1, timeout)
-        quorum = await conn.request(describe_request(), 2, timeout)
-    finally:
-        await conn.close()
-    return cluster, quorum
+    """(DescribeCluster, DescribeQuorum) answers from the active controller, reached from
+    the controller at ``host:port`` -- any controller of the quorum will do, as with
+    Kafka's tool (whose Admin client sends DescribeQuorum to the active controller)."""
+    return await fetch_from([(host, port)], timeout)
+
+
+async def fetch_from(targets, timeout: float):
+    """:func:`fetch` from the first of ``targets`` (host, port) that answers."""
+    return await _send_to_active_controller(targets, describe_request(), 2, timeout, error_of=_describe_error,
+                                            with_cluster=True)
 
 
 # ------------------------------------------------------------------ add/remove-controller (KIP-853)
@@ -220,8 +237,11 @@ def _load_props(path: str) -> dict[str, str]:
     if not os.path.exists(path):
         raise QuorumToolError(f"Properties file {path} does not exist.")
     from kraft_node.config import parse_properties
-    with open(path, encoding="utf-8") as f:
-        return parse_properties(f.read())
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse_properties(f.read())
+    except UnicodeDecodeError as exc:
+        raise QuorumToolError(f"{path}: not a UTF-8 properties file ({exc.reason} at byte {exc.start})") from None
 
 
 def add_controller_line(node_id: int, directory_id, endpoints, dry_run: bool) -> str:
@@ -235,9 +255,12 @@ def remove_controller_line(node_id: int, directory_id, dry_run: bool) -> str:
     return f"{head} KRaft controller {node_id} with directory id {directory_id}"
 
 
-async def _send_to_active_controller(targets, body, version: int, timeout: float):
-    """Send ``body`` to the active controller (DescribeCluster's controllerId), retrying
-    retriable errors until ``timeout`` seconds have passed.  Returns the response."""
+async def _send_to_active_controller(targets, body, version: int, timeout: float,
+                                     error_of=lambda resp: resp.error_code, with_cluster: bool = False):
+    """Send ``body`` to the active controller (DescribeCluster's controllerId, asked of
+    each of ``targets`` in turn), retrying retriable errors (``error_of(response)``) until
+    ``timeout`` seconds have passed.  Returns the response, or with ``with_cluster`` the
+    pair (DescribeCluster answer, response)."""
     deadline = time.monotonic() + timeout
     last = "no controller answered"
     while True:
@@ -271,13 +294,14 @@ async def _send_to_active_controller(targets, body, version: int, timeout: float
             except (OSError, ConnectionClosed, RequestTimeout, asyncio.TimeoutError) as exc:
                 last = f"controller {leader.broker_id} at {leader.host}:{leader.port}: {exc or type(exc).__name__}"
                 continue
-            if resp.error_code in _RETRIABLE:
-                last = f"{_ERROR_NAMES.get(resp.error_code, resp.error_code)}: {resp.error_message or ''}"
+            code = error_of(resp)
+            if code in _RETRIABLE:
+                last = f"{_ERROR_NAMES.get(code, code)}: {resp.error_message or ''}"
                 continue
-            if resp.error_code:
-                name = _ERROR_NAMES.get(resp.error_code, f"error code {resp.error_code}")
+            if code:
+                name = _ERROR_NAMES.get(code, f"error code {code}")
                 raise QuorumToolError(f"{name}: {resp.error_message or ''}".rstrip(": "))
-            return resp
+            return (cluster, resp) if with_cluster else resp
         await asyncio.sleep(0.2)
 
 
@@ -286,8 +310,8 @@ def _targets(text: str):
     for t in text.split(","):
         t = t.strip()
         host, _, port = t.rpartition(":")
-        if not host or not port.isdigit():
-            raise QuorumToolError(f"{t!r} is not host:port")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise QuorumToolError(f"{t!r} is not host:port (a port from 1 to 65535)")
         out.append((host.strip("[]"), int(port)))
     return out
 
@@ -315,19 +339,21 @@ def main(argv=None) -> int:
     d.add_argument("--human-readable", action="store_true")
     args = p.parse_args(argv)
     target_text = args.bootstrap_controller or args.bootstrap_server
+    if not args.timeout > 0:
+        p.error(f"--timeout must be a positive number of seconds, not {args.timeout}")
+    try:
+        targets = _targets(target_text)
+    except QuorumToolError as exc:
+        print(f"kraft-metadata-quorum: {exc}", file=sys.stderr)
+        return 1
     if args.cmd in ("add-controller", "remove-controller"):
         try:
-            return _change_controllers(args, _targets(target_text))
-        except (OSError, QuorumToolError) as exc:
+            return _change_controllers(args, targets)
+        except (OSError, UnicodeDecodeError, QuorumToolError) as exc:
             print(f"kraft-metadata-quorum: {exc}", file=sys.stderr)
             return 1
-    target = target_text.split(",")[0].strip()
-    host, _, port = target.rpartition(":")
-    if not host or not port.isdigit():
-        print(f"kraft-metadata-quorum: {target!r} is not host:port", file=sys.stderr)
-        return 1
     try:
-        cluster, quorum = asyncio.run(fetch(host.strip("[]"), int(port), args.timeout))
+        cluster, quorum = asyncio.run(fetch_from(targets, args.timeout))
         if args.status:
             if cluster.error_code:
                 raise QuorumToolError(f"DescribeCluster failed with error code {cluster.error_code}")
@@ -336,7 +362,7 @@ def main(argv=None) -> int:
             sys.stdout.write(format_replication(quorum, args.human_readable))
         return 0
     except (OSError, ConnectionClosed, RequestTimeout, asyncio.TimeoutError, QuorumToolError) as exc:
-        print(f"kraft-metadata-quorum: {target}: {exc or type(exc).__name__}", file=sys.stderr)
+        print(f"kraft-metadata-quorum: {target_text}: {exc or type(exc).__name__}", file=sys.stderr)
         return 1
 
 
