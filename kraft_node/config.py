@@ -189,6 +189,13 @@ class NodeConfig:
             raise ConfigError(f"{source}: {exc}") from None
         cfg = cls(node_id, roles, listeners, cl_names, log_dirs, metadata_log_dir, voters, boot, quorum,
                   dict(props), source)
+        if roles == {"broker"} and node_id in {v.id for v in voters}:
+            # Kafka's rule (KafkaConfig): a broker-only node is never a voter
+            raise ConfigError(f"{source}: process.roles=broker but node.id {node_id} is listed in "
+                              "controller.quorum.voters; a node in the voter set needs the controller role")
+        # Decision: a controller-role node whose id is not in static controller.quorum.voters
+        # runs as an observer (Kafka refuses to start it; its observers are brokers).  Until
+        # kraft has a broker this is how an observer of a static quorum is started.
         if cfg.is_controller:
             if cfg.controller_endpoint is None:
                 raise ConfigError(f"{source}: controller.listener.names {cl_names} names no entry of listeners")

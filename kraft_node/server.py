@@ -145,9 +145,8 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="kraft-server-start", description="Run a KRaft controller quorum member.")
     p.add_argument("config", nargs="?", help="server.properties (default: the embedded single-node config)")
-    p.add_argument("--exit-after-seconds", type=float,
-                   default=float(os.environ["KRAFT_EXIT_AFTER_SECONDS"])
-                   if os.environ.get("KRAFT_EXIT_AFTER_SECONDS") else None)
+    p.add_argument("--exit-after-seconds", type=float, default=None,
+                   help="stop gracefully after this many seconds (default: $KRAFT_EXIT_AFTER_SECONDS, else never)")
     p.add_argument("--shutdown-timeout-seconds", type=float, default=5.0)
     p.add_argument("--demo-writer", action="store_true",
                    help="when leader, append numbered records and print 'ACK <offset> <value>' once committed")
@@ -159,8 +158,22 @@ def main(argv=None) -> int:
     p.add_argument("--follower-flush", choices=FOLLOWER_FLUSH_MODES, default="inline",
                    help="where a follower fsyncs (default inline; aio measured slower on shared cores)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="[%(asctime)s] %(levelname)s %(message)s")
+    if args.exit_after_seconds is None and os.environ.get("KRAFT_EXIT_AFTER_SECONDS"):
+        try:
+            args.exit_after_seconds = float(os.environ["KRAFT_EXIT_AFTER_SECONDS"])
+        except ValueError:
+            p.error(f"KRAFT_EXIT_AFTER_SECONDS={os.environ['KRAFT_EXIT_AFTER_SECONDS']!r} is not a number of seconds")
+    if args.exit_after_seconds is not None and not args.exit_after_seconds >= 0:
+        p.error(f"--exit-after-seconds must be a number of seconds >= 0, not {args.exit_after_seconds}")
+    if not args.shutdown_timeout_seconds >= 0:
+        p.error(f"--shutdown-timeout-seconds must be >= 0, not {args.shutdown_timeout_seconds}")
+    if args.writer_interval_ms < 1 or args.writer_batch < 1:
+        p.error("--writer-interval-ms and --writer-batch must be at least 1")
+    level = logging.getLevelName(args.log_level.upper())
+    if not isinstance(level, int):
+        p.error(f"--log-level (or KRAFT_LOG_LEVEL) {args.log_level!r} is not one of DEBUG, INFO, WARNING, ERROR, "
+                "CRITICAL")
+    logging.basicConfig(level=level, stream=sys.stderr, format="[%(asctime)s] %(levelname)s %(message)s")
     try:
         if args.config:
             cfg = NodeConfig.from_file(args.config)

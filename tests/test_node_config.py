@@ -52,11 +52,23 @@ def test_dynamic_voter_syntax():
     ({"log.dirs": None}, "missing required key log.dirs"),
     ({"controller.quorum.election.timeout.ms": "soon"}, "server.properties"),
     ({"controller.quorum.bogus.ms": "1"}, "unknown quorum config"),
+    ({"controller.quorum.election.timeout.ms": "0"}, "election.timeout.ms=0 is out of range"),
+    ({"controller.quorum.fetch.timeout.ms": "-5"}, "fetch.timeout.ms=-5 is out of range"),
+    ({"controller.quorum.request.timeout.ms": "0"}, "request.timeout.ms=0 is out of range"),
+    ({"controller.quorum.append.linger.ms": "-1"}, "append.linger.ms=-1 is out of range"),
+    ({"controller.quorum.fetch.timeout.ms": "9" * 20}, "fetch.timeout.ms=9+ is out of range"),
+    ({"controller.quorum.retry.backoff.ms": "abc"}, "retry.backoff.ms='abc' is not an integer"),
+    ({"process.roles": "broker"}, "node.id 2 is listed in controller.quorum.voters"),
 ])
 def test_errors_name_the_key_and_file(over, msg):
     with pytest.raises(ConfigError, match=msg) as ei:
         cfg(**{k.replace(".", "_"): v for k, v in over.items()})
     assert "server.properties" in str(ei.value)
+
+
+def test_zero_linger_and_backoff_are_accepted():
+    c = cfg(controller_quorum_append_linger_ms="0", controller_quorum_retry_backoff_ms="0")
+    assert c.quorum.append_linger_ms == 0 and c.quorum.retry_backoff_ms == 0
 
 
 def test_embedded_default_is_valid():
@@ -67,3 +79,21 @@ def test_embedded_default_is_valid():
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="No such file"):
         NodeConfig.from_file(str(tmp_path / "nope.properties"))
+
+
+@pytest.mark.parametrize("argv,env,msg", [
+    (["--log-level", "bogus"], {}, "--log-level (or KRAFT_LOG_LEVEL) 'bogus' is not one of"),
+    ([], {"KRAFT_EXIT_AFTER_SECONDS": "xyz"}, "KRAFT_EXIT_AFTER_SECONDS='xyz' is not a number"),
+    (["--exit-after-seconds", "-1"], {}, "--exit-after-seconds must be"),
+    (["--writer-interval-ms", "0"], {}, "--writer-interval-ms and --writer-batch must be at least 1"),
+])
+def test_server_command_line_errors_are_usage_errors(argv, env, msg, monkeypatch, capsys):
+    """kraft-server-start refuses bad options with a usage error (exit 2) naming them,
+    before it formats or starts anything -- not with a traceback."""
+    from kraft_node import server
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(SystemExit) as ei:
+        server.main(argv)
+    assert ei.value.code == 2
+    assert msg in capsys.readouterr().err

@@ -87,10 +87,23 @@ def test_format_initial_controllers_uses_given_directory_id(tmp_path):
     ({"standalone": True}, True, "need controller.quorum.voters to be unset"),
     ({}, False, "you must specify one of --standalone"),
     ({"initial_controllers": "1@h:1"}, False, "has no directory id"),
+    ({"initial_controllers": "1@h:1:notauuid"}, False, "is not a Uuid"),
+    ({"standalone": True, "release_version": "3.8"}, False, "needs metadata.version 3.9-IV0 or later, not 3.8-IV0"),
+    ({"cluster_id": "abc"}, True, "Cluster ID string abc does not appear to be a valid UUID"),
 ])
 def test_format_errors(tmp_path, kw, voters, msg):
+    cid = kw.pop("cluster_id", CID)
     with pytest.raises(FormatError, match=msg):
-        format_storage(NodeConfig.from_file(config(tmp_path, voters=voters)), CID, out=io.StringIO(), **kw)
+        format_storage(NodeConfig.from_file(config(tmp_path, voters=voters)), cid, out=io.StringIO(), **kw)
+    # refused before anything was written
+    assert not any(os.path.exists(tmp_path / d) for d in ("a", "b", "m"))
+
+
+def test_format_reports_an_unwritable_log_dir(tmp_path, capsys):
+    (tmp_path / "a").write_text("a file where a log dir should be")
+    assert main(["format", "-c", config(tmp_path), "-t", CID]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kraft-storage: cannot write") and str(tmp_path / "a") in err, err
 
 
 def test_already_formatted_and_wrong_cluster(tmp_path, capsys):

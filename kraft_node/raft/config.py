@@ -2,6 +2,13 @@
 
 Field names are the config keys with the ``controller.quorum.`` prefix dropped
 and dots turned into underscores, so ``from_properties`` is a direct mapping.
+Kafka's keys: voters, bootstrap.servers, election.timeout.ms, election.backoff.max.ms,
+fetch.timeout.ms, request.timeout.ms, retry.backoff.ms, append.linger.ms and
+auto.join.enable.  kraft's own tuning keys under the same prefix (not Kafka's; Kafka
+hard-codes these): fetch.max.bytes, fetch.snapshot.max.bytes, fetch.max.wait.ms,
+max.batch.size.bytes, max.number.of.batches.  Any other ``controller.quorum.*`` key is
+refused (a typo would otherwise silently leave a default in place), and every value is
+range-checked with the key named in the error.
 """
 from __future__ import annotations
 
@@ -43,6 +50,16 @@ class QuorumConfig:
     #: ``controller.quorum.auto.join.enable``: an observer asks the leader to add it as a voter.
     auto_join_enable: bool = False
 
+    def __post_init__(self):
+        # Kafka's ConfigDef: INT, atLeast(0).  Stricter here where 0 cannot work (a zero
+        # election timeout has no random range; zero fetch/request timeouts expire at once;
+        # a zero byte or batch cap could never send anything).
+        for name, low in _MINIMUM.items():
+            v = getattr(self, name)
+            if type(v) is not int or not low <= v <= _INT_MAX:
+                raise ValueError(f"{PREFIX}{name.replace('_', '.')}={v!r} is out of range: "
+                                 f"it must be an integer from {low} to {_INT_MAX}")
+
     @property
     def check_quorum_timeout_ms(self) -> int:
         return int(self.fetch_timeout_ms * 1.5)
@@ -70,5 +87,16 @@ class QuorumConfig:
                 continue  # membership settings are not part of the core's timing config
             if name not in names:
                 raise ValueError(f"unknown quorum config {key!r}")
-            kwargs[name] = int(value)
+            try:
+                kwargs[name] = int(value.strip())
+            except ValueError:
+                raise ValueError(f"{key}={value!r} is not an integer") from None
         return cls(**kwargs)
+
+
+_INT_MAX = 2 ** 31 - 1  # Kafka's INT configs
+#: field -> smallest value accepted (see QuorumConfig.__post_init__)
+_MINIMUM = {"election_timeout_ms": 1, "election_backoff_max_ms": 0, "fetch_timeout_ms": 1,
+            "request_timeout_ms": 1, "retry_backoff_ms": 0, "append_linger_ms": 0, "fetch_max_bytes": 1,
+            "fetch_snapshot_max_bytes": 1, "fetch_max_wait_ms": 0, "max_batch_size_bytes": 1,
+            "max_number_of_batches": 1}

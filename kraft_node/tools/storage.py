@@ -95,7 +95,12 @@ def _voters_record(voters, listener: str) -> VotersRecord:
         if v.directory_id is None:
             raise FormatError(f"--initial-controllers entry for node {v.id} has no directory id "
                               "(id@host:port:directoryId)")
-        out.append(R.Voter(voter_id=v.id, voter_directory_id=Uuid(v.directory_id),
+        try:
+            dir_id = Uuid(v.directory_id)
+        except ValueError as exc:
+            raise FormatError(f"--initial-controllers entry for node {v.id}: directory id {v.directory_id!r} "
+                              f"is not a Uuid: {exc}") from None
+        out.append(R.Voter(voter_id=v.id, voter_directory_id=dir_id,
                            endpoints=[R.Endpoint(name=listener, host=v.host, port=v.port)],
                            k_raft_version_feature=R.KRaftVersionFeature(min_supported_version=0,
                                                                         max_supported_version=1)))
@@ -106,12 +111,13 @@ def format_storage(cfg: NodeConfig, cluster_id: str, *, standalone: bool = False
                    initial_controllers: str | None = None, no_initial_controllers: bool = False,
                    release_version: str = LATEST_PRODUCTION, ignore_formatted: bool = False,
                    out=sys.stdout) -> int:
+    """Write ``meta.properties`` (and, in the metadata log dir, the bootstrap snapshot) in
+    every unformatted log dir of ``cfg``, as Kafka's ``kafka-storage format`` does.  All
+    arguments are checked before anything is written."""
     try:
-        Uuid(cluster_id)
-    except ValueError:
-        # Kafka accepts any string but warns; ids from random-uuid are Uuids.
-        if not cluster_id or any(c.isspace() for c in cluster_id):
-            raise FormatError(f"invalid cluster id {cluster_id!r}") from None
+        Uuid(cluster_id)  # Kafka (since 3.3): a cluster id must be a base64 Uuid
+    except ValueError as exc:
+        raise FormatError(f"Cluster ID string {cluster_id} does not appear to be a valid UUID: {exc}") from None
     dynamic = standalone or initial_controllers is not None or no_initial_controllers
     if sum([standalone, initial_controllers is not None, no_initial_controllers]) > 1:
         raise FormatError("--standalone, --initial-controllers and --no-initial-controllers are mutually exclusive")
@@ -122,6 +128,10 @@ def format_storage(cfg: NodeConfig, cluster_id: str, *, standalone: bool = False
         raise FormatError("because controller.quorum.voters is not set on this controller, you must specify "
                           "one of --standalone, --initial-controllers, or --no-initial-controllers")
     name, level = release_level(release_version)
+    if dynamic and level < METADATA_VERSIONS["3.9-IV0"]:
+        # Kafka: kraft.version 1 (a dynamic quorum) needs metadata.version 3.9-IV0 or later
+        raise FormatError(f"--standalone, --initial-controllers and --no-initial-controllers format a dynamic "
+                          f"quorum (kraft.version 1), which needs metadata.version 3.9-IV0 or later, not {name}")
     listener = cfg.controller_listener_names[0]
     voters = None
     if standalone:
@@ -132,9 +142,8 @@ def format_storage(cfg: NodeConfig, cluster_id: str, *, standalone: bool = False
         voters = [Voter(cfg.node_id, ep.host, ep.port, random_uuid())]
     elif initial_controllers is not None:
         voters = parse_voters(initial_controllers, "--initial-controllers", "command line")
+    voters_record = _voters_record(voters, listener) if voters else None  # checks every directory id
     my_dir_id = next((v.directory_id for v in voters or () if v.id == cfg.node_id), None)
-    if my_dir_id is not None:
-        Uuid(my_dir_id)
 
     empty = []
     for d in cfg.all_log_dirs:
@@ -162,13 +171,13 @@ def format_storage(cfg: NodeConfig, cluster_id: str, *, standalone: bool = False
             kind = "dynamic metadata directory"
         print(f"Formatting {kind} {d} with metadata.version {name}.", file=out)
         if is_meta:
-            _write_bootstrap(d, records, voters, listener, dynamic)
+            _write_bootstrap(d, records, voters_record, dynamic)
         dir_id = my_dir_id if (is_meta and my_dir_id) else random_uuid()
         write_meta_properties(d, MetaProperties(1, cluster_id, cfg.node_id, dir_id))
     return 0
 
 
-def _write_bootstrap(log_dir: str, records, voters, listener: str, dynamic: bool) -> None:
+def _write_bootstrap(log_dir: str, records, voters_record, dynamic: bool) -> None:
     from kraft_storage.snapshot import BOOTSTRAP_SNAPSHOT_ID, RawSnapshotWriter, RecordsSnapshotWriter
     from kraft_storage.snapshot.records import write_bootstrap_checkpoint
     if not dynamic:
@@ -179,7 +188,7 @@ def _write_bootstrap(log_dir: str, records, voters, listener: str, dynamic: bool
     os.makedirs(part_dir, exist_ok=True)
     raw = RawSnapshotWriter(part_dir, BOOTSTRAP_SNAPSHOT_ID)
     with RecordsSnapshotWriter(raw, last_contained_log_timestamp=int(time.time() * 1000), kraft_version=1,
-                               voters=_voters_record(voters, listener) if voters else None) as w:
+                               voters=voters_record) as w:
         w.append(records)
         w.freeze()
 
@@ -209,6 +218,10 @@ def main(argv=None) -> int:
                               release_version=args.release_version, ignore_formatted=args.ignore_formatted)
     except (FormatError, ConfigError, MetaPropertiesError, KraftStorageError, ValueError) as exc:
         print(f"kraft-storage: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a log dir that cannot be made or written
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"kraft-storage: cannot write{where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
 
 
