@@ -322,3 +322,18 @@ def test_check_quorum_timer_is_fresh_when_a_single_voter_leader_gains_a_voter():
     assert st.time_until_check_quorum_expires(100_000) > cfg.check_quorum_timeout_ms  # never expires alone
     st.update_voter_set([k1, k2])
     assert st.time_until_check_quorum_expires(100_000) == cfg.check_quorum_timeout_ms
+
+
+def test_observers_that_stopped_fetching_are_dropped_when_the_quorum_is_described():
+    """Kafka's clearInactiveObservers: an observer silent for OBSERVER_SESSION_TIMEOUT_MS
+    leaves the leader's observer list (DescribeQuorum calls this first); a fetching one stays."""
+    from kraft_node.raft.roles import OBSERVER_SESSION_TIMEOUT_MS
+    c = cluster()
+    st = leader(c).core.state
+    assert 4 in st.observers
+    t = st.observers[4].last_fetch_ms
+    st.update_replica_state(ReplicaKey(9, uuid.uuid4()), t + OBSERVER_SESSION_TIMEOUT_MS, 0)
+    st.clear_inactive_observers(t + OBSERVER_SESSION_TIMEOUT_MS - 1)
+    assert set(st.observers) == {4, 9}
+    st.clear_inactive_observers(t + OBSERVER_SESSION_TIMEOUT_MS)
+    assert set(st.observers) == {9}

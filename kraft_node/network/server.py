@@ -11,7 +11,9 @@ sent).  Handlers are looked up by API key and called as
   -- the Raft driver does this for requests its core answers in a later poll
   (a Fetch parked in the leader's purgatory), with no task or future per request.
 
-ApiVersions is answered here from the ApiKeys table unless a handler overrides it.
+ApiVersions is answered here from the ApiKeys table unless a handler overrides it; it
+advertises only the APIs this server has handlers for (and ApiVersions), so a client
+never picks an API whose request would close the connection.
 Each connection is an :class:`asyncio.Protocol`: a request costs one
 ``data_received`` call (see :mod:`.frames`).  Reading pauses while too many
 requests wait behind the one in progress, and answering pauses while the
@@ -93,6 +95,10 @@ class KafkaServer:
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[_ServerConnection] = set()
 
+    def advertised_api_keys(self) -> set[int]:
+        """What ApiVersions lists: the keys with a handler, and ApiVersions itself."""
+        return {int(k) for k in self.handlers} | {int(ApiKeys.API_VERSIONS)}
+
     async def start(self) -> int:
         """Listen; returns the bound port (useful with port 0)."""
         loop = asyncio.get_running_loop()
@@ -118,7 +124,8 @@ class KafkaServer:
         except UnsupportedApiError as exc:
             h = exc.header
             if h is not None and h.request_api_key == ApiKeys.API_VERSIONS:
-                resp, v = answer_api_versions(None, h.request_api_version, self.listener_type)
+                resp, v = answer_api_versions(None, h.request_api_version, self.listener_type,
+                                              only=self.advertised_api_keys())
                 conn.answered(encode_response(resp, v, h.correlation_id))
                 return
             log.warning("closing %s:%s: %s", peer[0], peer[1], exc)
@@ -133,7 +140,7 @@ class KafkaServer:
         handler = self.handlers.get(key)
         if handler is None:
             if key == ApiKeys.API_VERSIONS:
-                resp, v = answer_api_versions(body, version, self.listener_type)
+                resp, v = answer_api_versions(body, version, self.listener_type, only=self.advertised_api_keys())
                 conn.answered(encode_response(resp, v, header.correlation_id))
                 return
             log.warning("closing %s:%s: no handler for api key %d on listener %s", peer[0], peer[1], key,

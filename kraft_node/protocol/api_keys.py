@@ -79,8 +79,9 @@ def response_header_version(api_key: int, api_version: int) -> int:
 
 def api_versions_response(version: int, listener: str | None = None, *, throttle_time_ms: int = 0,
                           supported_features=(), finalized_features=(), finalized_features_epoch: int = -1,
-                          zk_migration_ready: bool = False) -> ApiVersionsResponse:
-    """The ApiVersions answer listing every API (of ``listener``: ``broker``/``controller``) and its range.
+                          zk_migration_ready: bool = False, only=None) -> ApiVersionsResponse:
+    """The ApiVersions answer listing every API (of ``listener``: ``broker``/``controller``;
+    of those, only the keys in ``only`` when given: what the server has handlers for) and its range.
 
     ``supported_features``/``finalized_features`` take ``(name, min, max)`` and
     ``(name, min_level, max_level)`` triples (sent from version 3 on).
@@ -88,7 +89,7 @@ def api_versions_response(version: int, listener: str | None = None, *, throttle
     R = ApiVersionsResponse
     keys = [R.ApiVersion(api_key=int(i.key), min_version=i.lowest, max_version=i.highest)
             for i in sorted(API_INFO.values(), key=lambda i: i.key)
-            if listener is None or listener in i.listeners]
+            if (listener is None or listener in i.listeners) and (only is None or int(i.key) in only)]
     return R(error_code=0, api_keys=keys, throttle_time_ms=throttle_time_ms,
              supported_features=[R.SupportedFeatureKey(name=n, min_version=a, max_version=b)
                                  for n, a, b in supported_features],

@@ -789,6 +789,7 @@ class RaftDriver:
                                                                       port=ne.port)])] if ne is not None else []
             return R(topics=[R.TopicData(topic_name=topic, partitions=[part])], error_message=None, nodes=nodes)
         now, wall = monotonic_ms(), wall_ms()
+        st.clear_inactive_observers(now)
         hwm = st.high_watermark if st.high_watermark is not None else -1
 
         def rstate(rs, is_local):

@@ -245,6 +245,9 @@ class FollowerState(EpochState):
 
 #: AddRaftVoter's caught-up window (Kafka's LeaderState.isReplicaCaughtUp: one hour).
 CAUGHT_UP_FETCH_WINDOW_MS = 3_600_000
+#: An observer that has not fetched for this long is dropped when the quorum is described
+#: (Kafka's LeaderState.OBSERVER_SESSION_TIMEOUT_MS).
+OBSERVER_SESSION_TIMEOUT_MS = 300_000
 
 
 @dataclass(slots=True)
@@ -380,6 +383,14 @@ class LeaderState(EpochState):
         rs.has_acknowledged_leader = True
         self._update_check_quorum(key.id, now_ms)
         return self.maybe_update_high_watermark()
+
+    def clear_inactive_observers(self, now_ms: int) -> None:
+        """Forget observers that have not fetched for ``OBSERVER_SESSION_TIMEOUT_MS`` (Kafka's
+        ``clearInactiveObservers``, run when the quorum is described), so a stopped observer
+        leaves DescribeQuorum's observer list instead of staying in it for the epoch."""
+        for oid in [oid for oid, rs in self.observers.items()
+                    if now_ms - rs.last_fetch_ms >= OBSERVER_SESSION_TIMEOUT_MS and oid != self.local_key.id]:
+            del self.observers[oid]
 
     def is_replica_caught_up(self, key: ReplicaKey, now_ms: int) -> bool:
         """Kafka's ``LeaderState.isReplicaCaughtUp``, AddRaftVoter's check: ``key`` (id and
