@@ -20,7 +20,7 @@ from kraft_node.network import KafkaConnection  # noqa: E402
 from kraft_node.raft import messages as m  # noqa: E402
 from kraft_node.raft import wire  # noqa: E402
 from kraft_node.raft.driver import AUTO_THREAD_FLUSH_BYTES, DriverError, RaftDriver  # noqa: E402
-from kraft_node.raft.errors import NotLeaderError  # noqa: E402
+from kraft_node.raft.errors import NotLeaderError, RaftError  # noqa: E402
 from kraft_node.raft.file_state import FileQuorumStateStore  # noqa: E402
 from kraft_node.raft.kafka_log import KafkaRaftLog  # noqa: E402
 from kraft_node.tools import metadata_quorum  # noqa: E402
@@ -193,6 +193,7 @@ def test_describe_quorum_and_cluster(tmp_path):
             assert '"id": 4' in text.split("CurrentObservers:")[1]
             p = quorum.topics[0].partitions[0]
             assert sorted(v.replica_id for v in p.current_voters) == [1, 2, 3]
+            assert all(v.replica_directory_id == metadata_quorum.ZERO_UUID for v in p.current_voters)
             assert p.high_watermark >= 6
             now_wall = time.time() * 1000
             for v in p.current_voters:  # Kafka's LastFetchTimestamp / LastCaughtUpTimestamp
@@ -314,7 +315,9 @@ def test_snapshot_is_fetched_over_tcp_by_a_wiped_follower(tmp_path):
             epoch = leader.log.read(hwm - 1, 1)[0].epoch
             sid = m.OffsetAndEpoch(hwm, epoch)
             payload = os.urandom(3000)  # several FetchSnapshot slices with a small max
-            leader.core.create_snapshot(sid, payload)
+            with pytest.raises(RaftError, match="beyond the high watermark"):
+                leader.create_snapshot(m.OffsetAndEpoch(hwm + 1, epoch), payload)
+            leader.create_snapshot(sid, payload)
             assert leader.log.start_offset == hwm
             victim = next(d for d in ds if d is not leader)
             await victim.close()

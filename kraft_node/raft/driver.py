@@ -410,6 +410,17 @@ class RaftDriver:
             self._arm_timer(now + wait, now)
         return fut
 
+    def create_snapshot(self, snapshot_id, data: bytes) -> None:
+        """Kafka's ``RaftClient.createSnapshot`` + freeze, for the state machine that owns the
+        data (the controller's snapshot generator): store ``data`` as the snapshot of the
+        committed state before ``snapshot_id.offset`` -- the record at ``offset - 1`` must be
+        committed and in epoch ``snapshot_id.epoch`` (RaftError otherwise) -- and drop the
+        log prefix it covers.  On this node's loop thread.  The raft-only server has no
+        state of its own, so it never calls this; its log grows until a state machine does."""
+        if self._closed:
+            raise RaftError(f"node {self.node_id} is shut down")
+        self.core.create_snapshot(snapshot_id, data)
+
     def resign(self) -> None:
         self.core.resign(self.core.epoch)
         self._schedule_poll()
@@ -806,6 +817,9 @@ class RaftDriver:
                                   log_end_offset=end, last_fetch_timestamp=fetch, last_caught_up_timestamp=caught)
 
         voters = [rstate(rs, vid == self.node_id) for vid, rs in sorted(st.voters.items())]
+        if not self.dynamic:  # static voters (kraft.version 0) have no directory id, as in Kafka
+            for v in voters:
+                v.replica_directory_id = ZERO_UUID
         observers = [rstate(rs, False) for _, rs in sorted(st.observers.items())]
         part = R.PartitionData(partition_index=0, error_code=0, error_message=None, leader_id=self.node_id,
                                leader_epoch=st.epoch, high_watermark=hwm, current_voters=voters,
