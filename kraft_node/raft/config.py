@@ -51,9 +51,9 @@ class QuorumConfig:
     auto_join_enable: bool = False
 
     def __post_init__(self):
-        # Kafka's ConfigDef: INT, atLeast(0).  Stricter here where 0 cannot work (a zero
-        # election timeout has no random range; zero fetch/request timeouts expire at once;
-        # a zero byte or batch cap could never send anything).
+        # Kafka's ConfigDef: INT, atLeast(0).  Stricter here where 0 is a test setting or
+        # cannot work (Kafka reads a zero election timeout as "stand at once"; zero
+        # fetch/request timeouts expire at once; a zero byte or batch cap sends nothing).
         for name, low in _MINIMUM.items():
             v = getattr(self, name)
             if type(v) is not int or not low <= v <= _INT_MAX:
