@@ -803,7 +803,7 @@ class RaftDriver:
         st.clear_inactive_observers(now)
         hwm = st.high_watermark if st.high_watermark is not None else -1
 
-        def rstate(rs, is_local):
+        def rstate(rs, is_local, with_directory=True):
             if is_local:
                 end, fetch, caught = self.log.end_offset, wall, wall
             else:
@@ -812,14 +812,12 @@ class RaftDriver:
                 # Kafka's lastCaughtUpTimestamp, kept by the core on every Fetch (ReplicaState)
                 caught = wall - (now - rs.last_caught_up_ms) if rs.last_caught_up_ms >= 0 else -1
             return R.ReplicaState(replica_id=rs.key.id,
-                                  replica_directory_id=Uuid(rs.key.directory_id.bytes) if rs.key.directory_id
-                                  else ZERO_UUID,
+                                  replica_directory_id=Uuid(rs.key.directory_id.bytes)
+                                  if rs.key.directory_id and with_directory else ZERO_UUID,
                                   log_end_offset=end, last_fetch_timestamp=fetch, last_caught_up_timestamp=caught)
 
-        voters = [rstate(rs, vid == self.node_id) for vid, rs in sorted(st.voters.items())]
-        if not self.dynamic:  # static voters (kraft.version 0) have no directory id, as in Kafka
-            for v in voters:
-                v.replica_directory_id = ZERO_UUID
+        # static voters (kraft.version 0) have no directory id, as in Kafka
+        voters = [rstate(rs, vid == self.node_id, self.dynamic) for vid, rs in sorted(st.voters.items())]
         observers = [rstate(rs, False) for _, rs in sorted(st.observers.items())]
         part = R.PartitionData(partition_index=0, error_code=0, error_message=None, leader_id=self.node_id,
                                leader_epoch=st.epoch, high_watermark=hwm, current_voters=voters,

@@ -164,8 +164,7 @@ async def fetch(host: str, port: int, timeout: float):
 
 async def fetch_from(targets, timeout: float):
     """:func:`fetch` from the first of ``targets`` (host, port) that answers."""
-    return await _send_to_active_controller(targets, describe_request(), 2, timeout, error_of=_describe_error,
-                                            with_cluster=True)
+    return await _send_to_active_controller(targets, describe_request(), 2, timeout, error_of=_describe_error)
 
 
 # ------------------------------------------------------------------ add/remove-controller (KIP-853)
@@ -256,11 +255,10 @@ def remove_controller_line(node_id: int, directory_id, dry_run: bool) -> str:
 
 
 async def _send_to_active_controller(targets, body, version: int, timeout: float,
-                                     error_of=lambda resp: resp.error_code, with_cluster: bool = False):
+                                     error_of=lambda resp: resp.error_code):
     """Send ``body`` to the active controller (DescribeCluster's controllerId, asked of
     each of ``targets`` in turn), retrying retriable errors (``error_of(response)``) until
-    ``timeout`` seconds have passed.  Returns the response, or with ``with_cluster`` the
-    pair (DescribeCluster answer, response)."""
+    ``timeout`` seconds have passed.  Returns (the DescribeCluster answer, the response)."""
     deadline = time.monotonic() + timeout
     last = "no controller answered"
     while True:
@@ -301,7 +299,7 @@ async def _send_to_active_controller(targets, body, version: int, timeout: float
             if code:
                 name = _ERROR_NAMES.get(code, f"error code {code}")
                 raise QuorumToolError(f"{name}: {resp.error_message or ''}".rstrip(": "))
-            return (cluster, resp) if with_cluster else resp
+            return cluster, resp
         await asyncio.sleep(0.2)
 
 
@@ -349,7 +347,7 @@ def main(argv=None) -> int:
     if args.cmd in ("add-controller", "remove-controller"):
         try:
             return _change_controllers(args, targets)
-        except (OSError, UnicodeDecodeError, QuorumToolError) as exc:
+        except (OSError, QuorumToolError) as exc:
             print(f"kraft-metadata-quorum: {exc}", file=sys.stderr)
             return 1
     try:
