@@ -44,8 +44,8 @@ CONTROL = ["LeaderChangeMessage", "SnapshotHeaderRecord", "SnapshotFooterRecord"
 
 def default_schemas_dir() -> Path | None:
     env = os.environ.get("KRAFT_KAFKA_SCHEMAS")
-    for cand in ([Path(env)] if env else []) + [Path("/work/shared/kafka-schemas"),
-                                                   REPO_ROOT.parent / "shared" / "kafka-schemas"]:
+    shared = Path(os.environ.get("KRAFT_SHARED", REPO_ROOT.parent / "shared"))
+    for cand in ([Path(env)] if env else []) + [shared / "kafka-schemas"]:
         if cand.is_dir():
             return cand
     return None

@@ -31,9 +31,34 @@ def fixture_files(*patterns: str) -> list[Path]:
     return out
 
 
+#: The one parameter of a parametrization whose fixture files are missing: a test run
+#: with it fails at setup (pytest_runtest_setup below), so a machine without the Kafka
+#: fixtures fails loudly instead of collecting nothing.  A string, compared by value,
+#: because some modules import this file as ``conftest`` and others as ``tests.conftest``.
+MISSING_FIXTURES = "kafka-fixtures-missing"
+
+
+def fixture_params(*patterns: str) -> list:
+    """``fixture_files(*patterns)`` for ``pytest.mark.parametrize``: never empty."""
+    return fixture_files(*patterns) or [pytest.param(MISSING_FIXTURES, id=MISSING_FIXTURES)]
+
+
 def batch_files() -> list[Path]:
     """Every fixture file made of record batches (.log segments and checkpoints)."""
     return fixture_files("*.log", "*.checkpoint")
+
+
+def batch_params() -> list:
+    """``batch_files()`` for ``pytest.mark.parametrize``: never empty."""
+    return fixture_params("*.log", "*.checkpoint")
+
+
+def pytest_runtest_setup(item):
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and any(isinstance(v, str) and v == MISSING_FIXTURES
+                                    for v in callspec.params.values()):
+        pytest.fail(f"Kafka fixtures not found under {FIXTURES} for {item.name}; "
+                    "set KRAFT_SHARED to the shared/ folder", pytrace=False)
 
 
 def pytest_report_header(config):
@@ -43,8 +68,14 @@ def pytest_report_header(config):
     return f"kraft: {mode}{extra}; fixtures: {FIXTURES if FIXTURES.exists() else 'absent'}"
 
 
+def require_fixtures() -> Path:
+    """The fixtures folder, or a test failure saying where it was looked for."""
+    if not FIXTURES.is_dir():
+        pytest.fail(f"Kafka fixtures not found at {FIXTURES}; set KRAFT_SHARED to the shared/ folder",
+                    pytrace=False)
+    return FIXTURES
+
+
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
-    if not FIXTURES.exists():
-        pytest.fail(f"Kafka fixtures not found at {FIXTURES}; set KRAFT_SHARED to the shared/ folder")
-    return FIXTURES
+    return require_fixtures()

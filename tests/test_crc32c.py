@@ -31,7 +31,7 @@ from kraft_storage._native import _crc32c as native
 from kraft_storage._pure import _crc32c as pure
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-FIXTURES = pathlib.Path("/work/shared/kafka-fixtures")
+from conftest import require_fixtures
 
 
 def _kernel_fn(name):
@@ -110,7 +110,7 @@ def test_empty_input_returns_running_crc(fn):
 def _fixture_batches():
     """(file, position, stored crc, crc'd bytes) for every batch in the Kafka fixtures."""
     out = []
-    for path in sorted(FIXTURES.rglob("*")):
+    for path in sorted(require_fixtures().rglob("*")):
         if path.suffix not in (".log", ".checkpoint"):
             continue
         buf = path.read_bytes()

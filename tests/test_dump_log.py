@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import batch_files
+from conftest import batch_params
 from kraft_storage.record import decode_records, scan_batches
 from kraft_storage.tools import dump_log
 
@@ -20,7 +20,7 @@ def run(args):
     return rc, [json.loads(line) for line in out.getvalue().splitlines()], err.getvalue()
 
 
-@pytest.mark.parametrize("path", batch_files(), ids=lambda p: "/".join(p.parts[-3:]))
+@pytest.mark.parametrize("path", batch_params(), ids=lambda p: "/".join(p.parts[-3:]))
 def test_json_matches_the_codec(path):
     rc, lines, err = run([str(path)])
     assert rc == 0 and err == ""

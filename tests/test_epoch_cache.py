@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import fixture_files
+from conftest import fixture_files, fixture_params
 from kraft_storage.log.checkpoint import CheckpointFileError
 from kraft_storage.log.epoch_cache import LeaderEpochCache, format_entries, read_checkpoint
 from kraft_storage.log.partition_metadata import (
@@ -18,7 +18,7 @@ def test_fixture_files_present():
     assert len(EPOCH_FILES) == 5 and len(PM_FILES) == 5
 
 
-@pytest.mark.parametrize("path", EPOCH_FILES, ids=lambda p: p.parent.parent.name)
+@pytest.mark.parametrize("path", fixture_params("leader-epoch-checkpoint"), ids=lambda p: p.parent.parent.name)
 def test_fixture_checkpoint_round_trips(path, tmp_path):
     raw = path.read_bytes()
     entries = read_checkpoint(str(path))
@@ -35,7 +35,7 @@ def test_known_fixture_entries():
     assert read_checkpoint(str(p)) == [(1, 0), (2, 298), (3, 354), (5, 711), (6, 712)]
 
 
-@pytest.mark.parametrize("path", PM_FILES, ids=lambda p: p.parent.parent.name)
+@pytest.mark.parametrize("path", fixture_params("partition.metadata"), ids=lambda p: p.parent.parent.name)
 def test_partition_metadata_round_trips(path):
     assert read_partition_metadata(str(path)) == METADATA_TOPIC_ID
     assert format_partition_metadata(METADATA_TOPIC_ID) == path.read_bytes()

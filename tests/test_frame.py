@@ -12,7 +12,7 @@ from kraft_storage.messages._runtime import uvarint_bytes
 from kraft_storage.messages.framing import decode_metadata_record
 from kraft_storage.record import decode_records
 
-from conftest import batch_files
+from conftest import batch_params
 
 IMPLS = pytest.mark.parametrize("impl", [native_frame, pure_frame], ids=["native", "pure"])
 
@@ -157,7 +157,7 @@ def test_empty_inputs(impl):
 
 
 @IMPLS
-@pytest.mark.parametrize("path", batch_files(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", batch_params(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
 def test_fixture_frames_match_the_generated_codec(impl, path):
     buf = path.read_bytes()
     cols = decode_records(buf)

@@ -23,9 +23,7 @@ from kraft_storage import _accel
 from kraft_storage.messages import control, dump, framing
 from kraft_storage.messages.quorum_state import read_quorum_state, write_quorum_state
 
-FIXTURES = Path("/work/shared/kafka-fixtures")
-if not FIXTURES.is_dir():
-    FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "kafka-fixtures"
+from conftest import FIXTURES, require_fixtures
 
 IMPLS = [pure_md]
 if _accel.native_available("_messages_metadata"):
@@ -74,9 +72,7 @@ def iter_records(data: bytes):
 
 
 def fixture_files():
-    if not FIXTURES.is_dir():
-        return []
-    return sorted(p for p in FIXTURES.rglob("*") if p.suffix in (".log", ".checkpoint"))
+    return sorted(p for p in require_fixtures().rglob("*") if p.suffix in (".log", ".checkpoint"))
 
 
 def fixture_records():
@@ -85,7 +81,7 @@ def fixture_records():
             yield (path, *rec)
 
 
-needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="../shared/kafka-fixtures not present")
+needs_fixtures = pytest.mark.usefixtures("fixtures_dir")  # fails, never skips, without the fixtures
 
 
 @needs_fixtures

@@ -5,13 +5,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import fixture_files
+from conftest import fixture_params
 from kraft_storage.meta_properties import (
     KeyOrder, MetaProperties, MetaPropertiesError, MetaPropertiesFile, format_properties, java_date,
     parse_properties, read_meta_properties, write_meta_properties)
 
 
-@pytest.mark.parametrize("path", fixture_files("meta.properties"), ids=lambda p: p.parts[-2])
+@pytest.mark.parametrize("path", fixture_params("meta.properties"), ids=lambda p: p.parts[-2])
 def test_kafka_files_rewrite_byte_for_byte(path):
     data = path.read_bytes()
     f = MetaPropertiesFile.parse(data, str(path))

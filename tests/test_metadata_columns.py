@@ -24,7 +24,7 @@ from kraft_storage.messages.framing import encode_metadata_record
 from kraft_storage.messages.metadata import decode_metadata_record
 from kraft_storage.record import decode_records
 
-from conftest import batch_files
+from conftest import batch_files, batch_params
 from test_messages_roundtrip import cases, is_flexible, message_strategy
 
 IMPLS = [pytest.param(native_cols, id="native"), pytest.param(pure_cols, id="pure")]
@@ -76,7 +76,7 @@ def check_against_typed(result: mc.MetadataColumns, values: list[bytes | None]):
 # ------------------------------------------------------------------ Kafka's own files
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("path", batch_files(), ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", batch_params(), ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
 def test_fixture_records_match_the_typed_decoder(path, impl):
     cols = decode_records(path.read_bytes())
     result = mc.decode_record_columns(cols, impl=impl)

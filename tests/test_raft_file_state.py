@@ -14,10 +14,12 @@ from kraft_node.raft.file_state import FileQuorumStateStore
 from kraft_node.raft.messages import ReplicaKey
 from kraft_node.raft.roles import ElectionState
 
-FIXTURE_FILES = sorted(glob.glob("/work/shared/kafka-fixtures/*/__cluster_metadata-0/quorum-state"))
+from conftest import fixture_params
+
+FIXTURE_FILES = fixture_params("__cluster_metadata-0/quorum-state")
 
 
-@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.split("/")[-3])
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: str(p).split("/")[-3])
 def test_reads_kafka_fixture_and_rewrites_it_byte_for_byte(tmp_path, path):
     shutil.copy(path, tmp_path / "quorum-state")
     store = FileQuorumStateStore(str(tmp_path), voter_ids=[1], data_version=0)

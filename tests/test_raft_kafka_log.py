@@ -20,7 +20,7 @@ from kraft_storage.log.log import KafkaLog
 from kraft_storage.messages.control import ControlRecordType, decode_control_record
 from kraft_storage.record import iter_batches
 
-FIXTURES = "/work/shared/kafka-fixtures"
+from conftest import fixture_params
 
 
 def _lc(leader=1):
@@ -120,12 +120,9 @@ def test_snapshot_survives_reopen_and_sets_log_start(tmp_path):
     assert (again.start_offset, again.end_offset, again.last_fetched_epoch) == (10, 10, 5)
 
 
-@pytest.mark.parametrize("fixture", sorted(f for f in os.listdir(FIXTURES) if os.path.isdir(os.path.join(FIXTURES, f, "__cluster_metadata-0"))) if os.path.isdir(FIXTURES) else [])
-def test_opens_kafka_fixture_metadata_logs(tmp_path, fixture):
+@pytest.mark.parametrize("src", fixture_params("__cluster_metadata-0"), ids=lambda p: str(p).split("/")[-2])
+def test_opens_kafka_fixture_metadata_logs(tmp_path, src):
     import shutil
-    src = os.path.join(FIXTURES, fixture, "__cluster_metadata-0")
-    if not os.path.isdir(src):
-        pytest.skip("fixture without a metadata partition")
     dst = tmp_path / "__cluster_metadata-0"
     shutil.copytree(src, dst)
     log = KafkaRaftLog(str(dst))

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import kraft_storage._native._batch as native
 import kraft_storage._pure._batch as pure
-from conftest import batch_files
+from conftest import batch_params
 from kraft_storage.errors import CorruptRecordError, UnsupportedCompression
 from kraft_storage.record import (
     BATCH_DTYPE, CRC_REPORT, Compression, RecordBatch, build_batch, build_batches,
@@ -39,7 +39,7 @@ def _rebuild(b: RecordBatch) -> bytes:
 
 # ------------------------------------------------------------- Kafka's files
 
-@pytest.mark.parametrize("path", batch_files(), ids=lambda p: "/".join(p.parts[-3:]))
+@pytest.mark.parametrize("path", batch_params(), ids=lambda p: "/".join(p.parts[-3:]))
 def test_fixture_decodes_and_reencodes_identically(path):
     data = path.read_bytes()
     scan = scan_batches(data, source=str(path))
@@ -53,7 +53,7 @@ def test_fixture_decodes_and_reencodes_identically(path):
     assert rebuilt == data
 
 
-@pytest.mark.parametrize("path", batch_files(), ids=lambda p: "/".join(p.parts[-3:]))
+@pytest.mark.parametrize("path", batch_params(), ids=lambda p: "/".join(p.parts[-3:]))
 def test_fixture_both_implementations_agree(path):
     data = path.read_bytes()
     outs = {}

@@ -29,9 +29,14 @@ from kraft_storage.snapshot import (
     list_snapshots, mark_for_delete, open_snapshot_dir, parse_snapshot_path, read_bootstrap_checkpoint,
     scan_snapshot_dir, snapshot_filename, snapshot_path, write_bootstrap_checkpoint)
 from kraft_storage.snapshot.records import record_sizes
-from tests.conftest import REPO, fixture_files
+from tests.conftest import REPO, fixture_files, fixture_params
 
 CHECKPOINTS = fixture_files("*.checkpoint")
+CHECKPOINT_PARAMS = fixture_params("*.checkpoint")
+
+
+def _checkpoint_id(p) -> str:
+    return f"{p.parent.parent.name if p.parent.name.startswith('__') else p.parent.name}/{p.name}"
 HSETTINGS = settings(max_examples=60, deadline=None,
                      suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -214,7 +219,7 @@ def test_raw_reader(tmp_path):
         RawSnapshotReader.open(tmp_path, SnapshotId(6, 2))
 
 
-@pytest.mark.skipif(not CHECKPOINTS, reason="Kafka fixtures absent")
+@pytest.mark.usefixtures("fixtures_dir")  # fails, never skips, without the fixtures
 @HSETTINGS
 @given(chunks=st.lists(st.integers(1, 5000), min_size=1, max_size=40))
 def test_fetch_snapshot_transfer(tmp_path_factory, chunks):
@@ -240,8 +245,8 @@ def test_fetch_snapshot_transfer(tmp_path_factory, chunks):
 # Kafka fixtures: read completely, reproduce byte for byte
 # ---------------------------------------------------------------------------
 
-@pytest.mark.skipif(not CHECKPOINTS, reason="Kafka fixtures absent")
-@pytest.mark.parametrize("path", CHECKPOINTS, ids=lambda p: f"{p.parent.parent.name if p.parent.name.startswith('__') else p.parent.name}/{p.name}")
+@pytest.mark.usefixtures("fixtures_dir")  # fails, never skips, without the fixtures
+@pytest.mark.parametrize("path", CHECKPOINT_PARAMS, ids=_checkpoint_id)
 def test_fixture_read_completely(path):
     sid = _sid_of(path)
     with RecordsSnapshotReader(path, snapshot_id=sid) as r:
@@ -286,14 +291,14 @@ def _reproduce(path: Path, d: Path, mode: str) -> bytes:
     return snapshot_path(d, sid).read_bytes()
 
 
-@pytest.mark.skipif(not CHECKPOINTS, reason="Kafka fixtures absent")
+@pytest.mark.usefixtures("fixtures_dir")  # fails, never skips, without the fixtures
 @pytest.mark.parametrize("mode", ["framed", "messages", "bulk"])
-@pytest.mark.parametrize("path", CHECKPOINTS, ids=lambda p: f"{p.parent.parent.name if p.parent.name.startswith('__') else p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", CHECKPOINT_PARAMS, ids=_checkpoint_id)
 def test_fixture_byte_identical(path, mode, tmp_path):
     assert _reproduce(path, tmp_path, mode) == path.read_bytes()
 
 
-@pytest.mark.skipif(not CHECKPOINTS, reason="Kafka fixtures absent")
+@pytest.mark.usefixtures("fixtures_dir")  # fails, never skips, without the fixtures
 def test_fixture_reproduction_in_pure_mode(tmp_path):
     """The same byte-identity check with the pure-Python kernels (other process, forced twins)."""
     code = (
@@ -312,7 +317,7 @@ def test_fixture_reproduction_in_pure_mode(tmp_path):
     assert out.stdout.strip() == f"ok {len(CHECKPOINTS)}"
 
 
-@pytest.mark.skipif(not CHECKPOINTS, reason="Kafka fixtures absent")
+@pytest.mark.usefixtures("fixtures_dir")  # fails, never skips, without the fixtures
 def test_bootstrap_checkpoint_roundtrip(tmp_path):
     src = next(p for p in CHECKPOINTS if p.name == "bootstrap.checkpoint")
     with read_bootstrap_checkpoint(src.parent) as r:
@@ -529,7 +534,7 @@ def test_reader_rejects_foreign_control_in_header_batch(tmp_path):
         RecordsSnapshotReader(path)
 
 
-@pytest.mark.skipif(not CHECKPOINTS, reason="Kafka fixtures absent")
+@pytest.mark.usefixtures("fixtures_dir")  # fails, never skips, without the fixtures
 def test_truncated_and_flipped_fixture(tmp_path):
     src = max(CHECKPOINTS, key=lambda p: p.stat().st_size).read_bytes()
     path = _write_raw(tmp_path, src[:-10])
@@ -544,7 +549,7 @@ def test_truncated_and_flipped_fixture(tmp_path):
     RecordsSnapshotReader(path2, verify_crc=False).close()  # CRC not checked: the layout is still valid
 
 
-@pytest.mark.skipif(not CHECKPOINTS, reason="Kafka fixtures absent")
+@pytest.mark.usefixtures("fixtures_dir")  # fails, never skips, without the fixtures
 @HSETTINGS
 @given(data=st.data())
 def test_damaged_files_raise_clean_errors(tmp_path_factory, data):

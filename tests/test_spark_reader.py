@@ -14,7 +14,7 @@ from kraft_storage.spark import files as kf
 from kraft_storage.spark import reader as kr
 from kraft_storage.tools.gen_metadata_log import write_log
 
-from conftest import FIXTURES, batch_files
+from conftest import FIXTURES, batch_params
 
 
 @pytest.fixture(params=[native_frame, pure_frame], ids=["native", "pure"])
@@ -36,7 +36,7 @@ def test_arrow_schema_is_what_spark_expects():
     assert kr.spark_schema().fieldNames() == kr.ARROW_SCHEMA.names
 
 
-@pytest.mark.parametrize("path", batch_files(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", batch_params(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
 def test_fixture_rows_match_the_codec(path, frame_impl):
     table = kr.read_table(str(path))
     buf = path.read_bytes()
@@ -196,7 +196,7 @@ def _check_columns_table(table, cols, result_tables):
     return n_checked
 
 
-@pytest.mark.parametrize("path", batch_files(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", batch_params(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
 def test_fields_columns_match_the_columnar_decoder(path):
     from kraft_storage.messages import columns as mc
     table = kr.read_table(str(path), kr.ReadOptions(fields="columns"))
