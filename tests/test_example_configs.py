@@ -1,0 +1,24 @@
+"""The example configs under config/ stay valid: they parse, and the cluster's files agree."""
+from __future__ import annotations
+
+from conftest import REPO
+from kraft_node.config import NodeConfig
+
+CONFIG = REPO / "config"
+
+
+def test_single_node_example_parses():
+    cfg = NodeConfig.from_file(str(CONFIG / "server.properties"))
+    assert cfg.is_controller and [v.id for v in cfg.voters] == [cfg.node_id]
+    assert cfg.controller_endpoint.port == cfg.voters[0].port
+
+
+def test_three_controller_example_is_one_consistent_quorum():
+    cfgs = [NodeConfig.from_file(str(p)) for p in sorted((CONFIG / "cluster").glob("controller-*.properties"))]
+    assert [c.node_id for c in cfgs] == [1, 2, 3]
+    voters = {(v.id, v.host, v.port) for v in cfgs[0].voters}
+    for c in cfgs:
+        assert {(v.id, v.host, v.port) for v in c.voters} == voters
+        ep = c.controller_endpoint
+        assert (c.node_id, ep.host, ep.port) in voters
+    assert len({c.log_dirs[0] for c in cfgs}) == 3  # one directory each
