@@ -2,11 +2,13 @@
 
 Usage::
 
-    from kraft_storage.spark import register
-    register(spark)                      # registers the "kraft" format
     df = spark.read.format("kraft").load("/var/lib/kafka/__cluster_metadata-0")
     df = (spark.read.format("kraft").option("minOffset", 1000).option("maxOffset", 1999)
           .load(path))                   # offset range, pruned before any task runs
+
+Spark 4 finds the format through the top-level module ``pyspark_kraft`` (its
+lookup imports every installed ``pyspark_*`` module with a ``DefaultSource``);
+``register(spark)`` registers it explicitly, on a session that cannot see it.
 
 ``load`` takes a directory (searched recursively), a segment
 (``00000000000000000000.log``), a ``.checkpoint`` snapshot, or several of
