@@ -104,7 +104,13 @@ def test_build_then_decode_round_trip(recs, base_offset, epoch, comp, control, t
         assert (r.offset, r.timestamp, r.key, r.value) == (base_offset + i, ts, k, v)
         assert tuple(r.headers) == tuple(hs)
     assert b.max_timestamp == max(r[2] for r in recs)
-    assert _rebuild(b) == data or comp != Compression.NONE
+    rebuilt = _rebuild(b)
+    if comp == Compression.NONE:
+        assert rebuilt == data
+    else:  # a compressor may pick other bytes; the batch it makes holds the same records
+        (b2,) = list(iter_batches(rebuilt))
+        assert b2.is_valid() and [(r.offset, r.timestamp, r.key, r.value) for r in b2.records()] == \
+            [(r.offset, r.timestamp, r.key, r.value) for r in got]
 
 
 @pytest.mark.parametrize("comp", ["lz4", "snappy"])
@@ -406,7 +412,8 @@ def test_build_batches_into_a_reused_buffer(comp):
     for _ in range(2):
         n, pos = build_batches(vals, timestamp=5, compression=comp, records_per_batch=1000, out=buf,
                                return_positions=True)
-        assert n == len(expect) or comp == "zstd"
+        if comp == "none":  # zstd's output size may differ between runs of the same input
+            assert n == len(expect)
         assert decode_records(bytes(buf[:n])).values() == vals
     if comp == "none":
         assert bytes(buf[:n]) == expect
