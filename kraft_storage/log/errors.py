@@ -46,3 +46,72 @@ class NotALogDirectory(KraftStorageError):
 
 class LogClosed(KraftStorageError):
     """The log was closed (or its directory deleted) and cannot serve this call."""
+
+
+class RecordBatchTooLargeError(KraftStorageError):
+    """Kafka's ``RecordBatchTooLargeException``: an append larger than ``segment.bytes``.
+
+    Kafka's ``UnifiedLog.append`` refuses it before anything is written (a
+    segment must be able to hold any one append), and so does
+    :meth:`KafkaLog.append_as_leader`/``append_as_follower``: the log is unchanged."""
+
+    def __init__(self, size: int, directory, segment_bytes: int):
+        self.size = size
+        self.segment_bytes = segment_bytes
+        super().__init__(f"Message batch size is {size} bytes in append to partition {directory} which "
+                         f"exceeds the maximum configured segment size of {segment_bytes}.")
+
+
+class DiskFullError(KraftStorageError):
+    """ENOSPC (or EDQUOT) while writing ``path``: the device is full.
+
+    Raised instead of the bare ``OSError`` so that a caller can fail-stop with a
+    one-line message (no traceback) that names the file; ``__cause__`` keeps the
+    original error."""
+
+    def __init__(self, path, what: str, errno_: int | None = None):
+        self.path = str(path)
+        self.what = what
+        self.errno = errno_
+        super().__init__(f"{path}: No space left on device ({what})")
+
+
+class SegmentContiguityError(KraftStorageError):
+    """Two adjacent segments whose offsets do not meet: the next segment's base offset is
+    not the previous segment's next offset (a gap: offsets are missing; an overlap: two
+    files hold the same offsets).  The metadata log is never compacted, so either means
+    that files were removed, copied or renamed by hand."""
+
+    def __init__(self, directory, prev_file: str, prev_next_offset: int, next_file: str, next_base: int):
+        self.directory = str(directory)
+        self.prev_file = prev_file
+        self.next_file = next_file
+        self.prev_next_offset = prev_next_offset
+        self.next_base = next_base
+        kind = "gap" if next_base > prev_next_offset else "overlap"
+        detail = (f"offsets [{prev_next_offset}, {next_base}) are missing" if kind == "gap"
+                  else f"offsets [{next_base}, {prev_next_offset}) are in both files")
+        super().__init__(f"{directory}: segments are not contiguous ({kind}): {prev_file} ends before "
+                         f"offset {prev_next_offset} but the next segment {next_file} starts at {next_base}; "
+                         f"{detail}. Inspect it with `kraft-storage verify`; `kraft-storage recover` "
+                         f"keeps the log up to the {kind} and deletes the segments from {next_file} on")
+
+
+class CorruptCleanLogError(KraftStorageError):
+    """Corruption in a log whose clean-shutdown marker was present.
+
+    A clean shutdown flushed everything, so bad bytes are not a torn write that
+    recovery may cut: they are damage (disk, a hand edit, a copy gone wrong), and
+    truncating would silently drop acknowledged records.  ``KafkaLog.open`` refuses
+    and changes nothing; ``recover_clean=True`` (the ``recover`` tool) truncates."""
+
+    def __init__(self, directory, file: str, position: int, base_offset, reason: str):
+        self.directory = str(directory)
+        self.file = file
+        self.position = position
+        self.base_offset = base_offset
+        self.reason = reason
+        at = f"byte position {position}" + (f", batch base offset {base_offset}" if base_offset is not None else "")
+        super().__init__(f"{file}: corrupt log at {at}: {reason}; the log was shut down cleanly, so this "
+                         f"is not a torn write; inspect it with `kraft-storage verify` and, to truncate at "
+                         f"the corruption, run `kraft-storage recover`")

@@ -53,7 +53,8 @@ from kraft_storage.errors import CorruptRecordError, KraftStorageError
 from kraft_storage.log.checkpoint import fsync_dir, write_atomically
 from kraft_storage.log.config import LONG_MAX, LogConfig
 from kraft_storage.log.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from kraft_storage.log.errors import LogClosed, NotALogDirectory, OffsetOutOfRange, OutOfOrderAppend
+from kraft_storage.log.errors import (
+    LogClosed, NotALogDirectory, OffsetOutOfRange, OutOfOrderAppend, RecordBatchTooLargeError)
 from kraft_storage.log.index import IndexCorrupt
 from kraft_storage.log.partition_metadata import (
     PARTITION_METADATA, read_partition_metadata, write_partition_metadata)
@@ -294,7 +295,8 @@ class KafkaLog:
             prefix = os.path.join(d, f"{base:020d}")
             had_indexes = os.path.exists(prefix + INDEX_SUFFIX) and os.path.exists(prefix + TIME_INDEX_SUFFIX)
             seg = LogSegment(d, base, index_interval_bytes=cfg.index_interval_bytes,
-                             max_index_size=cfg.segment_index_bytes, preallocate=False)
+                             max_index_size=cfg.segment_index_bytes, preallocate=False,
+                             created_ms=self._clock())
             segments.append(seg)
             need_recover = i >= first_recover
             if not need_recover:
@@ -326,7 +328,8 @@ class KafkaLog:
                     break
         if not segments:
             segments.append(LogSegment(d, log_start_offset, index_interval_bytes=cfg.index_interval_bytes,
-                                       max_index_size=cfg.segment_index_bytes, new=True))
+                                       max_index_size=cfg.segment_index_bytes, new=True,
+                                       created_ms=self._clock()))
             fsync_dir(d)
         active = segments[-1]
         active.offset_index.resize(cfg.segment_index_bytes)
@@ -432,6 +435,8 @@ class KafkaLog:
                 CRC_VERIFY if cfg.verify_crc else CRC_SKIP)
         try:
             nbytes, last, max_ts = ap.nbytes, ap.last_offset, ap.max_timestamp
+            if nbytes > cfg.segment_bytes:  # Kafka's UnifiedLog.append: refused, nothing written
+                raise RecordBatchTooLargeError(nbytes, self.directory, cfg.segment_bytes)
             seg = self._segments[-1]
             if seg.should_roll(nbytes, max_ts, last, self._clock(), cfg.segment_bytes, cfg.segment_ms,
                                cfg.segment_jitter_ms):
@@ -639,7 +644,7 @@ class KafkaLog:
                 s.generation += 1
                 s.delete()
             active = keep[-1]
-            active.truncate_to(offset)
+            active.truncate_to(offset, self._clock())
             if active.next_offset is None:
                 active.read_next_offset()
             active.offset_index.resize(self.config.segment_index_bytes)

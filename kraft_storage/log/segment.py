@@ -40,6 +40,10 @@ TIME_INDEX_SUFFIX = ".timeindex"
 _WALK_CHUNK = 16384
 _RECOVERY_CHUNK = 64 << 20
 _HDR27 = struct.Struct(">qi")
+_BE64 = struct.Struct(">q")
+#: byte offsets in a v2 batch header: magic, and maxTimestamp (Kafka's DefaultRecordBatch)
+_MAGIC_AT = 16
+_MAX_TS_AT = 35
 _I32_MAX = 0x7FFFFFFF
 
 
@@ -200,14 +204,29 @@ class LogSegment:
     def index_is_full(self) -> bool:
         return self.offset_index.is_full or self.time_index.is_full
 
+    def load_first_batch_timestamp(self) -> int | None:
+        """Kafka's ``loadFirstBatchTimestamp``: the first batch's max timestamp, read from
+        the file once (a segment loaded from disk, or truncated, does not know it)."""
+        if self.rolling_based_timestamp is None and self.size > 0:
+            hdr = os.pread(self.handle.fd, _MAX_TS_AT + 8, 0)
+            if len(hdr) == _MAX_TS_AT + 8 and hdr[_MAGIC_AT] == 2:
+                self.rolling_based_timestamp = _BE64.unpack_from(hdr, _MAX_TS_AT)[0]
+        return self.rolling_based_timestamp
+
     def should_roll(self, messages_size: int, max_timestamp: int, max_offset: int, now: int,
                     segment_bytes: int, segment_ms: int, jitter_ms: int = 0) -> bool:
-        """Kafka's ``LogSegment.shouldRoll`` (an empty segment never rolls on size)."""
+        """Kafka's ``LogSegment.shouldRoll`` (an empty segment never rolls on size).
+
+        Time: ``max_timestamp - <first batch's max timestamp>`` when the segment has
+        one >= 0 (read back from the file after a restart, as Kafka's
+        ``timeWaitedForRoll`` does), else ``now - created_ms``."""
         if self.size == 0:
             return not self.can_hold(max_offset)
         if self.size > segment_bytes - messages_size:
             return True
         ts = self.rolling_based_timestamp
+        if ts is None:
+            ts = self.load_first_batch_timestamp()
         waited = (max_timestamp - ts) if ts is not None and ts >= 0 else (now - self.created_ms)
         if waited > segment_ms - jitter_ms:
             return True
@@ -215,9 +234,7 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """Roll: record the final max timestamp, trim the indexes (Kafka's ``onBecomeInactiveSegment``)."""
-        if self.max_timestamp_so_far >= 0:
-            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp,
-                                         skip_full_check=True)
+        self.append_final_time_entry()
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
 
@@ -305,8 +322,16 @@ class LogSegment:
         return self.next_offset
 
     # ---- truncation and recovery ----
-    def truncate_to(self, offset: int) -> int:
-        """Drop every batch whose last offset is >= ``offset``; return the bytes dropped."""
+    def truncate_to(self, offset: int, now: int | None = None) -> int:
+        """Drop every batch whose last offset is >= ``offset``; return the bytes dropped.
+
+        The largest timestamp is recomputed from the batches that remain (Kafka's
+        ``LogSegment.truncateTo``), not taken from the last time-index entry: the
+        time index is sparse, so its last entry misses the batches after the last
+        indexed one.  Why the scan can start at the last remaining offset-index
+        entry: the time-index entry written with it covers every batch before it,
+        and that entry survives the truncation (its offset is <= the indexed one).
+        An emptied segment restarts its roll clock at ``now`` (Kafka: ``created``)."""
         found = self.find_offset(offset)
         if found is None:
             return 0
@@ -317,13 +342,30 @@ class LogSegment:
         os.ftruncate(self.handle.fd, pos)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
-        ts, off = self.time_index.last_entry()
-        self.max_timestamp_so_far, self.offset_of_max_timestamp = ts, off
+        self.max_timestamp_so_far, self.offset_of_max_timestamp = self._rescan_max_timestamp()
         self.bytes_since_last_index_entry = 0
         self.next_offset = base if pos > 0 else self.base_offset
         if pos == 0:
             self.rolling_based_timestamp = None
+            self.created_ms = now_ms() if now is None else now
         return dropped
+
+    def _rescan_max_timestamp(self) -> tuple[int, int]:
+        """(max timestamp, offset of its first occurrence) over the batches in the file,
+        starting from the last time-index entry and scanning from the last offset-index
+        entry (see :meth:`truncate_to`)."""
+        ts, off = self.time_index.last_entry()
+        if self.size == 0:
+            return -1, self.base_offset
+        _o, pos = self.offset_index.last_entry()
+        data = os.pread(self.handle.fd, self.size - pos, pos)
+        h = scan_batches(data, crc_mode=CRC_SKIP, allow_partial_tail=True, raise_on_error=False).headers
+        if len(h):
+            mts = h["max_timestamp"]
+            i = int(np.argmax(mts))  # first occurrence of the max, as Kafka's strict ">" keeps
+            if int(mts[i]) > ts:
+                ts, off = int(mts[i]), int(h["base_offset"][i]) + int(h["last_offset_delta"][i])
+        return ts, off
 
     def recover(self, on_batches=None, verify_crc: bool = True) -> RecoveryReport:
         """Validate every batch (CRC, magic, sizes, increasing offsets within this
@@ -398,6 +440,11 @@ class LogSegment:
             os.ftruncate(fd, valid)
         self.size = valid
         self.next_offset = report.next_offset
+        # As Kafka's LogSegment.recover: the rebuilt time index ends with the segment's
+        # (max timestamp, offset), and the index interval restarts from the end (its
+        # bytesSinceLastIndexEntry is that of a freshly loaded segment, 0).
+        self.append_final_time_entry()
+        self.bytes_since_last_index_entry = 0
         return report
 
     def _last_offset_in_tail(self, start: int, end: int) -> int | None:
@@ -420,7 +467,22 @@ class LogSegment:
         self.time_index.sanity_check(self.size)
 
     # ---- lifecycle ----
+    def append_final_time_entry(self) -> None:
+        """Kafka's ``LogSegment.close``/``onBecomeInactiveSegment``: make the time index's
+        last entry the segment's (max timestamp, offset), so the largest timestamp
+        survives a restart (a no-op when it already is)."""
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp,
+                                         skip_full_check=True)
+
     def close(self, trim: bool = True) -> None:
+        """Close the indexes; ``trim`` (a clean close): write the final time-index entry,
+        msync and cut the indexes to their valid entries first.  ``trim=False`` is a
+        crash (tests) or the release of a segment that must stay byte-identical."""
+        if trim and self.time_index._fd >= 0:
+            self.append_final_time_entry()
+            self.offset_index.flush()
+            self.time_index.flush()
         self.offset_index.close(trim=trim)
         self.time_index.close(trim=trim)
 
