@@ -37,6 +37,7 @@ from kraft_node import event_loop
 from kraft_node.config import ConfigError, NodeConfig
 from kraft_node.raft.driver import FOLLOWER_FLUSH_MODES, LEADER_FLUSH_MODES, DriverError, RaftDriver
 from kraft_node.raft.errors import BufferFullError, NotLeaderError, RaftError
+from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
 
 log = logging.getLogger("kraft.server")
@@ -54,14 +55,16 @@ def _describe(node_id: int, role: str, epoch: int, leader: int) -> str:
     return f"node {node_id} is unattached in epoch {epoch}" + (f" (leader {leader})" if leader >= 0 else "")
 
 
-def _maybe_format_default(cfg: NodeConfig, out) -> None:
+def _maybe_format_default(cfg: NodeConfig, out, dir_locks: DirLocks) -> None:
+    """Format the embedded default config's log dir on first use.  ``dir_locks``: the caller
+    already holds the locks of ``cfg.all_log_dirs`` (taken before this looks at anything)."""
     from kraft_node.tools.storage import format_storage, random_uuid
     if os.path.exists(os.path.join(cfg.metadata_log_dir, "meta.properties")):
         return
     cid = random_uuid()
     print(f"No config file given and {cfg.metadata_log_dir} is not formatted: formatting it with the "
           f"embedded default config and the new cluster id {cid}.", file=out)
-    format_storage(cfg, cid, out=out)
+    format_storage(cfg, cid, out=out, dir_locks=dir_locks)
 
 
 async def _demo_writer(driver: RaftDriver, interval_s: float, batch: int, stop: asyncio.Event) -> None:
@@ -104,8 +107,13 @@ def freeze_startup_heap() -> None:
 
 async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: bool = False,
               writer_interval_ms: int = 1000, writer_batch: int = 1, shutdown_timeout: float = 5.0,
-              leader_flush: str = "auto", follower_flush: str = "inline") -> int:
-    driver = RaftDriver.from_config(cfg, leader_flush=leader_flush, follower_flush=follower_flush)
+              leader_flush: str = "auto", follower_flush: str = "inline", dir_locks: DirLocks | None = None) -> int:
+    """Run the node until SIGTERM/SIGINT, ``exit_after`` or a fatal error.  ``dir_locks``:
+    the locks of ``cfg.all_log_dirs`` if the caller took them (``main`` does, before it reads
+    anything); else the driver takes them.  Whatever fails after the log is opened, the
+    driver is closed, so the directory is left as it was found (issue 19)."""
+    driver = RaftDriver.from_config(cfg, leader_flush=leader_flush, follower_flush=follower_flush,
+                                    dir_locks=dir_locks)
     driver.on_role_change(lambda r, e, l: log.info("%s", _describe(cfg.node_id, r, e, l)))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -113,7 +121,13 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, writer_stop.set)  # tests: stop writing, keep serving
-    await driver.start()
+    try:
+        await driver.start()
+    except BaseException:
+        # A failed start (port in use, a bad quorum-state...) must not leave the log open:
+        # closing it cleanly keeps the clean-shutdown marker and trims the indexes.
+        await driver.close()
+        raise
     freeze_startup_heap()
     kind = "a voter" if driver.is_voter else "an observer"
     where = f" on {driver.endpoint}" if driver.endpoint is not None else ""
@@ -174,22 +188,32 @@ def main(argv=None) -> int:
         p.error(f"--log-level (or KRAFT_LOG_LEVEL) {args.log_level!r} is not one of DEBUG, INFO, WARNING, ERROR, "
                 "CRITICAL")
     logging.basicConfig(level=level, stream=sys.stderr, format="[%(asctime)s] %(levelname)s %(message)s")
+    locks = None
     try:
         if args.config:
             cfg = NodeConfig.from_file(args.config)
         else:
             cfg = NodeConfig.default()
-            _maybe_format_default(cfg, sys.stderr)
+        # Every log dir is locked before anything in it is read or written, for the
+        # process lifetime (Kafka's .lock; kraft_storage.dirlock).  The embedded default
+        # config's dir is created here so that even its first format happens under the lock.
+        locks = lock_dirs(cfg.all_log_dirs, create=not args.config)
+        if not args.config:
+            _maybe_format_default(cfg, sys.stderr, locks)
         return event_loop.run(run(cfg, exit_after=args.exit_after_seconds, demo_writer=args.demo_writer,
                                writer_interval_ms=args.writer_interval_ms, writer_batch=args.writer_batch,
                                shutdown_timeout=args.shutdown_timeout_seconds,
-                               leader_flush=args.leader_flush, follower_flush=args.follower_flush))
+                               leader_flush=args.leader_flush, follower_flush=args.follower_flush,
+                               dir_locks=locks))
     except (ConfigError, DriverError, KraftStorageError) as exc:
         print(f"kraft-server-start: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"kraft-server-start: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if locks is not None:
+            locks.release()
 
 
 if __name__ == "__main__":

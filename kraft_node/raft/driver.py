@@ -69,6 +69,7 @@ from kraft_node.raft.messages import (AddRaftVoterRequest, BeginQuorumEpochReque
                                       OutboundRequest, OutboundResponse, RemoveRaftVoterRequest, ReplicaKey,
                                       UpdateRaftVoterRequest, VoteRequest)
 from kraft_node.raft.roles import LeaderState
+from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
 from kraft_storage.log.fdsync import native_aio_available, open_async_fdatasync
 from kraft_storage.messages._runtime import MessageError, Uuid, ZERO_UUID
@@ -103,6 +104,16 @@ AUTO_THREAD_FLUSH_BYTES = 64 * 1024
 
 class DriverError(KraftStorageError):
     """The node cannot start (unformatted or mismatching storage, bad config)."""
+
+
+def _describe_error(exc: BaseException) -> str:
+    """One line for an operator: a storage error's own message; an OSError with its file
+    name and strerror ("No space left on device"), never a repr or a traceback."""
+    if isinstance(exc, OSError) and not isinstance(exc, KraftStorageError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror or exc}"
+    text = str(exc)
+    return text if text else type(exc).__name__
 
 
 def _source_of(req) -> int:
@@ -185,6 +196,25 @@ class RaftDriver:
 
     def __init__(self, config: NodeConfig, *, cluster_id: str, directory_id: uuid.UUID | None = None,
                  rng: random.Random | None = None, leader_flush: str = "auto", follower_flush: str = "inline"):
+        #: the log dirs' locks when this driver took them (from_config), released by close()
+        self._dir_locks: DirLocks | None = None
+        try:
+            self._init(config, cluster_id=cluster_id, directory_id=directory_id, rng=rng,
+                       leader_flush=leader_flush, follower_flush=follower_flush)
+        except BaseException:
+            # Whatever failed after the log was opened (a bad snapshot, the voter set...):
+            # close it cleanly, so the directory is left as it was found (issue 19).
+            opened = self.__dict__.get("log")
+            if opened is not None:
+                try:
+                    opened.close()
+                except Exception as exc:  # noqa: BLE001 - the first error is the one to report
+                    log.error("node %d: closing the log after a failed start failed too: %s",
+                              config.node_id, exc)
+            raise
+
+    def _init(self, config: NodeConfig, *, cluster_id: str, directory_id: uuid.UUID | None,
+              rng: random.Random | None, leader_flush: str, follower_flush: str):
         if leader_flush not in LEADER_FLUSH_MODES:
             raise DriverError(f"leader_flush must be one of {', '.join(LEADER_FLUSH_MODES)}, not {leader_flush!r}")
         if follower_flush not in FOLLOWER_FLUSH_MODES:
@@ -284,8 +314,28 @@ class RaftDriver:
 
     # ------------------------------------------------------------ construction from a config
     @classmethod
-    def from_config(cls, config: NodeConfig, **kw) -> "RaftDriver":
-        """Check the metadata log dir's meta.properties (formatted, same node id) and build the driver."""
+    def from_config(cls, config: NodeConfig, *, dir_locks: DirLocks | None = None, **kw) -> "RaftDriver":
+        """Lock the log dirs, check the metadata log dir's meta.properties (formatted, same
+        node id) and build the driver.
+
+        ``dir_locks``: the caller already holds the locks of ``config.all_log_dirs`` and
+        releases them itself (``kraft-server-start`` takes them before anything else).
+        Without it the driver takes them here, before it reads anything, and releases them
+        in :meth:`close` -- or at once if building the driver fails."""
+        own = None
+        if dir_locks is None:
+            own = lock_dirs(config.all_log_dirs)
+        try:
+            driver = cls._from_config(config, **kw)
+        except BaseException:
+            if own is not None:
+                own.release()
+            raise
+        driver._dir_locks = own
+        return driver
+
+    @classmethod
+    def _from_config(cls, config: NodeConfig, **kw) -> "RaftDriver":
         try:
             meta = read_meta_properties(config.metadata_log_dir).meta
         except KraftStorageError as exc:
@@ -314,7 +364,8 @@ class RaftDriver:
         handlers[int(ApiKeys.DESCRIBE_CLUSTER)] = self._handle_describe_cluster
         if self.endpoint is not None:
             self.server = KafkaServer(self.endpoint.host, self.endpoint.port, handlers,
-                                      listener=self.endpoint.listener, listener_type="controller")
+                                      listener=self.endpoint.listener, listener_type="controller",
+                                      ssl_context=self.config.server_ssl_context(self.endpoint.listener))
             await self.server.start()
         self.core.initialize(monotonic_ms())
         self._poll()
@@ -382,8 +433,14 @@ class RaftDriver:
             self._flusher.close()  # (waits for the fsyncs in flight)
         try:
             self.log.close()
-        except Exception:  # noqa: BLE001 - best effort at close; the log recovers on open
-            log.exception("node %d: closing the log failed", self.node_id)
+        except Exception as exc:  # noqa: BLE001 - best effort at close; the log recovers on open
+            # One line, no traceback: the reason (a full disk, an I/O error) is what the
+            # operator needs, and the fatal error that led here was already reported.
+            log.error("node %d: closing the log cleanly failed (it will be recovered at the next start): %s",
+                      self.node_id, _describe_error(exc))
+        finally:
+            if self._dir_locks is not None:
+                self._dir_locks.release()
 
     async def wait_closed_or_fatal(self) -> None:
         while not self._closed and self.fatal is None:
@@ -712,13 +769,23 @@ class RaftDriver:
             if now - peer.last_failure_ms < backoff:
                 raise ConnectionClosed(f"node {peer.node_id}: reconnect backoff ({backoff} ms)")
             try:
+                # TLS: the controller listener's protocol and settings (Kafka's controller client)
                 peer.conn = await KafkaConnection.open(peer.host, peer.port,
                                                        timeout=self.quorum_config.request_timeout_ms / 1000,
-                                                       client_id=f"raft-client-{self.node_id}")
+                                                       client_id=f"raft-client-{self.node_id}",
+                                                       ssl_context=self.config.client_ssl_context())
             except (OSError, asyncio.TimeoutError) as exc:
                 peer.last_failure_ms = monotonic_ms()
-                raise ConnectionClosed(f"cannot connect to node {peer.node_id} at {peer.host}:{peer.port}: "
-                                       f"{exc}") from None
+                reason = getattr(exc, "reason", None)
+                if reason in ("unresolved", "tls") and getattr(peer, "warned", None) != (peer.host, peer.port, reason):
+                    # a misconfiguration the operator must see (once per peer address), not a peer that is down
+                    peer.warned = (peer.host, peer.port, reason)
+                    key = ("controller.quorum.bootstrap.servers" if peer.node_id < 0 else
+                           "controller.quorum.voters" if any(v.id == peer.node_id for v in self.config.voters) else
+                           "an endpoint learned from the quorum")
+                    log.warning("node %d: cannot connect to node %d at %s:%d (from %s): %s", self.node_id,
+                                peer.node_id, peer.host, peer.port, key, exc)
+                raise ConnectionClosed(f"cannot connect to node {peer.node_id}: {exc}") from None
             return peer.conn
 
     def _send_request(self, out: OutboundRequest) -> None:

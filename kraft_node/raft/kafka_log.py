@@ -564,23 +564,35 @@ class KafkaRaftLog:
         self._log = KafkaLog.open(self.directory, config or LogConfig(
             verify_crc=False, page_cache_retain_bytes=PAGE_CACHE_RETAIN_BYTES),
                                   topic_id=METADATA_TOPIC_ID.bytes)
-        self._snapshots: list[SnapshotId] = sorted(
-            (OffsetAndEpoch(s.end_offset, s.epoch) for s in open_snapshot_dir(self.directory)),
-            key=lambda s: (s.offset, s.epoch))
-        self.high_watermark = 0
-        self.flush_count = 0
-        latest = self.latest_snapshot_id()
-        if latest is not None and latest.offset > self._log.log_start_offset:
-            if latest.offset > self._log.log_end_offset:
-                self._log.truncate_fully_and_start_at(latest.offset)
-            else:
-                self._log.advance_log_start_offset(latest.offset)
+        try:
+            self._snapshots: list[SnapshotId] = sorted(
+                (OffsetAndEpoch(s.end_offset, s.epoch) for s in open_snapshot_dir(self.directory)),
+                key=lambda s: (s.offset, s.epoch))
+            self.high_watermark = 0
+            self.flush_count = 0
+            latest = self.latest_snapshot_id()
+            if latest is not None and latest.offset > self._log.log_start_offset:
+                if latest.offset > self._log.log_end_offset:
+                    self._log.truncate_fully_and_start_at(latest.offset)
+                else:
+                    self._log.advance_log_start_offset(latest.offset)
+        except BaseException:
+            # (a bad snapshot file...): the segments were opened, so close them cleanly --
+            # a failed open must leave the directory as it found it (issue 19)
+            self._log.close()
+            raise
         self._flushed = self._log.log_end_offset
         self.write_behind = write_behind
         #: leader batches appended but not yet written, in offset order: (raw bytes, epoch);
         #: their epoch is always the epoch of the last batch in the file
         self._pending: list[tuple[bytes, int]] = []
         self._pending_end = 0  # end offset counting _pending (meaningful while it is non-empty)
+
+    @property
+    def load_report(self):
+        """What opening the segments found and did (``kraft_storage.log.log.LoadReport``):
+        the node logs it at start."""
+        return self._log.load_report
 
     # ---- write-behind
     @property

@@ -30,6 +30,7 @@ import os
 import sys
 
 from kraft_node.config import METADATA_TOPIC_DIR, ConfigError, NodeConfig, parse_voters
+from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
 from kraft_storage.messages._runtime import Uuid
 from kraft_storage.messages.control import VotersRecord
@@ -110,10 +111,15 @@ def _voters_record(voters, listener: str) -> VotersRecord:
 def format_storage(cfg: NodeConfig, cluster_id: str, *, standalone: bool = False,
                    initial_controllers: str | None = None, no_initial_controllers: bool = False,
                    release_version: str = LATEST_PRODUCTION, ignore_formatted: bool = False,
-                   out=sys.stdout) -> int:
+                   out=sys.stdout, dir_locks: DirLocks | None = None) -> int:
     """Write ``meta.properties`` (and, in the metadata log dir, the bootstrap snapshot) in
     every unformatted log dir of ``cfg``, as Kafka's ``kafka-storage format`` does.  All
-    arguments are checked before anything is written."""
+    arguments are checked before anything is written.
+
+    Every log dir is locked (``.lock``, :mod:`kraft_storage.dirlock`) before it is read, so
+    formatting the directory of a running node is refused (DirLockError) and changes
+    nothing; ``dir_locks``: the caller already holds them (kraft-server-start's default
+    config)."""
     try:
         Uuid(cluster_id)  # Kafka (since 3.3): a cluster id must be a base64 Uuid
     except ValueError as exc:
@@ -145,6 +151,17 @@ def format_storage(cfg: NodeConfig, cluster_id: str, *, standalone: bool = False
     voters_record = _voters_record(voters, listener) if voters else None  # checks every directory id
     my_dir_id = next((v.directory_id for v in voters or () if v.id == cfg.node_id), None)
 
+    own = lock_dirs(cfg.all_log_dirs, create=True) if dir_locks is None else None
+    try:
+        return _format_locked(cfg, cluster_id, dynamic, name, level, listener, voters, voters_record, my_dir_id,
+                              ignore_formatted, out)
+    finally:
+        if own is not None:
+            own.release()
+
+
+def _format_locked(cfg, cluster_id, dynamic, name, level, listener, voters, voters_record, my_dir_id,
+                   ignore_formatted, out) -> int:
     empty = []
     for d in cfg.all_log_dirs:
         if os.path.exists(os.path.join(d, FILE_NAME)):
