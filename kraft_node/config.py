@@ -14,12 +14,35 @@ Keys understood (Kafka's meaning):
   which of them are controller listeners (first = the one peers use).
 * ``log.dirs`` (or ``log.dir``), ``metadata.log.dir`` (defaults to the first log dir).
 * ``controller.quorum.*`` timeouts: see :class:`kraft_node.raft.config.QuorumConfig`.
+* ``listener.security.protocol.map`` (Kafka's default and Kafka's rule that a KRaft
+  controller listener missing from an *unset* map is PLAINTEXT): ``PLAINTEXT`` or
+  ``SSL`` per listener.  ``SSL`` listeners use the ``ssl.*`` keys (and their
+  ``listener.name.<listener>.ssl.*`` overrides) read by :mod:`kraft_node.network.tls`;
+  the Raft driver's connections to the other voters use the controller listener's
+  protocol and settings, as Kafka's do.
+
+Nothing is silently ignored (issue 19):
+
+* a security setting kraft does not implement refuses the start with a one-line
+  :class:`ConfigError` naming the key -- see :data:`UNSUPPORTED` and
+  :func:`check_unsupported` for the list and the reasons;
+* every other key kraft does not read is reported once at start by
+  :func:`warn_unused_keys` with Kafka's words ("These configurations '[a, b]' were
+  supplied but are not used yet."), and a key that is not a Kafka config at all but
+  close to one gets "did you mean ...?" (Kafka's names: ``kafka_config_keys.txt``).
+
+Ports: port 0 (any free port) is refused where peers need a fixed address:
+``controller.quorum.voters``, ``controller.quorum.bootstrap.servers`` and the
+controller listener of a node that is, or may become, a voter.
 
 ``DEFAULT_CONFIG`` is the embedded single-node controller used when
 ``kraft-server-start`` is run without a file.
 """
 from __future__ import annotations
 
+import difflib
+import functools
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -46,6 +69,84 @@ class ConfigError(KraftStorageError):
     """A configuration key is missing, malformed or inconsistent."""
 
 
+#: Kafka's default ``listener.security.protocol.map``.
+DEFAULT_PROTOCOL_MAP = {"PLAINTEXT": "PLAINTEXT", "SSL": "SSL", "SASL_PLAINTEXT": "SASL_PLAINTEXT",
+                        "SASL_SSL": "SASL_SSL"}
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+#: Security settings kraft does not implement: key -> (values that mean "off", why refused).
+#: A key set to anything else refuses the start: running without the protection the
+#: operator asked for would be worse than not running.  The same holds for the
+#: ``listener.name.<listener>.<key>`` form.  Keys starting with ``sasl.`` (and
+#: ``listener.name.<l>.sasl.*``, ``listener.name.<l>.<mechanism>.sasl.*``) are all
+#: refused (no SASL here), as is a SASL_* protocol mapped to a listener in use.
+UNSUPPORTED: dict[str, tuple[tuple[str, ...], str]] = {
+    "authorizer.class.name": (("",), "kraft has no authorizer: every client may send every request"),
+    "super.users": (("",), "kraft has no authorizer"),
+    "principal.builder.class": (("", "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder"),
+                                "kraft has no principals (no authorizer)"),
+    "ssl.principal.mapping.rules": (("default",), "kraft has no principals (no authorizer)"),
+    "ssl.keystore.password": (("",), "PEM keystores take no store password (Kafka's rule); "
+                                     "use ssl.key.password for an encrypted key"),
+    "ssl.truststore.password": (("",), "PEM truststores take no password (Kafka's rule)"),
+    "ssl.keystore.type": (("", "pem"), "kraft reads PEM stores only (Python's ssl cannot read JKS or PKCS12)"),
+    "ssl.truststore.type": (("", "pem"), "kraft reads PEM stores only (Python's ssl cannot read JKS or PKCS12)"),
+    "ssl.cipher.suites": (("",), "Java cipher-suite names are not mapped to OpenSSL's"),
+    "ssl.provider": (("",), "there are no Java security providers here"),
+    "security.providers": (("",), "there are no Java security providers here"),
+    "ssl.engine.factory.class": (("",), "there is no pluggable SSL engine here"),
+    "ssl.secure.random.implementation": (("",), "OpenSSL's random generator is always used"),
+    "ssl.keymanager.algorithm": (("", "sunx509"), "only the default key manager exists here"),
+    "ssl.trustmanager.algorithm": (("", "pkix"), "only the default trust manager exists here"),
+    "ssl.allow.dn.changes": (("", "false"), "keystores are never reloaded"),
+    "ssl.allow.san.changes": (("", "false"), "keystores are never reloaded"),
+    "security.inter.broker.protocol": (("", "plaintext"), "kraft has no broker yet, so no inter-broker traffic"),
+    "delegation.token.secret.key": (("",), "delegation tokens need SASL, which kraft does not implement"),
+    "delegation.token.master.key": (("",), "delegation tokens need SASL, which kraft does not implement"),
+}
+
+#: Keys kraft reads (besides ``controller.quorum.*``, checked by QuorumConfig, and the
+#: ``ssl.*`` keys of :data:`kraft_node.network.tls.SSL_KEYS_USED` when a listener in use is SSL).
+USED_KEYS = frozenset({
+    "process.roles", "node.id", "listeners", "controller.listener.names", "log.dirs", "log.dir",
+    "metadata.log.dir", "listener.security.protocol.map",
+    # read by the checks above: set to their "off" values they are used (and harmless)
+    *UNSUPPORTED,
+})
+
+_LISTENER_KEY = re.compile(r"^listener\.name\.([^.]+)\.(.+)$")
+
+
+@functools.lru_cache(maxsize=1)
+def kafka_config_names() -> frozenset:
+    """Kafka's broker/controller config names (``kafka_config_keys.txt``, extracted from Kafka's sources)."""
+    path = os.path.join(os.path.dirname(__file__), "kafka_config_keys.txt")
+    with open(path, encoding="utf-8") as f:
+        return frozenset(ln.strip() for ln in f if ln.strip() and not ln.startswith("#"))
+
+
+def _is_sasl_key(key: str) -> bool:
+    m = _LISTENER_KEY.match(key)
+    rest = m.group(2) if m else key
+    return rest.startswith("sasl.") or ".sasl." in rest or rest.startswith("sasl_")
+
+
+def check_unsupported(props: dict[str, str], source: str = "config") -> None:
+    """Refuse security settings kraft does not implement (see :data:`UNSUPPORTED`), naming the key."""
+    for key in sorted(props):
+        value = props[key].strip()
+        if _is_sasl_key(key):
+            if key.startswith("sasl.") and not value:
+                continue  # an empty sasl.* value asks for nothing
+            raise ConfigError(f"{source}: {key} is set, but kraft does not implement SASL; remove it "
+                              "(only PLAINTEXT and SSL listeners are supported)")
+        m = _LISTENER_KEY.match(key)
+        base = m.group(2) if m else key
+        rule = UNSUPPORTED.get(base)
+        if rule is not None and value.lower() not in rule[0]:
+            raise ConfigError(f"{source}: {key}={value} is not supported: {rule[1]}")
+
+
 @dataclass(frozen=True)
 class Endpoint:
     listener: str
@@ -68,10 +169,14 @@ class Voter:
 _HOSTPORT = re.compile(r"^\[?([^\]\s]*?)\]?:(\d+)$")
 
 
-def _host_port(text: str, key: str, source: str) -> tuple[str, int]:
+def _host_port(text: str, key: str, source: str, fixed: bool = False) -> tuple[str, int]:
+    """``(host, port)``; with ``fixed``, port 0 ("any free port") is refused: peers dial it."""
     m = _HOSTPORT.match(text.strip())
     if not m or not 0 <= int(m.group(2)) <= 65535:
         raise ConfigError(f"{source}: {key}: {text!r} is not host:port")
+    if fixed and int(m.group(2)) == 0:
+        raise ConfigError(f"{source}: {key}: {text.strip()!r}: port 0 is not allowed here (other nodes "
+                          "connect to this address, so it needs a fixed port from 1 to 65535)")
     return m.group(1), int(m.group(2))
 
 
@@ -88,7 +193,7 @@ def parse_voters(text: str, key: str = "controller.quorum.voters", source: str =
         dir_id = None
         if rest.count(":") >= 2 and not rest.startswith("["):
             rest, _, dir_id = rest.rpartition(":")
-        host, port = _host_port(rest, key, source)
+        host, port = _host_port(rest, key, source, fixed=True)
         voters.append(Voter(vid, host, port, dir_id))
     ids = [v.id for v in voters]
     if len(set(ids)) != len(ids):
@@ -123,6 +228,90 @@ class NodeConfig:
     quorum: QuorumConfig
     props: dict[str, str] = field(default_factory=dict)
     source: str = "config"
+    #: listener name -> security protocol (Kafka's effective listener.security.protocol.map)
+    protocol_map: dict[str, str] = field(default_factory=dict)
+    _tls: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def security_protocol(self, listener: str) -> str:
+        return self.protocol_map.get(listener.upper(), "PLAINTEXT")
+
+    @property
+    def controller_security_protocol(self) -> str:
+        """The protocol of the controller listener (the first of controller.listener.names):
+        what this node's Raft connections to other controllers speak, as in Kafka."""
+        return self.security_protocol(self.controller_listener_names[0])
+
+    def server_ssl_context(self, listener: str):
+        """The ssl.SSLContext of ``listener``'s server side, or None for a PLAINTEXT listener."""
+        listener = listener.upper()
+        if self.security_protocol(listener) != "SSL":
+            return None
+        key = ("server", listener)
+        if key not in self._tls:
+            from kraft_node.network.tls import TlsConfigError, server_context
+            try:
+                self._tls[key] = server_context(self.props, listener, self.source)
+            except TlsConfigError as exc:
+                raise ConfigError(str(exc)) from None
+        return self._tls[key]
+
+    def client_ssl_context(self):
+        """The ssl.SSLContext for connections to other controllers (the controller listener's
+        settings: truststore, keystore as client certificate, hostname verification), or None
+        when the controller listener is PLAINTEXT."""
+        listener = self.controller_listener_names[0]
+        if self.controller_security_protocol != "SSL":
+            return None
+        key = ("client", listener)
+        if key not in self._tls:
+            from kraft_node.network.tls import TlsConfigError, client_context
+            try:
+                self._tls[key] = client_context(self.props, listener, self.source)
+            except TlsConfigError as exc:
+                raise ConfigError(str(exc)) from None
+        return self._tls[key]
+
+    # ------------------------------------------------------------ unused keys
+    def _ssl_listeners(self) -> set[str]:
+        names = {e.listener for e in self.listeners} | set(self.controller_listener_names[:1])
+        return {n for n in names if self.security_protocol(n) == "SSL"}
+
+    def is_used(self, key: str) -> bool:
+        """Whether kraft reads ``key`` (with this config's listeners and protocols)."""
+        from kraft_node.network.tls import SSL_KEYS_USED
+        if key in USED_KEYS or key.startswith("controller.quorum."):
+            return True
+        ssl_listeners = self._ssl_listeners()
+        if key in SSL_KEYS_USED:
+            return bool(ssl_listeners)
+        m = _LISTENER_KEY.match(key)
+        if m:
+            if m.group(2) in UNSUPPORTED:
+                return True
+            return m.group(2) in SSL_KEYS_USED and m.group(1).upper() in ssl_listeners
+        return False
+
+    def unused_keys(self) -> list[str]:
+        """The supplied keys kraft does not read, sorted."""
+        return sorted(k for k in self.props if not self.is_used(k))
+
+    def unused_key_warnings(self) -> list[str]:
+        """The lines :func:`warn_unused_keys` logs: Kafka's "were supplied but are not used
+        yet" line listing every unused key, then one "did you mean" line per key that is
+        not a Kafka config name but is close to one (a typo)."""
+        unused = self.unused_keys()
+        if not unused:
+            return []
+        lines = [f"These configurations '[{', '.join(unused)}]' were supplied but are not used yet."]
+        known = kafka_config_names()
+        for k in unused:
+            m = _LISTENER_KEY.match(k)
+            if k in known or (m and m.group(2) in known):
+                continue
+            close = difflib.get_close_matches(k, sorted(known | USED_KEYS), n=1, cutoff=0.85)
+            if close:
+                lines.append(f"{self.source}: {k!r} is not a Kafka config; did you mean {close[0]!r}?")
+        return lines
 
     @property
     def is_controller(self) -> bool:
@@ -175,7 +364,7 @@ class NodeConfig:
         log_dirs = [d.strip() for d in dirs_text.split(",") if d.strip()]
         metadata_log_dir = props.get("metadata.log.dir", "").strip() or log_dirs[0]
         voters = parse_voters(props.get("controller.quorum.voters", ""), source=source)
-        boot = [_host_port(hp, "controller.quorum.bootstrap.servers", source)
+        boot = [_host_port(hp, "controller.quorum.bootstrap.servers", source, fixed=True)
                 for hp in props.get("controller.quorum.bootstrap.servers", "").split(",") if hp.strip()]
         if voters and boot:
             raise ConfigError(f"{source}: set controller.quorum.voters or controller.quorum.bootstrap.servers, "
@@ -187,6 +376,7 @@ class NodeConfig:
             quorum = QuorumConfig.from_properties(props)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{source}: {exc}") from None
+        check_unsupported(props, source)
         cfg = cls(node_id, roles, listeners, cl_names, log_dirs, metadata_log_dir, voters, boot, quorum,
                   dict(props), source)
         if roles == {"broker"} and node_id in {v.id for v in voters}:
@@ -205,19 +395,90 @@ class NodeConfig:
                 if me.port != ep.port:
                     raise ConfigError(f"{source}: controller.quorum.voters gives node {node_id} port {me.port} "
                                       f"but its controller listener is {ep}")
+            ep = cfg.controller_endpoint
+            if ep.port == 0 and (boot or node_id in {v.id for v in voters}):
+                raise ConfigError(f"{source}: listeners: the controller listener {ep} of a voter needs a fixed "
+                                  "port (other voters connect to it), not port 0")
+        cfg.protocol_map = _protocol_map(props, listeners, cl_names, source)
+        # Build the TLS contexts now: a bad keystore or truststore fails the start here,
+        # naming the key, not at the first connection.
+        for e in listeners:
+            cfg.server_ssl_context(e.listener)
+        cfg.client_ssl_context()
         return cfg
 
     @classmethod
     def from_file(cls, path: str) -> "NodeConfig":
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as exc:
-            raise ConfigError(f"{path}: {exc.strerror or exc}") from None
-        return cls.from_properties(parse_properties(text), path)
+        return cls.from_properties(read_properties_file(path), path)
 
     @classmethod
     def default(cls) -> "NodeConfig":
         import tempfile
         text = DEFAULT_CONFIG.format(tmp=tempfile.gettempdir())
         return cls.from_properties(parse_properties(text), "embedded default config")
+
+
+def _protocol_map(props: dict[str, str], listeners: list[Endpoint], cl_names: list[str],
+                  source: str) -> dict[str, str]:
+    """Kafka's ``effectiveListenerSecurityProtocolMap`` and its checks, with kraft's refusals:
+    a listener in use mapped to SASL_* is refused (no SASL here)."""
+    key = "listener.security.protocol.map"
+    text = props.get(key, "").strip()
+    if key in props:
+        pmap = {}
+        for entry in filter(None, (e.strip() for e in text.split(","))):
+            name, sep, proto = entry.partition(":")
+            if not sep or not name.strip():
+                raise ConfigError(f"{source}: {key}: {entry!r} is not LISTENER_NAME:SECURITY_PROTOCOL")
+            proto = proto.strip().upper()
+            if proto not in SECURITY_PROTOCOLS:
+                raise ConfigError(f"{source}: {key}: {proto!r} is not a security protocol "
+                                  f"({', '.join(SECURITY_PROTOCOLS)})")
+            pmap[name.strip().upper()] = proto
+    else:
+        pmap = dict(DEFAULT_PROTOCOL_MAP)
+        # Kafka (KRaft): with the map unset, controller listeners map to PLAINTEXT unless a
+        # controller listener name or a listener is SSL or SASL_*
+        tls_like = ("SSL", "SASL_SSL", "SASL_PLAINTEXT")
+        if not any(n in tls_like for n in cl_names) and not any(e.listener in tls_like for e in listeners):
+            for n in cl_names:
+                pmap.setdefault(n, "PLAINTEXT")
+    for n in cl_names:
+        if n not in pmap:
+            raise ConfigError(f"{source}: Controller listener with name {n} defined in controller.listener.names "
+                              f"not found in {key}.")
+    for e in listeners:
+        if e.listener not in pmap:
+            raise ConfigError(f"{source}: listeners: No security protocol defined for listener {e.listener} "
+                              f"(add it to {key})")
+    for n in sorted({e.listener for e in listeners} | set(cl_names[:1])):
+        if pmap[n].startswith("SASL_"):
+            raise ConfigError(f"{source}: {key} maps listener {n} to {pmap[n]}, but kraft does not implement SASL "
+                              "(use PLAINTEXT or SSL)")
+    return pmap
+
+
+def read_properties_file(path: str) -> dict[str, str]:
+    """Parse a properties file; errors name the file (and the byte of a non-UTF-8 sequence)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}: not a UTF-8 properties file: byte 0x{data[exc.start]:02x} at byte position "
+                          f"{exc.start} (line {line}) is not valid UTF-8") from None
+    return parse_properties(text)
+
+
+def warn_unused_keys(cfg: NodeConfig, logger: logging.Logger | None = None) -> list[str]:
+    """Log (WARNING, once -- call it once at start) the keys of ``cfg`` that kraft does not
+    read, in Kafka's words, with "did you mean" for near-misses.  Returns the lines logged."""
+    logger = logger or logging.getLogger("kraft.config")
+    lines = cfg.unused_key_warnings()
+    for line in lines:
+        logger.warning("%s", line)
+    return lines

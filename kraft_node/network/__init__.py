@@ -5,7 +5,8 @@ Both speak size-prefixed frames with the generated codecs of
 controller and the broker plug handlers into :class:`KafkaServer` and send
 through :class:`KafkaConnection`.
 """
-from kraft_node.network.client import ConnectionClosed, KafkaConnection, RequestTimeout
+from kraft_node.network.client import ConnectFailed, ConnectionClosed, KafkaConnection, RequestTimeout
 from kraft_node.network.server import KafkaServer, RequestContext
 
-__all__ = ["KafkaServer", "RequestContext", "KafkaConnection", "ConnectionClosed", "RequestTimeout"]
+__all__ = ["KafkaServer", "RequestContext", "KafkaConnection", "ConnectionClosed", "ConnectFailed",
+           "RequestTimeout"]

@@ -16,6 +16,13 @@ Two ways to ask:
   from the socket callback that completed the frame (or from the timeout
   timer), with no task or future in between.
 
+TLS: pass ``ssl_context`` (from :func:`kraft_node.network.tls.client_context`);
+the host dialled is the name checked against the server's certificate when the
+context verifies host names.  A connection that cannot be made raises
+:class:`ConnectFailed` (an OSError) whose message says what and where:
+``127.0.0.1:9093: connection refused``, ``host 'x' does not resolve``, ``TLS
+handshake failed: ...`` or ``timed out``.
+
 The connection is an :class:`asyncio.Protocol` (as asyncpg and uvloop-based
 servers are), so a response costs one ``data_received`` call, not a chain of
 coroutine resumptions through a StreamReader.
@@ -25,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
+import ssl
 from typing import Callable
 
 from kraft_node.network.frames import FrameError, FrameReader
@@ -41,6 +50,37 @@ class ConnectionClosed(ConnectionError):
     """The connection failed or was closed while requests were outstanding."""
 
 
+class ConnectFailed(ConnectionClosed):
+    """The connection could not be made.  ``reason`` is one of "refused", "unresolved",
+    "tls", "timeout", "error"; the message names host:port."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def describe_connect_error(host: str, port: int, exc: BaseException, timeout: float | None = None) \
+        -> ConnectFailed:
+    """A :class:`ConnectFailed` saying what went wrong connecting to ``host:port``."""
+    where = f"{host}:{port}"
+    if isinstance(exc, ConnectFailed):
+        return exc
+    if isinstance(exc, socket.gaierror):
+        return ConnectFailed(f"{where}: host {host!r} does not resolve ({exc.strerror})", "unresolved")
+    if isinstance(exc, ConnectionRefusedError):
+        return ConnectFailed(f"{where}: connection refused", "refused")
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return ConnectFailed(f"{where}: TLS handshake failed: {exc.verify_message or exc.reason or exc}", "tls")
+    if isinstance(exc, ssl.SSLError):
+        return ConnectFailed(f"{where}: TLS handshake failed: {exc.reason or exc}", "tls")
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        t = f" after {timeout:g}s" if timeout is not None else ""
+        return ConnectFailed(f"{where}: connection timed out{t}", "timeout")
+    if isinstance(exc, OSError):
+        return ConnectFailed(f"{where}: {exc.strerror or exc}", "error")
+    return ConnectFailed(f"{where}: {exc!r}", "error")
+
+
 class RequestTimeout(TimeoutError):
     """No response within the request timeout."""
 
@@ -48,9 +88,11 @@ class RequestTimeout(TimeoutError):
 class KafkaConnection(asyncio.Protocol):
     """One TCP connection to a Kafka-protocol server."""
 
-    def __init__(self, host: str, port: int, *, client_id: str = "kraft", max_frame_size: int = MAX_FRAME_SIZE):
+    def __init__(self, host: str, port: int, *, client_id: str = "kraft", max_frame_size: int = MAX_FRAME_SIZE,
+                 ssl_context: ssl.SSLContext | None = None):
         self.host = host
         self.port = port
+        self.ssl_context = ssl_context
         self.client_id = client_id
         self.max_frame_size = max_frame_size
         self._transport: asyncio.Transport | None = None
@@ -75,10 +117,15 @@ class KafkaConnection(asyncio.Protocol):
     async def connect(self, timeout: float = 10.0) -> None:
         self._loop = asyncio.get_running_loop()
         self._closed_waiter = self._loop.create_future()
+        kw = {}
+        if self.ssl_context is not None:
+            kw = {"ssl": self.ssl_context, "server_hostname": self.host}
         try:
-            await asyncio.wait_for(self._loop.create_connection(lambda: self, self.host, self.port), timeout)
-        except BaseException:
+            await asyncio.wait_for(self._loop.create_connection(lambda: self, self.host, self.port, **kw), timeout)
+        except BaseException as exc:
             self._closed_waiter.set_result(None)  # never connected: nothing to wait for at close
+            if isinstance(exc, (OSError, asyncio.TimeoutError)):
+                raise describe_connect_error(self.host, self.port, exc, timeout) from None
             raise
 
     # ------------------------------------------------------------ asyncio.Protocol

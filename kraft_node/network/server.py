@@ -20,6 +20,11 @@ requests wait behind the one in progress, and answering pauses while the
 socket's send buffer is over its high-water mark, so a slow or greedy peer
 costs bounded memory.
 
+TLS: with ``ssl_context`` (an :class:`ssl.SSLContext` from
+:func:`kraft_node.network.tls.server_context`) the listener speaks TLS only; a
+plaintext client or one whose certificate fails verification is dropped during the
+handshake (logged at DEBUG by asyncio) and never reaches a handler.
+
 Bad input never takes the server down: a frame with an invalid size, an
 unknown API or an undecodable body is logged with the peer's address and
 the connection is closed (Kafka does the same), except for an ApiVersions
@@ -31,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -84,8 +90,13 @@ class KafkaServer:
     """Serve Kafka requests on ``host:port`` with the given handlers."""
 
     def __init__(self, host: str, port: int, handlers: dict[int, Handler], *, listener: str = "PLAINTEXT",
-                 listener_type: str | None = None, max_frame_size: int = MAX_FRAME_SIZE):
+                 listener_type: str | None = None, max_frame_size: int = MAX_FRAME_SIZE,
+                 ssl_context=None, config_key: str = "listeners"):
         self.host = host
+        #: an ssl.SSLContext (server side) for an SSL listener, None for PLAINTEXT
+        self.ssl_context = ssl_context
+        #: the config key the address came from, named in errors
+        self.config_key = config_key
         self.port = port
         self.handlers = dict(handlers)
         self.listener = listener
@@ -100,10 +111,18 @@ class KafkaServer:
         return {int(k) for k in self.handlers} | {int(ApiKeys.API_VERSIONS)}
 
     async def start(self) -> int:
-        """Listen; returns the bound port (useful with port 0)."""
+        """Listen; returns the bound port (useful with port 0).  Raises OSError with a message
+        naming the listener, host:port and config key when the address cannot be used."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _ServerConnection(self), self.host, self.port,
-                                                reuse_address=True)
+        where = f"{self.listener}://{self.host}:{self.port} ({self.config_key})"
+        try:
+            self._server = await loop.create_server(lambda: _ServerConnection(self), self.host or None, self.port,
+                                                    reuse_address=True, ssl=self.ssl_context)
+        except socket.gaierror as exc:
+            raise OSError(exc.errno, f"cannot listen on {where}: host {self.host!r} does not resolve "
+                                     f"({exc.strerror})") from None
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot listen on {where}: {exc.strerror or exc}") from None
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 

@@ -26,7 +26,15 @@ does, ``Removed  KRaft controller 2 with directory id <uuid>`` (two spaces).
 With ``--dry-run`` nothing is sent and the line starts ``DRY RUN of adding`` /
 ``DRY RUN of removing ``.  Retriable errors (NOT_LEADER_OR_FOLLOWER,
 REQUEST_TIMED_OUT, connection failures) are retried until ``--timeout``,
-as Kafka's Admin client retries them.
+as Kafka's Admin client retries them -- but a controller that refuses the
+connection (nothing listens there), a host that does not resolve or a failed
+TLS handshake ends the command within about a second, saying so with host:port.
+
+``--command-config FILE`` (Kafka's flag) also carries the client's security
+settings, as Kafka's Admin client reads them: ``security.protocol=SSL`` with
+``ssl.truststore.*``, ``ssl.keystore.*`` (a client certificate, for
+``ssl.client.auth=required``) and ``ssl.endpoint.identification.algorithm``
+(see :mod:`kraft_node.network.tls`).  SASL protocols are refused.
 """
 from __future__ import annotations
 
@@ -35,7 +43,7 @@ import asyncio
 import sys
 import time
 
-from kraft_node.network import ConnectionClosed, KafkaConnection, RequestTimeout
+from kraft_node.network import ConnectFailed, ConnectionClosed, KafkaConnection, RequestTimeout
 from kraft_node.protocol.generated.add_raft_voter import AddRaftVoterRequest
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest
 from kraft_node.protocol.generated.remove_raft_voter import RemoveRaftVoterRequest
@@ -155,16 +163,37 @@ def _describe_error(resp: DescribeQuorumResponse) -> int:
     return 0
 
 
-async def fetch(host: str, port: int, timeout: float):
+async def fetch(host: str, port: int, timeout: float, ssl_context=None):
     """(DescribeCluster, DescribeQuorum) answers from the active controller, reached from
     the controller at ``host:port`` -- any controller of the quorum will do, as with
     Kafka's tool (whose Admin client sends DescribeQuorum to the active controller)."""
-    return await fetch_from([(host, port)], timeout)
+    return await fetch_from([(host, port)], timeout, ssl_context)
 
 
-async def fetch_from(targets, timeout: float):
+async def fetch_from(targets, timeout: float, ssl_context=None):
     """:func:`fetch` from the first of ``targets`` (host, port) that answers."""
-    return await _send_to_active_controller(targets, describe_request(), 2, timeout, error_of=_describe_error)
+    return await _send_to_active_controller(targets, describe_request(), 2, timeout, error_of=_describe_error,
+                                            ssl_context=ssl_context)
+
+
+def client_ssl_context(path: str | None):
+    """The TLS context the ``--command-config`` file asks for (``security.protocol=SSL``),
+    or None (PLAINTEXT, or no file)."""
+    if path is None:
+        return None
+    props = _load_props(path)
+    proto = props.get("security.protocol", "PLAINTEXT").strip().upper() or "PLAINTEXT"
+    if proto == "PLAINTEXT":
+        return None
+    if proto in ("SASL_PLAINTEXT", "SASL_SSL"):
+        raise QuorumToolError(f"{path}: security.protocol={proto} is not supported: kraft does not implement SASL")
+    if proto != "SSL":
+        raise QuorumToolError(f"{path}: security.protocol={proto!r} is not PLAINTEXT or SSL")
+    from kraft_node.network.tls import TlsConfigError, client_context
+    try:
+        return client_context(props, None, path)
+    except TlsConfigError as exc:
+        raise QuorumToolError(str(exc)) from None
 
 
 # ------------------------------------------------------------------ add/remove-controller (KIP-853)
@@ -235,12 +264,11 @@ def _load_props(path: str) -> dict[str, str]:
     import os
     if not os.path.exists(path):
         raise QuorumToolError(f"Properties file {path} does not exist.")
-    from kraft_node.config import parse_properties
+    from kraft_node.config import ConfigError, read_properties_file
     try:
-        with open(path, encoding="utf-8") as f:
-            return parse_properties(f.read())
-    except UnicodeDecodeError as exc:
-        raise QuorumToolError(f"{path}: not a UTF-8 properties file ({exc.reason} at byte {exc.start})") from None
+        return read_properties_file(path)
+    except ConfigError as exc:
+        raise QuorumToolError(str(exc)) from None
 
 
 def add_controller_line(node_id: int, directory_id, endpoints, dry_run: bool) -> str:
@@ -254,22 +282,37 @@ def remove_controller_line(node_id: int, directory_id, dry_run: bool) -> str:
     return f"{head} KRaft controller {node_id} with directory id {directory_id}"
 
 
+#: How long connections refused by every bootstrap controller are retried (a controller
+#: that is restarting) before the command gives up, in seconds.
+REFUSED_GRACE_S = 1.0
+
+
 async def _send_to_active_controller(targets, body, version: int, timeout: float,
-                                     error_of=lambda resp: resp.error_code):
+                                     error_of=lambda resp: resp.error_code, ssl_context=None):
     """Send ``body`` to the active controller (DescribeCluster's controllerId, asked of
     each of ``targets`` in turn), retrying retriable errors (``error_of(response)``) until
-    ``timeout`` seconds have passed.  Returns (the DescribeCluster answer, the response)."""
-    deadline = time.monotonic() + timeout
+    ``timeout`` seconds have passed.  Returns (the DescribeCluster answer, the response).
+    When every target fails to connect for a reason waiting will not fix (refused for
+    :data:`REFUSED_GRACE_S`, an unresolvable host, a TLS failure), it fails at once."""
+    start = time.monotonic()
+    deadline = start + timeout
     last = "no controller answered"
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             raise QuorumToolError(f"timed out: {last}")
+        hopeless = []
         for host, port in targets:
             try:
-                conn = await KafkaConnection.open(host, port, timeout=min(left, 5.0), client_id="kraft-metadata-quorum")
+                conn = await KafkaConnection.open(host, port, timeout=min(left, 5.0), client_id="kraft-metadata-quorum",
+                                                  ssl_context=ssl_context)
             except (OSError, asyncio.TimeoutError, ConnectionClosed) as exc:
-                last = f"cannot connect to {host}:{port}: {exc}"
+                last = f"cannot connect to {exc}" if isinstance(exc, ConnectFailed) else \
+                    f"cannot connect to {host}:{port}: {exc}"
+                reason = getattr(exc, "reason", None)
+                if reason in ("unresolved", "tls") or \
+                        (reason == "refused" and time.monotonic() - start >= min(REFUSED_GRACE_S, timeout)):
+                    hopeless.append(last)
                 continue
             try:
                 cluster = await conn.request(DescribeClusterRequest(endpoint_type=2), 1, min(left, 5.0))
@@ -284,7 +327,7 @@ async def _send_to_active_controller(targets, body, version: int, timeout: float
                 continue
             try:
                 lconn = await KafkaConnection.open(leader.host, leader.port, timeout=min(left, 5.0),
-                                                   client_id="kraft-metadata-quorum")
+                                                   client_id="kraft-metadata-quorum", ssl_context=ssl_context)
                 try:
                     resp = await lconn.request(body, version, max(1.0, left))
                 finally:
@@ -300,6 +343,8 @@ async def _send_to_active_controller(targets, body, version: int, timeout: float
                 name = _ERROR_NAMES.get(code, f"error code {code}")
                 raise QuorumToolError(f"{name}: {resp.error_message or ''}".rstrip(": "))
             return cluster, resp
+        if len(hopeless) == len(targets):
+            raise QuorumToolError("; ".join(hopeless))
         await asyncio.sleep(0.2)
 
 
@@ -321,7 +366,9 @@ def main(argv=None) -> int:
     g.add_argument("--bootstrap-controller", metavar="HOST:PORT")
     g.add_argument("--bootstrap-server", metavar="HOST:PORT")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds")
-    p.add_argument("--command-config", help="for add-controller: the controller's properties file")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="client properties (security.protocol=SSL, ssl.truststore.*, ssl.keystore.*, "
+                        "ssl.endpoint.identification.algorithm); for add-controller also the controller's config")
     sub = p.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("add-controller", help="Add a controller to the KRaft controller cluster")
     a.add_argument("--config", help="the properties file of the controller to add (same as --command-config)")
@@ -344,14 +391,19 @@ def main(argv=None) -> int:
     except QuorumToolError as exc:
         print(f"kraft-metadata-quorum: {exc}", file=sys.stderr)
         return 1
+    try:
+        ssl_context = client_ssl_context(args.command_config)
+    except QuorumToolError as exc:
+        print(f"kraft-metadata-quorum: {exc}", file=sys.stderr)
+        return 1
     if args.cmd in ("add-controller", "remove-controller"):
         try:
-            return _change_controllers(args, targets)
+            return _change_controllers(args, targets, ssl_context)
         except (OSError, QuorumToolError) as exc:
             print(f"kraft-metadata-quorum: {exc}", file=sys.stderr)
             return 1
     try:
-        cluster, quorum = asyncio.run(fetch_from(targets, args.timeout))
+        cluster, quorum = asyncio.run(fetch_from(targets, args.timeout, ssl_context))
         if args.status:
             if cluster.error_code:
                 raise QuorumToolError(f"DescribeCluster failed with error code {cluster.error_code}")
@@ -364,7 +416,7 @@ def main(argv=None) -> int:
         return 1
 
 
-def _change_controllers(args, targets) -> int:
+def _change_controllers(args, targets, ssl_context=None) -> int:
     if args.cmd == "add-controller":
         path = args.config or args.command_config
         if path is None:
@@ -376,7 +428,7 @@ def _change_controllers(args, targets) -> int:
             body = R(cluster_id=None, timeout_ms=int(args.timeout * 1000), voter_id=node_id,
                      voter_directory_id=dir_id, listeners=[R.Listener(name=n, host=h, port=p) for n, h, p in eps],
                      ack_when_committed=True)
-            asyncio.run(_send_to_active_controller(targets, body, 1, args.timeout))
+            asyncio.run(_send_to_active_controller(targets, body, 1, args.timeout, ssl_context=ssl_context))
         print(add_controller_line(node_id, dir_id, eps, args.dry_run))
         return 0
     if args.controller_id < 0:
@@ -387,7 +439,7 @@ def _change_controllers(args, targets) -> int:
         raise QuorumToolError(f"Failed to parse --controller-directory-id: {exc}") from None
     if not args.dry_run:
         body = RemoveRaftVoterRequest(cluster_id=None, voter_id=args.controller_id, voter_directory_id=dir_id)
-        asyncio.run(_send_to_active_controller(targets, body, 0, args.timeout))
+        asyncio.run(_send_to_active_controller(targets, body, 0, args.timeout, ssl_context=ssl_context))
     print(remove_controller_line(args.controller_id, dir_id, args.dry_run))
     return 0
 
