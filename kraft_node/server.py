@@ -112,6 +112,8 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
     the locks of ``cfg.all_log_dirs`` if the caller took them (``main`` does, before it reads
     anything); else the driver takes them.  Whatever fails after the log is opened, the
     driver is closed, so the directory is left as it was found (issue 19)."""
+    from kraft_node.config import warn_unused_keys
+    warn_unused_keys(cfg, log)  # once per start: Kafka's "were supplied but are not used yet"
     driver = RaftDriver.from_config(cfg, leader_flush=leader_flush, follower_flush=follower_flush,
                                     dir_locks=dir_locks)
     driver.on_role_change(lambda r, e, l: log.info("%s", _describe(cfg.node_id, r, e, l)))
