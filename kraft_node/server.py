@@ -67,6 +67,21 @@ def _maybe_format_default(cfg: NodeConfig, out, dir_locks: DirLocks) -> None:
     format_storage(cfg, cid, out=out, dir_locks=dir_locks)
 
 
+def log_load_report(where: str, report) -> None:
+    """What opening the metadata log found and did (``KafkaLog.load_report``): its summary
+    at INFO when the load changed nothing, else at WARNING followed by every truncation,
+    deleted segment, rebuilt index and removed file, one WARNING line each (issue 19:
+    recovery is never silent about loss)."""
+    lines = report.describe()
+    log.log(logging.WARNING if lines else logging.INFO, "%s", _prefixed(where, report.summary()))
+    for line in lines:
+        log.warning("%s", _prefixed(where, line))
+
+
+def _prefixed(where: str, line: str) -> str:
+    return line if where in line else f"{where}: {line}"
+
+
 async def _demo_writer(driver: RaftDriver, interval_s: float, batch: int, stop: asyncio.Event) -> None:
     seq = 0
     prefix = f"{driver.node_id}-{os.getpid()}-"
@@ -116,6 +131,7 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
     warn_unused_keys(cfg, log)  # once per start: Kafka's "were supplied but are not used yet"
     driver = RaftDriver.from_config(cfg, leader_flush=leader_flush, follower_flush=follower_flush,
                                     dir_locks=dir_locks)
+    log_load_report(cfg.metadata_partition_dir, driver.log.load_report)
     driver.on_role_change(lambda r, e, l: log.info("%s", _describe(cfg.node_id, r, e, l)))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -3,6 +3,7 @@ cleanly stopped ``kraft-server-start``, byte snapshots of directories, running t
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +13,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 from test_cluster_tcp import Node  # noqa: E402
 from test_raft_driver_support import cluster_properties  # noqa: E402
 
+import pytest  # noqa: E402
+
+from kraft_node.config import NodeConfig  # noqa: E402
 from kraft_storage.dirlock import LOCK_FILE  # noqa: E402
+from kraft_storage.log.log import CLEAN_SHUTDOWN_FILE  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -75,3 +80,28 @@ def stopped_single_voter(base: str, acks: int = 200, extra: dict | None = None) 
         node.kill9()
     time.sleep(0.1)  # the reader thread has seen the last ACK lines
     return path, list(node.acks)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """(node dir, acks): one cleanly stopped voter, copied by each test (``node``).  Import
+    both fixtures into the test module."""
+    base = tmp_path_factory.mktemp("template")
+    path, acks = stopped_single_voter(str(base), acks=300)
+    return os.path.dirname(path), acks
+
+
+@pytest.fixture
+def node(template, tmp_path):
+    """A private copy of the template node: (config path, NodeConfig, acks)."""
+    src, acks = template
+    dst = tmp_path / "node1"
+    shutil.copytree(src, dst)
+    cfg_path = dst / "server.properties"
+    cfg_path.write_text(cfg_path.read_text().replace(src, str(dst)))
+    for name in os.listdir(dst):
+        if name.startswith("stderr."):
+            os.remove(dst / name)
+    cfg = NodeConfig.from_file(str(cfg_path))
+    assert os.path.exists(os.path.join(cfg.metadata_partition_dir, CLEAN_SHUTDOWN_FILE))
+    return str(cfg_path), cfg, acks

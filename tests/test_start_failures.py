@@ -11,42 +11,16 @@ the next start then cut the log without a word.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import sys
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_server_support import dir_differences, run_server, snapshot_dir, stopped_single_voter  # noqa: E402
+from test_server_support import dir_differences, node, run_server, snapshot_dir, template  # noqa: E402,F401
 
 from kraft_node.config import NodeConfig  # noqa: E402
-from kraft_storage.log.log import CLEAN_SHUTDOWN_FILE  # noqa: E402
 from kraft_storage.record import scan_batches  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    """(node dir, acks): one cleanly stopped voter, copied by each test (``node``)."""
-    base = tmp_path_factory.mktemp("template")
-    path, acks = stopped_single_voter(str(base), acks=300)
-    return os.path.dirname(path), acks
-
-
-@pytest.fixture
-def node(template, tmp_path):
-    """A private copy of the template node: (config path, NodeConfig, acks)."""
-    src, acks = template
-    dst = tmp_path / "node1"
-    shutil.copytree(src, dst)
-    cfg_path = dst / "server.properties"
-    cfg_path.write_text(cfg_path.read_text().replace(src, str(dst)))
-    for name in os.listdir(dst):
-        if name.startswith("stderr."):
-            os.remove(dst / name)
-    cfg = NodeConfig.from_file(str(cfg_path))
-    assert os.path.exists(os.path.join(cfg.metadata_partition_dir, CLEAN_SHUTDOWN_FILE))
-    return str(cfg_path), cfg, acks
 
 
 def _error_lines(stderr: str) -> list[str]:

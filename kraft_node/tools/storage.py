@@ -4,6 +4,17 @@
     kraft-storage format --cluster-id ID --config server.properties
                          [--standalone | --initial-controllers LIST | --no-initial-controllers]
                          [--release-version 4.2] [--ignore-formatted]
+    kraft-storage verify  (--config server.properties | --dir PARTITION_DIR)...
+    kraft-storage recover (--config server.properties | --dir PARTITION_DIR)...
+
+``verify`` is read-only: it checks every batch's CRC, the indexes, the leader epochs and
+the offset contiguity of each partition directory (``kraft_storage.log.verify``), prints
+a summary per directory and each problem, and exits 1 if there is any.  ``recover`` is
+the explicit repair: under the log dirs' locks (so never under a running node) it runs
+full recovery -- truncating at the first bad batch even in a cleanly shut down log, which
+a node refuses to do on its own -- and prints every truncation, deleted segment and
+rebuilt index.  Both take ``-c`` (every partition dir under the config's log dirs) or
+``--dir`` (one partition dir), several times if need be.
 
 ``format`` does what Kafka 4.2's Formatter does:
 
@@ -27,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from kraft_node.config import METADATA_TOPIC_DIR, ConfigError, NodeConfig, parse_voters
@@ -210,10 +222,92 @@ def _write_bootstrap(log_dir: str, records, voters_record, dynamic: bool) -> Non
         w.freeze()
 
 
+_PARTITION_DIR = re.compile(r"^.+-\d+$")
+
+
+def partition_dirs(cfg: NodeConfig) -> list[str]:
+    """The partition directories (``<topic>-<partition>``) under every log dir of ``cfg``."""
+    out = []
+    for d in cfg.all_log_dirs:
+        try:
+            names = sorted(os.listdir(d))
+        except FileNotFoundError:
+            continue
+        out += [os.path.join(d, n) for n in names if _PARTITION_DIR.match(n) and os.path.isdir(os.path.join(d, n))]
+    return out
+
+
+def _targets(args) -> tuple[list[str], list[str]]:
+    """(partition dirs, log dirs to lock) named by ``-c`` and ``--dir`` options.  A partition
+    dir's lock lives in its parent, the log dir (where kraft-server-start takes it)."""
+    parts: list[str] = []
+    lock = []
+    for c in args.config or ():
+        cfg = NodeConfig.from_file(c)
+        found = partition_dirs(cfg)
+        if not found:
+            raise FormatError(f"{c}: no partition directory under {', '.join(cfg.all_log_dirs)} "
+                              "(is it formatted, and has the node run?)")
+        parts += found
+        lock += cfg.all_log_dirs
+    for d in args.dir or ():
+        d = os.path.normpath(d)
+        if not os.path.isdir(d):
+            raise FormatError(f"--dir {d}: not a directory")
+        parts.append(d)
+        lock.append(os.path.dirname(os.path.abspath(d)))
+    return parts, lock
+
+
+def verify_command(args, out=sys.stdout) -> int:
+    """``kraft-storage verify``: read-only; 0 when every directory is sound, 1 otherwise."""
+    from kraft_storage.log.verify import verify_log_dir
+    parts, _ = _targets(args)
+    rc = 0
+    for d in parts:
+        try:
+            report = verify_log_dir(d)
+        except KraftStorageError as exc:
+            print(f"{d}: {exc}", file=out)
+            rc = 1
+            continue
+        print(f"{d}: {report.summary()}", file=out)
+        if not report.ok:
+            rc = 1
+            for problem in report.problems:
+                print(f"  {problem}", file=out)
+    return rc
+
+
+def recover_command(args, out=sys.stdout) -> int:
+    """``kraft-storage recover``: under the log dirs' locks (refused while a node runs on
+    them), run full recovery on each partition dir and print what it dropped or rebuilt."""
+    from kraft_storage.log.verify import recover_log_dir
+    parts, lock = _targets(args)
+    with lock_dirs(lock):
+        for d in parts:
+            report = recover_log_dir(d)
+            lines = report.describe()
+            if not lines:
+                print(f"{d}: {report.summary()}", file=out)
+            for line in lines:
+                print(f"{d}: {line}", file=out)
+    return 0
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="kraft-storage", description="Format and inspect kraft storage directories.")
+    p = argparse.ArgumentParser(prog="kraft-storage",
+                                description="Format, verify and recover kraft storage directories.")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("random-uuid", help="print a random cluster/directory id")
+    for name, what in (("verify", "check CRCs, indexes, epochs and offset contiguity; read-only (exit 1 if "
+                                  "anything is wrong)"),
+                       ("recover", "run full recovery now: truncate at the first bad batch, rebuild indexes, "
+                                   "and print what was dropped (refused while a node runs on the directory)")):
+        v = sub.add_parser(name, help=what, description=what)
+        v.add_argument("--config", "-c", action="append",
+                       help="a server.properties: every partition directory under its log dirs")
+        v.add_argument("--dir", "-d", action="append", help="a partition directory, e.g. .../__cluster_metadata-0")
     f = sub.add_parser("format", help="format the log directories of a node")
     f.add_argument("--config", "-c", required=True)
     f.add_argument("--cluster-id", "-t", required=True)
@@ -227,7 +321,13 @@ def main(argv=None) -> int:
     if args.cmd == "random-uuid":
         print(random_uuid())
         return 0
+    if args.cmd in ("verify", "recover") and not (args.config or args.dir):
+        p.error(f"{args.cmd}: give --config server.properties or --dir <partition dir> (several allowed)")
     try:
+        if args.cmd == "verify":
+            return verify_command(args)
+        if args.cmd == "recover":
+            return recover_command(args)
         cfg = NodeConfig.from_file(args.config)
         return format_storage(cfg, args.cluster_id, standalone=args.standalone,
                               initial_controllers=args.initial_controllers,
@@ -238,7 +338,8 @@ def main(argv=None) -> int:
         return 1
     except OSError as exc:  # a log dir that cannot be made or written
         where = f" {exc.filename}" if exc.filename else ""
-        print(f"kraft-storage: cannot write{where}: {exc.strerror or exc}", file=sys.stderr)
+        verb = "cannot write" if args.cmd == "format" else f"{args.cmd} failed on"
+        print(f"kraft-storage: {verb}{where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
 
 
