@@ -29,15 +29,26 @@ def fsync_dir(path: str) -> None:
 def write_atomically(path: str, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the directory."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        from kraft_storage.log.index import disk_full
+        err = disk_full(exc, path, "writing")
+        if err is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise err from exc
+        raise
     os.replace(tmp, path)
     if sync:
         fsync_dir(os.path.dirname(os.path.abspath(path)))

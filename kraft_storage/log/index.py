@@ -19,6 +19,7 @@ entry" and scans from the segment start instead, which is slower but right.
 """
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -33,6 +34,38 @@ OFFSET_ENTRY = np.dtype([("rel", ">i4"), ("pos", ">i4")])
 TIME_ENTRY = np.dtype([("ts", ">i8"), ("rel", ">i4")])
 _OFF = struct.Struct(">ii")
 _TIME = struct.Struct(">qi")
+
+
+def disk_full(exc: OSError, path, what: str):
+    """The :class:`~kraft_storage.log.errors.DiskFullError` for an ENOSPC/EDQUOT ``exc``, else None."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        from kraft_storage.log.errors import DiskFullError
+        return DiskFullError(path, what, exc.errno)
+    return None
+
+
+def reserve_space(fd: int, offset: int, length: int, path, what: str) -> None:
+    """Grow a file with its blocks allocated (``posix_fallocate``), so that writing
+    through an mmap of it can never hit a full device: a page that cannot be
+    allocated on a store through a mapping is a SIGBUS, which kills the process
+    without a word (issue 19: a restart on a full tmpfs died with rc 135).  A full
+    device here is a :class:`DiskFullError` instead.  Where the file system cannot
+    preallocate (EOPNOTSUPP/EINVAL), fall back to ``ftruncate`` (sparse, as Kafka's
+    ``RandomAccessFile.setLength``)."""
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as exc:
+        err = disk_full(exc, path, what)
+        if err is not None:
+            try:  # leave the file as it was (a failed fallocate may have grown it)
+                if os.fstat(fd).st_size != offset:
+                    os.ftruncate(fd, offset)
+            except OSError:
+                pass
+            raise err from exc
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.ftruncate(fd, offset + length)
 
 
 class IndexCorrupt(Exception):
@@ -51,9 +84,13 @@ class _MappedIndex:
         self.writable = writable
         self.max_entries = max(max_index_size // self.entry_size, 0)
         exists = os.path.exists(path)
+        #: the file did not exist and was created here (a failed open deletes it again)
+        self.created = writable and not exists
         flags = (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY
         self._fd = os.open(path, flags, 0o644)
         length = os.fstat(self._fd).st_size
+        #: the file's size when opened (a failed KafkaLog.open restores what it grew)
+        self.opened_size = length
         n = length // self.entry_size if exists else 0
         #: the file was not a whole number of entries when opened (Kafka: corrupt)
         self.misaligned = length % self.entry_size != 0
@@ -64,16 +101,21 @@ class _MappedIndex:
         if writable and preallocate:
             self._map(max(self.max_entries, n) * self.entry_size, n)
         else:
-            self._map(length - length % self.entry_size if writable else length, n)
+            # (a misaligned file is mapped short but not cut: opening changes no byte)
+            self._map(length - length % self.entry_size if writable else length, n, resize_file=False)
 
     # ---- mapping ----
-    def _map(self, length: int, n: int) -> None:
+    def _map(self, length: int, n: int, resize_file: bool = True) -> None:
         self._s.release()
         if self._mm is not None:
             self._mm.close()
             self._mm = None
-        if self.writable and os.fstat(self._fd).st_size != length:
-            os.ftruncate(self._fd, length)
+        if self.writable and resize_file:
+            size = os.fstat(self._fd).st_size
+            if length > size:
+                reserve_space(self._fd, size, length - size, self.path, "reserving index space")
+            elif length < size:
+                os.ftruncate(self._fd, length)
         if length > 0:
             access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
             self._mm = mmap.mmap(self._fd, length, access=access)
@@ -134,6 +176,9 @@ class _MappedIndex:
             raise ValueError(f"{self.path}: index is full ({self._s.capacity} entries)")
         self._mm[n * self.entry_size:(n + k) * self.entry_size] = arr.tobytes()
         self._set_entries(n + k)
+
+    def file_size(self) -> int:
+        return os.fstat(self._fd).st_size
 
     def flush(self) -> None:
         if self._dirty and self._mm is not None:

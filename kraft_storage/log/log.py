@@ -39,10 +39,12 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
 import os
 import re
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -54,8 +56,9 @@ from kraft_storage.log.checkpoint import fsync_dir, write_atomically
 from kraft_storage.log.config import LONG_MAX, LogConfig
 from kraft_storage.log.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from kraft_storage.log.errors import (
-    LogClosed, NotALogDirectory, OffsetOutOfRange, OutOfOrderAppend, RecordBatchTooLargeError)
-from kraft_storage.log.index import IndexCorrupt
+    CorruptCleanLogError, LogClosed, NotALogDirectory, OffsetOutOfRange, OutOfOrderAppend,
+    RecordBatchTooLargeError, SegmentContiguityError)
+from kraft_storage.log.index import IndexCorrupt, disk_full
 from kraft_storage.log.partition_metadata import (
     PARTITION_METADATA, read_partition_metadata, write_partition_metadata)
 from kraft_storage.log.segment import (
@@ -94,14 +97,56 @@ class AppendInfo(NamedTuple):
     flushed: bool
 
 
+#: Process-wide counts of what log loads did to data on disk: "truncations" (segments
+#: cut), "truncated_bytes", "deleted_segments", "rebuilt_indexes", "removed_files".
+#: Only ever incremented.  The metrics registry of a later issue exports it (as
+#: kraft_log_recovery_<key>_total); until then, tests and tools read it here.
+RECOVERY_COUNTERS: Counter = Counter()
+
+_logger = logging.getLogger("kraft.storage.log")
+
+
 @dataclass
 class LoadReport:
-    """What :meth:`KafkaLog.open` found and did."""
+    """What :meth:`KafkaLog.open` found and did.
+
+    ``events`` holds one line per action that changed or dropped something (each
+    was also logged at WARNING on logger ``kraft.storage.log``); :meth:`describe`
+    returns them and :meth:`summary` is the one line a node logs at start."""
     clean_shutdown: bool
     recovered: list[RecoveryReport] = field(default_factory=list)
     rebuilt_indexes: list[int] = field(default_factory=list)
     deleted_segments: list[int] = field(default_factory=list)
     removed_files: list[str] = field(default_factory=list)
+    directory: str = ""
+    events: list[str] = field(default_factory=list)
+    segments: int = 0
+    start_offset: int = 0
+    end_offset: int = 0
+
+    def describe(self) -> list[str]:
+        """One human line per truncation, deleted segment, rebuilt index and removed
+        file (empty when the load changed nothing)."""
+        return list(self.events)
+
+    def summary(self) -> str:
+        """One line: how the log was shut down, its segments and offsets, and what the load did."""
+        how = "clean shutdown" if self.clean_shutdown else "unclean shutdown"
+        seg = "segment" if self.segments == 1 else "segments"
+        line = (f"{self.directory}: log loaded after a {how}: {self.segments} {seg}, offsets "
+                f"[{self.start_offset}, {self.end_offset})")
+        if self.recovered:
+            line += f"; {len(self.recovered)} segment(s) validated batch by batch"
+        dropped = self.dropped
+        if dropped:
+            first = min(r.first_dropped_offset for r in dropped)
+            line += (f"; DROPPED {self.truncated_bytes} bytes from offset {first} in {len(dropped)} "
+                     f"segment(s)")
+        else:
+            line += "; nothing dropped"
+        line += (f"; deleted {len(self.deleted_segments)} segment(s), rebuilt the indexes of "
+                 f"{len(self.rebuilt_indexes)}, removed {len(self.removed_files)} file(s)")
+        return line
 
     @property
     def truncated_bytes(self) -> int:
@@ -200,6 +245,7 @@ class KafkaLog:
         self._unflushed_records = 0
         self._last_flush_ms = clock()
         self._closed = False
+        self._marker_epoch = -1  # brokerEpoch of the clean-shutdown marker found at open
         self._appender = _appendk.Appender()  # scratch of the append kernel (one writer)
         self.epoch_cache: LeaderEpochCache
         self.load_report: LoadReport
@@ -208,21 +254,42 @@ class KafkaLog:
     @classmethod
     def open(cls, directory, config: LogConfig | None = None, *, create: bool = True,
              recovery_point: int = 0, log_start_offset: int = 0, topic_id: bytes | None = None,
-             clock=None) -> "KafkaLog":
+             clock=None, recover_clean: bool = False, full_recovery: bool = False) -> "KafkaLog":
         """Open (and recover if needed) the log in ``directory``.
 
         ``recovery_point``: offsets below it are known flushed (Kafka keeps it
         in ``recovery-point-offset-checkpoint`` in the parent directory); on an
         unclean open, segments from the one holding it onwards are validated.
         ``log_start_offset``: the checkpointed log start offset, if any.
+
+        Clean log (marker present): corruption of a batch is refused with
+        :class:`CorruptCleanLogError` unless ``recover_clean`` (repair tools), which
+        truncates at it as an unclean open would, and also cuts the log at a
+        segment-contiguity gap instead of raising :class:`SegmentContiguityError`.
+        ``full_recovery``: validate every segment from offset 0 whatever the marker
+        says (``kraft-storage recover``).
+
+        A failed open changes nothing that was sound: the segments opened so far are
+        closed with their indexes trimmed as on a clean close, index files it created
+        are removed, and the clean-shutdown marker is left as it was (it is deleted
+        only once the load succeeded).  What the load found and did is in
+        :attr:`load_report` (logged at WARNING, counted in :data:`RECOVERY_COUNTERS`).
         """
         directory = os.fspath(directory)
         config = config or LogConfig()
         log = cls(directory, config, clock or _now_ms)
-        log._load(create, recovery_point, log_start_offset, topic_id)
+        try:
+            log._load(create, recovery_point, log_start_offset, topic_id, recover_clean, full_recovery)
+        except OSError as exc:
+            err = disk_full(exc, getattr(exc, "filename", None) or directory, "opening the log")
+            if err is not None:
+                raise err from exc
+            raise
         return log
 
-    def _check_directory(self, create: bool) -> LoadReport:
+    def _check_directory(self, create: bool) -> list[str]:
+        """Refuse what is not a partition log directory; return the leftover files to
+        remove once the load succeeded (``.deleted``/``.cleaned``/``.tmp``)."""
         d = self.directory
         if os.path.exists(d) and not os.path.isdir(d):
             raise NotALogDirectory(d, "it is a file")
@@ -231,7 +298,7 @@ class KafkaLog:
                 raise NotALogDirectory(d, "it does not exist")
             os.makedirs(d)
             fsync_dir(os.path.dirname(os.path.abspath(d)))
-        report = LoadReport(clean_shutdown=False)
+        stale = []
         subdirs = []
         for name in sorted(os.listdir(d)):
             p = os.path.join(d, name)
@@ -239,8 +306,7 @@ class KafkaLog:
                 subdirs.append(name)
                 continue
             if name.endswith(_STALE_SUFFIXES) and name != LEADER_EPOCH_CHECKPOINT:
-                os.unlink(p)  # leftovers of an interrupted delete/clean/atomic write
-                report.removed_files.append(name)
+                stale.append((name, "leftover of an interrupted delete, clean or atomic write"))
                 continue
             if name.endswith(".swap"):
                 raise NotALogDirectory(d, f"{name}: an interrupted log-cleaner swap file; kraft does "
@@ -251,30 +317,89 @@ class KafkaLog:
         if subdirs:
             raise NotALogDirectory(d, f"it contains directories ({', '.join(subdirs[:5])}); a partition "
                                       "log directory holds only files. Did you pass the parent log dir?")
-        return report
+        return stale
 
-    def _load(self, create, recovery_point, log_start_offset, topic_id) -> None:
+    def _event(self, counter: str, amount: int, message: str) -> None:
+        """A recovery action: logged at WARNING, counted, listed in the load report."""
+        self.load_report.events.append(message)
+        RECOVERY_COUNTERS[counter] += amount
+        _logger.warning("%s", message)
+
+    def _load(self, create, recovery_point, log_start_offset, topic_id, recover_clean=False,
+              full_recovery=False) -> None:
         d = self.directory
-        report = self._check_directory(create)
+        stale = self._check_directory(create)
+        report = LoadReport(clean_shutdown=False, directory=d)
         self.load_report = report
         marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
-        report.clean_shutdown = os.path.exists(marker)
-        if report.clean_shutdown:
-            os.unlink(marker)
-            fsync_dir(d)
+        report.clean_shutdown = clean = os.path.exists(marker)
+        if clean:
+            try:
+                self._marker_epoch = int(json.loads(open(marker, "rb").read()).get("brokerEpoch", -1))
+            except (ValueError, AttributeError, TypeError, OSError):
+                self._marker_epoch = -1
+        epoch_file_missing = not os.path.exists(os.path.join(d, LEADER_EPOCH_CHECKPOINT))
+        self.epoch_cache = LeaderEpochCache.load(d)  # a bad checkpoint raises here: nothing opened yet
+        segments: list[LogSegment] = []
+        try:
+            self._load_segments(segments, clean, stale, recovery_point, log_start_offset, epoch_file_missing,
+                                recover_clean, full_recovery)
+        except BaseException:
+            self._abandon(segments)
+            raise
+        # The load succeeded: now (and only now) change what a failed load must not.
+        for name, why in stale:
+            try:
+                os.unlink(os.path.join(d, name))
+            except FileNotFoundError:
+                continue
+            self._event("removed_files", 1, f"{d}: removed {name} ({why})")
+            report.removed_files.append(name)
         if topic_id is not None and not os.path.exists(os.path.join(d, PARTITION_METADATA)):
             write_partition_metadata(d, topic_id)
-        epoch_file_missing = not os.path.exists(os.path.join(d, LEADER_EPOCH_CHECKPOINT))
-        self.epoch_cache = LeaderEpochCache.load(d)
-        cache = self.epoch_cache
+        if clean:
+            os.unlink(marker)
+            fsync_dir(d)
+        elif stale:
+            fsync_dir(d)
+        report.segments = len(self._segments)
+        report.start_offset, report.end_offset = self._start, self._end
+        if report.events or not clean:
+            _logger.log(logging.WARNING if report.events else logging.INFO, "%s", report.summary())
 
+    def _abandon(self, segments: list[LogSegment]) -> None:
+        """A failed load: close what it opened as a clean close would (indexes trimmed
+        to their valid entries) and remove the files it created."""
+        for seg in segments:
+            for idx in (seg.offset_index, seg.time_index):
+                try:
+                    # trim only what the load grew (the active segment's preallocation, a
+                    # rebuild): an index it did not touch keeps every byte, even a bad one
+                    grown = idx._fd >= 0 and idx.file_size() != idx.opened_size
+                    idx.close(trim=grown and not idx.created)
+                    if idx.created:
+                        os.unlink(idx.path)
+                except OSError:  # best effort: the load's own error is the one to report
+                    _logger.exception("%s: closing an index after a failed open", idx.path)
+            if seg.created_log:
+                try:
+                    os.unlink(seg.log_path)
+                except OSError:
+                    pass
+        self._segments = []
+        self._closed = True
+
+    def _load_segments(self, segments, clean, stale, recovery_point, log_start_offset, epoch_file_missing,
+                       recover_clean, full_recovery) -> None:
+        d = self.directory
+        report = self.load_report
+        cache = self.epoch_cache
         names = set(os.listdir(d))
         bases = sorted(int(n[:20]) for n in names if n.endswith(LOG_SUFFIX))
         for n in sorted(names):  # an index without its .log is garbage (Kafka deletes it too)
             m = _SEGMENT_FILE.match(n)
             if m and m.group(2) != "log" and f"{m.group(1)}.log" not in names:
-                os.unlink(os.path.join(d, n))
-                report.removed_files.append(n)
+                stale.append((n, "an index without its .log segment"))
 
         def assign_epochs(h):
             ep = h["partition_leader_epoch"]
@@ -283,15 +408,31 @@ class KafkaLog:
             for i in np.flatnonzero((ep >= 0) & (ep > prev)):
                 cache.assign(int(ep[i]), int(h["base_offset"][i]))
 
-        first_recover = 0
-        if not report.clean_shutdown and bases:
+        if full_recovery:
+            first_recover = 0
+        elif not clean and bases:
             first_recover = max(bisect.bisect_right(bases, recovery_point) - 1, 0)
         else:
             first_recover = len(bases)
+        refuse_corruption = clean and not recover_clean and not full_recovery
         cfg = self.config
-        segments: list[LogSegment] = []
         for i, base in enumerate(bases):
             last = i == len(bases) - 1
+            name = f"{base:020d}{LOG_SUFFIX}"
+            if segments:
+                prev = segments[-1]
+                if base != prev.next_offset:
+                    # Why refused: the metadata log is never compacted, so the next segment
+                    # must start where the previous one ends.  An empty segment that is not
+                    # the last one is refused the same way: kraft never leaves one (roll()
+                    # of an empty segment is a no-op, recovery deletes what follows a cut),
+                    # so it means files were moved by hand.
+                    err = SegmentContiguityError(d, os.path.basename(prev.log_path), prev.next_offset,
+                                                 name, base)
+                    if not recover_clean:
+                        raise err
+                    self._delete_segment_files(bases[i:], f"after a contiguity break: {err}")
+                    break
             prefix = os.path.join(d, f"{base:020d}")
             had_indexes = os.path.exists(prefix + INDEX_SUFFIX) and os.path.exists(prefix + TIME_INDEX_SUFFIX)
             seg = LogSegment(d, base, index_interval_bytes=cfg.index_interval_bytes,
@@ -299,37 +440,65 @@ class KafkaLog:
                              created_ms=self._clock())
             segments.append(seg)
             need_recover = i >= first_recover
+            rebuild_reason = None
             if not need_recover:
                 try:
                     if not had_indexes and seg.size > 0:
-                        raise IndexCorrupt("missing index files")
+                        raise IndexCorrupt("missing index file")
                     seg.check_indexes()
-                    if last:
-                        seg.read_next_offset()
-                    if epoch_file_missing and seg.size:
-                        self._scan_epochs(seg, assign_epochs)
-                except (IndexCorrupt, CorruptRecordError):
+                except IndexCorrupt as exc:
+                    rebuild_reason = str(exc)
+                if rebuild_reason is None:
+                    try:
+                        seg.read_next_offset()  # verifies the CRCs of the batches after the last index entry
+                    except CorruptRecordError as exc:
+                        if refuse_corruption:
+                            raise CorruptCleanLogError(d, seg.log_path, exc.position, exc.base_offset,
+                                                       exc.reason) from None
+                        rebuild_reason = f"corrupt batch after the last index entry: {exc}"
+                if rebuild_reason is not None:
                     need_recover = True
+                    if refuse_corruption:
+                        # A clean log's index may be rebuilt (Kafka does), its batches may not
+                        # be cut: check them, reading only, before anything is rewritten.
+                        scan = seg.validate()
+                        if scan.valid_bytes < scan.file_size:
+                            err = scan.error
+                            raise CorruptCleanLogError(
+                                d, seg.log_path, scan.valid_bytes if err is None else err.position,
+                                None if err is None else err.base_offset,
+                                "trailing bytes" if err is None else err.reason)
                     report.rebuilt_indexes.append(base)
+                    self._event("rebuilt_indexes", 1, f"{d}: rebuilding the indexes of {name} "
+                                                      f"(base offset {base}): {rebuild_reason}")
+                elif epoch_file_missing and seg.size:
+                    self._scan_epochs(seg, assign_epochs)
             if need_recover:
                 rep = seg.recover(on_batches=assign_epochs)
                 report.recovered.append(rep)
+                if rep.truncated_bytes:
+                    dropped = (f"offsets {rep.first_dropped_offset} to {rep.last_dropped_offset}"
+                               if rep.last_dropped_offset is not None
+                               else f"offsets from {rep.first_dropped_offset}")
+                    self._event("truncations", 1,
+                                f"{d}: truncated {name} at byte {rep.valid_bytes}, dropping "
+                                f"{rep.truncated_bytes} bytes ({dropped}): {rep.reason}")
+                    RECOVERY_COUNTERS["truncated_bytes"] += rep.truncated_bytes
+                else:
+                    _logger.info("%s: recovered %s: %d batches, offsets [%d, %d), nothing dropped",
+                                 d, name, rep.batches, base, rep.next_offset)
                 if not last:
                     seg.on_become_inactive()
                 if rep.truncated_bytes and not last:
                     # corruption inside a non-final segment: everything after it is unreachable
-                    for later in bases[i + 1:]:
-                        for suf in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-                            try:
-                                os.unlink(os.path.join(d, f"{later:020d}{suf}"))
-                            except FileNotFoundError:
-                                pass
-                        report.deleted_segments.append(later)
+                    self._delete_segment_files(bases[i + 1:], f"after the truncation of {name} at "
+                                                              f"offset {rep.next_offset}")
                     break
         if not segments:
-            segments.append(LogSegment(d, log_start_offset, index_interval_bytes=cfg.index_interval_bytes,
-                                       max_index_size=cfg.segment_index_bytes, new=True,
-                                       created_ms=self._clock()))
+            seg = LogSegment(d, log_start_offset, index_interval_bytes=cfg.index_interval_bytes,
+                             max_index_size=cfg.segment_index_bytes, new=True, created_ms=self._clock())
+            seg.created_log = True
+            segments.append(seg)
             fsync_dir(d)
         active = segments[-1]
         active.offset_index.resize(cfg.segment_index_bytes)
@@ -338,10 +507,9 @@ class KafkaLog:
         self._bases = [s.base_offset for s in segments]
         self._end = active.next_offset if active.next_offset is not None else active.base_offset
         if report.recovered:
-            for rep in report.recovered:  # make the truncations durable
-                pass
-            for s in segments:
-                if any(r.segment == s.log_path for r in report.recovered):
+            recovered = {r.segment for r in report.recovered}
+            for s in segments:  # make the rebuilt indexes and truncations durable
+                if s.log_path in recovered:
                     s.flush()
         self._start = max(log_start_offset, segments[0].base_offset)
         if self._start > self._end:
@@ -352,6 +520,25 @@ class KafkaLog:
         cache.truncate_from_start(self._start)
         cache.truncate_from_end(self._end)
         self.recovery_point = self._end
+
+    def _delete_segment_files(self, bases, why: str) -> None:
+        """Delete whole segments at load, newest first (a crash midway leaves a contiguous prefix)."""
+        d = self.directory
+        for b in reversed(bases):
+            size = 0
+            for suf in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                p = os.path.join(d, f"{b:020d}{suf}")
+                try:
+                    if suf == LOG_SUFFIX:
+                        size = os.path.getsize(p)
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+            self.load_report.deleted_segments.append(b)
+            self._event("deleted_segments", 1, f"{d}: deleted segment {b:020d}{LOG_SUFFIX} (base offset {b}, "
+                                               f"{size} bytes) {why}")
+        self.load_report.deleted_segments.sort()
+        fsync_dir(d)
 
     @staticmethod
     def _scan_epochs(seg: LogSegment, assign) -> None:
@@ -743,19 +930,36 @@ class KafkaLog:
         return [s.base_offset for s in gone]
 
     # --------------------------------------------------------------- close
-    def close(self, *, broker_epoch: int = -1) -> None:
-        """Flush, trim the active indexes, and leave the clean-shutdown marker."""
+    def close(self, *, broker_epoch: int | None = None) -> None:
+        """Flush, trim the indexes (after the final time-index entry), and leave the
+        clean-shutdown marker.
+
+        ``broker_epoch`` (the marker's ``brokerEpoch``) defaults to the one the marker
+        had at open (-1 if none), so that open + close of a cleanly shut down log
+        leaves every file byte-identical (a node whose start failed closes the log
+        it opened).  If flushing fails (a full disk), the files are still closed but
+        no marker is written: the next open recovers; the error is raised."""
         if self._closed:
             return
+        epoch = self._marker_epoch if broker_epoch is None else broker_epoch
         with self._lock:
-            self.flush()
-            for s in self._segments:
-                s.offset_index.flush()
-                s.time_index.flush()
-                s.close(trim=True)
-            self._closed = True
+            try:
+                self.flush()
+            except BaseException:
+                for s in self._segments:
+                    try:
+                        s.close(trim=True)
+                    except Exception:
+                        pass
+                self._closed = True
+                raise
+            try:
+                for s in self._segments:
+                    s.close(trim=True)
+            finally:
+                self._closed = True
             write_atomically(os.path.join(self.directory, CLEAN_SHUTDOWN_FILE),
-                             json.dumps({"version": 0, "brokerEpoch": broker_epoch},
+                             json.dumps({"version": 0, "brokerEpoch": epoch},
                                         separators=(",", ":")).encode())
 
     def close_uncleanly(self) -> None:

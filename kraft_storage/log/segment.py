@@ -29,7 +29,7 @@ import numpy as np
 
 from kraft_storage._accel import load
 from kraft_storage.errors import CorruptRecordError
-from kraft_storage.log.index import IndexCorrupt, OffsetIndex, TimeIndex
+from kraft_storage.log.index import IndexCorrupt, OffsetIndex, TimeIndex, disk_full
 from kraft_storage.record.batch import CRC_SKIP, CRC_VERIFY, scan_batches
 
 _k = load("_index")
@@ -89,6 +89,77 @@ class RecoveryReport:
     reason: str | None = None
 
 
+@dataclass
+class SegmentScan:
+    """What :func:`scan_segment_file` found: the good prefix and the first error after it."""
+    valid_bytes: int
+    file_size: int
+    batches: int
+    records: int
+    #: last offset of the last good batch (base_offset - 1 when there is none)
+    last_offset: int
+    #: why the scan stopped before the end of the file (None: it did not)
+    error: CorruptRecordError | None
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+
+def scan_segment_file(fd: int, file_size: int, base_offset: int, path: str, verify_crc: bool = True,
+                      on_batches=None) -> SegmentScan:
+    """Walk a segment file batch by batch (CRC, magic, framing, offsets increasing and
+    within int32 of ``base_offset``), reading only; ``on_batches(headers)`` sees each
+    run of good batches.  Stops at the first bad one.  Shared by recovery, the clean
+    open's rebuild check and ``kraft-storage verify``."""
+    prev_last = base_offset - 1
+    batches = records = valid = 0
+    error: CorruptRecordError | None = None
+    mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ) if file_size else b""
+    crc_mode = CRC_VERIFY if verify_crc else CRC_SKIP
+    try:
+        pos = 0
+        chunk = _RECOVERY_CHUNK
+        while pos < file_size:
+            end = min(file_size, pos + chunk)
+            scan = scan_batches(mm, pos, end, crc_mode=crc_mode, allow_partial_tail=end < file_size,
+                                raise_on_error=False, source=path)
+            h = scan.headers
+            if len(h):
+                base = h["base_offset"]
+                last = base + h["last_offset_delta"]
+                prevs = np.concatenate(([prev_last], last[:-1]))
+                bad = (base <= prevs) | (last < base) | (last - base_offset > _I32_MAX)
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    error = CorruptRecordError(
+                        f"offsets do not increase: batch [{int(base[i])}, {int(last[i])}] after offset "
+                        f"{int(prevs[i])} (segment base {base_offset})",
+                        int(h["position"][i]), int(base[i]), path)
+                    h = h[:i]
+            if len(h):
+                if on_batches is not None:
+                    on_batches(h)
+                batches += len(h)
+                records += int(h["records_count"].sum(dtype=np.int64))
+                prev_last = int(h["base_offset"][-1]) + int(h["last_offset_delta"][-1])
+                valid = int(h["position"][-1]) + int(h["size"][-1])
+            if error is not None:
+                break
+            if scan.error is not None:  # corrupt, or torn at the true end of the file
+                error = scan.error
+                break
+            if scan.end == pos and end < file_size:  # one batch larger than the chunk
+                chunk = file_size - pos
+                continue
+            chunk = _RECOVERY_CHUNK
+            pos = scan.end
+    finally:
+        if isinstance(mm, mmap.mmap):
+            mm.close()
+    return SegmentScan(valid, file_size, batches, records, prev_last, error)
+
+
 class LogSegment:
     """A ``.log`` file and its two indexes (see the module doc for invariants)."""
 
@@ -102,9 +173,18 @@ class LogSegment:
         prefix = os.path.join(directory, file_prefix(base_offset))
         self.log_path = prefix + LOG_SUFFIX
         flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if new else 0)
-        self.handle = FileHandle(os.open(self.log_path, flags, 0o644), self.log_path)
+        try:
+            fd = os.open(self.log_path, flags, 0o644)
+        except OSError as exc:
+            err = disk_full(exc, self.log_path, "creating the segment")
+            if err is not None:
+                raise err from exc
+            raise
+        self.handle = FileHandle(fd, self.log_path)
         self.size = os.fstat(self.handle.fd).st_size
         self.generation = 0
+        #: this open created the .log file (a failed KafkaLog.open removes it again)
+        self.created_log = new
         if new:
             for p in (prefix + INDEX_SUFFIX, prefix + TIME_INDEX_SUFFIX):
                 if os.path.exists(p):  # a stale index of an old segment with this base
@@ -152,10 +232,16 @@ class LogSegment:
         oi, ti = self.offset_index, self.time_index
         os_, ts_ = oi._s, ti._s
         o_n, t_n = os_.n, ts_.n
-        no, nt, self.bytes_since_last_index_entry, self.max_timestamp_so_far, self.offset_of_max_timestamp = \
-            ap.write(self.handle.fd, start, self.base_offset, self.index_interval_bytes,
-                     self.bytes_since_last_index_entry, self.max_timestamp_so_far,
-                     self.offset_of_max_timestamp, oi._mm, o_n, oi.max_entries, ti._mm, t_n, ti.max_entries)
+        try:  # (free in CPython 3.11+ unless it raises)
+            no, nt, self.bytes_since_last_index_entry, self.max_timestamp_so_far, self.offset_of_max_timestamp = \
+                ap.write(self.handle.fd, start, self.base_offset, self.index_interval_bytes,
+                         self.bytes_since_last_index_entry, self.max_timestamp_so_far,
+                         self.offset_of_max_timestamp, oi._mm, o_n, oi.max_entries, ti._mm, t_n, ti.max_entries)
+        except OSError as exc:
+            err = disk_full(exc, self.log_path, f"appending {ap.nbytes} bytes at position {start}")
+            if err is not None:
+                raise err from exc
+            raise
         if no != o_n:
             os_.n = no
             oi._dirty = True
@@ -245,7 +331,13 @@ class LogSegment:
         unclean open always rebuilds the segment holding the recovery point
         (which is the active one after a flush), and a sealed segment's
         indexes are msync'd when it rolls."""
-        os.fdatasync(self.handle.fd)
+        try:
+            os.fdatasync(self.handle.fd)
+        except OSError as exc:
+            err = disk_full(exc, self.log_path, "flushing")
+            if err is not None:
+                raise err from exc
+            raise
         if indexes:
             self.offset_index.flush()
             self.time_index.flush()
@@ -314,7 +406,11 @@ class LogSegment:
             return self.base_offset
         off, pos = self.offset_index.last_entry()
         data = os.pread(self.handle.fd, self.size - pos, pos)
-        scan = scan_batches(data, crc_mode=CRC_VERIFY, source=self.log_path)
+        try:
+            scan = scan_batches(data, crc_mode=CRC_VERIFY, source=self.log_path)
+        except CorruptRecordError as exc:  # positions in the file, not in the chunk read
+            raise CorruptRecordError(exc.reason, pos + max(exc.position, 0), exc.base_offset,
+                                     self.log_path) from None
         if len(scan.headers) == 0:
             raise CorruptRecordError("no batch after the last index entry", pos, None, self.log_path)
         h = scan.headers
@@ -383,54 +479,16 @@ class LogSegment:
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = self.base_offset
         self.rolling_based_timestamp = None
-        prev_last = self.base_offset - 1
-        batches = 0
-        valid = 0
-        error: CorruptRecordError | None = None
-        mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ) if file_size else b""
-        crc_mode = CRC_VERIFY if verify_crc else CRC_SKIP
-        try:
-            pos = 0
-            chunk = _RECOVERY_CHUNK
-            while pos < file_size:
-                end = min(file_size, pos + chunk)
-                scan = scan_batches(mm, pos, end, crc_mode=crc_mode, allow_partial_tail=end < file_size,
-                                    raise_on_error=False, source=self.log_path)
-                h = scan.headers
-                if len(h):
-                    base = h["base_offset"]
-                    last = base + h["last_offset_delta"]
-                    prevs = np.concatenate(([prev_last], last[:-1]))
-                    bad = (base <= prevs) | (last < base) | (last - self.base_offset > _I32_MAX)
-                    if bad.any():
-                        i = int(np.argmax(bad))
-                        error = CorruptRecordError(
-                            f"offsets do not increase: batch [{int(base[i])}, {int(last[i])}] after offset "
-                            f"{int(prevs[i])} (segment base {self.base_offset})",
-                            int(h["position"][i]), int(base[i]), self.log_path)
-                        h = h[:i]
-                if len(h):
-                    if batches == 0:
-                        self.rolling_based_timestamp = int(h["max_timestamp"][0])
-                    self._index_batches(h["position"], h)
-                    if on_batches is not None:
-                        on_batches(h)
-                    batches += len(h)
-                    prev_last = int(h["base_offset"][-1]) + int(h["last_offset_delta"][-1])
-                    valid = int(h["position"][-1]) + int(h["size"][-1])
-                if error is not None:
-                    break
-                if scan.error is not None:  # corrupt, or torn at the true end of the file
-                    error = scan.error
-                    break
-                if scan.end == pos and end < file_size:  # one batch larger than the chunk
-                    chunk = file_size - pos
-                    continue
-                chunk = _RECOVERY_CHUNK
-                pos = scan.end
-        finally:
-            if isinstance(mm, mmap.mmap):
-                mm.close()
+
+        def sink(h):
+            if self.rolling_based_timestamp is None:
+                self.rolling_based_timestamp = int(h["max_timestamp"][0])
+            self._index_batches(h["position"], h)
+            if on_batches is not None:
+                on_batches(h)
+
+        scan = scan_segment_file(fd, file_size, self.base_offset, self.log_path, verify_crc, sink)
+        valid, batches, prev_last, error = scan.valid_bytes, scan.batches, scan.last_offset, scan.error
         report = RecoveryReport(self.log_path, valid, file_size - valid, batches,
                                 prev_last + 1 if batches else self.base_offset)
         if valid < file_size:
@@ -446,6 +504,11 @@ class LogSegment:
         self.append_final_time_entry()
         self.bytes_since_last_index_entry = 0
         return report
+
+    def validate(self, verify_crc: bool = True) -> "SegmentScan":
+        """:func:`scan_segment_file` over this segment: read-only, changes nothing."""
+        return scan_segment_file(self.handle.fd, os.fstat(self.handle.fd).st_size, self.base_offset,
+                                 self.log_path, verify_crc)
 
     def _last_offset_in_tail(self, start: int, end: int) -> int | None:
         """Best-effort: the largest last offset among readable batch headers in a dropped tail."""
