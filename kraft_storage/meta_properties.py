@@ -27,8 +27,11 @@ records them).
 
 Semantics (Kafka's ``MetaProperties``): version 0 is the ZooKeeper-era form
 (``broker.id``), version 1 the KRaft form (``node.id`` required, ``cluster.id``
-required, ``directory.id`` optional and a Kafka base64 Uuid).  Unknown keys are
-kept and written back.
+required, ``directory.id`` optional and a Kafka base64 Uuid).  ``cluster.id``
+must be a Kafka base64 Uuid too (issue 19): :func:`read_meta_properties` refuses
+anything else with the file name and the value (the byte codec,
+:meth:`MetaPropertiesFile.parse`, does not: see
+:meth:`MetaProperties.check_cluster_id`).  Unknown keys are kept and written back.
 """
 from __future__ import annotations
 
@@ -244,6 +247,24 @@ class MetaProperties:
             raise MetaPropertiesError(f"{source}: node id must be non-negative, got {node_id}")
         return cls(version, cluster_id, node_id, directory_id, props)
 
+    def check_cluster_id(self, source: str = FILE_NAME) -> "MetaProperties":
+        """Refuse a ``cluster.id`` that is not a Kafka base64 Uuid (Kafka's ``Uuid.fromString``:
+        URL-safe base64, no padding, 16 bytes -- 22 characters), naming the file and the value.
+
+        Why here and not in :meth:`from_properties`: a node sends its cluster id in every RPC
+        and ``kafka-storage format`` only writes Uuids, so ``cluster.id=garbage!`` must stop a
+        node at start (issue 19); but at least one real Kafka file has another form
+        (kafka-fixtures' 3.7.0 sample, written by the bitnami image: ``q1w2e3r4t5y6u7i8o9p0``,
+        20 characters), and the codec must still read and rewrite it byte for byte.  So
+        :func:`read_meta_properties` (what nodes and tools use) checks by default and
+        :meth:`MetaPropertiesFile.parse` (the byte codec) does not."""
+        cid = self.cluster_id
+        if cid is not None and not _is_kafka_uuid(cid):
+            raise MetaPropertiesError(
+                f"{source}: cluster.id {cid!r} is not a Kafka base64 Uuid (22 characters of URL-safe base64 "
+                "encoding 16 bytes, as `kraft-storage random-uuid` prints)")
+        return self
+
 
 @dataclass
 class MetaPropertiesFile:
@@ -271,14 +292,35 @@ class MetaPropertiesFile:
         return format_properties(self.meta.to_properties(), date_line=self.date_line, order=self.order)
 
 
-def read_meta_properties(log_dir: str) -> MetaPropertiesFile:
+_UUID_TEXT = re.compile(r"^[A-Za-z0-9_-]{22}$")
+
+
+def _is_kafka_uuid(text: str) -> bool:
+    """Kafka's ``Uuid.fromString`` accepts it (its URL decoder refuses ``+``, ``/`` and any
+    other character outside the URL-safe alphabet, which Python's decoder would let through)."""
+    if not _UUID_TEXT.match(text):
+        return False
+    from kraft_storage.messages._runtime import Uuid
+    try:
+        Uuid(text)
+    except ValueError:
+        return False
+    return True
+
+
+def read_meta_properties(log_dir: str, *, check_cluster_id: bool = True) -> MetaPropertiesFile:
+    """Read ``log_dir/meta.properties``; with ``check_cluster_id`` (default) a cluster id
+    that is not a Kafka base64 Uuid is refused (see :meth:`MetaProperties.check_cluster_id`)."""
     path = os.path.join(log_dir, FILE_NAME)
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         raise MetaPropertiesError(f"{path}: not found (is the directory formatted? see kraft-storage format)") from None
-    return MetaPropertiesFile.parse(data, path)
+    f = MetaPropertiesFile.parse(data, path)
+    if check_cluster_id:
+        f.meta.check_cluster_id(path)
+    return f
 
 
 def write_meta_properties(log_dir: str, meta: MetaProperties, *, now_s: float | None = None,

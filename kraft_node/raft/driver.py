@@ -57,7 +57,7 @@ from kraft_node.config import NodeConfig
 from kraft_node.network import ConnectionClosed, KafkaConnection, KafkaServer, RequestTimeout
 from kraft_node.network.server import DEFERRED
 from kraft_node.protocol.api_keys import ApiKeys
-from kraft_node.protocol.generated.describe_cluster import DescribeClusterResponse
+from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
 from kraft_node.protocol.generated.describe_quorum import DescribeQuorumResponse
 from kraft_node.raft import wire
 from kraft_node.raft.client import RaftCore
@@ -84,6 +84,9 @@ RAFT_APIS = (ApiKeys.VOTE, ApiKeys.BEGIN_QUORUM_EPOCH, ApiKeys.END_QUORUM_EPOCH,
 #: First version of each Raft response with the NodeEndpoints field (Kafka's schemas).
 _NODE_ENDPOINTS_SINCE = {int(ApiKeys.VOTE): 1, int(ApiKeys.BEGIN_QUORUM_EPOCH): 1, int(ApiKeys.END_QUORUM_EPOCH): 1,
                          int(ApiKeys.FETCH): 16, int(ApiKeys.FETCH_SNAPSHOT): 1}
+
+
+_INCONSISTENT = int(Errors.INCONSISTENT_CLUSTER_ID)
 
 
 def monotonic_ms() -> int:
@@ -304,6 +307,8 @@ class RaftDriver:
         self._voters_seen: tuple[int, ...] | None = None
         self._voter_set_obj = None
         self._role_callbacks: list[Callable[[str, int, int], None]] = []
+        #: ("in", peer) / ("out", node id) already warned about a cluster-id mismatch
+        self._cluster_warned: set = set()
         self._shutdown_started = False
         self._shutdown_done: asyncio.Event | None = None
         self._closed = False
@@ -738,6 +743,9 @@ class RaftDriver:
             log.warning("node %d: bad %s from %s: %s", self.node_id, ApiKeys(key).name, ctx.peer, exc)
             return wire.response_to_wire(wire.error_response(key, exc.error))
         self._learn_leader_endpoints(req)
+        theirs = getattr(req, "cluster_id", None)
+        if theirs is not None and theirs != self.cluster_id:  # the core answers INCONSISTENT_CLUSTER_ID
+            self._warn_cluster_mismatch(_source_of(req), ctx.peer, ApiKeys(key).name, theirs)
         corr = next(self._inbound_ids)
         self._inbound[corr] = ctx
         try:
@@ -833,6 +841,9 @@ class RaftDriver:
                 self._learn(resp)
             except (MessageError, KraftStorageError, ValueError) as e:
                 exc = e
+            else:
+                if _INCONSISTENT in (getattr(resp, "error_code", 0), getattr(resp, "partition_error_code", 0)):
+                    self._peer_rejected_cluster(peer, ApiKeys(key).name)
         if isinstance(exc, RequestTimeout):
             resp = wire.error_response(key, Errors.REQUEST_TIMED_OUT)
         elif exc is not None:
@@ -842,6 +853,46 @@ class RaftDriver:
                 peer.conn = None
             resp = wire.error_response(key, Errors.BROKER_NOT_AVAILABLE)
         self._deliver(out, resp)
+
+    # ------------------------------------------------------------ cluster-id mismatches
+    # A voter formatted with another cluster id is refused by every peer (the core answers
+    # INCONSISTENT_CLUSTER_ID) and loops between prospective and unattached forever; without
+    # a word in the logs that was invisible (issue 19).  Both sides now say it at WARNING,
+    # once per peer, with the two ids: the side that answers knows both from the request; the
+    # side that is refused asks the peer (DescribeCluster, which every node serves) for its id.
+    def _warn_cluster_mismatch(self, source: int, addr, api: str, theirs: str) -> None:
+        who = f"node {source}" if source >= 0 else "a client"
+        key = ("in", source if source >= 0 else addr)
+        if key in self._cluster_warned:
+            return
+        self._cluster_warned.add(key)
+        log.warning("node %d: %s from %s (%s) carries cluster id %s, but this node belongs to cluster %s: "
+                    "answering INCONSISTENT_CLUSTER_ID (is one of them formatted with another cluster id? see "
+                    "meta.properties in both metadata log dirs)", self.node_id, api, who, addr, theirs,
+                    self.cluster_id)
+
+    def _peer_rejected_cluster(self, peer: _Peer, api: str) -> None:
+        key = ("out", peer.node_id)
+        if key in self._cluster_warned:
+            return
+        self._cluster_warned.add(key)
+        self._spawn(self._report_peer_cluster(peer, api))
+
+    async def _report_peer_cluster(self, peer: _Peer, api: str) -> None:
+        theirs = "unknown (DescribeCluster failed)"
+        conn = peer.conn
+        if conn is not None and conn.connected:
+            try:
+                resp = await conn.request(DescribeClusterRequest(endpoint_type=2), 1,
+                                          timeout=self.quorum_config.request_timeout_ms / 1000)
+                if resp.error_code == 0 and resp.cluster_id:
+                    theirs = resp.cluster_id
+            except Exception:  # noqa: BLE001 - the warning matters more than the peer's id
+                pass
+        log.warning("node %d: node %d at %s:%d refused our %s with INCONSISTENT_CLUSTER_ID: it belongs to "
+                    "cluster %s, this node to cluster %s (is one of them formatted with another cluster id? "
+                    "see meta.properties in both metadata log dirs)", self.node_id, peer.node_id, peer.host,
+                    peer.port, api, theirs, self.cluster_id)
 
     def _deliver(self, out: OutboundRequest, resp) -> None:
         if self._closed or self.fatal is not None:
