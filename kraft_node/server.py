@@ -35,7 +35,8 @@ import sys
 
 from kraft_node import event_loop
 from kraft_node.config import ConfigError, NodeConfig
-from kraft_node.raft.driver import FOLLOWER_FLUSH_MODES, LEADER_FLUSH_MODES, DriverError, RaftDriver
+from kraft_node.raft.driver import (FOLLOWER_FLUSH_MODES, LEADER_FLUSH_MODES, DriverError, RaftDriver,
+                                   describe_error)
 from kraft_node.raft.errors import BufferFullError, NotLeaderError, RaftError
 from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
@@ -68,14 +69,20 @@ def _maybe_format_default(cfg: NodeConfig, out, dir_locks: DirLocks) -> None:
 
 
 def log_load_report(where: str, report) -> None:
-    """What opening the metadata log found and did (``KafkaLog.load_report``): its summary
-    at INFO when the load changed nothing, else at WARNING followed by every truncation,
-    deleted segment, rebuilt index and removed file, one WARNING line each (issue 19:
-    recovery is never silent about loss)."""
+    """What opening the metadata log found and did (``KafkaLog.load_report``), once at start
+    (issue 19: recovery is never silent about loss): the summary at INFO when the load
+    changed nothing, else the summary and every truncation, deleted segment, rebuilt index
+    and removed file (``describe()``) at WARNING.
+
+    ``KafkaLog.open`` itself logs (logger ``kraft.storage.log``) each of those events at
+    WARNING as it happens and then the summary whenever the shutdown was unclean or
+    something changed; in those cases the lines are already in the log, and repeating them
+    here only doubled every line of a routine crash restart.  So this adds the INFO summary
+    of a clean load, which the storage layer does not log."""
     lines = report.describe()
-    log.log(logging.WARNING if lines else logging.INFO, "%s", _prefixed(where, report.summary()))
-    for line in lines:
-        log.warning("%s", _prefixed(where, line))
+    if lines or not report.clean_shutdown:
+        return  # already logged by kraft.storage.log, see above
+    log.info("%s", _prefixed(where, report.summary()))
 
 
 def _prefixed(where: str, line: str) -> str:
@@ -165,7 +172,7 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
     for t in tasks:
         await t
     if driver.fatal is not None:
-        log.critical("node %d stopped after a fatal error: %r", cfg.node_id, driver.fatal)
+        log.critical("node %d stopped after a fatal error: %s", cfg.node_id, describe_error(driver.fatal))
         await driver.close()
         return 2
     log.info("node %d shutting down", cfg.node_id)

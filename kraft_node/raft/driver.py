@@ -109,7 +109,7 @@ class DriverError(KraftStorageError):
     """The node cannot start (unformatted or mismatching storage, bad config)."""
 
 
-def _describe_error(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     """One line for an operator: a storage error's own message; an OSError with its file
     name and strerror ("No space left on device"), never a repr or a traceback."""
     if isinstance(exc, OSError) and not isinstance(exc, KraftStorageError):
@@ -442,7 +442,7 @@ class RaftDriver:
             # One line, no traceback: the reason (a full disk, an I/O error) is what the
             # operator needs, and the fatal error that led here was already reported.
             log.error("node %d: closing the log cleanly failed (it will be recovered at the next start): %s",
-                      self.node_id, _describe_error(exc))
+                      self.node_id, describe_error(exc))
         finally:
             if self._dir_locks is not None:
                 self._dir_locks.release()
@@ -720,7 +720,10 @@ class RaftDriver:
             self._voters_seen = voters
 
     def _die(self, exc: BaseException) -> None:
-        log.critical("node %d: fatal error in the raft core, stopping: %r", self.node_id, exc)
+        if isinstance(exc, (KraftStorageError, OSError)):  # a full disk, an I/O error: what and where
+            log.critical("node %d: storage failure, stopping: %s", self.node_id, describe_error(exc))
+        else:
+            log.critical("node %d: fatal error in the raft core, stopping: %r", self.node_id, exc)
         self.fatal = exc
         if self._shutdown_done is not None:
             self._shutdown_done.set()
