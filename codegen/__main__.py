@@ -1,4 +1,4 @@
-"""Command line: ``python -m codegen [--schemas DIR] [--check]``."""
+"""Command line: ``python -m codegen [--schemas DIR] [--check] [--out DIR]``."""
 from __future__ import annotations
 
 import argparse
@@ -13,6 +13,9 @@ def main(argv=None) -> int:
     ap.add_argument("--schemas", type=Path, default=None,
                     help="Kafka schema directory (default: $KRAFT_KAFKA_SCHEMAS, else $KRAFT_SHARED/kafka-schemas, else ../shared/kafka-schemas)")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 if a generated file differs")
+    ap.add_argument("--out", type=Path, default=REPO_ROOT, metavar="DIR",
+                    help="root to write (or --check against) instead of the repository, "
+                         "e.g. a temp dir to diff a generator change against the committed files")
     args = ap.parse_args(argv)
     root = args.schemas or default_schemas_dir()
     if root is None or not root.is_dir():
@@ -21,7 +24,7 @@ def main(argv=None) -> int:
     files = generate(root)
     stale = []
     for rel, text in sorted(files.items()):
-        path = REPO_ROOT / rel
+        path = args.out / rel
         old = path.read_text(encoding="utf-8") if path.exists() else None
         if old != text:
             stale.append(rel)

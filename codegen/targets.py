@@ -8,7 +8,8 @@ kraft_storage/_pure/_messages_metadata.py       metadata records (apiKey 0-28) +
 kraft_storage/_native/_messages_metadata.pyx    the same text compiled by Cython
 kraft_storage/messages/metadata.py              facade choosing one (``_accel``)
 kraft_storage/_pure/_metadata_columns.py        columnar body decoder of the metadata
-                                                records (``codegen/columns.py``)
+                                                records (``codegen/columns.py`` and
+                                                ``codegen/templates/``)
 kraft_storage/_native/_metadata_columns.pyx     its Cython build (public API:
                                                 kraft_storage/messages/columns.py)
 kraft_storage/messages/_control_gen.py          control-record bodies

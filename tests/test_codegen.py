@@ -1,36 +1,85 @@
-"""The committed generated code is exactly what ``python -m codegen`` produces from Kafka's schemas."""
+"""The committed generated code is exactly what ``python -m codegen`` produces from Kafka's schemas.
+
+The schemas come from ``$KRAFT_KAFKA_SCHEMAS`` or ``$KRAFT_SHARED/kafka-schemas``
+(conftest's ``SHARED``); without them these tests fail, they do not skip.
+"""
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 
 import pytest
+from conftest import SHARED
 
 from codegen import REPO_ROOT, default_schemas_dir, generate
+from codegen.columns import TEMPLATES, render_template
 from codegen.emit import HEADER
 from codegen.schema import Versions, snake
 
-SCHEMAS = default_schemas_dir()
+#: generated file -> the template it is rendered from (codegen/templates/).
+TEMPLATED = {
+    "kraft_storage/_pure/_metadata_columns.py": "_metadata_columns.py.tmpl",
+    "kraft_storage/_native/_metadata_columns.pyx": "_metadata_columns.pyx.tmpl",
+}
 
 
-@pytest.mark.skipif(SCHEMAS is None, reason="../shared/kafka-schemas not present")
-def test_generated_files_are_up_to_date():
-    files = generate(SCHEMAS)
-    assert len(files) >= 30
+@pytest.fixture(scope="module")
+def schemas() -> Path:
+    root = default_schemas_dir()
+    if root is None:
+        pytest.fail(f"Kafka schemas not found at {SHARED / 'kafka-schemas'}; set KRAFT_SHARED to the "
+                    "shared/ folder (or KRAFT_KAFKA_SCHEMAS to the schema directory)", pytrace=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def generated(schemas) -> dict[str, str]:
+    return generate(schemas)
+
+
+def test_generated_files_are_up_to_date(generated):
+    """Byte for byte: what is committed is what the generator writes."""
+    assert len(generated) >= 30
     stale = []
-    for rel, text in sorted(files.items()):
+    for rel, text in sorted(generated.items()):
         path = REPO_ROOT / rel
-        old = path.read_text(encoding="utf-8") if path.exists() else ""
-        if old != text:
-            diff = "".join(difflib.unified_diff(old.splitlines(True), text.splitlines(True), rel, rel, n=1))
-            stale.append(diff[:2000])
+        old = path.read_bytes() if path.exists() else b""
+        if old != text.encode("utf-8"):
+            old_t = old.decode("utf-8", "replace")
+            diff = "".join(difflib.unified_diff(old_t.splitlines(True), text.splitlines(True), rel, rel, n=1))
+            stale.append(diff[:2000] or f"{rel}: differs in line endings or encoding only")
     assert not stale, "generated code is stale; run `python -m codegen`:\n" + "\n".join(stale)
 
 
-@pytest.mark.skipif(SCHEMAS is None, reason="../shared/kafka-schemas not present")
-def test_every_schema_is_covered():
+def test_templated_files_come_from_their_templates(generated):
+    """Every template is used, fully filled in, and its text is in the committed file."""
+    assert sorted(p.name for p in TEMPLATES.iterdir() if p.name.endswith(".tmpl")) == sorted(TEMPLATED.values())
+    for rel, name in TEMPLATED.items():
+        text = generated[rel]
+        assert "${" not in text, rel
+        assert text == (REPO_ROOT / rel).read_bytes().decode("utf-8"), rel
+        # each template line that is not a placeholder appears, in order, in the output
+        lines = iter(text.split("\n"))
+        for line in (TEMPLATES / name).read_text(encoding="utf-8").split("\n"):
+            if "$" not in line and line.strip():
+                assert any(out == line for out in lines), f"{name}: {line!r} missing from {rel}"
+
+
+def test_render_template_wants_exactly_its_placeholders():
+    name = "_metadata_columns.py.tmpl"
+    keys = {"header", "doc", "types", "layouts", "errors", "max_api_key", "decoders", "record_decoders"}
+    full = {k: "" for k in keys}
+    assert "def decode_rows(" in render_template(name, full)
+    with pytest.raises(KeyError):
+        render_template(name, {k: "" for k in keys - {"types"}})
+    with pytest.raises(KeyError):
+        render_template(name, {**full, "typo": ""})
+
+
+def test_every_schema_is_covered(schemas, generated):
     from codegen.schema import load_dir
-    specs = load_dir(SCHEMAS)
-    files = generate(SCHEMAS)
+    specs = load_dir(schemas)
+    files = generated
     everything = "\n".join(files.values())
     for name, spec in specs.items():
         assert f"class {name}(_Base):" in everything, name
