@@ -118,11 +118,11 @@ class KafkaServer:
         try:
             self._server = await loop.create_server(lambda: _ServerConnection(self), self.host or None, self.port,
                                                     reuse_address=True, ssl=self.ssl_context)
-        except socket.gaierror as exc:
-            raise OSError(exc.errno, f"cannot listen on {where}: host {self.host!r} does not resolve "
-                                     f"({exc.strerror})") from None
+        except socket.gaierror as exc:  # (a one-part OSError: its str() is the message, no "[Errno n]")
+            raise OSError(f"cannot listen on {where}: host {self.host!r} does not resolve ({exc.strerror})") \
+                from None
         except OSError as exc:
-            raise OSError(exc.errno, f"cannot listen on {where}: {exc.strerror or exc}") from None
+            raise OSError(f"cannot listen on {where}: {exc.strerror or exc}") from None
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 

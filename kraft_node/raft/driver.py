@@ -794,8 +794,8 @@ class RaftDriver:
                     key = ("controller.quorum.bootstrap.servers" if peer.node_id < 0 else
                            "controller.quorum.voters" if any(v.id == peer.node_id for v in self.config.voters) else
                            "an endpoint learned from the quorum")
-                    log.warning("node %d: cannot connect to node %d at %s:%d (from %s): %s", self.node_id,
-                                peer.node_id, peer.host, peer.port, key, exc)
+                    log.warning("node %d: cannot connect to node %d (address from %s): %s", self.node_id,
+                                peer.node_id, key, exc)
                 raise ConnectionClosed(f"cannot connect to node {peer.node_id}: {exc}") from None
             return peer.conn
 
