@@ -23,8 +23,14 @@ in :FILE`` etc., Kafka's wording) and make the exit code 1.
 ``--verify-index-only`` prints only the problems.
 
 Damage: every good batch before the corrupt point is printed, then the problem
-is named on stderr (file, byte position, batch base offset) and the exit code
-is 1.  A batch whose CRC does not match is printed with ``crcValid: false``
+is named on stderr (file, byte position, what was found there; the batch base
+offset only when the header looks like a batch's) and the exit code is 1.  A
+file with no batch at position 0 is said not to be a segment or snapshot.
+
+Record values that are not metadata record frames (a value whose first byte
+is not frame version 1, e.g. ``kraft-server-start --demo-writer``'s records)
+are opaque: printed as text when printable (base64 otherwise, and always in
+``--json``), without a decode error.  A batch whose CRC does not match is printed with ``crcValid: false``
 and without its records (they cannot be trusted), and also makes the exit
 code 1.
 """
@@ -106,13 +112,66 @@ def _record_objs(buf, headers, i, decode_meta, decode_ctrl, errors):
         try:
             if control and decode_ctrl is not None and r.key is not None:
                 o["control"] = decode_ctrl(r.key, r.value)
-            elif not control and decode_meta is not None and r.key is None and r.value is not None:
+            elif not control and decode_meta is not None and r.key is None and r.value is not None \
+                    and _is_metadata_frame(r.value):
                 o["metadata"] = decode_meta(r.value)
         except Exception as exc:  # not a metadata log, or an unknown record: keep going
             o["decodeError"] = str(exc)
             errors.append(exc)
         out.append(o)
     return out
+
+
+def _is_metadata_frame(value: bytes) -> bool:
+    """Does ``value`` start like a metadata record frame (frame version 1, an unsigned
+    varint: the byte 0x01)?  Anything else -- the demo writer's ``<node>-<pid>-<seq>``
+    records, a state machine's own bytes -- is an opaque value, printed as it is, not a
+    metadata record that failed to decode (which printed one error per record)."""
+    return len(value) > 0 and value[0] == 1
+
+
+def _text(value: bytes) -> str | None:
+    """``value`` as text when it is printable UTF-8 (Kafka's dump tool prints payloads as strings)."""
+    try:
+        t = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return t if t.isprintable() else None
+
+
+def _found(head: bytes, left: int) -> str:
+    """What is at a position where a record batch was expected (``head``: up to 32 bytes of
+    it, ``left`` bytes to the end of the file), in words."""
+    if not head:
+        return "the end of the file"
+    if not any(head):
+        return f"zero bytes (a zero-filled or preallocated region? {left} bytes to the end of the file)"
+    try:
+        text = head.decode("ascii")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and all(c.isprintable() or c in "\r\n\t" for c in text):
+        return f"text {text!r}"
+    return "bytes " + head[:16].hex(" ")
+
+
+def _scan_error_message(path: str, buf, exc, good: int) -> str:
+    """The scan's error in words: where (file, byte position), what was expected (a v2 record
+    batch) and what was found there.  The base offset is given only when the header looks
+    like a batch's (magic 2): from random bytes it was a garbage number."""
+    pos = exc.position if getattr(exc, "position", -1) >= 0 else 0
+    reason = getattr(exc, "reason", str(exc))
+    size = len(buf)
+    magic = buf[pos + 16] if pos + 16 < size else None
+    found = _found(bytes(buf[pos:pos + 32]), size - pos)
+    if pos == 0 and good == 0 and magic != 2:
+        return (f"{path}: not a Kafka log segment or snapshot: no v2 record batch at byte position 0: "
+                f"{reason}; found {found}")
+    where = f"byte position {pos}"
+    if magic == 2 and getattr(exc, "base_offset", None) is not None:
+        where += f", batch base offset {exc.base_offset}"
+    return (f"{path}: no valid record batch at {where}, after {good} good batch{'es' if good != 1 else ''}: "
+            f"{reason}; found {found}")
 
 
 def _print_human(path, b, recs, out):
@@ -135,7 +194,9 @@ def _print_human(path, b, recs, out):
         elif "control" in r:
             line += " " + json.dumps(r["control"], separators=(",", ":"))
         elif r["value"] is not None:
-            line += f" payload: {r['value']}"
+            raw = base64.b64decode(r["value"])
+            text = None if _is_metadata_frame(raw) else _text(raw)
+            line += f" payload: {text}" if text is not None else f" payload: {r['value']}"
         if r["headers"]:
             line += " headers: " + json.dumps(r["headers"], separators=(",", ":"))
         out.write(line + "\n")
@@ -178,7 +239,7 @@ def dump_file(path: str, as_json: bool, out=sys.stdout, err=sys.stderr, print_re
             else:
                 _print_human(path, b, recs, out)
         if scan.error is not None:
-            err.write(f"kraft-dump-log: {scan.error}\n")
+            err.write(f"kraft-dump-log: {_scan_error_message(path, buf, scan.error, len(headers))}\n")
             status = 1
     finally:
         del buf
