@@ -98,11 +98,21 @@ class _MappedIndex:
         self._dirty = False
         self._s = _k.IndexSearcher(None, base_offset, self.kind, 0)
         self.lookup_exact = None
-        if writable and preallocate:
-            self._map(max(self.max_entries, n) * self.entry_size, n)
-        else:
-            # (a misaligned file is mapped short but not cut: opening changes no byte)
-            self._map(length - length % self.entry_size if writable else length, n, resize_file=False)
+        try:
+            if writable and preallocate:
+                self._map(max(self.max_entries, n) * self.entry_size, n)
+            else:
+                # (a misaligned file is mapped short but not cut: opening changes no byte)
+                self._map(length - length % self.entry_size if writable else length, n, resize_file=False)
+        except BaseException:
+            os.close(self._fd)
+            self._fd = -1
+            if self.created:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            raise
 
     # ---- mapping ----
     def _map(self, length: int, n: int, resize_file: bool = True) -> None:

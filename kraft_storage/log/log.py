@@ -652,11 +652,13 @@ class KafkaLog:
             active = self._segments[-1]
             if active.size == 0:
                 return active
-            active.on_become_inactive()
-            active.flush()  # Kafka flushes a rolled segment (asynchronously) up to the new base
+            # the new segment first: if it cannot be created (a full device), the active
+            # segment is untouched and the log stays usable
             seg = LogSegment(self.directory, self._end, index_interval_bytes=self.config.index_interval_bytes,
                              max_index_size=self.config.segment_index_bytes, new=True,
                              created_ms=self._clock())
+            active.on_become_inactive()
+            active.flush()  # Kafka flushes a rolled segment (asynchronously) up to the new base
             fsync_dir(self.directory)
             self._segments = self._segments + [seg]
             self._bases = self._bases + [seg.base_offset]

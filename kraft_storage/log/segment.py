@@ -189,10 +189,27 @@ class LogSegment:
             for p in (prefix + INDEX_SUFFIX, prefix + TIME_INDEX_SUFFIX):
                 if os.path.exists(p):  # a stale index of an old segment with this base
                     os.unlink(p)
-        self.offset_index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, max_index_size,
+        self.offset_index = self.time_index = None
+        try:
+            self.offset_index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, max_index_size,
+                                            preallocate=preallocate)
+            self.time_index = TimeIndex(prefix + TIME_INDEX_SUFFIX, base_offset, max_index_size,
                                         preallocate=preallocate)
-        self.time_index = TimeIndex(prefix + TIME_INDEX_SUFFIX, base_offset, max_index_size,
-                                    preallocate=preallocate)
+        except BaseException:
+            # e.g. a full device while reserving the index space: a new segment leaves
+            # no file behind (a roll that fails changes nothing)
+            for idx in (self.offset_index,):
+                if idx is not None:
+                    idx.close(trim=False)
+                    if idx.created:
+                        os.unlink(idx.path)
+            if new:
+                for p in (prefix + TIME_INDEX_SUFFIX, self.log_path):
+                    try:
+                        os.unlink(p)
+                    except FileNotFoundError:
+                        pass
+            raise
         self.bytes_since_last_index_entry = 0
         ts, off = self.time_index.last_entry()
         self.max_timestamp_so_far = ts
@@ -240,6 +257,9 @@ class LogSegment:
         except OSError as exc:
             err = disk_full(exc, self.log_path, f"appending {ap.nbytes} bytes at position {start}")
             if err is not None:
+                # Drop the frames below: the pure twin's write() holds memoryviews of the
+                # index maps, and a kept traceback would stop them from ever being closed.
+                exc.__traceback__ = None
                 raise err from exc
             raise
         if no != o_n:
