@@ -75,6 +75,7 @@ from kraft_storage.messages.control import (ControlRecordType, KRaftVersionRecor
                                             VotersRecord, decode_control_key, decode_control_record,
                                             encode_control_key)
 from kraft_storage.errors import CorruptRecordError, KraftStorageError
+from kraft_storage.log.errors import CorruptCleanLogError
 from kraft_storage.crc32c import crc32c as _crc32c
 from kraft_storage.record import build_batch, build_batches, decode_records, scan_batches
 from kraft_storage.record.constants import CONTROL_MASK
@@ -754,6 +755,7 @@ class KafkaRaftLog:
             return ()
         budget = max(1, min(max_bytes, MAX_READ_BYTES))
         parts = []
+        where = []  # (segment file, file position) of each part
         pos = start_offset
         got = 0
         while pos < end and got < budget:
@@ -763,6 +765,7 @@ class KafkaRaftLog:
                 break
             buf = data.tobytes()
             parts.append(buf)
+            where.append((data.path, data.position))
             got += n
             if got >= budget:
                 break
@@ -772,7 +775,31 @@ class KafkaRaftLog:
             pos = batches_end
         if not parts:
             return ()
-        return decode_batches(parts[0] if len(parts) == 1 else b"".join(parts), source=self.directory)
+        try:
+            return decode_batches(parts[0] if len(parts) == 1 else b"".join(parts), source=self.directory)
+        except CorruptRecordError as exc:
+            raise self._damage(exc, parts, where) from None
+
+    def _damage(self, exc: CorruptRecordError, parts, where) -> KraftStorageError:
+        """A batch read back from the segments is corrupt (a CRC mismatch...): name the segment
+        file and the byte position *in that file* (the decoder only knows the position in
+        what was read), and say how to proceed.  In a log that was shut down cleanly this is
+        damage, not a torn write (``CorruptCleanLogError``): a node refuses to start on it,
+        again at every start, until ``kraft-storage recover`` truncates it explicitly."""
+        file, file_pos = self.directory, exc.position
+        if exc.position >= 0:
+            start = 0
+            for buf, (path, position) in zip(parts, where):
+                if start <= exc.position < start + len(buf):
+                    file, file_pos = path or self.directory, position + exc.position - start
+                    break
+                start += len(buf)
+        reason = exc.reason
+        if self._log.load_report.clean_shutdown:
+            return CorruptCleanLogError(self.directory, file, file_pos, exc.base_offset, reason)
+        return CorruptRecordError(f"{reason}; the log is damaged: inspect it with `kraft-storage verify` and, to "
+                                  f"truncate at the corruption, run `kraft-storage recover`", file_pos,
+                                  exc.base_offset, file)
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
         entries = [(e, s) for e, s in self._log.epoch_cache.entries() if s < self.end_offset]
