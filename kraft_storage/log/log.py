@@ -32,8 +32,29 @@ are loaded and written back after they are all closed.  Without a log
 manager, each ``KafkaLog`` keeps that same file inside its own partition
 directory; a LogManager should move it up one level.  When it is present at
 open, the segments are trusted (only the indexes are sanity-checked and the
-tail of the last segment is verified); when absent, every segment from the
-one holding the recovery point onwards is validated batch by batch.
+batches after each segment's last index entry are CRC-checked); when absent,
+every segment from the one holding the recovery point onwards is validated
+batch by batch.
+
+Opening is careful with what it finds (issue 19):
+
+* The marker is deleted only once the load succeeded; a failed open closes the
+  segments it opened (indexes back to their size), removes the files it created,
+  and leaves every other byte as it was.  ``close()`` after a successful open
+  writes the same marker back, so open + close of a clean log is byte-identical.
+* Corruption in a clean log is not a torn write: a bad batch raises
+  :class:`CorruptCleanLogError` instead of being cut (a missing or corrupt index
+  is rebuilt, as Kafka does, after checking the batches).  ``recover_clean=True``
+  (repair tools: :func:`kraft_storage.log.verify.recover_log_dir`) cuts instead.
+* Segments must be contiguous (each starts at the previous one's next offset; an
+  empty segment that is not the last is refused too): the metadata log is never
+  compacted, so a gap or overlap means files were removed or renamed by hand.
+* Every truncation, deleted segment, rebuilt index and removed file is logged at
+  WARNING on ``kraft.storage.log``, counted in :data:`RECOVERY_COUNTERS` and
+  listed in :attr:`KafkaLog.load_report` (``describe()``, ``summary()``).
+* A full device is a :class:`DiskFullError` ("No space left on device", with the
+  file), never a SIGBUS: index space is reserved with ``posix_fallocate`` before
+  it is mapped.
 """
 from __future__ import annotations
 
@@ -703,6 +724,9 @@ class KafkaLog:
         """Advance the recovery point to the job's end offset if it still means what it
         meant when the job began (no truncation since).  Returns whether it did."""
         if job.error is not None:
+            err = disk_full(job.error, self.directory, "flushing the segments")
+            if err is not None:
+                raise err from job.error
             raise job.error
         if not job.done:
             raise ValueError("complete_flush() before the flush job ran")
