@@ -256,3 +256,43 @@ def test_mid_segment_damage_in_a_clean_log_survives_a_failed_start(tmp_path):
     log = KafkaLog.open(d, cfg)
     assert log.load_report.clean_shutdown and log.load_report.truncated_bytes == 0
     log.close()
+
+
+@pytest.mark.parametrize("target", ["segment-0", "segment-2", "segment-last", "resize", "read_next_offset"])
+def test_a_failure_anywhere_in_a_clean_open_changes_nothing(tmp_path, monkeypatch, target):
+    d = tmp_path / "t-0"
+    bases = make_log(d)
+    before = files(d)
+    from kraft_storage.log import index, log as logmod, segment
+    calls = [0]
+    if target.startswith("segment"):
+        k = {"segment-0": 0, "segment-2": 2, "segment-last": len(bases) - 1}[target]
+        real = segment.LogSegment.__init__
+
+        def init(self, *a, **kw):
+            if calls[0] == k:
+                raise OSError(5, "injected I/O error")
+            calls[0] += 1
+            real(self, *a, **kw)
+        monkeypatch.setattr(logmod.LogSegment, "__init__", init)
+    elif target == "resize":
+        def resize(self, size):
+            raise OSError(5, "injected I/O error")
+        monkeypatch.setattr(index.TimeIndex, "resize", resize)
+    else:
+        real_rno = segment.LogSegment.read_next_offset
+
+        def rno(self):
+            calls[0] += 1
+            if calls[0] == 3:
+                raise OSError(5, "injected I/O error")
+            return real_rno(self)
+        monkeypatch.setattr(segment.LogSegment, "read_next_offset", rno)
+    with pytest.raises(OSError, match="injected"):
+        KafkaLog.open(d, CFG)
+    assert files(d) == before
+    monkeypatch.undo()
+    log = KafkaLog.open(d, CFG)
+    assert log.load_report.clean_shutdown and log.load_report.describe() == []
+    log.close()
+    assert files(d) == before
