@@ -44,3 +44,13 @@ class CorruptRecordError(KraftStorageError):
 
 class UnsupportedCompression(KraftStorageError):
     """The batch uses a codec whose optional library is not installed (or an unknown codec id)."""
+
+
+class SnapshotNotFoundError(KraftStorageError, LookupError):
+    """A timeline read or revert named an epoch that has no live snapshot
+    (``kraft_storage.timeline``; raised by both ``_timeline`` twins)."""
+
+
+class SnapshotEpochError(KraftStorageError, ValueError):
+    """A timeline snapshot was requested at an epoch that would break time's order
+    (``kraft_storage.timeline``; raised by both ``_timeline`` twins)."""

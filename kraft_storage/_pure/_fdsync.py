@@ -11,19 +11,12 @@ profiles that refuse io_setup).
 """
 from __future__ import annotations
 
-import operator
 import os
 import queue
 import threading
 
-
-def _as_fd(f):
-    if not isinstance(f, bool):
-        try:
-            return operator.index(f)
-        except TypeError:
-            pass
-    raise TypeError(f"a file descriptor must be an int, not {type(f).__name__}")
+# ``_as_fd`` stays importable here: the built _native/_fdsync.pyx imports it from this module.
+from kraft_storage._common import as_fd as _as_fd
 
 
 class AsyncFdatasync:

@@ -55,24 +55,13 @@ from __future__ import annotations
 import weakref
 from typing import Any, Iterable, Iterator
 
-from kraft_storage.errors import KraftStorageError
-
-#: Reads at this epoch see the current state (Kafka's ``Long.MAX_VALUE``).
-LATEST_EPOCH: int = (1 << 63) - 1
-#: Epoch reported by :attr:`SnapshotRegistry.latest_epoch` when there is no
-#: snapshot (Kafka's ``Long.MIN_VALUE`` head sentinel).
-NO_SNAPSHOT_EPOCH: int = -(1 << 63)
+# Shared with the native twin and the ``kraft_storage.timeline`` facade: defined in the
+# leaves, re-exported here (the built _native/_timeline.pyx imports them from this module).
+from kraft_storage._common import LATEST_EPOCH, NO_SNAPSHOT_EPOCH
+from kraft_storage.errors import SnapshotEpochError, SnapshotNotFoundError
 
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _MISSING = object()
-
-
-class SnapshotNotFoundError(KraftStorageError, LookupError):
-    """A read or a revert named an epoch that has no live snapshot."""
-
-
-class SnapshotEpochError(KraftStorageError, ValueError):
-    """A snapshot was requested at an epoch that would break time's order."""
 
 
 def _check_epoch(epoch: int) -> int:

@@ -21,6 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from kraft_storage._accel import load
+from kraft_storage._common import BATCH_DTYPE  # in the leaf (shared with the kernels); exported here
 from kraft_storage.errors import CorruptRecordError
 from kraft_storage.record.constants import (
     COMPRESSION_MASK, CONTROL_MASK, DELETE_HORIZON_MASK, TIMESTAMP_TYPE_MASK,
@@ -28,16 +29,6 @@ from kraft_storage.record.constants import (
 
 _k = load("_batch")
 
-#: Mirrors ``kr_batch_header`` in csrc/recordbatch.h (72 bytes, C layout).
-BATCH_DTYPE = np.dtype([
-    ("position", "<i8"), ("base_offset", "<i8"), ("base_timestamp", "<i8"),
-    ("max_timestamp", "<i8"), ("producer_id", "<i8"),
-    ("size", "<i4"), ("last_offset_delta", "<i4"), ("partition_leader_epoch", "<i4"),
-    ("base_sequence", "<i4"), ("records_count", "<i4"), ("crc", "<u4"),
-    ("attributes", "<i2"), ("producer_epoch", "<i2"),
-    ("magic", "i1"), ("crc_valid", "i1"), ("_pad", "<i2"),
-], align=True)
-assert BATCH_DTYPE.itemsize == 72
 
 CRC_SKIP, CRC_VERIFY, CRC_REPORT = 0, 1, 2
 _OK, _TRUNCATED, _CORRUPT, _CAPACITY = 0, 1, 2, 3

@@ -1,0 +1,89 @@
+"""The contract of each RPC codec twin pair: what ``kraft_node._native.X`` and ``kraft_node._pure.X`` both provide.
+
+The Raft hot path's codecs (the request/response headers and Fetch) are
+generated twice by ``codegen``: a Cython build and its pure-Python twin,
+chosen once per process by ``kraft_storage._accel.load(name,
+package="kraft_node")``.  As for the storage kernels (``kraft_storage/_contracts.py``,
+whose module doc says why these are ``typing.Protocol`` classes and not
+``.pyi`` stubs: one contract per *pair*, checked at run time by
+``tests/test_twin_contracts.py`` against both twins), each pair's API is a
+Protocol the module satisfies.  An annotation ``type[P]`` is a message class
+following ``P``; a message's fields and nested struct classes come from
+Kafka's schema, so the test requires the twins to agree with each other on
+them (constructor keywords and defaults, nested classes, class constants).
+
+``TWINS`` maps each codec module name to its Protocol.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+__all__ = ["TWINS", "RpcFetchCodec", "RpcHeadersCodec"]
+
+
+class GeneratedMessage(Protocol):
+    """A generated message class (fields are keyword-only constructor arguments, from the schema)."""
+
+    NAME: str
+    LOWEST_VERSION: int
+    HIGHEST_VERSION: int
+    FIRST_FLEXIBLE_VERSION: int
+    unknown_tagged_fields: Any
+
+    def __init__(self, **fields: Any) -> None:
+        """The fields by name (generated into both twins: the twins must agree)."""
+
+    @classmethod
+    def read(cls, buf: Any, version: int) -> Any:
+        """Decode a whole body of ``version`` (MessageError on bad or trailing bytes)."""
+
+    @classmethod
+    def read_prefix(cls, buf: Any, pos: int, version: int) -> tuple:
+        """Decode one body at ``buf[pos:]``: ``(message, end position)``."""
+
+    def write(self, version: int) -> bytes:
+        """Encode as ``version``."""
+
+    def to_dict(self, version: int | None = None) -> dict:
+        """Kafka's JSON form."""
+
+    @classmethod
+    def from_dict(cls, d: dict, version: int | None = None) -> Any:
+        """Inverse of :meth:`to_dict`."""
+
+
+class ApiMessage(GeneratedMessage, Protocol):
+    """A request or response body of one API."""
+
+    API_KEY: int
+
+
+class RpcHeadersCodec(Protocol):
+    """``_rpc_headers``: request header v1/v2 and response header v0/v1 (caller: ``kraft_node.protocol.headers``)."""
+
+    @property
+    def RequestHeader(self) -> type[GeneratedMessage]:
+        """api key, api version, correlation id, client id."""
+
+    @property
+    def ResponseHeader(self) -> type[GeneratedMessage]:
+        """correlation id."""
+
+
+class RpcFetchCodec(Protocol):
+    """``_rpc_fetch``: the Fetch API, apiKey 1 (caller: ``kraft_node.protocol.generated.fetch``)."""
+
+    @property
+    def FetchRequest(self) -> type[ApiMessage]:
+        """A Fetch request (nested: FetchTopic, FetchPartition, ForgottenTopic, ReplicaState)."""
+
+    @property
+    def FetchResponse(self) -> type[ApiMessage]:
+        """A Fetch response (nested: FetchableTopicResponse, PartitionData, EpochEndOffset, ...)."""
+
+
+#: codec module name (``kraft_node._native.<name>`` / ``kraft_node._pure.<name>``) -> its contract.
+TWINS: dict[str, type] = {
+    "_rpc_headers": RpcHeadersCodec,
+    "_rpc_fetch": RpcFetchCodec,
+}
