@@ -296,3 +296,23 @@ def test_a_failure_anywhere_in_a_clean_open_changes_nothing(tmp_path, monkeypatc
     assert log.load_report.clean_shutdown and log.load_report.describe() == []
     log.close()
     assert files(d) == before
+
+
+def test_removed_leftovers_are_logged_and_counted(tmp_path, caplog):
+    d = tmp_path / "t-0"
+    make_log(d)
+    (d / "00000000000000000007.log.deleted").write_bytes(b"abc")
+    (d / "00000000000000099999.index").write_bytes(b"\0" * 16)  # an index without its .log
+    n0 = RECOVERY_COUNTERS["removed_files"]
+    with caplog.at_level(logging.WARNING, logger="kraft.storage.log"):
+        log = KafkaLog.open(d, CFG)
+    lines = log.load_report.describe()
+    assert sorted(log.load_report.removed_files) == ["00000000000000000007.log.deleted",
+                                                     "00000000000000099999.index"]
+    assert any("removed 00000000000000000007.log.deleted, 3 bytes" in x for x in lines)
+    assert any("removed 00000000000000099999.index, 16 bytes" in x and "without its .log" in x for x in lines)
+    assert RECOVERY_COUNTERS["removed_files"] == n0 + 2
+    assert len([r for r in caplog.records if "removed" in r.getMessage()]) >= 2
+    assert "removed 2 file(s)" in log.load_report.summary()
+    log.close()
+    assert not (d / "00000000000000099999.index").exists()

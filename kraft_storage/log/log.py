@@ -371,10 +371,11 @@ class KafkaLog:
         # The load succeeded: now (and only now) change what a failed load must not.
         for name, why in stale:
             try:
+                size = os.path.getsize(os.path.join(d, name))
                 os.unlink(os.path.join(d, name))
             except FileNotFoundError:
                 continue
-            self._event("removed_files", 1, f"{d}: removed {name} ({why})")
+            self._event("removed_files", 1, f"{d}: removed {name}, {size} bytes ({why})")
             report.removed_files.append(name)
         if topic_id is not None and not os.path.exists(os.path.join(d, PARTITION_METADATA)):
             write_partition_metadata(d, topic_id)
