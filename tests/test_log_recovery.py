@@ -263,7 +263,8 @@ def test_a_failure_anywhere_in_a_clean_open_changes_nothing(tmp_path, monkeypatc
     d = tmp_path / "t-0"
     bases = make_log(d)
     before = files(d)
-    from kraft_storage.log import index, log as logmod, segment
+    from kraft_storage.log import index, segment
+    from kraft_storage.log import log as logmod
     calls = [0]
     if target.startswith("segment"):
         k = {"segment-0": 0, "segment-2": 2, "segment-last": len(bases) - 1}[target]

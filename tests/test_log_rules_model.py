@@ -63,7 +63,7 @@ class MSeg:
         return max((b[3] for b in self.batches), default=-1)
 
     def add(self, b):
-        first, last, size, ts = b
+        _first, last, size, ts = b
         if ts > self.max_ts:
             self.max_ts, self.max_off = ts, last
         if self.since > INTERVAL:

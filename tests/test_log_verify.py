@@ -7,8 +7,8 @@ import os
 import shutil
 
 import pytest
-
 from conftest import FIXTURES
+
 from kraft_storage.log.config import LogConfig
 from kraft_storage.log.errors import NotALogDirectory
 from kraft_storage.log.log import KafkaLog
@@ -70,7 +70,7 @@ def test_kafka_written_logs_verify_ok(src, tmp_path):
 
 def test_flipped_byte_is_reported_with_file_and_position_and_changes_nothing(tmp_path):
     d = tmp_path / "t-0"
-    bases, end = make_log(d)
+    bases, _end = make_log(d)
     p = d / f"{bases[1]:020d}.log"
     data = bytearray(p.read_bytes())
     at = len(data) // 2 + 40
@@ -89,12 +89,12 @@ def test_flipped_byte_is_reported_with_file_and_position_and_changes_nothing(tmp
 
 def test_recover_truncates_and_reports_the_dropped_offsets(tmp_path):
     d = tmp_path / "t-0"
-    bases, end = make_log(d)
+    bases, _end = make_log(d)
     p = d / f"{bases[1]:020d}.log"
     data = bytearray(p.read_bytes())
     data[len(data) // 2 + 40] ^= 0x20
     p.write_bytes(bytes(data))
-    bad = [x for x in verify_log_dir(d).problems if "CRC" in x][0]
+    bad = next(x for x in verify_log_dir(d).problems if "CRC" in x)
     first_bad = int(bad.split("batch base offset ")[1].split(":")[0].split(")")[0])
     rep = recover_log_dir(d)
     text = "\n".join(rep.describe())
@@ -111,7 +111,7 @@ def test_recover_truncates_and_reports_the_dropped_offsets(tmp_path):
 
 def test_recover_of_a_sound_log_drops_nothing(tmp_path):
     d = tmp_path / "t-0"
-    bases, end = make_log(d, clean=False)
+    _bases, end = make_log(d, clean=False)
     rep = recover_log_dir(d)
     assert rep.describe() == [] and rep.end_offset == end
     assert verify_log_dir(d).ok
@@ -119,7 +119,7 @@ def test_recover_of_a_sound_log_drops_nothing(tmp_path):
 
 def test_gap_and_overlap_are_reported(tmp_path):
     d = tmp_path / "t-0"
-    bases, end = make_log(d)
+    bases, _end = make_log(d)
     for suf in (".log", ".index", ".timeindex"):
         (d / f"{bases[1]:020d}{suf}").unlink()
     rep = verify_log_dir(d)
@@ -128,7 +128,7 @@ def test_gap_and_overlap_are_reported(tmp_path):
 
 def test_index_and_epoch_checkpoint_damage_are_reported(tmp_path):
     d = tmp_path / "t-0"
-    bases, end = make_log(d)
+    bases, _end = make_log(d)
     idx = d / f"{bases[0]:020d}.index"
     raw = bytearray(idx.read_bytes())
     raw[4:8] = (5).to_bytes(4, "big")  # the first entry's position: not a batch boundary
@@ -141,7 +141,7 @@ def test_index_and_epoch_checkpoint_damage_are_reported(tmp_path):
 
 def test_missing_final_time_index_entry_is_reported(tmp_path):
     d = tmp_path / "t-0"
-    bases, end = make_log(d)
+    bases, _end = make_log(d)
     ti = d / f"{bases[0]:020d}.timeindex"
     ti.write_bytes(ti.read_bytes()[:-12])  # as the versions before the fix left it
     rep = verify_log_dir(d)

@@ -356,7 +356,8 @@ class KafkaLog:
         report.clean_shutdown = clean = os.path.exists(marker)
         if clean:
             try:
-                self._marker_epoch = int(json.loads(open(marker, "rb").read()).get("brokerEpoch", -1))
+                with open(marker, "rb") as f:
+                    self._marker_epoch = int(json.loads(f.read()).get("brokerEpoch", -1))
             except (ValueError, AttributeError, TypeError, OSError):
                 self._marker_epoch = -1
         epoch_file_missing = not os.path.exists(os.path.join(d, LEADER_EPOCH_CHECKPOINT))
@@ -976,8 +977,8 @@ class KafkaLog:
                 for s in self._segments:
                     try:
                         s.close(trim=True)
-                    except Exception:
-                        pass
+                    except OSError:  # the flush's error is the one to report
+                        _logger.warning("%s: closing after a failed flush", s.log_path, exc_info=True)
                 self._closed = True
                 raise
             try:

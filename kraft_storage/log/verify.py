@@ -42,9 +42,14 @@ from kraft_storage.log.epoch_cache import LEADER_EPOCH_CHECKPOINT, read_checkpoi
 from kraft_storage.log.errors import NotALogDirectory
 from kraft_storage.log.index import OFFSET_ENTRY, TIME_ENTRY
 from kraft_storage.log.log import CLEAN_SHUTDOWN_FILE, KafkaLog, LoadReport
-from kraft_storage.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, scan_segment_file
+from kraft_storage.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    scan_segment_file,
+)
 
-__all__ = ["VerifyReport", "verify_log_dir", "recover_log_dir"]
+__all__ = ["VerifyReport", "recover_log_dir", "verify_log_dir"]
 
 
 @dataclass
@@ -73,11 +78,11 @@ class VerifyReport:
         verdict = "OK" if self.ok else f"{len(self.problems)} PROBLEM(S)"
         offsets = ("no batches" if self.start_offset is None
                    else f"offsets [{self.start_offset}, {self.end_offset})")
-        lines = [f"{self.directory}: {verdict}",
-                 f"  {'clean' if self.clean_shutdown else 'unclean (or running)'} shutdown; "
-                 f"{self.segments} segment(s), {self.batches} batch(es), {self.records} record(s), "
-                 f"{self.bytes} bytes, {offsets}",
-                 "  leader epochs: " + (", ".join(f"{e} from {o}" for e, o in self.epochs) or "none")]
+        how = "clean" if self.clean_shutdown else "unclean (or running)"
+        counts = (f"  {how} shutdown; {self.segments} segment(s), {self.batches} batch(es), "
+                  f"{self.records} record(s), {self.bytes} bytes, {offsets}")
+        epochs = ", ".join(f"{e} from {o}" for e, o in self.epochs) or "none"
+        lines = [f"{self.directory}: {verdict}", counts, f"  leader epochs: {epochs}"]
         lines += [f"  - {p}" for p in self.problems]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -133,7 +138,7 @@ def verify_log_dir(path) -> VerifyReport:
         cols = {c: [] for c in ("base_offset", "last", "position", "size", "max_timestamp",
                                 "partition_leader_epoch")}
 
-        def collect(h):
+        def collect(h, cols=cols):
             cols["base_offset"].append(h["base_offset"].astype(np.int64))
             cols["last"].append(h["base_offset"].astype(np.int64) + h["last_offset_delta"])
             cols["position"].append(h["position"].astype(np.int64))
