@@ -317,3 +317,22 @@ def test_removed_leftovers_are_logged_and_counted(tmp_path, caplog):
     assert "removed 2 file(s)" in log.load_report.summary()
     log.close()
     assert not (d / "00000000000000099999.index").exists()
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_renamed_segment_is_refused_not_truncated(tmp_path, clean):
+    """Issue 19, Why 5: a segment whose name breaks offset contiguity was loaded (and an
+    unclean open would have cut it whole as "offsets do not increase")."""
+    d = tmp_path / "t-0"
+    bases = make_log(d, clean=clean)
+    last = bases[-1]
+    for suf in (".log", ".index", ".timeindex"):
+        seg(d, last, suf).rename(seg(d, last + 1000, suf))
+    for b in bases[:-1]:
+        for suf in (".log", ".index", ".timeindex"):
+            seg(d, b, suf).unlink()  # alone, the renamed segment has no neighbour to disagree with
+    before = files(d)
+    with pytest.raises(SegmentContiguityError) as ei:
+        KafkaLog.open(d, CFG)
+    assert f"{last + 1000:020d}.log" in str(ei.value) and f"starts at offset {last}" in str(ei.value)
+    assert files(d) == before

@@ -115,3 +115,20 @@ class CorruptCleanLogError(KraftStorageError):
         super().__init__(f"{file}: corrupt log at {at}: {reason}; the log was shut down cleanly, so this "
                          f"is not a torn write; inspect it with `kraft-storage verify` and, to truncate at "
                          f"the corruption, run `kraft-storage recover`")
+
+
+class SegmentBaseOffsetMismatch(SegmentContiguityError):
+    """A segment whose first batch does not start at the base offset its file name says
+    (a segment renamed, or copied from another log).  Kraft and Kafka start every
+    segment at the log end offset, so the two always agree in a metadata log."""
+
+    def __init__(self, directory, file: str, base: int, first_offset: int):
+        self.directory = str(directory)
+        self.prev_file = self.next_file = file
+        self.prev_next_offset = base
+        self.next_base = first_offset
+        KraftStorageError.__init__(
+            self, f"{directory}: segment {file} is named for base offset {base} but its first batch starts at "
+                  f"offset {first_offset}: the file was renamed or copied from another log. Inspect it with "
+                  f"`kraft-storage verify`; `kraft-storage recover` keeps the log before {file} and deletes "
+                  f"the segments from it on")

@@ -78,7 +78,7 @@ from kraft_storage.log.config import LONG_MAX, LogConfig
 from kraft_storage.log.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from kraft_storage.log.errors import (
     CorruptCleanLogError, LogClosed, NotALogDirectory, OffsetOutOfRange, OutOfOrderAppend,
-    RecordBatchTooLargeError, SegmentContiguityError)
+    RecordBatchTooLargeError, SegmentBaseOffsetMismatch, SegmentContiguityError)
 from kraft_storage.log.index import IndexCorrupt, disk_full
 from kraft_storage.log.partition_metadata import (
     PARTITION_METADATA, read_partition_metadata, write_partition_metadata)
@@ -243,6 +243,19 @@ class FetchData:
         return (f"FetchData(fetch_offset={self.fetch_offset}, segment={self.segment_base_offset}, "
                 f"position={self.position}, length={self.length}, log=[{self.log_start_offset}, "
                 f"{self.log_end_offset}))")
+
+
+def _first_batch_offset(path: str) -> int | None:
+    """The base offset of the first batch of a segment file (None when it has no whole
+    batch header: an empty file, or one that recovery will judge)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        hdr = os.pread(fd, 17, 0)
+    finally:
+        os.close(fd)
+    if len(hdr) < 17 or hdr[16] != 2:  # not a v2 batch: let the CRC/format checks speak
+        return None
+    return int.from_bytes(hdr[:8], "big", signed=True)
 
 
 def _now_ms() -> int:
@@ -456,6 +469,13 @@ class KafkaLog:
                         raise err
                     self._delete_segment_files(bases[i:], f"after a contiguity break: {err}")
                     break
+            first = _first_batch_offset(os.path.join(d, name))
+            if first is not None and first != base:
+                err = SegmentBaseOffsetMismatch(d, name, base, first)
+                if not recover_clean:
+                    raise err
+                self._delete_segment_files(bases[i:], f"after a contiguity break: {err}")
+                break
             prefix = os.path.join(d, f"{base:020d}")
             had_indexes = os.path.exists(prefix + INDEX_SUFFIX) and os.path.exists(prefix + TIME_INDEX_SUFFIX)
             seg = LogSegment(d, base, index_interval_bytes=cfg.index_interval_bytes,
