@@ -362,6 +362,17 @@ class RaftDriver:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        """Listen and initialize the core.  If that fails (the port is in use, a bad
+        quorum-state...) everything opened so far is closed -- the log cleanly, the locks
+        released -- before the error propagates: a failed start leaves the directory as it
+        found it (issue 19)."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._shutdown_done = asyncio.Event()
         handlers = {int(k): self._handle_raft for k in RAFT_APIS}
