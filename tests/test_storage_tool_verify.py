@@ -71,6 +71,8 @@ def test_verify_finds_a_flipped_byte_and_changes_nothing_then_recover_drops_loud
     r = run_cli(STORAGE, "recover", "-c", cfg_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert str(bad) in r.stdout and "bytes" in r.stdout, r.stdout
+    assert r.stderr == ""  # the report is the output (stdout), not repeated as log lines
+    assert all(ln.startswith(cfg.metadata_partition_dir + ":") for ln in r.stdout.splitlines()), r.stdout
     assert os.path.getsize(seg) < len(before[os.path.relpath(seg, cfg.metadata_log_dir)])
     assert os.path.exists(os.path.join(cfg.metadata_partition_dir, CLEAN_SHUTDOWN_FILE))
     r = run_cli(STORAGE, "verify", "-c", cfg_path)

@@ -271,27 +271,40 @@ def verify_command(args, out=sys.stdout) -> int:
             print(f"{d}: {exc}", file=out)
             rc = 1
             continue
-        print(f"{d}: {report.summary()}", file=out)
+        text = report.summary()
+        print(_prefixed(d, text), file=out)
         if not report.ok:
             rc = 1
             for problem in report.problems:
-                print(f"  {problem}", file=out)
+                if problem not in text:  # (the summary may list them already)
+                    print(f"  - {problem}", file=out)
     return rc
+
+
+def _prefixed(d: str, line: str) -> str:
+    return line if line.startswith(d) else f"{d}: {line}"
 
 
 def recover_command(args, out=sys.stdout) -> int:
     """``kraft-storage recover``: under the log dirs' locks (refused while a node runs on
     them), run full recovery on each partition dir and print what it dropped or rebuilt."""
     from kraft_storage.log.verify import recover_log_dir
+    import logging
     parts, lock = _targets(args)
-    with lock_dirs(lock):
-        for d in parts:
-            report = recover_log_dir(d)
-            lines = report.describe()
-            if not lines:
-                print(f"{d}: {report.summary()}", file=out)
-            for line in lines:
-                print(f"{d}: {line}", file=out)
+    # The storage layer also logs each drop at WARNING (kraft.storage.log); here the report
+    # is the output, on stdout, so the log lines would only repeat it on stderr.
+    storage_log = logging.getLogger("kraft.storage.log")
+    level = storage_log.level
+    storage_log.setLevel(logging.ERROR)
+    try:
+        with lock_dirs(lock):
+            for d in parts:
+                report = recover_log_dir(d)
+                for line in report.describe():
+                    print(_prefixed(d, line), file=out)
+                print(_prefixed(d, report.summary()), file=out)
+    finally:
+        storage_log.setLevel(level)
     return 0
 
 
