@@ -10,6 +10,17 @@ a node on a fresh machine.  With a file, the log dirs must have been
 formatted with ``kraft-storage format`` (same node id; the cluster id comes
 from meta.properties).
 
+Before anything in them is read or written, every log dir (``log.dirs`` and
+``metadata.log.dir``) is locked for the process lifetime (Kafka's ``.lock``,
+:mod:`kraft_storage.dirlock`): a second node on the same directories exits 1
+with "log directory D is locked by another process (pid P)" and changes
+nothing.  A start that fails after the log was opened (port in use, a bad
+quorum-state or leader-epoch checkpoint, a corrupt batch in a clean log...)
+closes it cleanly, so the directory is left byte for byte as it was (the clean
+shutdown marker kept, the indexes trimmed) and the next start sees the same
+problem instead of silently recovering past it.  How the metadata log was
+loaded is logged once at start (what recovery dropped, at WARNING).
+
 Role changes are logged to stderr ("node 1 became leader of epoch 3").
 SIGTERM or SIGINT starts a graceful shutdown: a leader resigns with
 EndQuorumEpoch and waits (up to ``--shutdown-timeout-seconds``) until a
