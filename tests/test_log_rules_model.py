@@ -169,8 +169,14 @@ def check(log, m):
     assert a.time_index.last_entry()[0] == (ma.t[-1][0] if ma.t else -1)
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_log_matches_kafka_rules_model(tmp_path, seed):
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("interval,index_bytes", [(150, 48), (0, 96)], ids=["sparse", "every-batch"])
+def test_log_matches_kafka_rules_model(tmp_path, monkeypatch, seed, interval, index_bytes):
+    # "every-batch": an index entry per batch, so index-full rolls are frequent
+    mod = globals()
+    for k, v in (("INTERVAL", interval), ("INDEX_BYTES", index_bytes), ("MAX_O", index_bytes // 8),
+                 ("MAX_T", index_bytes // 12)):
+        monkeypatch.setitem(mod, k, v)
     rnd = random.Random(seed)
     d = tmp_path / "m-0"
     t0 = 1_700_000_000_000
