@@ -129,3 +129,27 @@ def test_batch_exactly_segment_bytes_is_accepted(tmp_path):
     log.append_as_leader(batch(3), 1)
     assert [s.size for s in log.segments] == [len(b), len(b)]
     log.close()
+
+
+def test_recovery_keeps_the_index_entries_that_fit(tmp_path):
+    """The live segment restarts its index interval at every load (as Kafka's does), so a
+    rebuild after a crash finds more entries than were written; the open used to fail
+    with "index is full".  It keeps the first ones, and the next append rolls."""
+    d = tmp_path / "t-0"
+    cfg = LogConfig(index_interval_bytes=0, segment_index_bytes=32)  # 4 offset entries
+    ts = 1_700_000_000_000
+    for k in range(4):
+        log = KafkaLog.open(d, cfg)
+        for j in range(2):
+            log.append_as_leader(batch(ts=ts), 1)  # one timestamp: one time-index entry
+        if k < 3:
+            log.close()
+    assert len(log.segments) == 1 and log.active_segment.offset_index.entries == 4
+    log.close_uncleanly()
+    log = KafkaLog.open(d, cfg)  # the rebuild would make 7 entries
+    seg = log.active_segment
+    assert log.log_end_offset == 8 and seg.offset_index.entries == 4 and seg.largest_timestamp == ts
+    assert [log.read_bytes(o, 100)[:8] == o.to_bytes(8, "big") for o in range(8)] == [True] * 8
+    log.append_as_leader(batch(ts=ts), 1)
+    assert [s.base_offset for s in log.segments] == [0, 8]
+    log.close()

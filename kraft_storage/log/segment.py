@@ -285,8 +285,10 @@ class LogSegment:
             if mts > self.max_timestamp_so_far:
                 self.max_timestamp_so_far, self.offset_of_max_timestamp = mts, last
             if self.bytes_since_last_index_entry > self.index_interval_bytes:
-                self.offset_index.append(last, int(positions[0]))
-                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+                if not self.offset_index.is_full:  # (see the cap below)
+                    self.offset_index.append(last, int(positions[0]))
+                if not self.time_index.is_full:
+                    self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
                 self.bytes_since_last_index_entry = 0
             self.bytes_since_last_index_entry += int(row["size"])
             return
@@ -304,6 +306,14 @@ class LogSegment:
                 positions, sizes, last, mts, self.base_offset, self.index_interval_bytes,
                 self.bytes_since_last_index_entry, self.max_timestamp_so_far,
                 self.offset_of_max_timestamp, last_ts, orel, opos, tts, trel)
+        # Recovery (the only caller) may find more entries than the index holds: the live
+        # segment restarted its index interval at every load (as Kafka's does), so it
+        # wrote fewer entries than a rebuild from the first batch.  Keep the first ones
+        # (an index is sparse: a missing entry only makes a lookup scan further) rather
+        # than fail the open; the full index makes the next append roll.  (Kafka would
+        # throw "Attempt to append to a full index"; with its defaults it cannot happen.)
+        no = min(no, max(self.offset_index.max_entries - self.offset_index.entries, 0))
+        nt = min(nt, max(self.time_index.max_entries - self.time_index.entries, 0))
         self.offset_index.append_relative(orel[:no], opos[:no])
         self.time_index.append_relative(tts[:nt], trel[:nt])
 
