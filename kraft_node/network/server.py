@@ -23,7 +23,11 @@ costs bounded memory.
 TLS: with ``ssl_context`` (an :class:`ssl.SSLContext` from
 :func:`kraft_node.network.tls.server_context`) the listener speaks TLS only; a
 plaintext client or one whose certificate fails verification is dropped during the
-handshake (logged at DEBUG by asyncio) and never reaches a handler.
+handshake (logged at DEBUG by asyncio) and never reaches a handler.  Decision: the
+handshake is left to ``create_server(ssl=)``.  Running ``loop.start_tls`` per
+connection from ``connection_made`` (to log failed handshakes at INFO, as Kafka logs
+failed authentications) was tried and let plaintext requests through on uvloop,
+which delivers data before the switch; tests/test_tls.py checks both loops.
 
 Bad input never takes the server down: a frame with an invalid size, an
 unknown API or an undecodable body is logged with the peer's address and
