@@ -3,7 +3,7 @@
     python benchmarks/raft_failover_bench.py [--reps 10] [--modes kill,term] [--poll-ms 5]
                                              [--writer-interval-ms 5] [--json out.json]
 
-Setup: three ``python -m kraft_node.server`` processes on 127.0.0.1 (ports
+Setup: three ``python -m kraft_node.server.start`` processes on 127.0.0.1 (ports
 from the OS, data in a temp dir, fsync on), a static quorum whose config
 files set no ``controller.quorum.*`` key at all, so every timeout is the
 default of :class:`kraft_node.raft.config.QuorumConfig` -- the JSON's
@@ -75,10 +75,10 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from kraft_node.config import NodeConfig  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.network import KafkaConnection  # noqa: E402
-from kraft_node.tools import metadata_quorum  # noqa: E402
-from kraft_node.tools.storage import format_storage  # noqa: E402
+from kraft_node.server.tools import metadata_quorum  # noqa: E402
+from kraft_node.server.tools.storage import format_storage  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/ (also when loaded by path)
 from _support import free_ports, code_version  # noqa: E402
 
@@ -117,7 +117,7 @@ def write_configs(base: str, voters: int = 3, extra: dict | None = None) -> list
 
 
 class Node:
-    """One ``python -m kraft_node.server`` process with ``--demo-writer``; ACK lines timestamped."""
+    """One ``python -m kraft_node.server.start`` process with ``--demo-writer``; ACK lines timestamped."""
 
     def __init__(self, cfg_path: str, writer_interval_ms: int, max_lifetime_s: float):
         self.cfg_path = cfg_path
@@ -136,7 +136,7 @@ class Node:
 
     def start(self) -> None:
         self.starts += 1
-        args = [sys.executable, "-m", "kraft_node.server", self.cfg_path, "--shutdown-timeout-seconds", "5",
+        args = [sys.executable, "-m", "kraft_node.server.start", self.cfg_path, "--shutdown-timeout-seconds", "5",
                 "--exit-after-seconds", str(self.max_lifetime_s), "--demo-writer",
                 "--writer-interval-ms", str(self.writer_interval_ms), "--writer-batch", "1"]
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -6,7 +6,7 @@ raft-only load server, like Kafka's TestRaftServer).
                                         [--rate RECORDS_PER_S] [--linger-ms 5] [--json out.json]
 
 Setup: node 1 runs in this process (a RaftDriver on this event loop) and is
-the one that offers the load; nodes 2..N are ``python -m kraft_node.server``
+the one that offers the load; nodes 2..N are ``python -m kraft_node.server.start``
 subprocesses.  Node 1 gets a short election timeout and the others a long
 one, so node 1 wins the first election.  Every voter fsyncs (fdatasync)
 before it reports/counts an offset, as the core requires.
@@ -48,11 +48,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from kraft_node import event_loop  # noqa: E402
-from kraft_node.config import NodeConfig  # noqa: E402
-from kraft_node.raft.driver import RaftDriver  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
+from kraft_node.raft.io.driver import RaftDriver  # noqa: E402
 from kraft_node.raft.errors import BufferFullError, NotLeaderError  # noqa: E402
-from kraft_node.server import freeze_startup_heap  # noqa: E402
-from kraft_node.tools.storage import format_storage  # noqa: E402
+from kraft_node.server.start import freeze_startup_heap  # noqa: E402
+from kraft_node.server.tools.storage import format_storage  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/ (also when loaded by path)
 from _support import free_ports  # noqa: E402
 
@@ -300,10 +300,10 @@ async def voter_changes(args, base):
     from kraft_node.network import KafkaConnection
     from kraft_node.protocol.generated.add_raft_voter import AddRaftVoterRequest
     from kraft_node.protocol.generated.remove_raft_voter import RemoveRaftVoterRequest
-    from kraft_node.tools.metadata_quorum import controller_to_add
+    from kraft_node.server.tools.metadata_quorum import controller_to_add
     paths = write_dynamic_configs(base, args.linger_ms)
     env = voter_env()
-    procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server", p, "--log-level", "WARNING"],
+    procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server.start", p, "--log-level", "WARNING"],
                               stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=env, cwd=REPO)
              for p in paths[1:]]
     driver = RaftDriver.from_config(NodeConfig.from_file(paths[0]))
@@ -376,7 +376,7 @@ async def all_voters_replicating(driver, deadline) -> None:
 async def main_async(args, base):
     paths = write_configs(base, args.linger_ms, args.voters)
     env = voter_env()
-    procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server", p, "--log-level", "WARNING",
+    procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server.start", p, "--log-level", "WARNING",
                                "--follower-flush", args.follower_flush],
                               stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=env, cwd=REPO)
              for p in paths[1:]]

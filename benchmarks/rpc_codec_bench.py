@@ -30,8 +30,9 @@ def measure(n: int) -> dict:
     sys.path.insert(0, REPO)
     from kraft_node.protocol import framing
     from kraft_node.protocol.generated import fetch as g_fetch
-    from kraft_node.raft import messages as m, wire
-    from kraft_node.raft.kafka_log import decode_batches, encode_batch
+    from kraft_node.raft import messages as m
+    from kraft_node.raft.io import wire
+    from kraft_node.raft.io.kafka_log import decode_batches, encode_batch
 
     raw = encode_batch(m.Batch(100, 3, (b"x" * 100,), append_time_ms=1))
     req = m.FetchRequest("MkU3OEVBNTcwNTJENDM2Qg", 2, 500, 3, 100, 3, 0, uuid.uuid4(), 99)

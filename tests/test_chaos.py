@@ -24,7 +24,7 @@ from test_cluster_tcp import Node, find_leader, wait_acks  # noqa: E402
 from test_raft_driver_support import cluster_properties, free_ports  # noqa: E402
 from test_server_support import dir_differences, run_server, snapshot_dir  # noqa: E402
 
-from kraft_node.raft.kafka_log import KafkaRaftLog  # noqa: E402
+from kraft_node.raft.io.kafka_log import KafkaRaftLog  # noqa: E402
 
 CHAOS_SECONDS = 40.0
 SEED = 19

@@ -1,4 +1,4 @@
-"""Multi-process KRaft clusters on 127.0.0.1: ``python -m kraft_node.server cfg`` per node.
+"""Multi-process KRaft clusters on 127.0.0.1: ``python -m kraft_node.server.start cfg`` per node.
 
 * 3 and 5 voters plus an observer elect a leader, replicate, answer
   ``kraft-metadata-quorum describe --status``, and exit 0 on SIGTERM.
@@ -24,10 +24,10 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from test_raft_driver_support import CLUSTER_ID, cluster_properties  # noqa: E402
 
-from kraft_node.config import NodeConfig  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.network import KafkaConnection  # noqa: E402
-from kraft_node.raft.kafka_log import KafkaRaftLog  # noqa: E402
-from kraft_node.tools import metadata_quorum  # noqa: E402
+from kraft_node.raft.io.kafka_log import KafkaRaftLog  # noqa: E402
+from kraft_node.server.tools import metadata_quorum  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,7 +46,7 @@ class Node:
     def start(self):
         self.starts += 1
         self.term_sent = False
-        args = [sys.executable, "-m", "kraft_node.server", self.cfg_path, "--shutdown-timeout-seconds", "3"]
+        args = [sys.executable, "-m", "kraft_node.server.start", self.cfg_path, "--shutdown-timeout-seconds", "3"]
         if self.writer:
             args += ["--demo-writer", "--writer-interval-ms", "10", "--writer-batch", "5"]
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -146,7 +146,7 @@ def read_log(node: Node) -> dict[int, bytes]:
 
 
 def quorum_status(port) -> str:
-    r = subprocess.run([sys.executable, "-m", "kraft_node.tools.metadata_quorum", "--bootstrap-controller",
+    r = subprocess.run([sys.executable, "-m", "kraft_node.server.tools.metadata_quorum", "--bootstrap-controller",
                         f"127.0.0.1:{port}", "describe", "--status"], capture_output=True, text=True, timeout=20,
                        cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
     assert r.returncode == 0, r.stderr
@@ -265,7 +265,7 @@ def test_server_start_without_config_formats_and_runs_the_default_node(tmp_path)
     finally:
         s.close()
     env = dict(os.environ, PYTHONPATH=REPO, TMPDIR=str(tmp_path))
-    r = subprocess.run([sys.executable, "-m", "kraft_node.server", "--exit-after-seconds", "2"],
+    r = subprocess.run([sys.executable, "-m", "kraft_node.server.start", "--exit-after-seconds", "2"],
                        capture_output=True, text=True, timeout=30, cwd=REPO, env=env)
     assert r.returncode == 0, r.stderr
     assert "formatting it with the embedded default config" in r.stderr
@@ -273,7 +273,7 @@ def test_server_start_without_config_formats_and_runs_the_default_node(tmp_path)
     assert os.path.exists(tmp_path / "kraft-default-node-1" / "meta.properties")
     # second start: already formatted, no new cluster id, epoch moves on (a restarted leader
     # starts Resigned and waits one election timeout, 1-2 s by default, before leading again)
-    r2 = subprocess.run([sys.executable, "-m", "kraft_node.server", "--exit-after-seconds", "4"],
+    r2 = subprocess.run([sys.executable, "-m", "kraft_node.server.start", "--exit-after-seconds", "4"],
                         capture_output=True, text=True, timeout=30, cwd=REPO, env=env)
     assert r2.returncode == 0, r2.stderr
     import re
@@ -285,7 +285,7 @@ def test_server_refuses_unformatted_storage(tmp_path):
     paths = cluster_properties(str(tmp_path), 1)
     cfg = NodeConfig.from_file(paths[0])
     os.remove(os.path.join(cfg.metadata_log_dir, "meta.properties"))
-    r = subprocess.run([sys.executable, "-m", "kraft_node.server", paths[0]], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "kraft_node.server.start", paths[0]], capture_output=True, text=True,
                        timeout=30, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
     assert r.returncode == 1 and "kraft-storage format" in r.stderr
 
@@ -295,7 +295,7 @@ def test_startup_heap_is_frozen_out_of_the_collectors_reach():
     a full collection no longer walks modules and codecs in the middle of a commit."""
     import gc
 
-    from kraft_node.server import freeze_startup_heap
+    from kraft_node.server.start import freeze_startup_heap
     before = gc.get_freeze_count()
     try:
         freeze_startup_heap()

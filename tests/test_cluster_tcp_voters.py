@@ -30,11 +30,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 from test_cluster_tcp import REPO, Node, check_acks_everywhere, find_leader, wait_acks  # noqa: E402
 from test_raft_driver_support import CLUSTER_ID, free_ports  # noqa: E402
 
-from kraft_node.config import NodeConfig  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.network import KafkaConnection  # noqa: E402
-from kraft_node.raft.file_state import FileQuorumStateStore  # noqa: E402
-from kraft_node.tools import metadata_quorum  # noqa: E402
-from kraft_node.tools.storage import format_storage  # noqa: E402
+from kraft_node.raft.io.file_state import FileQuorumStateStore  # noqa: E402
+from kraft_node.server.tools import metadata_quorum  # noqa: E402
+from kraft_node.server.tools.storage import format_storage  # noqa: E402
 from kraft_storage.meta_properties import read_meta_properties  # noqa: E402
 
 FAST = {
@@ -69,7 +69,7 @@ def dynamic_cluster(base: str, n: int) -> list[str]:
 
 
 def tool(*args, timeout=40) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kraft_node.tools.metadata_quorum", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kraft_node.server.tools.metadata_quorum", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
 
 

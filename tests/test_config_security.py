@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from kraft_node.config import ConfigError, NodeConfig, kafka_config_names, warn_unused_keys
+from kraft_node.server.config import ConfigError, NodeConfig, kafka_config_names, warn_unused_keys
 
 BASE = {"process.roles": "controller", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9093",
         "listeners": "CONTROLLER://127.0.0.1:9093", "controller.listener.names": "CONTROLLER",
@@ -149,7 +149,7 @@ def test_the_server_logs_the_warning_once_at_start(tmp_path):
     path = cluster_properties(str(tmp_path), 1, extra={"log.flush.interval.mesages": "1"})[0]
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.run([sys.executable, "-m", "kraft_node.server", path, "--exit-after-seconds", "0.5"],
+    p = subprocess.run([sys.executable, "-m", "kraft_node.server.start", path, "--exit-after-seconds", "0.5"],
                        capture_output=True, text=True, timeout=60, env=env, cwd=repo)
     assert p.returncode == 0, p.stderr
     assert p.stderr.count("These configurations '[log.flush.interval.mesages]' were supplied but are not "

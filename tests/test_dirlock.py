@@ -17,8 +17,8 @@ from test_cluster_tcp import Node  # noqa: E402
 from test_raft_driver_support import CLUSTER_ID, cluster_properties, free_ports  # noqa: E402
 from test_server_support import ENV, REPO, dir_differences, run_cli, run_server, snapshot_dir  # noqa: E402
 
-from kraft_node.config import NodeConfig  # noqa: E402
-from kraft_node.tools.storage import format_storage  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
+from kraft_node.server.tools.storage import format_storage  # noqa: E402
 from kraft_storage.dirlock import LOCK_FILE, DirLock, DirLockError, lock_dirs, lock_holder  # noqa: E402
 
 
@@ -103,7 +103,7 @@ def test_second_server_on_the_same_log_dir_is_refused_and_changes_nothing(tmp_pa
                          f"(pid {node.proc.pid}): is another kraft node running on it?"], r.stderr
         assert dir_differences(before, snapshot_dir(data_dir)) == []
         # format and recover are refused too
-        r = run_cli("kraft_node.tools.storage", "format", "-c", str(other), "-t", CLUSTER_ID, "-g")
+        r = run_cli("kraft_node.server.tools.storage", "format", "-c", str(other), "-t", CLUSTER_ID, "-g")
         assert r.returncode == 1 and f"(pid {node.proc.pid})" in r.stderr, r.stderr
         assert dir_differences(before, snapshot_dir(data_dir)) == []
         assert node.alive
@@ -125,7 +125,7 @@ def test_format_locks_before_it_reads(tmp_path, capsys):
     (tmp_path / "m").mkdir()
     held = DirLock.acquire(str(tmp_path / "m"))
     try:
-        from kraft_node.tools.storage import main
+        from kraft_node.server.tools.storage import main
         assert main(["format", "-c", str(cfgp), "-t", CLUSTER_ID]) == 1
         err = capsys.readouterr().err.strip()
         assert err == (f"kraft-storage: log directory {tmp_path}/m is locked by another process "
@@ -143,7 +143,7 @@ def test_format_locks_before_it_reads(tmp_path, capsys):
 def test_driver_takes_and_releases_the_locks(tmp_path):
     import asyncio
 
-    from kraft_node.raft.driver import RaftDriver
+    from kraft_node.raft.io.driver import RaftDriver
     (path,) = cluster_properties(str(tmp_path), 1)
     cfg = NodeConfig.from_file(path)
 
@@ -165,7 +165,7 @@ def test_default_config_locks_before_it_formats(tmp_path):
     d.mkdir()
     held = DirLock.acquire(str(d))
     try:
-        r = subprocess.run([sys.executable, "-m", "kraft_node.server", "--exit-after-seconds", "1"],
+        r = subprocess.run([sys.executable, "-m", "kraft_node.server.start", "--exit-after-seconds", "1"],
                            capture_output=True, text=True, timeout=30, cwd=REPO, env=dict(ENV, TMPDIR=str(tmp_path)))
     finally:
         held.release()

@@ -10,7 +10,7 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 from test_server_support import run_cli, stopped_single_voter  # noqa: E402
 
-from kraft_node.config import NodeConfig  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
 
 DUMP = "kraft_storage.tools.dump_log"
 

@@ -13,8 +13,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from conftest import fixture_params  # noqa: E402
 from test_raft_driver_support import CLUSTER_ID, cluster_properties  # noqa: E402
 
-from kraft_node.config import NodeConfig  # noqa: E402
-from kraft_node.raft.driver import RaftDriver  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
+from kraft_node.raft.io.driver import RaftDriver  # noqa: E402
 from kraft_storage.meta_properties import (MetaProperties, MetaPropertiesError, MetaPropertiesFile,  # noqa: E402
                                            read_meta_properties, write_meta_properties)
 

@@ -21,10 +21,10 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from test_raft_driver_support import cluster_properties, free_ports  # noqa: E402
 
-from kraft_node.config import ConfigError, NodeConfig  # noqa: E402
+from kraft_node.server.config import ConfigError, NodeConfig  # noqa: E402
 from kraft_node.network import ConnectFailed, KafkaConnection, KafkaServer  # noqa: E402
-from kraft_node.raft.driver import RaftDriver  # noqa: E402
-from kraft_node.tools import metadata_quorum  # noqa: E402
+from kraft_node.raft.io.driver import RaftDriver  # noqa: E402
+from kraft_node.server.tools import metadata_quorum  # noqa: E402
 
 BAD_HOST = "no-such-host.invalid"  # RFC 2606: never resolves
 
@@ -64,7 +64,7 @@ def test_a_non_utf8_properties_file_is_named_with_the_byte_position(tmp_path, ca
         NodeConfig.from_file(str(path))
     assert str(ei.value) == (f"{path}: not a UTF-8 properties file: byte 0xe9 at byte position 40 (line 3) "
                              "is not valid UTF-8")
-    from kraft_node import server
+    from kraft_node.server import start as server
     assert server.main([str(path)]) == 1
     err = capsys.readouterr().err
     assert str(path) in err and "byte position 40" in err and "Traceback" not in err

@@ -1,7 +1,7 @@
 """server.properties parsing with Kafka's key names; clear errors naming key and file."""
 import pytest
 
-from kraft_node.config import ConfigError, NodeConfig, parse_voters
+from kraft_node.server.config import ConfigError, NodeConfig, parse_voters
 from kraft_storage.meta_properties import parse_properties
 
 BASE = """
@@ -90,7 +90,7 @@ def test_missing_file(tmp_path):
 def test_server_command_line_errors_are_usage_errors(argv, env, msg, monkeypatch, capsys):
     """kraft-server-start refuses bad options with a usage error (exit 2) naming them,
     before it formats or starts anything -- not with a traceback."""
-    from kraft_node import server
+    from kraft_node.server import start as server
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     with pytest.raises(SystemExit) as ei:

@@ -15,15 +15,15 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from test_raft_driver_support import CLUSTER_ID, cluster_properties, free_ports  # noqa: E402
 
-from kraft_node.config import NodeConfig  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.network import KafkaConnection  # noqa: E402
 from kraft_node.raft import messages as m  # noqa: E402
-from kraft_node.raft import wire  # noqa: E402
-from kraft_node.raft.driver import AUTO_THREAD_FLUSH_BYTES, DriverError, RaftDriver  # noqa: E402
+from kraft_node.raft.io import wire  # noqa: E402
+from kraft_node.raft.io.driver import AUTO_THREAD_FLUSH_BYTES, DriverError, RaftDriver  # noqa: E402
 from kraft_node.raft.errors import NotLeaderError, RaftError  # noqa: E402
-from kraft_node.raft.file_state import FileQuorumStateStore  # noqa: E402
-from kraft_node.raft.kafka_log import KafkaRaftLog  # noqa: E402
-from kraft_node.tools import metadata_quorum  # noqa: E402
+from kraft_node.raft.io.file_state import FileQuorumStateStore  # noqa: E402
+from kraft_node.raft.io.kafka_log import KafkaRaftLog  # noqa: E402
+from kraft_node.server.tools import metadata_quorum  # noqa: E402
 
 
 def run(coro, timeout=60):
@@ -365,7 +365,7 @@ class _Seen:
 
 def _standalone(tmp_path):
     import io
-    from kraft_node.tools.storage import format_storage
+    from kraft_node.server.tools.storage import format_storage
     from test_raft_driver_support import free_ports
     (port,) = free_ports(1)
     p = tmp_path / "server.properties"
@@ -382,7 +382,7 @@ def test_standalone_node_leads_from_the_bootstrap_snapshot_and_again_at_once_aft
     from the (0, 0) snapshot; the leader's own listener sees the LeaderChange record with
     Kafka's real body; after a restart the only voter leads the next epoch at once (Kafka's
     rule) instead of waiting out an election timeout (5 s here) as Resigned."""
-    from kraft_node.raft.kafka_log import decode_leader_change
+    from kraft_node.raft.io.kafka_log import decode_leader_change
     path = _standalone(tmp_path)
 
     async def go():
@@ -422,7 +422,7 @@ def test_initial_controllers_quorum_elects_and_replicates_from_the_bootstrap_sna
     given): the voter set comes from each node's (0, 0) snapshot, a leader is elected, records
     commit on every node, and DescribeQuorum reports each voter's directory id and endpoint."""
     import io
-    from kraft_node.tools.storage import format_storage, random_uuid
+    from kraft_node.server.tools.storage import format_storage, random_uuid
     from test_raft_driver_support import free_ports
     ports = free_ports(3)
     dirs = [random_uuid() for _ in range(3)]
@@ -472,7 +472,7 @@ def test_observer_learns_the_voter_set_from_the_epoch_start_records(tmp_path):
     observer learns the voter set -- directory id and endpoint included -- from the log."""
     import io
     from kraft_node.raft.messages import KRaftVersionControl, VotersControl
-    from kraft_node.tools.storage import format_storage
+    from kraft_node.server.tools.storage import format_storage
     from test_raft_driver_support import free_ports
     ports = free_ports(2)
     paths = []

@@ -5,8 +5,8 @@ import io
 import os
 import socket
 
-from kraft_node.config import NodeConfig
-from kraft_node.tools.storage import format_storage
+from kraft_node.server.config import NodeConfig
+from kraft_node.server.tools.storage import format_storage
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 

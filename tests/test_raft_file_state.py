@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kraft_node.raft.file_state import FileQuorumStateStore
+from kraft_node.raft.io.file_state import FileQuorumStateStore
 from kraft_node.raft.messages import ReplicaKey
 from kraft_node.raft.roles import ElectionState
 

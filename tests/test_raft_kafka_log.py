@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kraft_node.raft.kafka_log import (KafkaRaftLog, RawBatch, decode_batches, decode_leader_change,
-                                       encode_batches, encode_leader_change)
+from kraft_node.raft.io.kafka_log import (KafkaRaftLog, RawBatch, decode_batches, decode_leader_change,
+                                          encode_batches, encode_leader_change)
 from kraft_node.raft.log import MemoryRaftLog
 from kraft_node.raft.messages import Batch, LeaderChangeMessage, OffsetAndEpoch
 from kraft_storage.log.log import KafkaLog
@@ -228,8 +228,8 @@ def test_matches_memory_model(tmp_path_factory, script):
 
 
 def test_records_decode_lazily_once_per_read_group(monkeypatch):
-    from kraft_node.raft import kafka_log as kafka_log_mod
-    from kraft_node.raft.kafka_log import _RECORDS
+    from kraft_node.raft.io import kafka_log as kafka_log_mod
+    from kraft_node.raft.io.kafka_log import _RECORDS
     wire = encode_batches((Batch(0, 1, (b"a", b"b")), Batch(2, 1, (b"x",), True, _lc()),
                            Batch(3, 2, (b"c",)), Batch(4, 2, (b"d", b"e", b"f"))))
     bs = decode_batches(wire)
@@ -274,8 +274,8 @@ def test_decoded_batches_leave_no_garbage_for_the_cycle_collector():
 import io
 import uuid as _uuid
 
-from kraft_node.raft.kafka_log import (KafkaSnapshotControl, decode_kraft_version, decode_voters,
-                                       encode_control_value, encode_kraft_version, encode_voters)
+from kraft_node.raft.io.kafka_log import (KafkaSnapshotControl, decode_kraft_version, decode_voters,
+                                          encode_control_value, encode_kraft_version, encode_voters)
 from kraft_node.raft.messages import Endpoint, KRaftVersionControl, ReplicaKey, VoterEntry, VotersControl
 from kraft_node.raft.voters import VoterSet
 from kraft_storage.messages.control import KRaftVersionRecord, VotersRecord
@@ -344,8 +344,8 @@ def _voter_set(n=2):
 def test_snapshot_control_reads_the_format_standalone_bootstrap(tmp_path):
     """The (0, 0) snapshot written by kraft-storage format --standalone gives kraft.version 1
     and the one voter, with its directory id and endpoint."""
-    from kraft_node.config import NodeConfig
-    from kraft_node.tools.storage import format_storage
+    from kraft_node.server.config import NodeConfig
+    from kraft_node.server.tools.storage import format_storage
     from kraft_storage.meta_properties import read_meta_properties
     p = tmp_path / "server.properties"
     p.write_text("process.roles=controller\nnode.id=1\ncontroller.quorum.bootstrap.servers=127.0.0.1:9093\n"
@@ -457,7 +457,7 @@ def test_small_fetch_answers_decode_exactly_as_the_full_scan(shape, flip, cut):
     """decode_batches walks a few batches without numpy (_small_scan); whatever the input
     -- valid, a flipped byte, a torn tail, more batches than the quick walk takes -- the
     batches, or the error and its message, are those of the scan_batches path."""
-    import kraft_node.raft.kafka_log as kl
+    import kraft_node.raft.io.kafka_log as kl
     from kraft_storage.errors import KraftStorageError
     off = 0
     parts = []
@@ -490,7 +490,7 @@ def test_small_fetch_answers_decode_exactly_as_the_full_scan(shape, flip, cut):
 def test_metadata_log_keeps_only_its_newest_flushed_bytes_in_the_page_cache(tmp_path, monkeypatch):
     """KafkaRaftLog's default config drops flushed data older than PAGE_CACHE_RETAIN_BYTES
     from the page cache (LogConfig.page_cache_retain_bytes); what is read back is unchanged."""
-    import kraft_node.raft.kafka_log as kl
+    import kraft_node.raft.io.kafka_log as kl
     import kraft_storage.log.log as logmod
     monkeypatch.setattr(kl, "PAGE_CACHE_RETAIN_BYTES", 8192)
     advised = []

@@ -1190,7 +1190,7 @@ def test_leader_answers_parked_fetches_before_writing_the_batch_to_its_file(tmp_
     fsync started -- and asks to be polled again at once; that next poll (the answers are
     on the wire by then) writes the batch and starts its fsync.  Positions count the batch
     throughout, and a follower fetching it gets the same bytes the file ends up with."""
-    from kraft_node.raft.kafka_log import KafkaRaftLog
+    from kraft_node.raft.io.kafka_log import KafkaRaftLog
     log = KafkaRaftLog(str(tmp_path / "__cluster_metadata-0"))
     ctx = Ctx(log=log, config=QuorumConfig(append_linger_ms=0))
     ctx.elect()

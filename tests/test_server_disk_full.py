@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from test_raft_driver_support import cluster_properties  # noqa: E402
 from test_server_support import run_server  # noqa: E402
 
-from kraft_node.config import NodeConfig  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
 
 
 @pytest.fixture

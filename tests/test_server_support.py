@@ -15,7 +15,7 @@ from test_raft_driver_support import cluster_properties  # noqa: E402
 
 import pytest  # noqa: E402
 
-from kraft_node.config import NodeConfig  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_storage.dirlock import LOCK_FILE  # noqa: E402
 from kraft_storage.log.log import CLEAN_SHUTDOWN_FILE  # noqa: E402
 
@@ -57,7 +57,7 @@ def run_cli(module: str, *args, timeout=60, env=None) -> subprocess.CompletedPro
 
 
 def run_server(cfg_path: str, *args, timeout=60, env=None) -> subprocess.CompletedProcess:
-    return run_cli("kraft_node.server", cfg_path, *args, timeout=timeout, env=env)
+    return run_cli("kraft_node.server.start", cfg_path, *args, timeout=timeout, env=env)
 
 
 def stopped_single_voter(base: str, acks: int = 200, extra: dict | None = None) -> tuple[str, list]:

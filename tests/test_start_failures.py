@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from test_server_support import dir_differences, node, run_server, snapshot_dir, template  # noqa: E402,F401
 
-from kraft_node.config import NodeConfig  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_storage.record import scan_batches  # noqa: E402
 
 
@@ -112,7 +112,7 @@ def test_in_process_driver_closes_what_a_failed_start_opened(node):
     when start() fails, here on a port in use."""
     import asyncio
 
-    from kraft_node.raft.driver import RaftDriver
+    from kraft_node.raft.io.driver import RaftDriver
     from kraft_storage.dirlock import DirLock
     cfg_path, cfg, _ = node
     before = snapshot_dir(cfg.metadata_log_dir)

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from kraft_node.config import NodeConfig
-from kraft_node.tools.storage import FormatError, format_storage, main, random_uuid, release_level
+from kraft_node.server.config import NodeConfig
+from kraft_node.server.tools.storage import FormatError, format_storage, main, random_uuid, release_level
 from kraft_storage.messages.framing import decode_metadata_record
 from kraft_storage.meta_properties import read_meta_properties
 from kraft_storage.messages._runtime import Uuid

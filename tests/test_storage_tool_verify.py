@@ -12,7 +12,7 @@ from kraft_storage.dirlock import DirLock  # noqa: E402
 from kraft_storage.log.log import CLEAN_SHUTDOWN_FILE  # noqa: E402
 from kraft_storage.record import scan_batches  # noqa: E402
 
-STORAGE = "kraft_node.tools.storage"
+STORAGE = "kraft_node.server.tools.storage"
 
 
 def _segment(cfg) -> str:

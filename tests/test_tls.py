@@ -24,13 +24,13 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from test_raft_driver_support import cluster_properties  # noqa: E402
 
-from kraft_node.config import ConfigError, NodeConfig  # noqa: E402
+from kraft_node.server.config import ConfigError, NodeConfig  # noqa: E402
 from kraft_node.network import ConnectFailed, ConnectionClosed, KafkaConnection, KafkaServer  # noqa: E402
 from kraft_node.network.tls import client_context, server_context  # noqa: E402
 from kraft_node.protocol.api_keys import ApiKeys  # noqa: E402
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest, DescribeClusterResponse  # noqa
-from kraft_node.raft.driver import RaftDriver  # noqa: E402
-from kraft_node.tools import metadata_quorum  # noqa: E402
+from kraft_node.raft.io.driver import RaftDriver  # noqa: E402
+from kraft_node.server.tools import metadata_quorum  # noqa: E402
 from kraft_storage.meta_properties import parse_properties  # noqa: E402
 
 from cryptography import x509  # noqa: E402

@@ -21,7 +21,7 @@ from test_tls import Pki  # noqa: E402
 
 
 def _cli(port, *extra, timeout=20):
-    return subprocess.run([sys.executable, "-m", "kraft_node.tools.metadata_quorum", "--bootstrap-controller",
+    return subprocess.run([sys.executable, "-m", "kraft_node.server.tools.metadata_quorum", "--bootstrap-controller",
                            f"127.0.0.1:{port}", *extra, "describe", "--status"], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO))
 

@@ -2,7 +2,7 @@
 
 Only PEM key material is read (``ssl.keystore.type=PEM``, ``ssl.truststore.type=PEM``):
 Python's :mod:`ssl` cannot read Java's JKS, and PKCS12 would need a converter, so
-any other type is refused naming the key (see :data:`kraft_node.config.UNSUPPORTED`).
+any other type is refused naming the key (see :data:`kraft_node.server.config.UNSUPPORTED`).
 A store type left unset is taken as PEM (Kafka's default is JKS: a JKS file then
 fails to load with an error naming the key and the file).
 

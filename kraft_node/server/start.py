@@ -45,9 +45,9 @@ import signal
 import sys
 
 from kraft_node import event_loop
-from kraft_node.config import ConfigError, NodeConfig
-from kraft_node.raft.driver import (FOLLOWER_FLUSH_MODES, LEADER_FLUSH_MODES, DriverError, RaftDriver,
-                                   describe_error)
+from kraft_node.server.config import ConfigError, NodeConfig
+from kraft_node.raft.io.driver import (FOLLOWER_FLUSH_MODES, LEADER_FLUSH_MODES, DriverError, RaftDriver,
+                                       describe_error)
 from kraft_node.raft.errors import BufferFullError, NotLeaderError, RaftError
 from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
@@ -70,7 +70,7 @@ def _describe(node_id: int, role: str, epoch: int, leader: int) -> str:
 def _maybe_format_default(cfg: NodeConfig, out, dir_locks: DirLocks) -> None:
     """Format the embedded default config's log dir on first use.  ``dir_locks``: the caller
     already holds the locks of ``cfg.all_log_dirs`` (taken before this looks at anything)."""
-    from kraft_node.tools.storage import format_storage, random_uuid
+    from kraft_node.server.tools.storage import format_storage, random_uuid
     if os.path.exists(os.path.join(cfg.metadata_log_dir, "meta.properties")):
         return
     cid = random_uuid()
@@ -145,7 +145,7 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
     the locks of ``cfg.all_log_dirs`` if the caller took them (``main`` does, before it reads
     anything); else the driver takes them.  Whatever fails after the log is opened, the
     driver is closed, so the directory is left as it was found (issue 19)."""
-    from kraft_node.config import warn_unused_keys
+    from kraft_node.server.config import warn_unused_keys
     warn_unused_keys(cfg, log)  # once per start: Kafka's "were supplied but are not used yet"
     driver = RaftDriver.from_config(cfg, leader_flush=leader_flush, follower_flush=follower_flush,
                                     dir_locks=dir_locks)

@@ -53,17 +53,17 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kraft_node.config import NodeConfig
+from kraft_node.server.config import NodeConfig
 from kraft_node.network import ConnectionClosed, KafkaConnection, KafkaServer, RequestTimeout
 from kraft_node.network.server import DEFERRED
 from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
 from kraft_node.protocol.generated.describe_quorum import DescribeQuorumResponse
-from kraft_node.raft import wire
+from kraft_node.raft.io import wire
 from kraft_node.raft.client import RaftCore
 from kraft_node.raft.errors import Errors, NotLeaderError, RaftError
-from kraft_node.raft.file_state import FileQuorumStateStore
-from kraft_node.raft.kafka_log import KafkaRaftLog, KafkaSnapshotControl, encode_control_value
+from kraft_node.raft.io.file_state import FileQuorumStateStore
+from kraft_node.raft.io.kafka_log import KafkaRaftLog, KafkaSnapshotControl, encode_control_value
 from kraft_node.raft.messages import (AddRaftVoterRequest, BeginQuorumEpochRequest, Endpoint, EndQuorumEpochRequest,
                                       FetchRequest, FetchSnapshotRequest, LeaderAndEpoch, NodeEndpoint,
                                       OutboundRequest, OutboundResponse, RemoveRaftVoterRequest, ReplicaKey,

@@ -16,7 +16,7 @@ fields a version lacks take the core's defaults (e.g. PreVote false before
 Vote v2, directory ids unknown before v1).
 
 Records travel as Kafka v2 batch bytes (Fetch ``records``), encoded and
-decoded by :mod:`kraft_node.raft.kafka_log` (a batch read from the log is
+decoded by :mod:`kraft_node.raft.io.kafka_log` (a batch read from the log is
 sent with its stored bytes; a received batch keeps its bytes for the log).
 
 Conventions for "absent" values (Kafka's): directory id ``ZERO_UUID`` <->
@@ -38,7 +38,7 @@ from kraft_node.protocol.generated import update_raft_voter as g_update
 from kraft_node.protocol.generated import vote as g_vote
 from kraft_node.raft import messages as m
 from kraft_node.raft.errors import Errors
-from kraft_node.raft.kafka_log import decode_batches, encode_batches
+from kraft_node.raft.io.kafka_log import decode_batches, encode_batches
 from kraft_storage.messages._runtime import METADATA_TOPIC_ID, ZERO_UUID, Uuid
 
 __all__ = ["VERSIONS", "WireError", "api_key_of", "request_to_wire", "request_from_wire",

@@ -211,7 +211,7 @@ def _format_endpoint(name: str, host: str, port: int) -> str:
 def controller_to_add(config_path: str):
     """``(node_id, directory_id, [(listener, host, port)])`` of the controller described by
     ``config_path`` (Kafka's getControllerId / getMetadataDirectoryId / getControllerAdvertisedListeners)."""
-    from kraft_node.config import parse_listeners
+    from kraft_node.server.config import parse_listeners
     from kraft_storage.errors import KraftStorageError
     from kraft_storage.meta_properties import read_meta_properties
     props = _load_props(config_path)
@@ -264,7 +264,7 @@ def _load_props(path: str) -> dict[str, str]:
     import os
     if not os.path.exists(path):
         raise QuorumToolError(f"Properties file {path} does not exist.")
-    from kraft_node.config import ConfigError, read_properties_file
+    from kraft_node.server.config import ConfigError, read_properties_file
     try:
         return read_properties_file(path)
     except ConfigError as exc:

@@ -41,7 +41,7 @@ import os
 import re
 import sys
 
-from kraft_node.config import METADATA_TOPIC_DIR, ConfigError, NodeConfig, parse_voters
+from kraft_node.server.config import METADATA_TOPIC_DIR, ConfigError, NodeConfig, parse_voters
 from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
 from kraft_storage.messages._runtime import Uuid
@@ -156,7 +156,7 @@ def format_storage(cfg: NodeConfig, cluster_id: str, *, standalone: bool = False
         ep = cfg.controller_endpoint
         if ep is None:
             raise FormatError("--standalone needs a controller listener")
-        from kraft_node.config import Voter
+        from kraft_node.server.config import Voter
         voters = [Voter(cfg.node_id, ep.host, ep.port, random_uuid())]
     elif initial_controllers is not None:
         voters = parse_voters(initial_controllers, "--initial-controllers", "command line")
