@@ -54,3 +54,34 @@ class SnapshotNotFoundError(KraftStorageError, LookupError):
 class SnapshotEpochError(KraftStorageError, ValueError):
     """A timeline snapshot was requested at an epoch that would break time's order
     (``kraft_storage.timeline``; raised by both ``_timeline`` twins)."""
+
+
+class OutOfOrderAppend(KraftStorageError):
+    """A follower append whose offsets do not continue the log contiguously (raised by
+    both ``_logappend`` twins; re-exported by ``kraft_storage.log.errors``).
+
+    ``expected`` is the offset the batch should have started at, ``got`` the
+    one it has, ``position`` the batch's byte position in the appended buffer.
+    """
+
+    def __init__(self, expected: int, got: int, position: int = 0, reason: str = ""):
+        self.expected = expected
+        self.got = got
+        self.position = position
+        super().__init__(reason or f"out-of-order append: the batch at position {position} of the "
+                         f"appended buffer starts at offset {got}, expected {expected}")
+
+
+class DiskFullError(KraftStorageError):
+    """ENOSPC (or EDQUOT) while writing ``path``: the device is full (raised by the log
+    and by :mod:`kraft_storage.fileio`; re-exported by ``kraft_storage.log.errors``).
+
+    Raised instead of the bare ``OSError`` so that a caller can fail-stop with a
+    one-line message (no traceback) that names the file; ``__cause__`` keeps the
+    original error."""
+
+    def __init__(self, path, what: str, errno_: int | None = None):
+        self.path = str(path)
+        self.what = what
+        self.errno = errno_
+        super().__init__(f"{path}: No space left on device ({what})")

@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass, field
 
 from kraft_storage.errors import KraftStorageError
+from kraft_storage.fileio import atomic_write
 
 FILE_NAME = "meta.properties"
 
@@ -326,9 +327,7 @@ def read_meta_properties(log_dir: str, *, check_cluster_id: bool = True) -> Meta
 def write_meta_properties(log_dir: str, meta: MetaProperties, *, now_s: float | None = None,
                           zone: str = "UTC", order: KeyOrder = KeyOrder.SORTED, fsync: bool = True) -> str:
     """Write ``log_dir/meta.properties`` as Kafka does: temp file, fsync, atomic rename, dir fsync."""
-    from kraft_storage.fileio import atomic_write
     path = os.path.join(log_dir, FILE_NAME)
     date_line = java_date(time.time() if now_s is None else now_s, zone)
-    atomic_write(path, format_properties(meta.to_properties(), date_line=date_line, order=order),
-                 fsync=fsync, tmp_suffix=".tmp")
+    atomic_write(path, format_properties(meta.to_properties(), date_line=date_line, order=order), sync=fsync)
     return path

@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO
 
 from kraft_storage.errors import KraftStorageError
-from kraft_storage.log.checkpoint import write_atomically
+from kraft_storage.fileio import atomic_write
 from kraft_storage.log.config import LogConfig
 from kraft_storage.log.errors import DiskFullError
 from kraft_storage.log.log import KafkaLog
@@ -112,7 +112,7 @@ def test_checkpoint_write_on_a_full_device(tmpfs):
     fill(tmpfs)
     p = tmpfs / "leader-epoch-checkpoint"
     with pytest.raises(DiskFullError) as ei:
-        write_atomically(str(p), b"0\n0\n")
+        atomic_write(str(p), b"0\n0\n")
     assert_disk_full(ei.value, p)
     assert not os.path.exists(str(p) + ".tmp")
 

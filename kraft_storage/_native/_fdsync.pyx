@@ -18,7 +18,7 @@ from posix.unistd cimport read, write, close as c_close
 
 import os
 
-from kraft_storage._pure._fdsync import _as_fd  # (one argument check for both twins)
+from kraft_storage._common import as_fd as _as_fd  # (one argument check for both twins)
 
 cdef extern from "aio_fsync.h" nogil:
     ctypedef struct kraft_aio_completion:

@@ -26,7 +26,7 @@ from libc.errno cimport errno, EINTR, EIO
 from posix.uio cimport iovec, pwritev
 from posix.unistd cimport ftruncate
 
-from kraft_storage.errors import CorruptRecordError
+from kraft_storage.errors import CorruptRecordError, OutOfOrderAppend
 
 from kraft_storage._native.recordbatch cimport kr_batch_header, kr_error, kr_scan_batches
 
@@ -218,14 +218,12 @@ cdef class Appender:
             for i in range(n):
                 if hh[i].base_offset != expected:
                     self.release()
-                    from kraft_storage.log.errors import OutOfOrderAppend
                     raise OutOfOrderAppend(expected, hh[i].base_offset, hh[i].position)
                 expected = hh[i].base_offset + hh[i].last_offset_delta + 1
             for i in range(n):
                 ep = hh[i].partition_leader_epoch
                 if ep < floor:
                     self.release()
-                    from kraft_storage.log.errors import OutOfOrderAppend
                     b = hh[i].base_offset
                     raise OutOfOrderAppend(b, b, hh[i].position,
                                            reason=f"the batch at offset {b} has leader epoch {ep}, "

@@ -49,8 +49,8 @@ from libc.string cimport memset
 
 import weakref
 
-from kraft_storage._pure._timeline import (
-    SnapshotNotFoundError, SnapshotEpochError, LATEST_EPOCH, NO_SNAPSHOT_EPOCH)
+from kraft_storage._common import LATEST_EPOCH, NO_SNAPSHOT_EPOCH
+from kraft_storage.errors import SnapshotEpochError, SnapshotNotFoundError
 
 cdef extern from "Python.h":
     ctypedef Py_ssize_t Py_hash_t

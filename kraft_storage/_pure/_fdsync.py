@@ -15,7 +15,7 @@ import os
 import queue
 import threading
 
-# ``_as_fd`` stays importable here: the built _native/_fdsync.pyx imports it from this module.
+# The one argument check of both twins, in the leaf (the native twin imports it from there too).
 from kraft_storage._common import as_fd as _as_fd
 
 

@@ -58,12 +58,7 @@ import numpy as np
 
 from kraft_storage._accel import load
 from kraft_storage._common import BATCH_DTYPE
-from kraft_storage.errors import CorruptRecordError
-
-# Not a leaf yet (allow-listed in tests/test_twin_contracts.py): OutOfOrderAppend is defined
-# in kraft_storage/log/errors.py, which callers and tests catch; it moves to kraft_storage.errors
-# once log/errors.py can re-export it from there.
-from kraft_storage.log.errors import OutOfOrderAppend
+from kraft_storage.errors import CorruptRecordError, OutOfOrderAppend
 
 #: The batch scanner (the chosen ``_batch`` twin; the same one ``record.batch.scan_batches`` calls).
 _batch = load("_batch")

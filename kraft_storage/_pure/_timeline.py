@@ -56,7 +56,7 @@ import weakref
 from typing import Any, Iterable, Iterator
 
 # Shared with the native twin and the ``kraft_storage.timeline`` facade: defined in the
-# leaves, re-exported here (the built _native/_timeline.pyx imports them from this module).
+# leaves (both twins import them from there; the contract names them in both).
 from kraft_storage._common import LATEST_EPOCH, NO_SNAPSHOT_EPOCH
 from kraft_storage.errors import SnapshotEpochError, SnapshotNotFoundError
 

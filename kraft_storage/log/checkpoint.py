@@ -1,4 +1,4 @@
-"""Small durable text files: atomic replace, and Kafka's checkpoint-file format.
+"""Kafka's checkpoint-file format (parse and format; the durable write is in ``fileio``).
 
 Kafka's ``CheckpointFile`` text format (used by ``leader-epoch-checkpoint``)::
 
@@ -6,52 +6,13 @@ Kafka's ``CheckpointFile`` text format (used by ``leader-epoch-checkpoint``)::
     <count>\\n              number of entry lines that follow
     <entry>\\n ...          one line per entry, fields separated by one space
 
-Writes go to ``<name>.tmp``, are fsync'd, then renamed over the target and
-the directory is fsync'd, so a crash leaves either the old or the new file,
-never a mix (Kafka's ``Utils.atomicMoveWithFallback``).
+Writes go through :func:`kraft_storage.fileio.atomic_write` (``<name>.tmp``,
+fsync, rename over the target, fsync the directory), so a crash leaves either
+the old or the new file, never a mix (Kafka's ``Utils.atomicMoveWithFallback``).
 """
 from __future__ import annotations
 
-import os
-
 from kraft_storage.errors import KraftStorageError
-
-
-def fsync_dir(path: str) -> None:
-    """Make a directory's entries (created, renamed, deleted files) durable."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomically(path: str, data: bytes, *, sync: bool = True) -> None:
-    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the directory."""
-    tmp = path + ".tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        from kraft_storage.log.index import disk_full
-        err = disk_full(exc, path, "writing")
-        if err is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise err from exc
-        raise
-    os.replace(tmp, path)
-    if sync:
-        fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 class CheckpointFileError(KraftStorageError):

@@ -25,8 +25,8 @@ import bisect
 import os
 import threading
 
-from kraft_storage.log.checkpoint import (
-    CheckpointFileError, format_checkpoint, parse_checkpoint, write_atomically)
+from kraft_storage.fileio import atomic_write
+from kraft_storage.log.checkpoint import CheckpointFileError, format_checkpoint, parse_checkpoint
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
@@ -176,4 +176,4 @@ class LeaderEpochCache:
 
     def _flush_locked(self) -> None:
         if self.path is not None:
-            write_atomically(self.path, format_entries(zip(self._epochs, self._starts)), sync=self.sync)
+            atomic_write(self.path, format_entries(zip(self._epochs, self._starts)), sync=self.sync)

@@ -1,7 +1,10 @@
 """Errors of the segmented log (all are :class:`KraftStorageError`)."""
 from __future__ import annotations
 
-from kraft_storage.errors import KraftStorageError
+# OutOfOrderAppend and DiskFullError are defined in the leaf kraft_storage.errors (the append
+# kernels and kraft_storage.fileio raise them and may import nothing above them); re-exported
+# here, where the log's callers have always caught them.
+from kraft_storage.errors import DiskFullError, KraftStorageError, OutOfOrderAppend  # noqa: F401
 
 
 class OffsetOutOfRange(KraftStorageError):
@@ -19,20 +22,6 @@ class OffsetOutOfRange(KraftStorageError):
                          f"[{start_offset}, {end_offset}) and accepts fetches from "
                          f"{start_offset} to {end_offset}")
 
-
-class OutOfOrderAppend(KraftStorageError):
-    """A follower append whose offsets do not continue the log contiguously.
-
-    ``expected`` is the offset the batch should have started at, ``got`` the
-    one it has, ``position`` the batch's byte position in the appended buffer.
-    """
-
-    def __init__(self, expected: int, got: int, position: int = 0, reason: str = ""):
-        self.expected = expected
-        self.got = got
-        self.position = position
-        super().__init__(reason or f"out-of-order append: the batch at position {position} of the "
-                         f"appended buffer starts at offset {got}, expected {expected}")
 
 
 class NotALogDirectory(KraftStorageError):
@@ -61,19 +50,6 @@ class RecordBatchTooLargeError(KraftStorageError):
         super().__init__(f"Message batch size is {size} bytes in append to partition {directory} which "
                          f"exceeds the maximum configured segment size of {segment_bytes}.")
 
-
-class DiskFullError(KraftStorageError):
-    """ENOSPC (or EDQUOT) while writing ``path``: the device is full.
-
-    Raised instead of the bare ``OSError`` so that a caller can fail-stop with a
-    one-line message (no traceback) that names the file; ``__cause__`` keeps the
-    original error."""
-
-    def __init__(self, path, what: str, errno_: int | None = None):
-        self.path = str(path)
-        self.what = what
-        self.errno = errno_
-        super().__init__(f"{path}: No space left on device ({what})")
 
 
 class SegmentContiguityError(KraftStorageError):

@@ -27,6 +27,7 @@ import struct
 import numpy as np
 
 from kraft_storage._accel import load
+from kraft_storage.fileio import disk_full
 
 _k = load("_index")
 
@@ -34,14 +35,6 @@ OFFSET_ENTRY = np.dtype([("rel", ">i4"), ("pos", ">i4")])
 TIME_ENTRY = np.dtype([("ts", ">i8"), ("rel", ">i4")])
 _OFF = struct.Struct(">ii")
 _TIME = struct.Struct(">qi")
-
-
-def disk_full(exc: OSError, path, what: str):
-    """The :class:`~kraft_storage.log.errors.DiskFullError` for an ENOSPC/EDQUOT ``exc``, else None."""
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        from kraft_storage.log.errors import DiskFullError
-        return DiskFullError(path, what, exc.errno)
-    return None
 
 
 def reserve_space(fd: int, offset: int, length: int, path, what: str) -> None:

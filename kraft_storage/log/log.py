@@ -73,13 +73,13 @@ import numpy as np
 
 from kraft_storage._accel import load
 from kraft_storage.errors import CorruptRecordError, KraftStorageError
-from kraft_storage.log.checkpoint import fsync_dir, write_atomically
+from kraft_storage.fileio import atomic_write, disk_full, fsync_dir
 from kraft_storage.log.config import LONG_MAX, LogConfig
 from kraft_storage.log.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from kraft_storage.log.errors import (
     CorruptCleanLogError, LogClosed, NotALogDirectory, OffsetOutOfRange, OutOfOrderAppend,
     RecordBatchTooLargeError, SegmentBaseOffsetMismatch, SegmentContiguityError)
-from kraft_storage.log.index import IndexCorrupt, disk_full
+from kraft_storage.log.index import IndexCorrupt
 from kraft_storage.log.partition_metadata import (
     PARTITION_METADATA, read_partition_metadata, write_partition_metadata)
 from kraft_storage.log.segment import (
@@ -1006,9 +1006,8 @@ class KafkaLog:
                     s.close(trim=True)
             finally:
                 self._closed = True
-            write_atomically(os.path.join(self.directory, CLEAN_SHUTDOWN_FILE),
-                             json.dumps({"version": 0, "brokerEpoch": epoch},
-                                        separators=(",", ":")).encode())
+            atomic_write(os.path.join(self.directory, CLEAN_SHUTDOWN_FILE),
+                         json.dumps({"version": 0, "brokerEpoch": epoch}, separators=(",", ":")).encode())
 
     def close_uncleanly(self) -> None:
         """Drop the log without flushing, trimming or the marker (tests: a crash)."""

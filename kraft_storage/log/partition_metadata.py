@@ -14,7 +14,7 @@ import base64
 import os
 
 from kraft_storage.errors import KraftStorageError
-from kraft_storage.log.checkpoint import write_atomically
+from kraft_storage.fileio import atomic_write
 
 PARTITION_METADATA = "partition.metadata"
 METADATA_TOPIC_ID = b"\x00" * 15 + b"\x01"
@@ -62,4 +62,4 @@ def read_partition_metadata(path: str) -> bytes:
 
 
 def write_partition_metadata(directory: str, topic_id: bytes, *, sync: bool = True) -> None:
-    write_atomically(os.path.join(directory, PARTITION_METADATA), format_partition_metadata(topic_id), sync=sync)
+    atomic_write(os.path.join(directory, PARTITION_METADATA), format_partition_metadata(topic_id), sync=sync)

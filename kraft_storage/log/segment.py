@@ -29,7 +29,8 @@ import numpy as np
 
 from kraft_storage._accel import load
 from kraft_storage.errors import CorruptRecordError
-from kraft_storage.log.index import IndexCorrupt, OffsetIndex, TimeIndex, disk_full
+from kraft_storage.fileio import disk_full
+from kraft_storage.log.index import IndexCorrupt, OffsetIndex, TimeIndex
 from kraft_storage.record.batch import CRC_SKIP, CRC_VERIFY, scan_batches
 
 _k = load("_index")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 
+from kraft_storage.fileio import atomic_write
 from kraft_storage.messages._quorum_state_gen import QuorumStateData
 from kraft_storage.messages._runtime import MessageError, kafka_json_names
 
@@ -95,12 +96,6 @@ def read_quorum_state_file(path) -> tuple[QuorumStateData, int]:
 
 
 def write_quorum_state_file(path, data: QuorumStateData, version: int) -> None:
-    """Write atomically: temp file, fsync, rename (as Kafka does)."""
-    text = write_quorum_state(data, version)
-    path = os.fspath(path)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Write atomically, as Kafka does: temp file, fsync, rename, fsync the directory
+    (:func:`kraft_storage.fileio.atomic_write`)."""
+    atomic_write(path, write_quorum_state(data, version))

@@ -14,7 +14,7 @@ that the next open can resolve without reading the file:
   on open, :func:`clean_snapshot_dir`).  The random tail lets two writers of
   the same id coexist, as Kafka's ``Files.createTempFile`` does.
 * ``<id>.checkpoint`` once frozen: fsynced, then atomically renamed, then the
-  directory fsynced (:func:`fsync_dir`), so the name appears only with
+  directory fsynced (:func:`kraft_storage.fileio.fsync_dir`), so the name appears only with
   complete content.
 * ``<id>.checkpoint.deleted`` once the log no longer wants it: the rename is
   atomic, so a snapshot is either listed or not; the bytes are removed
@@ -35,11 +35,13 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+from kraft_storage.fileio import fsync_dir
+
 __all__ = [
     "SnapshotId", "SnapshotPath", "BOOTSTRAP_SNAPSHOT_ID", "BOOTSTRAP_FILENAME", "SUFFIX",
     "PARTIAL_SUFFIX", "DELETED_SUFFIX", "snapshot_filename", "snapshot_path", "parse_snapshot_path",
     "scan_snapshot_dir", "list_snapshots", "latest_snapshot", "create_temp_path", "mark_for_delete",
-    "delete_snapshot", "clean_snapshot_dir", "open_snapshot_dir", "fsync_dir",
+    "delete_snapshot", "clean_snapshot_dir", "open_snapshot_dir",
 ]
 
 SUFFIX = ".checkpoint"
@@ -154,20 +156,6 @@ def create_temp_path(log_dir, snapshot_id: SnapshotId) -> Path:
     fd, name = tempfile.mkstemp(suffix=PARTIAL_SUFFIX, prefix=prefix, dir=log_dir)
     os.close(fd)
     return Path(name)
-
-
-def fsync_dir(path) -> None:
-    """Make a rename/unlink in directory ``path`` durable (no-op where unsupported)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def mark_for_delete(log_dir, snapshot_id: SnapshotId) -> Path:

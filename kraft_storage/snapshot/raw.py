@@ -30,9 +30,9 @@ import os
 import sys
 from pathlib import Path
 
+from kraft_storage.fileio import fsync_dir
 from kraft_storage.snapshot.errors import SnapshotError, SnapshotPositionOutOfRange
-from kraft_storage.snapshot.files import (
-    SnapshotId, create_temp_path, fsync_dir, parse_snapshot_path, snapshot_path)
+from kraft_storage.snapshot.files import SnapshotId, create_temp_path, parse_snapshot_path, snapshot_path
 
 __all__ = ["RawSnapshotWriter", "RawSnapshotReader"]
 

@@ -50,8 +50,7 @@ from kraft_storage.record import (
     HEADER_SIZE, RecordColumns, build_batch, build_batches, decode_batches, scan_batches)
 from kraft_storage.record.constants import CONTROL_MASK, Compression
 from kraft_storage.snapshot.errors import SnapshotBatchTooLarge, SnapshotError
-from kraft_storage.snapshot.files import (
-    BOOTSTRAP_FILENAME, BOOTSTRAP_SNAPSHOT_ID, SnapshotId, fsync_dir)
+from kraft_storage.snapshot.files import BOOTSTRAP_FILENAME, BOOTSTRAP_SNAPSHOT_ID, SnapshotId
 from kraft_storage.snapshot.raw import RawSnapshotReader, RawSnapshotWriter
 
 __all__ = ["RecordsSnapshotWriter", "RecordsSnapshotReader", "MAX_BATCH_SIZE_BYTES",
