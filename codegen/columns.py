@@ -164,7 +164,7 @@ class ColumnsEmitter:
         if kind == "fixed":
             self.out(ind, f"ap_{node[1]}(c, {self.B(node[2])}, {self.default_fixed(f)})")
         elif kind == "uuid":
-            from kraft_storage.messages._runtime import Uuid
+            from kraft_storage.messages.runtime import Uuid
             raw = bytes(16) if f.default in (None, "") else bytes(Uuid(f.default)._b)
             self.out(ind, f"ap_raw(c, {self.B(node[1])}, {self.lit(raw)}, 16)")
         elif kind in ("string", "bytes"):

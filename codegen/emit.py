@@ -12,7 +12,7 @@ For every message ``M`` and each of its structs ``S`` the emitter writes
   non-``ignorable`` fields that a version cannot carry.
 
 Two dialects share all of that text: ``py`` (plain Python against
-``kraft_storage.messages._runtime.Reader``) and ``pyx`` (the same code, with
+``kraft_storage.messages.runtime.Reader``) and ``pyx`` (the same code, with
 ``_r_*`` as ``cdef`` functions over the Cython ``Reader`` so field reads are C
 calls).  Only signatures and the module prologue differ.
 """
@@ -491,14 +491,14 @@ class Emitter:
             self.out(0)
         self.out(0, "import struct as _struct")
         self.out(0)
-        self.out(0, "from kraft_storage.messages._runtime import (")
+        self.out(0, "from kraft_storage.messages.runtime import (")
         if self.dialect == "py":
             self.out(1, "UNSET, ZERO_UUID, Message, MessageError, Uuid, Writer,")
         else:
             self.out(1, "UNSET, ZERO_UUID, Message, MessageError, Uuid,")
         self.out(0, ")")
         if self.dialect == "py":
-            self.out(0, "from kraft_storage.messages._runtime import Reader")
+            self.out(0, "from kraft_storage.messages.runtime import Reader")
             self.out(0)
             self.out(0, "_reader = Reader")
             self.out(0, "_Base = Message")

@@ -80,7 +80,7 @@ class DiskFullError(KraftStorageError):
     one-line message (no traceback) that names the file; ``__cause__`` keeps the
     original error."""
 
-    def __init__(self, path, what: str, errno_: int | None = None):
+    def __init__(self, path: object, what: str, errno_: int | None = None):
         self.path = str(path)
         self.what = what
         self.errno = errno_

@@ -22,27 +22,30 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import TypeAlias
 
 from kraft_storage.errors import DiskFullError
 
 __all__ = ["fsync_dir", "atomic_write", "disk_full"]
 
+StrPath: TypeAlias = "str | os.PathLike[str]"
 
-def disk_full(exc: BaseException, path, what: str) -> DiskFullError | None:
+
+def disk_full(exc: BaseException, path: StrPath, what: str) -> DiskFullError | None:
     """The :class:`DiskFullError` for an ENOSPC/EDQUOT ``exc`` while ``what`` on ``path``, else None."""
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return DiskFullError(path, what, exc.errno)
     return None
 
 
-def _named(exc: OSError, path) -> OSError:
+def _named(exc: OSError, path: StrPath) -> OSError:
     """``exc`` itself when it names a file, else the same error (same class) naming ``path``."""
     if exc.filename is not None or exc.errno is None:
         return exc
     return type(exc)(exc.errno, exc.strerror, os.fspath(path))
 
 
-def fsync_dir(directory) -> None:
+def fsync_dir(directory: StrPath) -> None:
     """Make a directory's entries (files created, renamed, deleted in it) durable.
 
     Raises ``OSError`` naming ``directory`` when it cannot be opened or synced:
@@ -57,18 +60,17 @@ def fsync_dir(directory) -> None:
         os.close(fd)
 
 
-def atomic_write(path, data: bytes | str, *, sync: bool = True, tmp_suffix: str = ".tmp") -> None:
+def atomic_write(path: StrPath, data: bytes | str, *, sync: bool = True, tmp_suffix: str = ".tmp") -> None:
     """Replace ``path`` with ``data`` (``str`` is written as UTF-8): temp file, fsync,
     rename, fsync the directory.  ``sync=False`` skips both fsyncs (tests, tools on
     scratch copies): the rename is still atomic, only its durability is given up."""
     path = os.fspath(path)
-    if isinstance(data, str):
-        data = data.encode("utf-8")
+    raw = data.encode("utf-8") if isinstance(data, str) else data
     tmp = path + tmp_suffix
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
-            view = memoryview(data).cast("B")
+            view = memoryview(raw).cast("B")
             while view:
                 view = view[os.write(fd, view):]
             if sync:

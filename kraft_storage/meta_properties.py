@@ -239,7 +239,7 @@ class MetaProperties:
             node_id = need_int("broker.id") if "broker.id" in props else None
         directory_id = props.pop("directory.id", None)
         if directory_id is not None:
-            from kraft_storage.messages._runtime import Uuid
+            from kraft_storage.messages.runtime import Uuid
             try:
                 Uuid(directory_id)
             except Exception:
@@ -301,7 +301,7 @@ def _is_kafka_uuid(text: str) -> bool:
     other character outside the URL-safe alphabet, which Python's decoder would let through)."""
     if not _UUID_TEXT.match(text):
         return False
-    from kraft_storage.messages._runtime import Uuid
+    from kraft_storage.messages.runtime import Uuid
     try:
         Uuid(text)
     except ValueError:

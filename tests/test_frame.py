@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import kraft_storage._native._frame as native_frame
 import kraft_storage._pure._frame as pure_frame
-from kraft_storage.messages._runtime import uvarint_bytes
+from kraft_storage.messages.runtime import uvarint_bytes
 from kraft_storage.messages.framing import decode_metadata_record
 from kraft_storage.record import decode_records
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import kraft_storage._pure._messages_metadata as pure_md
 from kraft_storage import _accel
 from kraft_storage.messages import control, dump
-from kraft_storage.messages._runtime import MessageError
+from kraft_storage.messages.runtime import MessageError
 from test_messages_fixtures import FIXTURES, fixture_records
 
 IMPLS = [pure_md]

@@ -16,7 +16,7 @@ from kraft_node.protocol import headers
 from kraft_node.protocol.api_keys import API_INFO
 from kraft_storage import _accel
 from kraft_storage.messages import _control_gen, _quorum_state_gen
-from kraft_storage.messages._runtime import MessageError, Uuid
+from kraft_storage.messages.runtime import MessageError, Uuid
 
 native_md = None
 if _accel.native_available("_messages_metadata"):

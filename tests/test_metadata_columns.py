@@ -19,7 +19,7 @@ import kraft_storage._pure._frame as pure_frame
 import kraft_storage._pure._messages_metadata as pure_md
 import kraft_storage._pure._metadata_columns as pure_cols
 from kraft_storage.messages import columns as mc
-from kraft_storage.messages._runtime import Message, MessageError, Uuid, uvarint_bytes
+from kraft_storage.messages.runtime import Message, MessageError, Uuid, uvarint_bytes
 from kraft_storage.messages.framing import encode_metadata_record
 from kraft_storage.messages.metadata import decode_metadata_record
 from kraft_storage.record import decode_records

@@ -3,7 +3,7 @@ import pytest
 
 from kraft_node.protocol.generated.describe_quorum import DescribeQuorumResponse as R
 from kraft_node.server.tools.metadata_quorum import QuorumToolError, format_replication, format_status
-from kraft_storage.messages._runtime import Uuid
+from kraft_storage.messages.runtime import Uuid
 
 D1 = Uuid("Teb3PFb009qvAZgMDEFH4g")
 

@@ -14,7 +14,7 @@ from kraft_node.protocol.api_keys import (
 from kraft_node.protocol.generated.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kraft_node.protocol.generated.metadata import MetadataRequest
 from kraft_node.protocol.headers import RequestHeader
-from kraft_storage.messages._runtime import MessageError, Uuid
+from kraft_storage.messages.runtime import MessageError, Uuid
 from test_messages_roundtrip import message_strategy, is_flexible
 
 ALL_VERSIONS = [pytest.param(i, v, id=f"{i.name}-v{v}") for i in API_INFO.values()

@@ -513,7 +513,7 @@ def test_old_request_versions_get_answers_without_node_endpoints(tmp_path):
     a Vote v0 or Fetch v13 from an older peer still gets a well-formed answer."""
     from kraft_node.protocol.generated import fetch as g_fetch
     from kraft_node.protocol.generated import vote as g_vote
-    from kraft_storage.messages._runtime import METADATA_TOPIC_ID
+    from kraft_storage.messages.runtime import METADATA_TOPIC_ID
     path = _standalone(tmp_path)
 
     async def go():

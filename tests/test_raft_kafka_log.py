@@ -365,7 +365,7 @@ def test_snapshot_control_reads_the_format_standalone_bootstrap(tmp_path):
     log.close()
 
 
-from kraft_storage.messages._runtime import Uuid  # noqa: E402
+from kraft_storage.messages.runtime import Uuid  # noqa: E402
 
 
 def test_snapshot_control_write_rebuilds_header_and_rebases_data(tmp_path):

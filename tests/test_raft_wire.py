@@ -10,7 +10,7 @@ from kraft_node.protocol.generated import fetch as g_fetch
 from kraft_node.protocol.generated import vote as g_vote
 from kraft_node.raft import messages as m
 from kraft_node.raft.io import wire
-from kraft_storage.messages._runtime import METADATA_TOPIC_ID
+from kraft_storage.messages.runtime import METADATA_TOPIC_ID
 
 i32 = st.integers(-1, 2 ** 31 - 1)
 i64 = st.integers(-1, 2 ** 62)

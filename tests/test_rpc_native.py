@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kraft_storage._accel import native_available
-from kraft_storage.messages._runtime import MessageError, Uuid, Writer as PyWriter
+from kraft_storage.messages.runtime import MessageError, Uuid, Writer as PyWriter
 
 NATIVE = [m for m in ("_rpc_fetch", "_rpc_headers") if native_available(m, package="kraft_node")]
 _needs_native = pytest.mark.skipif(len(NATIVE) < 2, reason="kraft_node native codecs not built")
@@ -151,7 +151,7 @@ def test_framed_response_in_chunks_leaves_large_records_uncopied(size):
     with the implementation this process uses (CI runs the suite native and pure)."""
     from kraft_node.protocol import framing
     from kraft_node.protocol.generated import fetch as g_fetch
-    from kraft_storage.messages._runtime import SPILL_MIN_BYTES
+    from kraft_storage.messages.runtime import SPILL_MIN_BYTES
     records = bytes(range(256)) * (size // 256) + b"r" * (size % 256)
     resp = _fetch_response(g_fetch._impl, records=records)
     whole = bytes(framing.encode_response(resp, 17, 42))

@@ -8,7 +8,7 @@ from kraft_node.server.config import NodeConfig
 from kraft_node.server.tools.storage import FormatError, format_storage, main, random_uuid, release_level
 from kraft_storage.messages.framing import decode_metadata_record
 from kraft_storage.meta_properties import read_meta_properties
-from kraft_storage.messages._runtime import Uuid
+from kraft_storage.messages.runtime import Uuid
 from kraft_storage.snapshot import BOOTSTRAP_SNAPSHOT_ID, RecordsSnapshotReader, read_bootstrap_checkpoint
 
 CID = "5L6g3nShT-eMCtK--X86sw"

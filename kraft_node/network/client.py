@@ -38,7 +38,7 @@ from typing import Callable
 
 from kraft_node.network.frames import FrameError, FrameReader
 from kraft_node.protocol.framing import MAX_FRAME_SIZE, decode_response, encode_request
-from kraft_storage.messages._runtime import MessageError
+from kraft_storage.messages.runtime import MessageError
 
 log = logging.getLogger(__name__)
 

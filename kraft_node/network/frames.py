@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 
-from kraft_storage.messages._runtime import MessageError
+from kraft_storage.messages.runtime import MessageError
 
 _SIZE = struct.Struct(">i")
 

@@ -17,7 +17,7 @@ from kraft_node.protocol.api_keys import (
     API_INFO, api_info, request_header_version, response_header_version,
 )
 from kraft_node.protocol.headers import RequestHeader, ResponseHeader
-from kraft_storage.messages._runtime import Message, MessageError, Writer
+from kraft_storage.messages.runtime import Message, MessageError, Writer
 
 __all__ = ["MAX_FRAME_SIZE", "encode_request", "decode_request", "decode_request_header", "encode_response",
            "decode_response", "split_frame", "UnsupportedApiError"]

@@ -45,10 +45,11 @@ import signal
 import sys
 
 from kraft_node import event_loop
-from kraft_node.server.config import ConfigError, NodeConfig
+from kraft_node.raft.errors import BufferFullError, NotLeaderError, RaftError
 from kraft_node.raft.io.driver import (FOLLOWER_FLUSH_MODES, LEADER_FLUSH_MODES, DriverError, RaftDriver,
                                        describe_error)
-from kraft_node.raft.errors import BufferFullError, NotLeaderError, RaftError
+from kraft_node.server.config import ConfigError, NodeConfig
+from kraft_node.server.node import KraftNode
 from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
 
@@ -143,12 +144,13 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
               leader_flush: str = "auto", follower_flush: str = "inline", dir_locks: DirLocks | None = None) -> int:
     """Run the node until SIGTERM/SIGINT, ``exit_after`` or a fatal error.  ``dir_locks``:
     the locks of ``cfg.all_log_dirs`` if the caller took them (``main`` does, before it reads
-    anything); else the driver takes them.  Whatever fails after the log is opened, the
-    driver is closed, so the directory is left as it was found (issue 19)."""
+    anything); else the node takes them.  Whatever fails after the log is opened, the
+    node is closed, so the directory is left as it was found (issue 19)."""
     from kraft_node.server.config import warn_unused_keys
     warn_unused_keys(cfg, log)  # once per start: Kafka's "were supplied but are not used yet"
-    driver = RaftDriver.from_config(cfg, leader_flush=leader_flush, follower_flush=follower_flush,
-                                    dir_locks=dir_locks)
+    node = KraftNode.from_config(cfg, leader_flush=leader_flush, follower_flush=follower_flush,
+                                 dir_locks=dir_locks)
+    driver = node.driver
     log_load_report(cfg.metadata_partition_dir, driver.log.load_report)
     driver.on_role_change(lambda r, e, l: log.info("%s", _describe(cfg.node_id, r, e, l)))
     stop = asyncio.Event()
@@ -157,16 +159,12 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, writer_stop.set)  # tests: stop writing, keep serving
-    try:
-        await driver.start()
-    except BaseException:
-        # A failed start (port in use, a bad quorum-state...) must not leave the log open:
-        # closing it cleanly keeps the clean-shutdown marker and trims the indexes.
-        await driver.close()
-        raise
+    # A failed start (port in use, a bad quorum-state...) closes what it opened (the node
+    # does): closing the log cleanly keeps the clean-shutdown marker and trims the indexes.
+    await node.start()
     freeze_startup_heap()
     kind = "a voter" if driver.is_voter else "an observer"
-    where = f" on {driver.endpoint}" if driver.endpoint is not None else ""
+    where = f" on {node.endpoint}" if node.endpoint is not None else ""
     quorum = "dynamic quorum, kraft.version 1" if driver.dynamic else "static quorum"
     log.info("node %d started as %s of cluster %s%s (%s, %s)", cfg.node_id, kind, driver.cluster_id, where,
              quorum, cfg.metadata_partition_dir)
@@ -184,10 +182,10 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
         await t
     if driver.fatal is not None:
         log.critical("node %d stopped after a fatal error: %s", cfg.node_id, describe_error(driver.fatal))
-        await driver.close()
+        await node.close()
         return 2
     log.info("node %d shutting down", cfg.node_id)
-    ok = await driver.shutdown(shutdown_timeout)
+    ok = await node.shutdown(shutdown_timeout)
     log.info("node %d shut down%s", cfg.node_id, "" if ok else " (no successor was known in time)")
     return 0
 

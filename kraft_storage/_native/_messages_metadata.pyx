@@ -9,7 +9,7 @@ Cython build of the same generated code (twin: kraft_storage._pure._messages_met
 """
 import struct as _struct
 
-from kraft_storage.messages._runtime import (
+from kraft_storage.messages.runtime import (
     UNSET, ZERO_UUID, Message, MessageError, Uuid,
 )
 

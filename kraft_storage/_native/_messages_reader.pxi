@@ -1,4 +1,4 @@
-# Cython twin of kraft_storage.messages._runtime.Reader, included by the generated
+# Cython twin of kraft_storage.messages.runtime.Reader, included by the generated
 # kraft_storage/_native/_messages_*.pyx modules (hand-written, not generated).
 #
 # Same method names and results as the pure Reader, so the generated decoding
@@ -13,7 +13,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
-from kraft_storage.messages._runtime import _make_uuid
+from kraft_storage.messages.runtime import _make_uuid
 
 cdef extern from *:
     """

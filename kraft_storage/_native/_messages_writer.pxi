@@ -1,4 +1,4 @@
-# Cython twin of kraft_storage.messages._runtime.Writer, included by the generated
+# Cython twin of kraft_storage.messages.runtime.Writer, included by the generated
 # _messages_*.pyx / _rpc_*.pyx modules (hand-written, not generated).
 #
 # Same method names and bytes as the pure Writer; the generated encoders type
@@ -11,7 +11,7 @@
 # succeeds -- with the very same exception and message.
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 
-from kraft_storage.messages._runtime import SPILL_MIN_BYTES as _SPILL_MIN, Writer as _PyWriter, Uuid as _Uuid
+from kraft_storage.messages.runtime import SPILL_MIN_BYTES as _SPILL_MIN, Writer as _PyWriter, Uuid as _Uuid
 
 _py_writer_methods = _PyWriter.__dict__
 

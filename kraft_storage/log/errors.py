@@ -4,7 +4,9 @@ from __future__ import annotations
 # OutOfOrderAppend and DiskFullError are defined in the leaf kraft_storage.errors (the append
 # kernels and kraft_storage.fileio raise them and may import nothing above them); re-exported
 # here, where the log's callers have always caught them.
-from kraft_storage.errors import DiskFullError, KraftStorageError, OutOfOrderAppend  # noqa: F401
+from kraft_storage.errors import DiskFullError as DiskFullError
+from kraft_storage.errors import KraftStorageError
+from kraft_storage.errors import OutOfOrderAppend as OutOfOrderAppend
 
 
 class OffsetOutOfRange(KraftStorageError):

@@ -2,7 +2,7 @@
 
 Modules (generated ones come from ``codegen/``; regenerate with ``python -m codegen``):
 
-* ``_runtime``: Reader/Writer of Kafka's primitive types, ``Uuid``, ``MessageError``.
+* ``runtime``: Reader/Writer of Kafka's primitive types, ``Uuid``, ``MessageError``.
 * ``metadata``: the metadata log record classes (apiKey 0-28), native or pure.
 * ``framing``: the metadata record frame (``decode_metadata_record`` / ``encode_metadata_record``).
 * ``control``: control record key codec, control types, and their bodies.
@@ -11,4 +11,4 @@ Modules (generated ones come from ``codegen/``; regenerate with ``python -m code
 
 Importing this package only loads the runtime; the rest is imported on demand.
 """
-from kraft_storage.messages._runtime import ZERO_UUID, MessageError, Uuid  # noqa: F401
+from kraft_storage.messages.runtime import ZERO_UUID, MessageError, Uuid  # noqa: F401

@@ -39,7 +39,7 @@ from types import ModuleType
 import numpy as np
 
 from kraft_storage._accel import load
-from kraft_storage.messages._runtime import MessageError
+from kraft_storage.messages.runtime import MessageError
 
 _impl = load("_metadata_columns")
 #: The implementation module in use (native or the twin).

@@ -26,7 +26,7 @@ import struct
 from kraft_storage.messages._control_gen import (
     KRaftVersionRecord, LeaderChangeMessage, SnapshotFooterRecord, SnapshotHeaderRecord, VotersRecord,
 )
-from kraft_storage.messages._runtime import MessageError
+from kraft_storage.messages.runtime import MessageError
 
 __all__ = ["ControlRecordType", "EndTransactionMarker", "LeaderChangeMessage", "SnapshotHeaderRecord",
            "SnapshotFooterRecord", "KRaftVersionRecord", "VotersRecord", "CONTROL_BODY_CLASSES",

@@ -20,7 +20,7 @@ import os
 
 from kraft_storage.fileio import atomic_write
 from kraft_storage.messages._quorum_state_gen import QuorumStateData
-from kraft_storage.messages._runtime import MessageError, kafka_json_names
+from kraft_storage.messages.runtime import MessageError, kafka_json_names
 
 __all__ = ["QuorumStateData", "read_quorum_state", "write_quorum_state", "read_quorum_state_file",
            "write_quorum_state_file", "DATA_VERSION_KEY", "LOWEST_DATA_VERSION", "HIGHEST_DATA_VERSION"]

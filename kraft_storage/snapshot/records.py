@@ -41,7 +41,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from kraft_storage.errors import CorruptRecordError
-from kraft_storage.messages._runtime import MessageError
+from kraft_storage.messages.runtime import MessageError
 from kraft_storage.messages.control import (
     ControlRecordType, KRaftVersionRecord, SnapshotFooterRecord, SnapshotHeaderRecord, VotersRecord,
     decode_control_record, encode_control_key, encode_control_value)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from kraft_storage.messages import metadata as m
-from kraft_storage.messages._runtime import Uuid
+from kraft_storage.messages.runtime import Uuid
 from kraft_storage.messages.framing import encode_metadata_record
 from kraft_storage.record import build_batch
 

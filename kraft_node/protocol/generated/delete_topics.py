@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import struct as _struct
 
-from kraft_storage.messages._runtime import (
+from kraft_storage.messages.runtime import (
     UNSET, ZERO_UUID, Message, MessageError, Uuid, Writer,
 )
-from kraft_storage.messages._runtime import Reader
+from kraft_storage.messages.runtime import Reader
 
 _reader = Reader
 _Base = Message

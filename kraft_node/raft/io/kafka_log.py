@@ -69,7 +69,7 @@ from kraft_node.raft.messages import (Batch, Endpoint, KRaftVersionControl, Lead
 from kraft_node.raft.voters import VoterSet
 from kraft_storage.log.log import KafkaLog
 from kraft_storage.log.config import LogConfig
-from kraft_storage.messages._runtime import METADATA_TOPIC_ID, MessageError, Uuid, ZERO_UUID
+from kraft_storage.messages.runtime import METADATA_TOPIC_ID, MessageError, Uuid, ZERO_UUID
 from kraft_storage.messages.control import (ControlRecordType, KRaftVersionRecord,
                                             LeaderChangeMessage as WireLeaderChange, SnapshotHeaderRecord,
                                             VotersRecord, decode_control_key, decode_control_record,

@@ -39,7 +39,7 @@ from kraft_node.protocol.generated import vote as g_vote
 from kraft_node.raft import messages as m
 from kraft_node.raft.errors import Errors
 from kraft_node.raft.io.kafka_log import decode_batches, encode_batches
-from kraft_storage.messages._runtime import METADATA_TOPIC_ID, ZERO_UUID, Uuid
+from kraft_storage.messages.runtime import METADATA_TOPIC_ID, ZERO_UUID, Uuid
 
 __all__ = ["VERSIONS", "WireError", "api_key_of", "request_to_wire", "request_from_wire",
            "response_to_wire", "response_from_wire", "error_response", "TOPIC", "PARTITION"]

@@ -48,7 +48,7 @@ from kraft_node.protocol.generated.add_raft_voter import AddRaftVoterRequest
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest
 from kraft_node.protocol.generated.remove_raft_voter import RemoveRaftVoterRequest
 from kraft_node.protocol.generated.describe_quorum import DescribeQuorumRequest, DescribeQuorumResponse
-from kraft_storage.messages._runtime import Uuid
+from kraft_storage.messages.runtime import Uuid
 
 METADATA_TOPIC = "__cluster_metadata"
 ZERO_UUID = Uuid(bytes(16))

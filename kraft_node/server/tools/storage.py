@@ -44,7 +44,7 @@ import sys
 from kraft_node.server.config import METADATA_TOPIC_DIR, ConfigError, NodeConfig, parse_voters
 from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
-from kraft_storage.messages._runtime import Uuid
+from kraft_storage.messages.runtime import Uuid
 from kraft_storage.messages.control import VotersRecord
 from kraft_storage.messages.metadata import FeatureLevelRecord
 from kraft_storage.meta_properties import (
