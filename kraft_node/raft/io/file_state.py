@@ -34,7 +34,7 @@ import uuid
 
 from kraft_node.raft.messages import ReplicaKey
 from kraft_node.raft.roles import ElectionState
-from kraft_storage.log.checkpoint import fsync_dir
+from kraft_storage.fileio import fsync_dir
 from kraft_storage.messages.runtime import MessageError, Uuid, ZERO_UUID
 from kraft_storage.messages.quorum_state import (QuorumStateData, read_quorum_state_file,
                                                  write_quorum_state_file)
