@@ -3,7 +3,7 @@
 Every extension is a Cython module (``*.pyx``) that wraps C kernels in
 ``csrc/``.  Each native module has a pure-Python twin with the same API; the
 twin is chosen at import time when the extension is missing or when
-``KRAFT_NO_EXTENSIONS=1`` is set (see ``kraft_storage/_accel.py``).
+``KRAFT_NO_EXTENSIONS=1`` is set (see ``kraft_storage/accel.py``).
 
 Developer conveniences (not needed by users):
 

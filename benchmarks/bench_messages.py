@@ -29,10 +29,10 @@ sys.path[:0] = [str(_ROOT), str(_ROOT / "tests")]
 from test_messages_fixtures import FIXTURES, fixture_records  # noqa: E402
 
 import kraft_storage._pure._messages_metadata as pure_md  # noqa: E402
-from kraft_storage import _accel  # noqa: E402
+from kraft_storage import accel  # noqa: E402
 
 IMPLS = {"pure": pure_md}
-if _accel.native_available("_messages_metadata"):
+if accel.native_available("_messages_metadata"):
     import kraft_storage._native._messages_metadata as native_md
     IMPLS["native"] = native_md
 

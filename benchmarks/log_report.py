@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from log_workload import fill_log, make_batches  # noqa: E402
 
-from kraft_storage import _accel  # noqa: E402
+from kraft_storage import accel  # noqa: E402
 from kraft_storage.log.config import LogConfig  # noqa: E402
 from kraft_storage.log.log import KafkaLog  # noqa: E402
 
@@ -252,8 +252,8 @@ def main():
     quick = "--quick" in sys.argv
     tmp = tempfile.mkdtemp(prefix="kraft-log-bench-")
     try:
-        out = {"native": _accel.WANT_NATIVE and _accel.native_available("_index")
-               and _accel.native_available("_logappend"), "loadavg_at_start": os.getloadavg(),
+        out = {"native": accel.WANT_NATIVE and accel.native_available("_index")
+               and accel.native_available("_logappend"), "loadavg_at_start": os.getloadavg(),
                "append_page_cache_MB_per_s": {}, "append_page_cache_nocrc_MB_per_s": {}}
         for bb in (4 << 10, 64 << 10, 1 << 20):
             out["append_page_cache_MB_per_s"][bb] = bench_append(tmp, bb, (64 if quick else 512) << 20) / 1e6

@@ -6,7 +6,7 @@ file                                            content
 kraft_storage/_pure/_messages_metadata.py       metadata records (apiKey 0-28) +
                                                 ``decode_metadata_record`` (Python)
 kraft_storage/_native/_messages_metadata.pyx    the same text compiled by Cython
-kraft_storage/messages/metadata.py              facade choosing one (``_accel``)
+kraft_storage/messages/metadata.py              facade choosing one (``accel``)
 kraft_storage/_pure/_metadata_columns.py        columnar body decoder of the metadata
                                                 records (``codegen/columns.py`` and
                                                 ``codegen/templates/``)
@@ -110,7 +110,7 @@ def generate(root: Path) -> dict[str, str]:
 
 
 def _native_pair(files: dict[str, str], mod: str, msgs: list[MessageSpec], doc: str, facade: str) -> None:
-    """A Cython build, its pure twin and the facade module that picks one (``_accel``)."""
+    """A Cython build, its pure twin and the facade module that picks one (``accel``)."""
     files[f"kraft_node/_pure/_rpc_{mod}.py"] = module_source(
         msgs, doc + f"\n\nPure-Python twin of kraft_node._native._rpc_{mod}.")
     files[f"kraft_node/_native/_rpc_{mod}.pyx"] = module_source(
@@ -121,10 +121,10 @@ def _native_pair(files: dict[str, str], mod: str, msgs: list[MessageSpec], doc: 
         '"""' + doc,
         "",
         f"Picks the Cython build ``kraft_node._native._rpc_{mod}`` or its pure-Python twin",
-        f"``kraft_node._pure._rpc_{mod}`` once, at import (``kraft_storage._accel``);",
+        f"``kraft_node._pure._rpc_{mod}`` once, at import (``kraft_storage.accel``);",
         "``IMPLEMENTATION`` names the one in use.",
         '"""',
-        "from kraft_storage._accel import load as _load",
+        "from kraft_storage.accel import load as _load",
         "",
         f'_impl = _load("_rpc_{mod}", package="kraft_node")',
         "IMPLEMENTATION = _impl.__name__",
@@ -141,9 +141,9 @@ def _metadata_facade(metadata: list[MessageSpec]) -> str:
              "",
              "Picks the Cython build ``kraft_storage._native._messages_metadata`` or its",
              "pure-Python twin ``kraft_storage._pure._messages_metadata`` once, at import",
-             "(see ``kraft_storage._accel``).  ``IMPLEMENTATION`` names the one in use.",
+             "(see ``kraft_storage.accel``).  ``IMPLEMENTATION`` names the one in use.",
              '"""',
-             "from kraft_storage._accel import load as _load",
+             "from kraft_storage.accel import load as _load",
              "",
              '_impl = _load("_messages_metadata")',
              "IMPLEMENTATION = _impl.__name__",

@@ -2,7 +2,7 @@
 
 The Raft hot path's codecs (the request/response headers and Fetch) are
 generated twice by ``codegen``: a Cython build and its pure-Python twin,
-chosen once per process by ``kraft_storage._accel.load(name,
+chosen once per process by ``kraft_storage.accel.load(name,
 package="kraft_node")``.  As for the storage kernels (``kraft_storage/_contracts.py``,
 whose module doc says why these are ``typing.Protocol`` classes and not
 ``.pyi`` stubs: one contract per *pair*, checked at run time by

@@ -7,7 +7,7 @@ loop asyncpg and many servers run on) does the same wake-ups and socket
 callbacks for a fraction of the CPU of the pure-Python selector loop.
 
 The choice is made once per process, like the native/pure choice in
-:mod:`kraft_storage._accel`: ``KRAFT_EVENT_LOOP=asyncio`` forces the standard loop
+:mod:`kraft_storage.accel`: ``KRAFT_EVENT_LOOP=asyncio`` forces the standard loop
 (for A/B measurements, or if uvloop misbehaves on some platform),
 ``KRAFT_EVENT_LOOP=uvloop`` insists on uvloop and fails if it is missing; unset
 means "uvloop if importable".  Nothing in kraft depends on which loop runs: both

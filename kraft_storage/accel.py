@@ -11,6 +11,12 @@ module ``kraft_storage._native.<name>`` or ``kraft_storage._pure.<name>``.
 If native is wanted but one extension fails to import (e.g. a source checkout
 that was never built) we fall back to the twin and record why in
 ``FALLBACKS``; ``kraft_storage.tools`` and the test-suite report it.
+
+This is the one chooser (public: the facades, ``kraft_node`` and the tests use
+it).  No module imports ``kraft_storage._native.X`` or ``kraft_storage._pure.X``
+itself to pick an implementation.  The one run-time fallback, a native object
+that cannot be made in this process after its module imported (the ``_fdsync``
+AIO context refused by the kernel), also asks here: :func:`twin`.
 """
 from __future__ import annotations
 
@@ -35,6 +41,13 @@ def load(name: str, package: str = "kraft_storage") -> ModuleType:
             return importlib.import_module(f"{package}._native.{name}")
         except ImportError as exc:  # not built: use the twin, remember why
             FALLBACKS[name] = f"{type(exc).__name__}: {exc}"
+    return importlib.import_module(f"{package}._pure.{name}")
+
+
+def twin(name: str, package: str = "kraft_storage") -> ModuleType:
+    """The pure-Python twin ``<package>._pure.<name>``, for a caller whose native object
+    could not be made at run time although its module imported (``kraft_storage.log.fdsync``:
+    ``io_setup`` refused).  The process keeps its choice for every other kernel."""
     return importlib.import_module(f"{package}._pure.{name}")
 
 

@@ -62,9 +62,9 @@ def pytest_runtest_setup(item):
 
 
 def pytest_report_header(config):
-    from kraft_storage import _accel
-    mode = "native" if _accel.WANT_NATIVE else "pure-Python twins (KRAFT_NO_EXTENSIONS)"
-    extra = f"; fell back for {sorted(_accel.FALLBACKS)}" if _accel.FALLBACKS else ""
+    from kraft_storage import accel
+    mode = "native" if accel.WANT_NATIVE else "pure-Python twins (KRAFT_NO_EXTENSIONS)"
+    extra = f"; fell back for {sorted(accel.FALLBACKS)}" if accel.FALLBACKS else ""
     return f"kraft: {mode}{extra}; fixtures: {FIXTURES if FIXTURES.exists() else 'absent'}"
 
 

@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 
 import kraft_storage._pure._messages_metadata as pure_md
-from kraft_storage import _accel
+from kraft_storage import accel
 from kraft_storage.messages import control, dump, framing
 from kraft_storage.messages.quorum_state import read_quorum_state, write_quorum_state
 
 from conftest import FIXTURES, require_fixtures
 
 IMPLS = [pure_md]
-if _accel.native_available("_messages_metadata"):
+if accel.native_available("_messages_metadata"):
     import kraft_storage._native._messages_metadata as native_md
     IMPLS.append(native_md)
 IMPL_IDS = [m.__name__.split(".")[1] for m in IMPLS]

@@ -10,13 +10,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kraft_storage._pure._messages_metadata as pure_md
-from kraft_storage import _accel
+from kraft_storage import accel
 from kraft_storage.messages import control, dump
 from kraft_storage.messages.runtime import MessageError
 from test_messages_fixtures import FIXTURES, fixture_records
 
 IMPLS = [pure_md]
-if _accel.native_available("_messages_metadata"):
+if accel.native_available("_messages_metadata"):
     import kraft_storage._native._messages_metadata as native_md
     IMPLS.append(native_md)
 IDS = [m.__name__.split(".")[1] for m in IMPLS]

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 import kraft_storage._pure._messages_metadata as pure_md
 from kraft_node.protocol import headers
 from kraft_node.protocol.api_keys import API_INFO
-from kraft_storage import _accel
+from kraft_storage import accel
 from kraft_storage.messages import _control_gen, _quorum_state_gen
 from kraft_storage.messages.runtime import MessageError, Uuid
 
 native_md = None
-if _accel.native_available("_messages_metadata"):
+if accel.native_available("_messages_metadata"):
     import kraft_storage._native._messages_metadata as native_md
 
 INT_RANGES = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from kraft_storage import _accel
+from kraft_storage import accel
 
 from pathlib import Path
 
@@ -25,16 +25,16 @@ def test_selected_implementation_matches_the_mode(name):
     # A missing extension would silently fall back to the twin and make the
     # native run a second twin run: fail loudly instead.
     importlib.import_module(f"kraft_storage._native.{name}")  # it must be built either way
-    if _accel.WANT_NATIVE:
-        assert _accel.load(name).__name__ == f"kraft_storage._native.{name}"
-        assert name not in _accel.FALLBACKS
+    if accel.WANT_NATIVE:
+        assert accel.load(name).__name__ == f"kraft_storage._native.{name}"
+        assert name not in accel.FALLBACKS
     else:
-        assert _accel.load(name).__name__ == f"kraft_storage._pure.{name}"
+        assert accel.load(name).__name__ == f"kraft_storage._pure.{name}"
 
 
 def test_env_var_forces_twins():
-    code = ("from kraft_storage import _accel; from kraft_storage.record import batch; "
-            "print(batch._k.__name__, _accel.WANT_NATIVE)")
+    code = ("from kraft_storage import accel; from kraft_storage.record import batch; "
+            "print(batch._k.__name__, accel.WANT_NATIVE)")
     env = dict(os.environ, KRAFT_NO_EXTENSIONS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["kraft_storage._pure._batch", "False"]

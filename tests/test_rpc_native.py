@@ -10,7 +10,7 @@ import uuid
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kraft_storage._accel import native_available
+from kraft_storage.accel import native_available
 from kraft_storage.messages.runtime import MessageError, Uuid, Writer as PyWriter
 
 NATIVE = [m for m in ("_rpc_fetch", "_rpc_headers") if native_available(m, package="kraft_node")]

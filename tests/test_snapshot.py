@@ -303,7 +303,7 @@ def test_fixture_reproduction_in_pure_mode(tmp_path):
     """The same byte-identity check with the pure-Python kernels (other process, forced twins)."""
     code = (
         "import sys, tempfile; from pathlib import Path\n"
-        "from kraft_storage import _accel; assert not _accel.WANT_NATIVE\n"
+        "from kraft_storage import accel; assert not accel.WANT_NATIVE\n"
         "from tests.test_snapshot import CHECKPOINTS, _reproduce\n"
         "for p in CHECKPOINTS:\n"
         "    for m in ('framed', 'bulk'):\n"

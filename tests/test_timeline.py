@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kraft_storage._pure._timeline as pure_tl
-from kraft_storage._accel import native_available
+from kraft_storage.accel import native_available
 from kraft_storage.errors import KraftStorageError
 
 try:

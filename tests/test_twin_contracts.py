@@ -428,12 +428,12 @@ def test_a_class_that_refuses_the_documented_arguments_fails(monkeypatch):
 
 #: Modules a kernel may import from the project: leaves that import nothing above them.
 LEAVES = {
-    "kraft_storage",           # the package: its __init__ imports only _accel
-    "kraft_storage._accel",    # the chooser (load): importlib and os only
+    "kraft_storage",           # the package: its __init__ imports only accel
+    "kraft_storage.accel",    # the chooser (load): importlib and os only
     "kraft_storage._common",   # constants and helpers shared by twins and callers
     "kraft_storage._contracts",  # the twin pairs' Protocols (typing only), used by typed facades
     "kraft_storage.errors",    # the error classes
-    "kraft_storage.crc32c",    # the CRC facade: _accel and the _crc32c kernel only
+    "kraft_storage.crc32c",    # the CRC facade: accel and the _crc32c kernel only
     "kraft_storage.messages",          # the package: its __init__ imports only the runtime
     "kraft_storage.messages.runtime",  # the generated codecs' runtime: errors only
 }
@@ -491,7 +491,7 @@ def _violations(path: Path, imports: set[str], *, native: bool) -> set[tuple[str
         if not _project(mod) or mod in LEAVES:
             continue
         if mod.startswith(KERNEL_PACKAGES) and not native:
-            continue  # a sibling kernel (prefer _accel.load: one chooser)
+            continue  # a sibling kernel (prefer accel.load: one chooser)
         if mod.startswith(NATIVE_PACKAGES) and native:
             continue  # a sibling native module
         bad.add((f, mod))
@@ -534,7 +534,7 @@ def test_the_leaves_import_only_leaves():
 
 def test_the_import_scan_sees_imports():
     # the rule is only as good as the parsers: both must see what the kernels import today
-    assert "kraft_storage._accel" in _py_imports(REPO / "kraft_storage/_pure/_logappend.py")
+    assert "kraft_storage.accel" in _py_imports(REPO / "kraft_storage/_pure/_logappend.py")
     assert "kraft_storage._common" in _py_imports(REPO / "kraft_storage/_pure/_timeline.py")
     pyx = _pyx_imports(REPO / "kraft_storage/_native/_logappend.pyx")
     assert "kraft_storage.errors" in pyx

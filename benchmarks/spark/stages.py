@@ -124,8 +124,8 @@ STAGES = {"framing": framing, "frames": frames, "columns": columns, "arrow": arr
 
 
 def implementation() -> str:
-    from kraft_storage import _accel
-    return "native" if _accel.WANT_NATIVE and not _accel.FALLBACKS else "pure"
+    from kraft_storage import accel
+    return "native" if accel.WANT_NATIVE and not accel.FALLBACKS else "pure"
 
 
 def environment() -> dict:

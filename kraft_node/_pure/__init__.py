@@ -1,1 +1,1 @@
-"""Pure-Python twins of kraft_node._native (see kraft_storage._accel)."""
+"""Pure-Python twins of kraft_node._native (see kraft_storage.accel)."""

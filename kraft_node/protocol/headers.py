@@ -3,10 +3,10 @@
 response header v0 (correlation id) or v1 (+ tagged fields).
 
 Picks the Cython build ``kraft_node._native._rpc_headers`` or its pure-Python twin
-``kraft_node._pure._rpc_headers`` once, at import (``kraft_storage._accel``);
+``kraft_node._pure._rpc_headers`` once, at import (``kraft_storage.accel``);
 ``IMPLEMENTATION`` names the one in use.
 """
-from kraft_storage._accel import load as _load
+from kraft_storage.accel import load as _load
 
 _impl = _load("_rpc_headers", package="kraft_node")
 IMPLEMENTATION = _impl.__name__

@@ -56,8 +56,8 @@ import struct
 
 import numpy as np
 
-from kraft_storage._accel import load
 from kraft_storage._common import BATCH_DTYPE
+from kraft_storage.accel import load
 from kraft_storage.errors import CorruptRecordError, OutOfOrderAppend
 
 #: The batch scanner (the chosen ``_batch`` twin; the same one ``record.batch.scan_batches`` calls).

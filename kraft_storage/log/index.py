@@ -26,7 +26,7 @@ import struct
 
 import numpy as np
 
-from kraft_storage._accel import load
+from kraft_storage.accel import load
 from kraft_storage.fileio import disk_full
 
 _k = load("_index")

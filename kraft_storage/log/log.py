@@ -71,7 +71,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kraft_storage._accel import load
+from kraft_storage.accel import load
 from kraft_storage.errors import CorruptRecordError, KraftStorageError
 from kraft_storage.fileio import atomic_write, disk_full, fsync_dir
 from kraft_storage.log.config import LONG_MAX, LogConfig

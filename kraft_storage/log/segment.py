@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kraft_storage._accel import load
+from kraft_storage.accel import load
 from kraft_storage.errors import CorruptRecordError
 from kraft_storage.fileio import disk_full
 from kraft_storage.log.index import IndexCorrupt, OffsetIndex, TimeIndex

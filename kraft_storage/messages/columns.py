@@ -4,7 +4,7 @@ Why: replay and the Spark reader read millions of metadata records; the typed
 codecs (:mod:`kraft_storage.messages.metadata`) make one Python object per
 record and per nested struct.  Here every body of one record type is decoded
 by one generated loop (``kraft_storage._native._metadata_columns``, or its
-pure-Python twin, chosen by ``kraft_storage._accel``) into flat buffers, and
+pure-Python twin, chosen by ``kraft_storage.accel``) into flat buffers, and
 this module wraps the buffers as columns in Arrow's layout:
 
 * fixed-width scalars (int8 .. int64, uint16, uint32, float64, bool): one
@@ -38,7 +38,7 @@ from types import ModuleType
 
 import numpy as np
 
-from kraft_storage._accel import load
+from kraft_storage.accel import load
 from kraft_storage.messages.runtime import MessageError
 
 _impl = load("_metadata_columns")

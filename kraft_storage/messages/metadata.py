@@ -3,9 +3,9 @@
 
 Picks the Cython build ``kraft_storage._native._messages_metadata`` or its
 pure-Python twin ``kraft_storage._pure._messages_metadata`` once, at import
-(see ``kraft_storage._accel``).  ``IMPLEMENTATION`` names the one in use.
+(see ``kraft_storage.accel``).  ``IMPLEMENTATION`` names the one in use.
 """
-from kraft_storage._accel import load as _load
+from kraft_storage.accel import load as _load
 
 _impl = _load("_messages_metadata")
 IMPLEMENTATION = _impl.__name__

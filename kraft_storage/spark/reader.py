@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from kraft_storage._accel import load
+from kraft_storage.accel import load
 from kraft_storage.errors import CorruptRecordError
 from kraft_storage.messages import columns as _mc
 from kraft_storage.messages.runtime import MessageError

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kraft_storage._accel import load
+from kraft_storage.accel import load
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.runtime import Uuid
 from kraft_storage.messages.control import (

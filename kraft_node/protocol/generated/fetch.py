@@ -2,10 +2,10 @@
 """Fetch API (apiKey 1): request and response.
 
 Picks the Cython build ``kraft_node._native._rpc_fetch`` or its pure-Python twin
-``kraft_node._pure._rpc_fetch`` once, at import (``kraft_storage._accel``);
+``kraft_node._pure._rpc_fetch`` once, at import (``kraft_storage.accel``);
 ``IMPLEMENTATION`` names the one in use.
 """
-from kraft_storage._accel import load as _load
+from kraft_storage.accel import load as _load
 
 _impl = _load("_rpc_fetch", package="kraft_node")
 IMPLEMENTATION = _impl.__name__
