@@ -1148,7 +1148,7 @@ def test_leader_answers_a_lagging_voter_from_memory_within_a_byte_cap(monkeypatc
     usually is) is answered from memory, not by reading the log back.  Over
     RECENT_BATCHES_MAX_BYTES the oldest go (a dead voter must not pin memory) and that
     follower reads the log -- the same records either way."""
-    from kraft_node.raft import client as raft_client
+    from kraft_node.raft import fetch_serving
     ctx = leader_ctx([])
     ep = ctx.core.epoch
     start = ctx.log.end_offset  # after the LeaderChange record
@@ -1177,7 +1177,7 @@ def test_leader_answers_a_lagging_voter_from_memory_within_a_byte_cap(monkeypatc
     # node 3 falls behind again; with a cap of 1 byte the batches it lacks are dropped
     append_batches(3, b"b")
     end2 = ctx.log.end_offset
-    monkeypatch.setattr(raft_client, "RECENT_BATCHES_MAX_BYTES", 1)
+    monkeypatch.setattr(fetch_serving, "RECENT_BATCHES_MAX_BYTES", 1)
     ctx.request(2, ctx.fetch(2, end2, ep))
     assert ctx.core.high_watermark == end2 and ctx.core._recent_batches == [] and ctx.core._recent_bytes == 0
     resp = ctx.request(3, ctx.fetch(3, end, ep))

@@ -41,41 +41,46 @@ stops a follower appending the same offsets twice.
 
 The network may lose, delay, duplicate and reorder messages; the core never
 assumes a response will come (requests time out after request.timeout.ms).
+
+Layout (Kafka's KafkaRaftClient, split at its seams): this module keeps the roles,
+elections, the follower's side of Fetch/FetchSnapshot, the per-role polls and the
+dispatch; the leader's Fetch serving (fetch_serving.py), the voter changes
+(voter_changes.py) and listener delivery (listeners.py) are parts of ``RaftCore``
+it inherits; the request manager is requests.py; ``RaftListener`` and ``Ready``
+are in api.py.
 """
 from __future__ import annotations
 
-import bisect
-import itertools
 import random
-from operator import attrgetter
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from kraft_node.raft.accumulator import BatchAccumulator
+from kraft_node.raft.api import RaftListener, Ready
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import Errors, InvariantViolation, NotLeaderError, RaftError
+from kraft_node.raft.fetch_serving import LeaderFetchServing
+from kraft_node.raft.listeners import ListenerContext, ListenerDelivery
 from kraft_node.raft.log import RaftLog
 from kraft_node.raft.messages import (AddRaftVoterRequest, AddRaftVoterResponse, Endpoint,
                                       KRaftVersionControl, RemoveRaftVoterRequest,
                                       RemoveRaftVoterResponse, UpdateRaftVoterRequest,
-                                      UpdateRaftVoterResponse, VoterEntry, VotersControl)
+                                      UpdateRaftVoterResponse, VotersControl)
 from kraft_node.raft.messages import (Batch, BeginQuorumEpochRequest, BeginQuorumEpochResponse,
-                                      EndQuorumEpochRequest, EndQuorumEpochResponse, EpochEndOffset,
-                                      FetchRequest, FetchResponse, FetchSnapshotRequest,
-                                      FetchSnapshotResponse, LeaderAndEpoch, LeaderChangeMessage,
+                                      EndQuorumEpochRequest, EndQuorumEpochResponse, FetchRequest,
+                                      FetchResponse, FetchSnapshotRequest, FetchSnapshotResponse, LeaderChangeMessage,
                                       LeaderIdAndEpoch, OffsetAndEpoch, Outbound, OutboundRequest,
                                       OutboundResponse, ReplicaKey, SnapshotId, VoteRequest,
                                       VoteResponse)
 from kraft_node.raft.quorum_state import QuorumState, QuorumStateStore
+from kraft_node.raft.requests import NEVER, RequestManager
 from kraft_node.raft.roles import (CandidateState, ElectionState, FollowerState, LeaderState,
                                    ProspectiveState, ResignedState, UnattachedState)
+from kraft_node.raft.voter_changes import VoterChange, VoterChanges
 from kraft_node.raft.voters import (ControlRecordStateMachine, NoSnapshotControl, SnapshotControlCodec,
                                     VoterSet)
 
 #: Base of the election backoffs (Kafka's RETRY_BACKOFF_BASE_MS).
 RETRY_BACKOFF_BASE_MS = 100
-NEVER = 2 ** 62
 NONE = Errors.NONE
 
 
@@ -86,51 +91,10 @@ def error_name_of(code: int) -> str:
         return str(code)
 
 
-
 #: Width of the leader's append-rate buckets (see ``RaftCore.async_flush_min_bytes``):
 #: ``async_flush_min_bytes`` appended within about two buckets counts as a steady stream.
 FLUSH_RATE_BUCKET_MS = 10
-#: The leader keeps the batches it wrote in memory (``RaftCore._recent_batches``) until every
-#: listener has them *and* every voter has fetched them, so a follower that is behind the
-#: high watermark (with 3 voters one of the two always is under load) is answered from
-#: memory instead of reading the log back; beyond this many bytes the oldest go anyway (a
-#: dead or slow voter then reads from the log).  Measured (BENCHMARKS.md, session 8): the
-#: leader spent ~16% of its time at saturation in ``pread`` for that follower's Fetches.
-RECENT_BATCHES_MAX_BYTES = 16 << 20
 
-class RaftListener(Protocol):
-    """What the state machine (controller, broker image) implements.
-
-    Calls arrive from ``RaftCore.poll`` in offset order: a snapshot load
-    replaces everything before ``snapshot_id.offset``; each ``handle_commit``
-    continues exactly where the previous call (or the snapshot) ended.
-    """
-
-    def handle_commit(self, batches: tuple[Batch, ...]) -> None: ...
-
-    def handle_load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None: ...
-
-    def handle_leader_change(self, leader: LeaderAndEpoch) -> None: ...
-
-
-@dataclass
-class Ready:
-    """Work produced by the core since the previous ``poll``.
-
-    ``messages``: send them (quorum state is already durable, see rule 1).
-    ``quorum_state_writes``: the election states written, for observability.
-    ``next_wakeup_ms``: call ``poll`` again no later than this (or when a
-    message arrives).  ``shutdown_complete``: graceful shutdown finished
-    (``shutdown_timed_out`` tells if it gave up waiting for a new leader).
-    """
-    messages: list[Outbound] = field(default_factory=list)
-    quorum_state_writes: list[ElectionState] = field(default_factory=list)
-    next_wakeup_ms: int = NEVER
-    shutdown_complete: bool = False
-    shutdown_timed_out: bool = False
-    #: leader log flushes to run off the event loop (only with ``RaftCore.async_leader_flush``):
-    #: call ``job.run()`` on any thread, then ``RaftCore.handle_flush_done(job, now_ms)``.
-    flush_jobs: list = field(default_factory=list)
 
 
 class _RecordingStore:
@@ -148,68 +112,6 @@ class _RecordingStore:
         self.pending.append(state)
 
 
-class RequestManager:
-    """At most one outstanding request per destination, with timeout and retry backoff."""
-
-    def __init__(self, config: QuorumConfig):
-        self.config = config
-        self.inflight: dict[int, tuple[int, int]] = {}  # dest -> (correlation id, sent ms)
-        self.backoff_until: dict[int, int] = {}
-
-    def is_ready(self, dest: int, now_ms: int) -> bool:
-        inf = self.inflight.get(dest)
-        if inf is not None:
-            if now_ms - inf[1] < self.config.request_timeout_ms:
-                return False
-            del self.inflight[dest]
-            self.backoff_until[dest] = now_ms + self.config.retry_backoff_ms
-        return now_ms >= self.backoff_until.get(dest, 0)
-
-    def has_inflight(self, dest: int) -> bool:
-        return dest in self.inflight
-
-    def on_send(self, dest: int, correlation_id: int, now_ms: int) -> None:
-        self.inflight[dest] = (correlation_id, now_ms)
-
-    def accept_response(self, dest: int, correlation_id: int) -> bool:
-        inf = self.inflight.get(dest)
-        if inf is None or inf[0] != correlation_id:
-            return False
-        del self.inflight[dest]
-        return True
-
-    def on_failure(self, dest: int, now_ms: int) -> None:
-        self.backoff_until[dest] = now_ms + self.config.retry_backoff_ms
-
-    def reset(self) -> None:
-        self.inflight.clear()
-        self.backoff_until.clear()
-
-    def expire(self, now_ms: int) -> None:
-        """Fail every request older than request.timeout.ms (it starts its retry backoff)."""
-        for dest, (_, sent) in list(self.inflight.items()):
-            if now_ms - sent >= self.config.request_timeout_ms:
-                del self.inflight[dest]
-                self.backoff_until[dest] = now_ms + self.config.retry_backoff_ms
-
-    def next_deadline(self, now_ms: int) -> int:
-        """Earliest future moment a request times out or a backoff ends."""
-        d = NEVER
-        for _, sent in self.inflight.values():
-            d = min(d, sent + self.config.request_timeout_ms)
-        for t in self.backoff_until.values():
-            if t > now_ms:
-                d = min(d, t)
-        return d
-
-
-class _ListenerContext:
-    def __init__(self, listener: RaftListener):
-        self.listener = listener
-        self.next_offset = 0
-        self.last_fired: LeaderAndEpoch | None = None
-
-
 def encode_leader_change(msg: LeaderChangeMessage) -> bytes:
     """Placeholder record value for the LeaderChange control record.
 
@@ -225,9 +127,6 @@ def encode_voters(msg: VotersControl) -> bytes:
     return ("Voters(" + ",".join(f"{e.key.id}:{e.key.directory_id}" for e in msg.voters) + ")").encode()
 
 
-_next_offset = attrgetter("next_offset")
-
-
 def _placeholder_control_value(msg) -> bytes:
     if isinstance(msg, VotersControl):
         return encode_voters(msg)
@@ -236,21 +135,7 @@ def _placeholder_control_value(msg) -> bytes:
     return encode_leader_change(msg)
 
 
-@dataclass
-class _VoterChange:
-    """The one voter change a leader may have in progress (Kafka's Add/Remove/UpdateVoterHandlerState).
-
-    ``offset`` is where its VotersRecord went (None until appended); the
-    change completes when the high watermark passes it."""
-    kind: str            # "add" | "remove" | "update"
-    source: int
-    correlation_id: int
-    deadline_ms: int
-    key: ReplicaKey
-    offset: int | None = None
-
-
-class RaftCore:
+class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
     """One replica of the metadata partition.
 
     ``voters`` lists the static voters (``controller.quorum.voters``); it may be
@@ -295,12 +180,12 @@ class RaftCore:
         #: Add/Remove/UpdateRaftVoter travel apart from Fetch (one in flight per peer each),
         #: so a joining observer keeps fetching while its AddRaftVoter waits for the commit.
         self.voter_requests = RequestManager(config)
-        self._voter_change: _VoterChange | None = None
+        self._voter_change: VoterChange | None = None
         self._auto_join_next_ms = 0
         self._update_voter_next_ms = 0
         self._outbox: list[Outbound] = []
         self._next_correlation = rng.randrange(1 << 30)
-        self._listeners: list[_ListenerContext] = []
+        self._listeners: list[ListenerContext] = []
         self._purgatory: list[tuple[int, int, FetchRequest, int]] = []  # src, corr, req, deadline
         self._listeners_seen = None  # what _poll_listeners last handed out (see there)
         #: When True, ``poll`` leaves listener delivery to :meth:`poll_listeners`, which the
@@ -391,7 +276,7 @@ class RaftCore:
 
     # ------------------------------------------------------------ setup
     def register_listener(self, listener: RaftListener) -> None:
-        self._listeners.append(_ListenerContext(listener))
+        self._listeners.append(ListenerContext(listener))
 
     def _load_control_state(self) -> None:
         """Rebuild voter set / kraft.version history from the latest snapshot and the log."""
@@ -861,113 +746,12 @@ class RaftCore:
             return err == NONE
         return err == NONE
 
-    # ------------------------------------------------------------ Fetch (leader side)
-    def _validate_leader_only(self, request_epoch: int) -> Errors:
-        if request_epoch < self.quorum.epoch:
-            return Errors.FENCED_LEADER_EPOCH
-        if request_epoch > self.quorum.epoch:
-            return Errors.UNKNOWN_LEADER_EPOCH
-        if not isinstance(self.quorum.state, LeaderState):
-            return Errors.NOT_LEADER_OR_FOLLOWER
-        return NONE
-
-    def _handle_fetch_request(self, source: int, corr: int, req: FetchRequest, now_ms: int) -> None:
-        if not self._cluster_ok(req.cluster_id):
-            self._respond(source, corr, FetchResponse(int(Errors.INCONSISTENT_CLUSTER_ID), 0, -1,
-                                                      self._leader_and_epoch()))
-            return
-        if req.max_wait_ms < 0 or req.fetch_offset < 0 or req.last_fetched_epoch < 0 \
-                or req.last_fetched_epoch > req.current_leader_epoch:
-            self._respond(source, corr, FetchResponse(0, int(Errors.INVALID_REQUEST), -1,
-                                                      self._leader_and_epoch()))
-            return
-        resp = self._try_complete_fetch(source, req, now_ms)
-        leader_hwm = resp.high_watermark
-        if resp.partition_error_code != NONE or resp.records or resp.diverging_epoch is not None \
-                or resp.snapshot_id is not None or req.max_wait_ms <= 0 \
-                or (leader_hwm >= 0 and req.high_watermark < leader_hwm):
-            self._respond(source, corr, resp)
-        else:
-            # Long poll: answer when data or a new HWM arrives, or at max wait.
-            self._purgatory.append((source, corr, req, now_ms + req.max_wait_ms))
-            self.stats["fetches_parked"] += 1
-
-    def _try_complete_fetch(self, source: int, req: FetchRequest, now_ms: int) -> FetchResponse:
-        err = self._validate_leader_only(req.current_leader_epoch)
-        if err != NONE:
-            return FetchResponse(0, int(err), -1, self._leader_and_epoch())
-        st: LeaderState = self.quorum.state
-        log = self.log
-        # Invariant kept by create_snapshot/_install_snapshot: when the log start is
-        # above 0, the latest snapshot ends exactly at the log start.
-        latest = log.latest_snapshot_id()
-        diverging = snapshot_id = None
-        records = ()
-        fo, fe = req.fetch_offset, req.last_fetched_epoch
-        if fo == 0 and latest is not None and latest.offset > 0:
-            snapshot_id = latest
-        elif latest is not None and log.start_offset > 0 and (
-                fo < log.start_offset or (fo == log.start_offset and fe != latest.epoch)
-                or fe < latest.epoch):
-            snapshot_id = latest
-        else:
-            end = log.end_offset_for_epoch(fe)
-            if end.epoch != fe or end.offset < fo:
-                diverging = EpochEndOffset(end.epoch, end.offset)
-            elif fo > log.end_offset:
-                diverging = EpochEndOffset(*self.log_end().key())
-            else:
-                if fo < log.end_offset:  # (a follower at the end -- most Fetches -- reads nothing)
-                    limit = min(req.max_bytes, self.config.fetch_max_bytes)
-                    records = self._read_recent(fo, limit) or log.read(fo, limit)
-                if st.update_replica_state(ReplicaKey(req.replica_id, req.replica_directory_id), now_ms, fo):
-                    self._on_leader_hwm_update(now_ms)
-        hwm = st.high_watermark if st.high_watermark is not None else -1
-        return FetchResponse(0, 0, hwm, self._leader_and_epoch(), log.start_offset, diverging,
-                             snapshot_id, tuple(records))
-
-    def _read_recent(self, offset: int, max_bytes: int) -> tuple[Batch, ...]:
-        """Serve a Fetch from the batches this leader wrote and still holds in memory (a
-        suffix of its log): whole batches from the one *starting* at ``offset``, at least
-        one, then while ``max_bytes`` allows -- what ``log.read`` returns, without reading
-        the log back.  Empty when ``offset`` is not a batch start in that suffix."""
-        recent = self._recent_batches
-        if not recent or offset < recent[0].base_offset or offset >= recent[-1].next_offset:
-            return ()
-        lo, hi = 0, len(recent) - 1
-        while lo < hi:  # the batch holding offset (bases are increasing)
-            mid = (lo + hi + 1) // 2
-            if recent[mid].base_offset <= offset:
-                lo = mid
-            else:
-                hi = mid - 1
-        if recent[lo].base_offset != offset:
-            return ()
-        out = [recent[lo]]
-        size = recent[lo].size_in_bytes
-        for b in recent[lo + 1:]:
-            size += b.size_in_bytes
-            if size > max_bytes:
-                break
-            out.append(b)
-        return tuple(out)
-
+    # ------------------------------------------------------------ leader high watermark
+    # (serving Fetch and FetchSnapshot: fetch_serving.LeaderFetchServing)
     def _on_leader_hwm_update(self, now_ms: int) -> None:
         self.log.update_high_watermark(self.quorum.state.high_watermark)
         self._complete_purgatory(now_ms, force=True)
         self._maybe_complete_voter_change(self.quorum.state, now_ms)
-
-    def _complete_purgatory(self, now_ms: int, force: bool) -> None:
-        if not self._purgatory:
-            return
-        keep = []
-        parked, self._purgatory = self._purgatory, []
-        for src, corr, req, deadline in parked:
-            if force or now_ms >= deadline:
-                self._respond(src, corr, self._try_complete_fetch(src, req, now_ms))
-            else:
-                keep.append((src, corr, req, deadline))
-        self._purgatory.extend(keep)
 
     # ------------------------------------------------------------ Fetch (follower side)
     def _handle_fetch_response(self, source: int, resp: FetchResponse, now_ms: int) -> bool:
@@ -1076,166 +860,8 @@ class RaftCore:
                 else:
                     self.log.flush()
 
-    # ------------------------------------------------------------ Add/Remove/UpdateRaftVoter (leader)
-    def _voter_change_precheck(self, now_ms: int) -> tuple[Errors, str] | None:
-        """Kafka's shared rules, in its order: one change at a time, an established high
-        watermark, kraft.version >= 1, and the latest voter set committed."""
-        if self._voter_change is not None:
-            return Errors.REQUEST_TIMED_OUT, "a previous voter change is still in progress"
-        st = self.quorum.state
-        if st.high_watermark is None:
-            return Errors.REQUEST_TIMED_OUT, "the leader has not committed an offset in its epoch yet"
-        if not self._dynamic():
-            return Errors.UNSUPPORTED_VERSION, "kraft.version 0 does not support voter changes"
-        last = self.control.last_voter_set_offset()
-        if last is None or last >= st.high_watermark:
-            return Errors.REQUEST_TIMED_OUT, f"the latest voter change at {last} is not committed yet"
-        return None
-
-    def _append_voter_set(self, st: LeaderState, voters: VoterSet, change: _VoterChange, now_ms: int) -> None:
-        msg = voters.to_control()
-        change.offset = st.accumulator.append_control(msg, self._encode_control(msg), now_ms)
-        self._voter_change = change
-        self.stats[f"voter_change_{change.kind}_appended"] += 1
-        self._flush_leader(st, now_ms)  # takes effect for the majority on append
-
-    def _handle_add_voter_request(self, source, corr, req: AddRaftVoterRequest, now_ms):
-        if not self._cluster_ok(req.cluster_id):
-            return AddRaftVoterResponse(int(Errors.INCONSISTENT_CLUSTER_ID), "cluster id mismatch")
-        st = self.quorum.state
-        if not isinstance(st, LeaderState):
-            return AddRaftVoterResponse(int(Errors.NOT_LEADER_OR_FOLLOWER), "not the leader")
-        bad = self._voter_change_precheck(now_ms)
-        if bad is not None:
-            return AddRaftVoterResponse(int(bad[0]), bad[1])
-        key = ReplicaKey(req.voter_id, req.voter_directory_id)
-        voters = self.voter_set
-        if key.id in voters.ids:
-            return AddRaftVoterResponse(int(Errors.DUPLICATE_VOTER), f"voter id {key.id} is already a voter")
-        if req.voter_id < 0 or req.voter_directory_id is None:
-            return AddRaftVoterResponse(int(Errors.INVALID_REQUEST), "a new voter needs an id and a directory id")
-        # Kafka asks the new voter (ApiVersions) for its kraft.version range; this core has
-        # no ApiVersions channel and takes every replica to support [0, 1].
-        if not st.is_replica_caught_up(key, now_ms):
-            return AddRaftVoterResponse(int(Errors.REQUEST_TIMED_OUT),
-                                        f"new voter {key} is not caught up with the leader")
-        new = voters.add(VoterEntry(key, tuple(req.listeners)))
-        timeout = req.timeout_ms if req.timeout_ms > 0 else self.config.request_timeout_ms
-        self._append_voter_set(st, new, _VoterChange("add", source, corr, now_ms + timeout, key), now_ms)
-        return None
-
-    def _handle_remove_voter_request(self, source, corr, req: RemoveRaftVoterRequest, now_ms):
-        if not self._cluster_ok(req.cluster_id):
-            return RemoveRaftVoterResponse(int(Errors.INCONSISTENT_CLUSTER_ID), "cluster id mismatch")
-        st = self.quorum.state
-        if not isinstance(st, LeaderState):
-            return RemoveRaftVoterResponse(int(Errors.NOT_LEADER_OR_FOLLOWER), "not the leader")
-        bad = self._voter_change_precheck(now_ms)
-        if bad is not None:
-            return RemoveRaftVoterResponse(int(bad[0]), bad[1])
-        key = ReplicaKey(req.voter_id, req.voter_directory_id)
-        new = self.voter_set.remove(key)
-        if new is None:
-            return RemoveRaftVoterResponse(int(Errors.VOTER_NOT_FOUND),
-                                           f"{key} cannot be removed from {sorted(self.voter_set.ids)}")
-        self._append_voter_set(st, new, _VoterChange("remove", source, corr,
-                                                     now_ms + self.config.request_timeout_ms, key), now_ms)
-        return None
-
-    def _handle_update_voter_request(self, source, corr, req: UpdateRaftVoterRequest, now_ms):
-        def resp(err):
-            return UpdateRaftVoterResponse(int(err), self._leader_and_epoch())
-        if not self._cluster_ok(req.cluster_id):
-            return resp(Errors.INCONSISTENT_CLUSTER_ID)
-        err = self._validate_leader_only(req.current_leader_epoch)
-        if err != NONE:
-            return resp(err)
-        st = self.quorum.state
-        key = ReplicaKey(req.voter_id, req.voter_directory_id)
-        if not self._dynamic() and self._voter_change is None and st.high_watermark is not None:
-            # Static quorum: the endpoints come from config; nothing to write.
-            return resp(NONE if self.voter_set.is_voter(key) else Errors.VOTER_NOT_FOUND)
-        bad = self._voter_change_precheck(now_ms)
-        if bad is not None:
-            return resp(bad[0])
-        kv = self.kraft_version
-        if not req.min_kraft_version <= kv <= req.max_kraft_version:
-            return resp(Errors.INVALID_REQUEST)
-        new = self.voter_set.update(VoterEntry(key, tuple(req.listeners), req.min_kraft_version,
-                                               req.max_kraft_version))
-        if new is None:
-            return resp(Errors.VOTER_NOT_FOUND)
-        if new == self.voter_set:
-            return resp(NONE)  # already up to date: no record
-        self._append_voter_set(st, new, _VoterChange("update", source, corr,
-                                                     now_ms + self.config.request_timeout_ms, key), now_ms)
-        return None
-
-    def _maybe_complete_voter_change(self, st, now_ms: int) -> None:
-        ch = self._voter_change
-        if ch is None or not isinstance(st, LeaderState):
-            return
-        if ch.offset is not None and st.high_watermark is not None and st.high_watermark > ch.offset:
-            self.stats[f"voter_change_{ch.kind}_committed"] += 1
-            self._finish_voter_change(NONE)
-        elif now_ms >= ch.deadline_ms:
-            self._finish_voter_change(Errors.REQUEST_TIMED_OUT)
-
-    def _finish_voter_change(self, error: Errors) -> None:
-        ch, self._voter_change = self._voter_change, None
-        msg = None if error == NONE else f"voter change of {ch.key}: {error.name}"
-        if ch.kind == "add":
-            r = AddRaftVoterResponse(int(error), msg)
-        elif ch.kind == "remove":
-            r = RemoveRaftVoterResponse(int(error), msg)
-        else:
-            r = UpdateRaftVoterResponse(int(error), self._leader_and_epoch())
-        self._respond(ch.source, ch.correlation_id, r)
-
-    # ------------------------------------------------------------ auto-join (observer)
-    def _maybe_auto_join(self, st: FollowerState, now_ms: int) -> None:
-        """``controller.quorum.auto.join.enable``: an observer that has fetched from the
-        leader asks it to add this replica; if the voter set holds this node id with
-        another directory id (a re-formatted disk), it first asks to remove that key."""
-        if not self.config.auto_join_enable or not self._dynamic() or self.quorum.is_voter \
-                or not st.has_fetched_from_leader or now_ms < self._auto_join_next_ms:
-            return
-        leader = st.leader_id()
-        if self.voter_requests.has_inflight(leader) or not self.voter_requests.is_ready(leader, now_ms):
-            return
-        old = self.quorum.voters.get(self.local_id)
-        if old is not None:
-            req = RemoveRaftVoterRequest(self.cluster_id, old.id, old.directory_id)
-        else:
-            req = AddRaftVoterRequest(self.cluster_id, self.config.request_timeout_ms, self.local_id,
-                                      self.local_key.directory_id, self.local_listeners)
-        corr = self._next_correlation
-        self._next_correlation += 1
-        self.voter_requests.on_send(leader, corr, now_ms)
-        self._outbox.append(OutboundRequest(leader, corr, req, now_ms))
-        self.stats["auto_join_requests"] += 1
-        self._auto_join_next_ms = now_ms + self.config.fetch_timeout_ms // 2
-
-    # ------------------------------------------------------------ FetchSnapshot
-    def _handle_fetch_snapshot_request(self, source, req: FetchSnapshotRequest, now_ms):
-        def resp(err, size=-1, pos=-1, data=b"", top=NONE):
-            return FetchSnapshotResponse(int(top), int(err), req.snapshot_id, self._leader_and_epoch(),
-                                         size, pos, data)
-        if not self._cluster_ok(req.cluster_id):
-            return resp(NONE, top=Errors.INCONSISTENT_CLUSTER_ID)
-        err = self._validate_leader_only(req.current_leader_epoch)
-        if err != NONE:
-            return resp(err)
-        data = self.log.read_snapshot(req.snapshot_id)
-        if data is None:
-            return resp(Errors.SNAPSHOT_NOT_FOUND)
-        if req.position < 0 or req.position > len(data) or (req.position == len(data) and len(data) > 0):
-            return resp(Errors.POSITION_OUT_OF_RANGE)
-        st: LeaderState = self.quorum.state
-        st._update_check_quorum(source, now_ms)
-        n = max(1, min(req.max_bytes, self.config.fetch_snapshot_max_bytes))
-        return resp(NONE, len(data), req.position, bytes(data[req.position:req.position + n]))
-
+    # ------------------------------------------------------------ FetchSnapshot (follower side)
+    # (Add/Remove/UpdateRaftVoter and auto-join: voter_changes.VoterChanges)
     def _handle_fetch_snapshot_response(self, source, resp: FetchSnapshotResponse, now_ms) -> bool:
         err = resp.partition_error_code
         cl = resp.current_leader
@@ -1485,29 +1111,6 @@ class RaftCore:
                                                       st.preferred_successors), now_ms)
         return st.election_deadline
 
-    def _maybe_update_voter(self, st: FollowerState, now_ms: int) -> None:
-        """A voter whose endpoints in the voter set differ from its own listeners (it moved
-        to another host/port) asks the leader to update them with UpdateRaftVoter (KIP-853),
-        every fetch.timeout/2 until the updated VotersRecord reaches its log.  Kafka's
-        follower sends UpdateRaftVoter once per epoch whatever the drift; sending only on
-        drift writes the same records (the leader writes none for an unchanged entry)."""
-        if not self.local_listeners or not self.quorum.is_voter or self.kraft_version < 1 \
-                or not st.has_fetched_from_leader or now_ms < self._update_voter_next_ms:
-            return
-        mine = self.voter_set.entry(self.local_id)
-        if mine is None or set(mine.endpoints) == set(self.local_listeners):
-            return
-        leader = st.leader_id()
-        if self.voter_requests.has_inflight(leader) or not self.voter_requests.is_ready(leader, now_ms):
-            return
-        req = UpdateRaftVoterRequest(self.cluster_id, st.epoch, self.local_id, self.local_key.directory_id,
-                                     self.local_listeners, mine.min_kraft_version, mine.max_kraft_version)
-        corr = self._next_correlation
-        self._next_correlation += 1
-        self.voter_requests.on_send(leader, corr, now_ms)
-        self._outbox.append(OutboundRequest(leader, corr, req, now_ms))
-        self.stats["update_voter_requests"] += 1
-        self._update_voter_next_ms = now_ms + self.config.fetch_timeout_ms // 2
 
     def _poll_follower(self, st: FollowerState, now_ms: int) -> int:
         self._maybe_auto_join(st, now_ms)
@@ -1593,111 +1196,4 @@ class RaftCore:
         self._send_vote_requests(st, False, now_ms)
         return st.election_deadline
 
-    # ------------------------------------------------------------ listeners
-    def poll_listeners(self) -> None:
-        """Deliver committed data, snapshots and leader changes to the listeners (what
-        ``poll`` does last unless ``defer_listeners``); in offset order, as in ``poll``."""
-        if not self._initialized:
-            raise RaftError("initialize() must be called before poll_listeners()")
-        self._poll_listeners()
-
-    def _poll_listeners(self) -> None:
-        st = self.quorum.state
-        hwm = st.high_watermark
-        # Nothing a listener could be owed changed since the last poll (same state object,
-        # high watermark, log start and snapshot, same listeners): skip the walk.  Every
-        # poll ends here, several per commit, so this is on the commit path.
-        seen = (hwm, self.log.start_offset, self.log.latest_snapshot_id(), len(self._listeners))
-        prev = self._listeners_seen
-        if prev is None or prev[0] is not st or prev[1] != seen:
-            self._walk_listeners(st, hwm)
-            self._listeners_seen = (st, seen)
-        recent = self._recent_batches
-        if recent:
-            low = min((c.next_offset for c in self._listeners), default=NEVER)
-            if isinstance(st, LeaderState):  # and what a voter has still to fetch
-                for rs in st.voters.values():
-                    if rs is not st.local and rs.end_offset is not None and rs.end_offset < low:
-                        low = rs.end_offset
-            if recent[0].next_offset <= low:  # drop what all have (offset order: a prefix)
-                self._drop_recent(bisect.bisect_right(recent, low, key=_next_offset))
-            if self._recent_bytes > RECENT_BATCHES_MAX_BYTES:
-                self._drop_recent_over_cap(low)
-
-    def _clear_recent(self) -> None:
-        self._recent_batches = []
-        self._recent_bytes = 0
-
-    def _drop_recent(self, n: int) -> None:
-        recent = self._recent_batches
-        self._recent_bytes -= sum(b.size_in_bytes for b in recent[:n])
-        del recent[:n]
-
-    def _drop_recent_over_cap(self, low: int) -> None:
-        """Over RECENT_BATCHES_MAX_BYTES: drop the oldest batches no listener still needs
-        (a lagging voter then reads the log); a listener's are kept whatever their size."""
-        recent = self._recent_batches
-        listeners_low = min((c.next_offset for c in self._listeners), default=NEVER)
-        n, size = 0, self._recent_bytes
-        while n < len(recent) and size > RECENT_BATCHES_MAX_BYTES and recent[n].next_offset <= listeners_low:
-            size -= recent[n].size_in_bytes
-            n += 1
-        if n:
-            self._drop_recent(n)
-
-    def _walk_listeners(self, st, hwm) -> None:
-        for ctx in self._listeners:
-            snap = self.log.latest_snapshot_id()
-            if snap is not None and ctx.next_offset < self.log.start_offset:
-                data = self.log.read_snapshot(snap)
-                ctx.listener.handle_load_snapshot(snap, data)
-                ctx.next_offset = snap.offset
-            if isinstance(st, LeaderState):
-                # Prior-epoch data first, then the leader change, then this epoch's data:
-                # the listener knows everything committed before it acts as leader.
-                self._deliver(ctx, min(hwm, st.epoch_start_offset) if hwm is not None else None)
-                current = LeaderAndEpoch(self.local_id, st.epoch)
-                if ctx.last_fired != current and ctx.next_offset >= st.epoch_start_offset:
-                    ctx.last_fired = current
-                    ctx.listener.handle_leader_change(current)
-                if ctx.last_fired == current:
-                    self._deliver(ctx, hwm)
-            else:
-                current = LeaderAndEpoch(self.quorum.leader_id, st.epoch)
-                if ctx.last_fired != current:
-                    ctx.last_fired = current
-                    ctx.listener.handle_leader_change(current)
-                self._deliver(ctx, hwm)
-
-    def _deliver(self, ctx: _ListenerContext, upto: int | None) -> None:
-        """Hand ``[ctx.next_offset, upto)`` to the listener, one ``handle_commit`` per
-        chunk of about fetch.max.bytes (the leader's own batches come from memory)."""
-        while upto is not None and ctx.next_offset < upto:
-            pos = ctx.next_offset
-            recent = self._recent_batches
-            i = bisect.bisect_right(recent, pos, key=_next_offset)  # first batch ending past pos
-            if i < len(recent) and recent[i].base_offset <= pos:
-                source = itertools.islice(recent, i, None)  # batches still in memory: no re-read
-            else:
-                source = self.log.read(pos, self.config.fetch_max_bytes)
-            out: list[Batch] = []
-            for b in source:
-                if b.base_offset >= upto:
-                    break
-                if b.next_offset <= pos:
-                    continue
-                n = b.next_offset - b.base_offset  # not len(b.records): that would decode a RawBatch
-                lo = pos - b.base_offset if b.base_offset < pos else 0
-                hi = min(n, upto - b.base_offset)
-                if lo != 0 or hi != n:
-                    b = Batch(b.base_offset + lo, b.epoch, b.records[lo:hi], b.is_control, b.control,
-                              b.append_time_ms)
-                if b.base_offset != pos:
-                    raise InvariantViolation(f"node {self.local_id}: gap in committed data at {pos}")
-                out.append(b)
-                pos = b.next_offset
-            if not out:
-                raise InvariantViolation(f"node {self.local_id}: committed offset {pos} below {upto} "
-                                         f"is missing from the log")
-            ctx.next_offset = pos
-            ctx.listener.handle_commit(tuple(out))
+    # (listener delivery: listeners.ListenerDelivery)
