@@ -32,11 +32,11 @@ def measure(n: int) -> dict:
     from kraft_node.protocol.generated import fetch as g_fetch
     from kraft_node.raft import messages as m
     from kraft_node.raft.io import wire
-    from kraft_node.raft.io.kafka_log import decode_batches, encode_batch
+    from kraft_node.raft.io.kafka_log import decode_raft_batches, encode_batch
 
     raw = encode_batch(m.Batch(100, 3, (b"x" * 100,), append_time_ms=1))
     req = m.FetchRequest("MkU3OEVBNTcwNTJENDM2Qg", 2, 500, 3, 100, 3, 0, uuid.uuid4(), 99)
-    resp = m.FetchResponse(0, 0, 100, m.LeaderIdAndEpoch(1, 3), 0, None, None, decode_batches(raw), ())
+    resp = m.FetchResponse(0, 0, 100, m.LeaderIdAndEpoch(1, 3), 0, None, None, decode_raft_batches(raw), ())
     body, ver = wire.request_to_wire(req)
     req_frame = bytes(framing.encode_request(body, ver, 7, "raft-client-2"))[4:]
     rbody = wire.response_to_wire(resp)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kraft_node.raft.io.kafka_log import (KafkaRaftLog, RawBatch, decode_batches, decode_leader_change,
+from kraft_node.raft.io.kafka_log import (KafkaRaftLog, RawBatch, decode_raft_batches, decode_leader_change,
                                           encode_batches, encode_leader_change)
 from kraft_node.raft.log import MemoryRaftLog
 from kraft_node.raft.messages import Batch, LeaderChangeMessage, OffsetAndEpoch
@@ -70,7 +70,7 @@ def test_raw_bytes_are_reused_and_follower_appends_identical_bytes(tmp_path):
     assert all(isinstance(b, RawBatch) for b in got)
     wire = encode_batches(got)
     b = KafkaRaftLog(str(tmp_path / "b"))
-    b.append_as_follower(decode_batches(wire))
+    b.append_as_follower(decode_raft_batches(wire))
     a.flush(); b.flush()
     assert (tmp_path / "a" / "00000000000000000000.log").read_bytes() == \
            (tmp_path / "b" / "00000000000000000000.log").read_bytes()
@@ -80,7 +80,7 @@ def test_corrupt_fetch_records_raise_clear_error():
     wire = bytearray(encode_batches((Batch(0, 1, (b"abc",)),)))
     wire[-1] ^= 0xFF
     with pytest.raises(Exception, match="(?i)crc"):
-        decode_batches(bytes(wire))
+        decode_raft_batches(bytes(wire))
 
 
 def test_truncate_inside_a_batch_is_exact_and_durable(tmp_path):
@@ -232,7 +232,7 @@ def test_records_decode_lazily_once_per_read_group(monkeypatch):
     from kraft_node.raft.io.kafka_log import _RECORDS
     wire = encode_batches((Batch(0, 1, (b"a", b"b")), Batch(2, 1, (b"x",), True, _lc()),
                            Batch(3, 2, (b"c",)), Batch(4, 2, (b"d", b"e", b"f"))))
-    bs = decode_batches(wire)
+    bs = decode_raft_batches(wire)
     assert [(b.base_offset, b.next_offset, b.last_offset) for b in bs] == [(0, 2, 1), (2, 3, 2), (3, 4, 3),
                                                                          (4, 7, 6)]
     data = [b for b in bs if not b.is_control]
@@ -246,7 +246,7 @@ def test_records_decode_lazily_once_per_read_group(monkeypatch):
     assert len(calls) == 1  # one decode for the whole group
     assert encode_batches(bs) == wire  # re-sent byte for byte
     sliced = Batch(data[2].base_offset + 1, data[2].epoch, data[2].records[1:])
-    assert decode_batches(encode_batches((sliced,)))[0].records == (b"e", b"f")
+    assert decode_raft_batches(encode_batches((sliced,)))[0].records == (b"e", b"f")
 
 
 def test_decoded_batches_leave_no_garbage_for_the_cycle_collector():
@@ -261,7 +261,7 @@ def test_decoded_batches_leave_no_garbage_for_the_cycle_collector():
     try:
         for touch in (False, True):
             for _ in range(20):
-                bs = decode_batches(wire)
+                bs = decode_raft_batches(wire)
                 if touch:
                     assert bs[2].records == (b"c",)
                 del bs
@@ -454,7 +454,7 @@ def test_snapshot_control_write_read_properties(tmp_path, values, kv1, vs1, kv2,
        st.one_of(st.none(), st.tuples(st.integers(0, 10_000), st.integers(1, 255))),
        st.integers(0, 3))
 def test_small_fetch_answers_decode_exactly_as_the_full_scan(shape, flip, cut):
-    """decode_batches walks a few batches without numpy (_small_scan); whatever the input
+    """decode_raft_batches walks a few batches without numpy (_small_scan); whatever the input
     -- valid, a flipped byte, a torn tail, more batches than the quick walk takes -- the
     batches, or the error and its message, are those of the scan_batches path."""
     import kraft_node.raft.io.kafka_log as kl
@@ -473,7 +473,7 @@ def test_small_fetch_answers_decode_exactly_as_the_full_scan(shape, flip, cut):
     def outcome():
         try:
             return [(b.base_offset, b.epoch, b.raw, b.append_time_ms, b.is_control, b.records)
-                    for b in kl.decode_batches(data)]
+                    for b in kl.decode_raft_batches(data)]
         except KraftStorageError as exc:
             return (type(exc).__name__, str(exc))
 

@@ -97,8 +97,11 @@ _FOLLOWER = _appendk.MODE_FOLLOWER
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-class EpochEndOffset(NamedTuple):
-    """Answer of :meth:`KafkaLog.end_offset_for_epoch` (-1, -1 when unknown)."""
+class EpochEnd(NamedTuple):
+    """Answer of :meth:`KafkaLog.end_offset_for_epoch`: the greatest epoch not above the one
+    asked and the offset where it ends (-1, -1 when unknown).  (Not the Raft messages'
+    ``EpochEndOffset``, the Fetch response's diverging epoch, named by Kafka's schema: the
+    storage layer cannot import it, and a lookup answer is a tuple, compared as one.)"""
     epoch: int
     end_offset: int
 
@@ -611,9 +614,9 @@ class KafkaLog:
         e = self.epoch_cache.latest_epoch
         return 0 if e is None else e
 
-    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset:
+    def end_offset_for_epoch(self, epoch: int) -> EpochEnd:
         """Kafka's ``endOffsetForEpoch``; see :meth:`LeaderEpochCache.end_offset_for_epoch`."""
-        return EpochEndOffset(*self.epoch_cache.end_offset_for_epoch(epoch, self._end))
+        return EpochEnd(*self.epoch_cache.end_offset_for_epoch(epoch, self._end))
 
     @property
     def segments(self) -> list[LogSegment]:

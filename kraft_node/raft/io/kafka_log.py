@@ -82,8 +82,8 @@ from kraft_storage.record.constants import CONTROL_MASK
 from kraft_storage.snapshot import (RawSnapshotReader, RawSnapshotWriter, SnapshotId as FileSnapshotId,
                                     delete_snapshot, open_snapshot_dir)
 
-__all__ = ["KafkaRaftLog", "RawBatch", "FetchedBatches", "encode_batches", "decode_batches", "encode_leader_change",
-           "decode_leader_change", "encode_voters", "decode_voters", "encode_kraft_version",
+__all__ = ["KafkaRaftLog", "RawBatch", "FetchedBatches", "encode_batches", "decode_raft_batches",
+           "encode_leader_change", "decode_leader_change", "encode_voters", "decode_voters", "encode_kraft_version",
            "decode_kraft_version", "encode_control_value", "KafkaSnapshotControl"]
 
 #: Upper bound on one read when the core asks for "everything" (listener catch-up):
@@ -457,8 +457,10 @@ def _small_scan(data: bytes):
     return cols
 
 
-def decode_batches(buf, source: str = "records") -> tuple[RawBatch, ...]:
-    """v2 batches (one CRC-checking ``scan_batches``) -> core batches with their bytes.
+def decode_raft_batches(buf, source: str = "records") -> tuple[RawBatch, ...]:
+    """v2 batches (one CRC-checking ``scan_batches``) -> the Raft core's batches with their bytes
+    (``RawBatch``; not :func:`kraft_storage.record.decode_record_columns`, which decodes records
+    into numpy columns).
 
     Records are decoded lazily, all batches of ``buf`` at once with one
     ``decode_records`` call when a listener first needs them.  A control batch
@@ -776,7 +778,7 @@ class KafkaRaftLog:
         if not parts:
             return ()
         try:
-            return decode_batches(parts[0] if len(parts) == 1 else b"".join(parts), source=self.directory)
+            return decode_raft_batches(parts[0] if len(parts) == 1 else b"".join(parts), source=self.directory)
         except CorruptRecordError as exc:
             raise self._damage(exc, parts, where) from None
 

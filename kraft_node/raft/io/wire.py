@@ -38,7 +38,7 @@ from kraft_node.protocol.generated import update_raft_voter as g_update
 from kraft_node.protocol.generated import vote as g_vote
 from kraft_node.raft import messages as m
 from kraft_node.raft.errors import Errors
-from kraft_node.raft.io.kafka_log import decode_batches, encode_batches
+from kraft_node.raft.io.kafka_log import decode_raft_batches, encode_batches
 from kraft_storage.messages.runtime import METADATA_TOPIC_ID, ZERO_UUID, Uuid
 
 __all__ = ["VERSIONS", "WireError", "api_key_of", "request_to_wire", "request_from_wire",
@@ -349,7 +349,7 @@ def response_from_wire(body):
             m.EpochEndOffset(div.epoch, div.end_offset) if div is not None and div.epoch >= 0 else None,
             m.OffsetAndEpoch(sid.end_offset, sid.epoch)
             if sid is not None and sid.epoch >= 0 and sid.end_offset >= 0 else None,
-            decode_batches(recs, source="Fetch response") if recs else (),
+            decode_raft_batches(recs, source="Fetch response") if recs else (),
             _nodes_in(body.node_endpoints))
     if isinstance(body, g_vote.VoteResponse):
         p = _response_partition(body.topics, "topic_name", "partitions", "Vote")
