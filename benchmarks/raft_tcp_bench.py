@@ -5,7 +5,7 @@ raft-only load server, like Kafka's TestRaftServer).
                                         [--records-per-append 100] [--max-inflight 64]
                                         [--rate RECORDS_PER_S] [--linger-ms 5] [--json out.json]
 
-Setup: node 1 runs in this process (a RaftDriver on this event loop) and is
+Setup: node 1 runs in this process (a KraftNode on this event loop) and is
 the one that offers the load; nodes 2..N are ``python -m kraft_node.server.start``
 subprocesses.  Node 1 gets a short election timeout and the others a long
 one, so node 1 wins the first election.  Every voter fsyncs (fdatasync)
@@ -49,8 +49,8 @@ sys.path.insert(0, REPO)
 
 from kraft_node import event_loop  # noqa: E402
 from kraft_node.server.config import NodeConfig  # noqa: E402
-from kraft_node.raft.io.driver import RaftDriver  # noqa: E402
 from kraft_node.raft.errors import BufferFullError, NotLeaderError  # noqa: E402
+from kraft_node.server.node import KraftNode  # noqa: E402
 from kraft_node.server.start import freeze_startup_heap  # noqa: E402
 from kraft_node.server.tools.storage import format_storage  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/ (also when loaded by path)
@@ -306,17 +306,18 @@ async def voter_changes(args, base):
     procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server.start", p, "--log-level", "WARNING"],
                               stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=env, cwd=REPO)
              for p in paths[1:]]
-    driver = RaftDriver.from_config(NodeConfig.from_file(paths[0]))
+    node = KraftNode.from_config(NodeConfig.from_file(paths[0]))
+    driver = node.driver
     add_ms, remove_ms = [], []
     try:
-        await driver.start()
+        await node.start()
         freeze_startup_heap()  # as kraft-server-start does
         deadline = time.monotonic() + 20
         while not driver.is_leader or len(driver.core.state.observers) < 2:
             if time.monotonic() > deadline:
                 raise SystemExit("node 1 did not lead with nodes 2 and 3 fetching within 20 s")
             await asyncio.sleep(0.01)
-        conn = await KafkaConnection.open("127.0.0.1", driver.port, timeout=5)
+        conn = await KafkaConnection.open("127.0.0.1", node.port, timeout=5)
 
         async def change(body, version, into):
             t0 = time.perf_counter()
@@ -342,7 +343,7 @@ async def voter_changes(args, base):
         finally:
             await conn.close()
     finally:
-        await driver.shutdown(3)
+        await node.shutdown(3)
         for p in procs:
             p.terminate()
         for p in procs:
@@ -380,10 +381,11 @@ async def main_async(args, base):
                                "--follower-flush", args.follower_flush],
                               stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=env, cwd=REPO)
              for p in paths[1:]]
-    driver = RaftDriver.from_config(NodeConfig.from_file(paths[0]), leader_flush=args.leader_flush,
-                                    follower_flush=args.follower_flush)
+    node = KraftNode.from_config(NodeConfig.from_file(paths[0]), leader_flush=args.leader_flush,
+                                 follower_flush=args.follower_flush)
+    driver = node.driver
     try:
-        await driver.start()
+        await node.start()
         freeze_startup_heap()  # as kraft-server-start does
         deadline = time.monotonic() + 20
         while not driver.is_leader:
@@ -397,7 +399,7 @@ async def main_async(args, base):
                                     data_dirs=[os.path.join(os.path.dirname(p), "data") for p in paths])
         result["leader_flush_used"] = driver.leader_flush  # what "auto" resolved to on this machine
     finally:
-        await driver.shutdown(3)
+        await node.shutdown(3)
         for p in procs:
             p.terminate()
         for p in procs:

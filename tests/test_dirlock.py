@@ -140,21 +140,21 @@ def test_format_locks_before_it_reads(tmp_path, capsys):
     DirLock.acquire(str(tmp_path / "m")).release()  # format released its locks
 
 
-def test_driver_takes_and_releases_the_locks(tmp_path):
+def test_node_takes_and_releases_the_locks(tmp_path):
     import asyncio
 
-    from kraft_node.raft.io.driver import RaftDriver
+    from kraft_node.server.node import KraftNode
     (path,) = cluster_properties(str(tmp_path), 1)
     cfg = NodeConfig.from_file(path)
 
     async def go():
-        d = RaftDriver.from_config(cfg)
+        n = KraftNode.from_config(cfg)
         try:
             with pytest.raises(DirLockError, match="is locked by another process"):
-                RaftDriver.from_config(cfg)
+                KraftNode.from_config(cfg)
         finally:
-            await d.close()
-        RaftDriver.from_config(cfg)._dir_locks.release()  # free again after close
+            await n.close()
+        await KraftNode.from_config(cfg).close()  # free again after close
     asyncio.run(go())
 
 

@@ -14,7 +14,7 @@ from conftest import fixture_params  # noqa: E402
 from test_raft_driver_support import CLUSTER_ID, cluster_properties  # noqa: E402
 
 from kraft_node.server.config import NodeConfig  # noqa: E402
-from kraft_node.raft.io.driver import RaftDriver  # noqa: E402
+from kraft_node.server.node import KraftNode  # noqa: E402
 from kraft_storage.meta_properties import (MetaProperties, MetaPropertiesError, MetaPropertiesFile,  # noqa: E402
                                            read_meta_properties, write_meta_properties)
 
@@ -61,14 +61,14 @@ def test_cluster_id_mismatch_is_logged_on_both_sides_once_per_peer(tmp_path, cap
     write_meta_properties(d2, meta)
 
     async def go():
-        ds = [RaftDriver.from_config(NodeConfig.from_file(p)) for p in paths]
+        ns = [KraftNode.from_config(NodeConfig.from_file(p)) for p in paths]
         try:
-            for d in ds:
-                await d.start()
+            for n in ns:
+                await n.start()
             await asyncio.sleep(4.0)  # several election rounds: many refused Vote requests
         finally:
-            for d in ds:
-                await d.close()
+            for n in ns:
+                await n.close()
 
     with caplog.at_level(logging.WARNING, logger="kraft.raft"):
         asyncio.run(asyncio.wait_for(go(), 30))

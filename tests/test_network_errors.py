@@ -23,7 +23,7 @@ from test_raft_driver_support import cluster_properties, free_ports  # noqa: E40
 
 from kraft_node.server.config import ConfigError, NodeConfig  # noqa: E402
 from kraft_node.network import ConnectFailed, KafkaConnection, KafkaServer  # noqa: E402
-from kraft_node.raft.io.driver import RaftDriver  # noqa: E402
+from kraft_node.server.node import KraftNode  # noqa: E402
 from kraft_node.server.tools import metadata_quorum  # noqa: E402
 
 BAD_HOST = "no-such-host.invalid"  # RFC 2606: never resolves
@@ -105,12 +105,12 @@ def test_a_peer_whose_host_does_not_resolve_is_logged_once_with_the_key(tmp_path
         f.write(text)
 
     async def go():
-        d = RaftDriver.from_config(NodeConfig.from_file(path))
-        await d.start()
+        node = KraftNode.from_config(NodeConfig.from_file(path))
+        await node.start()
         try:
             await asyncio.sleep(2.5)  # a few elections: each asks node 2 for its vote
         finally:
-            await d.close()
+            await node.close()
     with caplog.at_level(logging.WARNING, logger="kraft.raft"):
         asyncio.run(asyncio.wait_for(go(), 30))
     lines = [r.getMessage() for r in caplog.records if BAD_HOST in r.getMessage()]

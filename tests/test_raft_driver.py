@@ -19,10 +19,11 @@ from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.network import KafkaConnection  # noqa: E402
 from kraft_node.raft import messages as m  # noqa: E402
 from kraft_node.raft.io import wire  # noqa: E402
-from kraft_node.raft.io.driver import AUTO_THREAD_FLUSH_BYTES, DriverError, RaftDriver  # noqa: E402
+from kraft_node.raft.io.driver import AUTO_THREAD_FLUSH_BYTES, DriverError  # noqa: E402
 from kraft_node.raft.errors import NotLeaderError, RaftError  # noqa: E402
 from kraft_node.raft.io.file_state import FileQuorumStateStore  # noqa: E402
 from kraft_node.raft.io.kafka_log import KafkaRaftLog  # noqa: E402
+from kraft_node.server.node import KraftNode  # noqa: E402
 from kraft_node.server.tools import metadata_quorum  # noqa: E402
 
 
@@ -31,10 +32,11 @@ def run(coro, timeout=60):
 
 
 async def start(paths, **kw):
-    ds = [RaftDriver.from_config(NodeConfig.from_file(p), **kw) for p in paths]
-    for d in ds:
-        await d.start()
-    return ds
+    """Start a node per config file; returns the nodes (their drivers: ``n.driver``)."""
+    ns = [KraftNode.from_config(NodeConfig.from_file(p), **kw) for p in paths]
+    for n in ns:
+        await n.start()
+    return ns
 
 
 async def wait_leader(ds, exclude=None, timeout=10.0):
@@ -69,7 +71,8 @@ def test_three_voters_elect_commit_and_resign(tmp_path, leader_flush, follower_f
     paths = cluster_properties(str(tmp_path), 3)
 
     async def go():
-        ds = await start(paths, leader_flush=leader_flush, follower_flush=follower_flush)
+        ns = await start(paths, leader_flush=leader_flush, follower_flush=follower_flush)
+        ds = [n.driver for n in ns]
         try:
             leader = await wait_leader(ds)
             offs = await asyncio.gather(*[leader.append([b"a%d" % i]) for i in range(50)])
@@ -93,8 +96,8 @@ def test_three_voters_elect_commit_and_resign(tmp_path, leader_flush, follower_f
                 await asyncio.sleep(0.01)
             assert leader.core.leader_id == new.node_id
         finally:
-            for d in ds:
-                await d.shutdown(2)
+            for n in ns:
+                await n.shutdown(2)
 
     run(go())
     expected = [b"a%d" % i for i in range(50)] + [b"b%d" % i for i in range(20)]
@@ -106,9 +109,9 @@ def test_unknown_flush_modes_are_refused(tmp_path):
     paths = cluster_properties(str(tmp_path), 1)
     cfg = NodeConfig.from_file(paths[0])
     with pytest.raises(DriverError, match="follower_flush must be one of inline, aio, not 'thread'"):
-        RaftDriver.from_config(cfg, follower_flush="thread")
+        KraftNode.from_config(cfg, follower_flush="thread")
     with pytest.raises(DriverError, match="leader_flush must be one of"):
-        RaftDriver.from_config(cfg, leader_flush="later")
+        KraftNode.from_config(cfg, leader_flush="later")
 
 
 def test_auto_leader_flush_is_native_aio_when_native_code_runs(tmp_path):
@@ -116,7 +119,7 @@ def test_auto_leader_flush_is_native_aio_when_native_code_runs(tmp_path):
     in-line/thread rule; the twins' run (KRAFT_NO_EXTENSIONS=1) keeps the latter."""
     from kraft_storage.log.fdsync import native_aio_available
     paths = cluster_properties(str(tmp_path), 1)
-    d = RaftDriver.from_config(NodeConfig.from_file(paths[0]))
+    d = KraftNode.from_config(NodeConfig.from_file(paths[0])).driver
     want = "aio" if native_aio_available() else "auto"
     assert d.leader_flush == want
     assert d.core.async_flush_min_bytes == (0 if want == "aio" else AUTO_THREAD_FLUSH_BYTES)
@@ -127,15 +130,16 @@ def test_append_on_follower_is_refused(tmp_path):
     paths = cluster_properties(str(tmp_path), 3)
 
     async def go():
-        ds = await start(paths)
+        ns = await start(paths)
+        ds = [n.driver for n in ns]
         try:
             leader = await wait_leader(ds)
             follower = next(d for d in ds if d is not leader)
             with pytest.raises(NotLeaderError):
                 follower.append([b"x"])
         finally:
-            for d in ds:
-                await d.shutdown(2)
+            for n in ns:
+                await n.shutdown(2)
 
     run(go())
 
@@ -144,10 +148,11 @@ def test_cluster_id_is_validated_on_every_rpc(tmp_path):
     paths = cluster_properties(str(tmp_path), 3)
 
     async def go():
-        ds = await start(paths)
+        ns = await start(paths)
+        ds = [n.driver for n in ns]
         try:
             leader = await wait_leader(ds)
-            conn = await KafkaConnection.open("127.0.0.1", leader.port)
+            conn = await KafkaConnection.open("127.0.0.1", leader.endpoint.port)
             try:
                 bad = [m.VoteRequest("not-this-cluster", leader.node_id, leader.core.epoch + 5, 2, None, None, 1, 5),
                        m.FetchRequest("not-this-cluster", 2, 0, leader.core.epoch, 0, 0),
@@ -166,8 +171,8 @@ def test_cluster_id_is_validated_on_every_rpc(tmp_path):
                 await conn.close()
             assert leader.is_leader  # the bogus epochs did not disturb the quorum
         finally:
-            for d in ds:
-                await d.shutdown(2)
+            for n in ns:
+                await n.shutdown(2)
 
     run(go())
 
@@ -176,7 +181,8 @@ def test_describe_quorum_and_cluster(tmp_path):
     paths = cluster_properties(str(tmp_path), 3, observers=1)
 
     async def go():
-        ds = await start(paths)
+        ns = await start(paths)
+        ds = [n.driver for n in ns]
         try:
             leader = await wait_leader(ds)
             await asyncio.gather(*[leader.append([b"z"]) for _ in range(5)])
@@ -186,7 +192,7 @@ def test_describe_quorum_and_cluster(tmp_path):
                 if 4 in leader.core.state.observers:
                     break
                 await asyncio.sleep(0.02)
-            cluster, quorum = await metadata_quorum.fetch("127.0.0.1", leader.port, 5)
+            cluster, quorum = await metadata_quorum.fetch("127.0.0.1", leader.endpoint.port, 5)
             assert cluster.cluster_id == CLUSTER_ID and cluster.controller_id == leader.node_id
             text = metadata_quorum.format_status(cluster.cluster_id, quorum)
             assert f"LeaderId:               {leader.node_id}" in text
@@ -199,11 +205,12 @@ def test_describe_quorum_and_cluster(tmp_path):
             for v in p.current_voters:  # Kafka's LastFetchTimestamp / LastCaughtUpTimestamp
                 assert now_wall - 10_000 < v.last_caught_up_timestamp <= v.last_fetch_timestamp <= now_wall + 1
             follower = next(d for d in ds[:3] if d is not leader)
-            _, fq = await _raw_describe(follower.port)
+            _, fq = await _raw_describe(follower.endpoint.port)
             assert fq.topics[0].partitions[0].error_code == 6  # NOT_LEADER_OR_FOLLOWER
             # the tool reaches the active controller from any controller, and past a dead address
             dead = free_ports(1)[0]
-            for targets in ([("127.0.0.1", follower.port)], [("127.0.0.1", dead), ("127.0.0.1", follower.port)]):
+            fport = follower.endpoint.port
+            for targets in ([("127.0.0.1", fport)], [("127.0.0.1", dead), ("127.0.0.1", fport)]):
                 c2, q2 = await metadata_quorum.fetch_from(targets, 5)
                 assert c2.cluster_id == CLUSTER_ID
                 assert q2.topics[0].partitions[0].leader_id == leader.node_id
@@ -211,8 +218,8 @@ def test_describe_quorum_and_cluster(tmp_path):
             obs = ds[3]
             assert not obs.is_voter and obs.core.leader_id == leader.node_id
         finally:
-            for d in ds:
-                await d.shutdown(2)
+            for n in ns:
+                await n.shutdown(2)
 
     run(go())
 
@@ -232,14 +239,15 @@ def test_restart_from_disk_keeps_log_and_epoch(tmp_path):
     paths = cluster_properties(str(tmp_path), 3)
 
     async def phase1():
-        ds = await start(paths)
+        ns = await start(paths)
+        ds = [n.driver for n in ns]
         try:
             leader = await wait_leader(ds)
             await asyncio.gather(*[leader.append([b"p1-%d" % i]) for i in range(10)])
             return leader.core.epoch
         finally:
-            for d in ds:
-                await d.close()  # abrupt stop: no resignation
+            for n in ns:
+                await n.close()  # abrupt stop: no resignation
 
     epoch1 = run(phase1())
     for p in paths:
@@ -247,14 +255,15 @@ def test_restart_from_disk_keeps_log_and_epoch(tmp_path):
         assert st.epoch >= epoch1
 
     async def phase2():
-        ds = await start(paths)
+        ns = await start(paths)
+        ds = [n.driver for n in ns]
         try:
             leader = await wait_leader(ds)
             assert leader.core.epoch > epoch1
             await asyncio.gather(*[leader.append([b"p2-%d" % i]) for i in range(10)])
         finally:
-            for d in ds:
-                await d.shutdown(2)
+            for n in ns:
+                await n.shutdown(2)
 
     run(phase2())
     want = [b"p1-%d" % i for i in range(10)] + [b"p2-%d" % i for i in range(10)]
@@ -267,7 +276,7 @@ def test_unformatted_or_foreign_storage_is_refused(tmp_path):
     cfg = NodeConfig.from_file(paths[0])
     os.remove(os.path.join(cfg.metadata_log_dir, "meta.properties"))
     with pytest.raises(DriverError, match="not found"):
-        RaftDriver.from_config(cfg)
+        KraftNode.from_config(cfg)
     text = open(paths[0]).read().replace("node.id=1", "node.id=7").replace("1@127", "7@127")
     other = tmp_path / "other.properties"
     other.write_text(text)
@@ -277,7 +286,7 @@ def test_unformatted_or_foreign_storage_is_refused(tmp_path):
     p2 = tmp_path / "b" / "wrong.properties"
     p2.write_text(text2)
     with pytest.raises(DriverError, match="belongs to node 1"):
-        RaftDriver.from_config(NodeConfig.from_file(str(p2)))
+        KraftNode.from_config(NodeConfig.from_file(str(p2)))
     assert cfg2.node_id == 1
 
 
@@ -307,7 +316,8 @@ def test_snapshot_is_fetched_over_tcp_by_a_wiped_follower(tmp_path):
     paths = cluster_properties(str(tmp_path), 3, extra={"controller.quorum.fetch.snapshot.max.bytes": "1000"})
 
     async def go():
-        ds = await start(paths)
+        ns = await start(paths)
+        ds = [n.driver for n in ns]
         try:
             leader = await wait_leader(ds)
             await asyncio.gather(*[leader.append([b"s%d" % i]) for i in range(30)])
@@ -320,14 +330,14 @@ def test_snapshot_is_fetched_over_tcp_by_a_wiped_follower(tmp_path):
             leader.create_snapshot(sid, payload)
             assert leader.log.start_offset == hwm
             victim = next(d for d in ds if d is not leader)
-            await victim.close()
-            pdir = victim.config.metadata_partition_dir
-            shutil.rmtree(pdir)
             idx = ds.index(victim)
-            fresh = RaftDriver.from_config(NodeConfig.from_file(paths[idx]))
+            await ns[idx].close()
+            shutil.rmtree(victim.partition_dir)
+            ns[idx] = KraftNode.from_config(NodeConfig.from_file(paths[idx]))
+            fresh = ns[idx].driver
             rec = Recorder()
             fresh.register_listener(rec)
-            await fresh.start()
+            await ns[idx].start()
             ds[idx] = fresh
             tail = await asyncio.gather(*[leader.append([b"t%d" % i]) for i in range(5)])
             deadline = time.monotonic() + 10
@@ -341,8 +351,8 @@ def test_snapshot_is_fetched_over_tcp_by_a_wiped_follower(tmp_path):
             assert fresh.core.stats["snapshots_installed"] == 1
             assert fresh.core.stats["snapshot_slices"] == 3  # 3000 bytes in 1000-byte FetchSnapshot slices
         finally:
-            for d in ds:
-                await d.shutdown(2)
+            for n in ns:
+                await n.shutdown(2)
 
     run(go())
 
@@ -386,33 +396,35 @@ def test_standalone_node_leads_from_the_bootstrap_snapshot_and_again_at_once_aft
     path = _standalone(tmp_path)
 
     async def go():
-        d = RaftDriver.from_config(NodeConfig.from_file(path))
+        node = KraftNode.from_config(NodeConfig.from_file(path))
+        d = node.driver
         seen = _Seen()
         d.register_listener(seen)
-        await d.start()
+        await node.start()
         try:
             assert d.dynamic and d.is_voter and d.core.kraft_version == 1
             (e,) = d.core.voter_set.entries
-            assert e.key == d.local_key and e.endpoints[0].port == d.port
+            assert e.key == d.local_key and e.endpoints[0].port == node.port
             await wait_leader([d], timeout=5)
             await d.append([b"x"])
             lc = next(b for b in seen.batches if b.is_control)
             assert decode_leader_change(lc.records[0]) == lc.control  # the real body, not a placeholder
             epoch = d.core.epoch
         finally:
-            await d.close()
-        data, version = FileQuorumStateStore(d.config.metadata_partition_dir).read_data()
+            await node.close()
+        data, version = FileQuorumStateStore(d.partition_dir).read_data()
         assert version == 1 and data.leader_id == 1  # kraft.version 1 -> quorum-state data_version 1
         t0 = time.monotonic()
-        d2 = RaftDriver.from_config(NodeConfig.from_file(path))
-        await d2.start()
+        node2 = KraftNode.from_config(NodeConfig.from_file(path))
+        d2 = node2.driver
+        await node2.start()
         try:
             await wait_leader([d2], timeout=3)
             assert time.monotonic() - t0 < 3 and d2.core.epoch == epoch + 1
             assert "Resigned" not in [r for r, _, _ in d2.role_changes]
             assert await d2.append([b"y"]) >= 2
         finally:
-            await d2.close()
+            await node2.close()
 
     run(go(), timeout=30)
 
@@ -439,12 +451,13 @@ def test_initial_controllers_quorum_elects_and_replicates_from_the_bootstrap_sna
         paths.append(str(p))
 
     async def go():
-        ds = await start(paths)
+        ns = await start(paths)
+        ds = [n.driver for n in ns]
         try:
             assert all(d.dynamic and d.is_voter and d.core.voter_set.ids == {1, 2, 3} for d in ds)
             leader = await wait_leader(ds)
             await asyncio.gather(*[leader.append([b"r%d" % i]) for i in range(20)])
-            conn = await KafkaConnection.open("127.0.0.1", leader.port, timeout=2)
+            conn = await KafkaConnection.open("127.0.0.1", leader.endpoint.port, timeout=2)
             try:
                 q = await conn.request(metadata_quorum.describe_request(), 2, timeout=2)
             finally:
@@ -458,8 +471,8 @@ def test_initial_controllers_quorum_elects_and_replicates_from_the_bootstrap_sna
                                                       for d in ds):
                 await asyncio.sleep(0.02)
         finally:
-            for d in ds:
-                await d.close()
+            for n in ns:
+                await n.close()
 
     run(go(), timeout=40)
     for p in paths:
@@ -487,7 +500,8 @@ def test_observer_learns_the_voter_set_from_the_epoch_start_records(tmp_path):
         paths.append(str(p))
 
     async def go():
-        ds = await start(paths)
+        ns = await start(paths)
+        ds = [n.driver for n in ns]
         leader, obs = ds
         try:
             assert not obs.is_voter and obs.core.voter_set.ids == frozenset()
@@ -502,8 +516,8 @@ def test_observer_learns_the_voter_set_from_the_epoch_start_records(tmp_path):
             controls = [b.control for b in leader.log.read(0, 1 << 20) if b.is_control]
             assert [type(c) for c in controls] == [m.LeaderChangeMessage, KRaftVersionControl, VotersControl]
         finally:
-            for d in ds:
-                await d.close()
+            for n in ns:
+                await n.close()
 
     run(go(), timeout=30)
 
@@ -517,11 +531,12 @@ def test_old_request_versions_get_answers_without_node_endpoints(tmp_path):
     path = _standalone(tmp_path)
 
     async def go():
-        d = RaftDriver.from_config(NodeConfig.from_file(path))
-        await d.start()
+        node = KraftNode.from_config(NodeConfig.from_file(path))
+        d = node.driver
+        await node.start()
         try:
             await wait_leader([d], timeout=5)
-            conn = await KafkaConnection.open("127.0.0.1", d.port, timeout=2)
+            conn = await KafkaConnection.open("127.0.0.1", node.port, timeout=2)
             try:
                 R = g_vote.VoteRequest
                 body = R(cluster_id=CLUSTER_ID, topics=[R.TopicData(topic_name="__cluster_metadata", partitions=[
@@ -530,7 +545,7 @@ def test_old_request_versions_get_answers_without_node_endpoints(tmp_path):
                 v0 = await conn.request(body, 0, timeout=2)
                 v2 = await conn.request(body, 2, timeout=2)
                 assert v0.topics[0].partitions[0].leader_id == 1 and v0.node_endpoints == []
-                assert [(n.node_id, n.port) for n in v2.node_endpoints] == [(1, d.port)]
+                assert [(n.node_id, n.port) for n in v2.node_endpoints] == [(1, node.port)]
                 F = g_fetch.FetchRequest
                 fbody = F(cluster_id=CLUSTER_ID, replica_id=-1, max_wait_ms=0, topics=[F.FetchTopic(
                     topic_id=METADATA_TOPIC_ID, partitions=[F.FetchPartition(partition=0, current_leader_epoch=-1,
@@ -540,7 +555,7 @@ def test_old_request_versions_get_answers_without_node_endpoints(tmp_path):
             finally:
                 await conn.close()
         finally:
-            await d.close()
+            await node.close()
 
     run(go(), timeout=30)
 
@@ -572,8 +587,9 @@ def test_failed_leader_fsync_stops_the_node_without_acknowledging(tmp_path, monk
     p = _standalone(tmp_path)
 
     async def go():
-        d = RaftDriver.from_config(NodeConfig.from_file(p), leader_flush=leader_flush)
-        await d.start()
+        node = KraftNode.from_config(NodeConfig.from_file(p), leader_flush=leader_flush)
+        d = node.driver
+        await node.start()
         try:
             t0 = time.monotonic()
             while not d.is_leader and time.monotonic() - t0 < 10:
@@ -597,7 +613,7 @@ def test_failed_leader_fsync_stops_the_node_without_acknowledging(tmp_path, monk
             assert not fut.done() or fut.exception() is not None
         finally:
             monkeypatch.undo()
-            await d.close()
+            await node.close()
         assert fut.done() and fut.exception() is not None
 
     run(go())
@@ -611,7 +627,8 @@ def test_appends_within_the_linger_wake_the_leader_once_not_per_append(tmp_path)
     paths = cluster_properties(str(tmp_path), 3, extra={"controller.quorum.append.linger.ms": "200"})
 
     async def go():
-        ds = await start(paths)
+        ns = await start(paths)
+        ds = [n.driver for n in ns]
         try:
             leader = await wait_leader(ds)
             await leader.append([b"warm-up"])
@@ -637,8 +654,8 @@ def test_appends_within_the_linger_wake_the_leader_once_not_per_append(tmp_path)
             batches = leader.log.read(offs[0], 1 << 20)
             assert batches[0].base_offset == offs[0] and len(batches[0].records) == 40  # one batch
         finally:
-            for d in ds:
-                await d.shutdown(2)
+            for n in ns:
+                await n.shutdown(2)
 
     run(go())
 
@@ -663,7 +680,7 @@ def test_requests_held_behind_a_flush_are_sent_when_it_lands_and_failed_when_it_
             self.calls.append(("abandon", corr, type(exc)))
 
     async def go():
-        d = RaftDriver.from_config(NodeConfig.from_file(paths[0]), follower_flush="aio")
+        d = KraftNode.from_config(NodeConfig.from_file(paths[0]), follower_flush="aio").driver
         try:
             d.loop = asyncio.get_running_loop()
             delivered, sent = [], []

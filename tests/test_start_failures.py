@@ -107,12 +107,12 @@ def test_flipped_byte_in_a_clean_segment_is_refused_twice_and_nothing_is_dropped
     assert values and all(v.encode() in raw for v in values[: len(values) // 4])
 
 
-def test_in_process_driver_closes_what_a_failed_start_opened(node):
-    """RaftDriver itself (not only kraft-server-start) closes the log and releases its locks
+def test_in_process_node_closes_what_a_failed_start_opened(node):
+    """KraftNode itself (not only kraft-server-start) closes the log and releases its locks
     when start() fails, here on a port in use."""
     import asyncio
 
-    from kraft_node.raft.io.driver import RaftDriver
+    from kraft_node.server.node import KraftNode
     from kraft_storage.dirlock import DirLock
     cfg_path, cfg, _ = node
     before = snapshot_dir(cfg.metadata_log_dir)
@@ -122,11 +122,11 @@ def test_in_process_driver_closes_what_a_failed_start_opened(node):
         s.listen(1)
 
         async def go():
-            d = RaftDriver.from_config(NodeConfig.from_file(cfg_path))
+            n = KraftNode.from_config(NodeConfig.from_file(cfg_path))
             with pytest.raises(OSError):
-                await d.start()
+                await n.start()
         asyncio.run(asyncio.wait_for(go(), 30))
     finally:
         s.close()
     assert dir_differences(before, snapshot_dir(cfg.metadata_log_dir)) == []
-    DirLock.acquire(cfg.metadata_log_dir).release()  # the driver's locks were released
+    DirLock.acquire(cfg.metadata_log_dir).release()  # the node's locks were released

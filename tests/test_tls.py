@@ -29,7 +29,7 @@ from kraft_node.network import ConnectFailed, ConnectionClosed, KafkaConnection,
 from kraft_node.network.tls import client_context, server_context  # noqa: E402
 from kraft_node.protocol.api_keys import ApiKeys  # noqa: E402
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest, DescribeClusterResponse  # noqa
-from kraft_node.raft.io.driver import RaftDriver  # noqa: E402
+from kraft_node.server.node import KraftNode  # noqa: E402
 from kraft_node.server.tools import metadata_quorum  # noqa: E402
 from kraft_storage.meta_properties import parse_properties  # noqa: E402
 
@@ -152,10 +152,11 @@ def test_mutual_tls_three_voter_quorum_elects_commits_and_answers_the_cli(tmp_pa
         f.write(f"security.protocol=SSL\nssl.truststore.location={pki.cafile}\nssl.keystore.location={cli_ks}\n")
 
     async def go():
-        ds = [RaftDriver.from_config(NodeConfig.from_file(p)) for p in paths]
+        ns = [KraftNode.from_config(NodeConfig.from_file(p)) for p in paths]
+        ds = [n.driver for n in ns]
         try:
-            for d in ds:
-                await d.start()
+            for n in ns:
+                await n.start()
             deadline = time.monotonic() + 15
             while not any(d.is_leader for d in ds):
                 assert time.monotonic() < deadline, "no leader elected over TLS"
@@ -167,7 +168,7 @@ def test_mutual_tls_three_voter_quorum_elects_commits_and_answers_the_cli(tmp_pa
             while min(d.core.high_watermark or 0 for d in ds) <= max(offs):
                 assert time.monotonic() < deadline, [d.core.high_watermark for d in ds]
                 await asyncio.sleep(0.02)
-            port = ds[0].port
+            port = ns[0].port
             # the CLI with --command-config speaks TLS with a client certificate
             rc = await asyncio.to_thread(metadata_quorum.main, ["--bootstrap-controller", f"127.0.0.1:{port}",
                                                                 "--command-config", command_config,
@@ -178,8 +179,8 @@ def test_mutual_tls_three_voter_quorum_elects_commits_and_answers_the_cli(tmp_pa
                                                                 "--timeout", "2", "describe", "--status"])
             assert rc == 1
         finally:
-            for d in ds:
-                await d.shutdown(2)
+            for n in ns:
+                await n.shutdown(2)
 
     run(go(), timeout=90)
     out = capsys.readouterr()

@@ -10,15 +10,17 @@ file handle, so the driver supplies them.
 * **Clock**: ``time.monotonic()`` in ms for every core call (timeouts never
   jump with the wall clock); ``time.time()`` only for record timestamps and
   DescribeQuorum's wall-clock fields.
-* **Inbound**: a :class:`KafkaServer` on the controller listener.  Each
+* **Inbound**: the node (:class:`kraft_node.server.node.KraftNode`) owns the
+  listener and routes the API keys of :meth:`RaftDriver.handlers` here; the
+  driver opens no server socket.  Each
   Vote/BeginQuorumEpoch/EndQuorumEpoch/Fetch/FetchSnapshot request is
   translated (:mod:`.wire`) and handed to ``core.handle_request`` under a fresh
   correlation id; the handler returns ``DEFERRED`` and the poll that yields the
   matching ``OutboundResponse`` answers it through ``ctx.respond`` -- for a
   Fetch parked in the leader's purgatory that is up to ``fetch_max_wait_ms``
-  later.  No task or future per request: a commit is a chain of such hops.  DescribeQuorum and
-  DescribeCluster are answered here from the core's state (only the leader
-  answers DescribeQuorum; others say NOT_LEADER_OR_FOLLOWER, like Kafka).
+  later.  No task or future per request: a commit is a chain of such hops.  DescribeQuorum is
+  answered here from the core's state (only the leader answers it; others say
+  NOT_LEADER_OR_FOLLOWER, like Kafka).
 * **Outbound**: one :class:`KafkaConnection` per voter, opened on demand (a
   request on an open connection is written at once and its answer handed to
   the core from the socket callback); a
@@ -28,6 +30,10 @@ file handle, so the driver supplies them.
   response of the right type with a top-level error (BROKER_NOT_AVAILABLE
   or REQUEST_TIMED_OUT), as Kafka's NetworkClient does; the core then backs
   off and retries.
+* **Construction**: everything the driver needs is passed in (the quorum config,
+  the local replica key, the static voters' and bootstrap servers' addresses, the
+  listener it advertises, the TLS context for outbound connections, the flush
+  options); reading ``server.properties`` and ``meta.properties`` is the node's job.
 * **Polling**: after every inbound message and at ``Ready.next_wakeup_ms`` (a
   single re-armed ``call_at`` timer), the driver calls ``core.poll`` and sends
   what it returns.  The cluster id (from meta.properties) is passed to the
@@ -46,21 +52,20 @@ import bisect
 import dataclasses
 import itertools
 import logging
-import os
 import random
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol, Sequence
 
-from kraft_node.server.config import NodeConfig
-from kraft_node.network import ConnectionClosed, KafkaConnection, KafkaServer, RequestTimeout
+from kraft_node.network import ConnectionClosed, KafkaConnection, RequestTimeout
 from kraft_node.network.server import DEFERRED
 from kraft_node.protocol.api_keys import ApiKeys
-from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
+from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest
 from kraft_node.protocol.generated.describe_quorum import DescribeQuorumResponse
 from kraft_node.raft.io import wire
 from kraft_node.raft.client import RaftCore
+from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import Errors, NotLeaderError, RaftError
 from kraft_node.raft.io.file_state import FileQuorumStateStore
 from kraft_node.raft.io.kafka_log import KafkaRaftLog, KafkaSnapshotControl, encode_control_value
@@ -69,11 +74,9 @@ from kraft_node.raft.messages import (AddRaftVoterRequest, BeginQuorumEpochReque
                                       OutboundRequest, OutboundResponse, RemoveRaftVoterRequest, ReplicaKey,
                                       UpdateRaftVoterRequest, VoteRequest)
 from kraft_node.raft.roles import LeaderState
-from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
 from kraft_storage.log.fdsync import native_aio_available, open_async_fdatasync
-from kraft_storage.messages._runtime import MessageError, Uuid, ZERO_UUID
-from kraft_storage.meta_properties import read_meta_properties
+from kraft_storage.messages.runtime import MessageError, Uuid, ZERO_UUID
 
 log = logging.getLogger("kraft.raft")
 
@@ -109,6 +112,15 @@ class DriverError(KraftStorageError):
     """The node cannot start (unformatted or mismatching storage, bad config)."""
 
 
+class VoterAddress(Protocol):
+    """A static voter (``controller.quorum.voters``): where to reach it, and its directory id
+    when KIP-853 gives one (``kraft_node.server.config.Voter`` is one)."""
+    id: int
+    host: str
+    port: int
+    directory_id: str | None
+
+
 def describe_error(exc: BaseException) -> str:
     """One line for an operator: a storage error's own message; an OSError with its file
     name and strerror ("No space left on device"), never a repr or a traceback."""
@@ -131,7 +143,9 @@ def _source_of(req) -> int:
     raise TypeError(type(req).__name__)
 
 
-def _dir_uuid(text: str | None) -> uuid.UUID | None:
+def dir_uuid(text: str | None) -> uuid.UUID | None:
+    """A directory id as written in meta.properties or controller.quorum.voters; None for
+    none or the zero Uuid."""
     if not text:
         return None
     u = Uuid(text)
@@ -195,15 +209,27 @@ class _PendingAppends:
 
 
 class RaftDriver:
-    """One KRaft quorum member (voter or observer) running over TCP.  See the module doc."""
+    """One KRaft quorum member (voter or observer) running over TCP.  See the module doc.
 
-    def __init__(self, config: NodeConfig, *, cluster_id: str, directory_id: uuid.UUID | None = None,
+    ``quorum``: the ``controller.quorum.*`` settings.  ``local_key``: this replica (node id
+    and, from meta.properties, its directory id).  ``partition_dir``: the metadata partition
+    directory (``__cluster_metadata-0``), already formatted.  ``voters``: the static voters
+    (empty for a dynamic quorum, whose voter set comes from the log).  ``bootstrap_servers``:
+    ``(host, port)`` of ``controller.quorum.bootstrap.servers``.  ``listener``: the endpoint
+    this node serves Raft RPCs on (the node routes them here; None for an observer without
+    one), advertised to the quorum when ``advertise`` (a controller).  ``client_ssl_context``:
+    TLS for outbound connections to the other voters (None for PLAINTEXT).
+    ``leader_flush`` / ``follower_flush``: where the fsyncs run (see below)."""
+
+    def __init__(self, quorum: QuorumConfig, local_key: ReplicaKey, *, cluster_id: str, partition_dir: str,
+                 voters: Sequence[VoterAddress] = (), bootstrap_servers: Sequence[tuple[str, int]] = (),
+                 listener: Endpoint | None = None, advertise: bool = True, client_ssl_context=None,
                  rng: random.Random | None = None, leader_flush: str = "auto", follower_flush: str = "inline"):
-        #: the log dirs' locks when this driver took them (from_config), released by close()
-        self._dir_locks: DirLocks | None = None
         try:
-            self._init(config, cluster_id=cluster_id, directory_id=directory_id, rng=rng,
-                       leader_flush=leader_flush, follower_flush=follower_flush)
+            self._init(quorum, local_key, cluster_id=cluster_id, partition_dir=partition_dir, voters=voters,
+                       bootstrap_servers=bootstrap_servers, listener=listener, advertise=advertise,
+                       client_ssl_context=client_ssl_context, rng=rng, leader_flush=leader_flush,
+                       follower_flush=follower_flush)
         except BaseException:
             # Whatever failed after the log was opened (a bad snapshot, the voter set...):
             # close it cleanly, so the directory is left as it was found (issue 19).
@@ -213,42 +239,41 @@ class RaftDriver:
                     opened.close()
                 except Exception as exc:  # noqa: BLE001 - the first error is the one to report
                     log.error("node %d: closing the log after a failed start failed too: %s",
-                              config.node_id, exc)
+                              local_key.id, exc)
             raise
 
-    def _init(self, config: NodeConfig, *, cluster_id: str, directory_id: uuid.UUID | None,
-              rng: random.Random | None, leader_flush: str, follower_flush: str):
+    def _init(self, quorum: QuorumConfig, local_key: ReplicaKey, *, cluster_id: str, partition_dir: str,
+              voters: Sequence[VoterAddress], bootstrap_servers: Sequence[tuple[str, int]],
+              listener: Endpoint | None, advertise: bool, client_ssl_context, rng: random.Random | None,
+              leader_flush: str, follower_flush: str):
         if leader_flush not in LEADER_FLUSH_MODES:
             raise DriverError(f"leader_flush must be one of {', '.join(LEADER_FLUSH_MODES)}, not {leader_flush!r}")
         if follower_flush not in FOLLOWER_FLUSH_MODES:
             raise DriverError(f"follower_flush must be one of {', '.join(FOLLOWER_FLUSH_MODES)}, "
                               f"not {follower_flush!r}")
-        ep = config.controller_endpoint
-        self.config = config
-        self.node_id = config.node_id
+        self.node_id = local_key.id
         self.cluster_id = cluster_id
-        self.directory_id = directory_id
-        self.quorum_config = config.quorum
+        self.directory_id = local_key.directory_id
+        self.quorum_config = quorum
+        self.partition_dir = partition_dir
+        self.voters = tuple(voters)
+        self._client_ssl_context = client_ssl_context
         #: static quorum (kraft.version 0, controller.quorum.voters) or dynamic (KIP-853:
         #: the voter set comes from the bootstrap snapshot and VotersRecords in the log).
-        self.dynamic = not config.voters
-        if config.is_controller and ep is None:
-            raise DriverError(f"{config.source}: controller {config.node_id} needs a controller listener")
-        if not self.dynamic and any(v.id == config.node_id for v in config.voters) and ep is None:
-            raise DriverError(f"{config.source}: voter {config.node_id} needs a controller listener")
-        self.endpoint = ep
-        self._listener_name = config.controller_listener_names[0]
-        self.voter_keys = [ReplicaKey(v.id, _dir_uuid(v.directory_id)) for v in config.voters]
-        self.local_key = ReplicaKey(config.node_id, directory_id)
-        pdir = config.metadata_partition_dir
+        self.dynamic = not self.voters
+        #: the listener this node serves Raft RPCs on (routed here by the node)
+        self.endpoint = listener
+        self._listener_name = listener.name if listener is not None else "CONTROLLER"
+        self.voter_keys = [ReplicaKey(v.id, dir_uuid(v.directory_id)) for v in self.voters]
+        self.local_key = local_key
+        pdir = partition_dir
         self.log = KafkaRaftLog(pdir)
         # Kafka writes quorum-state data_version 1 (votedDirectoryId, no currentVoters) once
         # kraft.version is 1, i.e. for every dynamic quorum (no 0 -> 1 upgrade here).
-        self.store = FileQuorumStateStore(pdir, [v.id for v in config.voters], data_version=1 if self.dynamic else 0)
+        self.store = FileQuorumStateStore(pdir, [v.id for v in self.voters], data_version=1 if self.dynamic else 0)
         #: bootstrap servers get Kafka's negative ids (-1, -2, ...) until their node id is known.
-        self._bootstrap = {-(i + 1): hp for i, hp in enumerate(config.bootstrap_servers)}
-        listeners = (Endpoint(self._listener_name, ep.host, ep.port),) if ep is not None and config.is_controller \
-            else ()
+        self._bootstrap = {-(i + 1): hp for i, hp in enumerate(bootstrap_servers)}
+        listeners = (listener,) if listener is not None and advertise else ()
         self.core = RaftCore(self.quorum_config, self.local_key, self.voter_keys, self.log, self.store,
                              rng or random.Random(), cluster_id=cluster_id,
                              snapshot_control=KafkaSnapshotControl(pdir), local_listeners=listeners,
@@ -294,7 +319,7 @@ class RaftDriver:
         self.core.defer_listeners = True  # poll_listeners() once the poll's messages are sent
         self._appends = _PendingAppends()
         self.core.register_listener(self._appends)
-        self._peers = {v.id: _Peer(v.id, v.host, v.port) for v in config.voters if v.id != config.node_id}
+        self._peers = {v.id: _Peer(v.id, v.host, v.port) for v in self.voters if v.id != self.node_id}
         #: node id -> (host, port) learned from NodeEndpoints / leader endpoints in RPCs
         self._learned: dict[int, tuple[str, int]] = {}
         self._inbound: dict[int, object] = {}  # core correlation id -> RequestContext
@@ -313,59 +338,20 @@ class RaftDriver:
         self._shutdown_done: asyncio.Event | None = None
         self._closed = False
         self.fatal: BaseException | None = None
-        self.server: KafkaServer | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.role_changes: list[tuple[str, int, int]] = []
 
-    # ------------------------------------------------------------ construction from a config
-    @classmethod
-    def from_config(cls, config: NodeConfig, *, dir_locks: DirLocks | None = None, **kw) -> "RaftDriver":
-        """Lock the log dirs, check the metadata log dir's meta.properties (formatted, same
-        node id) and build the driver.
-
-        ``dir_locks``: the caller already holds the locks of ``config.all_log_dirs`` and
-        releases them itself (``kraft-server-start`` takes them before anything else).
-        Without it the driver takes them here, before it reads anything, and releases them
-        in :meth:`close` -- or at once if building the driver fails."""
-        own = None
-        if dir_locks is None:
-            own = lock_dirs(config.all_log_dirs)
-        try:
-            driver = cls._from_config(config, **kw)
-        except BaseException:
-            if own is not None:
-                own.release()
-            raise
-        driver._dir_locks = own
-        return driver
-
-    @classmethod
-    def _from_config(cls, config: NodeConfig, **kw) -> "RaftDriver":
-        try:
-            meta = read_meta_properties(config.metadata_log_dir).meta
-        except KraftStorageError as exc:
-            raise DriverError(f"{exc}") from None
-        if meta.node_id != config.node_id:
-            raise DriverError(f"{config.metadata_log_dir}/meta.properties belongs to node {meta.node_id}, "
-                              f"but {config.source} says node.id={config.node_id}")
-        if not meta.cluster_id:
-            raise DriverError(f"{config.metadata_log_dir}/meta.properties has no cluster.id")
-        for d in config.all_log_dirs:
-            if os.path.abspath(d) == os.path.abspath(config.metadata_log_dir):
-                continue
-            if os.path.exists(os.path.join(d, "meta.properties")):
-                other = read_meta_properties(d).meta
-                if other.cluster_id != meta.cluster_id or other.node_id != meta.node_id:
-                    raise DriverError(f"log directory {d} belongs to cluster {other.cluster_id} node "
-                                      f"{other.node_id}, not cluster {meta.cluster_id} node {meta.node_id}")
-        return cls(config, cluster_id=meta.cluster_id, directory_id=_dir_uuid(meta.directory_id), **kw)
-
     # ------------------------------------------------------------ lifecycle
+    def handlers(self) -> dict[int, Callable]:
+        """API key -> handler for the node's routing table: the Raft RPCs and DescribeQuorum."""
+        handlers = {int(k): self._handle_raft for k in RAFT_APIS}
+        handlers[int(ApiKeys.DESCRIBE_QUORUM)] = self._handle_describe_quorum
+        return handlers
+
     async def start(self) -> None:
-        """Listen and initialize the core.  If that fails (the port is in use, a bad
-        quorum-state...) everything opened so far is closed -- the log cleanly, the locks
-        released -- before the error propagates: a failed start leaves the directory as it
-        found it (issue 19)."""
+        """Initialize the core (the node has opened the listener that routes here).  If that
+        fails (a bad quorum-state...) the log is closed cleanly before the error propagates:
+        a failed start leaves the directory as it found it (issue 19)."""
         try:
             await self._start()
         except BaseException:
@@ -375,20 +361,8 @@ class RaftDriver:
     async def _start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self._shutdown_done = asyncio.Event()
-        handlers = {int(k): self._handle_raft for k in RAFT_APIS}
-        handlers[int(ApiKeys.DESCRIBE_QUORUM)] = self._handle_describe_quorum
-        handlers[int(ApiKeys.DESCRIBE_CLUSTER)] = self._handle_describe_cluster
-        if self.endpoint is not None:
-            self.server = KafkaServer(self.endpoint.host, self.endpoint.port, handlers,
-                                      listener=self.endpoint.listener, listener_type="controller",
-                                      ssl_context=self.config.server_ssl_context(self.endpoint.listener))
-            await self.server.start()
         self.core.initialize(monotonic_ms())
         self._poll()
-
-    @property
-    def port(self) -> int | None:
-        return self.server.port if self.server is not None else None
 
     def on_role_change(self, cb: Callable[[str, int, int], None]) -> None:
         """``cb(role, epoch, leader_id)`` after every change of role, epoch or leader."""
@@ -434,8 +408,6 @@ class RaftDriver:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass
-        if self.server is not None:
-            await self.server.close()
         for p in self._peers.values():
             if p.conn is not None:
                 await p.conn.close()
@@ -454,9 +426,6 @@ class RaftDriver:
             # operator needs, and the fatal error that led here was already reported.
             log.error("node %d: closing the log cleanly failed (it will be recovered at the next start): %s",
                       self.node_id, describe_error(exc))
-        finally:
-            if self._dir_locks is not None:
-                self._dir_locks.release()
 
     async def wait_closed_or_fatal(self) -> None:
         while not self._closed and self.fatal is None:
@@ -512,7 +481,7 @@ class RaftDriver:
         """Voter id -> its endpoints: from the voter set in effect (VotersRecord), else from
         controller.quorum.voters (static quorums carry no endpoints in the log)."""
         out: dict[int, list[Endpoint]] = {}
-        static = {v.id: v for v in self.config.voters}
+        static = {v.id: v for v in self.voters}
         for e in self.core.voter_set.entries:
             if e.endpoints:
                 out[e.key.id] = list(e.endpoints)
@@ -533,7 +502,7 @@ class RaftDriver:
         if e is not None and e.endpoints:
             ep = next((x for x in e.endpoints if x.name == self._listener_name), e.endpoints[0])
             return ep.host, ep.port
-        for v in self.config.voters:
+        for v in self.voters:
             if v.id == node_id:
                 return v.host, v.port
         return self._learned.get(node_id)
@@ -576,6 +545,11 @@ class RaftDriver:
             return resp
         ne = self._leader_node_endpoint()
         return resp if ne is None else dataclasses.replace(resp, node_endpoints=(ne,))
+
+    @property
+    def listener_name(self) -> str:
+        """The name of the listener Raft RPCs are served on (the first controller listener)."""
+        return self._listener_name
 
     @property
     def leader_and_epoch(self) -> LeaderAndEpoch:
@@ -795,7 +769,7 @@ class RaftDriver:
                 peer.conn = await KafkaConnection.open(peer.host, peer.port,
                                                        timeout=self.quorum_config.request_timeout_ms / 1000,
                                                        client_id=f"raft-client-{self.node_id}",
-                                                       ssl_context=self.config.client_ssl_context())
+                                                       ssl_context=self._client_ssl_context)
             except (OSError, asyncio.TimeoutError) as exc:
                 peer.last_failure_ms = monotonic_ms()
                 reason = getattr(exc, "reason", None)
@@ -803,7 +777,7 @@ class RaftDriver:
                     # a misconfiguration the operator must see (once per peer address), not a peer that is down
                     peer.warned = (peer.host, peer.port, reason)
                     key = ("controller.quorum.bootstrap.servers" if peer.node_id < 0 else
-                           "controller.quorum.voters" if any(v.id == peer.node_id for v in self.config.voters) else
+                           "controller.quorum.voters" if any(v.id == peer.node_id for v in self.voters) else
                            "an endpoint learned from the quorum")
                     log.warning("node %d: cannot connect to node %d (address from %s): %s", self.node_id,
                                 peer.node_id, key, exc)
@@ -918,7 +892,7 @@ class RaftDriver:
             return
         self._poll()
 
-    # ------------------------------------------------------------ DescribeQuorum / DescribeCluster
+    # ------------------------------------------------------------ DescribeQuorum
     async def _handle_describe_quorum(self, ctx, body):
         R = DescribeQuorumResponse
         st = self.core.state
@@ -958,12 +932,3 @@ class RaftDriver:
                  for vid, eps in sorted(self.voter_endpoints().items())]
         return R(error_code=0, error_message=None, topics=[R.TopicData(topic_name=topic, partitions=[part])],
                  nodes=nodes)
-
-    async def _handle_describe_cluster(self, ctx, body):
-        R = DescribeClusterResponse
-        brokers = []
-        for vid, eps in sorted(self.voter_endpoints().items()):
-            ep = next((e for e in eps if e.name == self._listener_name), eps[0])
-            brokers.append(R.DescribeClusterBroker(broker_id=vid, host=ep.host, port=ep.port, rack=None))
-        return R(error_code=0, error_message=None, endpoint_type=2, cluster_id=self.cluster_id,
-                 controller_id=self.core.leader_id, brokers=brokers)
