@@ -21,12 +21,18 @@ from setuptools.command.build_ext import build_ext as _build_ext
 
 
 class build_ext(_build_ext):
-    """Compile extensions in parallel (one job per core) unless told otherwise."""
+    """Compile extensions in parallel (one job per core) unless told otherwise, after the
+    shared C library (``build_clib``: ``build_ext --inplace`` alone would not build it)."""
 
     def finalize_options(self):
         super().finalize_options()
         if not self.parallel:
             self.parallel = os.cpu_count() or 1
+
+    def run(self):
+        if self.distribution.has_c_libraries():
+            self.run_command("build_clib")
+        super().run()
 
 DEBUG = os.environ.get("KRAFT_DEBUG_BUILD") == "1"
 
@@ -40,7 +46,7 @@ INCLUDES = ["csrc", numpy.get_include()]
 MACROS = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 
 
-def ext(name, pyx, csources=(), depends=()):
+def ext(name, pyx, csources=(), depends=(), libraries=()):
     return Extension(
         name,
         sources=[pyx, *csources],
@@ -48,25 +54,39 @@ def ext(name, pyx, csources=(), depends=()):
         include_dirs=INCLUDES,
         define_macros=MACROS,
         extra_compile_args=CFLAGS,
+        libraries=list(libraries),
     )
 
 
-# (module, pyx, C sources).  Extensions are compiled in parallel, so no C
-# file may be listed by two extensions (they would race on its object file):
-# an extension that needs another's kernels gets a one-file "unit" that
-# #includes them (csrc/batch_unit.c).
+# The C kernels that several extensions call (CRC-32C, the record-batch scanner and
+# codec) are compiled once, into one static library linked by each of them.
+# Extensions are compiled in parallel, so no C file may be listed by two extensions
+# (they would race on its object file, build/temp.../csrc/X.o); a C file used by one
+# extension only may stay in its sources.  The library's objects are position
+# independent (build_clib compiles with the extension compiler's flags, -fPIC
+# included), and each extension gets its own copy of what it calls, as before.
+CSRC_LIB = "kraft_csrc"
+CSRC_LIB_SOURCES = ["csrc/crc32c.c", "csrc/recordbatch.c"]
+CSRC_LIB_DEPENDS = [*CSRC_LIB_SOURCES, "csrc/crc32c.h", "csrc/recordbatch.h"]
+LIBRARIES = [(CSRC_LIB, {
+    "sources": CSRC_LIB_SOURCES,
+    "include_dirs": ["csrc"],
+    "cflags": CFLAGS,
+    "obj_deps": {"": ["csrc/crc32c.h", "csrc/recordbatch.h"]},
+})]
+
+# (module, pyx, C sources of its own, the shared library if it calls it).
 EXTENSIONS = [
     ext("kraft_storage._native._crc32c", "kraft_storage/_native/_crc32c.pyx",
-        ["csrc/crc32c.c"]),
+        depends=CSRC_LIB_DEPENDS, libraries=[CSRC_LIB]),
     ext("kraft_storage._native._batch", "kraft_storage/_native/_batch.pyx",
-        ["csrc/batch_unit.c"],
-        depends=["csrc/crc32c.c", "csrc/crc32c.h", "csrc/recordbatch.c", "csrc/recordbatch.h"]),
+        depends=CSRC_LIB_DEPENDS, libraries=[CSRC_LIB]),
     ext("kraft_storage._native._messages_metadata", "kraft_storage/_native/_messages_metadata.pyx"),
     ext("kraft_storage._native._timeline", "kraft_storage/_native/_timeline.pyx"),
     ext("kraft_storage._native._index", "kraft_storage/_native/_index.pyx"),
     ext("kraft_storage._native._frame", "kraft_storage/_native/_frame.pyx"),
     ext("kraft_storage._native._logappend", "kraft_storage/_native/_logappend.pyx",
-        ["csrc/crc32c.c", "csrc/recordbatch.c"]),
+        depends=CSRC_LIB_DEPENDS, libraries=[CSRC_LIB]),
     ext("kraft_storage._native._fdsync", "kraft_storage/_native/_fdsync.pyx",
         ["csrc/aio_fsync.c"], depends=["csrc/aio_fsync.h"]),
     ext("kraft_storage._native._metadata_columns", "kraft_storage/_native/_metadata_columns.pyx"),
@@ -81,6 +101,7 @@ if only:
 
 setup(
     cmdclass={"build_ext": build_ext},
+    libraries=LIBRARIES,
     ext_modules=cythonize(
         EXTENSIONS,
         language_level=3,
