@@ -15,6 +15,7 @@ The callers keep importing these names from where they always did
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ NO_SNAPSHOT_EPOCH: int = -(1 << 63)
 # -- fdatasync jobs (kernel ``_fdsync``; ``kraft_storage.log.fdsync``)
 
 
-def as_fd(f):
+def as_fd(f: Any) -> int:
     """``f`` as a file descriptor (any ``__index__`` but a bool), else TypeError.
 
     The one argument check of both ``_fdsync`` twins."""

@@ -1,7 +1,7 @@
 """The contract of each kernel twin pair: what ``kraft_storage._native.X`` and ``kraft_storage._pure.X`` both provide.
 
 Every kernel has two implementations with one API (the Cython build and its
-pure-Python twin; :mod:`kraft_storage._accel` picks one per process).  This
+pure-Python twin; :mod:`kraft_storage.accel` picks one per process).  This
 module states that API once per pair, as a :class:`typing.Protocol` the
 *module* satisfies, and ``tests/test_twin_contracts.py`` checks both twins
 against it (names, parameter names and kinds, defaults, constants equal in
@@ -73,14 +73,15 @@ class RecordLike(Protocol):
         """The value (None: null)."""
 
     @property
-    def headers(self) -> tuple:
+    def headers(self) -> tuple[tuple[bytes | None, bytes | None], ...]:
         """``((key, value), ...)``."""
 
     @property
     def attributes(self) -> int:
         """The record's attribute byte."""
 
-    def __init__(self, offset: int, timestamp: int, key: bytes | None, value: bytes | None, headers: tuple,
+    def __init__(self, offset: int, timestamp: int, key: bytes | None, value: bytes | None,
+                 headers: tuple[tuple[bytes | None, bytes | None], ...],
                  attributes: int = 0) -> None:
         """A record with these fields (``attributes``: the record's own attribute byte)."""
 
@@ -116,7 +117,7 @@ class BatchKernel(Protocol):
         """Walk batches of ``buf[start:end]`` into ``out`` (BATCH_DTYPE); ``(status, n, next_pos, message, err_position, err_base_offset)``."""
 
     def decode_records(self, buf: Any, headers: np.ndarray, region_start: Any, region_end: Any, batch_row: Any,
-                       cols: tuple, first_row: int) -> tuple:
+                       cols: tuple[Any, ...], first_row: int) -> tuple[int, int, str | None, int, int]:
         """Decode the records of each batch row of ``headers`` into the column arrays ``cols``; ``(status, n, message, err_position, err_base_offset)``."""
 
     def encode_records(self, lo: int, hi: int, keys: Any, key_off: Any, key_null: Any, vals: Any, val_off: Any,
@@ -126,7 +127,7 @@ class BatchKernel(Protocol):
     def encode_batches(self, keys: Any, key_off: Any, key_null: Any, vals: Any, val_off: Any, val_null: Any, ts: Any,
                        default_ts: int, per_batch: int, base_offset: int, partition_leader_epoch: int,
                        attributes: int, producer_id: int, producer_epoch: int, base_sequence: int,
-                       out: Any = None) -> tuple:
+                       out: Any = None) -> tuple[Any, np.ndarray]:
         """Uncompressed batches of at most ``per_batch`` records: ``(bytes, positions)``, or ``(nbytes, positions)`` written into ``out``."""
 
     def write_batch(self, records: bytes, base_offset: int, partition_leader_epoch: int, attributes: int,
@@ -134,16 +135,16 @@ class BatchKernel(Protocol):
                     base_sequence: int, records_count: int) -> bytes:
         """One whole batch: the header (with its CRC-32C) and the given records section."""
 
-    def pack_bytes(self, items: Any) -> tuple | None:
+    def pack_bytes(self, items: Any) -> tuple[bytes, np.ndarray] | None:
         """``(joined bytes, int64 offsets[n + 1])`` of a sequence of exactly-``bytes`` items, else None."""
 
-    def parse_headers(self, buf: Any, pos: int, count: int) -> tuple:
+    def parse_headers(self, buf: Any, pos: int, count: int) -> tuple[tuple[bytes | None, bytes | None], ...]:
         """The ``count`` record headers at ``buf[pos:]`` as ``((key, value), ...)``."""
 
-    def make_records(self, buf: Any, cols: tuple, lo: int, hi: int) -> list:
+    def make_records(self, buf: Any, cols: tuple[Any, ...], lo: int, hi: int) -> list[RecordLike]:
         """:class:`Record` objects for rows ``[lo, hi)`` of decoded columns over ``buf``."""
 
-    def iter_records(self, buf: Any, cols: tuple, lo: int, hi: int) -> Iterator[RecordLike]:
+    def iter_records(self, buf: Any, cols: tuple[Any, ...], lo: int, hi: int) -> Iterator[RecordLike]:
         """The same records as :meth:`make_records`, one at a time."""
 
 
@@ -183,7 +184,7 @@ class AsyncFdatasyncLike(Protocol):
     def submit(self, fds: Any, token: Any) -> None:
         """Start fdatasync of every descriptor of ``fds``; the job completes with ``token`` (never blocks)."""
 
-    def reap(self) -> list:
+    def reap(self) -> list[tuple[Any, OSError | None]]:
         """``[(token, OSError | None), ...]`` of the jobs finished since the last call."""
 
     def fileno(self) -> int:
@@ -220,7 +221,7 @@ class FrameKernel(Protocol):
                     body_pos: Any) -> int:
         """Fill ``api_key``/``version`` (int16) and ``body_pos`` (int64) of every value; returns how many are frames."""
 
-    def gather(self, data: Any, pos: Any, length: Any) -> tuple:
+    def gather(self, data: Any, pos: Any, length: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
         """Copy the slices ``data[pos:pos+length]`` out: ``(uint8 data, int32 offsets[n + 1], validity bitmap or None, null count)``."""
 
 
@@ -240,13 +241,13 @@ class IndexSearcherLike(Protocol):
     def release(self) -> None:
         """Drop the reference to the buffer (before the mmap closes)."""
 
-    def entry(self, slot: int) -> tuple:
+    def entry(self, slot: int) -> tuple[int, int]:
         """The entry at ``slot``, absolute: ``(offset, position)`` or ``(timestamp, offset)``."""
 
     def offset_slot(self, offset: int) -> int:
         """Slot of the last entry whose offset is <= ``offset`` (-1: none)."""
 
-    def lookup(self, offset: int) -> tuple:
+    def lookup(self, offset: int) -> tuple[int, int]:
         """``(offset, position)`` of the last entry at or before ``offset`` (the segment start when none)."""
 
     def position_slot(self, position: int) -> int:
@@ -258,7 +259,7 @@ class IndexSearcherLike(Protocol):
     def time_slot(self, timestamp: int) -> int:
         """Slot of the first time entry whose timestamp is >= ``timestamp`` (-1: none)."""
 
-    def time_lookup(self, timestamp: int) -> tuple:
+    def time_lookup(self, timestamp: int) -> tuple[int, int]:
         """``(timestamp, offset)`` of the time entry for ``timestamp``, as Kafka's TimeIndex.lookup."""
 
 
@@ -276,7 +277,8 @@ class IndexKernel(Protocol):
 
     def plan_entries(self, positions: Any, sizes: Any, last_offsets: Any, max_timestamps: Any, base_offset: int,
                      interval: int, bytes_since: int, max_ts: int, offset_of_max_ts: int, last_time_ts: int,
-                     out_off_rel: Any, out_off_pos: Any, out_ts: Any, out_ts_rel: Any) -> tuple:
+                     out_off_rel: Any, out_off_pos: Any, out_ts: Any,
+                     out_ts_rel: Any) -> tuple[int, int, int, int, int, int]:
         """Index entries a run of batches adds (Kafka 4's per-batch rule); ``(n_offset, n_time, bytes_since, max_ts, offset_of_max_ts, last_time_ts)``."""
 
 
@@ -323,7 +325,7 @@ class AppenderLike(Protocol):
         """The first batch's max timestamp (segment rolling)."""
 
     @property
-    def epochs(self) -> tuple:
+    def epochs(self) -> tuple[tuple[int, int], ...]:
         """``(epoch, start_offset)`` pairs the leader-epoch cache must learn, in order."""
 
     def __init__(self) -> None:
@@ -335,7 +337,7 @@ class AppenderLike(Protocol):
 
     def write(self, fd: int, start: int, segment_base: int, interval: int, bytes_since: int, max_ts: int,
               offset_of_max_ts: int, offset_buf: Any, offset_n: int, offset_max: int, time_buf: Any, time_n: int,
-              time_max: int) -> tuple:
+              time_max: int) -> tuple[int, int, int, int, int]:
         """Write the scanned batches at ``start``, then their index entries; ``(offset_n, time_n, bytes_since, max_ts, offset_of_max_ts)``."""
 
     def release(self) -> None:
@@ -377,17 +379,17 @@ class GeneratedMessage(Protocol):
         """Decode a whole body of ``version`` (MessageError on bad bytes or trailing bytes)."""
 
     @classmethod
-    def read_prefix(cls, buf: Any, pos: int, version: int) -> tuple:
+    def read_prefix(cls, buf: Any, pos: int, version: int) -> tuple[Any, int]:
         """Decode one body at ``buf[pos:]``: ``(message, end position)``."""
 
     def write(self, version: int) -> bytes:
         """Encode as ``version``."""
 
-    def to_dict(self, version: int | None = None) -> dict:
+    def to_dict(self, version: int | None = None) -> dict[str, Any]:
         """Kafka's JSON form (of ``version``'s fields when given)."""
 
     @classmethod
-    def from_dict(cls, d: dict, version: int | None = None) -> Any:
+    def from_dict(cls, d: dict[str, Any], version: int | None = None) -> Any:
         """Inverse of :meth:`to_dict`."""
 
 
@@ -518,18 +520,19 @@ class MessagesMetadataKernel(Protocol):
 class MetadataColumnsKernel(Protocol):
     """``_metadata_columns``: record bodies decoded into columns (caller: ``kraft_storage.messages.columns``)."""
 
-    LAYOUTS: dict
+    LAYOUTS: dict[int, Any]
     """apiKey -> (name, (lowest, highest version), buffers, layout tree, field names)."""
-    ERRORS: dict
+    ERRORS: dict[int, str]
     """Error code -> reason, for the ``(row, code, position, field)`` a decoder returns."""
     MAX_API_KEY: int
     """Highest apiKey with a decoder."""
 
-    def decode_type(self, api_key: int, data: Any, body_pos: Any, body_end: Any, version: Any, rows: Any) -> tuple:
+    def decode_type(self, api_key: int, data: Any, body_pos: Any, body_end: Any, version: Any,
+                    rows: Any) -> tuple[Any, Any]:
         """Decode the bodies of ``rows`` (all of type ``api_key``): ``(buffers in LAYOUTS order, None)`` or ``(None, error)``."""
 
     def decode_rows(self, data: Any, body_pos: Any, body_end: Any, api_key: Any, version: Any, rows: Any,
-                    wanted: Any) -> tuple:
+                    wanted: Any) -> tuple[Any, Any]:
         """Decode ``rows`` in row order, each by its type's decoder: ``({api_key: (rows, buffers)}, None)`` or ``(None, error)``."""
 
 

@@ -12,9 +12,14 @@ the values are those of the ``crc32c`` PyPI package and of Kafka's
 ``KRAFT_NO_EXTENSIONS=1`` or without the built extension,
 ``"pure:crc32c-package"`` / ``"pure:table"``.
 """
-from kraft_storage._accel import load
+from typing import TYPE_CHECKING, cast
 
-_impl = load("_crc32c")
+from kraft_storage.accel import load
+
+if TYPE_CHECKING:
+    from kraft_storage._contracts import Crc32cKernel
+
+_impl = cast("Crc32cKernel", load("_crc32c"))
 
 crc32c = _impl.crc32c
 impl = _impl.impl

@@ -18,9 +18,14 @@ descriptors must stay open until their job is reaped (``FlushJob.fds`` /
 """
 from __future__ import annotations
 
-from kraft_storage import _accel
+from typing import TYPE_CHECKING, cast
 
-_impl = _accel.load("_fdsync")
+from kraft_storage import accel
+
+if TYPE_CHECKING:
+    from kraft_storage._contracts import AsyncFdatasyncLike, FdsyncKernel
+
+_impl = cast("FdsyncKernel", accel.load("_fdsync"))
 
 #: Why the native flusher could not be used in this process, if it could not.
 FALLBACK_REASON: str | None = None
@@ -46,7 +51,7 @@ def native_aio_available() -> bool:
     return _native_ok
 
 
-def open_async_fdatasync(depth: int = 64):
+def open_async_fdatasync(depth: int = 64) -> AsyncFdatasyncLike:
     """A native AIO flusher when this process uses native code and the kernel lets it
     (``io_setup`` may be refused: old kernels, seccomp), else the thread-based twin."""
     global FALLBACK_REASON
@@ -56,5 +61,5 @@ def open_async_fdatasync(depth: int = 64):
         except OSError as exc:
             FALLBACK_REASON = f"native AIO unavailable: {exc}"
             from kraft_storage._pure import _fdsync as pure
-            return pure.AsyncFdatasync(depth)
+            return cast("FdsyncKernel", pure).AsyncFdatasync(depth)
     return _impl.AsyncFdatasync(depth)

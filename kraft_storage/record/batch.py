@@ -15,19 +15,24 @@ Invariant kept here: a scan never reports a batch that is not entirely inside
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from kraft_storage._accel import load
-from kraft_storage._common import BATCH_DTYPE  # in the leaf (shared with the kernels); exported here
+from kraft_storage.accel import load
+from kraft_storage._common import BATCH_DTYPE as BATCH_DTYPE  # in the leaf (shared with the kernels); exported here
 from kraft_storage.errors import CorruptRecordError
 from kraft_storage.record.constants import (
     COMPRESSION_MASK, CONTROL_MASK, DELETE_HORIZON_MASK, TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK, Compression, TimestampType)
 
-_k = load("_batch")
+if TYPE_CHECKING:
+    from kraft_storage._contracts import BatchKernel, RecordLike
+    from kraft_storage.record.columns import RecordColumns
+
+_k = cast("BatchKernel", load("_batch"))
 
 
 CRC_SKIP, CRC_VERIFY, CRC_REPORT = 0, 1, 2
@@ -35,7 +40,7 @@ _OK, _TRUNCATED, _CORRUPT, _CAPACITY = 0, 1, 2, 3
 _NO_OFFSET = -(2**63)
 
 
-def _buffer_len(buf) -> int:
+def _buffer_len(buf: Any) -> int:
     return memoryview(buf).nbytes
 
 
@@ -66,14 +71,15 @@ class BatchScan:
 
     @property
     def last_offsets(self) -> np.ndarray:
-        return self.headers["base_offset"] + self.headers["last_offset_delta"]
+        last: np.ndarray = self.headers["base_offset"] + self.headers["last_offset_delta"]
+        return last
 
     @property
     def records_total(self) -> int:
         return int(self.headers["records_count"].sum(dtype=np.int64))
 
 
-def scan_batches(buf, start: int = 0, end: int | None = None, *, verify_crc: bool = True,
+def scan_batches(buf: Any, start: int = 0, end: int | None = None, *, verify_crc: bool = True,
                  crc_mode: int | None = None, allow_partial_tail: bool = False,
                  raise_on_error: bool = True, max_batch_size: int = 0,
                  source: str | None = None) -> BatchScan:
@@ -101,7 +107,7 @@ def scan_batches(buf, start: int = 0, end: int | None = None, *, verify_crc: boo
     if crc_mode is None:
         crc_mode = CRC_VERIFY if verify_crc else CRC_SKIP
     cap = min(max((end - start) // 61 + 1, 1), 4096)
-    chunks = []
+    chunks: list[np.ndarray] = []
     pos = start
     while True:
         out = np.empty(cap, dtype=BATCH_DTYPE)
@@ -116,7 +122,7 @@ def scan_batches(buf, start: int = 0, end: int | None = None, *, verify_crc: boo
         scan.truncated = status == _TRUNCATED
         if scan.truncated and allow_partial_tail:
             return scan
-        scan.error = CorruptRecordError(msg, epos, None if ebo == _NO_OFFSET else ebo, source)
+        scan.error = CorruptRecordError(cast(str, msg), epos, None if ebo == _NO_OFFSET else ebo, source)
         if raise_on_error:
             raise scan.error
     return scan
@@ -132,14 +138,14 @@ class RecordBatch:
 
     __slots__ = ("_buf", "_headers", "_i", "source")
 
-    def __init__(self, buf, headers: np.ndarray, index: int, source: str | None = None):
+    def __init__(self, buf: Any, headers: np.ndarray, index: int, source: str | None = None) -> None:
         self._buf = buf
         self._headers = headers
         self._i = index
         self.source = source
 
     @classmethod
-    def parse(cls, buf, position: int = 0, *, verify_crc: bool = True) -> "RecordBatch":
+    def parse(cls, buf: Any, position: int = 0, *, verify_crc: bool = True) -> "RecordBatch":
         """The single batch starting at ``position``."""
         out = np.empty(1, dtype=BATCH_DTYPE)
         end = _buffer_len(buf)
@@ -148,27 +154,68 @@ class RecordBatch:
         if n == 0:
             if status == _OK:
                 raise CorruptRecordError("no batch: the buffer is empty", position)
-            raise CorruptRecordError(msg, epos, None if ebo == _NO_OFFSET else ebo)
+            raise CorruptRecordError(cast(str, msg), epos, None if ebo == _NO_OFFSET else ebo)
         return cls(buf, out, 0)
 
-    def _f(self, name):
+    def _f(self, name: str) -> int:
         return int(self._headers[self._i][name])
 
     # -- header fields (Kafka names, Python style) --
-    position = property(lambda s: s._f("position"))
-    base_offset = property(lambda s: s._f("base_offset"))
-    size_in_bytes = property(lambda s: s._f("size"))
-    partition_leader_epoch = property(lambda s: s._f("partition_leader_epoch"))
-    magic = property(lambda s: s._f("magic"))
-    crc = property(lambda s: s._f("crc"))
-    attributes = property(lambda s: s._f("attributes"))
-    last_offset_delta = property(lambda s: s._f("last_offset_delta"))
-    base_timestamp = property(lambda s: s._f("base_timestamp"))
-    max_timestamp = property(lambda s: s._f("max_timestamp"))
-    producer_id = property(lambda s: s._f("producer_id"))
-    producer_epoch = property(lambda s: s._f("producer_epoch"))
-    base_sequence = property(lambda s: s._f("base_sequence"))
-    records_count = property(lambda s: s._f("records_count"))
+    @property
+    def position(self) -> int:
+        return self._f("position")
+
+    @property
+    def base_offset(self) -> int:
+        return self._f("base_offset")
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._f("size")
+
+    @property
+    def partition_leader_epoch(self) -> int:
+        return self._f("partition_leader_epoch")
+
+    @property
+    def magic(self) -> int:
+        return self._f("magic")
+
+    @property
+    def crc(self) -> int:
+        return self._f("crc")
+
+    @property
+    def attributes(self) -> int:
+        return self._f("attributes")
+
+    @property
+    def last_offset_delta(self) -> int:
+        return self._f("last_offset_delta")
+
+    @property
+    def base_timestamp(self) -> int:
+        return self._f("base_timestamp")
+
+    @property
+    def max_timestamp(self) -> int:
+        return self._f("max_timestamp")
+
+    @property
+    def producer_id(self) -> int:
+        return self._f("producer_id")
+
+    @property
+    def producer_epoch(self) -> int:
+        return self._f("producer_epoch")
+
+    @property
+    def base_sequence(self) -> int:
+        return self._f("base_sequence")
+
+    @property
+    def records_count(self) -> int:
+        return self._f("records_count")
 
     @property
     def last_offset(self) -> int:
@@ -218,26 +265,26 @@ class RecordBatch:
     def header_row(self) -> np.ndarray:
         return self._headers[self._i:self._i + 1]
 
-    def decode(self):
+    def decode(self) -> RecordColumns:
         """This batch's records as columns (see :func:`decode_records`)."""
         from kraft_storage.record.columns import decode_batches
         return decode_batches(self._buf, self.header_row(), source=self.source)
 
-    def records(self) -> list:
+    def records(self) -> list[RecordLike]:
         """This batch's records as Record objects (convenience)."""
         return self.decode().records()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[RecordLike]:
         return iter(self.records())
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
                 f"count={self.records_count}, position={self.position}, size={self.size_in_bytes}, "
                 f"epoch={self.partition_leader_epoch}, compression={self.compression.name.lower()}, "
                 f"control={self.is_control})")
 
 
-def iter_batches(buf, position: int = 0, end: int | None = None, *, verify_crc: bool = True,
+def iter_batches(buf: Any, position: int = 0, end: int | None = None, *, verify_crc: bool = True,
                  allow_partial_tail: bool = False, source: str | None = None) -> Iterator[RecordBatch]:
     """Yield every whole batch in ``buf[position:end]``, then raise on any damage.
 
@@ -263,4 +310,4 @@ def iter_batches(buf, position: int = 0, end: int | None = None, *, verify_crc: 
             continue
         if status == _OK or (status == _TRUNCATED and allow_partial_tail):
             return
-        raise CorruptRecordError(msg, epos, None if ebo == _NO_OFFSET else ebo, source)
+        raise CorruptRecordError(cast(str, msg), epos, None if ebo == _NO_OFFSET else ebo, source)

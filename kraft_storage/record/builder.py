@@ -13,25 +13,38 @@
 from __future__ import annotations
 
 import time
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import numpy as np
 
-from kraft_storage._accel import load
+from kraft_storage.accel import load
 from kraft_storage._pure._batch import encode_records_full
 from kraft_storage.record import compression as _compression
 from kraft_storage.record.constants import (
     NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, Compression,
     TimestampType, make_attributes)
 
-_k = load("_batch")
+if TYPE_CHECKING:
+    import mmap
+    from typing import TypeAlias
+
+    from typing_extensions import Buffer
+
+    from kraft_storage._contracts import BatchKernel
+
+    #: What ``build_batches(out=...)`` writes into.
+    _Writable: TypeAlias = bytearray | memoryview | mmap.mmap | np.ndarray
+
+_k = cast("BatchKernel", load("_batch"))
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _fields(r, i: int, base_offset: int, default_ts: int):
+def _fields(r: Any, i: int, base_offset: int,
+            default_ts: int) -> tuple[int, int, Any, Any, tuple[tuple[bytes | None, bytes | None], ...]]:
     """(offset_delta, timestamp, key, value, headers) of one convenience record."""
     if isinstance(r, tuple):
         key, value = r[0], r[1]
@@ -48,7 +61,7 @@ def _fields(r, i: int, base_offset: int, default_ts: int):
     return od, int(ts), key, value, tuple(headers)
 
 
-def build_batch(records: Sequence, *, base_offset: int = 0, partition_leader_epoch: int = 0,
+def build_batch(records: Sequence[Any], *, base_offset: int = 0, partition_leader_epoch: int = 0,
                 compression: Compression | str | int = Compression.NONE,
                 timestamp_type: TimestampType = TimestampType.CREATE_TIME,
                 is_transactional: bool = False, is_control: bool = False,
@@ -78,7 +91,7 @@ def build_batch(records: Sequence, *, base_offset: int = 0, partition_leader_epo
     bts = fields[0][1] if base_timestamp is None else base_timestamp
     mts = max(f[1] for f in fields) if max_timestamp is None else max_timestamp
     lod = fields[-1][0] if last_offset_delta is None else last_offset_delta
-    body = encode_records_full(
+    body: bytes = encode_records_full(
         (od, ts - bts, None if k is None else bytes(k), None if v is None else bytes(v), h)
         for od, ts, k, v, h in fields)
     comp = Compression.parse(compression)
@@ -89,9 +102,9 @@ def build_batch(records: Sequence, *, base_offset: int = 0, partition_leader_epo
                           producer_id, producer_epoch, base_sequence, len(fields))
 
 
-def pack_buffers(items: Iterable) -> tuple[bytes, np.ndarray, np.ndarray | None]:
+def pack_buffers(items: Iterable[Any]) -> tuple[bytes, np.ndarray, np.ndarray | None]:
     """Sequence of bytes-or-None -> (data, offsets[n+1], null mask or None)."""
-    items = items if type(items) in (list, tuple) else list(items)
+    items = cast("Sequence[Any]", items if type(items) in (list, tuple) else list(items))
     packed = _k.pack_bytes(items)  # the common case: all bytes, no None (one native pass)
     if packed is not None:
         return packed[0], packed[1], None
@@ -103,7 +116,7 @@ def pack_buffers(items: Iterable) -> tuple[bytes, np.ndarray, np.ndarray | None]
     return data, off, (nulls if nulls.any() else None)
 
 
-def _arrow(arg, n_expected=None):
+def _arrow(arg: Any, n_expected: int | None = None) -> tuple[Any, np.ndarray | None, np.ndarray | None]:
     """Accept a sequence of bytes/None, or (data, offsets) / (data, offsets, nulls)."""
     if arg is None:
         return None, None, None
@@ -114,13 +127,42 @@ def _arrow(arg, n_expected=None):
     return pack_buffers(arg)
 
 
-def build_batches(values, *, keys=None, timestamps=None, records_per_batch: int = 1000,
+@overload
+def build_batches(values: Any, *, keys: Any = ..., timestamps: Any = ..., records_per_batch: int = ...,
+                  base_offset: int = ..., partition_leader_epoch: int = ...,
+                  compression: Compression | str | int = ..., timestamp: int | None = ...,
+                  is_transactional: bool = ..., is_control: bool = ..., producer_id: int = ...,
+                  producer_epoch: int = ..., base_sequence: int = ...,
+                  return_positions: Literal[False] = ..., out: None = ...) -> bytes: ...
+@overload
+def build_batches(values: Any, *, keys: Any = ..., timestamps: Any = ..., records_per_batch: int = ...,
+                  base_offset: int = ..., partition_leader_epoch: int = ...,
+                  compression: Compression | str | int = ..., timestamp: int | None = ...,
+                  is_transactional: bool = ..., is_control: bool = ..., producer_id: int = ...,
+                  producer_epoch: int = ..., base_sequence: int = ...,
+                  return_positions: Literal[False] = ..., out: _Writable) -> int: ...
+@overload
+def build_batches(values: Any, *, keys: Any = ..., timestamps: Any = ..., records_per_batch: int = ...,
+                  base_offset: int = ..., partition_leader_epoch: int = ...,
+                  compression: Compression | str | int = ..., timestamp: int | None = ...,
+                  is_transactional: bool = ..., is_control: bool = ..., producer_id: int = ...,
+                  producer_epoch: int = ..., base_sequence: int = ...,
+                  return_positions: Literal[True], out: None = ...) -> tuple[bytes, np.ndarray]: ...
+@overload
+def build_batches(values: Any, *, keys: Any = ..., timestamps: Any = ..., records_per_batch: int = ...,
+                  base_offset: int = ..., partition_leader_epoch: int = ...,
+                  compression: Compression | str | int = ..., timestamp: int | None = ...,
+                  is_transactional: bool = ..., is_control: bool = ..., producer_id: int = ...,
+                  producer_epoch: int = ..., base_sequence: int = ...,
+                  return_positions: Literal[True], out: _Writable) -> tuple[int, np.ndarray]: ...
+def build_batches(values: Any, *, keys: Any = None, timestamps: Any = None, records_per_batch: int = 1000,
                   base_offset: int = 0, partition_leader_epoch: int = 0,
                   compression: Compression | str | int = Compression.NONE,
                   timestamp: int | None = None, is_transactional: bool = False,
                   is_control: bool = False, producer_id: int = NO_PRODUCER_ID,
                   producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
-                  return_positions: bool = False, out=None):
+                  return_positions: bool = False,
+                  out: _Writable | None = None) -> bytes | int | tuple[bytes | int, np.ndarray]:
     """Encode N records into consecutive batches of ``records_per_batch``.
 
     Args:
@@ -157,32 +199,33 @@ def build_batches(values, *, keys=None, timestamps=None, records_per_batch: int 
                                            attrs, producer_id, producer_epoch, base_sequence, out)
         return (res, positions) if return_positions else res
     spans = [(lo, min(lo + records_per_batch, n)) for lo in range(0, n, records_per_batch)]
-    bodies = []
-    stamps = []
+    bodies: list[bytes] = []
+    stamps: list[tuple[int, int]] = []
     for lo, hi in spans:
         bts = int(ts[lo]) if ts is not None else default_ts
         mts = int(ts[lo:hi].max()) if ts is not None else bts
         stamps.append((bts, mts))
         bodies.append(_k.encode_records(lo, hi, ks, koff, knull, vals, voff, vnull, ts, bts))
     compressed = _compression.compress_many(comp, bodies)
-    parts = []
-    positions = []
+    parts: list[bytes] = []
+    starts: list[int] = []
     pos = 0
     for (lo, hi), (bts, mts), body in zip(spans, stamps, compressed):
         seq = -1 if base_sequence < 0 else (base_sequence + lo) & 0x7FFFFFFF
         b = _k.write_batch(body, base_offset + lo, partition_leader_epoch, attrs, hi - lo - 1, bts,
                            mts, producer_id, producer_epoch, seq, hi - lo)
         parts.append(b)
-        positions.append(pos)
+        starts.append(pos)
         pos += len(b)
-    res = b"".join(parts)
+    joined = b"".join(parts)
+    written: bytes | int = joined
     if out is not None:
-        target = memoryview(out).cast("B")
-        if len(target) < len(res):
-            raise ValueError(f"output buffer of {len(target)} bytes is too small: {len(res)} needed")
-        target[:len(res)] = res
-        res = len(res)
-    return (res, np.asarray(positions, np.int64)) if return_positions else res
+        target = memoryview(cast("Buffer", out)).cast("B")  # an ndarray is a Buffer (typeshed says so from 3.12)
+        if len(target) < len(joined):
+            raise ValueError(f"output buffer of {len(target)} bytes is too small: {len(joined)} needed")
+        target[:len(joined)] = joined
+        written = len(joined)
+    return (written, np.asarray(starts, np.int64)) if return_positions else written
 
 
 __all__ = ["build_batch", "build_batches", "pack_buffers", "NO_PARTITION_LEADER_EPOCH"]

@@ -14,17 +14,28 @@ Spark reader all consume columns, and only convenience code asks for
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from kraft_storage._accel import load
+from kraft_storage.accel import load
 from kraft_storage.errors import CorruptRecordError, UnsupportedCompression
 from kraft_storage.record import compression as _compression
 from kraft_storage.record.batch import BatchScan, scan_batches
 from kraft_storage.record.constants import COMPRESSION_MASK, HEADER_SIZE
 
-_k = load("_batch")
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from kraft_storage._contracts import BatchKernel, RecordLike
+
+    #: The ten column arrays, in RecordColumns' field order (offset ... attributes).
+    _Columns: TypeAlias = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+_k = cast("BatchKernel", load("_batch"))
 Record = _k.Record
 
 _OK, _CAPACITY = 0, 3
@@ -39,7 +50,7 @@ class RecordColumns:
     ``batches`` (the BATCH_DTYPE rows the records came from).  Positions
     index ``data``.
     """
-    data: object
+    data: Any  # the caller's buffer (bytes, mmap, memoryview...) or the decompressed bytes
     batches: np.ndarray
     offset: np.ndarray
     timestamp: np.ndarray
@@ -52,21 +63,21 @@ class RecordColumns:
     batch: np.ndarray
     attributes: np.ndarray
     #: The full-capacity arrays the columns are views of (see ``reuse`` in decode_batches).
-    storage: tuple | None = field(default=None, repr=False, compare=False)
+    storage: _Columns | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.offset)
 
-    def _cols(self) -> tuple:
+    def _cols(self) -> tuple[np.ndarray, ...]:
         return (self.offset, self.timestamp, self.key_pos, self.key_len, self.value_pos,
                 self.value_len, self.headers_pos, self.headers_count, self.batch, self.attributes)
 
-    def records(self, lo: int = 0, hi: int | None = None) -> list:
+    def records(self, lo: int = 0, hi: int | None = None) -> list[RecordLike]:
         """Record objects for rows [lo, hi) (convenience; allocates per record)."""
         hi = len(self) if hi is None else hi
         return _k.make_records(self.data, self._cols(), lo, hi)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[RecordLike]:
         """Record objects one at a time (convenience; allocates per record)."""
         return _k.iter_records(self.data, self._cols(), 0, len(self))
 
@@ -84,29 +95,30 @@ class RecordColumns:
         p = int(self.value_pos[i])
         return bytes(memoryview(self.data).cast("B")[p:p + n])
 
-    def values(self) -> list:
+    def values(self) -> list[bytes | None]:
         """Every value as bytes (or None), in record order."""
         mv = memoryview(self.data).cast("B")
         return [None if n < 0 else bytes(mv[p:p + n])
                 for p, n in zip(self.value_pos.tolist(), self.value_len.tolist())]
 
-    def headers(self, i: int) -> tuple:
+    def headers(self, i: int) -> tuple[tuple[bytes | None, bytes | None], ...]:
         c = int(self.headers_count[i])
         return _k.parse_headers(self.data, int(self.headers_pos[i]), c) if c else ()
 
     def is_control(self) -> np.ndarray:
         """Boolean mask: which records sit in control batches."""
-        return (self.batches["attributes"][self.batch] & 0x20) != 0
+        mask: np.ndarray = (self.batches["attributes"][self.batch] & 0x20) != 0
+        return mask
 
 
-def _empty_columns(n: int) -> tuple:
+def _empty_columns(n: int) -> _Columns:
     return (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64),
             np.empty(n, np.int32), np.empty(n, np.int64), np.empty(n, np.int32),
             np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int32),
             np.empty(n, np.int8))
 
 
-def decode_batches(buf, headers: np.ndarray, *, source: str | None = None,
+def decode_batches(buf: Any, headers: np.ndarray, *, source: str | None = None,
                    reuse: RecordColumns | None = None) -> RecordColumns:
     """Decode the records of the batches described by ``headers`` (rows from a scan of ``buf``).
 
@@ -137,19 +149,21 @@ def decode_batches(buf, headers: np.ndarray, *, source: str | None = None,
         storage = reuse.storage
     else:
         storage = _empty_columns(need)
-    cols = storage if len(storage[0]) == need else tuple(c[:need] for c in storage)
+    cols = storage if len(storage[0]) == need else cast("_Columns", tuple(c[:need] for c in storage))
     rows = np.arange(nb, dtype=np.int32)
     status, n, msg, epos, ebo = _k.decode_records(data, hdr, rs, re_, rows, cols, 0)
     if status != _OK:
+        msg = cast(str, msg)
         if data is not buf:
             msg += " (in the decompressed records)"
         raise CorruptRecordError(msg, epos, None if ebo == _NO_OFFSET else ebo, source)
     if n != len(cols[0]):
-        cols = tuple(c[:n] for c in cols)
+        cols = cast("_Columns", tuple(c[:n] for c in cols))
     return RecordColumns(data, headers, *cols, storage=storage)
 
 
-def _decompress_all(buf, headers, comp, source):
+def _decompress_all(buf: Any, headers: np.ndarray, comp: np.ndarray,
+                    source: str | None) -> tuple[bytes, np.ndarray, np.ndarray]:
     mv = memoryview(buf).cast("B")
     pos_col = headers["position"].tolist()
     size_col = headers["size"].tolist()
@@ -157,10 +171,11 @@ def _decompress_all(buf, headers, comp, source):
     bodies = [mv[p + HEADER_SIZE:p + s] for p, s in zip(pos_col, size_col)]
     jobs = [(c, b) for c, b in zip(comp_l, bodies) if c]
     results = iter(_compression.decompress_many(jobs))
-    parts = []
+    parts: list[bytes | memoryview] = []
     rs = np.empty(len(headers), np.int64)
     re_ = np.empty(len(headers), np.int64)
     pos = 0
+    body: memoryview | bytes | Exception
     for i, body in enumerate(bodies):
         if comp_l[i]:
             body = next(results)
@@ -176,7 +191,7 @@ def _decompress_all(buf, headers, comp, source):
     return b"".join(parts), rs, re_
 
 
-def decode_records(buf, start: int = 0, end: int | None = None, *, verify_crc: bool = True,
+def decode_records(buf: Any, start: int = 0, end: int | None = None, *, verify_crc: bool = True,
                    allow_partial_tail: bool = False, source: str | None = None,
                    reuse: RecordColumns | None = None) -> RecordColumns:
     """Scan ``buf[start:end]`` (CRC-checked by default) and decode every record into columns.

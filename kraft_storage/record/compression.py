@@ -23,7 +23,9 @@ import os
 import struct
 import threading
 import zlib
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import zstandard
 
@@ -45,20 +47,35 @@ _PARALLEL_MIN_BYTES = 1 << 20
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
-def _zstd_compressor():
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class _Lz4Frame(Protocol):
+        """What this module uses of ``lz4.frame`` (the package ships no type information)."""
+
+        def compress(self, data: bytes) -> bytes: ...
+
+        def decompress(self, data: bytes) -> bytes: ...
+
+
+def _zstd_compressor() -> zstandard.ZstdCompressor:
     # zstandard objects are not safe to share between threads: one per thread.
     c = getattr(_local, "zc", None)
     if c is None:
         c = _local.zc = zstandard.ZstdCompressor(level=3)  # Kafka's default zstd level
-    return c
+    compressor: zstandard.ZstdCompressor = c
+    return compressor
 
 
-def _zstd_decompressor():
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
     d = getattr(_local, "zd", None)
     if d is None:
         d = _local.zd = zstandard.ZstdDecompressor()
-    return d
+    decompressor: zstandard.ZstdDecompressor = d
+    return decompressor
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -73,16 +90,16 @@ class DecompressionError(ValueError):
     """The compressed stream is malformed or larger than MAX_DECOMPRESSED."""
 
 
-def _lz4():
+def _lz4() -> _Lz4Frame:
     try:
-        import lz4.frame
-        return lz4.frame
+        import lz4.frame  # type: ignore[import-untyped]  # lz4 ships no type information
+        return cast("_Lz4Frame", lz4.frame)
     except ImportError:
         raise UnsupportedCompression(
             "lz4 batches need the optional 'lz4' package (pip install 'kraft[compression]')") from None
 
 
-def _snappy():
+def _snappy() -> Any:  # cramjam.snappy: a native submodule
     try:
         import cramjam
         return cramjam.snappy
@@ -113,7 +130,7 @@ def compress(codec: int, data: bytes) -> bytes:
     raise UnsupportedCompression(f"unknown compression codec id {int(codec)}")
 
 
-def decompress(codec: int, data, limit: int = MAX_DECOMPRESSED) -> bytes:
+def decompress(codec: int, data: Any, limit: int = MAX_DECOMPRESSED) -> bytes:
     """Decompress one batch's records section; raise DecompressionError on bad data."""
     try:
         codec = Compression(codec)
@@ -134,16 +151,16 @@ def decompress(codec: int, data, limit: int = MAX_DECOMPRESSED) -> bytes:
             size = zstandard.frame_content_size(data)
             if 0 <= size <= limit:  # size in the frame header: one call, exact allocation
                 return _zstd_decompressor().decompress(data)
-            out = bytearray()
+            acc = bytearray()
             with _zstd_decompressor().stream_reader(bytes(data), read_across_frames=True) as r:
                 while True:
                     chunk = r.read(1 << 20)
                     if not chunk:
                         break
-                    out += chunk
-                    if len(out) > limit:
+                    acc += chunk
+                    if len(acc) > limit:
                         raise DecompressionError(f"decompressed size exceeds {limit} bytes")
-            return bytes(out)
+            return bytes(acc)
         if codec == Compression.LZ4:
             out = _lz4().decompress(bytes(data))
             if len(out) > limit:
@@ -178,20 +195,20 @@ def _snappy_decompress(data: bytes, limit: int) -> bytes:
     return bytes(out)
 
 
-def _parallel(fn, items, total_bytes: int) -> list:
+def _parallel(fn: Callable[[_T], _R], items: Sequence[_T], total_bytes: int) -> list[_R]:
     if WORKERS == 1 or len(items) < 4 or total_bytes < _PARALLEL_MIN_BYTES:
         return [fn(x) for x in items]
     return list(_executor().map(fn, items, chunksize=max(1, len(items) // (WORKERS * 4))))
 
 
-def compress_many(codec: int, bodies: list) -> list[bytes]:
+def compress_many(codec: int, bodies: Sequence[bytes]) -> list[bytes]:
     """Compress each body with ``codec``, on several threads when worthwhile."""
     return _parallel(lambda b: compress(codec, b), bodies, sum(len(b) for b in bodies))
 
 
-def decompress_many(jobs: list, limit: int = MAX_DECOMPRESSED) -> list:
+def decompress_many(jobs: Sequence[tuple[int, Any]], limit: int = MAX_DECOMPRESSED) -> list[bytes | Exception]:
     """Decompress ``(codec, data)`` jobs; returns bytes or the exception, per job, in order."""
-    def one(job):
+    def one(job: tuple[int, Any]) -> bytes | Exception:
         try:
             return decompress(job[0], job[1], limit)
         except (UnsupportedCompression, DecompressionError) as exc:

@@ -19,7 +19,7 @@ Usage::
     topics["foo"]                  # -> 1
 
 Every class here *is* the implementation class (native Cython when built,
-else the pure-Python twin; see :mod:`kraft_storage._accel`), with no wrapper
+else the pure-Python twin; see :mod:`kraft_storage.accel`), with no wrapper
 in between, so single-op calls cost one method call.  Objects from the two
 implementations must not be mixed (a native map needs a native registry).
 
@@ -36,9 +36,15 @@ SnapshottableHashTable and friends) with these Python-side choices:
   kept while the current state changes.  Iteration order is unspecified.
 * ``TimelineLong``/``TimelineInteger`` raise OverflowError where Java wraps.
 """
-from kraft_storage._accel import load as _load
+from typing import TYPE_CHECKING, cast
 
-_impl = _load("_timeline")
+from kraft_storage.accel import load as _load
+
+if TYPE_CHECKING:
+    from kraft_storage._contracts import TimelineKernel
+
+_module = _load("_timeline")
+_impl = cast("TimelineKernel", _module)
 
 LATEST_EPOCH = _impl.LATEST_EPOCH
 NO_SNAPSHOT_EPOCH = _impl.NO_SNAPSHOT_EPOCH
@@ -53,7 +59,7 @@ TimelineInteger = _impl.TimelineInteger
 TimelineObject = _impl.TimelineObject
 
 #: "native" or "pure": which implementation this process uses.
-IMPLEMENTATION = "native" if _impl.__name__.startswith("kraft_storage._native") else "pure"
+IMPLEMENTATION = "native" if _module.__name__.startswith("kraft_storage._native") else "pure"
 
 __all__ = [
     "LATEST_EPOCH", "NO_SNAPSHOT_EPOCH", "Snapshot", "SnapshotRegistry",
