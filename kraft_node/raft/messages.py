@@ -72,10 +72,16 @@ SnapshotId = OffsetAndEpoch
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """One advertised listener (LeaderEndpoints entry)."""
+    """A named listener's address: one advertised in Raft messages (LeaderEndpoints,
+    Listeners, a VotersRecord entry) or one the node is configured with
+    (``listeners=NAME://host:port``, :func:`kraft_node.server.config.parse_listeners`).
+    One class for both, as Kafka's ``Endpoint``."""
     name: str
     host: str
     port: int
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,7 @@ import re
 from dataclasses import dataclass, field
 
 from kraft_node.raft.config import QuorumConfig
+from kraft_node.raft.messages import Endpoint
 from kraft_storage.errors import KraftStorageError
 from kraft_storage.meta_properties import parse_properties
 
@@ -148,16 +149,6 @@ def check_unsupported(props: dict[str, str], source: str = "config") -> None:
 
 
 @dataclass(frozen=True)
-class Endpoint:
-    listener: str
-    host: str
-    port: int
-
-    def __str__(self):
-        return f"{self.listener}://{self.host}:{self.port}"
-
-
-@dataclass(frozen=True)
 class Voter:
     """A static voter ``id@host:port`` (or KIP-853 ``id@host:port:directoryId``)."""
     id: int
@@ -209,7 +200,7 @@ def parse_listeners(text: str, source: str = "config") -> list[Endpoint]:
             raise ConfigError(f"{source}: listeners: {entry!r} is not NAME://host:port")
         host, port = _host_port(hp, "listeners", source)
         out.append(Endpoint(name.upper(), host, port))
-    names = [e.listener for e in out]
+    names = [e.name for e in out]
     if len(set(names)) != len(names):
         raise ConfigError(f"{source}: listeners: duplicate listener names in {text!r}")
     return out
@@ -273,7 +264,7 @@ class NodeConfig:
 
     # ------------------------------------------------------------ unused keys
     def _ssl_listeners(self) -> set[str]:
-        names = {e.listener for e in self.listeners} | set(self.controller_listener_names[:1])
+        names = {e.name for e in self.listeners} | set(self.controller_listener_names[:1])
         return {n for n in names if self.security_protocol(n) == "SSL"}
 
     def is_used(self, key: str) -> bool:
@@ -326,7 +317,7 @@ class NodeConfig:
         """The listener this node serves Raft RPCs on (the first controller listener)."""
         for name in self.controller_listener_names:
             for e in self.listeners:
-                if e.listener == name:
+                if e.name == name:
                     return e
         return None
 
@@ -403,7 +394,7 @@ class NodeConfig:
         # Build the TLS contexts now: a bad keystore or truststore fails the start here,
         # naming the key, not at the first connection.
         for e in listeners:
-            cfg.server_ssl_context(e.listener)
+            cfg.server_ssl_context(e.name)
         cfg.client_ssl_context()
         return cfg
 
@@ -440,7 +431,7 @@ def _protocol_map(props: dict[str, str], listeners: list[Endpoint], cl_names: li
         # Kafka (KRaft): with the map unset, controller listeners map to PLAINTEXT unless a
         # controller listener name or a listener is SSL or SASL_*
         tls_like = ("SSL", "SASL_SSL", "SASL_PLAINTEXT")
-        if not any(n in tls_like for n in cl_names) and not any(e.listener in tls_like for e in listeners):
+        if not any(n in tls_like for n in cl_names) and not any(e.name in tls_like for e in listeners):
             for n in cl_names:
                 pmap.setdefault(n, "PLAINTEXT")
     for n in cl_names:
@@ -448,10 +439,10 @@ def _protocol_map(props: dict[str, str], listeners: list[Endpoint], cl_names: li
             raise ConfigError(f"{source}: Controller listener with name {n} defined in controller.listener.names "
                               f"not found in {key}.")
     for e in listeners:
-        if e.listener not in pmap:
-            raise ConfigError(f"{source}: listeners: No security protocol defined for listener {e.listener} "
+        if e.name not in pmap:
+            raise ConfigError(f"{source}: listeners: No security protocol defined for listener {e.name} "
                               f"(add it to {key})")
-    for n in sorted({e.listener for e in listeners} | set(cl_names[:1])):
+    for n in sorted({e.name for e in listeners} | set(cl_names[:1])):
         if pmap[n].startswith("SASL_"):
             raise ConfigError(f"{source}: {key} maps listener {n} to {pmap[n]}, but kraft does not implement SASL "
                               "(use PLAINTEXT or SSL)")

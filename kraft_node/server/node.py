@@ -79,7 +79,7 @@ class KraftNode:
             # driver's connections to other voters (Kafka's controller client); both checked
             # here, before the log is opened.
             if ep is not None:
-                config.server_ssl_context(ep.listener)
+                config.server_ssl_context(ep.name)
             client_ssl = config.client_ssl_context()
             listener = Endpoint(config.controller_listener_names[0], ep.host, ep.port) if ep is not None else None
             driver = RaftDriver(config.quorum, ReplicaKey(config.node_id, directory_id), cluster_id=cluster_id,
@@ -108,9 +108,9 @@ class KraftNode:
         try:
             ep = self.config.controller_endpoint
             if ep is not None:
-                self.server = KafkaServer(ep.host, ep.port, self.routes, listener=ep.listener,
+                self.server = KafkaServer(ep.host, ep.port, self.routes, listener=ep.name,
                                           listener_type="controller",
-                                          ssl_context=self.config.server_ssl_context(ep.listener))
+                                          ssl_context=self.config.server_ssl_context(ep.name))
                 await self.server.start()
             await self.driver.start()
         except BaseException:

@@ -244,7 +244,7 @@ def controller_to_add(config_path: str):
     for key in ("listeners", "advertised.listeners"):
         try:
             for e in parse_listeners(props.get(key, ""), config_path):
-                listeners[e.listener] = e
+                listeners[e.name] = e
         except Exception as exc:  # noqa: BLE001 - a ConfigError names the bad entry
             raise QuorumToolError(str(exc)) from None
     if "controller.listener.names" not in props:
@@ -256,7 +256,7 @@ def controller_to_add(config_path: str):
         e = listeners.get(name)
         if e is None:
             raise QuorumToolError(f"Cannot find information about controller listener name: {name}")
-        eps.append((e.listener, e.host or "localhost", e.port))
+        eps.append((e.name, e.host or "localhost", e.port))
     return node_id, Uuid(meta.directory_id), eps
 
 
