@@ -34,7 +34,6 @@ import uuid
 
 from kraft_node.raft.messages import ReplicaKey
 from kraft_node.raft.roles import ElectionState
-from kraft_storage.fileio import fsync_dir
 from kraft_storage.messages.runtime import MessageError, Uuid, ZERO_UUID
 from kraft_storage.messages.quorum_state import (QuorumStateData, read_quorum_state_file,
                                                  write_quorum_state_file)
@@ -104,9 +103,9 @@ class FileQuorumStateStore:
 
     def write(self, state: ElectionState) -> None:
         os.makedirs(self.directory, exist_ok=True)
+        # temp file, fsync, rename, fsync the directory (kraft_storage.fileio.atomic_write)
         write_quorum_state_file(self.path, to_quorum_state_data(state, self.voter_ids, self.data_version),
                                 self.data_version)
-        fsync_dir(self.directory)  # the rename itself must survive a crash too
         self.writes += 1
 
     def __repr__(self) -> str:
