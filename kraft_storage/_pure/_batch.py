@@ -296,35 +296,6 @@ def encode_records(lo: int, hi: int, keys, key_off, key_null, vals, val_off, val
     return bytes(out)
 
 
-def encode_records_full(records) -> bytes:
-    """Record bodies from (offset_delta, timestamp_delta, key, value, headers) tuples.
-
-    The general form, with headers; used by the convenience builder.
-    """
-    out = bytearray()
-    for od, tsd, k, v, headers in records:
-        body = bytearray(b"\x00")
-        body += write_varlong(tsd)
-        body += write_varint(od)
-        body += write_varint(-1 if k is None else len(k))
-        if k:
-            body += k
-        body += write_varint(-1 if v is None else len(v))
-        if v:
-            body += v
-        body += write_varint(len(headers))
-        for hk, hv in headers:
-            hkb = hk.encode() if isinstance(hk, str) else bytes(hk)
-            body += write_varint(len(hkb))
-            body += hkb
-            body += write_varint(-1 if hv is None else len(hv))
-            if hv:
-                body += hv
-        out += write_varint(len(body))
-        out += body
-    return bytes(out)
-
-
 def write_batch(records: bytes, base_offset: int, partition_leader_epoch: int, attributes: int,
                 last_offset_delta: int, base_ts: int, max_ts: int, producer_id: int,
                 producer_epoch: int, base_sequence: int, records_count: int) -> bytes:

@@ -60,6 +60,6 @@ def open_async_fdatasync(depth: int = 64) -> AsyncFdatasyncLike:
             return _impl.AsyncFdatasync(depth)
         except OSError as exc:
             FALLBACK_REASON = f"native AIO unavailable: {exc}"
-            from kraft_storage._pure import _fdsync as pure
-            return cast("FdsyncKernel", pure).AsyncFdatasync(depth)
+            # the kernel refused an AIO context: the thread twin, through the one chooser
+            return cast("FdsyncKernel", accel.twin("_fdsync")).AsyncFdatasync(depth)
     return _impl.AsyncFdatasync(depth)

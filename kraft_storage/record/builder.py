@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 import numpy as np
 
 from kraft_storage.accel import load
-from kraft_storage._pure._batch import encode_records_full
 from kraft_storage.record import compression as _compression
 from kraft_storage.record.constants import (
     NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, Compression,
@@ -61,6 +60,46 @@ def _fields(r: Any, i: int, base_offset: int,
     return od, int(ts), key, value, tuple(headers)
 
 
+def _zigzag(v: int, bits: int) -> bytes:
+    """Kafka's zig-zag varint of a signed ``bits``-bit value."""
+    u = ((v << 1) ^ (v >> (bits - 1))) & ((1 << bits) - 1)
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+def _encode_records(records: Iterable[tuple[int, int, bytes | None, bytes | None, Any]]) -> bytes:
+    """Record bodies from (offset_delta, timestamp_delta, key, value, headers) tuples: the
+    general form, with headers, of the convenience builder (not a kernel: the bulk paths
+    below are the native ``_batch.encode_records``/``encode_batches``; this one builds a
+    few records from Python objects, so it stays Python in both worlds)."""
+    out = bytearray()
+    for od, tsd, k, v, headers in records:
+        body = bytearray(b"\x00")
+        body += _zigzag(tsd, 64)
+        body += _zigzag(od, 32)
+        body += _zigzag(-1 if k is None else len(k), 32)
+        if k:
+            body += k
+        body += _zigzag(-1 if v is None else len(v), 32)
+        if v:
+            body += v
+        body += _zigzag(len(headers), 32)
+        for hk, hv in headers:
+            hkb = hk.encode() if isinstance(hk, str) else bytes(hk)
+            body += _zigzag(len(hkb), 32)
+            body += hkb
+            body += _zigzag(-1 if hv is None else len(hv), 32)
+            if hv:
+                body += hv
+        out += _zigzag(len(body), 32)
+        out += body
+    return bytes(out)
+
+
 def build_batch(records: Sequence[Any], *, base_offset: int = 0, partition_leader_epoch: int = 0,
                 compression: Compression | str | int = Compression.NONE,
                 timestamp_type: TimestampType = TimestampType.CREATE_TIME,
@@ -91,7 +130,7 @@ def build_batch(records: Sequence[Any], *, base_offset: int = 0, partition_leade
     bts = fields[0][1] if base_timestamp is None else base_timestamp
     mts = max(f[1] for f in fields) if max_timestamp is None else max_timestamp
     lod = fields[-1][0] if last_offset_delta is None else last_offset_delta
-    body: bytes = encode_records_full(
+    body = _encode_records(
         (od, ts - bts, None if k is None else bytes(k), None if v is None else bytes(v), h)
         for od, ts, k, v, h in fields)
     comp = Compression.parse(compression)
