@@ -542,3 +542,27 @@ def test_the_import_scan_sees_imports():
     assert "sys" in _pyx_imports(REPO / "kraft_storage/_native/_timeline.pyx")  # an indented (lazy) import
     assert _violations(REPO / "kraft_storage/_pure/_x.py", {"kraft_storage.record.batch"}, native=False)
     assert _violations(REPO / "kraft_storage/_native/_x.pyx", {"kraft_storage._pure._x"}, native=True)
+
+
+
+_IMPLEMENTATIONS = {"kraft_storage._pure", "kraft_storage._native", "kraft_node._pure", "kraft_node._native"}
+
+
+def _bypasses(imports: set[str]) -> set[str]:
+    """The imports that pick a twin themselves (``<pkg>._native[.X]``/``<pkg>._pure[.X]``)."""
+    return {m for m in imports if m in _IMPLEMENTATIONS or m.startswith(KERNEL_PACKAGES + NATIVE_PACKAGES)}
+
+
+def test_only_the_chooser_picks_an_implementation():
+    """One chooser, no bypass: outside the kernels themselves, no module imports
+    ``<pkg>._native.X`` or ``<pkg>._pure.X``; they all go through ``kraft_storage.accel``."""
+    found = []
+    for pkg in ("kraft_storage", "kraft_node"):
+        for p in sorted((REPO / pkg).rglob("*.py")):
+            if p.parent.name not in ("_pure", "_native"):
+                found += [(str(p.relative_to(REPO)), m) for m in sorted(_bypasses(_py_imports(p)))]
+    assert found == []
+    # what the scan catches: a twin by its module, or the package's "from ... import _batch"
+    assert _bypasses({"kraft_storage._pure._batch", "numpy"}) == {"kraft_storage._pure._batch"}
+    assert _bypasses({"kraft_storage._native"}) == {"kraft_storage._native"}
+    assert _bypasses({"kraft_storage.accel", "kraft_storage._common"}) == set()
