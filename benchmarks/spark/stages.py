@@ -4,7 +4,7 @@ A *stage* is a function ``stage(path) -> records`` that reads every Kafka
 file under ``path`` and does one level of decoding:
 
 * ``framing``   -- batch scan (CRC-checked) + record framing into columns
-  (``scan_batches`` + ``decode_batches``), in chunks as the reader does.
+  (``scan_batches`` + ``decode_record_columns``), in chunks as the reader does.
 * ``frames``    -- framing + the metadata frame of every record (record type
   and version columns, ``_frame.read_frames``).
 * ``arrow``     -- the whole Spark row: every column, as Arrow batches
@@ -35,7 +35,7 @@ import os
 import numpy as np
 
 from kraft_storage.messages import columns as _mc
-from kraft_storage.record import decode_batches, scan_batches
+from kraft_storage.record import decode_record_columns, scan_batches
 from kraft_storage.spark import reader as kr
 from kraft_storage.spark.files import find_files
 
@@ -63,7 +63,7 @@ def _chunked(path: str, with_frames: bool, with_bodies: bool = False) -> int:
     for _name, mm in _mapped(path):
         headers = scan_batches(mm).headers
         for a, b in kr._chunks(headers, kr.DEFAULT_BATCH_ROWS):
-            cols = decode_batches(mm, headers[a:b])
+            cols = decode_record_columns(mm, headers[a:b])
             if with_frames:
                 fr = kr.read_frame_columns(cols)
                 if with_bodies:

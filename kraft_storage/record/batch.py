@@ -267,8 +267,8 @@ class RecordBatch:
 
     def decode(self) -> RecordColumns:
         """This batch's records as columns (see :func:`decode_records`)."""
-        from kraft_storage.record.columns import decode_batches
-        return decode_batches(self._buf, self.header_row(), source=self.source)
+        from kraft_storage.record.columns import decode_record_columns
+        return decode_record_columns(self._buf, self.header_row(), source=self.source)
 
     def records(self) -> list[RecordLike]:
         """This batch's records as Record objects (convenience)."""

@@ -62,7 +62,7 @@ class RecordColumns:
     headers_count: np.ndarray
     batch: np.ndarray
     attributes: np.ndarray
-    #: The full-capacity arrays the columns are views of (see ``reuse`` in decode_batches).
+    #: The full-capacity arrays the columns are views of (see ``reuse`` in decode_record_columns).
     storage: _Columns | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
@@ -118,9 +118,11 @@ def _empty_columns(n: int) -> _Columns:
             np.empty(n, np.int8))
 
 
-def decode_batches(buf: Any, headers: np.ndarray, *, source: str | None = None,
-                   reuse: RecordColumns | None = None) -> RecordColumns:
-    """Decode the records of the batches described by ``headers`` (rows from a scan of ``buf``).
+def decode_record_columns(buf: Any, headers: np.ndarray, *, source: str | None = None,
+                          reuse: RecordColumns | None = None) -> RecordColumns:
+    """Decode the records of the batches described by ``headers`` (rows from a scan of ``buf``)
+    into :class:`RecordColumns`, numpy columns with no Python object per record.  (The Raft
+    adapter's ``decode_raft_batches`` is another thing: bytes into the core's batches.)
 
     ``reuse``: a RecordColumns from an earlier call whose arrays may be
     overwritten.  When they are big enough the records are decoded into them
@@ -196,8 +198,8 @@ def decode_records(buf: Any, start: int = 0, end: int | None = None, *, verify_c
                    reuse: RecordColumns | None = None) -> RecordColumns:
     """Scan ``buf[start:end]`` (CRC-checked by default) and decode every record into columns.
 
-    ``reuse`` recycles the arrays of an earlier result (see :func:`decode_batches`).
+    ``reuse`` recycles the arrays of an earlier result (see :func:`decode_record_columns`).
     """
     scan: BatchScan = scan_batches(buf, start, end, verify_crc=verify_crc,
                                    allow_partial_tail=allow_partial_tail, source=source)
-    return decode_batches(buf, scan.headers, source=source, reuse=reuse)
+    return decode_record_columns(buf, scan.headers, source=source, reuse=reuse)

@@ -47,7 +47,7 @@ from kraft_storage.messages.control import (
     decode_control_record, encode_control_key, encode_control_value)
 from kraft_storage.messages.framing import decode_metadata_record, encode_metadata_record
 from kraft_storage.record import (
-    HEADER_SIZE, RecordColumns, build_batch, build_batches, decode_batches, scan_batches)
+    HEADER_SIZE, RecordColumns, build_batch, build_batches, decode_record_columns, scan_batches)
 from kraft_storage.record.constants import CONTROL_MASK, Compression
 from kraft_storage.snapshot.errors import SnapshotBatchTooLarge, SnapshotError
 from kraft_storage.snapshot.files import BOOTSTRAP_FILENAME, BOOTSTRAP_SNAPSHOT_ID, SnapshotId
@@ -478,7 +478,7 @@ class RecordsSnapshotReader:
 
     def _controls(self, row) -> list:
         """(type, body) of every record of control batch ``row``."""
-        cols = decode_batches(self._buf, row.reshape(1), source=self.name)
+        cols = decode_record_columns(self._buf, row.reshape(1), source=self.name)
         out = []
         for i in range(len(cols)):
             try:
@@ -538,12 +538,12 @@ class RecordsSnapshotReader:
 
     def records(self) -> RecordColumns:
         """Every data record of the snapshot, as columns (zero copy when uncompressed)."""
-        return decode_batches(self._buf, self.batches, source=self.name)
+        return decode_record_columns(self._buf, self.batches, source=self.name)
 
     def iter_batches(self) -> Iterator[tuple[np.ndarray, RecordColumns]]:
         """``(batch header row, its RecordColumns)`` for each data batch, in order."""
         for i in range(len(self.batches)):
-            yield self.batches[i], decode_batches(self._buf, self.batches[i:i + 1], source=self.name)
+            yield self.batches[i], decode_record_columns(self._buf, self.batches[i:i + 1], source=self.name)
 
     def values(self) -> tuple[object, np.ndarray]:
         """The data records' framed values Arrow-style ``(data, offsets)`` (one copy).

@@ -75,7 +75,7 @@ from kraft_storage.messages import columns as _mc
 from kraft_storage.messages.runtime import MessageError
 from kraft_storage.messages.control import ControlRecordType
 from kraft_storage.messages.metadata import METADATA_RECORD_TYPES, decode_metadata_record
-from kraft_storage.record import decode_batches, scan_batches
+from kraft_storage.record import decode_record_columns, scan_batches
 from kraft_storage.spark.files import NO_OFFSET_LIMIT, Split, plan_splits
 
 _f = load("_frame")
@@ -457,7 +457,7 @@ def read_buffer(buf, file_name: str, options: ReadOptions, start: int = 0, end: 
         last = headers["base_offset"] + headers["last_offset_delta"]
         headers = headers[(last >= lo) & (headers["base_offset"] <= hi)]
     for a, b in _chunks(headers, options.batch_rows):
-        cols = decode_batches(buf, headers[a:b], source=source)
+        cols = decode_record_columns(buf, headers[a:b], source=source)
         if not len(cols):
             continue
         frames = read_frame_columns(cols)

@@ -44,7 +44,7 @@ import os
 import sys
 
 from kraft_storage.errors import CorruptRecordError, KraftStorageError
-from kraft_storage.record import CRC_REPORT, decode_batches, scan_batches
+from kraft_storage.record import CRC_REPORT, decode_record_columns, scan_batches
 from kraft_storage.record.constants import COMPRESSION_MASK, CONTROL_MASK, TRANSACTIONAL_MASK, Compression
 
 BATCH_FIELDS = ("baseOffset", "lastOffset", "count", "position", "size", "magic", "crc", "crcValid",
@@ -103,7 +103,7 @@ def _batch_obj(h) -> dict:
 
 def _record_objs(buf, headers, i, decode_meta, decode_ctrl, errors):
     """Records of batch row i as dicts (decoding metadata/control bodies if possible)."""
-    cols = decode_batches(buf, headers[i:i + 1])
+    cols = decode_record_columns(buf, headers[i:i + 1])
     control = bool(int(headers[i]["attributes"]) & CONTROL_MASK)
     out = []
     for r in cols.records():
