@@ -30,7 +30,7 @@ methods and properties; with ``P`` a concrete class, a subclass of it.
 and mypy would then require the very same class in both twins.)  Defaults are
 part of the contract; ``...`` marks a private sentinel.  Names a caller does
 not use (helpers, cdef internals, the pure oracle's extras such as
-``_batch.encode_records_full``) are not in it.
+``_batch.write_varint``) are not in it.
 
 ``TWINS`` maps each kernel name to its Protocol.
 """
@@ -230,6 +230,9 @@ class FrameKernel(Protocol):
 
 class IndexSearcherLike(Protocol):
     """Binary search over a memory-mapped offset or time index."""
+
+    n: int
+    """Valid entries (the index sets it when it appends or truncates)."""
 
     @property
     def capacity(self) -> int:

@@ -39,6 +39,7 @@ import enum
 import os
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kraft_storage.errors import KraftStorageError
@@ -77,7 +78,7 @@ def _jdk17_order(keys: list[str]) -> list[str]:
     n = 16
     while len(keys) > n * 3 // 4:
         n *= 2
-    def spread(k):
+    def spread(k: str) -> int:
         h = _java_hash(k)
         return ((h ^ (h >> 16)) & 0x7FFFFFFF) & (n - 1)
     return sorted(keys, key=lambda k: (spread(k), keys.index(k)))
@@ -111,7 +112,7 @@ def _escape(s: str, is_key: bool) -> str:
     return "".join(out)
 
 
-def _logical_lines(text: str):
+def _logical_lines(text: str) -> Iterator[str]:
     """Java Properties.load's line reader: skip comments/blank lines, join continuations."""
     lines = text.splitlines()
     i = 0
@@ -219,7 +220,7 @@ class MetaProperties:
     def from_properties(cls, props: dict[str, str], source: str = FILE_NAME) -> "MetaProperties":
         props = dict(props)
 
-        def need_int(key):
+        def need_int(key: str) -> int:
             if key not in props:
                 raise MetaPropertiesError(f"{source}: failed to find {key}")
             try:
@@ -231,6 +232,7 @@ class MetaProperties:
         if version not in (0, 1):
             raise MetaPropertiesError(f"{source}: unknown meta.properties version {version}")
         cluster_id = props.pop("cluster.id", None)
+        node_id: int | None
         if version == 1:
             if cluster_id is None:
                 raise MetaPropertiesError(f"{source}: cluster.id was not found")
@@ -318,10 +320,10 @@ def read_meta_properties(log_dir: str, *, check_cluster_id: bool = True) -> Meta
             data = f.read()
     except FileNotFoundError:
         raise MetaPropertiesError(f"{path}: not found (is the directory formatted? see kraft-storage format)") from None
-    f = MetaPropertiesFile.parse(data, path)
+    mf = MetaPropertiesFile.parse(data, path)
     if check_cluster_id:
-        f.meta.check_cluster_id(path)
-    return f
+        mf.meta.check_cluster_id(path)
+    return mf
 
 
 def write_meta_properties(log_dir: str, meta: MetaProperties, *, now_s: float | None = None,

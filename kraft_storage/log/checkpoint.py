@@ -12,6 +12,8 @@ the old or the new file, never a mix (Kafka's ``Utils.atomicMoveWithFallback``).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kraft_storage.errors import KraftStorageError
 
 
@@ -43,7 +45,7 @@ def parse_checkpoint(text: str, path: str, fields: int, version: int = 0) -> lis
     return out
 
 
-def format_checkpoint(entries, version: int = 0) -> bytes:
+def format_checkpoint(entries: Iterable[Iterable[object]], version: int = 0) -> bytes:
     entries = list(entries)
     lines = [str(version), str(len(entries))] + [" ".join(str(f) for f in e) for e in entries]
     return ("\n".join(lines) + "\n").encode("ascii")

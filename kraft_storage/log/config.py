@@ -18,7 +18,9 @@ CRC-32C as Kafka's LogValidator does; turn off only for trusted input.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 LONG_MAX = 2**63 - 1
 
@@ -60,7 +62,7 @@ class LogConfig:
     #: the same pages.
     page_cache_retain_bytes: int = -1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.segment_bytes < 14:
             raise ValueError("segment.bytes must be >= 14")
         if self.segment_index_bytes < 8:
@@ -73,19 +75,19 @@ class LogConfig:
             raise ValueError("page_cache_retain_bytes must be -1 (keep everything) or >= 0")
 
     @classmethod
-    def from_properties(cls, props: dict) -> "LogConfig":
+    def from_properties(cls, props: Mapping[str, Any]) -> "LogConfig":
         """Build from Kafka key names (``{"segment.bytes": 1048576, ...}``)."""
-        kw = {}
+        kw: dict[str, Any] = {}
         for k, v in props.items():
             if k not in _KEYS:
                 raise ValueError(f"unknown log config key {k!r}; known: {', '.join(sorted(_KEYS))}")
             kw[_KEYS[k]] = int(v)
         return cls(**kw)
 
-    def to_properties(self) -> dict:
+    def to_properties(self) -> dict[str, int]:
         return {k: getattr(self, a) for k, a in _KEYS.items()}
 
-    def replace(self, **kw) -> "LogConfig":
+    def replace(self, **kw: Any) -> "LogConfig":
         return dataclasses.replace(self, **kw)
 
     @property

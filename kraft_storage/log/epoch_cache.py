@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import os
 import threading
+from collections.abc import Iterable
 
 from kraft_storage.fileio import atomic_write
 from kraft_storage.log.checkpoint import CheckpointFileError, format_checkpoint, parse_checkpoint
@@ -52,14 +53,14 @@ def read_checkpoint(path: str) -> list[tuple[int, int]]:
     return out
 
 
-def format_entries(entries) -> bytes:
+def format_entries(entries: Iterable[tuple[int, int]]) -> bytes:
     return format_checkpoint(entries)
 
 
 class LeaderEpochCache:
     """Epoch -> start offset map backed by a checkpoint file (or memory only when ``path`` is None)."""
 
-    def __init__(self, path: str | None, entries=(), *, sync: bool = True):
+    def __init__(self, path: str | None, entries: Iterable[tuple[int, int]] = (), *, sync: bool = True) -> None:
         self.path = path
         self.sync = sync
         self._lock = threading.Lock()

@@ -1,12 +1,17 @@
 """Errors of the segmented log (all are :class:`KraftStorageError`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 # OutOfOrderAppend and DiskFullError are defined in the leaf kraft_storage.errors (the append
 # kernels and kraft_storage.fileio raise them and may import nothing above them); re-exported
 # here, where the log's callers have always caught them.
 from kraft_storage.errors import DiskFullError as DiskFullError
 from kraft_storage.errors import KraftStorageError
 from kraft_storage.errors import OutOfOrderAppend as OutOfOrderAppend
+
+if TYPE_CHECKING:
+    from os import PathLike
 
 
 class OffsetOutOfRange(KraftStorageError):
@@ -29,7 +34,7 @@ class OffsetOutOfRange(KraftStorageError):
 class NotALogDirectory(KraftStorageError):
     """The path is not a Kafka partition log directory (or holds foreign files where segments belong)."""
 
-    def __init__(self, path, reason: str):
+    def __init__(self, path: str | PathLike[str], reason: str) -> None:
         self.path = str(path)
         self.reason = reason
         super().__init__(f"{path}: not a log directory: {reason}")
@@ -46,7 +51,7 @@ class RecordBatchTooLargeError(KraftStorageError):
     segment must be able to hold any one append), and so does
     :meth:`KafkaLog.append_as_leader`/``append_as_follower``: the log is unchanged."""
 
-    def __init__(self, size: int, directory, segment_bytes: int):
+    def __init__(self, size: int, directory: str | PathLike[str], segment_bytes: int) -> None:
         self.size = size
         self.segment_bytes = segment_bytes
         super().__init__(f"Message batch size is {size} bytes in append to partition {directory} which "
@@ -60,7 +65,8 @@ class SegmentContiguityError(KraftStorageError):
     files hold the same offsets).  The metadata log is never compacted, so either means
     that files were removed, copied or renamed by hand."""
 
-    def __init__(self, directory, prev_file: str, prev_next_offset: int, next_file: str, next_base: int):
+    def __init__(self, directory: str | PathLike[str], prev_file: str, prev_next_offset: int, next_file: str,
+                 next_base: int) -> None:
         self.directory = str(directory)
         self.prev_file = prev_file
         self.next_file = next_file
@@ -83,7 +89,8 @@ class CorruptCleanLogError(KraftStorageError):
     truncating would silently drop acknowledged records.  ``KafkaLog.open`` refuses
     and changes nothing; ``recover_clean=True`` (the ``recover`` tool) truncates."""
 
-    def __init__(self, directory, file: str, position: int, base_offset, reason: str):
+    def __init__(self, directory: str | PathLike[str], file: str, position: int, base_offset: int | None,
+                 reason: str) -> None:
         self.directory = str(directory)
         self.file = file
         self.position = position
@@ -100,7 +107,7 @@ class SegmentBaseOffsetMismatch(SegmentContiguityError):
     (a segment renamed, or copied from another log).  Kraft and Kafka start every
     segment at the log end offset, so the two always agree in a metadata log."""
 
-    def __init__(self, directory, file: str, base: int, first_offset: int):
+    def __init__(self, directory: str | PathLike[str], file: str, base: int, first_offset: int) -> None:
         self.directory = str(directory)
         self.prev_file = self.next_file = file
         self.prev_next_offset = base

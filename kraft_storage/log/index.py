@@ -23,13 +23,19 @@ import errno
 import mmap
 import os
 import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from kraft_storage.accel import load
-from kraft_storage.fileio import disk_full
+from kraft_storage.fileio import StrPath, disk_full
 
-_k = load("_index")
+if TYPE_CHECKING:
+    from kraft_storage._contracts import IndexKernel
+
+_k = cast("IndexKernel", load("_index"))
 
 OFFSET_ENTRY = np.dtype([("rel", ">i4"), ("pos", ">i4")])
 TIME_ENTRY = np.dtype([("ts", ">i8"), ("rel", ">i4")])
@@ -37,7 +43,7 @@ _OFF = struct.Struct(">ii")
 _TIME = struct.Struct(">qi")
 
 
-def reserve_space(fd: int, offset: int, length: int, path, what: str) -> None:
+def reserve_space(fd: int, offset: int, length: int, path: StrPath, what: str) -> None:
     """Grow a file with its blocks allocated (``posix_fallocate``), so that writing
     through an mmap of it can never hit a full device: a page that cannot be
     allocated on a store through a mapping is a SIGBUS, which kills the process
@@ -71,7 +77,7 @@ class _MappedIndex:
     dtype: np.dtype
 
     def __init__(self, path: str, base_offset: int, max_index_size: int, *, writable: bool = True,
-                 preallocate: bool = True):
+                 preallocate: bool = True) -> None:
         self.path = path
         self.base_offset = base_offset
         self.writable = writable
@@ -87,7 +93,7 @@ class _MappedIndex:
         n = length // self.entry_size if exists else 0
         #: the file was not a whole number of entries when opened (Kafka: corrupt)
         self.misaligned = length % self.entry_size != 0
-        self._mm = None
+        self._mm: mmap.mmap | None = None
         self._dirty = False
         self._s = _k.IndexSearcher(None, base_offset, self.kind, 0)
         self.lookup_exact = None
@@ -140,7 +146,7 @@ class _MappedIndex:
     def capacity(self) -> int:
         return self._s.capacity
 
-    def entry(self, slot: int):
+    def entry(self, slot: int) -> tuple[int, int]:
         return self._s.entry(slot)
 
     def array(self) -> np.ndarray:
@@ -170,14 +176,14 @@ class _MappedIndex:
     def _write(self, slot: int, data: bytes) -> None:
         if slot >= self._s.capacity:
             raise ValueError(f"{self.path}: index is full ({self._s.capacity} entries)")
-        self._mm[slot * self.entry_size:(slot + 1) * self.entry_size] = data
+        self._mm[slot * self.entry_size:(slot + 1) * self.entry_size] = data  # type: ignore[index]  # capacity > slot: mapped
 
     def _write_many(self, arr: np.ndarray) -> None:
         n = self._s.n
         k = len(arr)
         if n + k > self._s.capacity:
             raise ValueError(f"{self.path}: index is full ({self._s.capacity} entries)")
-        self._mm[n * self.entry_size:(n + k) * self.entry_size] = arr.tobytes()
+        self._mm[n * self.entry_size:(n + k) * self.entry_size] = arr.tobytes()  # type: ignore[index]  # capacity > n: mapped
         self._set_entries(n + k)
 
     def file_size(self) -> int:
@@ -218,6 +224,9 @@ class OffsetIndex(_MappedIndex):
     kind = "offset"
     dtype = OFFSET_ENTRY
 
+    lookup: Callable[[int], tuple[int, int]]
+    lookup_many_into: Callable[[np.ndarray, np.ndarray, np.ndarray], None]
+
     def _bind(self) -> None:
         # Bind the searcher's methods directly: a single lookup is one native call.
         self.lookup = self._s.lookup
@@ -233,7 +242,7 @@ class OffsetIndex(_MappedIndex):
         s = self._s.position_slot(position)
         return None if s < 0 else self._s.entry(s)
 
-    def lookup_many(self, offsets) -> tuple[np.ndarray, np.ndarray]:
+    def lookup_many(self, offsets: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         out_o = np.empty(len(offsets), dtype=np.int64)
         out_p = np.empty(len(offsets), dtype=np.int64)
@@ -287,6 +296,8 @@ class TimeIndex(_MappedIndex):
     entry_size = 12
     kind = "time"
     dtype = TIME_ENTRY
+
+    lookup: Callable[[int], tuple[int, int]]
 
     def _bind(self) -> None:
         self.lookup = self._s.time_lookup

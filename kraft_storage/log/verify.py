@@ -32,10 +32,12 @@ directory may see a torn tail that is only an append in progress).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from kraft_storage.fileio import StrPath
 from kraft_storage.log.checkpoint import CheckpointFileError
 from kraft_storage.log.config import LogConfig
 from kraft_storage.log.epoch_cache import LEADER_EPOCH_CHECKPOINT, read_checkpoint
@@ -91,7 +93,7 @@ class VerifyReport:
 def _read(path: str) -> bytes:
     fd = os.open(path, os.O_RDONLY)
     try:
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             b = os.read(fd, 1 << 20)
             if not b:
@@ -101,7 +103,7 @@ def _read(path: str) -> bytes:
         os.close(fd)
 
 
-def verify_log_dir(path) -> VerifyReport:
+def verify_log_dir(path: StrPath) -> VerifyReport:
     """Check a partition log directory, reading only (see the module doc)."""
     d = os.fspath(path)
     if not os.path.isdir(d):
@@ -135,10 +137,10 @@ def verify_log_dir(path) -> VerifyReport:
         name = f"{base:020d}{LOG_SUFFIX}"
         p = os.path.join(d, name)
         final = k == len(bases) - 1
-        cols = {c: [] for c in ("base_offset", "last", "position", "size", "max_timestamp",
+        cols: dict[str, list[np.ndarray]] = {c: [] for c in ("base_offset", "last", "position", "size", "max_timestamp",
                                 "partition_leader_epoch")}
 
-        def collect(h, cols=cols):
+        def collect(h: np.ndarray, cols: dict[str, list[np.ndarray]] = cols) -> None:
             cols["base_offset"].append(h["base_offset"].astype(np.int64))
             cols["last"].append(h["base_offset"].astype(np.int64) + h["last_offset_delta"])
             cols["position"].append(h["position"].astype(np.int64))
@@ -173,8 +175,8 @@ def verify_log_dir(path) -> VerifyReport:
                             f"before offset {prev_next} ({kind})")
         if prev_next is not None and scan.batches == 0 and not final:
             problems.append(f"{name}: an empty segment that is not the last one")
-        n = len(c["base_offset"])
-        if n:
+        nb = len(c["base_offset"])
+        if nb:
             if c["base_offset"][0] != base:
                 problems.append(f"{name}: byte position 0: the first batch starts at offset "
                                 f"{int(c['base_offset'][0])}, not at the segment's base offset {base}")
@@ -188,7 +190,7 @@ def verify_log_dir(path) -> VerifyReport:
                 rep.start_offset = int(c["base_offset"][0])
             rep.end_offset = int(c["last"][-1]) + 1
             # leader epochs: never decrease; remember where each new one starts
-            for i in range(n):
+            for i in range(nb):
                 e = int(c["partition_leader_epoch"][i])
                 if e < last_epoch:
                     problems.append(f"{name}: byte position {int(c['position'][i])}: batch at offset "
@@ -201,7 +203,7 @@ def verify_log_dir(path) -> VerifyReport:
                     last_epoch_where = int(c["base_offset"][i])
         elif rep.start_offset is None and final:
             rep.start_offset = rep.end_offset = base
-        prev_next = scan.next_offset if n else base
+        prev_next = scan.next_offset if nb else base
         prev_name = name
         sealed = not final or rep.clean_shutdown
         _verify_indexes(d, base, c, scan.valid_bytes, sealed, rep.clean_shutdown, problems, rep.notes)
@@ -210,7 +212,8 @@ def verify_log_dir(path) -> VerifyReport:
     return rep
 
 
-def _verify_indexes(d, base, c, log_size, sealed, clean, problems, notes) -> None:
+def _verify_indexes(d: str, base: int, c: dict[str, np.ndarray], log_size: int, sealed: bool, clean: bool,
+                    problems: list[str], notes: list[str]) -> None:
     for suffix, dtype in ((INDEX_SUFFIX, OFFSET_ENTRY), (TIME_INDEX_SUFFIX, TIME_ENTRY)):
         name = f"{base:020d}{suffix}"
         p = os.path.join(d, name)
@@ -226,7 +229,8 @@ def _verify_indexes(d, base, c, log_size, sealed, clean, problems, notes) -> Non
         if not sealed:
             # the active segment of a log that was not shut down cleanly: preallocated,
             # its valid entries are followed by zeros (an open rebuilds it anyway)
-            nz = np.flatnonzero(a.view(np.uint8).reshape(len(a), dtype.itemsize).any(axis=1)) if len(a) else []
+            nz: Sequence[int] | np.ndarray = (
+                np.flatnonzero(a.view(np.uint8).reshape(len(a), dtype.itemsize).any(axis=1)) if len(a) else [])
             a = a[:int(nz[-1]) + 1] if len(nz) else a[:0]
         if suffix == INDEX_SUFFIX:
             _verify_offset_index(name, base, a, c, problems)
@@ -234,7 +238,8 @@ def _verify_indexes(d, base, c, log_size, sealed, clean, problems, notes) -> Non
             _verify_time_index(name, base, a, c, sealed, problems)
 
 
-def _verify_offset_index(name, base, a, c, problems) -> None:
+def _verify_offset_index(name: str, base: int, a: np.ndarray, c: dict[str, np.ndarray],
+                         problems: list[str]) -> None:
     rel = a["rel"].astype(np.int64)
     pos = a["pos"].astype(np.int64)
     if len(a) > 1 and (np.any(np.diff(rel) <= 0) or np.any(np.diff(pos) <= 0)):
@@ -260,7 +265,8 @@ def _verify_offset_index(name, base, a, c, problems) -> None:
             return
 
 
-def _verify_time_index(name, base, a, c, sealed, problems) -> None:
+def _verify_time_index(name: str, base: int, a: np.ndarray, c: dict[str, np.ndarray], sealed: bool,
+                       problems: list[str]) -> None:
     ts = a["ts"].astype(np.int64)
     rel = a["rel"].astype(np.int64)
     if len(a) > 1 and (np.any(np.diff(ts) <= 0) or np.any(np.diff(rel) < 0)):
@@ -286,7 +292,8 @@ def _verify_time_index(name, base, a, c, sealed, problems) -> None:
                             f"is {largest} (no final entry: retention by time would misjudge the segment)")
 
 
-def _verify_epoch_checkpoint(d, changes, problems, notes) -> None:
+def _verify_epoch_checkpoint(d: str, changes: list[tuple[int, int]], problems: list[str],
+                             notes: list[str]) -> None:
     p = os.path.join(d, LEADER_EPOCH_CHECKPOINT)
     if not os.path.exists(p):
         if changes:
@@ -309,7 +316,7 @@ def _verify_epoch_checkpoint(d, changes, problems, notes) -> None:
                         f"{changes}")
 
 
-def recover_log_dir(path, config: LogConfig | None = None) -> LoadReport:
+def recover_log_dir(path: StrPath, config: LogConfig | None = None) -> LoadReport:
     """Validate every segment from offset 0 and truncate at the first bad batch (also in
     a cleanly shut down log, and at a contiguity break), then close cleanly.  Returns
     the load report; its ``describe()`` lists what was dropped (logged at WARNING too)."""

@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-from kraft_storage.fileio import fsync_dir
+from kraft_storage.fileio import StrPath, fsync_dir
 
 __all__ = [
     "SnapshotId", "SnapshotPath", "BOOTSTRAP_SNAPSHOT_ID", "BOOTSTRAP_FILENAME", "SUFFIX",
@@ -94,18 +94,18 @@ def snapshot_filename(snapshot_id: SnapshotId, suffix: str = SUFFIX) -> str:
     return f"{sid.end_offset:0{OFFSET_WIDTH}d}-{sid.epoch:0{EPOCH_WIDTH}d}{suffix}"
 
 
-def snapshot_path(log_dir, snapshot_id: SnapshotId, suffix: str = SUFFIX) -> Path:
+def snapshot_path(log_dir: StrPath, snapshot_id: SnapshotId, suffix: str = SUFFIX) -> Path:
     return Path(log_dir) / snapshot_filename(snapshot_id, suffix)
 
 
-def parse_snapshot_path(path) -> SnapshotPath | None:
+def parse_snapshot_path(path: StrPath) -> SnapshotPath | None:
     """The state of ``path`` if its name is a snapshot's, else None.
 
     Complete snapshots must be named exactly ``<20 digits>-<10 digits>.checkpoint``;
     ``.part`` files may carry a tail between the id and the suffix.
     """
-    path = Path(path)
-    m = _NAME.match(path.name)
+    p = Path(path)
+    m = _NAME.match(p.name)
     if m is None:
         return None
     offset, epoch, rest = int(m.group(1)), int(m.group(2)), m.group(3)
@@ -113,17 +113,17 @@ def parse_snapshot_path(path) -> SnapshotPath | None:
         return None
     sid = SnapshotId(offset, epoch)
     if rest == SUFFIX:
-        return SnapshotPath(path, sid, False, False)
+        return SnapshotPath(p, sid, False, False)
     if rest == DELETED_SUFFIX:
-        return SnapshotPath(path, sid, False, True)
+        return SnapshotPath(p, sid, False, True)
     if rest.endswith(PARTIAL_SUFFIX):
-        return SnapshotPath(path, sid, True, False)
+        return SnapshotPath(p, sid, True, False)
     return None
 
 
-def scan_snapshot_dir(log_dir) -> list[SnapshotPath]:
+def scan_snapshot_dir(log_dir: StrPath) -> list[SnapshotPath]:
     """Every snapshot-like file of ``log_dir`` (any state), sorted by id then name."""
-    out = []
+    out: list[SnapshotPath] = []
     try:
         entries = os.scandir(log_dir)
     except FileNotFoundError:
@@ -137,28 +137,28 @@ def scan_snapshot_dir(log_dir) -> list[SnapshotPath]:
     return out
 
 
-def list_snapshots(log_dir) -> list[SnapshotId]:
+def list_snapshots(log_dir: StrPath) -> list[SnapshotId]:
     """Ids of the complete (frozen, not deleted) snapshots of ``log_dir``, oldest first."""
     return [s.snapshot_id for s in scan_snapshot_dir(log_dir) if not (s.partial or s.deleted)]
 
 
-def latest_snapshot(log_dir) -> SnapshotId | None:
+def latest_snapshot(log_dir: StrPath) -> SnapshotId | None:
     """The greatest complete snapshot id, or None when there is none."""
     ids = list_snapshots(log_dir)
     return ids[-1] if ids else None
 
 
-def create_temp_path(log_dir, snapshot_id: SnapshotId) -> Path:
+def create_temp_path(log_dir: StrPath, snapshot_id: SnapshotId) -> Path:
     """Create (exclusively) and return a fresh ``<id>-<random>.checkpoint.part`` file."""
-    log_dir = Path(log_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    directory = Path(log_dir)
+    directory.mkdir(parents=True, exist_ok=True)
     prefix = snapshot_filename(snapshot_id, "-")
-    fd, name = tempfile.mkstemp(suffix=PARTIAL_SUFFIX, prefix=prefix, dir=log_dir)
+    fd, name = tempfile.mkstemp(suffix=PARTIAL_SUFFIX, prefix=prefix, dir=directory)
     os.close(fd)
     return Path(name)
 
 
-def mark_for_delete(log_dir, snapshot_id: SnapshotId) -> Path:
+def mark_for_delete(log_dir: StrPath, snapshot_id: SnapshotId) -> Path:
     """Rename ``<id>.checkpoint`` to ``<id>.checkpoint.deleted`` (atomic); return the new path.
 
     After this the snapshot is no longer listed; :func:`delete_snapshot` or the
@@ -171,7 +171,7 @@ def mark_for_delete(log_dir, snapshot_id: SnapshotId) -> Path:
     return dst
 
 
-def delete_snapshot(log_dir, snapshot_id: SnapshotId) -> bool:
+def delete_snapshot(log_dir: StrPath, snapshot_id: SnapshotId) -> bool:
     """Delete a snapshot: mark it ``.deleted`` then remove it.  True if anything was removed."""
     removed = False
     try:
@@ -187,14 +187,14 @@ def delete_snapshot(log_dir, snapshot_id: SnapshotId) -> bool:
     return removed
 
 
-def clean_snapshot_dir(log_dir) -> list[Path]:
+def clean_snapshot_dir(log_dir: StrPath) -> list[Path]:
     """Remove stray ``.part`` (unfinished writes) and ``.deleted`` files; return what was removed.
 
     Called when a log directory is opened: a ``.part`` file was never frozen
     (crash or abort) and a ``.deleted`` one was already given up; neither may
     be read.
     """
-    removed = []
+    removed: list[Path] = []
     for s in scan_snapshot_dir(log_dir):
         if s.partial or s.deleted:
             try:
@@ -207,7 +207,7 @@ def clean_snapshot_dir(log_dir) -> list[Path]:
     return removed
 
 
-def open_snapshot_dir(log_dir) -> list[SnapshotId]:
+def open_snapshot_dir(log_dir: StrPath) -> list[SnapshotId]:
     """What a log does when it opens ``log_dir``: clean up, then list the usable snapshots.
 
     Stray ``.part`` and ``.deleted`` files are removed first, so what is

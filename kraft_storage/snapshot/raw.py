@@ -28,9 +28,11 @@ from __future__ import annotations
 import mmap
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Self
 
-from kraft_storage.fileio import fsync_dir
+from kraft_storage.fileio import StrPath, fsync_dir
 from kraft_storage.snapshot.errors import SnapshotError, SnapshotPositionOutOfRange
 from kraft_storage.snapshot.files import SnapshotId, create_temp_path, parse_snapshot_path, snapshot_path
 
@@ -40,7 +42,7 @@ _MAX_WRITE = 1 << 30  # one write(2) call moves at most this much
 _WRITEBACK_CHUNK = 8 << 20  # start the device writing every this many bytes
 
 
-def _load_sync_file_range():
+def _load_sync_file_range() -> Callable[[int, int, int, int], int] | None:
     """Linux ``sync_file_range(2)`` through ctypes, or None elsewhere.
 
     With SYNC_FILE_RANGE_WRITE it starts writeback of a byte range and returns
@@ -73,7 +75,7 @@ class RawSnapshotWriter:
     exception, or a FetchSnapshot transfer given up) removes the ``.part``.
     """
 
-    def __init__(self, log_dir, snapshot_id: SnapshotId, *, path=None):
+    def __init__(self, log_dir: StrPath, snapshot_id: SnapshotId, *, path: StrPath | None = None) -> None:
         """``path`` overrides the published name (``bootstrap.checkpoint``); default ``<id>.checkpoint``."""
         self.log_dir = Path(log_dir)
         self.snapshot_id = SnapshotId(*snapshot_id).validate()
@@ -90,7 +92,7 @@ class RawSnapshotWriter:
         self._closed = False
 
     @classmethod
-    def create(cls, log_dir, snapshot_id: SnapshotId) -> "RawSnapshotWriter":
+    def create(cls, log_dir: StrPath, snapshot_id: SnapshotId) -> "RawSnapshotWriter":
         return cls(log_dir, snapshot_id)
 
     @property
@@ -107,7 +109,7 @@ class RawSnapshotWriter:
         if self._closed:
             raise SnapshotError(f"cannot {what}: writer of snapshot {self.path.name} is closed")
 
-    def append(self, data) -> int:
+    def append(self, data: Any) -> int:
         """Append ``data`` (anything with the buffer protocol); return the new size."""
         self._check_open("append")
         mv = memoryview(data).cast("B")
@@ -146,13 +148,13 @@ class RawSnapshotWriter:
             except FileNotFoundError:
                 pass
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         # A writer dropped without close() must not leak its descriptor; the
         # .part stays for clean_snapshot_dir (we do not delete in a finalizer).
         if not getattr(self, "_closed", True):
@@ -162,7 +164,7 @@ class RawSnapshotWriter:
                 pass
             self._closed = True
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "frozen" if self._frozen else ("closed" if self._closed else "open")
         return f"RawSnapshotWriter({self.snapshot_id}, {self._size} bytes, {state})"
 
@@ -174,7 +176,7 @@ class RawSnapshotReader:
     (None otherwise, e.g. for ``bootstrap.checkpoint``, unless given).
     """
 
-    def __init__(self, path, snapshot_id: SnapshotId | None = None):
+    def __init__(self, path: StrPath, snapshot_id: SnapshotId | None = None) -> None:
         self.path = Path(path)
         if snapshot_id is None:
             sp = parse_snapshot_path(self.path)
@@ -184,10 +186,10 @@ class RawSnapshotReader:
             size = os.fstat(f.fileno()).st_size
             self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
         self._size = size
-        self._view = memoryview(self._mmap) if self._mmap is not None else memoryview(b"")
+        self._view: memoryview | None = memoryview(self._mmap) if self._mmap is not None else memoryview(b"")
 
     @classmethod
-    def open(cls, log_dir, snapshot_id: SnapshotId) -> "RawSnapshotReader":
+    def open(cls, log_dir: StrPath, snapshot_id: SnapshotId) -> "RawSnapshotReader":
         sid = SnapshotId(*snapshot_id).validate()
         path = snapshot_path(log_dir, sid)
         if not path.exists():
@@ -232,11 +234,11 @@ class RawSnapshotReader:
             # the mapping is released by the GC when the last view goes.
             pass
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"RawSnapshotReader({self.path.name}, {self._size} bytes)"
