@@ -114,11 +114,13 @@ class BatchKernel(Protocol):
 
     def scan(self, buf: Any, start: int, end: int, crc_mode: int, max_batch_size: int,
              out: np.ndarray) -> tuple[int, int, int, str | None, int, int]:
-        """Walk batches of ``buf[start:end]`` into ``out`` (BATCH_DTYPE); ``(status, n, next_pos, message, err_position, err_base_offset)``."""
+        """Walk batches of ``buf[start:end]`` into ``out`` (BATCH_DTYPE);
+        ``(status, n, next_pos, message, err_position, err_base_offset)``."""
 
     def decode_records(self, buf: Any, headers: np.ndarray, region_start: Any, region_end: Any, batch_row: Any,
                        cols: tuple[Any, ...], first_row: int) -> tuple[int, int, str | None, int, int]:
-        """Decode the records of each batch row of ``headers`` into the column arrays ``cols``; ``(status, n, message, err_position, err_base_offset)``."""
+        """Decode the records of each batch row of ``headers`` into the column arrays ``cols``;
+        ``(status, n, message, err_position, err_base_offset)``."""
 
     def encode_records(self, lo: int, hi: int, keys: Any, key_off: Any, key_null: Any, vals: Any, val_off: Any,
                        val_null: Any, ts: Any, base_ts: int) -> bytes:
@@ -128,7 +130,8 @@ class BatchKernel(Protocol):
                        default_ts: int, per_batch: int, base_offset: int, partition_leader_epoch: int,
                        attributes: int, producer_id: int, producer_epoch: int, base_sequence: int,
                        out: Any = None) -> tuple[Any, np.ndarray]:
-        """Uncompressed batches of at most ``per_batch`` records: ``(bytes, positions)``, or ``(nbytes, positions)`` written into ``out``."""
+        """Uncompressed batches of at most ``per_batch`` records:
+        ``(bytes, positions)``, or ``(nbytes, positions)`` written into ``out``."""
 
     def write_batch(self, records: bytes, base_offset: int, partition_leader_epoch: int, attributes: int,
                     last_offset_delta: int, base_ts: int, max_ts: int, producer_id: int, producer_epoch: int,
@@ -212,7 +215,8 @@ class FdsyncKernel(Protocol):
 
 
 class FrameKernel(Protocol):
-    """``_frame``: metadata record frames in bulk (callers: ``kraft_storage.spark``, ``.messages.columns``, ``.tools``)."""
+    """``_frame``: metadata record frames in bulk
+    (callers: ``kraft_storage.spark``, ``.messages.columns``, ``.tools``)."""
 
     MAX_FRAME_INT: int
     """Largest apiKey/version a frame may carry (int16 max)."""
@@ -222,7 +226,8 @@ class FrameKernel(Protocol):
         """Fill ``api_key``/``version`` (int16) and ``body_pos`` (int64) of every value; returns how many are frames."""
 
     def gather(self, data: Any, pos: Any, length: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
-        """Copy the slices ``data[pos:pos+length]`` out: ``(uint8 data, int32 offsets[n + 1], validity bitmap or None, null count)``."""
+        """Copy the slices ``data[pos:pos+length]`` out:
+        ``(uint8 data, int32 offsets[n + 1], validity bitmap or None, null count)``."""
 
 
 # ---------------------------------------------------------------- _index
@@ -239,7 +244,8 @@ class IndexSearcherLike(Protocol):
         """Entries the buffer can hold."""
 
     def __init__(self, buf: Any, base_offset: int, kind: str, n: int = 0) -> None:
-        """Search the first ``n`` entries of ``buf`` (None: empty), a ``kind`` ("offset" or "time") index of the segment at ``base_offset``."""
+        """Search the first ``n`` entries of ``buf`` (None: empty), a ``kind`` ("offset" or "time")
+        index of the segment at ``base_offset``."""
 
     def release(self) -> None:
         """Drop the reference to the buffer (before the mmap closes)."""
@@ -282,7 +288,8 @@ class IndexKernel(Protocol):
                      interval: int, bytes_since: int, max_ts: int, offset_of_max_ts: int, last_time_ts: int,
                      out_off_rel: Any, out_off_pos: Any, out_ts: Any,
                      out_ts_rel: Any) -> tuple[int, int, int, int, int, int]:
-        """Index entries a run of batches adds (Kafka 4's per-batch rule); ``(n_offset, n_time, bytes_since, max_ts, offset_of_max_ts, last_time_ts)``."""
+        """Index entries a run of batches adds (Kafka 4's per-batch rule);
+        ``(n_offset, n_time, bytes_since, max_ts, offset_of_max_ts, last_time_ts)``."""
 
 
 # ---------------------------------------------------------------- _logappend
@@ -341,7 +348,8 @@ class AppenderLike(Protocol):
     def write(self, fd: int, start: int, segment_base: int, interval: int, bytes_since: int, max_ts: int,
               offset_of_max_ts: int, offset_buf: Any, offset_n: int, offset_max: int, time_buf: Any, time_n: int,
               time_max: int) -> tuple[int, int, int, int, int]:
-        """Write the scanned batches at ``start``, then their index entries; ``(offset_n, time_n, bytes_since, max_ts, offset_of_max_ts)``."""
+        """Write the scanned batches at ``start``, then their index entries;
+        ``(offset_n, time_n, bytes_since, max_ts, offset_of_max_ts)``."""
 
     def release(self) -> None:
         """Drop the reference to the scanned buffer."""
@@ -532,11 +540,13 @@ class MetadataColumnsKernel(Protocol):
 
     def decode_type(self, api_key: int, data: Any, body_pos: Any, body_end: Any, version: Any,
                     rows: Any) -> tuple[Any, Any]:
-        """Decode the bodies of ``rows`` (all of type ``api_key``): ``(buffers in LAYOUTS order, None)`` or ``(None, error)``."""
+        """Decode the bodies of ``rows`` (all of type ``api_key``):
+        ``(buffers in LAYOUTS order, None)`` or ``(None, error)``."""
 
     def decode_rows(self, data: Any, body_pos: Any, body_end: Any, api_key: Any, version: Any, rows: Any,
                     wanted: Any) -> tuple[Any, Any]:
-        """Decode ``rows`` in row order, each by its type's decoder: ``({api_key: (rows, buffers)}, None)`` or ``(None, error)``."""
+        """Decode ``rows`` in row order, each by its type's decoder:
+        ``({api_key: (rows, buffers)}, None)`` or ``(None, error)``."""
 
 
 # ---------------------------------------------------------------- _timeline

@@ -66,27 +66,31 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Self, cast
 
 import numpy as np
 
 from kraft_storage.accel import load
 from kraft_storage.errors import CorruptRecordError, KraftStorageError
-from kraft_storage.fileio import atomic_write, disk_full, fsync_dir
+from kraft_storage.fileio import StrPath, atomic_write, disk_full, fsync_dir
 from kraft_storage.log.config import LONG_MAX, LogConfig
 from kraft_storage.log.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from kraft_storage.log.errors import (
-    CorruptCleanLogError, LogClosed, NotALogDirectory, OffsetOutOfRange, OutOfOrderAppend,
-    RecordBatchTooLargeError, SegmentBaseOffsetMismatch, SegmentContiguityError)
+    CorruptCleanLogError, LogClosed, NotALogDirectory, OffsetOutOfRange, RecordBatchTooLargeError,
+    SegmentBaseOffsetMismatch, SegmentContiguityError)
 from kraft_storage.log.index import IndexCorrupt
-from kraft_storage.log.partition_metadata import (
-    PARTITION_METADATA, read_partition_metadata, write_partition_metadata)
+from kraft_storage.log.partition_metadata import PARTITION_METADATA, write_partition_metadata
 from kraft_storage.log.segment import (
     INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, RecoveryReport)
 from kraft_storage.record.batch import CRC_SKIP, CRC_VERIFY, scan_batches
 
-_appendk = load("_logappend")
+if TYPE_CHECKING:
+    from kraft_storage._contracts import LogAppendKernel
+    from kraft_storage.log.segment import FileHandle
+
+_appendk = cast("LogAppendKernel", load("_logappend"))
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
@@ -125,7 +129,7 @@ class AppendInfo(NamedTuple):
 #: cut), "truncated_bytes", "deleted_segments", "rebuilt_indexes", "removed_files".
 #: Only ever incremented.  The metrics registry of a later issue exports it (as
 #: kraft_log_recovery_<key>_total); until then, tests and tools read it here.
-RECOVERY_COUNTERS: Counter = Counter()
+RECOVERY_COUNTERS: Counter[str] = Counter()
 
 _logger = logging.getLogger("kraft.storage.log")
 
@@ -163,7 +167,7 @@ class LoadReport:
             line += f"; {len(self.recovered)} segment(s) validated batch by batch"
         dropped = self.dropped
         if dropped:
-            first = min(r.first_dropped_offset for r in dropped)
+            first = min(r.first_dropped_offset for r in dropped)  # type: ignore[type-var]  # set when bytes were dropped
             line += (f"; DROPPED {self.truncated_bytes} bytes from offset {first} in {len(dropped)} "
                      f"segment(s)")
         else:
@@ -195,8 +199,12 @@ class FetchData:
     __slots__ = ("fetch_offset", "segment_base_offset", "position", "length", "log_start_offset",
                  "log_end_offset", "first_batch_offset", "_handle", "_segment", "_generation")
 
-    def __init__(self, fetch_offset, segment, position, length, log_start_offset, log_end_offset,
-                 first_batch_offset):
+    # None only for an empty answer (length 0), which every reader below checks first
+    _handle: FileHandle
+    _segment: LogSegment
+
+    def __init__(self, fetch_offset: int, segment: LogSegment | None, position: int, length: int,
+                 log_start_offset: int, log_end_offset: int, first_batch_offset: int | None) -> None:
         self.fetch_offset = fetch_offset
         self.segment_base_offset = segment.base_offset if segment is not None else fetch_offset
         self.position = position
@@ -204,8 +212,8 @@ class FetchData:
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
         self.first_batch_offset = first_batch_offset
-        self._segment = segment
-        self._handle = segment.handle if segment is not None else None
+        self._segment = segment  # type: ignore[assignment]  # see the class annotations
+        self._handle = segment.handle if segment is not None else None  # type: ignore[assignment]  # (idem)
         self._generation = segment.generation if segment is not None else 0
 
     @property
@@ -242,7 +250,7 @@ class FetchData:
             sent += n
         return sent
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"FetchData(fetch_offset={self.fetch_offset}, segment={self.segment_base_offset}, "
                 f"position={self.position}, length={self.length}, log=[{self.log_start_offset}, "
                 f"{self.log_end_offset}))")
@@ -268,7 +276,7 @@ def _now_ms() -> int:
 class KafkaLog:
     """A partition log directory (see the module doc).  Use :meth:`open`."""
 
-    def __init__(self, directory: str, config: LogConfig, clock):
+    def __init__(self, directory: str, config: LogConfig, clock: Callable[[], int]) -> None:
         self.directory = directory
         self.config = config
         self._clock = clock
@@ -289,9 +297,10 @@ class KafkaLog:
 
     # ------------------------------------------------------------------ open
     @classmethod
-    def open(cls, directory, config: LogConfig | None = None, *, create: bool = True,
+    def open(cls, directory: StrPath, config: LogConfig | None = None, *, create: bool = True,
              recovery_point: int = 0, log_start_offset: int = 0, topic_id: bytes | None = None,
-             clock=None, recover_clean: bool = False, full_recovery: bool = False) -> "KafkaLog":
+             clock: Callable[[], int] | None = None, recover_clean: bool = False,
+             full_recovery: bool = False) -> "KafkaLog":
         """Open (and recover if needed) the log in ``directory``.
 
         ``recovery_point``: offsets below it are known flushed (Kafka keeps it
@@ -312,19 +321,19 @@ class KafkaLog:
         only once the load succeeded).  What the load found and did is in
         :attr:`load_report` (logged at WARNING, counted in :data:`RECOVERY_COUNTERS`).
         """
-        directory = os.fspath(directory)
+        d = os.fspath(directory)
         config = config or LogConfig()
-        log = cls(directory, config, clock or _now_ms)
+        log = cls(d, config, clock or _now_ms)
         try:
             log._load(create, recovery_point, log_start_offset, topic_id, recover_clean, full_recovery)
         except OSError as exc:
-            err = disk_full(exc, getattr(exc, "filename", None) or directory, "opening the log")
+            err = disk_full(exc, getattr(exc, "filename", None) or d, "opening the log")
             if err is not None:
                 raise err from exc
             raise
         return log
 
-    def _check_directory(self, create: bool) -> list[str]:
+    def _check_directory(self, create: bool) -> list[tuple[str, str]]:
         """Refuse what is not a partition log directory; return the leftover files to
         remove once the load succeeded (``.deleted``/``.cleaned``/``.tmp``)."""
         d = self.directory
@@ -335,8 +344,8 @@ class KafkaLog:
                 raise NotALogDirectory(d, "it does not exist")
             os.makedirs(d)
             fsync_dir(os.path.dirname(os.path.abspath(d)))
-        stale = []
-        subdirs = []
+        stale: list[tuple[str, str]] = []
+        subdirs: list[str] = []
         for name in sorted(os.listdir(d)):
             p = os.path.join(d, name)
             if os.path.isdir(p):
@@ -362,8 +371,8 @@ class KafkaLog:
         RECOVERY_COUNTERS[counter] += amount
         _logger.warning("%s", message)
 
-    def _load(self, create, recovery_point, log_start_offset, topic_id, recover_clean=False,
-              full_recovery=False) -> None:
+    def _load(self, create: bool, recovery_point: int, log_start_offset: int, topic_id: bytes | None,
+              recover_clean: bool = False, full_recovery: bool = False) -> None:
         d = self.directory
         stale = self._check_directory(create)
         report = LoadReport(clean_shutdown=False, directory=d)
@@ -428,8 +437,9 @@ class KafkaLog:
         self._segments = []
         self._closed = True
 
-    def _load_segments(self, segments, clean, stale, recovery_point, log_start_offset, epoch_file_missing,
-                       recover_clean, full_recovery) -> None:
+    def _load_segments(self, segments: list[LogSegment], clean: bool, stale: list[tuple[str, str]],
+                       recovery_point: int, log_start_offset: int, epoch_file_missing: bool,
+                       recover_clean: bool, full_recovery: bool) -> None:
         d = self.directory
         report = self.load_report
         cache = self.epoch_cache
@@ -440,7 +450,7 @@ class KafkaLog:
             if m and m.group(2) != "log" and f"{m.group(1)}.log" not in names:
                 stale.append((n, "an index without its .log segment"))
 
-        def assign_epochs(h):
+        def assign_epochs(h: np.ndarray) -> None:
             ep = h["partition_leader_epoch"]
             latest = cache.latest_epoch
             prev = np.maximum.accumulate(np.concatenate(([-1 if latest is None else latest], ep)))[:-1]
@@ -466,8 +476,10 @@ class KafkaLog:
                     # the last one is refused the same way: kraft never leaves one (roll()
                     # of an empty segment is a no-op, recovery deletes what follows a cut),
                     # so it means files were moved by hand.
-                    err = SegmentContiguityError(d, os.path.basename(prev.log_path), prev.next_offset,
-                                                 name, base)
+                    err = SegmentContiguityError(
+                        d, os.path.basename(prev.log_path),
+                        prev.next_offset,  # type: ignore[arg-type]  # known: the segment was read or recovered
+                        name, base)
                     if not recover_clean:
                         raise err
                     self._delete_segment_files(bases[i:], f"after a contiguity break: {err}")
@@ -509,11 +521,11 @@ class KafkaLog:
                         # be cut: check them, reading only, before anything is rewritten.
                         scan = seg.validate()
                         if scan.valid_bytes < scan.file_size:
-                            err = scan.error
+                            bad = scan.error
                             raise CorruptCleanLogError(
-                                d, seg.log_path, scan.valid_bytes if err is None else err.position,
-                                None if err is None else err.base_offset,
-                                "trailing bytes" if err is None else err.reason)
+                                d, seg.log_path, scan.valid_bytes if bad is None else bad.position,
+                                None if bad is None else bad.base_offset,
+                                "trailing bytes" if bad is None else bad.reason)
                     report.rebuilt_indexes.append(base)
                     self._event("rebuilt_indexes", 1, f"{d}: rebuilding the indexes of {name} "
                                                       f"(base offset {base}): {rebuild_reason}")
@@ -567,7 +579,7 @@ class KafkaLog:
         cache.truncate_from_end(self._end)
         self.recovery_point = self._end
 
-    def _delete_segment_files(self, bases, why: str) -> None:
+    def _delete_segment_files(self, bases: list[int], why: str) -> None:
         """Delete whole segments at load, newest first (a crash midway leaves a contiguous prefix)."""
         d = self.directory
         for b in reversed(bases):
@@ -587,7 +599,7 @@ class KafkaLog:
         fsync_dir(d)
 
     @staticmethod
-    def _scan_epochs(seg: LogSegment, assign) -> None:
+    def _scan_epochs(seg: LogSegment, assign: Callable[[np.ndarray], None]) -> None:
         import mmap
         mm = mmap.mmap(seg.fd, seg.size, access=mmap.ACCESS_READ)
         try:
@@ -629,12 +641,12 @@ class KafkaLog:
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self._segments)
 
-    def _check_open(self):
+    def _check_open(self) -> None:
         if self._closed:
             raise LogClosed(f"{self.directory}: the log is closed")
 
     # -------------------------------------------------------------- append
-    def append_as_leader(self, records, leader_epoch: int) -> AppendInfo:
+    def append_as_leader(self, records: Any, leader_epoch: int) -> AppendInfo:
         """Append batches as the leader: assign offsets from the log end, stamp ``leader_epoch``.
 
         The caller's buffer is not modified: the rewritten 16-byte header
@@ -648,7 +660,7 @@ class KafkaLog:
             raise ValueError(f"leader epoch {leader_epoch} is older than the log's latest epoch {latest}")
         return self._append_records(records, _LEADER, leader_epoch, -1 if latest is None else latest)
 
-    def append_as_follower(self, records) -> AppendInfo:
+    def append_as_follower(self, records: Any) -> AppendInfo:
         """Append batches replicated from the leader, offsets and epochs as given.
 
         The first batch must start at the log end offset and each batch must
@@ -658,7 +670,7 @@ class KafkaLog:
         latest = self.epoch_cache.latest_epoch
         return self._append_records(records, _FOLLOWER, -1, -1 if latest is None else latest)
 
-    def _append_records(self, records, mode: int, leader_epoch: int, latest: int) -> AppendInfo:
+    def _append_records(self, records: Any, mode: int, leader_epoch: int, latest: int) -> AppendInfo:
         """The whole append in two kernel calls (see ``kraft_storage._pure._logappend``):
         scan (validate, stamp offsets/epoch), maybe roll, write (bytes, index
         entries), then the epoch cache, the log end offset and the flush policy."""
@@ -854,7 +866,7 @@ class KafkaLog:
                 stop = pos + size if min_one_batch else pos
             return FetchData(fetch_offset, seg, pos, stop - pos, start, end, base)
 
-    def read_bytes(self, fetch_offset: int, max_bytes: int, **kw) -> bytes:
+    def read_bytes(self, fetch_offset: int, max_bytes: int, **kw: Any) -> bytes:
         return self.read(fetch_offset, max_bytes, **kw).tobytes()
 
     # ------------------------------------------------------------ truncate
@@ -883,11 +895,12 @@ class KafkaLog:
                 s.delete()
             active = keep[-1]
             active.truncate_to(offset, self._clock())
-            if active.next_offset is None:
-                active.read_next_offset()
+            new_end = active.next_offset
+            if new_end is None:
+                new_end = active.read_next_offset()
             active.offset_index.resize(self.config.segment_index_bytes)
             active.time_index.resize(self.config.segment_index_bytes)
-            self._end = active.next_offset
+            self._end = new_end
             if self._end < self._start:
                 # the dropped batch straddled the log start offset: nothing readable is left
                 self.truncate_fully_and_start_at(self._start)
@@ -949,13 +962,13 @@ class KafkaLog:
         now = self._clock() if now_ms is None else now_ms
         with self._lock:
             upper = self._end if max_offset is None else min(max_offset, self._end)
-            deleted = []
+            deleted: list[int] = []
             if rms >= 0:
                 deleted += self._delete_while(lambda seg, nxt: now - seg.largest_timestamp > rms, upper)
             if rbytes >= 0:
                 diff = [self.size_in_bytes() - rbytes]
 
-                def by_size(seg, nxt):
+                def by_size(seg: LogSegment, nxt: LogSegment) -> bool:
                     if diff[0] - seg.size >= 0:
                         diff[0] -= seg.size
                         return True
@@ -963,7 +976,7 @@ class KafkaLog:
                 deleted += self._delete_while(by_size, upper)
             return deleted
 
-    def _delete_while(self, predicate, upper: int) -> list[int]:
+    def _delete_while(self, predicate: Callable[[LogSegment, LogSegment], bool], upper: int) -> list[int]:
         segs = self._segments
         k = 0
         while k < len(segs) - 1 and segs[k + 1].base_offset <= upper and predicate(segs[k], segs[k + 1]):
@@ -1019,13 +1032,13 @@ class KafkaLog:
                 s.close(trim=False)
             self._closed = True
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"KafkaLog({self.directory!r}, start={self._start}, end={self._end}, "
                 f"segments={len(self._segments)})")
 
@@ -1041,18 +1054,18 @@ class FlushJob:
 
     __slots__ = ("end_offset", "truncations", "_fds", "done", "error", "last_segment")
 
-    def __init__(self, end_offset: int, truncations: int, fds: list[int]):
+    def __init__(self, end_offset: int, truncations: int, fds: list[int]) -> None:
         self.end_offset = end_offset
         self.truncations = truncations
         self._fds = fds
         self.done = False
         self.error: BaseException | None = None
         #: (newest segment covered, its size when the job began): what the job makes durable
-        self.last_segment = None
+        self.last_segment: tuple[LogSegment, int] | None = None
 
     def run(self) -> "FlushJob":
         """fdatasync every descriptor here, on the calling thread."""
-        err = None
+        err: OSError | None = None
         try:
             for fd in self._fds:
                 os.fdatasync(fd)
@@ -1079,7 +1092,7 @@ class FlushJob:
         self.done = True
         return self
 
-    def __del__(self):
+    def __del__(self) -> None:
         for fd in self._fds:
             try:
                 os.close(fd)

@@ -23,17 +23,22 @@ import mmap
 import os
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from kraft_storage.accel import load
 from kraft_storage.errors import CorruptRecordError
 from kraft_storage.fileio import disk_full
-from kraft_storage.log.index import IndexCorrupt, OffsetIndex, TimeIndex
+from kraft_storage.log.index import OffsetIndex, TimeIndex
 from kraft_storage.record.batch import CRC_SKIP, CRC_VERIFY, scan_batches
 
-_k = load("_index")
+if TYPE_CHECKING:
+    from kraft_storage._contracts import AppenderLike, IndexKernel
+
+_k = cast("IndexKernel", load("_index"))
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -64,11 +69,11 @@ class FileHandle:
     file stays readable through an open fd)."""
     __slots__ = ("fd", "path", "__weakref__")
 
-    def __init__(self, fd: int, path: str):
+    def __init__(self, fd: int, path: str) -> None:
         self.fd = fd
         self.path = path
 
-    def __del__(self):
+    def __del__(self) -> None:
         fd, self.fd = self.fd, -1
         if fd >= 0:
             try:
@@ -108,7 +113,7 @@ class SegmentScan:
 
 
 def scan_segment_file(fd: int, file_size: int, base_offset: int, path: str, verify_crc: bool = True,
-                      on_batches=None) -> SegmentScan:
+                      on_batches: Callable[[np.ndarray], object] | None = None) -> SegmentScan:
     """Walk a segment file batch by batch (CRC, magic, framing, offsets increasing and
     within int32 of ``base_offset``), reading only; ``on_batches(headers)`` sees each
     run of good batches.  Stops at the first bad one.  Shared by recovery, the clean
@@ -116,7 +121,7 @@ def scan_segment_file(fd: int, file_size: int, base_offset: int, path: str, veri
     prev_last = base_offset - 1
     batches = records = valid = 0
     error: CorruptRecordError | None = None
-    mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ) if file_size else b""
+    mm: mmap.mmap | bytes = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ) if file_size else b""
     crc_mode = CRC_VERIFY if verify_crc else CRC_SKIP
     try:
         pos = 0
@@ -164,9 +169,12 @@ def scan_segment_file(fd: int, file_size: int, base_offset: int, path: str, veri
 class LogSegment:
     """A ``.log`` file and its two indexes (see the module doc for invariants)."""
 
+    offset_index: OffsetIndex
+    time_index: TimeIndex
+
     def __init__(self, directory: str, base_offset: int, *, index_interval_bytes: int,
                  max_index_size: int, created_ms: int | None = None, new: bool = False,
-                 preallocate: bool = True):
+                 preallocate: bool = True) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -190,7 +198,7 @@ class LogSegment:
             for p in (prefix + INDEX_SUFFIX, prefix + TIME_INDEX_SUFFIX):
                 if os.path.exists(p):  # a stale index of an old segment with this base
                     os.unlink(p)
-        self.offset_index = self.time_index = None
+        self.offset_index = self.time_index = None  # type: ignore[assignment]  # until opened just below
         try:
             self.offset_index = OffsetIndex(prefix + INDEX_SUFFIX, base_offset, max_index_size,
                                             preallocate=preallocate)
@@ -227,7 +235,7 @@ class LogSegment:
     def fd(self) -> int:
         return self.handle.fd
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, size={self.size}, next={self.next_offset})"
 
     def can_hold(self, last_offset: int) -> bool:
@@ -238,7 +246,7 @@ class LogSegment:
         return self.max_timestamp_so_far
 
     # ---- appending ----
-    def append_scanned(self, ap) -> int:
+    def append_scanned(self, ap: AppenderLike) -> int:
         """Write the batches an :class:`Appender` (``kraft_storage._native._logappend``
         or its twin) has scanned, and their index entries; the fast path of
         :meth:`KafkaLog.append_as_leader`/``append_as_follower``.
@@ -295,8 +303,8 @@ class LogSegment:
             return
         positions = np.ascontiguousarray(positions, dtype=np.int64)
         sizes = np.ascontiguousarray(h["size"], dtype=np.int32)
-        last = np.ascontiguousarray(h["base_offset"] + h["last_offset_delta"], dtype=np.int64)
-        mts = np.ascontiguousarray(h["max_timestamp"], dtype=np.int64)
+        lasts = np.ascontiguousarray(h["base_offset"] + h["last_offset_delta"], dtype=np.int64)
+        max_tss = np.ascontiguousarray(h["max_timestamp"], dtype=np.int64)
         orel = np.empty(m, np.int64)
         opos = np.empty(m, np.int64)
         tts = np.empty(m, np.int64)
@@ -304,7 +312,7 @@ class LogSegment:
         last_ts = self.time_index.last_entry()[0]
         no, nt, self.bytes_since_last_index_entry, self.max_timestamp_so_far, \
             self.offset_of_max_timestamp, _ = _k.plan_entries(
-                positions, sizes, last, mts, self.base_offset, self.index_interval_bytes,
+                positions, sizes, lasts, max_tss, self.base_offset, self.index_interval_bytes,
                 self.bytes_since_last_index_entry, self.max_timestamp_so_far,
                 self.offset_of_max_timestamp, last_ts, orel, opos, tts, trel)
         # Recovery (the only caller) may find more entries than the index holds: the live
@@ -374,7 +382,7 @@ class LogSegment:
             self.time_index.flush()
 
     # ---- reading ----
-    def walk_to_offset(self, offset: int, start: int, stop: int):
+    def walk_to_offset(self, offset: int, start: int, stop: int) -> tuple[int, int, int, int] | None:
         """The first batch in ``[start, stop)`` whose last offset is >= ``offset``:
         (position, base_offset, last_offset, size), or None.  ``start`` must be a batch boundary."""
         fd = self.handle.fd
@@ -424,7 +432,7 @@ class LogSegment:
             pos = nxt
         return pos
 
-    def find_offset(self, offset: int):
+    def find_offset(self, offset: int) -> tuple[int, int, int, int] | None:
         """Kafka's ``translateOffset``: the first batch whose last offset is >= ``offset``."""
         _, pos = self.offset_index.lookup(offset)
         return self.walk_to_offset(offset, pos, self.size)
@@ -494,7 +502,8 @@ class LogSegment:
                 ts, off = int(mts[i]), int(h["base_offset"][i]) + int(h["last_offset_delta"][i])
         return ts, off
 
-    def recover(self, on_batches=None, verify_crc: bool = True) -> RecoveryReport:
+    def recover(self, on_batches: Callable[[np.ndarray], object] | None = None,
+                verify_crc: bool = True) -> RecoveryReport:
         """Validate every batch (CRC, magic, sizes, increasing offsets within this
         segment's range), rebuild both indexes, and cut the file after the last
         good batch.  ``on_batches(headers)`` sees each run of good batches (the
@@ -511,7 +520,7 @@ class LogSegment:
         self.offset_of_max_timestamp = self.base_offset
         self.rolling_based_timestamp = None
 
-        def sink(h):
+        def sink(h: np.ndarray) -> None:
             if self.rolling_based_timestamp is None:
                 self.rolling_based_timestamp = int(h["max_timestamp"][0])
             self._index_batches(h["position"], h)

@@ -35,12 +35,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Self
 
 import numpy as np
 
 from kraft_storage.errors import CorruptRecordError
+from kraft_storage.fileio import StrPath
 from kraft_storage.messages.runtime import MessageError
 from kraft_storage.messages.control import (
     ControlRecordType, KRaftVersionRecord, SnapshotFooterRecord, SnapshotHeaderRecord, VotersRecord,
@@ -128,7 +130,7 @@ def _body_base(value_len: np.ndarray, *, consume: bool = False) -> np.ndarray:
     return base
 
 
-def _varint_steps(x: np.ndarray, x_max: int | None = None) -> list:
+def _varint_steps(x: np.ndarray, x_max: int | None = None) -> list[np.ndarray]:
     """Boolean arrays ``x >= limit`` for each varint limit ``x`` reaches
     (varint size = 1 + their sum); computed before ``x`` is overwritten."""
     if not len(x):
@@ -137,8 +139,8 @@ def _varint_steps(x: np.ndarray, x_max: int | None = None) -> list:
     return [x >= lim for lim in _VARINT_LIMITS if top >= lim]
 
 
-def _sizes_from_body_base(base: np.ndarray, offset_delta) -> np.ndarray:
-    body = base + _varint_size(offset_delta)
+def _sizes_from_body_base(base: np.ndarray, offset_delta: np.ndarray) -> np.ndarray:
+    body: np.ndarray = base + _varint_size(offset_delta)
     body += _varint_size(body)
     return body
 
@@ -147,7 +149,7 @@ def _sizes_from_body_base(base: np.ndarray, offset_delta) -> np.ndarray:
 # Writer
 # ---------------------------------------------------------------------------
 
-def _as_arrow(values) -> tuple[object, np.ndarray]:
+def _as_arrow(values: Any) -> tuple[object, np.ndarray]:
     """Sequence of bytes (or (message, version) pairs), or (data, offsets) -> (data, offsets)."""
     if (isinstance(values, tuple) and len(values) == 2
             and not isinstance(values[1], (bytes, bytearray, memoryview, int))):
@@ -166,11 +168,12 @@ def _as_arrow(values) -> tuple[object, np.ndarray]:
     return b"".join(parts), off
 
 
-def _framed(v) -> bytes:
+def _framed(v: Any) -> bytes:
     if isinstance(v, (bytes, bytearray, memoryview)):
         return bytes(v)
     if isinstance(v, tuple) and len(v) == 2:
-        return encode_metadata_record(v[0], v[1])
+        framed: bytes = encode_metadata_record(v[0], v[1])
+        return framed
     raise TypeError(f"a snapshot record is framed bytes or a (message, version) pair, not {type(v).__name__}")
 
 
@@ -193,7 +196,7 @@ class RecordsSnapshotWriter:
     def __init__(self, raw: RawSnapshotWriter, *, last_contained_log_timestamp: int = 0,
                  max_batch_size: int = MAX_BATCH_SIZE_BYTES, kraft_version: int = 0,
                  voters: VotersRecord | None = None, clock: Callable[[], int] | None = None,
-                 compression: Compression | str | int = Compression.NONE):
+                 compression: Compression | str | int = Compression.NONE) -> None:
         if raw.size_in_bytes != 0:
             raise SnapshotError(f"initializing a records writer with a non-empty snapshot {raw.snapshot_id}")
         if kraft_version == 0 and voters is not None:
@@ -210,7 +213,7 @@ class RecordsSnapshotWriter:
         self._batch: _OpenBatch | None = None
         self._freeze_size = None
         self._buf: bytearray | None = None
-        control = [(ControlRecordType.SNAPSHOT_HEADER,
+        control: list[tuple[ControlRecordType, Any]] = [(ControlRecordType.SNAPSHOT_HEADER,
                     SnapshotHeaderRecord(version=0, last_contained_log_timestamp=last_contained_log_timestamp))]
         if kraft_version > 0:
             control.append((ControlRecordType.KRAFT_VERSION,
@@ -242,7 +245,7 @@ class RecordsSnapshotWriter:
         if self.raw.is_frozen:
             raise SnapshotError(f"append not supported: snapshot {self.snapshot_id} is already frozen")
 
-    def _append_control(self, items) -> None:
+    def _append_control(self, items: Sequence[tuple[ControlRecordType, Any]]) -> None:
         now = int(self._clock())
         recs = [(encode_control_key(t), encode_control_value(t, body), now) for t, body in items]
         self.raw.append(build_batch(recs, base_offset=self._next_offset, partition_leader_epoch=self._epoch,
@@ -258,7 +261,7 @@ class RecordsSnapshotWriter:
         if b is None or b.count == 0:
             return
         data, off = b.arrow()
-        kwargs = dict(timestamp=b.timestamp, records_per_batch=b.count, base_offset=b.base_offset,
+        kwargs: dict[str, Any] = dict(timestamp=b.timestamp, records_per_batch=b.count, base_offset=b.base_offset,
                       partition_leader_epoch=self._epoch, compression=self._compression)
         if self._compression == Compression.NONE:
             # Encode into one buffer reused for every batch, then write(2) it:
@@ -283,7 +286,7 @@ class RecordsSnapshotWriter:
             self._buf = buf
         return buf
 
-    def append(self, records: Sequence) -> None:
+    def append(self, records: Sequence[Any]) -> None:
         """Append records that must share one batch (Kafka's ``SnapshotWriter.append``).
 
         ``records``: framed values (bytes) and/or ``(message, version)`` pairs,
@@ -306,7 +309,7 @@ class RecordsSnapshotWriter:
             needed = int(record_sizes(np.diff(off), np.arange(0, n)).sum())
         b.add(data, off, needed, keep=False)
 
-    def append_framed(self, values) -> None:
+    def append_framed(self, values: Any) -> None:
         """Bulk append of many framed values, packed greedily into batches.
 
         ``values``: Arrow-style ``(data, offsets)`` (one buffer holding every
@@ -374,14 +377,14 @@ class RecordsSnapshotWriter:
         self._buf = None
         self.raw.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @classmethod
-    def create(cls, log_dir, snapshot_id: SnapshotId, **kwargs) -> "RecordsSnapshotWriter":
+    def create(cls, log_dir: StrPath, snapshot_id: SnapshotId, **kwargs: Any) -> "RecordsSnapshotWriter":
         """A writer of a new snapshot ``snapshot_id`` in ``log_dir``."""
         raw = RawSnapshotWriter(log_dir, snapshot_id)
         try:
@@ -400,14 +403,14 @@ class _OpenBatch:
     """
     __slots__ = ("base_offset", "timestamp", "size", "count", "segments")
 
-    def __init__(self, base_offset: int, timestamp: int):
+    def __init__(self, base_offset: int, timestamp: int) -> None:
         self.base_offset = base_offset
         self.timestamp = timestamp
         self.size = HEADER_SIZE
         self.count = 0
-        self.segments: list = []
+        self.segments: list[tuple[Any, np.ndarray]] = []
 
-    def add(self, data, off: np.ndarray, nbytes: int, keep: bool) -> None:
+    def add(self, data: Any, off: np.ndarray, nbytes: int, keep: bool) -> None:
         if not keep:
             lo, hi = int(off[0]), int(off[-1])
             data = bytes(memoryview(data).cast("B")[lo:hi])
@@ -419,7 +422,8 @@ class _OpenBatch:
     def arrow(self) -> tuple[object, np.ndarray]:
         if len(self.segments) == 1:
             return self.segments[0]
-        parts, offs, pos = [], [np.zeros(1, np.int64)], 0
+        parts: list[memoryview] = []
+        offs, pos = [np.zeros(1, np.int64)], 0
         for data, off in self.segments:
             lo, hi = int(off[0]), int(off[-1])
             parts.append(memoryview(data).cast("B")[lo:hi])
@@ -448,7 +452,8 @@ class RecordsSnapshotReader:
         batches: BATCH_DTYPE rows of the data batches (positions in the file).
     """
 
-    def __init__(self, source, *, snapshot_id: SnapshotId | None = None, verify_crc: bool = True):
+    def __init__(self, source: RawSnapshotReader | StrPath, *, snapshot_id: SnapshotId | None = None,
+                 verify_crc: bool = True) -> None:
         if isinstance(source, RawSnapshotReader):
             self.raw, self._owns = source, False
         else:
@@ -456,30 +461,30 @@ class RecordsSnapshotReader:
         try:
             self.snapshot_id = snapshot_id if snapshot_id is not None else self.raw.snapshot_id
             self.name = str(self.raw.path)
-            self._buf = self.raw.buffer
+            self._buf: memoryview | None = self.raw.buffer
             self._load(verify_crc)
         except BaseException:
             self.close()
             raise
 
     @classmethod
-    def open(cls, log_dir, snapshot_id: SnapshotId, **kwargs) -> "RecordsSnapshotReader":
+    def open(cls, log_dir: StrPath, snapshot_id: SnapshotId, **kwargs: Any) -> "RecordsSnapshotReader":
         return cls(RawSnapshotReader.open(log_dir, snapshot_id), **kwargs)._owning()
 
-    def _owning(self):
+    def _owning(self) -> Self:
         self._owns = True
         return self
 
-    def _fail(self, msg: str, row=None) -> SnapshotError:
+    def _fail(self, msg: str, row: Any = None) -> SnapshotError:
         where = f"{self.name}"
         if row is not None:
             where += f", position {int(row['position'])}, batch base offset {int(row['base_offset'])}"
         return SnapshotError(f"{msg} ({where})")
 
-    def _controls(self, row) -> list:
+    def _controls(self, row: Any) -> list[tuple[ControlRecordType, Any]]:
         """(type, body) of every record of control batch ``row``."""
         cols = decode_record_columns(self._buf, row.reshape(1), source=self.name)
-        out = []
+        out: list[tuple[ControlRecordType, Any]] = []
         for i in range(len(cols)):
             try:
                 out.append(decode_control_record(cols.key(i), cols.value(i)))
@@ -525,7 +530,8 @@ class RecordsSnapshotReader:
 
     @property
     def last_contained_log_timestamp(self) -> int:
-        return self.header.last_contained_log_timestamp
+        ts: int = self.header.last_contained_log_timestamp
+        return ts
 
     @property
     def size_in_bytes(self) -> int:
@@ -577,13 +583,13 @@ class RecordsSnapshotReader:
         if getattr(self, "_owns", False) and getattr(self, "raw", None) is not None:
             self.raw.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"RecordsSnapshotReader({Path(self.name).name}, id={self.snapshot_id}, "
                 f"{len(self.batches)} data batches, {self.records_count} records)")
 
@@ -592,15 +598,15 @@ class RecordsSnapshotReader:
 # bootstrap.checkpoint (pre-KIP-853 bootstrap file)
 # ---------------------------------------------------------------------------
 
-def read_bootstrap_checkpoint(path, **kwargs) -> RecordsSnapshotReader:
+def read_bootstrap_checkpoint(path: StrPath, **kwargs: Any) -> RecordsSnapshotReader:
     """Open ``<log dir>/bootstrap.checkpoint`` (or a directory holding it) as snapshot (0, 0)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / BOOTSTRAP_FILENAME
-    return RecordsSnapshotReader(path, snapshot_id=BOOTSTRAP_SNAPSHOT_ID, **kwargs)
+    p = Path(path)
+    if p.is_dir():
+        p = p / BOOTSTRAP_FILENAME
+    return RecordsSnapshotReader(p, snapshot_id=BOOTSTRAP_SNAPSHOT_ID, **kwargs)
 
 
-def write_bootstrap_checkpoint(directory, records, *, clock: Callable[[], int] | None = None,
+def write_bootstrap_checkpoint(directory: StrPath, records: Sequence[Any], *, clock: Callable[[], int] | None = None,
                                max_batch_size: int = MAX_BATCH_SIZE_BYTES) -> Path:
     """Write ``<directory>/bootstrap.checkpoint`` as ``kafka-storage format`` does.
 
@@ -608,9 +614,9 @@ def write_bootstrap_checkpoint(directory, records, *, clock: Callable[[], int] |
     BootstrapDirectory does; header timestamp 0, epoch 0.  Written to a
     ``.part`` and renamed, so an existing file is replaced atomically.
     """
-    directory = Path(directory)
-    dest = directory / BOOTSTRAP_FILENAME
-    raw = RawSnapshotWriter(directory, BOOTSTRAP_SNAPSHOT_ID, path=dest)
+    d = Path(directory)
+    dest = d / BOOTSTRAP_FILENAME
+    raw = RawSnapshotWriter(d, BOOTSTRAP_SNAPSHOT_ID, path=dest)
     with RecordsSnapshotWriter(raw, clock=clock, max_batch_size=max_batch_size) as w:
         w.append(records)
         w.freeze()
