@@ -122,7 +122,7 @@ def test_auto_leader_flush_is_native_aio_when_native_code_runs(tmp_path):
     d = KraftNode.from_config(NodeConfig.from_file(paths[0])).driver
     want = "aio" if native_aio_available() else "auto"
     assert d.leader_flush == want
-    assert d.core.async_flush_min_bytes == (0 if want == "aio" else AUTO_THREAD_FLUSH_BYTES)
+    assert d.core.options.flush.min_bytes == (0 if want == "aio" else AUTO_THREAD_FLUSH_BYTES)
     d.log.close()
 
 

@@ -13,8 +13,9 @@ import pytest
 
 from kraft_node.raft.client import RETRY_BACKOFF_BASE_MS, RaftCore
 from kraft_node.raft.config import QuorumConfig
-from kraft_node.raft.errors import Errors, InvariantViolation, RaftError
+from kraft_node.raft.errors import Errors, InvariantViolation, NotLeaderError, RaftError
 from kraft_node.raft.log import MemoryRaftLog
+from kraft_node.raft.flush import CoreOptions, JobFlush
 from kraft_node.raft.messages import (Batch, BeginQuorumEpochRequest, EndQuorumEpochRequest,
                                       FetchRequest, FetchResponse, FetchSnapshotRequest, LeaderAndEpoch,
                                       LeaderIdAndEpoch, EpochEndOffset, OffsetAndEpoch, OutboundRequest,
@@ -65,8 +66,9 @@ class Ctx:
     """Drives one RaftCore by hand on a manual clock."""
 
     def __init__(self, local=1, voters=(1, 2, 3), log=None, election=None, config=None, seed=1,
-                 store=None):
+                 store=None, options=None):
         self.local = local
+        self.options = options
         self.voters = voters
         self.config = config or QuorumConfig()
         self.log = log if log is not None else MemoryRaftLog()
@@ -74,12 +76,13 @@ class Ctx:
         self.seed = seed
         self.now = 0
         self.outbox: list = []
+        self.flush_jobs: list = []  # every job any poll returned (a test runs them)
         self.corr = 1000
         self.start()
 
     def start(self):
         self.core = RaftCore(self.config, key(self.local), [key(v) for v in self.voters], self.log,
-                             self.store, random.Random(self.seed), cluster_id=CLUSTER)
+                             self.store, random.Random(self.seed), cluster_id=CLUSTER, options=self.options)
         self.listener = Recorder()
         self.core.register_listener(self.listener)
         self.core.initialize(self.now)
@@ -92,6 +95,7 @@ class Ctx:
     def poll(self):
         r = self.core.poll(self.now)
         self.outbox.extend(r.messages)
+        self.flush_jobs.extend(r.flush_jobs)
         self.ready = r
         return r
 
@@ -1069,24 +1073,47 @@ def test_deferred_listeners_let_the_followers_next_fetch_go_out_first():
     """Kafka's poll order (requests of pollCurrentState are sent before pollListeners):
     with ``defer_listeners`` a follower's poll returns its next Fetch -- the one the
     leader's commit waits for -- before any listener hears of the newly committed data."""
-    ctx = Ctx(local=1)
-    ctx.core.defer_listeners = True
+    ctx = Ctx(local=1, options=CoreOptions(defer_listeners=True))
     _r, _nxt = _follower_fetches_one_record(ctx)
     assert ctx.listener.next_offset() == 0  # not delivered by poll
     ctx.core.poll_listeners()
     assert ctx.listener.next_offset() == 1 and ctx.listener.commits[-1].records == (b"a",)
 
 
+def test_append_names_its_epoch_and_fails_once_that_epoch_is_over():
+    """Kafka's scheduleAppend(epoch, records): an append prepared in one epoch is refused
+    (NotLeaderError) in any other -- also when the same node leads again later -- so a
+    state machine never writes under an epoch it did not claim."""
+    ctx = Ctx(local=1, voters=(1,))  # the only voter: it leads at once
+    ctx.poll()
+    core = ctx.core
+    assert core.is_leader
+    ep = core.epoch
+    with pytest.raises(NotLeaderError):
+        core.append([b"x"], ep - 1, ctx.now)
+    with pytest.raises(NotLeaderError):
+        core.append([b"x"], ep + 1, ctx.now)
+    last = core.append([b"a"], ep, ctx.now)
+    ctx.poll()
+    ctx.start()  # a restart: the only voter stands again at once, in a new epoch
+    ctx.poll()
+    core = ctx.core
+    assert core.is_leader and core.epoch > ep
+    with pytest.raises(NotLeaderError):
+        core.append([b"late"], ep, ctx.now)  # the same node, but not the epoch it claimed
+    assert core.append([b"b"], core.epoch, ctx.now) > last
+
+
 def test_leader_flush_leaves_the_loop_for_a_steady_stream_of_small_batches_not_for_a_lone_one():
     """With flush jobs on and a 1,000-byte threshold: a lone small batch is fsync'd in line
     by the next poll (no job: a lone commit would wait for a thread hand-off), while small
     batches arriving back to back (linger 0 under load) go to jobs once 1,000 bytes were
-    appended within the rate window -- else every poll would block its loop for an fsync."""
-    ctx = Ctx(config=QuorumConfig(append_linger_ms=0))
+    appended within the rate window -- else every poll would block its loop for an fsync.
+    (The rule is the TCP driver's policy, io.flush.RateFlush, run by the core here.)"""
+    from kraft_node.raft.io.flush import RateFlush
+    ctx = Ctx(config=QuorumConfig(append_linger_ms=0), options=CoreOptions(flush=RateFlush(min_bytes=1000)))
     ctx.elect()
     core = ctx.core
-    core.async_leader_flush = True
-    core.async_flush_min_bytes = 1000
     ctx.advance(1000)  # quiet: the epoch-start batch is long past
 
     def append_and_poll(n_bytes=200):
@@ -1120,8 +1147,8 @@ def test_follower_fetch_reports_only_a_durable_end_offset_and_waits_for_an_async
     landing durable says so (True); a job the log's truncation overtook says False, so its
     held Fetch is never sent.  Without the flag the follower fsyncs in line."""
     for async_flush in (False, True):
-        ctx = Ctx(local=1)
-        ctx.core.async_follower_flush = async_flush
+        ctx = Ctx(local=1, options=CoreOptions(flush=JobFlush(leader_jobs=False, follower_jobs=True))
+                  if async_flush else None)
         r, nxt = _follower_fetches_one_record(ctx)
         if not async_flush:
             assert r.flush_jobs == [] and nxt[-1].after_flush is None
@@ -1187,19 +1214,22 @@ def test_leader_answers_a_lagging_voter_from_memory_within_a_byte_cap(monkeypatc
 def test_leader_answers_parked_fetches_before_writing_the_batch_to_its_file(tmp_path):
     """Write-behind (KafkaRaftLog): a leader poll that appends answers the parked Fetches
     with the new batch while the log still holds its bytes back -- nothing written, no
-    fsync started -- and asks to be polled again at once; that next poll (the answers are
-    on the wire by then) writes the batch and starts its fsync.  Positions count the batch
+    fsync started -- and asks to be polled again at once; the driver writes the batch once
+    the answers are on the wire, and that next poll starts its fsync.  Positions count the batch
     throughout, and a follower fetching it gets the same bytes the file ends up with."""
     from kraft_node.raft.io.kafka_log import KafkaRaftLog
     log = KafkaRaftLog(str(tmp_path / "__cluster_metadata-0"))
-    ctx = Ctx(log=log, config=QuorumConfig(append_linger_ms=0))
+    # the TCP driver's default ("aio"): fsync as a flush job, deferred while the log holds back
+    ctx = Ctx(log=log, config=QuorumConfig(append_linger_ms=0),
+              options=CoreOptions(flush=JobFlush(held_back=lambda: log.pending_writes)))
     ctx.elect()
     core = ctx.core
-    core.async_leader_flush = True  # the TCP driver's default ("aio"): fsync as a flush job
     for _ in range(3):  # the LeaderChange batch: written and flushed
-        for job in ctx.poll().flush_jobs:
+        jobs, ctx.flush_jobs = ctx.flush_jobs, []
+        for job in jobs:
             job.run()
             core.handle_flush_done(job, ctx.now)
+        ctx.poll()
     ep, start = core.epoch, log.end_offset
     assert log.pending_writes == 0 and log.flushed_end_offset == start
     for f in (2, 3):  # each follower at the end: told the high watermark, then parked
@@ -1217,6 +1247,7 @@ def test_leader_answers_parked_fetches_before_writing_the_batch_to_its_file(tmp_
     assert log._log.log_end_offset == start and log._log.active_segment.size == size_before  # not written
     assert r.flush_jobs == [] and r.next_wakeup_ms == ctx.now  # owed: poll again at once
 
+    log.write_pending()  # what the driver does once the poll's answers are sent
     r2 = ctx.poll()
     assert log.pending_writes == 0 and log._log.log_end_offset == start + 1
     assert len(r2.flush_jobs) == 1 and r2.flush_jobs[0].end_offset == start + 1

@@ -24,8 +24,8 @@ the log and the quorum-state store are injected and called synchronously):
    new epoch, a BeginQuorumEpoch).  So ``Ready.messages`` may be sent at once,
    except a request with ``after_flush`` set (rule 2).
 2. Followers (voters) flush each fetched append before the next Fetch
-   reports the new end offset, so the leader only counts durable data.  With
-   ``async_follower_flush`` the fsync is a job in ``Ready.flush_jobs`` and the
+   reports the new end offset, so the leader only counts durable data.  When the
+   flush policy's ``follower_jobs`` is set the fsync is a job in ``Ready.flush_jobs`` and the
    Fetch that reports its end offset is an ``OutboundRequest`` whose
    ``after_flush`` is that job: the driver may build and encode it while the
    fsync runs, and must not put it on the wire before the job completed with
@@ -59,6 +59,7 @@ from kraft_node.raft.api import RaftListener, Ready
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import Errors, InvariantViolation, NotLeaderError, RaftError
 from kraft_node.raft.fetch_serving import LeaderFetchServing
+from kraft_node.raft.flush import CoreOptions, LeaderFlush
 from kraft_node.raft.listeners import ListenerContext, ListenerDelivery
 from kraft_node.raft.log import RaftLog
 from kraft_node.raft.messages import (AddRaftVoterRequest, AddRaftVoterResponse, Endpoint,
@@ -91,9 +92,6 @@ def error_name_of(code: int) -> str:
         return str(code)
 
 
-#: Width of the leader's append-rate buckets (see ``RaftCore.async_flush_min_bytes``):
-#: ``async_flush_min_bytes`` appended within about two buckets counts as a steady stream.
-FLUSH_RATE_BUCKET_MS = 10
 
 
 
@@ -151,6 +149,8 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
     ``encode_control`` gives the record value of a control message (LeaderChange,
     Voters); the default is a readable placeholder for the simulator.
     ``rng`` is the only entropy (election timeouts, backoffs, correlation ids).
+    ``options`` (:class:`~kraft_node.raft.flush.CoreOptions`) are the driver's choices,
+    fixed here: the flush policy and whether listeners are delivered by ``poll``.
     """
 
     def __init__(self, config: QuorumConfig, local_key: ReplicaKey, voters: list[ReplicaKey],
@@ -159,8 +159,11 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
                  snapshot_control: SnapshotControlCodec | None = None,
                  local_listeners: tuple[Endpoint, ...] = (),
                  bootstrap_ids: tuple[int, ...] = (),
-                 encode_control=None):
+                 encode_control=None, options: CoreOptions | None = None):
         self.config = config
+        self.options = options = options or CoreOptions()
+        #: how each flush runs (in line or as a job): the driver's policy (flush.py)
+        self._flush = options.flush
         self.local_key = local_key
         self.local_id = local_key.id
         self.log = log
@@ -188,35 +191,11 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
         self._listeners: list[ListenerContext] = []
         self._purgatory: list[tuple[int, int, FetchRequest, int]] = []  # src, corr, req, deadline
         self._listeners_seen = None  # what _poll_listeners last handed out (see there)
-        #: When True, ``poll`` leaves listener delivery to :meth:`poll_listeners`, which the
-        #: driver calls once it has sent the poll's messages: Kafka's poll order (the
-        #: requests of pollCurrentState go out before pollListeners), so a follower's next
-        #: Fetch -- which the leader's commit waits for -- does not wait for the listeners.
-        self.defer_listeners = False
         #: Batches this node wrote (as leader, or fetched as follower) that a listener may still need
         #: or, on a leader, a voter has still to fetch (RECENT_BATCHES_MAX_BYTES): delivery and
         #: Fetch answers take them from memory instead of re-reading (and re-decoding) the log.
         self._recent_batches: list[Batch] = []
         self._recent_bytes = 0  # sum of size_in_bytes over _recent_batches
-        #: Leader flushes as jobs the driver runs on a thread (``Ready.flush_jobs``); needs a
-        #: log with ``begin_flush``/``complete_flush``.  Off by default (and in the simulator's
-        #: default): then the leader's next poll fsyncs in line, after answering Fetches.
-        self.async_leader_flush = False
-        #: With ``async_leader_flush``: a flush is fsync'd in line (next poll) instead of by
-        #: a job while fewer than this many bytes were appended since the last flush *and*
-        #: within the last two rate buckets (``FLUSH_RATE_BUCKET_MS`` each).  A job costs a
-        #: thread hand-off that a lone small append feels (its commit waits for it); a big
-        #: flush, or a steady stream of small ones (linger 0 under load: each poll would
-        #: block the loop for an fsync of a few KB), gains from leaving the loop free.
-        #: 0: every flush is a job.
-        self.async_flush_min_bytes = 0
-        self._unflushed_bytes = 0   # appended as leader since the last flush began
-        self._rate_bucket = (0, 0, 0)  # (bucket start ms, bytes in it, bytes in the one before)
-        #: Followers' flushes as jobs too (rule 2 above): the fsync runs off the loop while the
-        #: next Fetch is built, and that Fetch waits for it (``OutboundRequest.after_flush``).
-        #: The TCP driver turns this on for ``follower_flush="aio"`` (not its default: slower on
-        #: shared cores, see RaftDriver); off, a follower fsyncs in line before it builds the Fetch.
-        self.async_follower_flush = False
         self._flush_job = None  # (epoch, job) in flight, a leader's or a follower's
         self._new_flush_jobs: list = []
         self._shutdown_deadline: int | None = None
@@ -853,7 +832,7 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             # Asynchronously when allowed and no other flush is in flight: _send_fetch then
             # holds the Fetch behind the job.
             if self.quorum.is_voter or self._dynamic():
-                job = self.log.begin_flush() if self.async_follower_flush and self._flush_job is None else None
+                job = self.log.begin_flush() if self._flush.follower_jobs and self._flush_job is None else None
                 if job is not None:
                     self._flush_job = (self.quorum.epoch, job)
                     self._new_flush_jobs.append(job)
@@ -930,7 +909,7 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             wake = self._poll_role(now_ms)
             if self.quorum.transitions == before:
                 break
-        if not self.defer_listeners:
+        if not self.options.defer_listeners:
             self._poll_listeners()
         if self._shutdown_deadline is not None and not self._shutdown_done:
             wake = min(wake, self._shutdown_deadline)
@@ -992,38 +971,20 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             wake = min(wake, self._voter_change.deadline_ms)
         return wake
 
-    def _count_appended(self, nbytes: int, now_ms: int) -> None:
-        start, cur, prev = self._rate_bucket
-        if now_ms >= start + FLUSH_RATE_BUCKET_MS:
-            # a new bucket; the one before it counts only if it was the previous one
-            prev = cur if now_ms < start + 2 * FLUSH_RATE_BUCKET_MS else 0
-            start, cur = now_ms, 0
-        self._rate_bucket = (start, cur + nbytes, prev)
-
-    def _recent_append_bytes(self, now_ms: int) -> int:
-        """Bytes the leader appended in the current and the previous rate bucket."""
-        start, cur, prev = self._rate_bucket
-        if now_ms >= start + 2 * FLUSH_RATE_BUCKET_MS:
-            return 0
-        if now_ms >= start + FLUSH_RATE_BUCKET_MS:
-            return cur
-        return cur + prev
-
     def _flush_leader(self, st: LeaderState, now_ms: int, sync: bool = True) -> bool:
-        """Append the accumulator's ready batches; fsync what is unflushed.
+        """Append the accumulator's ready batches; make what is unflushed durable.
 
-        With ``sync=False`` (the leader's poll) the fsync of newly appended
-        batches is left to the *next* poll: parked Fetches are answered with
-        the new data first, so the followers write and fsync it while this
-        node fsyncs its own copy -- the two flushes overlap instead of adding
-        up.  This is safe because only durable offsets count: the leader's own
-        end offset enters the high watermark after its flush, a follower's
-        after its own flush (its next Fetch).  Returns True when an fsync is
-        still owed (the caller asks to be polled again at once).
+        With ``sync=False`` (the leader's poll) the flush policy says how: in line now,
+        as a job (``Ready.flush_jobs``, one at a time), or at the *next* poll -- the
+        default for a poll that appended: parked Fetches are answered with the new data
+        first, so the followers write and fsync it while this node fsyncs its own copy
+        and the two flushes overlap instead of adding up.  This is safe because only
+        durable offsets count: the leader's own end offset enters the high watermark
+        after its flush, a follower's after its own flush (its next Fetch).  Returns
+        True when a flush is still owed (the caller asks to be polled again at once).
         """
         log = self.log
-        if log.pending_writes:
-            log.write_pending()  # the last poll's batches: its Fetch answers are on the wire now
+        flush = self._flush
         batches = st.accumulator.drain(now_ms)
         if batches:
             changed = False
@@ -1031,38 +992,31 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
                 written = log.append_as_leader(b) or b
                 self._recent_batches.append(written)
                 self._recent_bytes += written.size_in_bytes
-                self._unflushed_bytes += written.size_in_bytes
-                self._count_appended(written.size_in_bytes, now_ms)
+                flush.leader_appended(written.size_in_bytes, now_ms)
                 changed |= self.control.apply_batches((b,))
             if changed:
                 # Kafka: a VotersRecord counts for the majority as soon as it is appended.
                 st.update_voter_set(self.quorum.voters.values())
             self._complete_purgatory(now_ms, force=True)  # new data for parked fetches
-        if self.log.flushed_end_offset >= self.log.end_offset:
+        if log.flushed_end_offset >= log.end_offset:
             return False
         if not sync:
-            if self.async_leader_flush and (self._flush_job is not None
-                                            or self._unflushed_bytes >= self.async_flush_min_bytes
-                                            or self._recent_append_bytes(now_ms) >= self.async_flush_min_bytes):
-                # The driver fsyncs on a thread while this loop keeps answering Fetches;
+            how = flush.leader_flush(bool(batches), self._flush_job is not None, now_ms)
+            if how is LeaderFlush.NEXT_POLL:
+                return True
+            if how is LeaderFlush.JOB:
+                # The driver fsyncs off its loop while the loop keeps answering Fetches;
                 # one job at a time, the next one covers whatever was appended meanwhile.
-                if batches and log.pending_writes:
-                    # Write-behind (KafkaRaftLog): the log holds these batches back so this
-                    # poll's Fetch answers go out before their pwritev; the next poll, at
-                    # once, writes them and starts their fsync.
-                    return True
                 if self._flush_job is None:
-                    job = self.log.begin_flush()
+                    job = log.begin_flush()
                     if job is not None:
                         self._flush_job = (st.epoch, job)
                         self._new_flush_jobs.append(job)
-                        self._unflushed_bytes = 0
+                        flush.flush_started()
                 return False
-            if batches:
-                return True
-        self.log.flush()
-        self._unflushed_bytes = 0
-        if st.update_local_state(self.log.flushed_end_offset):
+        log.flush()
+        flush.flush_started()
+        if st.update_local_state(log.flushed_end_offset):
             self._on_leader_hwm_update(now_ms)
         return False
 

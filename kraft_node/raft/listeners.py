@@ -17,7 +17,6 @@ from operator import attrgetter
 from kraft_node.raft.api import RaftListener
 from kraft_node.raft.errors import InvariantViolation, RaftError
 from kraft_node.raft.messages import Batch, LeaderAndEpoch
-from kraft_node.raft.requests import NEVER
 from kraft_node.raft.roles import LeaderState
 
 _next_offset = attrgetter("next_offset")
@@ -35,7 +34,7 @@ class ListenerDelivery:
 
     def poll_listeners(self) -> None:
         """Deliver committed data, snapshots and leader changes to the listeners (what
-        ``poll`` does last unless ``defer_listeners``); in offset order, as in ``poll``."""
+        ``poll`` does last unless ``CoreOptions.defer_listeners``); in offset order, as in ``poll``."""
         if not self._initialized:
             raise RaftError("initialize() must be called before poll_listeners()")
         self._poll_listeners()

@@ -29,6 +29,13 @@ from typing import Protocol, Sequence
 from kraft_node.raft.messages import Batch, OffsetAndEpoch, SnapshotId
 
 
+class FlushJob(Protocol):
+    """A flush begun by :meth:`RaftLog.begin_flush`; ``end_offset`` is what it makes durable."""
+    end_offset: int
+
+    def run(self) -> object: ...
+
+
 class RaftLog(Protocol):
     @property
     def start_offset(self) -> int:
@@ -71,21 +78,19 @@ class RaftLog(Protocol):
     def flush(self) -> None:
         """Make ``[start_offset, end_offset)`` durable."""
 
-    @property
-    def pending_writes(self) -> int:
-        """Leader batches appended but held back from the file (write-behind); 0 for logs
-        that write at once.  They count in every position and are unflushed data."""
+    def begin_flush(self) -> "FlushJob | None":
+        """Start making ``[start_offset, end_offset)`` durable off the caller's thread: a job
+        whose ``run()`` (any thread) does the work, or None when nothing is unflushed.
+        Called only when the core's flush policy asks for jobs (flush.py)."""
 
-    def write_pending(self) -> None:
-        """Write what write-behind holds (the core calls it once the Fetch answers carrying
-        those batches are sent); every method that needs the file does it first anyway."""
+    def complete_flush(self, job: "FlushJob") -> bool:
+        """The job ran: advance ``flushed_end_offset`` to its end and return True, or
+        return False if a truncation since ``begin_flush`` voided it."""
 
     def update_high_watermark(self, offset: int) -> None:
         """Record the commit point (informational for the log, e.g. its recovery point)."""
 
     def latest_snapshot_id(self) -> SnapshotId | None: ...
-
-    def earliest_snapshot_id(self) -> SnapshotId | None: ...
 
     def read_snapshot(self, snapshot_id: SnapshotId) -> bytes | None: ...
 
@@ -134,11 +139,13 @@ class MemoryRaftLog:
         self.high_watermark = 0
         self.flush_count = 0
         #: model KafkaRaftLog's write-behind: count leader appends in the last batch's epoch
-        #: as pending until something writes them (no other effect: they are unflushed data)
+        #: as pending until something writes them (no other effect: they are unflushed data).
+        #: Not part of the RaftLog contract: the simulator's flush policy and driver use it
+        #: as the TCP driver uses KafkaRaftLog's.
         self.write_behind = False
         self._pending = 0
 
-    # ---- write-behind (see KafkaRaftLog)
+    # ---- write-behind (see KafkaRaftLog; the simulator's, not the core's)
     @property
     def pending_writes(self) -> int:
         return self._pending

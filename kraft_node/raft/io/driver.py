@@ -67,6 +67,8 @@ from kraft_node.raft.io import wire
 from kraft_node.raft.client import RaftCore
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import Errors, NotLeaderError, RaftError
+from kraft_node.raft.flush import CoreOptions, InlineFlush
+from kraft_node.raft.io.flush import RateFlush
 from kraft_node.raft.io.file_state import FileQuorumStateStore
 from kraft_node.raft.io.kafka_log import KafkaRaftLog, KafkaSnapshotControl, encode_control_value
 from kraft_node.raft.messages import (AddRaftVoterRequest, BeginQuorumEpochRequest, Endpoint, EndQuorumEpochRequest,
@@ -274,11 +276,18 @@ class RaftDriver:
         #: bootstrap servers get Kafka's negative ids (-1, -2, ...) until their node id is known.
         self._bootstrap = {-(i + 1): hp for i, hp in enumerate(bootstrap_servers)}
         listeners = (listener,) if listener is not None and advertise else ()
+        if leader_flush == "auto" and native_aio_available():
+            leader_flush = "aio"
+        self.leader_flush = leader_flush
+        self.follower_flush = follower_flush
+        # (why these modes and defaults: below)
         self.core = RaftCore(self.quorum_config, self.local_key, self.voter_keys, self.log, self.store,
                              rng or random.Random(), cluster_id=cluster_id,
                              snapshot_control=KafkaSnapshotControl(pdir), local_listeners=listeners,
                              bootstrap_ids=tuple(sorted(self._bootstrap, reverse=True)),
-                             encode_control=encode_control_value)
+                             encode_control=encode_control_value,
+                             options=CoreOptions(flush=self._flush_policy(leader_flush, follower_flush),
+                                                 defer_listeners=True))  # poll_listeners() after the sends
         # Where the leader fsyncs.  "inline": on this loop, in the poll right after the one
         # that appended and answered the parked Fetches (the answers are on the wire first,
         # so the followers write and fsync while the leader does).  "thread": on one worker
@@ -297,26 +306,18 @@ class RaftDriver:
         # that brought the records, before it builds its next Fetch.  "aio": queued like the
         # leader's "aio" flush, and the next Fetch -- it reports the new end offset, so it must
         # wait for the fsync -- is built and encoded while the fsync runs and written the
-        # moment it lands (RaftCore.async_follower_flush, OutboundRequest.after_flush,
+        # moment it lands (JobFlush.follower_jobs, OutboundRequest.after_flush,
         # _hold_request).  Measured (BENCHMARKS.md, session 8, 3 voters on 2 shared cores):
         # "aio" was slower, lone append p50 0.98-1.07 vs 0.80-0.86 ms, 1,000 appends/s
         # 1.07-1.17 vs 0.79-1.00 ms: the kernel runs an AIO fsync on a kworker thread, so each
         # follower fsync costs two more wake-ups (kworker, eventfd) on cores the three voters
         # already share, where the in-line fsync sleeps and wakes in the process itself.
         # Kept as an option for machines with a core per voter.
-        if leader_flush == "auto" and native_aio_available():
-            leader_flush = "aio"
-        self.leader_flush = leader_flush
-        self.follower_flush = follower_flush
-        self.core.async_follower_flush = follower_flush == "aio"
         #: id(flush job) -> requests held behind it: (connection, correlation id, frame) when
         #: encoded on an open connection, else the OutboundRequest itself.
         self._held: dict[int, list] = {}
-        self.core.async_leader_flush = leader_flush != "inline"
-        self.core.async_flush_min_bytes = AUTO_THREAD_FLUSH_BYTES if leader_flush == "auto" else 0
         self._flush_executor = None
         self._flusher = None  # kraft_storage.log.fdsync flusher ("aio" mode), made on first use
-        self.core.defer_listeners = True  # poll_listeners() once the poll's messages are sent
         self._appends = _PendingAppends()
         self.core.register_listener(self._appends)
         self._peers = {v.id: _Peer(v.id, v.host, v.port) for v in self.voters if v.id != self.node_id}
@@ -536,6 +537,18 @@ class RaftDriver:
         addr = self.address_of(lid)
         return NodeEndpoint(lid, addr[0], addr[1]) if addr is not None else None
 
+    def _flush_policy(self, leader_flush: str, follower_flush: str):
+        """The core's flush policy for these modes (kraft_node.raft.flush, io.flush): jobs
+        for the leader unless "inline", for followers with "aio"; with "auto" (no native
+        AIO) small flushes stay in line (RateFlush, AUTO_THREAD_FLUSH_BYTES); batches the
+        log holds back (write-behind) defer the leader's job to the next poll."""
+        if leader_flush == "inline" and follower_flush != "aio":
+            return InlineFlush()
+        log = self.log
+        return RateFlush(leader_jobs=leader_flush != "inline", follower_jobs=follower_flush == "aio",
+                         min_bytes=AUTO_THREAD_FLUSH_BYTES if leader_flush == "auto" else 0,
+                         held_back=lambda: log.pending_writes)
+
     def _with_node_endpoints(self, resp, key: int, version: int):
         """Kafka adds the leader's endpoint (NodeEndpoints) to Raft responses, so a replica
         that knows no voter (an observer started from bootstrap servers) can reach it --
@@ -583,7 +596,10 @@ class RaftDriver:
             else:
                 self._send_request(msg)
         try:
-            self.core.poll_listeners()  # after the requests are on the wire (core.defer_listeners)
+            self.core.poll_listeners()  # after the requests are on the wire (CoreOptions.defer_listeners)
+            # Write-behind: the leader batches this poll held back go to the file now that the
+            # Fetch answers carrying them are on the wire (KafkaRaftLog.write_pending).
+            self.log.write_pending()
         except Exception as exc:  # a listener or storage failure: stop serving
             self._die(exc)
             return

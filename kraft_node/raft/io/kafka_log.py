@@ -36,8 +36,10 @@ Durability (the RaftLog contract): appends are buffered by the OS until
 Write-behind (``write_behind=True``, the default): a leader append in the log's
 current epoch is not written at once.  Its bytes wait in ``_pending`` and every
 position (``end_offset``, ``end_offset_for_epoch``, ``last_fetched_epoch``)
-already counts them; :meth:`write_pending` writes them, and so does every
-method that needs the file (reads, flushes, truncations, snapshots' log start,
+already counts them; :meth:`write_pending` writes them (the TCP driver calls it
+once a poll's messages are sent; the core's flush policy leaves the job of a poll
+that appended held-back batches to the next poll), and so does every method that
+needs the file (reads, flushes, truncations, snapshots' log start,
 close).  Why: the core answers the followers' parked Fetches from the batches it
 keeps in memory, so the ``pwritev`` into the page cache (50 us warm, 200+ us
 after an idle gap, session 9's trace) can run after those answers are on the

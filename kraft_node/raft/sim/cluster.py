@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from kraft_node.raft.client import RaftCore
+from kraft_node.raft.flush import CoreOptions, InlineFlush, JobFlush
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import BufferFullError, NotLeaderError
 from kraft_node.raft.log import MemoryRaftLog
@@ -126,16 +127,21 @@ class SimNode:
         cfg = c.config
         if c.sim.dynamic and self.id in c.auto_join_ids:
             cfg = replace(cfg, auto_join_enable=True)
+        self.log.write_behind = c.sim.write_behind
+        log = self.log
+        if c.sim.async_leader_flush or c.sim.async_follower_flush:
+            # Jobs as the TCP driver runs them; the in-line threshold without its rate rule
+            # (io.flush.RateFlush): which flushes leave the loop is tuning, any mix is safe.
+            flush = JobFlush(leader_jobs=c.sim.async_leader_flush, follower_jobs=c.sim.async_follower_flush,
+                             min_bytes=c.sim.async_flush_min_bytes, held_back=lambda: log.pending_writes)
+        else:
+            flush = InlineFlush()
         self.core = RaftCore(cfg, self.key, [] if c.sim.dynamic else c.voter_keys, self.log, self.store,
                              random.Random(c.rng.getrandbits(64)), cluster_id=c.cluster_id,
                              snapshot_control=SimSnapshotControl() if c.sim.dynamic else None,
-                             bootstrap_ids=tuple(c.voter_ids) if c.sim.dynamic else ())
-        self.log.write_behind = c.sim.write_behind
-        self.core.async_leader_flush = c.sim.async_leader_flush
-        self.core.async_follower_flush = c.sim.async_follower_flush
+                             bootstrap_ids=tuple(c.voter_ids) if c.sim.dynamic else (),
+                             options=CoreOptions(flush=flush, defer_listeners=c.sim.defer_listeners))
         self.held: dict[int, list] = {}  # id(flush job) -> requests waiting for it (after_flush)
-        self.core.async_flush_min_bytes = c.sim.async_flush_min_bytes
-        self.core.defer_listeners = c.sim.defer_listeners
         self.sm = StateMachine(self)
         self.core.register_listener(self.sm)
         self.core.initialize(c.scheduler.now)
@@ -164,8 +170,10 @@ class SimNode:
                 self.held.setdefault(id(m.after_flush), []).append(m)  # sent once the job lands
                 continue
             self._send(m)
-        if self.core.defer_listeners:  # as the TCP driver does: listeners after the sends
+        if self.core.options.defer_listeners:  # as the TCP driver does: listeners after the sends
             self.core.poll_listeners()
+        # Write-behind (as the TCP driver): this poll's answers are out, the held-back batches go
+        self.log.write_pending()
         for job in ready.flush_jobs:
             inc = self.incarnation
             c.scheduler.at(now + c.rng.randint(0, 3), lambda job=job, inc=inc: self._flush_done(job, inc))
@@ -240,15 +248,15 @@ class SimConfig:
     #: Leaders flush through ``Ready.flush_jobs`` (as the TCP driver does, on a thread),
     #: each completing 0-3 virtual ms later unless a crash loses it first.
     async_leader_flush: bool = False
-    #: With async_leader_flush: smaller flushes run in line (RaftCore.async_flush_min_bytes).
+    #: With async_leader_flush: smaller flushes run in line (flush.JobFlush.min_bytes).
     async_flush_min_bytes: int = 0
-    #: Listeners are delivered after the poll's messages are sent (RaftCore.defer_listeners).
+    #: Listeners are delivered after the poll's messages are sent (CoreOptions.defer_listeners).
     defer_listeners: bool = False
     #: Followers flush through ``Ready.flush_jobs`` too, their next Fetch held until the
-    #: job lands (RaftCore.async_follower_flush; the TCP driver's follower_flush="aio").
+    #: job lands (JobFlush.follower_jobs; the TCP driver's follower_flush="aio").
     async_follower_flush: bool = False
     #: Logs hold a leader's appends back until its next poll (KafkaRaftLog's write-behind),
-    #: so the core's write-behind branch runs under the chaos too.
+    #: so the flush policy's write-behind deferral (NEXT_POLL) runs under the chaos too.
     write_behind: bool = False
 
 
