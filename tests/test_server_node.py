@@ -64,6 +64,8 @@ def test_the_node_listens_answers_api_versions_from_its_table_and_describe_clust
                 dc = await conn.request(DescribeClusterRequest(endpoint_type=2), 1, timeout=5)
                 assert dc.error_code == 0 and dc.cluster_id == CLUSTER_ID
                 assert [(b.broker_id, b.port) for b in dc.brokers] == [(1, node.port)]
+                with pytest.raises(RuntimeError, match="before the node starts"):
+                    node.register({int(ApiKeys.DELETE_TOPICS): added})
             finally:
                 await conn.close()
         finally:

@@ -48,9 +48,9 @@ class KraftNode:
         self._dir_locks = dir_locks
         #: api key -> handler: what the listener serves, and what ApiVersions advertises
         self.routes: dict[int, Callable] = {}
+        self.server: KafkaServer | None = None
         self.register(driver.handlers())
         self.register({int(ApiKeys.DESCRIBE_CLUSTER): self._handle_describe_cluster})
-        self.server: KafkaServer | None = None
         self._closed = False
 
     # ------------------------------------------------------------ construction from a config
@@ -94,7 +94,10 @@ class KraftNode:
         return cls(config, driver, dir_locks=own)
 
     def register(self, handlers: dict[int, Callable]) -> None:
-        """Add ``api key -> handler`` routes (before :meth:`start`); a key has one owner."""
+        """Add ``api key -> handler`` routes before :meth:`start` (the listener serves, and
+        ApiVersions advertises, the table as it is then); a key has one owner."""
+        if self.server is not None:
+            raise RuntimeError("routes are registered before the node starts")
         for key, handler in handlers.items():
             if int(key) in self.routes:
                 raise ValueError(f"API key {ApiKeys(int(key)).name} already has a handler")
