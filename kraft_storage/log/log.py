@@ -78,12 +78,17 @@ from kraft_storage.fileio import StrPath, atomic_write, disk_full, fsync_dir
 from kraft_storage.log.config import LONG_MAX, LogConfig
 from kraft_storage.log.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from kraft_storage.log.errors import (
-    CorruptCleanLogError, LogClosed, NotALogDirectory, OffsetOutOfRange, RecordBatchTooLargeError,
-    SegmentBaseOffsetMismatch, SegmentContiguityError)
+    CorruptCleanLogError,
+    LogClosed,
+    NotALogDirectory,
+    OffsetOutOfRange,
+    RecordBatchTooLargeError,
+    SegmentBaseOffsetMismatch,
+    SegmentContiguityError,
+)
 from kraft_storage.log.index import IndexCorrupt
 from kraft_storage.log.partition_metadata import PARTITION_METADATA, write_partition_metadata
-from kraft_storage.log.segment import (
-    INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, RecoveryReport)
+from kraft_storage.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, RecoveryReport
 from kraft_storage.record.batch import CRC_SKIP, CRC_VERIFY, scan_batches
 
 if TYPE_CHECKING:

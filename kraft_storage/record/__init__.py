@@ -10,12 +10,18 @@ The public API of the codec; see the submodules for the details:
 * :mod:`.compression` -- none, gzip, zstd; lz4 and snappy when installed.
 """
 from kraft_storage.record.batch import (
-    BATCH_DTYPE, CRC_REPORT, CRC_SKIP, CRC_VERIFY, BatchScan, RecordBatch, iter_batches,
-    scan_batches)
+    BATCH_DTYPE,
+    CRC_REPORT,
+    CRC_SKIP,
+    CRC_VERIFY,
+    BatchScan,
+    RecordBatch,
+    iter_batches,
+    scan_batches,
+)
 from kraft_storage.record.builder import build_batch, build_batches, pack_buffers
 from kraft_storage.record.columns import Record, RecordColumns, decode_record_columns, decode_records
-from kraft_storage.record.constants import (
-    HEADER_SIZE, LOG_OVERHEAD, Compression, TimestampType, make_attributes)
+from kraft_storage.record.constants import HEADER_SIZE, LOG_OVERHEAD, Compression, TimestampType, make_attributes
 
 __all__ = [
     "BATCH_DTYPE", "CRC_REPORT", "CRC_SKIP", "CRC_VERIFY", "BatchScan", "RecordBatch",

@@ -21,12 +21,18 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from kraft_storage.accel import load
 from kraft_storage._common import BATCH_DTYPE as BATCH_DTYPE  # in the leaf (shared with the kernels); exported here
+from kraft_storage.accel import load
 from kraft_storage.errors import CorruptRecordError
 from kraft_storage.record.constants import (
-    COMPRESSION_MASK, CONTROL_MASK, DELETE_HORIZON_MASK, TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_MASK, Compression, TimestampType)
+    COMPRESSION_MASK,
+    CONTROL_MASK,
+    DELETE_HORIZON_MASK,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    Compression,
+    TimestampType,
+)
 
 if TYPE_CHECKING:
     from kraft_storage._contracts import BatchKernel, RecordLike

@@ -21,8 +21,14 @@ import numpy as np
 from kraft_storage.accel import load
 from kraft_storage.record import compression as _compression
 from kraft_storage.record.constants import (
-    NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, Compression,
-    TimestampType, make_attributes)
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    Compression,
+    TimestampType,
+    make_attributes,
+)
 
 if TYPE_CHECKING:
     import mmap

@@ -7,16 +7,34 @@
   bounded data batches, footer) and ``RecordsSnapshotReader`` (layout checks,
   columnar records); ``bootstrap.checkpoint`` helpers.
 """
-from kraft_storage.snapshot.errors import (
-    SnapshotBatchTooLarge, SnapshotError, SnapshotPositionOutOfRange)
+from kraft_storage.snapshot.errors import SnapshotBatchTooLarge, SnapshotError, SnapshotPositionOutOfRange
 from kraft_storage.snapshot.files import (
-    BOOTSTRAP_FILENAME, BOOTSTRAP_SNAPSHOT_ID, DELETED_SUFFIX, PARTIAL_SUFFIX, SUFFIX, SnapshotId,
-    SnapshotPath, clean_snapshot_dir, delete_snapshot, latest_snapshot, list_snapshots,
-    mark_for_delete, open_snapshot_dir, parse_snapshot_path, scan_snapshot_dir, snapshot_filename, snapshot_path)
+    BOOTSTRAP_FILENAME,
+    BOOTSTRAP_SNAPSHOT_ID,
+    DELETED_SUFFIX,
+    PARTIAL_SUFFIX,
+    SUFFIX,
+    SnapshotId,
+    SnapshotPath,
+    clean_snapshot_dir,
+    delete_snapshot,
+    latest_snapshot,
+    list_snapshots,
+    mark_for_delete,
+    open_snapshot_dir,
+    parse_snapshot_path,
+    scan_snapshot_dir,
+    snapshot_filename,
+    snapshot_path,
+)
 from kraft_storage.snapshot.raw import RawSnapshotReader, RawSnapshotWriter
 from kraft_storage.snapshot.records import (
-    MAX_BATCH_SIZE_BYTES, RecordsSnapshotReader, RecordsSnapshotWriter, read_bootstrap_checkpoint,
-    write_bootstrap_checkpoint)
+    MAX_BATCH_SIZE_BYTES,
+    RecordsSnapshotReader,
+    RecordsSnapshotWriter,
+    read_bootstrap_checkpoint,
+    write_bootstrap_checkpoint,
+)
 
 __all__ = [
     "SnapshotError", "SnapshotBatchTooLarge", "SnapshotPositionOutOfRange", "SnapshotId",

@@ -43,13 +43,26 @@ import numpy as np
 
 from kraft_storage.errors import CorruptRecordError
 from kraft_storage.fileio import StrPath
-from kraft_storage.messages.runtime import MessageError
 from kraft_storage.messages.control import (
-    ControlRecordType, KRaftVersionRecord, SnapshotFooterRecord, SnapshotHeaderRecord, VotersRecord,
-    decode_control_record, encode_control_key, encode_control_value)
+    ControlRecordType,
+    KRaftVersionRecord,
+    SnapshotFooterRecord,
+    SnapshotHeaderRecord,
+    VotersRecord,
+    decode_control_record,
+    encode_control_key,
+    encode_control_value,
+)
 from kraft_storage.messages.framing import decode_metadata_record, encode_metadata_record
+from kraft_storage.messages.runtime import MessageError
 from kraft_storage.record import (
-    HEADER_SIZE, RecordColumns, build_batch, build_batches, decode_record_columns, scan_batches)
+    HEADER_SIZE,
+    RecordColumns,
+    build_batch,
+    build_batches,
+    decode_record_columns,
+    scan_batches,
+)
 from kraft_storage.record.constants import CONTROL_MASK, Compression
 from kraft_storage.snapshot.errors import SnapshotBatchTooLarge, SnapshotError
 from kraft_storage.snapshot.files import BOOTSTRAP_FILENAME, BOOTSTRAP_SNAPSHOT_ID, SnapshotId
