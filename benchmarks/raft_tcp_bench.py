@@ -172,6 +172,7 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, 
     """
     rec = b"x" * record_bytes
     batch = [rec] * per_append
+    epoch = driver.leader_and_epoch.epoch  # node 1 leads this epoch for the whole run
     lat = []
     committed = 0
     failed = 0
@@ -193,7 +194,7 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, 
     def issue() -> bool:
         t0 = time.perf_counter()
         try:
-            fut = driver.append(batch)
+            fut = driver.append(batch, epoch)
         except BufferFullError:
             return False
         except NotLeaderError:
@@ -363,7 +364,7 @@ async def all_voters_replicating(driver, deadline) -> None:
     listening yet when node 1 won its election learns of it only when the leader resends
     BeginQuorumEpoch (fetch timeout / 2 = 5 s here, as Kafka does) or when its own
     election timeout fires; measuring before that measures a two-voter quorum."""
-    off = await driver.append([b"warm-up"])
+    off = await driver.append([b"warm-up"], driver.leader_and_epoch.epoch)
     while True:
         st = driver.core.state
         ends = [rs.end_offset for vid, rs in st.voters.items() if vid != driver.node_id]

@@ -75,7 +75,8 @@ def test_three_voters_elect_commit_and_resign(tmp_path, leader_flush, follower_f
         ds = [n.driver for n in ns]
         try:
             leader = await wait_leader(ds)
-            offs = await asyncio.gather(*[leader.append([b"a%d" % i]) for i in range(50)])
+            ep = leader.leader_and_epoch.epoch
+            offs = await asyncio.gather(*[leader.append([b"a%d" % i], ep) for i in range(50)])
             assert offs == sorted(offs) and len(set(offs)) == 50
             held = sum(d.core.stats["fetches_held_for_flush"] for d in ds)
             # with "aio" the followers' Fetches after an append wait for the fsync job
@@ -83,12 +84,14 @@ def test_three_voters_elect_commit_and_resign(tmp_path, leader_flush, follower_f
             # every voter's listener-visible state follows: high watermarks converge
             epoch = leader.core.epoch
             t0 = time.monotonic()
-            leader.resign()
+            leader.resign(leader.leader_and_epoch.epoch)
             new = await wait_leader(ds, exclude=leader, timeout=5)
             failover = time.monotonic() - t0
             assert new.core.epoch > epoch
             assert failover < 2.0, failover
-            offs2 = await asyncio.gather(*[new.append([b"b%d" % i]) for i in range(20)])
+            with pytest.raises(NotLeaderError):  # an append names the epoch it was prepared in
+                new.append([b"stale"], epoch)
+            offs2 = await asyncio.gather(*[new.append([b"b%d" % i], new.leader_and_epoch.epoch) for i in range(20)])
             assert min(offs2) > max(offs)
             # the old leader follows the new one
             deadline = time.monotonic() + 5
@@ -136,7 +139,7 @@ def test_append_on_follower_is_refused(tmp_path):
             leader = await wait_leader(ds)
             follower = next(d for d in ds if d is not leader)
             with pytest.raises(NotLeaderError):
-                follower.append([b"x"])
+                follower.append([b"x"], follower.leader_and_epoch.epoch)
         finally:
             for n in ns:
                 await n.shutdown(2)
@@ -185,7 +188,7 @@ def test_describe_quorum_and_cluster(tmp_path):
         ds = [n.driver for n in ns]
         try:
             leader = await wait_leader(ds)
-            await asyncio.gather(*[leader.append([b"z"]) for _ in range(5)])
+            await asyncio.gather(*[leader.append([b"z"], leader.leader_and_epoch.epoch) for _ in range(5)])
             # wait until the observer fetched from the leader
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:
@@ -243,7 +246,7 @@ def test_restart_from_disk_keeps_log_and_epoch(tmp_path):
         ds = [n.driver for n in ns]
         try:
             leader = await wait_leader(ds)
-            await asyncio.gather(*[leader.append([b"p1-%d" % i]) for i in range(10)])
+            await asyncio.gather(*[leader.append([b"p1-%d" % i], leader.leader_and_epoch.epoch) for i in range(10)])
             return leader.core.epoch
         finally:
             for n in ns:
@@ -260,7 +263,7 @@ def test_restart_from_disk_keeps_log_and_epoch(tmp_path):
         try:
             leader = await wait_leader(ds)
             assert leader.core.epoch > epoch1
-            await asyncio.gather(*[leader.append([b"p2-%d" % i]) for i in range(10)])
+            await asyncio.gather(*[leader.append([b"p2-%d" % i], leader.leader_and_epoch.epoch) for i in range(10)])
         finally:
             for n in ns:
                 await n.shutdown(2)
@@ -320,7 +323,7 @@ def test_snapshot_is_fetched_over_tcp_by_a_wiped_follower(tmp_path):
         ds = [n.driver for n in ns]
         try:
             leader = await wait_leader(ds)
-            await asyncio.gather(*[leader.append([b"s%d" % i]) for i in range(30)])
+            await asyncio.gather(*[leader.append([b"s%d" % i], leader.leader_and_epoch.epoch) for i in range(30)])
             hwm = leader.core.high_watermark
             epoch = leader.log.read(hwm - 1, 1)[0].epoch
             sid = m.OffsetAndEpoch(hwm, epoch)
@@ -339,7 +342,7 @@ def test_snapshot_is_fetched_over_tcp_by_a_wiped_follower(tmp_path):
             fresh.register_listener(rec)
             await ns[idx].start()
             ds[idx] = fresh
-            tail = await asyncio.gather(*[leader.append([b"t%d" % i]) for i in range(5)])
+            tail = await asyncio.gather(*[leader.append([b"t%d" % i], leader.leader_and_epoch.epoch) for i in range(5)])
             deadline = time.monotonic() + 10
             while (not rec.records or rec.records[-1][0] < tail[-1]) and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
@@ -406,7 +409,7 @@ def test_standalone_node_leads_from_the_bootstrap_snapshot_and_again_at_once_aft
             (e,) = d.core.voter_set.entries
             assert e.key == d.local_key and e.endpoints[0].port == node.port
             await wait_leader([d], timeout=5)
-            await d.append([b"x"])
+            await d.append([b"x"], d.leader_and_epoch.epoch)
             lc = next(b for b in seen.batches if b.is_control)
             assert decode_leader_change(lc.records[0]) == lc.control  # the real body, not a placeholder
             epoch = d.core.epoch
@@ -422,7 +425,7 @@ def test_standalone_node_leads_from_the_bootstrap_snapshot_and_again_at_once_aft
             await wait_leader([d2], timeout=3)
             assert time.monotonic() - t0 < 3 and d2.core.epoch == epoch + 1
             assert "Resigned" not in [r for r, _, _ in d2.role_changes]
-            assert await d2.append([b"y"]) >= 2
+            assert await d2.append([b"y"], d2.leader_and_epoch.epoch) >= 2
         finally:
             await node2.close()
 
@@ -456,7 +459,7 @@ def test_initial_controllers_quorum_elects_and_replicates_from_the_bootstrap_sna
         try:
             assert all(d.dynamic and d.is_voter and d.core.voter_set.ids == {1, 2, 3} for d in ds)
             leader = await wait_leader(ds)
-            await asyncio.gather(*[leader.append([b"r%d" % i]) for i in range(20)])
+            await asyncio.gather(*[leader.append([b"r%d" % i], leader.leader_and_epoch.epoch) for i in range(20)])
             conn = await KafkaConnection.open("127.0.0.1", leader.endpoint.port, timeout=2)
             try:
                 q = await conn.request(metadata_quorum.describe_request(), 2, timeout=2)
@@ -506,7 +509,7 @@ def test_observer_learns_the_voter_set_from_the_epoch_start_records(tmp_path):
         try:
             assert not obs.is_voter and obs.core.voter_set.ids == frozenset()
             await wait_leader([leader], timeout=5)
-            await leader.append([b"x"])
+            await leader.append([b"x"], leader.leader_and_epoch.epoch)
             deadline = time.monotonic() + 5
             while obs.core.voter_set.ids != {1} and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
@@ -595,7 +598,7 @@ def test_failed_leader_fsync_stops_the_node_without_acknowledging(tmp_path, monk
             while not d.is_leader and time.monotonic() - t0 < 10:
                 await asyncio.sleep(0.01)
             assert d.is_leader
-            await asyncio.wait_for(d.append([b"before"]), 10)  # the normal path works
+            await asyncio.wait_for(d.append([b"before"], d.leader_and_epoch.epoch), 10)  # the normal path works
 
             def broken(fd):
                 raise OSError(5, "Input/output error (injected)")
@@ -605,7 +608,7 @@ def test_failed_leader_fsync_stops_the_node_without_acknowledging(tmp_path, monk
                 d._flusher = _FailingFlusher(d._flusher)
             elif d.leader_flush == "aio":
                 pytest.fail("the aio leader flushed without its flusher")
-            fut = d.append([b"after"])
+            fut = d.append([b"after"], d.leader_and_epoch.epoch)
             t0 = time.monotonic()
             while d.fatal is None and time.monotonic() - t0 < 10:
                 await asyncio.sleep(0.01)
@@ -631,7 +634,7 @@ def test_appends_within_the_linger_wake_the_leader_once_not_per_append(tmp_path)
         ds = [n.driver for n in ns]
         try:
             leader = await wait_leader(ds)
-            await leader.append([b"warm-up"])
+            await leader.append([b"warm-up"], leader.leader_and_epoch.epoch)
             polls = []
             real_poll = leader.core.poll
 
@@ -642,7 +645,7 @@ def test_appends_within_the_linger_wake_the_leader_once_not_per_append(tmp_path)
             t0 = time.monotonic()
             futs = []
             for i in range(40):
-                futs.append(leader.append([b"r%d" % i]))
+                futs.append(leader.append([b"r%d" % i], leader.leader_and_epoch.epoch))
                 await asyncio.sleep(0)  # let a poll the append scheduled run
             await asyncio.sleep(0.05)
             # none of the 40 appends polled (a parked Fetch timing out may have)

@@ -112,6 +112,11 @@ def test_snapshot_survives_reopen_and_sets_log_start(tmp_path):
     again = KafkaRaftLog(d)
     assert again.start_offset == 4 and again.latest_snapshot_id() == sid
     assert again.read_snapshot(sid) == b"SNAPSHOT-BYTES"
+    # FetchSnapshot serving reads ranges: (size, chunk), empty outside, None when absent
+    assert again.read_snapshot_range(sid, 9, 3) == (14, b"BYT")
+    assert again.read_snapshot_range(sid, 12, 100) == (14, b"ES")
+    assert again.read_snapshot_range(sid, 14, 5) == (14, b"") and again.read_snapshot_range(sid, -1, 5) == (14, b"")
+    assert again.read_snapshot_range(OffsetAndEpoch(3, 4), 0, 5) is None
     assert again.end_offset_for_epoch(3) == OffsetAndEpoch(4, 4)  # before every entry: log start
     # a snapshot beyond the log end: truncate fully
     s2 = OffsetAndEpoch(10, 5)

@@ -111,3 +111,15 @@ def test_memory_log_matches_naive_model(ops):
         got = [(b.epoch, r) for b in log.read(start, 1 << 30) for r in b.records] if entries else []
         assert [e for e, _ in got] == entries
         assert [r for _, r in got] == [b"r%d" % o for o in range(start, start + len(entries))]
+
+
+def test_snapshot_range_reads_what_fetch_snapshot_serves():
+    """``read_snapshot_range``: the size and a chunk of a stored snapshot (empty outside it),
+    None for a snapshot not stored -- the leader's FetchSnapshot answers read only that."""
+    log = MemoryRaftLog()
+    sid = OffsetAndEpoch(0, 0)
+    log.create_snapshot(sid, b"0123456789")
+    assert log.read_snapshot_range(sid, 2, 3) == (10, b"234")
+    assert log.read_snapshot_range(sid, 8, 10) == (10, b"89")
+    assert log.read_snapshot_range(sid, 10, 1) == (10, b"") and log.read_snapshot_range(sid, -1, 1) == (10, b"")
+    assert log.read_snapshot_range(OffsetAndEpoch(5, 1), 0, 1) is None

@@ -162,7 +162,8 @@ def test_mutual_tls_three_voter_quorum_elects_commits_and_answers_the_cli(tmp_pa
                 assert time.monotonic() < deadline, "no leader elected over TLS"
                 await asyncio.sleep(0.02)
             leader = next(d for d in ds if d.is_leader)
-            offs = await asyncio.gather(*[leader.append([b"tls%d" % i]) for i in range(20)])
+            ep = leader.leader_and_epoch.epoch
+            offs = await asyncio.gather(*[leader.append([b"tls%d" % i], ep) for i in range(20)])
             assert len(set(offs)) == 20
             deadline = time.monotonic() + 10
             while min(d.core.high_watermark or 0 for d in ds) <= max(offs):

@@ -1,14 +1,24 @@
-"""The Raft API a state machine sees (Kafka's RaftClient.Listener and the driver's Ready).
+"""The Raft API a state machine sees (Kafka's RaftClient and RaftClient.Listener), and Ready.
 
 Why a module of its own: the layers built on the quorum (the controller, the
 metadata loader, the broker image) may import this and nothing of the core's
-internals or of the I/O layer.  ``RaftListener`` is what a state machine
-implements; ``Ready`` is what one ``RaftCore.poll`` hands its driver.
+internals or of the I/O layer.  ``RaftClient`` is what such a state machine
+drives (the TCP driver implements it); ``RaftListener`` is what it implements;
+``Ready`` is what one ``RaftCore.poll`` hands its driver.
+
+Appends name their epoch.  A state machine learns that it leads from
+``handle_leader_change(LeaderAndEpoch(local id, epoch))``, prepares records
+against the state of that epoch, and appends them *with that epoch*: the append
+fails with ``NotLeaderError`` once the epoch is over, even if this node leads
+again in a later one (Kafka's ``scheduleAppend``/``scheduleAtomicAppend``
+throw ``NotLeaderException`` for a stale epoch).  A controller must never write
+under an epoch it did not claim: records prepared for epoch 5 may be wrong in
+epoch 7 (another leader in 6 may have changed the state they were based on).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Awaitable, Protocol, Sequence
 
 from kraft_node.raft.messages import Batch, LeaderAndEpoch, Outbound, SnapshotId
 from kraft_node.raft.requests import NEVER
@@ -30,6 +40,34 @@ class RaftListener(Protocol):
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None: ...
 
 
+class RaftClient(Protocol):
+    """What a state machine drives (Kafka's ``RaftClient``); ``RaftDriver`` implements it.
+
+    Calls come from the driver's event loop thread; listener callbacks arrive there too.
+    """
+
+    def register_listener(self, listener: RaftListener) -> None:
+        """Receive committed batches, snapshot loads and leader changes (in offset order)."""
+
+    @property
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        """The leader and epoch this node knows now."""
+
+    def append(self, records: Sequence[bytes], epoch: int, *, atomic: bool = True) -> Awaitable[int]:
+        """Queue ``records`` as the leader of ``epoch``; resolves with the last offset once
+        committed.  Raises ``NotLeaderError`` at once unless this node leads ``epoch``;
+        ``BufferFullError`` / ``RecordBatchTooLargeError`` when the accumulator cannot take
+        them.  ``atomic``: all in one batch (Kafka's ``scheduleAtomicAppend``), else they
+        may be split over several (``scheduleAppend``)."""
+
+    def create_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        """Store ``data`` as the snapshot of the committed state before ``snapshot_id.offset``
+        and drop the log prefix it covers."""
+
+    def resign(self, epoch: int) -> None:
+        """Give up leadership of ``epoch`` (no-op if this node does not lead it)."""
+
+
 @dataclass
 class Ready:
     """Work produced by the core since the previous ``poll``.
@@ -45,6 +83,6 @@ class Ready:
     next_wakeup_ms: int = NEVER
     shutdown_complete: bool = False
     shutdown_timed_out: bool = False
-    #: leader log flushes to run off the event loop (only with ``RaftCore.async_leader_flush``):
-    #: call ``job.run()`` on any thread, then ``RaftCore.handle_flush_done(job, now_ms)``.
+    #: log flushes to run off the event loop (only when the core's flush policy asks for jobs,
+    #: see flush.py): call ``job.run()`` on any thread, then ``RaftCore.handle_flush_done(job, now_ms)``.
     flush_jobs: list = field(default_factory=list)

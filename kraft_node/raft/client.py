@@ -202,6 +202,9 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
         self._shutdown_done = False
         self._shutdown_timed_out = False
         self._bootstrap_target: int | None = None
+        #: the snapshot writer of a FetchSnapshot transfer in progress (also in the follower
+        #: state's ``fetching_snapshot``): aborted when that state ends
+        self._snapshot_transfer = None
         self._initialized = False
         #: Event counts (elections, truncations, snapshot installs...) for tests and metrics.
         self.stats: Counter[str] = Counter()
@@ -383,6 +386,9 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
 
     # ------------------------------------------------------------ transitions (with side effects)
     def _on_role_change(self, now_ms: int) -> None:
+        if self._snapshot_transfer is not None:  # the follower state that fetched it is gone
+            self._snapshot_transfer.close()
+            self._snapshot_transfer = None
         self.requests.reset()
         self.voter_requests.reset()
         if self._voter_change is not None:
@@ -751,7 +757,10 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             self._truncate_to_end_offset(target, st)
         elif resp.snapshot_id is not None:
             self.stats["snapshot_fetch_started"] += 1
-            st.fetching_snapshot = (resp.snapshot_id, bytearray())
+            self._abort_snapshot_transfer(st)
+            # streamed to the log as the slices come (Kafka's createNewSnapshotUnchecked)
+            st.fetching_snapshot = (resp.snapshot_id, self.log.create_raw_snapshot(resp.snapshot_id))
+            self._snapshot_transfer = st.fetching_snapshot[1]
         else:
             self._append_as_follower(resp.records)
             if resp.high_watermark >= 0:
@@ -850,31 +859,41 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
         if not isinstance(st, FollowerState) or st.leader_id() != source or st.fetching_snapshot is None:
             return err == NONE
         if err in (Errors.SNAPSHOT_NOT_FOUND, Errors.POSITION_OUT_OF_RANGE):
-            st.fetching_snapshot = None  # start over from a plain Fetch
+            self._abort_snapshot_transfer(st)  # start over from a plain Fetch
             return False
         if err != NONE:
             return False
-        sid, buf = st.fetching_snapshot
-        if resp.snapshot_id != sid or resp.position != len(buf):
+        sid, writer = st.fetching_snapshot
+        if resp.snapshot_id != sid or resp.position != writer.size_in_bytes:
             return True  # stale slice
-        buf += resp.unaligned_records
+        writer.append(resp.unaligned_records)
         self.stats["snapshot_slices"] += 1
-        if len(buf) > resp.size:
-            st.fetching_snapshot = None
+        if writer.size_in_bytes > resp.size:
+            self._abort_snapshot_transfer(st)
             return False
         self._on_successful_fetch(st, now_ms)
-        if len(buf) == resp.size:
-            self._install_snapshot(sid, bytes(buf), st)
+        if writer.size_in_bytes == resp.size:
+            self._install_snapshot(sid, writer, st)
         return True
 
-    def _install_snapshot(self, sid: SnapshotId, data: bytes, st: FollowerState) -> None:
+    def _abort_snapshot_transfer(self, st: FollowerState) -> None:
+        """Give up the FetchSnapshot transfer in progress (its partial snapshot is removed)."""
+        if st.fetching_snapshot is not None:
+            st.fetching_snapshot[1].close()
+            st.fetching_snapshot = None
+        self._snapshot_transfer = None
+
+    def _install_snapshot(self, sid: SnapshotId, writer, st: FollowerState) -> None:
         log = self.log
         st.fetching_snapshot = None
+        self._snapshot_transfer = None
         latest = log.latest_snapshot_id()
         if sid.offset <= log.start_offset or (latest is not None and sid.offset <= latest.offset):
-            return  # we already hold this state (e.g. a slow transfer raced a local snapshot)
+            writer.close()  # aborted: we already hold this state (a slow transfer raced a local snapshot)
+            return
         self.stats["snapshots_installed"] += 1
-        log.create_snapshot(sid, data)
+        writer.freeze()  # durable and stored: latest_snapshot_id() is sid from here
+        data = log.read_snapshot(sid)  # for its control records (voters, kraft.version)
         local = log.end_offset_for_epoch(sid.epoch)
         if sid.offset <= log.end_offset and local.epoch == sid.epoch and local.offset >= sid.offset:
             log.delete_before(sid)
@@ -1086,10 +1105,11 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             return st.fetch_deadline
         if self.requests.is_ready(target, now_ms):
             if st.fetching_snapshot is not None:
-                sid, buf = st.fetching_snapshot
+                sid, writer = st.fetching_snapshot
                 self._send(target, FetchSnapshotRequest(self.cluster_id, self.local_id,
                                                         self.config.fetch_snapshot_max_bytes, st.epoch,
-                                                        sid, len(buf), self.local_key.directory_id), now_ms)
+                                                        sid, writer.size_in_bytes, self.local_key.directory_id),
+                           now_ms)
             else:
                 self._send_fetch(target, st.epoch, now_ms)
         return st.fetch_deadline

@@ -36,6 +36,19 @@ class FlushJob(Protocol):
     def run(self) -> object: ...
 
 
+class RawSnapshotSink(Protocol):
+    """Bytes of a snapshot being received, in order (``kraft_storage.snapshot.RawSnapshotWriter``)."""
+
+    @property
+    def size_in_bytes(self) -> int: ...
+
+    def append(self, data: bytes) -> int: ...
+
+    def freeze(self) -> object: ...
+
+    def close(self) -> None: ...
+
+
 class RaftLog(Protocol):
     @property
     def start_offset(self) -> int:
@@ -94,8 +107,19 @@ class RaftLog(Protocol):
 
     def read_snapshot(self, snapshot_id: SnapshotId) -> bytes | None: ...
 
+    def read_snapshot_range(self, snapshot_id: SnapshotId, position: int,
+                            max_bytes: int) -> tuple[int, bytes] | None:
+        """``(size, chunk)`` of a stored snapshot: its size in bytes and up to ``max_bytes``
+        from ``position`` (empty unless ``0 <= position < size``); None if not stored.
+        Reads only that range: what the leader serves FetchSnapshot from."""
+
     def create_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
         """Store a complete (frozen) snapshot covering offsets ``[0, snapshot_id.offset)``."""
+
+    def create_raw_snapshot(self, snapshot_id: SnapshotId) -> "RawSnapshotSink":
+        """A snapshot received in slices (a follower's FetchSnapshot transfer; Kafka's
+        ``createNewSnapshotUnchecked``): not visible until ``freeze()`` (durable on return,
+        then ``latest_snapshot_id`` may name it); ``close()`` before that aborts it."""
 
     def delete_before(self, snapshot_id: SnapshotId) -> None:
         """Advance ``start_offset`` to a stored snapshot's offset, dropping older records."""
@@ -115,6 +139,35 @@ class MemoryFlushJob:
     def run(self) -> "MemoryFlushJob":
         self.done = True
         return self
+
+
+class MemorySnapshotWriter:
+    """A snapshot of a :class:`MemoryRaftLog` received in slices: stored on ``freeze()``;
+    dropped by ``close()`` before that, or by a crash (it was never in the log)."""
+
+    def __init__(self, log: "MemoryRaftLog", snapshot_id: SnapshotId):
+        self._log, self.snapshot_id = log, snapshot_id
+        self._buf = bytearray()
+        self._done = False
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self._buf)
+
+    def append(self, data: bytes) -> int:
+        if self._done:
+            raise ValueError(f"snapshot {self.snapshot_id} writer is closed")
+        self._buf += data
+        return len(self._buf)
+
+    def freeze(self) -> None:
+        if self._done:
+            raise ValueError(f"snapshot {self.snapshot_id} writer is closed")
+        self._done = True
+        self._log._snapshots[self.snapshot_id] = bytes(self._buf)
+
+    def close(self) -> None:
+        self._done = True
 
 
 class MemoryRaftLog:
@@ -317,8 +370,18 @@ class MemoryRaftLog:
     def read_snapshot(self, snapshot_id: SnapshotId) -> bytes | None:
         return self._snapshots.get(snapshot_id)
 
+    def read_snapshot_range(self, snapshot_id: SnapshotId, position: int,
+                            max_bytes: int) -> tuple[int, bytes] | None:
+        data = self._snapshots.get(snapshot_id)
+        if data is None:
+            return None
+        return len(data), (data[position:position + max_bytes] if 0 <= position < len(data) else b"")
+
     def create_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
         self._snapshots[snapshot_id] = bytes(data)
+
+    def create_raw_snapshot(self, snapshot_id: SnapshotId) -> "MemorySnapshotWriter":
+        return MemorySnapshotWriter(self, snapshot_id)
 
     def delete_before(self, snapshot_id: SnapshotId) -> None:
         if snapshot_id not in self._snapshots:

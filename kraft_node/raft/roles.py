@@ -208,7 +208,8 @@ class FollowerState(EpochState):
 
     ``fetch_deadline``: a voter goes Prospective when it passes without a
     successful fetch.  ``has_fetched_from_leader`` gates pre-vote grants.
-    ``fetching_snapshot`` is ``(snapshot_id, bytearray)`` during a FetchSnapshot transfer.
+    ``fetching_snapshot`` is ``(snapshot_id, raw snapshot writer)`` during a FetchSnapshot
+    transfer (``RaftLog.create_raw_snapshot``: the slices go to the log as they come).
     """
     name = "Follower"
 

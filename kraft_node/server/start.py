@@ -114,10 +114,11 @@ async def _demo_writer(driver: RaftDriver, interval_s: float, batch: int, stop: 
         sys.stdout.flush()
 
     while not stop.is_set():
-        if driver.is_leader:
+        lae = driver.leader_and_epoch
+        if lae.leader_id == driver.node_id:
             values = [f"{prefix}{seq + i}" for i in range(batch)]
             try:
-                fut = driver.append([v.encode() for v in values])
+                fut = driver.append([v.encode() for v in values], lae.epoch)
             except (NotLeaderError, BufferFullError, RaftError):
                 pass
             else:

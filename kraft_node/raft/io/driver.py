@@ -433,14 +433,17 @@ class RaftDriver:
             await asyncio.sleep(0.05)
 
     # ------------------------------------------------------------ state-machine API
-    def append(self, records) -> asyncio.Future:
-        """Append ``records`` (bytes each) on the leader; the future resolves with the last
-        offset once committed in this epoch.  Raises NotLeaderError / BufferFullError at once."""
+    def append(self, records, epoch: int, *, atomic: bool = True) -> asyncio.Future:
+        """Append ``records`` (bytes each) as the leader of ``epoch`` -- the epoch the caller
+        claimed (from ``handle_leader_change`` or ``leader_and_epoch``), so records prepared
+        in one epoch are never written in another (Kafka's ``scheduleAtomicAppend``; with
+        ``atomic=False`` its ``scheduleAppend``).  The future resolves with the last offset
+        once committed in that epoch.  Raises NotLeaderError (not the leader of ``epoch``,
+        also when it leads a later one) / BufferFullError at once."""
         if self._closed:
             raise RaftError(f"node {self.node_id} is shut down")
-        epoch = self.core.epoch
         now = monotonic_ms()
-        last = self.core.append(records, epoch, now)
+        last = self.core.append(records, epoch, now, atomic)
         fut = self.loop.create_future()
         self._appends.add(last, epoch, fut)
         # Poll now only if the batch is due (linger 0, a full batch); else just make sure
@@ -464,8 +467,10 @@ class RaftDriver:
             raise RaftError(f"node {self.node_id} is shut down")
         self.core.create_snapshot(snapshot_id, data)
 
-    def resign(self) -> None:
-        self.core.resign(self.core.epoch)
+    def resign(self, epoch: int) -> None:
+        """Give up leadership of ``epoch`` (Kafka's ``RaftClient.resign``; no-op unless this
+        node leads that epoch)."""
+        self.core.resign(epoch)
         self._schedule_poll()
 
     @property

@@ -375,6 +375,32 @@ class KafkaSnapshotControl:
         return bytes(first) + bytes(rest)
 
 
+class _ReceivedSnapshot:
+    """:meth:`KafkaRaftLog.create_raw_snapshot`'s writer: a ``RawSnapshotWriter`` that
+    registers the snapshot with its log when frozen."""
+
+    def __init__(self, log: "KafkaRaftLog", snapshot_id: SnapshotId):
+        self._log, self.snapshot_id = log, snapshot_id
+        self._raw = RawSnapshotWriter.create(log.directory, FileSnapshotId(snapshot_id.offset, snapshot_id.epoch))
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._raw.size_in_bytes
+
+    def append(self, data) -> int:
+        return self._raw.append(data)
+
+    def freeze(self) -> None:
+        self._raw.freeze()
+        snaps = self._log._snapshots
+        if self.snapshot_id not in snaps:
+            snaps.append(self.snapshot_id)
+            snaps.sort(key=lambda s: (s.offset, s.epoch))
+
+    def close(self) -> None:
+        self._raw.close()
+
+
 # ------------------------------------------------------------------ batch codec
 def encode_batch(b: Batch, timestamp_ms: int | None = None) -> bytes:
     """One core Batch -> one v2 record batch (its ``raw`` bytes when it has them)."""
@@ -830,6 +856,16 @@ class KafkaRaftLog:
         with RawSnapshotReader.open(self.directory, FileSnapshotId(snapshot_id.offset, snapshot_id.epoch)) as r:
             return bytes(r.buffer)
 
+    def read_snapshot_range(self, snapshot_id: SnapshotId, position: int,
+                            max_bytes: int) -> tuple[int, bytes] | None:
+        """``(size, chunk)``: the snapshot's size and up to ``max_bytes`` from ``position``
+        (empty outside it), through the mmap: a FetchSnapshot answer reads its range only."""
+        if snapshot_id not in self._snapshots:
+            return None
+        with RawSnapshotReader.open(self.directory, FileSnapshotId(snapshot_id.offset, snapshot_id.epoch)) as r:
+            size = r.size_in_bytes
+            return size, (r.read(position, max_bytes) if 0 <= position < size else b"")
+
     def create_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
         """Write ``data`` (a whole snapshot, normally Kafka records format) as a frozen
         ``.checkpoint``: ``.part`` file, fsync, atomic rename, directory fsync."""
@@ -840,6 +876,12 @@ class KafkaRaftLog:
             w.freeze()
         self._snapshots.append(snapshot_id)
         self._snapshots.sort(key=lambda s: (s.offset, s.epoch))
+
+    def create_raw_snapshot(self, snapshot_id: SnapshotId) -> "_ReceivedSnapshot":
+        """A snapshot received in slices (a follower's FetchSnapshot): a ``.part`` file the
+        slices are appended to as they come; ``freeze()`` fsyncs, renames and registers it,
+        ``close()`` before that removes the ``.part`` (a crash leaves it to the next open)."""
+        return _ReceivedSnapshot(self, snapshot_id)
 
     def delete_before(self, snapshot_id: SnapshotId) -> None:
         if snapshot_id not in self._snapshots:
