@@ -39,7 +39,12 @@ import numpy as np  # noqa: E402
 import pytest
 
 from kraft_storage.snapshot import (
-    RawSnapshotReader, RecordsSnapshotReader, RecordsSnapshotWriter, SnapshotId, snapshot_path)
+    RawSnapshotReader,
+    RecordsSnapshotReader,
+    RecordsSnapshotWriter,
+    SnapshotId,
+    snapshot_path,
+)
 
 if __name__ == "__main__" and "--mb" in sys.argv:
     os.environ["SNAP_MB"] = sys.argv[sys.argv.index("--mb") + 1]

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/ (also when loaded by path)
 from _support import code_version  # noqa: E402
 

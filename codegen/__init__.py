@@ -22,4 +22,4 @@ template with the regenerated files (rebuild the native extensions for ``.pyx``
 changes); ``python -m codegen --check`` and ``tests/test_codegen.py`` fail while
 they disagree.
 """
-from .targets import generate, default_schemas_dir, REPO_ROOT  # noqa: F401
+from .targets import REPO_ROOT, default_schemas_dir, generate  # noqa: F401

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import batch_params
+
 from kraft_storage.record import decode_records, scan_batches
 from kraft_storage.tools import dump_log
 

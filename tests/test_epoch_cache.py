@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from conftest import fixture_files, fixture_params
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from kraft_storage.log.checkpoint import CheckpointFileError
 from kraft_storage.log.epoch_cache import LeaderEpochCache, format_entries, read_checkpoint
 from kraft_storage.log.partition_metadata import (
-    METADATA_TOPIC_ID, PartitionMetadataError, format_partition_metadata, read_partition_metadata)
+    METADATA_TOPIC_ID,
+    PartitionMetadataError,
+    format_partition_metadata,
+    read_partition_metadata,
+)
 
 EPOCH_FILES = fixture_files("leader-epoch-checkpoint")
 PM_FILES = fixture_files("partition.metadata")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from conftest import REPO
+
 from kraft_node.server.config import NodeConfig
 
 CONFIG = REPO / "config"

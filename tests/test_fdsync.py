@@ -12,7 +12,8 @@ import select
 import types
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kraft_storage._pure import _fdsync as pure
 from kraft_storage.log import fdsync

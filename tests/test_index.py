@@ -7,7 +7,8 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kraft_storage._pure._index as pure
 from kraft_storage.log.index import OffsetIndex, TimeIndex

@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import FIXTURES, REPO
+
 from kraft_storage.errors import CorruptRecordError
 from kraft_storage.log.config import LogConfig
 from kraft_storage.log.errors import NotALogDirectory, OffsetOutOfRange, OutOfOrderAppend

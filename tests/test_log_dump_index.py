@@ -5,6 +5,7 @@ import io
 import shutil
 
 from conftest import FIXTURES
+
 from kraft_storage.log.log import KafkaLog
 from kraft_storage.tools.dump_log import dump_index, main
 

@@ -2,13 +2,21 @@
 import os
 
 import pytest
+from conftest import fixture_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import fixture_params
 from kraft_storage.meta_properties import (
-    KeyOrder, MetaProperties, MetaPropertiesError, MetaPropertiesFile, format_properties, java_date,
-    parse_properties, read_meta_properties, write_meta_properties)
+    KeyOrder,
+    MetaProperties,
+    MetaPropertiesError,
+    MetaPropertiesFile,
+    format_properties,
+    java_date,
+    parse_properties,
+    read_meta_properties,
+    write_meta_properties,
+)
 
 
 @pytest.mark.parametrize("path", fixture_params("meta.properties"), ids=lambda p: p.parts[-2])

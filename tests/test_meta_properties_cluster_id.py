@@ -15,8 +15,13 @@ from test_raft_driver_support import CLUSTER_ID, cluster_properties  # noqa: E40
 
 from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.server.node import KraftNode  # noqa: E402
-from kraft_storage.meta_properties import (MetaProperties, MetaPropertiesError, MetaPropertiesFile,  # noqa: E402
-                                           read_meta_properties, write_meta_properties)
+from kraft_storage.meta_properties import (  # noqa: E402
+    MetaProperties,
+    MetaPropertiesError,
+    MetaPropertiesFile,
+    read_meta_properties,
+    write_meta_properties,
+)
 
 OTHER_ID = "7Hh2sM8tR0qHkq5R3gqUZA"
 

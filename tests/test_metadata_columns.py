@@ -11,21 +11,20 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import batch_files, batch_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_messages_roundtrip import cases, is_flexible, message_strategy
 
 import kraft_storage._native._metadata_columns as native_cols
 import kraft_storage._pure._frame as pure_frame
 import kraft_storage._pure._messages_metadata as pure_md
 import kraft_storage._pure._metadata_columns as pure_cols
 from kraft_storage.messages import columns as mc
-from kraft_storage.messages.runtime import Message, MessageError, Uuid, uvarint_bytes
 from kraft_storage.messages.framing import encode_metadata_record
 from kraft_storage.messages.metadata import decode_metadata_record
+from kraft_storage.messages.runtime import Message, MessageError, Uuid, uvarint_bytes
 from kraft_storage.record import decode_records
-
-from conftest import batch_files, batch_params
-from test_messages_roundtrip import cases, is_flexible, message_strategy
 
 IMPLS = [pytest.param(native_cols, id="native"), pytest.param(pure_cols, id="pure")]
 

@@ -3,12 +3,11 @@ import importlib
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from kraft_storage import accel
-
-from pathlib import Path
 
 # Every Cython module in the tree must be built and have a twin.
 NATIVE_MODULES = sorted(p.stem for p in (Path(__file__).parent.parent / "kraft_storage" / "_native").glob("*.pyx"))

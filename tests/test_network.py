@@ -6,8 +6,8 @@ import struct
 import pytest
 
 from kraft_node.network import ConnectionClosed, KafkaConnection, KafkaServer, RequestTimeout
-from kraft_node.protocol.api_keys import ApiKeys, API_INFO
-from kraft_node.protocol.framing import decode_response, encode_request
+from kraft_node.protocol.api_keys import API_INFO, ApiKeys
+from kraft_node.protocol.framing import decode_response
 from kraft_node.protocol.generated.api_versions import ApiVersionsRequest
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
 

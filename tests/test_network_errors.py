@@ -21,8 +21,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from test_raft_driver_support import cluster_properties, free_ports  # noqa: E402
 
-from kraft_node.server.config import ConfigError, NodeConfig  # noqa: E402
 from kraft_node.network import ConnectFailed, KafkaConnection, KafkaServer  # noqa: E402
+from kraft_node.server.config import ConfigError, NodeConfig  # noqa: E402
 from kraft_node.server.node import KraftNode  # noqa: E402
 from kraft_node.server.tools import metadata_quorum  # noqa: E402
 

@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kraft_node.network import KafkaConnection, KafkaServer
 from kraft_node.network.frames import FrameError, FrameReader

@@ -5,16 +5,24 @@ import struct
 
 import numpy as np
 import pytest
+from conftest import batch_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kraft_storage._native._batch as native
 import kraft_storage._pure._batch as pure
-from conftest import batch_params
 from kraft_storage.errors import CorruptRecordError, UnsupportedCompression
 from kraft_storage.record import (
-    BATCH_DTYPE, CRC_REPORT, Compression, RecordBatch, build_batch, build_batches,
-    decode_records, iter_batches, scan_batches)
+    BATCH_DTYPE,
+    CRC_REPORT,
+    Compression,
+    RecordBatch,
+    build_batch,
+    build_batches,
+    decode_records,
+    iter_batches,
+    scan_batches,
+)
 from kraft_storage.record.columns import _empty_columns
 
 IMPLS = [pytest.param(native, id="native"), pytest.param(pure, id="pure")]

@@ -8,10 +8,12 @@ import importlib
 import uuid
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kraft_storage.accel import native_available
-from kraft_storage.messages.runtime import MessageError, Uuid, Writer as PyWriter
+from kraft_storage.messages.runtime import MessageError, Uuid
+from kraft_storage.messages.runtime import Writer as PyWriter
 
 NATIVE = [m for m in ("_rpc_fetch", "_rpc_headers") if native_available(m, package="kraft_node")]
 _needs_native = pytest.mark.skipif(len(NATIVE) < 2, reason="kraft_node native codecs not built")

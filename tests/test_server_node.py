@@ -18,8 +18,7 @@ from test_raft_driver_support import CLUSTER_ID, cluster_properties  # noqa: E40
 from kraft_node.network import KafkaConnection  # noqa: E402
 from kraft_node.protocol.api_keys import ApiKeys  # noqa: E402
 from kraft_node.protocol.generated.api_versions import ApiVersionsRequest  # noqa: E402
-from kraft_node.protocol.generated.describe_cluster import (DescribeClusterRequest,  # noqa: E402
-                                                            DescribeClusterResponse)
+from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest, DescribeClusterResponse  # noqa: E402
 from kraft_node.raft.io.driver import RAFT_APIS, RaftDriver  # noqa: E402
 from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.server.node import KraftNode  # noqa: E402

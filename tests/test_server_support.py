@@ -10,10 +10,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
+import pytest  # noqa: E402
 from test_cluster_tcp import Node  # noqa: E402
 from test_raft_driver_support import cluster_properties  # noqa: E402
-
-import pytest  # noqa: E402
 
 from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_storage.dirlock import LOCK_FILE  # noqa: E402

@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 from conftest import REPO, require_fixtures
+
 from kraft_storage.record import decode_records
 
 

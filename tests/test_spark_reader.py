@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import FIXTURES, batch_params
 
 import kraft_storage._native._frame as native_frame
 import kraft_storage._pure._frame as pure_frame
@@ -13,8 +14,6 @@ from kraft_storage.record import decode_records, scan_batches
 from kraft_storage.spark import files as kf
 from kraft_storage.spark import reader as kr
 from kraft_storage.tools.gen_metadata_log import write_log
-
-from conftest import FIXTURES, batch_params
 
 
 @pytest.fixture(params=[native_frame, pure_frame], ids=["native", "pure"])

@@ -7,15 +7,15 @@ import pytest
 from kraft_node.server.config import NodeConfig
 from kraft_node.server.tools.storage import FormatError, format_storage, main, random_uuid, release_level
 from kraft_storage.messages.framing import decode_metadata_record
-from kraft_storage.meta_properties import read_meta_properties
 from kraft_storage.messages.runtime import Uuid
+from kraft_storage.meta_properties import read_meta_properties
 from kraft_storage.snapshot import BOOTSTRAP_SNAPSHOT_ID, RecordsSnapshotReader, read_bootstrap_checkpoint
 
 CID = "5L6g3nShT-eMCtK--X86sw"
 
 
 def config(tmp_path, voters=True, extra=""):
-    text = (f"process.roles=controller\nnode.id=1\n"
+    text = ("process.roles=controller\nnode.id=1\n"
             + ("controller.quorum.voters=1@127.0.0.1:9093\n" if voters
                else "controller.quorum.bootstrap.servers=127.0.0.1:9093\n")
             + f"listeners=CONTROLLER://127.0.0.1:9093\ncontroller.listener.names=CONTROLLER\n"

@@ -82,8 +82,8 @@ def cmd_worker(a) -> None:
 
 def _prefix_copy(path: str, max_records: int) -> str:
     """A log holding the first ``max_records`` records of ``path`` (cached next to it)."""
-    from kraft_storage.spark.files import find_files
     from kraft_storage.record import scan_batches
+    from kraft_storage.spark.files import find_files
     out_dir = f"{path.rstrip('/')}.prefix{max_records}"
     out = os.path.join(out_dir, "__cluster_metadata-0", "00000000000000000000.log")
     if os.path.exists(out):
@@ -147,6 +147,7 @@ def _columns_replay_schema():
     """COLUMNS_REPLAY plus every record type column, as a Spark StructType."""
     import stages
     from pyspark.sql import types as T
+
     from kraft_storage.spark.reader import spark_schema
     full = {f.name: f for f in spark_schema("columns").fields}
     return T.StructType([full[c] for c in stages.COLUMNS_REPLAY]
@@ -233,6 +234,7 @@ def _ceiling_columns_df(spark, path: str, rows: int):
 def breakdown(path: str, sample: int = 20_000) -> list[dict]:
     """Per record type: count, value bytes, and body decode rates of the generated codecs."""
     import numpy as np
+
     from kraft_storage._pure import _messages_metadata as pure_codec
     from kraft_storage.messages import metadata as native_codec
     from kraft_storage.spark import reader as kr
@@ -272,7 +274,9 @@ def breakdown(path: str, sample: int = 20_000) -> list[dict]:
 def columnar_rates(path: str) -> dict:
     """Per record type: records/s of the native columnar body decoder (its type loop alone, best of 3)."""
     import mmap
+
     import numpy as np
+
     from kraft_storage._native import _metadata_columns as ncols
     from kraft_storage.record import decode_records
     from kraft_storage.spark import reader as kr

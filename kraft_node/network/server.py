@@ -46,8 +46,7 @@ from typing import Any, Callable
 
 from kraft_node.network.frames import FrameError, FrameReader
 from kraft_node.protocol.api_keys import ApiKeys, answer_api_versions
-from kraft_node.protocol.framing import (
-    MAX_FRAME_SIZE, UnsupportedApiError, decode_request, encode_response)
+from kraft_node.protocol.framing import MAX_FRAME_SIZE, UnsupportedApiError, decode_request, encode_response
 from kraft_storage.messages.runtime import MessageError
 
 log = logging.getLogger(__name__)

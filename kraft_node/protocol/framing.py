@@ -14,7 +14,10 @@ from __future__ import annotations
 import struct
 
 from kraft_node.protocol.api_keys import (
-    API_INFO, api_info, request_header_version, response_header_version,
+    API_INFO,
+    api_info,
+    request_header_version,
+    response_header_version,
 )
 from kraft_node.protocol.headers import RequestHeader, ResponseHeader
 from kraft_storage.messages.runtime import Message, MessageError, Writer

@@ -8,9 +8,9 @@ standard base64.  Garbage raises :class:`MessageError`.
 """
 from __future__ import annotations
 
-from kraft_storage.messages.runtime import MessageError
 from kraft_storage.messages.control import CONTROL_BODY_VERSION, decode_control_record
 from kraft_storage.messages.framing import decode_metadata_record
+from kraft_storage.messages.runtime import MessageError
 
 __all__ = ["metadata_json", "control_json", "MessageError"]
 

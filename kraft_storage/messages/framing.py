@@ -12,8 +12,8 @@ so the whole decode is one call into compiled code.
 """
 from __future__ import annotations
 
-from kraft_storage.messages.runtime import Message, MessageError, uvarint_bytes
 from kraft_storage.messages.metadata import METADATA_RECORD_TYPES, decode_metadata_record
+from kraft_storage.messages.runtime import Message, MessageError, uvarint_bytes
 
 __all__ = ["FRAME_VERSION", "METADATA_RECORD_TYPES", "decode_metadata_record", "encode_metadata_record",
            "frame_header"]

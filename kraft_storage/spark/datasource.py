@@ -72,8 +72,17 @@ the files by path.
 from __future__ import annotations
 
 from pyspark.sql.datasource import (
-    DataSource, DataSourceReader, EqualTo, GreaterThan, GreaterThanOrEqual, In, InputPartition, IsNotNull,
-    LessThan, LessThanOrEqual)
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    LessThan,
+    LessThanOrEqual,
+)
 
 from kraft_storage.spark.files import DEFAULT_MAX_SPLIT_BYTES, Split, find_files, plan_splits
 from kraft_storage.spark.reader import DEFAULT_BATCH_ROWS, ReadOptions, parse_column_types, read_split, spark_schema

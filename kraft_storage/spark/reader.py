@@ -72,9 +72,9 @@ import pyarrow as pa
 from kraft_storage.accel import load
 from kraft_storage.errors import CorruptRecordError
 from kraft_storage.messages import columns as _mc
-from kraft_storage.messages.runtime import MessageError
 from kraft_storage.messages.control import ControlRecordType
 from kraft_storage.messages.metadata import METADATA_RECORD_TYPES, decode_metadata_record
+from kraft_storage.messages.runtime import MessageError
 from kraft_storage.record import decode_record_columns, scan_batches
 from kraft_storage.spark.files import NO_OFFSET_LIMIT, Split, plan_splits
 

@@ -250,6 +250,7 @@ def dump_file(path: str, as_json: bool, out=sys.stdout, err=sys.stderr, print_re
 def _index_entries(path: str):
     """(kind, base_offset, entries array) of a .index / .timeindex file."""
     import numpy as np
+
     from kraft_storage.log.index import OFFSET_ENTRY, TIME_ENTRY
     name = os.path.basename(path)
     base = int(name.split(".")[0])
@@ -343,6 +344,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.example:
         import tempfile
+
         from kraft_storage.tools.example import write_example_log
         with tempfile.TemporaryDirectory(prefix="kraft-example-") as tmp:
             return _dump_all([write_example_log(tmp)], args)

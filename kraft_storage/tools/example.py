@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 
 from kraft_storage.messages import metadata as m
-from kraft_storage.messages.runtime import Uuid
 from kraft_storage.messages.framing import encode_metadata_record
+from kraft_storage.messages.runtime import Uuid
 from kraft_storage.record import build_batch
 
 BASE_TIME_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

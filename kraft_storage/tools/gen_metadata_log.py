@@ -47,10 +47,14 @@ import numpy as np
 
 from kraft_storage.accel import load
 from kraft_storage.messages import metadata as m
-from kraft_storage.messages.runtime import Uuid
 from kraft_storage.messages.control import (
-    ControlRecordType, LeaderChangeMessage, encode_control_key, encode_control_value)
+    ControlRecordType,
+    LeaderChangeMessage,
+    encode_control_key,
+    encode_control_value,
+)
 from kraft_storage.messages.framing import decode_metadata_record, encode_metadata_record
+from kraft_storage.messages.runtime import Uuid
 from kraft_storage.record import build_batch, build_batches
 
 _f = load("_frame")

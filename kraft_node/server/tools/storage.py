@@ -44,11 +44,16 @@ import sys
 from kraft_node.server.config import METADATA_TOPIC_DIR, ConfigError, NodeConfig, parse_voters
 from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
-from kraft_storage.messages.runtime import Uuid
 from kraft_storage.messages.control import VotersRecord
 from kraft_storage.messages.metadata import FeatureLevelRecord
+from kraft_storage.messages.runtime import Uuid
 from kraft_storage.meta_properties import (
-    FILE_NAME, MetaProperties, MetaPropertiesError, read_meta_properties, write_meta_properties)
+    FILE_NAME,
+    MetaProperties,
+    MetaPropertiesError,
+    read_meta_properties,
+    write_meta_properties,
+)
 
 #: metadata.version feature levels by release (Kafka's MetadataVersion).
 METADATA_VERSIONS = {
@@ -288,8 +293,9 @@ def _prefixed(d: str, line: str) -> str:
 def recover_command(args, out=sys.stdout) -> int:
     """``kraft-storage recover``: under the log dirs' locks (refused while a node runs on
     them), run full recovery on each partition dir and print what it dropped or rebuilt."""
-    from kraft_storage.log.verify import recover_log_dir
     import logging
+
+    from kraft_storage.log.verify import recover_log_dir
     parts, lock = _targets(args)
     # The storage layer also logs each drop at WARNING (kraft.storage.log); here the report
     # is the output, on stdout, so the log lines would only repeat it on stderr.
