@@ -52,19 +52,22 @@ def mutate(rng: random.Random, base: bytes) -> bytes:
     for _ in range(rng.randint(1, 6)):
         k = rng.randrange(7)
         if k == 0 and b:
-            i = rng.randrange(len(b)); b[i] ^= 1 << rng.randrange(8)
+            i = rng.randrange(len(b))
+            b[i] ^= 1 << rng.randrange(8)
         elif k == 1 and b:
             b[rng.randrange(len(b))] = rng.randrange(256)
         elif k == 2 and b:
             del b[rng.randrange(len(b)):]
         elif k == 3:
-            i = rng.randrange(len(b) + 1); b[i:i] = rng.randbytes(rng.randint(1, 8))
+            i = rng.randrange(len(b) + 1)
+            b[i:i] = rng.randbytes(rng.randint(1, 8))
         elif k == 4 and len(b) >= 12:
             struct.pack_into(">i", b, 8, rng.choice([-1, 0, 48, 49, 2**31 - 1, rng.randint(0, 400)]))
         elif k == 5 and len(b) >= 61:
             struct.pack_into(">i", b, 57, rng.choice([-1, 0, 2**31 - 1, rng.randint(0, 50)]))
         elif k == 6 and len(b) > 62:
-            i = rng.randrange(61, len(b)); b[i:i + 5] = b"\xff" * 5
+            i = rng.randrange(61, len(b))
+            b[i:i + 5] = b"\xff" * 5
     return bytes(b)
 
 

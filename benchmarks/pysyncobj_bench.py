@@ -57,6 +57,7 @@ import sys
 import tempfile
 import threading
 import time
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/ (also when loaded by path)
 from _support import emit_json, free_ports  # noqa: E402
 
@@ -210,7 +211,7 @@ def run_cluster(seconds: float = 10, record_bytes: int = 100, max_inflight: int 
                     if results[i].get("role") == "leader" or "error" in results[i]:
                         leader = i
             time.sleep(0.05)
-        for i, p in enumerate(procs):
+        for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         for i, p in enumerate(procs):

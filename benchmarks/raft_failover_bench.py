@@ -75,12 +75,13 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.network import KafkaConnection  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.server.tools import metadata_quorum  # noqa: E402
 from kraft_node.server.tools.storage import format_storage  # noqa: E402
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/ (also when loaded by path)
-from _support import free_ports, code_version  # noqa: E402
+from _support import code_version, free_ports  # noqa: E402
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 NOT_LEADER_OR_FOLLOWER = 6
@@ -365,7 +366,11 @@ async def measure_once(nodes: list[Node], mode: str, poll_s: float, timeout: flo
         if committing is not None and first_ack is not None:
             break
     await poller.stop()
-    ms = (lambda t: None if t is None else round((t - t0) * 1000, 1))
+
+    def ms(t):
+        """Milliseconds from t0 to the monotonic time t, or None if t never came."""
+        return None if t is None else round((t - t0) * 1000, 1)
+
     end_ms = (time.monotonic() - t0) * 1000
     if mode == "kill":
         leader.kill9()

@@ -48,11 +48,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from kraft_node import event_loop  # noqa: E402
-from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.raft.errors import BufferFullError, NotLeaderError  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.server.node import KraftNode  # noqa: E402
 from kraft_node.server.start import freeze_startup_heap  # noqa: E402
 from kraft_node.server.tools.storage import format_storage  # noqa: E402
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # benchmarks/ (also when loaded by path)
 from _support import free_ports  # noqa: E402
 
@@ -198,7 +199,7 @@ async def offered_load(driver, seconds, record_bytes, per_append, max_inflight, 
         except BufferFullError:
             return False
         except NotLeaderError:
-            raise SystemExit("node 1 lost leadership during the run")
+            raise SystemExit("node 1 lost leadership during the run") from None
         inflight.add(fut)
         fut.add_done_callback(lambda f, t0=t0: done(t0, f))
         return True
@@ -448,7 +449,8 @@ def main():
                     f.write(text + "\n")
             return
         res = event_loop.run(main_async(args, base))
-        out = {"setup": {"voters": args.voters, "transport": "TCP loopback", "fsync": True, "event_loop": event_loop.EVENT_LOOP,
+        out = {"setup": {"voters": args.voters, "transport": "TCP loopback", "fsync": True,
+                         "event_loop": event_loop.EVENT_LOOP,
                          "record_bytes": args.record_bytes, "records_per_append": args.records_per_append,
                          "max_inflight_appends": args.max_inflight, "linger_ms": args.linger_ms,
                          "offered_records_per_s": args.rate, "loadavg": os.getloadavg(),

@@ -43,8 +43,8 @@ def main():
 
     w = rw.Workload(args.records)
     ws = rw.Workload(args.slow_records)
-    out = {"load_average_before": os.getloadavg(), "records": args.records, "slow_records": args.slow_records, "repeat": args.repeat,
-           "kraft_kernels": _b._k.__name__, "crc32c": crc_impl(), "results": {}}
+    out = {"load_average_before": os.getloadavg(), "records": args.records, "slow_records": args.slow_records,
+           "repeat": args.repeat, "kraft_kernels": _b._k.__name__, "crc32c": crc_impl(), "results": {}}
     for codec in ("none", "zstd"):
         res = {}
         data = rw.kraft_encode(w, codec)

@@ -107,7 +107,7 @@ def op_figures(impls, n, repeat):
                                         lambda full=full: full, n, repeat)
                 r["put_many_replace"] = measure(lambda m, keys=keys: m.put_many(keys, vals),
                                                 lambda full=full: full, n, repeat)
-            for op, fig in list(r.items()):
+            for fig in list(r.values()):
                 fig["mops_per_s"] = round(1e3 / fig["cpu_ns"], 2)
     return out
 
