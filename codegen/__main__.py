@@ -11,7 +11,8 @@ from .targets import REPO_ROOT, default_schemas_dir, generate
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m codegen", description=__doc__)
     ap.add_argument("--schemas", type=Path, default=None,
-                    help="Kafka schema directory (default: $KRAFT_KAFKA_SCHEMAS, else $KRAFT_SHARED/kafka-schemas, else ../shared/kafka-schemas)")
+                    help="Kafka schema directory (default: $KRAFT_KAFKA_SCHEMAS, else $KRAFT_SHARED/kafka-schemas, "
+                         "else ../shared/kafka-schemas)")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 if a generated file differs")
     ap.add_argument("--out", type=Path, default=REPO_ROOT, metavar="DIR",
                     help="root to write (or --check against) instead of the repository, "

@@ -168,10 +168,10 @@ def _api_table(table) -> str:
              "``APIS`` rows: ``(name, api_key, request_class, response_class, lowest, highest,",
              "first_flexible_version, listeners)``.",
              '"""']
-    for req, resp, mod in table:
+    for req, resp, mod in sorted(table, key=lambda row: row[2]):  # imports in ruff's (isort's) order
         lines.append(f"from .{mod} import {req.name}, {resp.name}")
     lines += ["", "APIS = ("]
-    for req, resp, mod in table:
+    for req, resp, _mod in table:
         fv = [v for v in req.version_list if v in req.flexible]
         lines.append(f"    ({req.name[:-7]!r}, {req.api_key}, {req.name}, {resp.name}, {req.valid.lo}, "
                      f"{req.valid.hi}, {fv[0] if fv else None}, {tuple(sorted(req.listeners))!r}),")

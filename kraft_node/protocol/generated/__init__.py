@@ -4,32 +4,32 @@
 ``APIS`` rows: ``(name, api_key, request_class, response_class, lowest, highest,
 first_flexible_version, listeners)``.
 """
-from .fetch import FetchRequest, FetchResponse
-from .metadata import MetadataRequest, MetadataResponse
+from .add_raft_voter import AddRaftVoterRequest, AddRaftVoterResponse
+from .allocate_producer_ids import AllocateProducerIdsRequest, AllocateProducerIdsResponse
+from .alter_partition import AlterPartitionRequest, AlterPartitionResponse
+from .alter_partition_reassignments import AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse
 from .api_versions import ApiVersionsRequest, ApiVersionsResponse
+from .begin_quorum_epoch import BeginQuorumEpochRequest, BeginQuorumEpochResponse
+from .broker_heartbeat import BrokerHeartbeatRequest, BrokerHeartbeatResponse
+from .broker_registration import BrokerRegistrationRequest, BrokerRegistrationResponse
+from .controller_registration import ControllerRegistrationRequest, ControllerRegistrationResponse
+from .create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from .create_topics import CreateTopicsRequest, CreateTopicsResponse
 from .delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
-from .describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
-from .create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
-from .elect_leaders import ElectLeadersRequest, ElectLeadersResponse
-from .incremental_alter_configs import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
-from .alter_partition_reassignments import AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse
-from .list_partition_reassignments import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
-from .vote import VoteRequest, VoteResponse
-from .begin_quorum_epoch import BeginQuorumEpochRequest, BeginQuorumEpochResponse
-from .end_quorum_epoch import EndQuorumEpochRequest, EndQuorumEpochResponse
-from .describe_quorum import DescribeQuorumRequest, DescribeQuorumResponse
-from .alter_partition import AlterPartitionRequest, AlterPartitionResponse
-from .update_features import UpdateFeaturesRequest, UpdateFeaturesResponse
-from .fetch_snapshot import FetchSnapshotRequest, FetchSnapshotResponse
 from .describe_cluster import DescribeClusterRequest, DescribeClusterResponse
-from .broker_registration import BrokerRegistrationRequest, BrokerRegistrationResponse
-from .broker_heartbeat import BrokerHeartbeatRequest, BrokerHeartbeatResponse
-from .allocate_producer_ids import AllocateProducerIdsRequest, AllocateProducerIdsResponse
-from .controller_registration import ControllerRegistrationRequest, ControllerRegistrationResponse
-from .add_raft_voter import AddRaftVoterRequest, AddRaftVoterResponse
+from .describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
+from .describe_quorum import DescribeQuorumRequest, DescribeQuorumResponse
+from .elect_leaders import ElectLeadersRequest, ElectLeadersResponse
+from .end_quorum_epoch import EndQuorumEpochRequest, EndQuorumEpochResponse
+from .fetch import FetchRequest, FetchResponse
+from .fetch_snapshot import FetchSnapshotRequest, FetchSnapshotResponse
+from .incremental_alter_configs import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+from .list_partition_reassignments import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
+from .metadata import MetadataRequest, MetadataResponse
 from .remove_raft_voter import RemoveRaftVoterRequest, RemoveRaftVoterResponse
+from .update_features import UpdateFeaturesRequest, UpdateFeaturesResponse
 from .update_raft_voter import UpdateRaftVoterRequest, UpdateRaftVoterResponse
+from .vote import VoteRequest, VoteResponse
 
 APIS = (
     ('Fetch', 1, FetchRequest, FetchResponse, 4, 18, 12, ('broker', 'controller')),

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import struct as _struct
 
-from kraft_storage.messages.runtime import (
-    UNSET, ZERO_UUID, Message, MessageError, Uuid, Writer,
-)
-from kraft_storage.messages.runtime import Reader
+from kraft_storage.messages.runtime import UNSET, ZERO_UUID, Message, MessageError, Reader, Uuid, Writer
 
 _reader = Reader
 _Base = Message
