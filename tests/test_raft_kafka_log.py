@@ -513,3 +513,44 @@ def test_metadata_log_keeps_only_its_newest_flushed_bytes_in_the_page_cache(tmp_
     got = [r for b in log.read(0, 1 << 20) for r in b.records]
     assert got == values
     log.close()
+
+
+def test_snapshot_writer_of_the_core_writes_kafka_records_snapshots(tmp_path):
+    """RaftCore.create_snapshot(id) over a KafkaRaftLog: Kafka's RecordsSnapshotWriter
+    (header, the state machine's records in batches, footer), streamed to a .part file,
+    published on freeze() with the log prefix dropped; what a Kafka reader opens."""
+    import random
+    from kraft_node.raft.client import RaftCore
+    from kraft_node.raft.config import QuorumConfig
+    from kraft_node.raft.io.kafka_log import KafkaSnapshotControl
+    from kraft_node.raft.messages import ReplicaKey
+    from kraft_node.raft.quorum_state import MemoryQuorumStateStore
+    from kraft_storage.snapshot import RecordsSnapshotReader, SnapshotId as FileSnapshotId
+    d = str(tmp_path / "__cluster_metadata-0")
+    log = KafkaRaftLog(d)
+    core = RaftCore(QuorumConfig(), ReplicaKey(1, None), [ReplicaKey(1, None)], log, MemoryQuorumStateStore(),
+                    random.Random(1), snapshot_control=KafkaSnapshotControl())
+    now = 0
+    core.initialize(now)
+    core.poll(now)
+    for i in range(3):
+        core.append([b"r%d" % i], core.epoch, now)
+        now += 10
+        core.poll(now)
+    now += 10
+    core.poll(now)
+    assert core.high_watermark == log.end_offset
+    sid = OffsetAndEpoch(core.high_watermark, core.epoch)
+    w = core.create_snapshot(sid, last_contained_log_time_ms=1234)
+    w.append([b"\x01value-1", b"\x01value-2"])
+    w.append([b"\x01value-3"])
+    assert log.latest_snapshot_id() is None
+    assert [p.name for p in (tmp_path / "__cluster_metadata-0").iterdir() if p.name.endswith(".part")]
+    w.freeze()
+    assert log.latest_snapshot_id() == sid and log.start_offset == sid.offset
+    with RecordsSnapshotReader.open(d, FileSnapshotId(sid.offset, sid.epoch)) as r:
+        assert r.header.last_contained_log_timestamp == 1234
+        cols = r.records()
+        assert [bytes(cols.value(i)) for i in range(len(cols))] == [b"\x01value-1", b"\x01value-2", b"\x01value-3"]
+    assert KafkaSnapshotControl().read(log.read_snapshot(sid)) == (0, None)
+    log.close()

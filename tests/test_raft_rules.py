@@ -1104,6 +1104,38 @@ def test_append_names_its_epoch_and_fails_once_that_epoch_is_over():
     assert core.append([b"b"], core.epoch, ctx.now) > last
 
 
+def _single_voter_with_commits(ctx, n=3):
+    ctx.poll()
+    core = ctx.core
+    for i in range(n):
+        core.append([b"r%d" % i], core.epoch, ctx.now)
+        ctx.advance(10)
+    ctx.advance(10)
+    assert core.high_watermark == ctx.log.end_offset
+    return core
+
+
+def test_snapshot_writer_streams_to_the_log_and_drops_the_prefix_on_freeze():
+    """Kafka's createSnapshot: the state machine writes a snapshot batch by batch; nothing
+    is stored (nor the log prefix dropped) until freeze(); close() before that aborts."""
+    ctx = Ctx(local=1, voters=(1,))
+    core = _single_voter_with_commits(ctx)
+    log = ctx.log
+    sid = OffsetAndEpoch(core.high_watermark, core.epoch)
+    with core.create_snapshot(sid) as aborted:
+        aborted.append([b"never"])
+    assert log.latest_snapshot_id() is None and log.start_offset == 0
+    w = core.create_snapshot(sid)
+    w.append([b"a", b"b"])
+    w.append([b"c"])
+    assert log.latest_snapshot_id() is None and log.start_offset == 0  # not before freeze
+    w.freeze()
+    assert log.latest_snapshot_id() == sid and log.start_offset == sid.offset
+    assert log.read_snapshot(sid) == b"abc"
+    with pytest.raises(RaftError, match="not after the latest snapshot"):
+        core.create_snapshot(sid)
+
+
 def test_leader_flush_leaves_the_loop_for_a_steady_stream_of_small_batches_not_for_a_lone_one():
     """With flush jobs on and a 1,000-byte threshold: a lone small batch is fsync'd in line
     by the next poll (no job: a lone commit would wait for a thread hand-off), while small

@@ -40,6 +40,21 @@ class RaftListener(Protocol):
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None: ...
 
 
+class SnapshotWriter(Protocol):
+    """A snapshot being written by the state machine (Kafka's ``SnapshotWriter``)."""
+
+    snapshot_id: SnapshotId
+
+    def append(self, records: Sequence[bytes]) -> None:
+        """Records that share one batch (in a Kafka log: framed metadata records)."""
+
+    def freeze(self) -> None:
+        """Complete it: durable and stored; the log prefix it covers is dropped."""
+
+    def close(self) -> None:
+        """Release it; before ``freeze()`` this aborts the snapshot."""
+
+
 class RaftClient(Protocol):
     """What a state machine drives (Kafka's ``RaftClient``); ``RaftDriver`` implements it.
 
@@ -60,9 +75,11 @@ class RaftClient(Protocol):
         them.  ``atomic``: all in one batch (Kafka's ``scheduleAtomicAppend``), else they
         may be split over several (``scheduleAppend``)."""
 
-    def create_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
-        """Store ``data`` as the snapshot of the committed state before ``snapshot_id.offset``
-        and drop the log prefix it covers."""
+    def create_snapshot(self, snapshot_id: SnapshotId, data: bytes | None = None, *,
+                        last_contained_log_time_ms: int = 0) -> "SnapshotWriter | None":
+        """The snapshot of the committed state before ``snapshot_id.offset``: without
+        ``data`` a :class:`SnapshotWriter` (streamed to the log; on ``freeze()`` the log
+        prefix it covers is dropped), with ``data`` those bytes stored at once."""
 
     def resign(self, epoch: int) -> None:
         """Give up leadership of ``epoch`` (no-op if this node does not lead it)."""

@@ -133,6 +133,34 @@ def _placeholder_control_value(msg) -> bytes:
     return encode_leader_change(msg)
 
 
+class SnapshotWriter:
+    """The state machine's snapshot being written (``RaftCore.create_snapshot`` without data).
+
+    ``append(records)``: records that share one batch (bytes each); ``freeze()``: durable
+    and stored, and the core drops the log prefix it covers; ``close()`` before that
+    aborts.  Also a context manager (leaving it without ``freeze()`` aborts)."""
+
+    def __init__(self, core: "RaftCore", snapshot_id: SnapshotId, inner):
+        self.snapshot_id = snapshot_id
+        self._core, self._inner = core, inner
+
+    def append(self, records) -> None:
+        self._inner.append(records)
+
+    def freeze(self) -> None:
+        self._inner.freeze()
+        self._core._snapshot_frozen(self.snapshot_id)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __enter__(self) -> "SnapshotWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
     """One replica of the metadata partition.
 
@@ -326,10 +354,16 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
         if self._shutdown_deadline is None:
             self._shutdown_deadline = now_ms + timeout_ms
 
-    def create_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
-        """Store a snapshot of the committed state ``[0, snapshot_id.offset)`` and drop
-        the log prefix it covers.  The offset must be committed and ``epoch`` must
-        be the epoch of the record at ``offset - 1``."""
+    def create_snapshot(self, snapshot_id: SnapshotId, data: bytes | None = None, *,
+                        last_contained_log_time_ms: int = 0) -> "SnapshotWriter | None":
+        """A snapshot of the committed state ``[0, snapshot_id.offset)``; on freeze the
+        log prefix it covers is dropped.  The offset must be committed and ``epoch`` must
+        be the epoch of the record at ``offset - 1`` (RaftError otherwise).
+
+        Without ``data`` (Kafka's ``createSnapshot``): returns a :class:`SnapshotWriter`
+        that streams to the log -- ``append(records)`` (one batch each; Kafka records
+        format in a KafkaRaftLog), then ``freeze()``, or ``close()`` to abort.  With
+        ``data``: stores those bytes whole at once (the simulator's and tests' form)."""
         hwm = self.high_watermark
         if hwm is None or snapshot_id.offset > hwm:
             raise RaftError(f"snapshot {snapshot_id} is beyond the high watermark {hwm}")
@@ -347,9 +381,26 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
         last = snapshot_id.offset - 1
         history = self.control.voter_history()
         voters = self.control.voter_set_at(last) if history and history[0][0] <= last else None
-        data = self.snapshot_control.write(data, self.control.kraft_version_at(last), voters)
+        kv = self.control.kraft_version_at(last)
+        if data is None:
+            raw = self.log.create_raw_snapshot(snapshot_id)
+            try:
+                inner = self.snapshot_control.writer(raw, kv, voters, last_contained_log_time_ms)
+            except BaseException:
+                raw.close()
+                raise
+            return SnapshotWriter(self, snapshot_id, inner)
+        data = self.snapshot_control.write(data, kv, voters)
         self.log.create_snapshot(snapshot_id, data)
         self.log.delete_before(snapshot_id)
+        return None
+
+    def _snapshot_frozen(self, snapshot_id: SnapshotId) -> None:
+        """A writer from :meth:`create_snapshot` froze ``snapshot_id``: drop the log prefix
+        it covers (unless the log moved past it meanwhile, e.g. a snapshot installed)."""
+        log = self.log
+        if log.start_offset < snapshot_id.offset <= log.end_offset:
+            log.delete_before(snapshot_id)
 
     # ------------------------------------------------------------ plumbing
     def _send(self, dest: int, request, now_ms: int, after_flush=None) -> None:

@@ -104,6 +104,31 @@ class SnapshotControlCodec(Protocol):
     def write(self, data: bytes, kraft_version: int, voters: VoterSet | None) -> bytes:
         """The snapshot bytes with the control state at its end offset included."""
 
+    def writer(self, raw, kraft_version: int, voters: VoterSet | None, last_contained_log_time_ms: int):
+        """A streaming writer into ``raw`` (``RaftLog.create_raw_snapshot``) that starts
+        with the control state and takes the state machine's records: ``append(records)``
+        (one batch), ``freeze()``, ``close()``."""
+
+
+class ConcatSnapshotWriter:
+    """The writer of formats that are not Kafka records: an optional control prefix, then
+    each appended record's bytes back to back (the state machine frames its own)."""
+
+    def __init__(self, raw, prefix: bytes = b""):
+        self.raw = raw
+        if prefix:
+            raw.append(prefix)
+
+    def append(self, records) -> None:
+        for r in records:
+            self.raw.append(r)
+
+    def freeze(self) -> None:
+        self.raw.freeze()
+
+    def close(self) -> None:
+        self.raw.close()
+
 
 class NoSnapshotControl:
     """Snapshots carry no control state (static quorums: the voters come from config)."""
@@ -113,6 +138,10 @@ class NoSnapshotControl:
 
     def write(self, data: bytes, kraft_version: int, voters: VoterSet | None) -> bytes:
         return data
+
+    def writer(self, raw, kraft_version: int, voters: VoterSet | None,
+               last_contained_log_time_ms: int) -> ConcatSnapshotWriter:
+        return ConcatSnapshotWriter(raw)
 
 
 class ControlRecordStateMachine:

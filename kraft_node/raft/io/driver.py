@@ -456,16 +456,19 @@ class RaftDriver:
             self._arm_timer(now + wait, now)
         return fut
 
-    def create_snapshot(self, snapshot_id, data: bytes) -> None:
-        """Kafka's ``RaftClient.createSnapshot`` + freeze, for the state machine that owns the
-        data (the controller's snapshot generator): store ``data`` as the snapshot of the
-        committed state before ``snapshot_id.offset`` -- the record at ``offset - 1`` must be
-        committed and in epoch ``snapshot_id.epoch`` (RaftError otherwise) -- and drop the
-        log prefix it covers.  On this node's loop thread.  The raft-only server has no
-        state of its own, so it never calls this; its log grows until a state machine does."""
+    def create_snapshot(self, snapshot_id, data: bytes | None = None, *, last_contained_log_time_ms: int = 0):
+        """Kafka's ``RaftClient.createSnapshot``, for the state machine that owns the data (the
+        controller's snapshot generator): the snapshot of the committed state before
+        ``snapshot_id.offset`` -- the record at ``offset - 1`` must be committed and in epoch
+        ``snapshot_id.epoch`` (RaftError otherwise).  Without ``data``: a writer (Kafka records
+        format, ``RaftCore.SnapshotWriter``) taking ``append(records)`` batch by batch, then
+        ``freeze()`` -- which drops the log prefix it covers -- or ``close()`` to abort.  With
+        ``data``: those bytes stored whole, at once.  On this node's loop thread.  The
+        raft-only server has no state of its own, so it never calls this; its log grows
+        until a state machine does."""
         if self._closed:
             raise RaftError(f"node {self.node_id} is shut down")
-        self.core.create_snapshot(snapshot_id, data)
+        return self.core.create_snapshot(snapshot_id, data, last_contained_log_time_ms=last_contained_log_time_ms)
 
     def resign(self, epoch: int) -> None:
         """Give up leadership of ``epoch`` (Kafka's ``RaftClient.resign``; no-op unless this

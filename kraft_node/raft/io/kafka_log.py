@@ -81,7 +81,8 @@ from kraft_storage.log.errors import CorruptCleanLogError
 from kraft_storage.crc32c import crc32c as _crc32c
 from kraft_storage.record import build_batch, build_batches, decode_records, scan_batches
 from kraft_storage.record.constants import CONTROL_MASK
-from kraft_storage.snapshot import (RawSnapshotReader, RawSnapshotWriter, SnapshotId as FileSnapshotId,
+from kraft_storage.snapshot import (RawSnapshotReader, RawSnapshotWriter, RecordsSnapshotWriter,
+                                    SnapshotId as FileSnapshotId,
                                     delete_snapshot, open_snapshot_dir)
 
 __all__ = ["KafkaRaftLog", "RawBatch", "FetchedBatches", "encode_batches", "decode_raft_batches",
@@ -337,6 +338,15 @@ class KafkaSnapshotControl:
                 voters = VoterSet.of(voters_from_record(body).voters)
         return kv, voters
 
+    def writer(self, raw, kraft_version: int, voters: VoterSet | None,
+               last_contained_log_time_ms: int) -> RecordsSnapshotWriter:
+        """Kafka's RecordsSnapshotWriter: the header batch [SnapshotHeader, KRaftVersion,
+        Voters] (voters only with kraft.version >= 1, as Kafka), the appended records in
+        batches of up to 8 MiB, the footer on ``freeze()``."""
+        rec = voters_to_record(voters.to_control()) if voters is not None and kraft_version > 0 else None
+        return RecordsSnapshotWriter(raw, last_contained_log_timestamp=last_contained_log_time_ms,
+                                     kraft_version=kraft_version, voters=rec)
+
     def write(self, data, kraft_version: int, voters: VoterSet | None) -> bytes:
         data = bytes(data)
         got = _snapshot_header_batch(data, self.source)
@@ -380,12 +390,17 @@ class _ReceivedSnapshot:
     registers the snapshot with its log when frozen."""
 
     def __init__(self, log: "KafkaRaftLog", snapshot_id: SnapshotId):
-        self._log, self.snapshot_id = log, snapshot_id
+        self._log, self._sid = log, snapshot_id
         self._raw = RawSnapshotWriter.create(log.directory, FileSnapshotId(snapshot_id.offset, snapshot_id.epoch))
+        self.snapshot_id = self._raw.snapshot_id  # (end_offset, epoch), as RecordsSnapshotWriter reads it
 
     @property
     def size_in_bytes(self) -> int:
         return self._raw.size_in_bytes
+
+    @property
+    def is_frozen(self) -> bool:
+        return self._raw.is_frozen
 
     def append(self, data) -> int:
         return self._raw.append(data)
@@ -393,8 +408,8 @@ class _ReceivedSnapshot:
     def freeze(self) -> None:
         self._raw.freeze()
         snaps = self._log._snapshots
-        if self.snapshot_id not in snaps:
-            snaps.append(self.snapshot_id)
+        if self._sid not in snaps:
+            snaps.append(self._sid)
             snaps.sort(key=lambda s: (s.offset, s.epoch))
 
     def close(self) -> None:

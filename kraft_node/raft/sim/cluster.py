@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from kraft_node.raft.client import RaftCore
+from kraft_node.raft.voters import ConcatSnapshotWriter
 from kraft_node.raft.flush import CoreOptions, InlineFlush, JobFlush
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import BufferFullError, NotLeaderError
@@ -59,6 +60,9 @@ class SimSnapshotControl:
         v = None if voters is None else [[e.key.id, str(e.key.directory_id) if e.key.directory_id else None]
                                          for e in voters.entries]
         return b"C" + json.dumps({"kv": kraft_version, "voters": v}).encode() + b"\n" + data
+
+    def writer(self, raw, kraft_version: int, voters, last_contained_log_time_ms: int):
+        return ConcatSnapshotWriter(raw, self.write(b"", kraft_version, voters))
 
 
 class StateMachine:
