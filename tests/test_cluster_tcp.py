@@ -24,9 +24,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from test_raft_driver_support import CLUSTER_ID, cluster_properties  # noqa: E402
 
-from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.network import KafkaConnection  # noqa: E402
 from kraft_node.raft.io.kafka_log import KafkaRaftLog  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.server.tools import metadata_quorum  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -97,7 +97,7 @@ class Node:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
-            raise AssertionError(f"node {self.id} did not exit within {timeout}s after SIGTERM")
+            raise AssertionError(f"node {self.id} did not exit within {timeout}s after SIGTERM") from None
 
     def stderr(self):
         d = os.path.dirname(self.cfg_path)

@@ -24,15 +24,13 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 sys.path.insert(0, os.path.dirname(__file__))
 from test_cluster_tcp import REPO, Node, check_acks_everywhere, find_leader, wait_acks  # noqa: E402
 from test_raft_driver_support import CLUSTER_ID, free_ports  # noqa: E402
 
-from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.network import KafkaConnection  # noqa: E402
 from kraft_node.raft.io.file_state import FileQuorumStateStore  # noqa: E402
+from kraft_node.server.config import NodeConfig  # noqa: E402
 from kraft_node.server.tools import metadata_quorum  # noqa: E402
 from kraft_node.server.tools.storage import format_storage  # noqa: E402
 from kraft_storage.meta_properties import read_meta_properties  # noqa: E402
@@ -87,7 +85,7 @@ def describe(port):
     q = asyncio.run(_describe(port))
     p = q.topics[0].partitions[0]
     assert q.error_code == 0 and p.error_code == 0, (q.error_code, p.error_code)
-    return p, {n.node_id: [metadata_quorum._endpoint(l) for l in n.listeners] for n in q.nodes}
+    return p, {n.node_id: [metadata_quorum._endpoint(ep) for ep in n.listeners] for n in q.nodes}
 
 
 def dir_id(node: Node) -> str:
@@ -236,7 +234,6 @@ def test_auto_join_observers_become_voters_and_the_quorum_survives_restarts(tmp_
     the log (VotersRecords after the bootstrap snapshot), a non-leader answers DescribeQuorum
     with NOT_LEADER_OR_FOLLOWER and the leader's endpoint, and no ACK is lost."""
     nodes = _auto_join_cluster(tmp_path)
-    n1 = nodes[0]
     try:
         wait_acks(nodes, 30, timeout=15)
         for n in nodes:

@@ -22,6 +22,7 @@ import threading
 import crc32c as crc32c_pkg
 import numpy as np
 import pytest
+from conftest import require_fixtures
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +32,6 @@ from kraft_storage._native import _crc32c as native
 from kraft_storage._pure import _crc32c as pure
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-from conftest import require_fixtures
 
 
 def _kernel_fn(name):

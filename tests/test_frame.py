@@ -3,16 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import batch_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kraft_storage._native._frame as native_frame
 import kraft_storage._pure._frame as pure_frame
-from kraft_storage.messages.runtime import uvarint_bytes
 from kraft_storage.messages.framing import decode_metadata_record
+from kraft_storage.messages.runtime import uvarint_bytes
 from kraft_storage.record import decode_records
-
-from conftest import batch_params
 
 IMPLS = pytest.mark.parametrize("impl", [native_frame, pure_frame], ids=["native", "pure"])
 
@@ -33,7 +32,7 @@ def _oracle(value: bytes | None):
     out, i = [], 0
     for _ in range(3):
         x = shift = 0
-        for nbytes in range(1, 6):
+        for _nbytes in range(1, 6):
             if i >= len(value):
                 return -1, -1, -1
             c = value[i]

@@ -140,7 +140,7 @@ def test_recovery_keeps_the_index_entries_that_fit(tmp_path):
     ts = 1_700_000_000_000
     for k in range(4):
         log = KafkaLog.open(d, cfg)
-        for j in range(2):
+        for _ in range(2):
             log.append_as_leader(batch(ts=ts), 1)  # one timestamp: one time-index entry
         if k < 3:
             log.close()

@@ -4,7 +4,8 @@ from __future__ import annotations
 import shutil
 import tempfile
 
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from kraft_storage.log.config import LogConfig
@@ -167,7 +168,7 @@ class LogMachine(RuleBasedStateMachine):
                 got.append((int(row["base_offset"]), int(row["base_offset"] + row["last_offset_delta"]),
                             int(row["partition_leader_epoch"])))
             off = got[-1][1] + 1
-        want = [(b, l, e) for b, l, e, _ in self.batches if l >= self.start]
+        want = [(b, last, e) for b, last, e, _ in self.batches if last >= self.start]
         assert got == want
 
     @invariant()

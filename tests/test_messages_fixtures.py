@@ -14,16 +14,14 @@ from __future__ import annotations
 import collections
 import json
 import struct
-from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, require_fixtures
 
 import kraft_storage._pure._messages_metadata as pure_md
 from kraft_storage import accel
 from kraft_storage.messages import control, dump, framing
 from kraft_storage.messages.quorum_state import read_quorum_state, write_quorum_state
-
-from conftest import FIXTURES, require_fixtures
 
 IMPLS = [pure_md]
 if accel.native_available("_messages_metadata"):
@@ -129,7 +127,7 @@ def test_every_fixture_control_record_roundtrips():
 def test_fixture_values_in_json():
     """Spot-check decoded content against what the fixtures' README says."""
     pr = None
-    for path, offset, is_control, key, value in fixture_records():
+    for path, _offset, is_control, _key, value in fixture_records():
         if is_control:
             continue
         js = dump.metadata_json(value)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_messages_fixtures import FIXTURES, fixture_records
 
 import kraft_storage._pure._messages_metadata as pure_md
 from kraft_storage import accel
 from kraft_storage.messages import control, dump
 from kraft_storage.messages.runtime import MessageError
-from test_messages_fixtures import FIXTURES, fixture_records
 
 IMPLS = [pure_md]
 if accel.native_available("_messages_metadata"):
@@ -26,7 +26,7 @@ def sample_values():
     if not FIXTURES.is_dir():
         return []
     seen = {}
-    for path, offset, is_control, key, value in fixture_records():
+    for _path, _offset, is_control, _key, value in fixture_records():
         if not is_control:
             seen.setdefault((value[1], value[2]), value)  # one per (apiKey, version)
     return list(seen.values())

@@ -60,7 +60,7 @@ def value_strategy(kind, scls, nullable, version, flexible, depth):
 
 def message_strategy(cls, version, flexible, depth=0):
     fields = {}
-    for attr, name, kind, lo, hi, scls, nlo, nhi in cls._JSON:
+    for attr, _name, kind, lo, hi, scls, nlo, nhi in cls._JSON:
         if _in(version, lo, hi):
             fields[attr] = value_strategy(kind, scls, _in(version, nlo, nhi), version, flexible, depth)
     if flexible:

@@ -36,7 +36,8 @@ def test_status_layout():
 def test_replication_table():
     obs = [R.ReplicaState(replica_id=5, log_end_offset=80, last_fetch_timestamp=4999, last_caught_up_timestamp=-1)]
     out = format_replication(response(obs), now_ms=6000).splitlines()
-    assert out[0] == "NodeId\tDirectoryId           \tLogEndOffset\tLag\tLastFetchTimestamp\tLastCaughtUpTimestamp\tStatus  \t"
+    assert out[0] == ("NodeId\tDirectoryId           \tLogEndOffset\tLag\tLastFetchTimestamp\t"
+                      "LastCaughtUpTimestamp\tStatus  \t")
     assert out[1].split("\t")[:7] == ["1     ", "Teb3PFb009qvAZgMDEFH4g", "100         ", "0  ",
                                       "-1                ", "5000                 ", "Leader  "]
     assert [r.split()[0] for r in out[1:]] == ["1", "2", "5"]

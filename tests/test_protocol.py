@@ -6,16 +6,20 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_messages_roundtrip import message_strategy
 
 from kraft_node.protocol import framing
 from kraft_node.protocol.api_keys import (
-    API_INFO, ApiKeys, answer_api_versions, request_header_version, response_header_version,
+    API_INFO,
+    ApiKeys,
+    answer_api_versions,
+    request_header_version,
+    response_header_version,
 )
 from kraft_node.protocol.generated.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kraft_node.protocol.generated.metadata import MetadataRequest
 from kraft_node.protocol.headers import RequestHeader
 from kraft_storage.messages.runtime import MessageError, Uuid
-from test_messages_roundtrip import message_strategy, is_flexible
 
 ALL_VERSIONS = [pytest.param(i, v, id=f"{i.name}-v{v}") for i in API_INFO.values()
                 for v in range(i.lowest, i.highest + 1)]
@@ -123,7 +127,7 @@ def _paired(cls, kp_cls):
 def _to_kp(obj, kp_cls, version):
     """Build kafka-python's object from ours."""
     kw = {}
-    for (attr, name, kind, lo, hi, scls, *_), f in _paired(type(obj), kp_cls):
+    for (attr, _name, kind, _lo, _hi, _scls, *_), f in _paired(type(obj), kp_cls):
         v = getattr(obj, attr)
         if kind == "struct" and v is not None:
             v = _to_kp(v, f.data_class, version)
@@ -140,7 +144,7 @@ def _to_kp(obj, kp_cls, version):
 def _from_kp(kp_obj, cls, kp_cls, version):
     """Inverse of _to_kp for the fields present in ``version``."""
     obj = cls()
-    for (attr, name, kind, lo, hi, scls, *_), f in _paired(cls, kp_cls):
+    for (attr, _name, kind, lo, hi, scls, *_), f in _paired(cls, kp_cls):
         if not (lo <= version and (hi is None or version <= hi)):
             continue
         v = getattr(kp_obj, f.name)
@@ -159,7 +163,7 @@ def _from_kp(kp_obj, cls, kp_cls, version):
 
 
 def _default_bitfields(obj):
-    for attr, name, kind, lo, hi, scls, *_ in obj._JSON:
+    for attr, name, kind, _lo, _hi, _scls, *_ in obj._JSON:
         if "AuthorizedOperations" in name and kind == "int32":
             setattr(obj, attr, type(obj)().__getattribute__(attr))
         v = getattr(obj, attr)

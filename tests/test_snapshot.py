@@ -15,19 +15,37 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from kraft_storage.crc32c import crc32c
 from kraft_storage.errors import CorruptRecordError, KraftStorageError
 from kraft_storage.messages.control import VotersRecord
 from kraft_storage.messages.framing import decode_metadata_record
-from kraft_storage.record import HEADER_SIZE, build_batch, scan_batches
+from kraft_storage.record import HEADER_SIZE, build_batch
 from kraft_storage.snapshot import (
-    BOOTSTRAP_SNAPSHOT_ID, MAX_BATCH_SIZE_BYTES, RawSnapshotReader, RawSnapshotWriter,
-    RecordsSnapshotReader, RecordsSnapshotWriter, SnapshotBatchTooLarge, SnapshotError, SnapshotId,
-    SnapshotPositionOutOfRange, clean_snapshot_dir, delete_snapshot, latest_snapshot,
-    list_snapshots, mark_for_delete, open_snapshot_dir, parse_snapshot_path, read_bootstrap_checkpoint,
-    scan_snapshot_dir, snapshot_filename, snapshot_path, write_bootstrap_checkpoint)
+    BOOTSTRAP_SNAPSHOT_ID,
+    MAX_BATCH_SIZE_BYTES,
+    RawSnapshotReader,
+    RawSnapshotWriter,
+    RecordsSnapshotReader,
+    RecordsSnapshotWriter,
+    SnapshotBatchTooLarge,
+    SnapshotError,
+    SnapshotId,
+    SnapshotPositionOutOfRange,
+    clean_snapshot_dir,
+    delete_snapshot,
+    latest_snapshot,
+    list_snapshots,
+    mark_for_delete,
+    open_snapshot_dir,
+    parse_snapshot_path,
+    read_bootstrap_checkpoint,
+    scan_snapshot_dir,
+    snapshot_filename,
+    snapshot_path,
+    write_bootstrap_checkpoint,
+)
 from kraft_storage.snapshot.records import record_sizes
 from tests.conftest import REPO, fixture_files, fixture_params
 
@@ -494,7 +512,10 @@ HEADER_VALUE = b"\x00\x00" + struct.pack(">q", 0) + b"\x00"
 FOOTER_VALUE = b"\x00\x00\x00"
 
 
-def _write_raw(d: Path, data: bytes, sid=SnapshotId(9, 1)) -> Path:
+_RAW_SID = SnapshotId(9, 1)
+
+
+def _write_raw(d: Path, data: bytes, sid: SnapshotId = _RAW_SID) -> Path:
     w = RawSnapshotWriter(d, sid)
     w.append(data)
     return w.freeze()

@@ -11,12 +11,11 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import FIXTURES, REPO, batch_files
 
 from kraft_storage.record import decode_records
 from kraft_storage.spark import reader as kr
 from kraft_storage.tools.gen_metadata_log import write_log
-
-from conftest import FIXTURES, REPO, batch_files
 
 N_GEN = 120_000
 
@@ -200,7 +199,8 @@ def test_fields_columns_on_a_generated_log(spark, gen_dir):
           .option("columnTypes", "PartitionChangeRecord,RegisterBrokerRecord").load(str(gen_dir)))
     assert [c for c in df.columns if c.endswith("_record")] == ["register_broker_record", "partition_change_record"]
     assert df.count() == N_GEN
-    agg = df.selectExpr("count(partition_change_record) pc", "sum(if(partition_change_record.isr IS NULL, 0, size(partition_change_record.isr))) isr",
+    agg = df.selectExpr("count(partition_change_record) pc",
+                        "sum(if(partition_change_record.isr IS NULL, 0, size(partition_change_record.isr))) isr",
                         "sum(partition_change_record.leader) leader",
                         "count(register_broker_record) rb").first()
     n_pc = n_isr = leader = n_rb = 0

@@ -13,7 +13,8 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kraft_storage._pure._timeline as pure_tl
 
@@ -61,7 +62,7 @@ ODD_KEYS = [True, False, 1.0, 2.0, 2**64, -(2**70), (1, 2), Collide(7), Collide(
 def _mixed_keys(n, seed):
     rnd = random.Random(seed)
     keys = []
-    for i in range(n):
+    for _ in range(n):
         r = rnd.random()
         if r < 0.45:
             keys.append(rnd.randrange(n))

@@ -465,7 +465,8 @@ def _py_imports(path: Path) -> set[str]:
     return out
 
 
-_PYX_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import\b(?!.*\bcimport\b)|import[ \t]+([\w.]+))", re.MULTILINE)
+_PYX_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import\b(?!.*\bcimport\b)"
+                         r"|import[ \t]+([\w.]+))", re.MULTILINE)
 
 
 def _pyx_imports(path: Path) -> set[str]:

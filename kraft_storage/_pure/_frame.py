@@ -51,7 +51,7 @@ def _check(data_len: int, pos: np.ndarray, length: np.ndarray) -> None:
 def _uvarint(mv, p: int, end: int):
     """(value, next position) or None when truncated or longer than 5 bytes."""
     value = shift = 0
-    for k in range(_MAX_VARINT_BYTES):
+    for _ in range(_MAX_VARINT_BYTES):
         if p >= end:
             return None
         b = mv[p]

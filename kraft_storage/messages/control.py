@@ -24,7 +24,11 @@ import enum
 import struct
 
 from kraft_storage.messages._control_gen import (
-    KRaftVersionRecord, LeaderChangeMessage, SnapshotFooterRecord, SnapshotHeaderRecord, VotersRecord,
+    KRaftVersionRecord,
+    LeaderChangeMessage,
+    SnapshotFooterRecord,
+    SnapshotHeaderRecord,
+    VotersRecord,
 )
 from kraft_storage.messages.runtime import MessageError
 
@@ -142,7 +146,8 @@ def decode_control_record(key, value):
     try:
         return ctype, CONTROL_BODY_CLASSES[ctype].read(value, CONTROL_BODY_VERSION)
     except MessageError as exc:
-        raise exc.within(ctype.name)
+        exc.within(ctype.name)  # the same error, its field path prefixed: re-raised as is
+        raise
 
 
 def encode_control_value(ctype: ControlRecordType | int, body) -> bytes:

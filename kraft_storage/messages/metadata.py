@@ -41,4 +41,34 @@ ClearElrRecord = _impl.ClearElrRecord
 METADATA_RECORD_TYPES = _impl.METADATA_RECORD_TYPES
 decode_metadata_record = _impl.decode_metadata_record
 
-__all__ = ['RegisterBrokerRecord', 'UnregisterBrokerRecord', 'TopicRecord', 'PartitionRecord', 'ConfigRecord', 'PartitionChangeRecord', 'FenceBrokerRecord', 'UnfenceBrokerRecord', 'RemoveTopicRecord', 'DelegationTokenRecord', 'UserScramCredentialRecord', 'FeatureLevelRecord', 'ClientQuotaRecord', 'ProducerIdsRecord', 'BrokerRegistrationChangeRecord', 'AccessControlEntryRecord', 'RemoveAccessControlEntryRecord', 'NoOpRecord', 'ZkMigrationStateRecord', 'RemoveUserScramCredentialRecord', 'BeginTransactionRecord', 'EndTransactionRecord', 'AbortTransactionRecord', 'RemoveDelegationTokenRecord', 'RegisterControllerRecord', 'ClearElrRecord', 'METADATA_RECORD_TYPES', 'decode_metadata_record', 'IMPLEMENTATION']
+__all__ = [
+    'RegisterBrokerRecord',
+    'UnregisterBrokerRecord',
+    'TopicRecord',
+    'PartitionRecord',
+    'ConfigRecord',
+    'PartitionChangeRecord',
+    'FenceBrokerRecord',
+    'UnfenceBrokerRecord',
+    'RemoveTopicRecord',
+    'DelegationTokenRecord',
+    'UserScramCredentialRecord',
+    'FeatureLevelRecord',
+    'ClientQuotaRecord',
+    'ProducerIdsRecord',
+    'BrokerRegistrationChangeRecord',
+    'AccessControlEntryRecord',
+    'RemoveAccessControlEntryRecord',
+    'NoOpRecord',
+    'ZkMigrationStateRecord',
+    'RemoveUserScramCredentialRecord',
+    'BeginTransactionRecord',
+    'EndTransactionRecord',
+    'AbortTransactionRecord',
+    'RemoveDelegationTokenRecord',
+    'RegisterControllerRecord',
+    'ClearElrRecord',
+    'METADATA_RECORD_TYPES',
+    'decode_metadata_record',
+    'IMPLEMENTATION',
+]

@@ -38,7 +38,7 @@ def _from_kafka_json(cls, obj, version, path):
     if not isinstance(obj, dict):
         raise MessageError(f"JSON object expected for {cls.NAME}, got {type(obj).__name__}").within(path)
     d = {}
-    for attr, name, kind, lo, hi, scls, *_ in cls._JSON:
+    for _attr, name, kind, lo, hi, scls, *_ in cls._JSON:
         if not (lo <= version and (hi is None or version <= hi)):
             continue
         key = name[:1].lower() + name[1:]

@@ -723,7 +723,8 @@ class Message:
                 try:
                     setattr(obj, attr, _from_json(kind, d[name], scls, version))
                 except MessageError as exc:
-                    raise exc.within(f"{cls.NAME}.{name}")
+                    exc.within(f"{cls.NAME}.{name}")  # the same error, its field path prefixed
+                    raise
                 except (ValueError, TypeError) as exc:
                     raise MessageError(f"bad JSON value: {exc}").within(f"{cls.NAME}.{name}") from None
         if d.get("_unknownTaggedFields"):

@@ -46,8 +46,8 @@ import time
 from kraft_node.network import ConnectFailed, ConnectionClosed, KafkaConnection, RequestTimeout
 from kraft_node.protocol.generated.add_raft_voter import AddRaftVoterRequest
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest
-from kraft_node.protocol.generated.remove_raft_voter import RemoveRaftVoterRequest
 from kraft_node.protocol.generated.describe_quorum import DescribeQuorumRequest, DescribeQuorumResponse
+from kraft_node.protocol.generated.remove_raft_voter import RemoveRaftVoterRequest
 from kraft_storage.messages.runtime import Uuid
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -70,7 +70,7 @@ def _node_str(replica, nodes) -> str:
         parts.append(f'"directoryId": "{did}"')
     node = nodes.get(replica.replica_id)
     if node is not None and node.listeners:
-        parts.append('"endpoints": [' + ", ".join(f'"{_endpoint(l)}"' for l in node.listeners) + "]")
+        parts.append('"endpoints": [' + ", ".join(f'"{_endpoint(ep)}"' for ep in node.listeners) + "]")
     return "{" + ", ".join(parts) + "}"
 
 
