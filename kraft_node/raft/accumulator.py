@@ -20,8 +20,7 @@ Invariants:
 from __future__ import annotations
 
 from kraft_node.raft.errors import BufferFullError, NotLeaderError, RecordBatchTooLargeError
-from kraft_node.raft.messages import (BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES, Batch,
-                                      LeaderChangeMessage)
+from kraft_node.raft.messages import BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES, Batch, ControlMessage
 
 
 def _rec_size(r: bytes) -> int:
@@ -117,7 +116,7 @@ class BatchAccumulator:
             has_open = True
         return batches
 
-    def append_control(self, control: LeaderChangeMessage, payload: bytes, now_ms: int) -> int:
+    def append_control(self, control: ControlMessage, payload: bytes, now_ms: int) -> int:
         """Complete the open batch and add a one-record control batch, drained at once."""
         self._complete_open()
         b = Batch(self.next_offset, self.epoch, (payload,), True, control, now_ms)
@@ -147,7 +146,8 @@ class BatchAccumulator:
 
     def drain(self, now_ms: int) -> list[Batch]:
         """Return ready batches in offset order (the open one too once it lingered enough)."""
-        if self._open and (self._force_drain or self._open_since + self.linger_ms <= now_ms):
+        # (_open_since is set whenever _open is non-empty: no None test on the drain path)
+        if self._open and (self._force_drain or self._open_since + self.linger_ms <= now_ms):  # type: ignore[operator]
             self._complete_open()
         out, self._completed = self._completed, []
         self._force_drain = False

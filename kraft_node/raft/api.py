@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Awaitable, Protocol, Sequence
 
+from kraft_node.raft.log import FlushJob
 from kraft_node.raft.messages import Batch, LeaderAndEpoch, Outbound, SnapshotId
 from kraft_node.raft.requests import NEVER
 from kraft_node.raft.roles import ElectionState
@@ -102,4 +103,4 @@ class Ready:
     shutdown_timed_out: bool = False
     #: log flushes to run off the event loop (only when the core's flush policy asks for jobs,
     #: see flush.py): call ``job.run()`` on any thread, then ``RaftCore.handle_flush_done(job, now_ms)``.
-    flush_jobs: list = field(default_factory=list)
+    flush_jobs: list[FlushJob] = field(default_factory=list)

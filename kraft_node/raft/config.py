@@ -13,6 +13,7 @@ range-checked with the key named in the error.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 PREFIX = "controller.quorum."
 
@@ -50,7 +51,7 @@ class QuorumConfig:
     #: ``controller.quorum.auto.join.enable``: an observer asks the leader to add it as a voter.
     auto_join_enable: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # Kafka's ConfigDef: INT, atLeast(0).  Stricter here where 0 is a test setting or
         # cannot work (Kafka reads a zero election timeout as "stand at once"; zero
         # fetch/request timeouts expire at once; a zero byte or batch cap sends nothing).
@@ -72,7 +73,7 @@ class QuorumConfig:
     def from_properties(cls, props: dict[str, str]) -> "QuorumConfig":
         """Build from Kafka-style properties; unknown ``controller.quorum.*`` keys are rejected."""
         names = {f.name for f in fields(cls)}
-        kwargs = {}
+        kwargs: dict[str, Any] = {}  # field -> int, or bool for auto_join_enable
         for key, value in props.items():
             if not key.startswith(PREFIX):
                 continue

@@ -16,7 +16,7 @@ v2 record batches.  Records themselves are opaque ``bytes`` here.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Union
 
 from kraft_node.raft.errors import Errors
@@ -124,6 +124,10 @@ class KRaftVersionControl:
     kraft_version: int
 
 
+#: The decoded payload of a control batch (:attr:`Batch.control`).
+ControlMessage = Union[LeaderChangeMessage, VotersControl, KRaftVersionControl]
+
+
 @dataclass(frozen=True, slots=True)
 class Batch:
     """A record batch as the core sees it.
@@ -137,7 +141,7 @@ class Batch:
     epoch: int
     records: tuple[bytes, ...]
     is_control: bool = False
-    control: "LeaderChangeMessage | VotersControl | KRaftVersionControl | None" = None
+    control: ControlMessage | None = None
     append_time_ms: int = 0
 
     @property
@@ -391,4 +395,5 @@ def error_name(code: int) -> str:
         return f"UNKNOWN({code})"
 
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("annotations", "uuid", "dataclass", "field", "Union")]
+__all__ = [n for n in dir()
+           if not n.startswith("_") and n not in ("annotations", "uuid", "dataclass", "field", "Union")]

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Iterable, Protocol, Sequence
 
-from kraft_node.raft.messages import (Batch, KRaftVersionControl, ReplicaKey, SnapshotId, VoterEntry,
-                                      VotersControl)
+from kraft_node.raft.log import RawSnapshotSink
+from kraft_node.raft.messages import Batch, KRaftVersionControl, ReplicaKey, SnapshotId, VoterEntry, VotersControl
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,7 @@ class VoterSet:
 
     @classmethod
     def of(cls, keys: Iterable[ReplicaKey | VoterEntry]) -> "VoterSet":
-        out = {}
+        out: dict[int, VoterEntry] = {}
         for k in keys:
             e = k if isinstance(k, VoterEntry) else VoterEntry(k)
             if e.key.id in out:
@@ -91,6 +91,18 @@ class VoterSet:
         return VotersControl(0, self.entries)
 
 
+class SnapshotRecordsWriter(Protocol):
+    """What :meth:`SnapshotControlCodec.writer` returns: the state machine's records go
+    in one batch per ``append``; ``freeze()`` completes the snapshot, ``close()`` before
+    that aborts it (``kraft_storage.snapshot.RecordsSnapshotWriter`` in a Kafka log)."""
+
+    def append(self, records: Sequence[bytes]) -> None: ...
+
+    def freeze(self) -> object: ...
+
+    def close(self) -> None: ...
+
+
 class SnapshotControlCodec(Protocol):
     """How the voter set and kraft.version ride inside snapshot bytes.
 
@@ -104,7 +116,8 @@ class SnapshotControlCodec(Protocol):
     def write(self, data: bytes, kraft_version: int, voters: VoterSet | None) -> bytes:
         """The snapshot bytes with the control state at its end offset included."""
 
-    def writer(self, raw, kraft_version: int, voters: VoterSet | None, last_contained_log_time_ms: int):
+    def writer(self, raw: RawSnapshotSink, kraft_version: int, voters: VoterSet | None,
+               last_contained_log_time_ms: int) -> SnapshotRecordsWriter:
         """A streaming writer into ``raw`` (``RaftLog.create_raw_snapshot``) that starts
         with the control state and takes the state machine's records: ``append(records)``
         (one batch), ``freeze()``, ``close()``."""
@@ -114,12 +127,12 @@ class ConcatSnapshotWriter:
     """The writer of formats that are not Kafka records: an optional control prefix, then
     each appended record's bytes back to back (the state machine frames its own)."""
 
-    def __init__(self, raw, prefix: bytes = b""):
+    def __init__(self, raw: RawSnapshotSink, prefix: bytes = b""):
         self.raw = raw
         if prefix:
             raw.append(prefix)
 
-    def append(self, records) -> None:
+    def append(self, records: Sequence[bytes]) -> None:
         for r in records:
             self.raw.append(r)
 
@@ -139,7 +152,7 @@ class NoSnapshotControl:
     def write(self, data: bytes, kraft_version: int, voters: VoterSet | None) -> bytes:
         return data
 
-    def writer(self, raw, kraft_version: int, voters: VoterSet | None,
+    def writer(self, raw: RawSnapshotSink, kraft_version: int, voters: VoterSet | None,
                last_contained_log_time_ms: int) -> ConcatSnapshotWriter:
         return ConcatSnapshotWriter(raw)
 
