@@ -23,13 +23,26 @@ leadership claim) ever precedes the write.
 from __future__ import annotations
 
 import random
-from typing import Protocol
+from typing import TYPE_CHECKING, Mapping, Protocol, cast
 
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import IllegalTransitionError
 from kraft_node.raft.messages import OffsetAndEpoch, ReplicaKey
-from kraft_node.raft.roles import (CandidateState, ElectionState, EpochState, FollowerState,
-                                   LeaderState, ProspectiveState, ResignedState, UnattachedState)
+from kraft_node.raft.roles import (
+    CandidateState,
+    ElectionSets,
+    ElectionState,
+    EpochState,
+    FollowerState,
+    LeaderState,
+    ProspectiveState,
+    ResignedState,
+    UnattachedState,
+)
+
+if TYPE_CHECKING:
+    from kraft_node.raft.accumulator import BatchAccumulator
+    from kraft_node.raft.voters import ControlRecordStateMachine
 
 
 class QuorumStateStore(Protocol):
@@ -60,7 +73,8 @@ class QuorumState:
     quorum) or a :class:`~kraft_node.raft.voters.ControlRecordStateMachine`, whose latest
     voter set (committed or not) is the one in effect, as in Kafka."""
 
-    def __init__(self, local_key: ReplicaKey, voters, store: QuorumStateStore,
+    def __init__(self, local_key: ReplicaKey, voters: ControlRecordStateMachine | Mapping[int, ReplicaKey],
+                 store: QuorumStateStore,
                  rng: random.Random, config: QuorumConfig):
         from kraft_node.raft.voters import ControlRecordStateMachine, VoterSet
         self.local_key = local_key
@@ -133,16 +147,20 @@ class QuorumState:
         """May start elections: a voter, or standing via the previous voter set."""
         return self.is_voter or self._standing_via_previous()
 
-    def election_sets(self):
+    def election_sets(self) -> ElectionSets:
         """Whose votes a nominee needs: the latest set, plus the previous one when standing via it."""
         if self._standing_via_previous():
-            return [self.voter_ids, self.control.previous_voter_set().ids]
+            prev = self.control.previous_voter_set()
+            assert prev is not None  # standing via it
+            return [self.voter_ids, prev.ids]
         return self.voter_ids
 
     def election_keys(self) -> dict[int, ReplicaKey]:
         keys = dict(self.voters)
         if self._standing_via_previous():
-            for k, v in self.control.previous_voter_set().keys().items():
+            prev = self.control.previous_voter_set()
+            assert prev is not None  # standing via it
+            for k, v in prev.keys().items():
                 keys.setdefault(k, v)
         return keys
 
@@ -173,6 +191,7 @@ class QuorumState:
         """Pick the starting role from the stored election state (Kafka's rules)."""
         election = self.store.read() or ElectionState(0)
         deadline = self.random_election_deadline(now_ms)
+        st: EpochState
         if election.epoch < log_end.epoch:
             # The file is stale (e.g. lost); the log proves a later epoch exists.
             st = UnattachedState(log_end.epoch, None, None, deadline, None)
@@ -181,9 +200,10 @@ class QuorumState:
         if self.can_stand and election.is_leader(self.local_id):
             # A former leader must not vote in its own epoch again, and must not
             # reuse (offset, epoch) pairs that may have been lost unflushed.
-            st = ResignedState(election.epoch, self.local_key, self.voter_ids, deadline, ())
+            # (a replica that can stand has an election deadline)
+            st = ResignedState(election.epoch, self.local_key, self.voter_ids, cast(int, deadline), ())
         elif self.can_stand and election.leader_id < 0 and election.is_voted_candidate(self.local_key):
-            st = CandidateState(election.epoch, self.local_key, self.election_sets(), deadline, 1, None)
+            st = CandidateState(election.epoch, self.local_key, self.election_sets(), cast(int, deadline), 1, None)
         elif election.has_leader() and (election.leader_id in self.voters or self.dynamic) \
                 and election.leader_id != self.local_id:
             st = FollowerState(election.epoch, election.leader_id, election.voted_key,
@@ -204,6 +224,7 @@ class QuorumState:
         else:
             self._require(epoch > cur.epoch, f"Unattached at lower epoch {epoch}")
             voted = None
+        deadline: int | None
         if isinstance(cur, (UnattachedState, CandidateState)) and cur.election_deadline is not None \
                 and epoch > cur.epoch and self.can_stand:
             deadline = cur.election_deadline  # keep the remaining election time
@@ -222,7 +243,7 @@ class QuorumState:
             new = UnattachedState(cur.epoch, None if cur._leader_id < 0 else cur._leader_id, candidate,
                                   self.random_election_deadline(now_ms), cur.high_watermark)
             self._durable(new)
-        else:
+        elif isinstance(cur, ProspectiveState):  # (the only other role _require lets through)
             self.store.write(ElectionState(cur.epoch, cur._leader_id, candidate))
             cur.voted_key = candidate  # same Prospective object: its tally stays
 
@@ -254,25 +275,32 @@ class QuorumState:
             # it keeps itself as the epoch's leader so it grants no vote in the epoch it led.
             retries, leader, voted = 0, self.local_id, None
         else:
+            assert isinstance(cur, (UnattachedState, FollowerState))  # the roles _require left
             retries = 0
             leader = cur.leader_id() if cur.leader_id() >= 0 else None
             voted = cur.voted_key
+        # (can_stand was required: random_election_deadline gives a deadline)
         self._memory(ProspectiveState(cur.epoch, self.local_id, self.election_sets(), leader, voted,
-                                      self.random_election_deadline(now_ms), retries, cur.high_watermark))
+                                      cast(int, self.random_election_deadline(now_ms)), retries,
+                                      cur.high_watermark))
 
     def transition_to_candidate(self, now_ms: int, force: bool = False) -> None:
         """``force``: a voter does not support PreVote, so the pre-vote tally is moot."""
         cur = self.state
         self._require(isinstance(cur, ProspectiveState) and (force or cur.epoch_election.is_vote_granted()),
                       "Candidate without a granted pre-vote")
+        assert isinstance(cur, ProspectiveState)  # (required above)
+        # (a nominee stands, so random_election_deadline gives a deadline)
         self._durable(CandidateState(cur.epoch + 1, self.local_key, self.election_sets(),
-                                     self.random_election_deadline(now_ms), cur.retries + 1,
+                                     cast(int, self.random_election_deadline(now_ms)), cur.retries + 1,
                                      cur.high_watermark))
 
-    def transition_to_leader(self, epoch_start_offset: int, accumulator, now_ms: int) -> LeaderState:
+    def transition_to_leader(self, epoch_start_offset: int, accumulator: BatchAccumulator,
+                             now_ms: int) -> LeaderState:
         cur = self.state
         self._require(isinstance(cur, CandidateState) and cur.epoch_election.is_vote_granted()
                       and self.can_stand, "Leader without a granted election")
+        assert isinstance(cur, CandidateState)  # (required above)
         # The leader does not inherit the previous high watermark: it must
         # commit a record of its own epoch first (epoch-start commit rule).
         new = LeaderState(cur.epoch, self.local_key, list(self.voters.values()), epoch_start_offset,

@@ -26,13 +26,19 @@ A "Voted" state is Unattached (or Prospective) carrying a ``voted_key``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, AbstractSet, Iterable
 
-from kraft_node.raft.messages import ReplicaKey
+from kraft_node.raft.messages import ReplicaKey, SnapshotId
 
 if TYPE_CHECKING:
     from kraft_node.raft.accumulator import BatchAccumulator
+    from kraft_node.raft.config import QuorumConfig
+    from kraft_node.raft.log import RawSnapshotSink
+
+#: Whose votes a nominee needs (``QuorumState.election_sets``): one voter id set, or a list
+#: of sets that must each grant a majority.
+ElectionSets = AbstractSet[int] | list[frozenset[int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +69,7 @@ class EpochElection:
     impossible (granted + unrecorded < majority).
     """
 
-    def __init__(self, local_id: int, voter_ids):
+    def __init__(self, local_id: int, voter_ids: ElectionSets):
         # ``voter_ids``: one set, or a list of sets that must each grant a majority (a
         # replica whose own uncommitted VotersRecord removed it stands under both sets).
         sets = [frozenset(v) for v in voter_ids] if isinstance(voter_ids, list) else [frozenset(voter_ids)]
@@ -97,7 +103,7 @@ class EpochElection:
 
 
 class EpochState:
-    name = "?"
+    name: str = "?"
     epoch: int
     high_watermark: int | None
 
@@ -114,7 +120,8 @@ class EpochState:
         return f"{self.name}(epoch={self.epoch}, {self.election()})"
 
 
-def _unattached_can_grant(voted_key, leader_id, candidate, up_to_date, pre_vote) -> bool:
+def _unattached_can_grant(voted_key: ReplicaKey | None, leader_id: int, candidate: ReplicaKey,
+                          up_to_date: bool, pre_vote: bool) -> bool:
     if pre_vote:
         return up_to_date
     if voted_key is not None:
@@ -131,20 +138,21 @@ class UnattachedState(EpochState):
     """
     name = "Unattached"
 
-    def __init__(self, epoch, leader_id, voted_key, election_deadline, high_watermark):
+    def __init__(self, epoch: int, leader_id: int | None, voted_key: ReplicaKey | None,
+                 election_deadline: int | None, high_watermark: int | None):
         self.epoch = epoch
         self._leader_id = leader_id if leader_id is not None else -1
         self.voted_key = voted_key
         self.election_deadline = election_deadline
         self.high_watermark = high_watermark
 
-    def election(self):
+    def election(self) -> ElectionState:
         return ElectionState(self.epoch, self._leader_id, self.voted_key)
 
     def leader_id(self) -> int:  # (asked after every poll: no ElectionState built)
         return self._leader_id
 
-    def can_grant_vote(self, candidate, log_up_to_date, pre_vote):
+    def can_grant_vote(self, candidate: ReplicaKey, log_up_to_date: bool, pre_vote: bool) -> bool:
         return _unattached_can_grant(self.voted_key, self._leader_id, candidate, log_up_to_date, pre_vote)
 
 
@@ -156,8 +164,9 @@ class ProspectiveState(EpochState):
     """
     name = "Prospective"
 
-    def __init__(self, epoch, local_id, voter_ids, leader_id, voted_key, election_deadline,
-                 retries, high_watermark):
+    def __init__(self, epoch: int, local_id: int, voter_ids: ElectionSets, leader_id: int | None,
+                 voted_key: ReplicaKey | None, election_deadline: int, retries: int,
+                 high_watermark: int | None):
         self.epoch = epoch
         self._leader_id = leader_id if leader_id is not None else -1
         self.voted_key = voted_key
@@ -166,13 +175,13 @@ class ProspectiveState(EpochState):
         self.retries = retries
         self.high_watermark = high_watermark
 
-    def election(self):
+    def election(self) -> ElectionState:
         return ElectionState(self.epoch, self._leader_id, self.voted_key)
 
     def leader_id(self) -> int:  # (asked after every poll: no ElectionState built)
         return self._leader_id
 
-    def can_grant_vote(self, candidate, log_up_to_date, pre_vote):
+    def can_grant_vote(self, candidate: ReplicaKey, log_up_to_date: bool, pre_vote: bool) -> bool:
         return _unattached_can_grant(self.voted_key, self._leader_id, candidate, log_up_to_date, pre_vote)
 
 
@@ -184,7 +193,8 @@ class CandidateState(EpochState):
     """
     name = "Candidate"
 
-    def __init__(self, epoch, local_key, voter_ids, election_deadline, retries, high_watermark):
+    def __init__(self, epoch: int, local_key: ReplicaKey, voter_ids: ElectionSets, election_deadline: int,
+                 retries: int, high_watermark: int | None):
         self.epoch = epoch
         self.local_key = local_key
         self.epoch_election = EpochElection(local_key.id, voter_ids)
@@ -193,13 +203,13 @@ class CandidateState(EpochState):
         self.backoff_deadline: int | None = None
         self.high_watermark = high_watermark
 
-    def election(self):
+    def election(self) -> ElectionState:
         return ElectionState(self.epoch, -1, self.local_key)
 
     def leader_id(self) -> int:
         return -1
 
-    def can_grant_vote(self, candidate, log_up_to_date, pre_vote):
+    def can_grant_vote(self, candidate: ReplicaKey, log_up_to_date: bool, pre_vote: bool) -> bool:
         return pre_vote and log_up_to_date
 
 
@@ -213,7 +223,8 @@ class FollowerState(EpochState):
     """
     name = "Follower"
 
-    def __init__(self, epoch, leader_id, voted_key, fetch_deadline, high_watermark):
+    def __init__(self, epoch: int, leader_id: int, voted_key: ReplicaKey | None, fetch_deadline: int,
+                 high_watermark: int | None):
         self.epoch = epoch
         self._leader_id = leader_id
         self.voted_key = voted_key
@@ -222,15 +233,15 @@ class FollowerState(EpochState):
         self.has_fetched_from_leader = False
         #: EndQuorumEpoch from this leader accepted: later Fetch answers keep the short deadline
         self.leader_resigned = False
-        self.fetching_snapshot = None
+        self.fetching_snapshot: tuple[SnapshotId, RawSnapshotSink] | None = None
 
-    def election(self):
+    def election(self) -> ElectionState:
         return ElectionState(self.epoch, self._leader_id, self.voted_key)
 
     def leader_id(self) -> int:  # (asked after every poll: no ElectionState built)
         return self._leader_id
 
-    def can_grant_vote(self, candidate, log_up_to_date, pre_vote):
+    def can_grant_vote(self, candidate: ReplicaKey, log_up_to_date: bool, pre_vote: bool) -> bool:
         return pre_vote and not self.has_fetched_from_leader and log_up_to_date
 
     def update_high_watermark(self, offset: int) -> bool:
@@ -285,8 +296,9 @@ class LeaderState(EpochState):
     """
     name = "Leader"
 
-    def __init__(self, epoch, local_key, voter_keys, epoch_start_offset, granting_voters,
-                 accumulator, now_ms, config):
+    def __init__(self, epoch: int, local_key: ReplicaKey, voter_keys: Iterable[ReplicaKey],
+                 epoch_start_offset: int, granting_voters: Iterable[int], accumulator: BatchAccumulator,
+                 now_ms: int, config: QuorumConfig):
         self.epoch = epoch
         self.local_key = local_key
         self.epoch_start_offset = epoch_start_offset
@@ -304,7 +316,7 @@ class LeaderState(EpochState):
         self.begin_quorum_epoch_deadline = now_ms  # send immediately
         self.resign_requested = False
 
-    def election(self):
+    def election(self) -> ElectionState:
         # Kafka (LeaderState/ResignedState.election) records the elected leader and no vote:
         # the quorum-state file says votedId -1, as every Kafka fixture shows.
         return ElectionState(self.epoch, self.local_key.id, None)
@@ -312,7 +324,7 @@ class LeaderState(EpochState):
     def leader_id(self) -> int:
         return self.local_key.id
 
-    def update_voter_set(self, voter_keys) -> None:
+    def update_voter_set(self, voter_keys: Iterable[ReplicaKey]) -> None:
         """Adopt a new voter set (Kafka: on appending a VotersRecord, committed or not).
 
         Replica progress moves with the replica between ``voters`` and
@@ -432,8 +444,8 @@ class ResignedState(EpochState):
     """
     name = "Resigned"
 
-    def __init__(self, epoch, local_key, voter_ids, election_deadline, preferred_successors,
-                 high_watermark=None):
+    def __init__(self, epoch: int, local_key: ReplicaKey, voter_ids: Iterable[int], election_deadline: int,
+                 preferred_successors: Iterable[ReplicaKey], high_watermark: int | None = None):
         self.epoch = epoch
         self.local_key = local_key
         self.unacked_voters = set(v for v in voter_ids if v != local_key.id)
@@ -441,7 +453,7 @@ class ResignedState(EpochState):
         self.preferred_successors = tuple(preferred_successors)
         self.high_watermark = high_watermark
 
-    def election(self):
+    def election(self) -> ElectionState:
         # Kafka (LeaderState/ResignedState.election) records the elected leader and no vote:
         # the quorum-state file says votedId -1, as every Kafka fixture shows.
         return ElectionState(self.epoch, self.local_key.id, None)
