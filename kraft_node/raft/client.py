@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from typing import Callable, Sequence
 
 from kraft_node.raft.accumulator import BatchAccumulator
 from kraft_node.raft.api import RaftListener, Ready
@@ -61,24 +62,60 @@ from kraft_node.raft.errors import Errors, InvariantViolation, NotLeaderError, R
 from kraft_node.raft.fetch_serving import LeaderFetchServing
 from kraft_node.raft.flush import CoreOptions, LeaderFlush
 from kraft_node.raft.listeners import ListenerContext, ListenerDelivery
-from kraft_node.raft.log import RaftLog
-from kraft_node.raft.messages import (AddRaftVoterRequest, AddRaftVoterResponse, Endpoint,
-                                      KRaftVersionControl, RemoveRaftVoterRequest,
-                                      RemoveRaftVoterResponse, UpdateRaftVoterRequest,
-                                      UpdateRaftVoterResponse, VotersControl)
-from kraft_node.raft.messages import (Batch, BeginQuorumEpochRequest, BeginQuorumEpochResponse,
-                                      EndQuorumEpochRequest, EndQuorumEpochResponse, FetchRequest,
-                                      FetchResponse, FetchSnapshotRequest, FetchSnapshotResponse, LeaderChangeMessage,
-                                      LeaderIdAndEpoch, OffsetAndEpoch, Outbound, OutboundRequest,
-                                      OutboundResponse, ReplicaKey, SnapshotId, VoteRequest,
-                                      VoteResponse)
+from kraft_node.raft.log import FlushJob, RaftLog, RawSnapshotSink
+from kraft_node.raft.messages import (
+    AddRaftVoterRequest,
+    AddRaftVoterResponse,
+    Batch,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    ControlMessage,
+    Endpoint,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    KRaftVersionControl,
+    LeaderChangeMessage,
+    LeaderIdAndEpoch,
+    OffsetAndEpoch,
+    Outbound,
+    OutboundRequest,
+    OutboundResponse,
+    RemoveRaftVoterRequest,
+    RemoveRaftVoterResponse,
+    ReplicaKey,
+    Request,
+    Response,
+    SnapshotId,
+    UpdateRaftVoterRequest,
+    UpdateRaftVoterResponse,
+    VoteRequest,
+    VoteResponse,
+    VotersControl,
+)
 from kraft_node.raft.quorum_state import QuorumState, QuorumStateStore
 from kraft_node.raft.requests import NEVER, RequestManager
-from kraft_node.raft.roles import (CandidateState, ElectionState, FollowerState, LeaderState,
-                                   ProspectiveState, ResignedState, UnattachedState)
+from kraft_node.raft.roles import (
+    CandidateState,
+    ElectionState,
+    FollowerState,
+    LeaderState,
+    ProspectiveState,
+    ResignedState,
+    Role,
+    UnattachedState,
+)
 from kraft_node.raft.voter_changes import VoterChange, VoterChanges
-from kraft_node.raft.voters import (ControlRecordStateMachine, NoSnapshotControl, SnapshotControlCodec,
-                                    VoterSet)
+from kraft_node.raft.voters import (
+    ControlRecordStateMachine,
+    NoSnapshotControl,
+    SnapshotControlCodec,
+    SnapshotRecordsWriter,
+    VoterSet,
+)
 
 #: Base of the election backoffs (Kafka's RETRY_BACKOFF_BASE_MS).
 RETRY_BACKOFF_BASE_MS = 100
@@ -102,10 +139,10 @@ class _RecordingStore:
         self.inner = inner
         self.pending: list[ElectionState] = []
 
-    def read(self):
+    def read(self) -> ElectionState | None:
         return self.inner.read()
 
-    def write(self, state):
+    def write(self, state: ElectionState) -> None:
         self.inner.write(state)
         self.pending.append(state)
 
@@ -125,7 +162,7 @@ def encode_voters(msg: VotersControl) -> bytes:
     return ("Voters(" + ",".join(f"{e.key.id}:{e.key.directory_id}" for e in msg.voters) + ")").encode()
 
 
-def _placeholder_control_value(msg) -> bytes:
+def _placeholder_control_value(msg: ControlMessage) -> bytes:
     if isinstance(msg, VotersControl):
         return encode_voters(msg)
     if isinstance(msg, KRaftVersionControl):
@@ -140,11 +177,11 @@ class SnapshotWriter:
     and stored, and the core drops the log prefix it covers; ``close()`` before that
     aborts.  Also a context manager (leaving it without ``freeze()`` aborts)."""
 
-    def __init__(self, core: "RaftCore", snapshot_id: SnapshotId, inner):
+    def __init__(self, core: "RaftCore", snapshot_id: SnapshotId, inner: SnapshotRecordsWriter):
         self.snapshot_id = snapshot_id
         self._core, self._inner = core, inner
 
-    def append(self, records) -> None:
+    def append(self, records: Sequence[bytes]) -> None:
         self._inner.append(records)
 
     def freeze(self) -> None:
@@ -157,7 +194,7 @@ class SnapshotWriter:
     def __enter__(self) -> "SnapshotWriter":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -187,7 +224,8 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
                  snapshot_control: SnapshotControlCodec | None = None,
                  local_listeners: tuple[Endpoint, ...] = (),
                  bootstrap_ids: tuple[int, ...] = (),
-                 encode_control=None, options: CoreOptions | None = None):
+                 encode_control: Callable[[ControlMessage], bytes] | None = None,
+                 options: CoreOptions | None = None):
         self.config = config
         self.options = options = options or CoreOptions()
         #: how each flush runs (in line or as a job): the driver's policy (flush.py)
@@ -224,22 +262,22 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
         #: Fetch answers take them from memory instead of re-reading (and re-decoding) the log.
         self._recent_batches: list[Batch] = []
         self._recent_bytes = 0  # sum of size_in_bytes over _recent_batches
-        self._flush_job = None  # (epoch, job) in flight, a leader's or a follower's
-        self._new_flush_jobs: list = []
+        self._flush_job: tuple[int, FlushJob] | None = None  # (epoch, job) in flight, a leader's or a follower's
+        self._new_flush_jobs: list[FlushJob] = []
         self._shutdown_deadline: int | None = None
         self._shutdown_done = False
         self._shutdown_timed_out = False
         self._bootstrap_target: int | None = None
         #: the snapshot writer of a FetchSnapshot transfer in progress (also in the follower
         #: state's ``fetching_snapshot``): aborted when that state ends
-        self._snapshot_transfer = None
+        self._snapshot_transfer: RawSnapshotSink | None = None
         self._initialized = False
         #: Event counts (elections, truncations, snapshot installs...) for tests and metrics.
         self.stats: Counter[str] = Counter()
 
     # ------------------------------------------------------------ queries
     @property
-    def state(self):
+    def state(self) -> Role:
         return self.quorum.state
 
     @property
@@ -317,7 +355,7 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             self._transition_to_prospective(now_ms)
 
     # ------------------------------------------------------------ API
-    def append(self, records, epoch: int, now_ms: int, atomic: bool = True) -> int:
+    def append(self, records: list[bytes] | tuple[bytes, ...], epoch: int, now_ms: int, atomic: bool = True) -> int:
         """Queue records on the leader of ``epoch``; returns the last offset assigned.
 
         The append is acknowledged once the high watermark passes that offset
@@ -403,7 +441,7 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             log.delete_before(snapshot_id)
 
     # ------------------------------------------------------------ plumbing
-    def _send(self, dest: int, request, now_ms: int, after_flush=None) -> None:
+    def _send(self, dest: int, request: Request, now_ms: int, after_flush: FlushJob | None = None) -> None:
         corr = self._next_correlation
         self._next_correlation += 1
         self.requests.on_send(dest, corr, now_ms)
@@ -426,7 +464,7 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
                 log.flush()
         self._send(dest, self._build_fetch(epoch, now_ms), now_ms, job)
 
-    def _respond(self, dest: int, corr: int, response) -> None:
+    def _respond(self, dest: int, corr: int, response: Response) -> None:
         self._outbox.append(OutboundResponse(dest, corr, response))
 
     def _cluster_ok(self, cluster_id: str | None) -> bool:
@@ -593,11 +631,12 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
         return False
 
     # ------------------------------------------------------------ inbound dispatch
-    def handle_request(self, source: int, correlation_id: int, request, now_ms: int) -> None:
+    def handle_request(self, source: int, correlation_id: int, request: Request, now_ms: int) -> None:
         """Handle an inbound request; its response (if any) is queued for the next Ready."""
         if isinstance(request, FetchRequest):
             self._handle_fetch_request(source, correlation_id, request, now_ms)
             return
+        resp: Response | None
         if isinstance(request, VoteRequest):
             resp = self._handle_vote_request(source, request, now_ms)
         elif isinstance(request, BeginQuorumEpochRequest):
@@ -617,7 +656,7 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
         if resp is not None:  # None: a voter change answers once its record commits
             self._respond(source, correlation_id, resp)
 
-    def handle_response(self, source: int, correlation_id: int, response, now_ms: int) -> None:
+    def handle_response(self, source: int, correlation_id: int, response: Response, now_ms: int) -> None:
         """Handle an inbound response; unexpected correlation ids (stale, duplicated) are dropped."""
         if isinstance(response, (AddRaftVoterResponse, RemoveRaftVoterResponse, UpdateRaftVoterResponse)):
             if self.voter_requests.accept_response(source, correlation_id):
@@ -680,7 +719,8 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             # learned that epoch legitimately, and no vote is recorded for it.
             self._transition_to_unattached(req.replica_epoch, now_ms)
         # The request must be meant for this replica (id and directory id).
-        if req.voter_id != self.local_id or not ReplicaKey(req.voter_id, req.voter_directory_id).matches(self.local_key):
+        if req.voter_id != self.local_id \
+                or not ReplicaKey(req.voter_id, req.voter_directory_id).matches(self.local_key):
             return self._vote_response(Errors.INVALID_VOTER_KEY, False)
         candidate = ReplicaKey(req.replica_id, req.replica_directory_id)
         voter = self.quorum.voters.get(candidate.id)
@@ -726,19 +766,21 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
     def _bqe_response(self, error: Errors, top: Errors = NONE) -> BeginQuorumEpochResponse:
         return BeginQuorumEpochResponse(int(top), int(error), self.quorum.leader_id, self.quorum.epoch)
 
-    def _handle_begin_quorum_epoch_request(self, source, req: BeginQuorumEpochRequest, now_ms):
+    def _handle_begin_quorum_epoch_request(self, source: int, req: BeginQuorumEpochRequest,
+                                           now_ms: int) -> BeginQuorumEpochResponse:
         if not self._cluster_ok(req.cluster_id):
             return self._bqe_response(NONE, Errors.INCONSISTENT_CLUSTER_ID)
         if req.leader_epoch < self.quorum.epoch:
             return self._bqe_response(Errors.FENCED_LEADER_EPOCH)
         if req.leader_id == self.local_id or (req.leader_id not in self.quorum.voters and not self._dynamic()):
             return self._bqe_response(Errors.INCONSISTENT_VOTER_SET)
-        if req.voter_id != self.local_id or not ReplicaKey(req.voter_id, req.voter_directory_id).matches(self.local_key):
+        if req.voter_id != self.local_id \
+                or not ReplicaKey(req.voter_id, req.voter_directory_id).matches(self.local_key):
             return self._bqe_response(Errors.INVALID_VOTER_KEY)
         self._maybe_transition(req.leader_id, req.leader_epoch, now_ms)
         return self._bqe_response(NONE)
 
-    def _handle_begin_quorum_epoch_response(self, source, resp: BeginQuorumEpochResponse, now_ms) -> bool:
+    def _handle_begin_quorum_epoch_response(self, source: int, resp: BeginQuorumEpochResponse, now_ms: int) -> bool:
         err = resp.partition_error_code
         if self._maybe_handle_common_response(err, resp.leader_id, resp.leader_epoch, now_ms):
             return err == NONE
@@ -753,7 +795,8 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
     def _eqe_response(self, error: Errors, top: Errors = NONE) -> EndQuorumEpochResponse:
         return EndQuorumEpochResponse(int(top), int(error), self.quorum.leader_id, self.quorum.epoch)
 
-    def _handle_end_quorum_epoch_request(self, source, req: EndQuorumEpochRequest, now_ms):
+    def _handle_end_quorum_epoch_request(self, source: int, req: EndQuorumEpochRequest,
+                                         now_ms: int) -> EndQuorumEpochResponse:
         if not self._cluster_ok(req.cluster_id):
             return self._eqe_response(NONE, Errors.INCONSISTENT_CLUSTER_ID)
         if req.leader_epoch < self.quorum.epoch:
@@ -773,7 +816,7 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             st.has_fetched_from_leader = False
         return self._eqe_response(NONE)
 
-    def _handle_end_quorum_epoch_response(self, source, resp: EndQuorumEpochResponse, now_ms) -> bool:
+    def _handle_end_quorum_epoch_response(self, source: int, resp: EndQuorumEpochResponse, now_ms: int) -> bool:
         err = resp.partition_error_code
         st = self.quorum.state
         if isinstance(st, ResignedState) and resp.leader_epoch >= st.epoch:
@@ -785,7 +828,8 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
     # ------------------------------------------------------------ leader high watermark
     # (serving Fetch and FetchSnapshot: fetch_serving.LeaderFetchServing)
     def _on_leader_hwm_update(self, now_ms: int) -> None:
-        self.log.update_high_watermark(self.quorum.state.high_watermark)
+        # (called when the leader's high watermark advanced: it is not None)
+        self.log.update_high_watermark(self.quorum.state.high_watermark)  # type: ignore[arg-type]
         self._complete_purgatory(now_ms, force=True)
         self._maybe_complete_voter_change(self.quorum.state, now_ms)
 
@@ -866,9 +910,9 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             if ctx.next_offset > offset:
                 raise InvariantViolation(f"node {self.local_id}: truncated delivered offset {offset}")
 
-    def _append_as_follower(self, batches) -> None:
+    def _append_as_follower(self, batches: Sequence[Batch]) -> None:
         end = self.log.end_offset
-        keep = []
+        keep: list[Batch] = []
         for b in batches:
             if b.next_offset <= end:
                 continue
@@ -901,7 +945,7 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
 
     # ------------------------------------------------------------ FetchSnapshot (follower side)
     # (Add/Remove/UpdateRaftVoter and auto-join: voter_changes.VoterChanges)
-    def _handle_fetch_snapshot_response(self, source, resp: FetchSnapshotResponse, now_ms) -> bool:
+    def _handle_fetch_snapshot_response(self, source: int, resp: FetchSnapshotResponse, now_ms: int) -> bool:
         err = resp.partition_error_code
         cl = resp.current_leader
         if self._maybe_handle_common_response(err, cl.leader_id, cl.leader_epoch, now_ms):
@@ -1090,7 +1134,7 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             self._on_leader_hwm_update(now_ms)
         return False
 
-    def handle_flush_done(self, job, now_ms: int) -> bool:
+    def handle_flush_done(self, job: FlushJob, now_ms: int) -> bool:
         """A flush job from ``Ready.flush_jobs`` ran (``job.run()``): its end offset is
         durable unless the log was truncated meanwhile; as leader of the epoch that
         started it, count it for the high watermark.  An fsync error is raised (fatal,
@@ -1176,6 +1220,7 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
         if self.quorum.can_stand:
             if st.election_deadline is None:  # became a voter (log or snapshot) while unattached
                 st.election_deadline = self.quorum.random_election_deadline(now_ms)
+            assert st.election_deadline is not None  # (can_stand: random_election_deadline gives one)
             if now_ms >= st.election_deadline:
                 self._transition_to_prospective(now_ms)
                 return now_ms
@@ -1189,7 +1234,7 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             self._send_fetch(target, st.epoch, now_ms)
         return now_ms + self.config.retry_backoff_ms * 5
 
-    def _send_vote_requests(self, st, pre_vote: bool, now_ms: int) -> None:
+    def _send_vote_requests(self, st: ProspectiveState | CandidateState, pre_vote: bool, now_ms: int) -> None:
         end = self.log_end()
         for vid in st.epoch_election.unrecorded():
             key = self.quorum.election_keys().get(vid)

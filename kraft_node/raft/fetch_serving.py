@@ -13,13 +13,32 @@ the core's state and are called by its dispatch and poll.
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from kraft_node.raft.errors import Errors
-from kraft_node.raft.messages import (Batch, EpochEndOffset, FetchRequest, FetchResponse,
-                                      FetchSnapshotRequest, FetchSnapshotResponse, ReplicaKey)
+from kraft_node.raft.messages import (
+    Batch,
+    EpochEndOffset,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
+    LeaderIdAndEpoch,
+    OffsetAndEpoch,
+    ReplicaKey,
+    Response,
+    SnapshotId,
+)
 from kraft_node.raft.requests import NEVER
-from kraft_node.raft.roles import LeaderState
+from kraft_node.raft.roles import LeaderState, Role
+
+if TYPE_CHECKING:
+    from kraft_node.raft.config import QuorumConfig
+    from kraft_node.raft.listeners import ListenerContext
+    from kraft_node.raft.log import RaftLog
+    from kraft_node.raft.quorum_state import QuorumState
 
 NONE = Errors.NONE
 _next_offset = attrgetter("next_offset")
@@ -35,6 +54,28 @@ RECENT_BATCHES_MAX_BYTES = 16 << 20
 
 class LeaderFetchServing:
     """Fetch/FetchSnapshot serving of :class:`RaftCore` (a mixin: see the module doc)."""
+
+    # This part's state (RaftCore.__init__ sets it) and what it uses of the core's, declared
+    # for the type checker only (annotations: nothing at run time).
+    _purgatory: list[tuple[int, int, FetchRequest, int]]  # source, correlation id, request, deadline
+    _recent_batches: list[Batch]
+    _recent_bytes: int
+    config: QuorumConfig
+    quorum: QuorumState
+    log: RaftLog
+    stats: Counter[str]
+    _listeners: list[ListenerContext]
+
+    if TYPE_CHECKING:
+        def log_end(self) -> OffsetAndEpoch: ...
+
+        def _cluster_ok(self, cluster_id: str | None) -> bool: ...
+
+        def _leader_and_epoch(self) -> LeaderIdAndEpoch: ...
+
+        def _respond(self, dest: int, corr: int, response: Response) -> None: ...
+
+        def _on_leader_hwm_update(self, now_ms: int) -> None: ...
 
     def _validate_leader_only(self, request_epoch: int) -> Errors:
         if request_epoch < self.quorum.epoch:
@@ -70,13 +111,15 @@ class LeaderFetchServing:
         err = self._validate_leader_only(req.current_leader_epoch)
         if err != NONE:
             return FetchResponse(0, int(err), -1, self._leader_and_epoch())
-        st: LeaderState = self.quorum.state
+        st: LeaderState = self.quorum.state  # type: ignore[assignment]  # (checked just above)
         log = self.log
         # Invariant kept by create_snapshot/_install_snapshot: when the log start is
         # above 0, the latest snapshot ends exactly at the log start.
         latest = log.latest_snapshot_id()
+        diverging: EpochEndOffset | None
+        snapshot_id: SnapshotId | None
         diverging = snapshot_id = None
-        records = ()
+        records: tuple[Batch, ...] = ()
         fo, fe = req.fetch_offset, req.last_fetched_epoch
         if fo == 0 and latest is not None and latest.offset > 0:
             snapshot_id = latest
@@ -129,7 +172,7 @@ class LeaderFetchServing:
     def _complete_purgatory(self, now_ms: int, force: bool) -> None:
         if not self._purgatory:
             return
-        keep = []
+        keep: list[tuple[int, int, FetchRequest, int]] = []
         parked, self._purgatory = self._purgatory, []
         for src, corr, req, deadline in parked:
             if force or now_ms >= deadline:
@@ -138,8 +181,10 @@ class LeaderFetchServing:
                 keep.append((src, corr, req, deadline))
         self._purgatory.extend(keep)
 
-    def _handle_fetch_snapshot_request(self, source, req: FetchSnapshotRequest, now_ms):
-        def resp(err, size=-1, pos=-1, data=b"", top=NONE):
+    def _handle_fetch_snapshot_request(self, source: int, req: FetchSnapshotRequest,
+                                       now_ms: int) -> FetchSnapshotResponse:
+        def resp(err: Errors, size: int = -1, pos: int = -1, data: bytes = b"",
+                 top: Errors = NONE) -> FetchSnapshotResponse:
             return FetchSnapshotResponse(int(top), int(err), req.snapshot_id, self._leader_and_epoch(),
                                          size, pos, data)
         if not self._cluster_ok(req.cluster_id):
@@ -155,11 +200,11 @@ class LeaderFetchServing:
         size, chunk = got
         if req.position < 0 or req.position > size or (req.position == size and size > 0):
             return resp(Errors.POSITION_OUT_OF_RANGE)
-        st: LeaderState = self.quorum.state
+        st: LeaderState = self.quorum.state  # type: ignore[assignment]  # (_validate_leader_only)
         st._update_check_quorum(source, now_ms)
         return resp(NONE, size, req.position, chunk)
 
-    def _trim_recent(self, st) -> None:
+    def _trim_recent(self, st: Role) -> None:
         """After a listener delivery: drop the recent batches every listener has and (on a
         leader) every voter has fetched past, then the oldest over the byte cap."""
         recent = self._recent_batches

@@ -13,11 +13,17 @@ from __future__ import annotations
 import bisect
 import itertools
 from operator import attrgetter
+from typing import TYPE_CHECKING, Iterable
 
 from kraft_node.raft.api import RaftListener
 from kraft_node.raft.errors import InvariantViolation, RaftError
-from kraft_node.raft.messages import Batch, LeaderAndEpoch
-from kraft_node.raft.roles import LeaderState
+from kraft_node.raft.messages import Batch, LeaderAndEpoch, SnapshotId
+from kraft_node.raft.roles import LeaderState, Role
+
+if TYPE_CHECKING:
+    from kraft_node.raft.config import QuorumConfig
+    from kraft_node.raft.log import RaftLog
+    from kraft_node.raft.quorum_state import QuorumState
 
 _next_offset = attrgetter("next_offset")
 
@@ -31,6 +37,21 @@ class ListenerContext:
 
 class ListenerDelivery:
     """Listener delivery of :class:`RaftCore` (a mixin: see the module doc)."""
+
+    # This part's state (RaftCore.__init__ sets it) and what it uses of the core's, declared
+    # for the type checker only (annotations: nothing at run time).
+    _listeners: list[ListenerContext]
+    #: what _poll_listeners last handed out: (state, (hwm, log start, latest snapshot, listeners))
+    _listeners_seen: tuple[Role, tuple[int | None, int, SnapshotId | None, int]] | None
+    _initialized: bool
+    _recent_batches: list[Batch]
+    config: QuorumConfig
+    quorum: QuorumState
+    log: RaftLog
+    local_id: int
+
+    if TYPE_CHECKING:
+        def _trim_recent(self, st: Role) -> None: ...
 
     def poll_listeners(self) -> None:
         """Deliver committed data, snapshots and leader changes to the listeners (what
@@ -53,7 +74,7 @@ class ListenerDelivery:
         if self._recent_batches:
             self._trim_recent(st)
 
-    def _walk_listeners(self, st, hwm) -> None:
+    def _walk_listeners(self, st: Role, hwm: int | None) -> None:
         for ctx in self._listeners:
             snap = self.log.latest_snapshot_id()
             if snap is not None and ctx.next_offset < self.log.start_offset:
@@ -84,6 +105,7 @@ class ListenerDelivery:
             pos = ctx.next_offset
             recent = self._recent_batches
             i = bisect.bisect_right(recent, pos, key=_next_offset)  # first batch ending past pos
+            source: Iterable[Batch]
             if i < len(recent) and recent[i].base_offset <= pos:
                 source = itertools.islice(recent, i, None)  # batches still in memory: no re-read
             else:

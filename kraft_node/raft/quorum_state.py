@@ -32,11 +32,11 @@ from kraft_node.raft.roles import (
     CandidateState,
     ElectionSets,
     ElectionState,
-    EpochState,
     FollowerState,
     LeaderState,
     ProspectiveState,
     ResignedState,
+    Role,
     UnattachedState,
 )
 
@@ -88,7 +88,7 @@ class QuorumState:
         self.store = store
         self.rng = rng
         self.config = config
-        self.state: EpochState = UnattachedState(0, None, None, None, None)
+        self.state: Role = UnattachedState(0, None, None, None, None)
         self.transitions = 0
 
     # ---- queries
@@ -178,11 +178,11 @@ class QuorumState:
         if not cond:
             raise IllegalTransitionError(f"{what} (node {self.local_id}, current {self.state!r})")
 
-    def _durable(self, new: EpochState) -> None:
+    def _durable(self, new: Role) -> None:
         self.store.write(new.election())
         self._memory(new)
 
-    def _memory(self, new: EpochState) -> None:
+    def _memory(self, new: Role) -> None:
         self.state = new
         self.transitions += 1
 
@@ -191,7 +191,7 @@ class QuorumState:
         """Pick the starting role from the stored election state (Kafka's rules)."""
         election = self.store.read() or ElectionState(0)
         deadline = self.random_election_deadline(now_ms)
-        st: EpochState
+        st: Role
         if election.epoch < log_end.epoch:
             # The file is stale (e.g. lost); the log proves a later epoch exists.
             st = UnattachedState(log_end.epoch, None, None, deadline, None)

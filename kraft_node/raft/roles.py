@@ -27,7 +27,7 @@ A "Voted" state is Unattached (or Prospective) carrying a ``voted_key``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AbstractSet, Iterable
+from typing import TYPE_CHECKING, AbstractSet, Iterable, Union
 
 from kraft_node.raft.messages import ReplicaKey, SnapshotId
 
@@ -460,3 +460,8 @@ class ResignedState(EpochState):
 
     def leader_id(self) -> int:
         return self.local_key.id
+
+
+#: The role a replica is in (``QuorumState.state``): one of the six, so that a chain of
+#: ``isinstance`` tests over them is exhaustive for the type checker.
+Role = Union[UnattachedState, ProspectiveState, CandidateState, FollowerState, LeaderState, ResignedState]

@@ -10,14 +10,35 @@ called by the core's dispatch and poll.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 from kraft_node.raft.errors import Errors
-from kraft_node.raft.messages import (AddRaftVoterRequest, AddRaftVoterResponse, OutboundRequest,
-                                      RemoveRaftVoterRequest, RemoveRaftVoterResponse, ReplicaKey,
-                                      UpdateRaftVoterRequest, UpdateRaftVoterResponse, VoterEntry)
-from kraft_node.raft.roles import FollowerState, LeaderState
+from kraft_node.raft.messages import (
+    AddRaftVoterRequest,
+    AddRaftVoterResponse,
+    ControlMessage,
+    Endpoint,
+    LeaderIdAndEpoch,
+    Outbound,
+    OutboundRequest,
+    RemoveRaftVoterRequest,
+    RemoveRaftVoterResponse,
+    ReplicaKey,
+    Response,
+    UpdateRaftVoterRequest,
+    UpdateRaftVoterResponse,
+    VoterEntry,
+)
+from kraft_node.raft.roles import FollowerState, LeaderState, Role
 from kraft_node.raft.voters import VoterSet
+
+if TYPE_CHECKING:
+    from kraft_node.raft.config import QuorumConfig
+    from kraft_node.raft.quorum_state import QuorumState
+    from kraft_node.raft.requests import RequestManager
+    from kraft_node.raft.voters import ControlRecordStateMachine
 
 NONE = Errors.NONE
 
@@ -38,6 +59,43 @@ class VoterChange:
 
 class VoterChanges:
     """Add/Remove/UpdateRaftVoter handling of :class:`RaftCore` (a mixin: see the module doc)."""
+
+    # This part's state (RaftCore.__init__ sets it) and what it uses of the core's, declared
+    # for the type checker only (annotations: nothing at run time).
+    _voter_change: VoterChange | None
+    _auto_join_next_ms: int
+    _update_voter_next_ms: int
+    config: QuorumConfig
+    quorum: QuorumState
+    control: ControlRecordStateMachine
+    voter_requests: RequestManager
+    local_id: int
+    local_key: ReplicaKey
+    local_listeners: tuple[Endpoint, ...]
+    cluster_id: str | None
+    stats: Counter[str]
+    _outbox: list[Outbound]
+    _next_correlation: int
+    _encode_control: Callable[[ControlMessage], bytes]
+
+    if TYPE_CHECKING:
+        @property
+        def voter_set(self) -> VoterSet: ...
+
+        @property
+        def kraft_version(self) -> int: ...
+
+        def _dynamic(self) -> bool: ...
+
+        def _cluster_ok(self, cluster_id: str | None) -> bool: ...
+
+        def _leader_and_epoch(self) -> LeaderIdAndEpoch: ...
+
+        def _validate_leader_only(self, request_epoch: int) -> Errors: ...
+
+        def _respond(self, dest: int, corr: int, response: Response) -> None: ...
+
+        def _flush_leader(self, st: LeaderState, now_ms: int, sync: bool = True) -> bool: ...
 
     def _voter_change_precheck(self, now_ms: int) -> tuple[Errors, str] | None:
         """Kafka's shared rules, in its order: one change at a time, an established high
@@ -61,7 +119,8 @@ class VoterChanges:
         self.stats[f"voter_change_{change.kind}_appended"] += 1
         self._flush_leader(st, now_ms)  # takes effect for the majority on append
 
-    def _handle_add_voter_request(self, source, corr, req: AddRaftVoterRequest, now_ms):
+    def _handle_add_voter_request(self, source: int, corr: int, req: AddRaftVoterRequest,
+                                  now_ms: int) -> AddRaftVoterResponse | None:
         if not self._cluster_ok(req.cluster_id):
             return AddRaftVoterResponse(int(Errors.INCONSISTENT_CLUSTER_ID), "cluster id mismatch")
         st = self.quorum.state
@@ -82,11 +141,13 @@ class VoterChanges:
             return AddRaftVoterResponse(int(Errors.REQUEST_TIMED_OUT),
                                         f"new voter {key} is not caught up with the leader")
         new = voters.add(VoterEntry(key, tuple(req.listeners)))
+        assert new is not None  # (not a voter yet: checked above)
         timeout = req.timeout_ms if req.timeout_ms > 0 else self.config.request_timeout_ms
         self._append_voter_set(st, new, VoterChange("add", source, corr, now_ms + timeout, key), now_ms)
         return None
 
-    def _handle_remove_voter_request(self, source, corr, req: RemoveRaftVoterRequest, now_ms):
+    def _handle_remove_voter_request(self, source: int, corr: int, req: RemoveRaftVoterRequest,
+                                     now_ms: int) -> RemoveRaftVoterResponse | None:
         if not self._cluster_ok(req.cluster_id):
             return RemoveRaftVoterResponse(int(Errors.INCONSISTENT_CLUSTER_ID), "cluster id mismatch")
         st = self.quorum.state
@@ -104,8 +165,9 @@ class VoterChanges:
                                                      now_ms + self.config.request_timeout_ms, key), now_ms)
         return None
 
-    def _handle_update_voter_request(self, source, corr, req: UpdateRaftVoterRequest, now_ms):
-        def resp(err):
+    def _handle_update_voter_request(self, source: int, corr: int, req: UpdateRaftVoterRequest,
+                                     now_ms: int) -> UpdateRaftVoterResponse | None:
+        def resp(err: Errors) -> UpdateRaftVoterResponse:
             return UpdateRaftVoterResponse(int(err), self._leader_and_epoch())
         if not self._cluster_ok(req.cluster_id):
             return resp(Errors.INCONSISTENT_CLUSTER_ID)
@@ -129,11 +191,12 @@ class VoterChanges:
             return resp(Errors.VOTER_NOT_FOUND)
         if new == self.voter_set:
             return resp(NONE)  # already up to date: no record
+        assert isinstance(st, LeaderState)  # (_validate_leader_only said so)
         self._append_voter_set(st, new, VoterChange("update", source, corr,
                                                      now_ms + self.config.request_timeout_ms, key), now_ms)
         return None
 
-    def _maybe_complete_voter_change(self, st, now_ms: int) -> None:
+    def _maybe_complete_voter_change(self, st: Role, now_ms: int) -> None:
         ch = self._voter_change
         if ch is None or not isinstance(st, LeaderState):
             return
@@ -145,7 +208,9 @@ class VoterChanges:
 
     def _finish_voter_change(self, error: Errors) -> None:
         ch, self._voter_change = self._voter_change, None
+        assert ch is not None  # (callers check that a change is in progress)
         msg = None if error == NONE else f"voter change of {ch.key}: {error.name}"
+        r: AddRaftVoterResponse | RemoveRaftVoterResponse | UpdateRaftVoterResponse
         if ch.kind == "add":
             r = AddRaftVoterResponse(int(error), msg)
         elif ch.kind == "remove":
@@ -165,6 +230,7 @@ class VoterChanges:
         if self.voter_requests.has_inflight(leader) or not self.voter_requests.is_ready(leader, now_ms):
             return
         old = self.quorum.voters.get(self.local_id)
+        req: RemoveRaftVoterRequest | AddRaftVoterRequest
         if old is not None:
             req = RemoveRaftVoterRequest(self.cluster_id, old.id, old.directory_id)
         else:
