@@ -10,8 +10,14 @@ dataclasses; ``sim/`` a seeded discrete-event simulator that runs the core.
 from kraft_node.raft.api import RaftListener, Ready
 from kraft_node.raft.client import RaftCore
 from kraft_node.raft.config import QuorumConfig
-from kraft_node.raft.errors import (BufferFullError, Errors, InvariantViolation, NotLeaderError,
-                                    RaftError, RecordBatchTooLargeError)
+from kraft_node.raft.errors import (
+    BufferFullError,
+    Errors,
+    InvariantViolation,
+    NotLeaderError,
+    RaftError,
+    RecordBatchTooLargeError,
+)
 from kraft_node.raft.log import MemoryRaftLog, RaftLog
 from kraft_node.raft.messages import Batch, LeaderAndEpoch, OffsetAndEpoch, ReplicaKey, SnapshotId
 from kraft_node.raft.quorum_state import MemoryQuorumStateStore, QuorumStateStore

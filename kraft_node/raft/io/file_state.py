@@ -31,29 +31,29 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Iterable
 
 from kraft_node.raft.messages import ReplicaKey
 from kraft_node.raft.roles import ElectionState
-from kraft_storage.messages.runtime import MessageError, Uuid, ZERO_UUID
-from kraft_storage.messages.quorum_state import (QuorumStateData, read_quorum_state_file,
-                                                 write_quorum_state_file)
+from kraft_storage.messages.quorum_state import QuorumStateData, read_quorum_state_file, write_quorum_state_file
+from kraft_storage.messages.runtime import ZERO_UUID, MessageError, Uuid
 
 __all__ = ["FileQuorumStateStore", "QUORUM_STATE_FILE", "to_quorum_state_data", "from_quorum_state_data"]
 
 QUORUM_STATE_FILE = "quorum-state"
 
 
-def _to_uuid(u) -> uuid.UUID | None:
+def _to_uuid(u: Uuid | None) -> uuid.UUID | None:
     if u is None or u == ZERO_UUID:
         return None
     return uuid.UUID(bytes=u.bytes)
 
 
-def _to_kafka_uuid(u: uuid.UUID | None):
+def _to_kafka_uuid(u: uuid.UUID | None) -> Uuid:
     return ZERO_UUID if u is None else Uuid(u.bytes)
 
 
-def to_quorum_state_data(state: ElectionState, voter_ids, data_version: int) -> QuorumStateData:
+def to_quorum_state_data(state: ElectionState, voter_ids: Iterable[int], data_version: int) -> QuorumStateData:
     voted = state.voted_key
     data = QuorumStateData(leader_id=state.leader_id if state.leader_id >= 0 else -1,
                            leader_epoch=state.epoch, voted_id=voted.id if voted is not None else -1)
@@ -76,7 +76,7 @@ def from_quorum_state_data(data: QuorumStateData, data_version: int) -> Election
 class FileQuorumStateStore:
     """QuorumStateStore over ``<partition dir>/quorum-state`` (see the module doc)."""
 
-    def __init__(self, directory: str, voter_ids=(), data_version: int = 0):
+    def __init__(self, directory: str, voter_ids: Iterable[int] = (), data_version: int = 0):
         if data_version not in (0, 1):
             raise ValueError(f"quorum-state data_version {data_version} is not 0 or 1")
         self.directory = os.fspath(directory)

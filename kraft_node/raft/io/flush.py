@@ -7,6 +7,8 @@ log says it is durable either way.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from kraft_node.raft.flush import JobFlush
 
 #: Width of the leader's append-rate buckets: ``min_bytes`` appended within about two
@@ -25,8 +27,10 @@ class RateFlush(JobFlush):
     an fsync of a few KB), gains from leaving the loop free.
     """
 
-    def __init__(self, **kw):
-        super().__init__(**kw)
+    def __init__(self, *, leader_jobs: bool = True, follower_jobs: bool = False, min_bytes: int = 0,
+                 held_back: Callable[[], int] | None = None):
+        super().__init__(leader_jobs=leader_jobs, follower_jobs=follower_jobs, min_bytes=min_bytes,
+                         held_back=held_back)
         self._rate_bucket = (0, 0, 0)  # (bucket start ms, bytes in it, bytes in the one before)
 
     def leader_appended(self, nbytes: int, now_ms: int) -> None:
