@@ -978,7 +978,7 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             st.fetching_snapshot = None
         self._snapshot_transfer = None
 
-    def _install_snapshot(self, sid: SnapshotId, writer, st: FollowerState) -> None:
+    def _install_snapshot(self, sid: SnapshotId, writer: RawSnapshotSink, st: FollowerState) -> None:
         log = self.log
         st.fetching_snapshot = None
         self._snapshot_transfer = None
@@ -995,7 +995,7 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
         else:
             log.truncate_fully_and_start_at(sid)
             self._clear_recent()
-        kv, voters = self.snapshot_control.read(data)
+        kv, voters = self.snapshot_control.read(data)  # type: ignore[arg-type]  # (frozen above: stored)
         if voters is not None or kv:
             # The snapshot's control state replaces history up to it; later log entries stay.
             self.control.load_snapshot(sid, kv, voters)

@@ -79,7 +79,7 @@ class ListenerDelivery:
             snap = self.log.latest_snapshot_id()
             if snap is not None and ctx.next_offset < self.log.start_offset:
                 data = self.log.read_snapshot(snap)
-                ctx.listener.handle_load_snapshot(snap, data)
+                ctx.listener.handle_load_snapshot(snap, data)  # type: ignore[arg-type]  # (the latest: stored)
                 ctx.next_offset = snap.offset
             if isinstance(st, LeaderState):
                 # Prior-epoch data first, then the leader change, then this epoch's data:
