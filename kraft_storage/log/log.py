@@ -164,9 +164,9 @@ class LoadReport:
 
     def summary(self) -> str:
         """One line: how the log was shut down, its segments and offsets, and what the load did."""
-        how = "clean shutdown" if self.clean_shutdown else "unclean shutdown"
+        how = "a clean shutdown" if self.clean_shutdown else "an unclean shutdown"
         seg = "segment" if self.segments == 1 else "segments"
-        line = (f"{self.directory}: log loaded after a {how}: {self.segments} {seg}, offsets "
+        line = (f"{self.directory}: log loaded after {how}: {self.segments} {seg}, offsets "
                 f"[{self.start_offset}, {self.end_offset})")
         if self.recovered:
             line += f"; {len(self.recovered)} segment(s) validated batch by batch"
