@@ -11,20 +11,16 @@ process is killed in ``finally``.
 """
 from __future__ import annotations
 
-import os
 import random
 import signal
-import sys
 import time
 
 import pytest
+from support.cluster import Node, find_leader, wait_acks
+from support.raft import cluster_properties, free_ports
+from support.server import dir_differences, run_server, snapshot_dir
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_cluster_tcp import Node, find_leader, wait_acks  # noqa: E402
-from test_raft_driver_support import cluster_properties, free_ports  # noqa: E402
-from test_server_support import dir_differences, run_server, snapshot_dir  # noqa: E402
-
-from kraft_node.raft.io.kafka_log import KafkaRaftLog  # noqa: E402
+from kraft_node.raft.io.kafka_log import KafkaRaftLog
 
 CHAOS_SECONDS = 40.0
 SEED = 19

@@ -17,8 +17,7 @@ import importlib.util
 import os
 
 import pytest
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO
 
 
 def _bench():

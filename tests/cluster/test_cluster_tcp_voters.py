@@ -24,16 +24,16 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_cluster_tcp import REPO, Node, check_acks_everywhere, find_leader, wait_acks  # noqa: E402
-from test_raft_driver_support import CLUSTER_ID, free_ports  # noqa: E402
+from conftest import REPO
+from support.cluster import Node, check_acks_everywhere, find_leader, wait_acks
+from support.raft import CLUSTER_ID, free_ports
 
-from kraft_node.network import KafkaConnection  # noqa: E402
-from kraft_node.raft.io.file_state import FileQuorumStateStore  # noqa: E402
-from kraft_node.server.config import NodeConfig  # noqa: E402
-from kraft_node.server.tools import metadata_quorum  # noqa: E402
-from kraft_node.server.tools.storage import format_storage  # noqa: E402
-from kraft_storage.meta_properties import read_meta_properties  # noqa: E402
+from kraft_node.network import KafkaConnection
+from kraft_node.raft.io.file_state import FileQuorumStateStore
+from kraft_node.server.config import NodeConfig
+from kraft_node.server.tools import metadata_quorum
+from kraft_node.server.tools.storage import format_storage
+from kraft_storage.meta_properties import read_meta_properties
 
 FAST = {
     "controller.quorum.election.timeout.ms": "500",

@@ -14,10 +14,10 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_cluster_tcp import REPO, Node, check_acks_everywhere, wait_acks  # noqa: E402
-from test_raft_driver_support import CLUSTER_ID, cluster_properties  # noqa: E402
-from test_tls import Pki  # noqa: E402
+from conftest import REPO
+from support.cluster import Node, check_acks_everywhere, wait_acks
+from support.pki import Pki
+from support.raft import CLUSTER_ID, cluster_properties
 
 
 def _cli(port, *extra, timeout=20):

@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import sys
 import time
 
 import pytest
+from support.raft import cluster_properties, free_ports
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_raft_driver_support import cluster_properties, free_ports  # noqa: E402
-
-from kraft_node.network import ConnectFailed, KafkaConnection, KafkaServer  # noqa: E402
-from kraft_node.server.config import ConfigError, NodeConfig  # noqa: E402
-from kraft_node.server.node import KraftNode  # noqa: E402
-from kraft_node.server.tools import metadata_quorum  # noqa: E402
+from kraft_node.network import ConnectFailed, KafkaConnection, KafkaServer
+from kraft_node.server.config import ConfigError, NodeConfig
+from kraft_node.server.node import KraftNode
+from kraft_node.server.tools import metadata_quorum
 
 BAD_HOST = "no-such-host.invalid"  # RFC 2606: never resolves
 

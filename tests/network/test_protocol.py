@@ -6,7 +6,7 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_messages_roundtrip import message_strategy
+from support.messages import message_strategy
 
 from kraft_node.protocol import framing
 from kraft_node.protocol.api_keys import (

@@ -14,8 +14,9 @@ import ast
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
-ROOT = Path(__file__).resolve().parent.parent / "kraft_node"
+ROOT = REPO / "kraft_node"
 
 IO, NETWORK, SERVER = "kraft_node.raft.io", "kraft_node.network", "kraft_node.server"
 

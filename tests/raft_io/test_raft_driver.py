@@ -12,19 +12,18 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_raft_driver_support import CLUSTER_ID, cluster_properties, free_ports  # noqa: E402
+from support.raft import CLUSTER_ID, cluster_properties, free_ports
 
-from kraft_node.server.config import NodeConfig  # noqa: E402
-from kraft_node.network import KafkaConnection  # noqa: E402
-from kraft_node.raft import messages as m  # noqa: E402
-from kraft_node.raft.io import wire  # noqa: E402
-from kraft_node.raft.io.driver import AUTO_THREAD_FLUSH_BYTES, DriverError  # noqa: E402
-from kraft_node.raft.errors import NotLeaderError, RaftError  # noqa: E402
-from kraft_node.raft.io.file_state import FileQuorumStateStore  # noqa: E402
-from kraft_node.raft.io.kafka_log import KafkaRaftLog  # noqa: E402
-from kraft_node.server.node import KraftNode  # noqa: E402
-from kraft_node.server.tools import metadata_quorum  # noqa: E402
+from kraft_node.server.config import NodeConfig
+from kraft_node.network import KafkaConnection
+from kraft_node.raft import messages as m
+from kraft_node.raft.io import wire
+from kraft_node.raft.io.driver import AUTO_THREAD_FLUSH_BYTES, DriverError
+from kraft_node.raft.errors import NotLeaderError, RaftError
+from kraft_node.raft.io.file_state import FileQuorumStateStore
+from kraft_node.raft.io.kafka_log import KafkaRaftLog
+from kraft_node.server.node import KraftNode
+from kraft_node.server.tools import metadata_quorum
 
 
 def run(coro, timeout=60):
@@ -379,7 +378,7 @@ class _Seen:
 def _standalone(tmp_path):
     import io
     from kraft_node.server.tools.storage import format_storage
-    from test_raft_driver_support import free_ports
+    from support.raft import free_ports
     (port,) = free_ports(1)
     p = tmp_path / "server.properties"
     p.write_text("process.roles=controller\nnode.id=1\n"
@@ -438,7 +437,7 @@ def test_initial_controllers_quorum_elects_and_replicates_from_the_bootstrap_sna
     commit on every node, and DescribeQuorum reports each voter's directory id and endpoint."""
     import io
     from kraft_node.server.tools.storage import format_storage, random_uuid
-    from test_raft_driver_support import free_ports
+    from support.raft import free_ports
     ports = free_ports(3)
     dirs = [random_uuid() for _ in range(3)]
     initial = ",".join(f"{i + 1}@127.0.0.1:{ports[i]}:{dirs[i]}" for i in range(3))
@@ -489,7 +488,7 @@ def test_observer_learns_the_voter_set_from_the_epoch_start_records(tmp_path):
     import io
     from kraft_node.raft.messages import KRaftVersionControl, VotersControl
     from kraft_node.server.tools.storage import format_storage
-    from test_raft_driver_support import free_ports
+    from support.raft import free_ports
     ports = free_ports(2)
     paths = []
     for i in range(2):

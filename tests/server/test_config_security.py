@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO
 
 from kraft_node.server.config import ConfigError, NodeConfig, kafka_config_names, warn_unused_keys
 
@@ -133,7 +134,7 @@ def test_ssl_keys_are_unused_without_an_ssl_listener():
 
 
 def test_listener_prefixed_ssl_keys_of_other_listeners_are_unused(tmp_path):
-    from test_tls import Pki
+    from support.pki import Pki
     pki = Pki(str(tmp_path))
     ks = pki.keystore("n1")[0]
     c = cfg(**{"listener.security.protocol.map": "CONTROLLER:SSL", "ssl.keystore.location": ks,
@@ -144,10 +145,9 @@ def test_listener_prefixed_ssl_keys_of_other_listeners_are_unused(tmp_path):
 
 def test_the_server_logs_the_warning_once_at_start(tmp_path):
     """kraft-server-start with a typo in its config: one warning listing it, with the suggestion."""
-    sys.path.insert(0, os.path.dirname(__file__))
-    from test_raft_driver_support import cluster_properties
+    from support.raft import cluster_properties
     path = cluster_properties(str(tmp_path), 1, extra={"log.flush.interval.mesages": "1"})[0]
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = str(REPO)
     env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, "-m", "kraft_node.server.start", path, "--exit-after-seconds", "0.5"],
                        capture_output=True, text=True, timeout=60, env=env, cwd=repo)

@@ -11,15 +11,14 @@ import sys
 import time
 
 import pytest
+from conftest import REPO
+from support.cluster import Node
+from support.raft import CLUSTER_ID, cluster_properties, free_ports
+from support.server import ENV, dir_differences, run_cli, run_server, snapshot_dir
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_cluster_tcp import Node  # noqa: E402
-from test_raft_driver_support import CLUSTER_ID, cluster_properties, free_ports  # noqa: E402
-from test_server_support import ENV, REPO, dir_differences, run_cli, run_server, snapshot_dir  # noqa: E402
-
-from kraft_node.server.config import NodeConfig  # noqa: E402
-from kraft_node.server.tools.storage import format_storage  # noqa: E402
-from kraft_storage.dirlock import LOCK_FILE, DirLock, DirLockError, lock_dirs, lock_holder  # noqa: E402
+from kraft_node.server.config import NodeConfig
+from kraft_node.server.tools.storage import format_storage
+from kraft_storage.dirlock import LOCK_FILE, DirLock, DirLockError, lock_dirs, lock_holder
 
 
 def test_second_lock_is_refused_with_the_holders_pid(tmp_path):

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import sys
 
 import pytest
+from conftest import fixture_params
+from support.raft import CLUSTER_ID, cluster_properties
 
-sys.path.insert(0, os.path.dirname(__file__))
-from conftest import fixture_params  # noqa: E402
-from test_raft_driver_support import CLUSTER_ID, cluster_properties  # noqa: E402
-
-from kraft_node.server.config import NodeConfig  # noqa: E402
-from kraft_node.server.node import KraftNode  # noqa: E402
-from kraft_storage.meta_properties import (  # noqa: E402
+from kraft_node.server.config import NodeConfig
+from kraft_node.server.node import KraftNode
+from kraft_storage.meta_properties import (
     MetaProperties,
     MetaPropertiesError,
     MetaPropertiesFile,

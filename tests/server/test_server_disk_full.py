@@ -6,15 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
+from support.raft import cluster_properties
+from support.server import run_server
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_raft_driver_support import cluster_properties  # noqa: E402
-from test_server_support import run_server  # noqa: E402
-
-from kraft_node.server.config import NodeConfig  # noqa: E402
+from kraft_node.server.config import NodeConfig
 
 
 @pytest.fixture

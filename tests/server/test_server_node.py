@@ -7,21 +7,17 @@ table (a client must not pick an API that nobody on this listener serves).
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 
 import pytest
+from support.raft import CLUSTER_ID, cluster_properties
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_raft_driver_support import CLUSTER_ID, cluster_properties  # noqa: E402
-
-from kraft_node.network import KafkaConnection  # noqa: E402
-from kraft_node.protocol.api_keys import ApiKeys  # noqa: E402
-from kraft_node.protocol.generated.api_versions import ApiVersionsRequest  # noqa: E402
-from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest, DescribeClusterResponse  # noqa: E402
-from kraft_node.raft.io.driver import RAFT_APIS, RaftDriver  # noqa: E402
-from kraft_node.server.config import NodeConfig  # noqa: E402
-from kraft_node.server.node import KraftNode  # noqa: E402
+from kraft_node.network import KafkaConnection
+from kraft_node.protocol.api_keys import ApiKeys
+from kraft_node.protocol.generated.api_versions import ApiVersionsRequest
+from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
+from kraft_node.raft.io.driver import RAFT_APIS, RaftDriver
+from kraft_node.server.config import NodeConfig
+from kraft_node.server.node import KraftNode
 
 
 def test_the_routing_table_holds_the_drivers_handlers_and_the_nodes_own(tmp_path):

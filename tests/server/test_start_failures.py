@@ -12,21 +12,18 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 
 import pytest
+import support.server as server_support
+from support.server import dir_differences, run_server, snapshot_dir
 
-sys.path.insert(0, os.path.dirname(__file__))
-import test_server_support as support  # noqa: E402 (found once the line above puts tests/ on sys.path)
-from test_server_support import dir_differences, run_server, snapshot_dir  # noqa: E402
+from kraft_node.server.config import NodeConfig
+from kraft_storage.record import scan_batches
 
-from kraft_node.server.config import NodeConfig  # noqa: E402
-from kraft_storage.record import scan_batches  # noqa: E402
-
-# test_server_support's fixtures (``template``: one cleanly stopped voter; ``node``: a private copy
+# support.server's fixtures (``template``: one cleanly stopped voter; ``node``: a private copy
 # of it), bound by name so pytest finds them here; imported with ``from``, each test's ``node``
 # parameter would shadow the import (F811).
-node, template = support.node, support.template
+node, template = server_support.node, server_support.template
 
 
 def _error_lines(stderr: str) -> list[str]:

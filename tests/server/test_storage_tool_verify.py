@@ -3,20 +3,18 @@ Deliver 3): recovery is loud, verify is read-only, recover is explicit and locke
 from __future__ import annotations
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
-import test_server_support as support  # noqa: E402 (found once the line above puts tests/ on sys.path)
-from test_server_support import dir_differences, run_cli, run_server, snapshot_dir  # noqa: E402
+import support.server as server_support
+from support.server import dir_differences, run_cli, run_server, snapshot_dir
 
-from kraft_storage.dirlock import DirLock  # noqa: E402
-from kraft_storage.log.log import CLEAN_SHUTDOWN_FILE  # noqa: E402
-from kraft_storage.record import scan_batches  # noqa: E402
+from kraft_storage.dirlock import DirLock
+from kraft_storage.log.log import CLEAN_SHUTDOWN_FILE
+from kraft_storage.record import scan_batches
 
-# test_server_support's fixtures (``template``: one cleanly stopped voter; ``node``: a private copy
+# support.server's fixtures (``template``: one cleanly stopped voter; ``node``: a private copy
 # of it), bound by name so pytest finds them here; imported with ``from``, each test's ``node``
 # parameter would shadow the import (F811).
-node, template = support.node, support.template
+node, template = server_support.node, server_support.template
 
 STORAGE = "kraft_node.server.tools.storage"
 

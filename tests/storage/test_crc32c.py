@@ -22,7 +22,7 @@ import threading
 import crc32c as crc32c_pkg
 import numpy as np
 import pytest
-from conftest import require_fixtures
+from conftest import REPO, require_fixtures
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,8 +30,6 @@ import kraft_storage.crc32c as facade
 from kraft_storage import accel
 from kraft_storage._native import _crc32c as native
 from kraft_storage._pure import _crc32c as pure
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _kernel_fn(name):

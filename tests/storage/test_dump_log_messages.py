@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_server_support import run_cli, stopped_single_voter  # noqa: E402
+from support.server import run_cli, stopped_single_voter
 
-from kraft_node.server.config import NodeConfig  # noqa: E402
+from kraft_node.server.config import NodeConfig
 
 DUMP = "kraft_storage.tools.dump_log"
 

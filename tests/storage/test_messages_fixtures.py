@@ -1,7 +1,7 @@
 """Every record in every fixture log/checkpoint decodes to its typed message and re-encodes byte-identically.
 
-Also home of ``fixture_records()``, a deliberately tiny record-batch walker
-(uncompressed v2 batches only) so these tests do not depend on the batch codec.
+The records come from ``support.messages.fixture_records()``, a deliberately tiny record-batch
+walker (uncompressed v2 batches only) so these tests do not depend on the batch codec.
 Batch header (61 bytes): baseOffset i64, batchLength i32, partitionLeaderEpoch
 i32, magic i8, crc u32, attributes i16 (0x20 = control), lastOffsetDelta i32,
 baseTimestamp i64, maxTimestamp i64, producerId i64, producerEpoch i16,
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import collections
 import json
-import struct
 
 import pytest
-from conftest import FIXTURES, require_fixtures
+from conftest import FIXTURES
+from support.messages import fixture_records
 
 import kraft_storage._pure._messages_metadata as pure_md
 from kraft_storage import accel
@@ -28,55 +28,6 @@ if accel.native_available("_messages_metadata"):
     import kraft_storage._native._messages_metadata as native_md
     IMPLS.append(native_md)
 IMPL_IDS = [m.__name__.split(".")[1] for m in IMPLS]
-
-
-def _zigzag(buf, p):
-    result = shift = 0
-    while True:
-        b = buf[p]
-        p += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), p
-        shift += 7
-
-
-def iter_records(data: bytes):
-    """Yield ``(offset, is_control, key, value)`` for every record of every batch."""
-    pos = 0
-    while pos + 61 <= len(data):
-        base_offset, length = struct.unpack_from(">qi", data, pos)
-        end = pos + 12 + length
-        if end > len(data) or length < 49:
-            break  # tail of an active segment
-        attributes, = struct.unpack_from(">h", data, pos + 21)
-        count, = struct.unpack_from(">i", data, pos + 57)
-        assert attributes & 0x07 == 0, "fixtures are uncompressed"
-        p = pos + 61
-        for _ in range(count):
-            rlen, p = _zigzag(data, p)
-            rend = p + rlen
-            p += 1  # attributes
-            _, p = _zigzag(data, p)  # timestamp delta
-            odelta, p = _zigzag(data, p)
-            klen, p = _zigzag(data, p)
-            key = None if klen < 0 else data[p:p + klen]
-            p += max(klen, 0)
-            vlen, p = _zigzag(data, p)
-            value = None if vlen < 0 else data[p:p + vlen]
-            yield base_offset + odelta, bool(attributes & 0x20), key, value
-            p = rend
-        pos = end
-
-
-def fixture_files():
-    return sorted(p for p in require_fixtures().rglob("*") if p.suffix in (".log", ".checkpoint"))
-
-
-def fixture_records():
-    for path in fixture_files():
-        for rec in iter_records(path.read_bytes()):
-            yield (path, *rec)
 
 
 needs_fixtures = pytest.mark.usefixtures("fixtures_dir")  # fails, never skips, without the fixtures

@@ -6,9 +6,10 @@ raw memory, so every bounds check matters).
 from __future__ import annotations
 
 import pytest
+from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_messages_fixtures import FIXTURES, fixture_records
+from support.messages import fixture_records
 
 import kraft_storage._pure._messages_metadata as pure_md
 from kraft_storage import accel

@@ -10,78 +10,18 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.messages import cases, is_flexible, message_strategy
 
 import kraft_storage._pure._messages_metadata as pure_md
 from kraft_node.protocol import headers
 from kraft_node.protocol.api_keys import API_INFO
 from kraft_storage import accel
 from kraft_storage.messages import _control_gen, _quorum_state_gen
-from kraft_storage.messages.runtime import MessageError, Uuid
+from kraft_storage.messages.runtime import MessageError
 
 native_md = None
 if accel.native_available("_messages_metadata"):
     import kraft_storage._native._messages_metadata as native_md
-
-INT_RANGES = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
-TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=6)
-
-
-def _in(v, lo, hi):
-    return lo is not None and lo <= v and (hi is None or v <= hi)
-
-
-def value_strategy(kind, scls, nullable, version, flexible, depth):
-    if kind.startswith("[]"):
-        inner = value_strategy(kind[2:], scls, False, version, flexible, depth)
-        base = st.lists(inner, max_size=3 if depth < 2 else 1)
-    elif kind in INT_RANGES:
-        bits = INT_RANGES[kind]
-        base = st.integers(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-    elif kind == "uint16":
-        base = st.integers(0, 0xFFFF)
-    elif kind == "uint32":
-        base = st.integers(0, 0xFFFFFFFF)
-    elif kind == "bool":
-        base = st.booleans()
-    elif kind == "float":
-        base = st.floats(allow_nan=False)
-    elif kind == "uuid":
-        base = st.binary(min_size=16, max_size=16).map(Uuid)
-    elif kind == "str":
-        base = TEXT
-    elif kind == "bytes":
-        base = st.binary(max_size=6)
-    elif kind == "struct":
-        base = message_strategy(scls, version, flexible, depth + 1)
-    else:
-        raise AssertionError(kind)
-    return st.none() | base if nullable else base
-
-
-def message_strategy(cls, version, flexible, depth=0):
-    fields = {}
-    for attr, _name, kind, lo, hi, scls, nlo, nhi in cls._JSON:
-        if _in(version, lo, hi):
-            fields[attr] = value_strategy(kind, scls, _in(version, nlo, nhi), version, flexible, depth)
-    if flexible:
-        # unknown tagged fields must survive a round trip (tags above any schema's)
-        fields["unknown_tagged_fields"] = st.lists(
-            st.tuples(st.integers(100, 5000), st.binary(max_size=4)), max_size=2,
-            unique_by=lambda t: t[0]).map(lambda xs: tuple(sorted(xs)))
-    return st.fixed_dictionaries(fields).map(lambda kw: cls(**kw))
-
-
-def cases(classes):
-    out = []
-    for cls in classes:
-        for v in range(cls.LOWEST_VERSION, cls.HIGHEST_VERSION + 1):
-            out.append(pytest.param(cls, v, id=f"{cls.NAME}-v{v}"))
-    return out
-
-
-def is_flexible(cls, v):
-    return cls.FIRST_FLEXIBLE_VERSION is not None and v >= cls.FIRST_FLEXIBLE_VERSION
-
 
 def check_roundtrip(cls, v, obj):
     data = obj.write(v)

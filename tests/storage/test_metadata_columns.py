@@ -14,7 +14,7 @@ import pytest
 from conftest import batch_files, batch_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_messages_roundtrip import cases, is_flexible, message_strategy
+from support.messages import cases, is_flexible, message_strategy
 
 import kraft_storage._native._metadata_columns as native_cols
 import kraft_storage._pure._frame as pure_frame

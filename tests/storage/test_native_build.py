@@ -3,18 +3,18 @@ import importlib
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from kraft_storage import accel
 
 # Every Cython module in the tree must be built and have a twin.
-NATIVE_MODULES = sorted(p.stem for p in (Path(__file__).parent.parent / "kraft_storage" / "_native").glob("*.pyx"))
+NATIVE_MODULES = sorted(p.stem for p in (REPO / "kraft_storage" / "_native").glob("*.pyx"))
 
 
 def test_every_native_module_has_a_twin():
-    twins = Path(__file__).parent.parent / "kraft_storage" / "_pure"
+    twins = REPO / "kraft_storage" / "_pure"
     assert len(NATIVE_MODULES) >= 7
     assert [m for m in NATIVE_MODULES if not (twins / f"{m}.py").exists()] == []
 

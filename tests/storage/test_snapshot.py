@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REPO, fixture_files, fixture_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,7 +48,6 @@ from kraft_storage.snapshot import (
     write_bootstrap_checkpoint,
 )
 from kraft_storage.snapshot.records import record_sizes
-from tests.conftest import REPO, fixture_files, fixture_params
 
 CHECKPOINTS = fixture_files("*.checkpoint")
 CHECKPOINT_PARAMS = fixture_params("*.checkpoint")

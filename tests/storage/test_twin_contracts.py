@@ -42,11 +42,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import REPO
 
 import kraft_node._contracts as node_contracts
 import kraft_storage._contracts as storage_contracts
-
-REPO = Path(__file__).resolve().parent.parent
 
 PAIRS = ([("kraft_storage", name, proto) for name, proto in storage_contracts.TWINS.items()]
          + [("kraft_node", name, proto) for name, proto in node_contracts.TWINS.items()])

@@ -9,17 +9,16 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-import pytest  # noqa: E402
-from test_cluster_tcp import Node  # noqa: E402
-from test_raft_driver_support import cluster_properties  # noqa: E402
+import pytest
+from conftest import REPO
 
-from kraft_node.server.config import NodeConfig  # noqa: E402
-from kraft_storage.dirlock import LOCK_FILE  # noqa: E402
-from kraft_storage.log.log import CLEAN_SHUTDOWN_FILE  # noqa: E402
+from kraft_node.server.config import NodeConfig
+from kraft_storage.dirlock import LOCK_FILE
+from kraft_storage.log.log import CLEAN_SHUTDOWN_FILE
+from support.cluster import Node
+from support.raft import cluster_properties
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
 def snapshot_dir(root) -> dict[str, bytes]:
