@@ -8,7 +8,7 @@ Not installed with the package; run from the repository root::
 
 ``generate(root)`` returns ``{repo-relative path: source text}`` so the test
 suite can regenerate in memory and diff against the committed files
-(``tests/test_codegen.py``); ``targets.py`` says which schemas go into which file.
+(``tests/project/test_codegen.py``); ``targets.py`` says which schemas go into which file.
 
 Templates: code that is copied into a generated module rather than computed
 from the schemas lives in ``codegen/templates/``, one file per generated module,
@@ -19,7 +19,7 @@ A template is the module's text with ``${name}`` placeholders (``string.Template
 fills them and refuses a placeholder without a value or a value without a
 placeholder.  After editing a template, run ``python -m codegen`` and commit the
 template with the regenerated files (rebuild the native extensions for ``.pyx``
-changes); ``python -m codegen --check`` and ``tests/test_codegen.py`` fail while
+changes); ``python -m codegen --check`` and ``tests/project/test_codegen.py`` fail while
 they disagree.
 """
 from .targets import REPO_ROOT, default_schemas_dir, generate  # noqa: F401

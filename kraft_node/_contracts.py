@@ -6,7 +6,7 @@ chosen once per process by ``kraft_storage.accel.load(name,
 package="kraft_node")``.  As for the storage kernels (``kraft_storage/_contracts.py``,
 whose module doc says why these are ``typing.Protocol`` classes and not
 ``.pyi`` stubs: one contract per *pair*, checked at run time by
-``tests/test_twin_contracts.py`` against both twins), each pair's API is a
+``tests/storage/test_twin_contracts.py`` against both twins), each pair's API is a
 Protocol the module satisfies.  An annotation ``type[P]`` is a message class
 following ``P``; a message's fields and nested struct classes come from
 Kafka's schema, so the test requires the twins to agree with each other on

@@ -3,7 +3,7 @@
 The twins in ``kraft_storage/_native`` and ``kraft_storage/_pure`` are leaves:
 they import nothing above them (no ``kraft_storage.log``, ``record``,
 ``snapshot``, ``messages``, ``spark``, ``tools``, ``timeline``, no
-``kraft_node``; ``tests/test_twin_contracts.py`` enforces it).  What a kernel
+``kraft_node``; ``tests/storage/test_twin_contracts.py`` enforces it).  What a kernel
 shares with its caller or with its twin lives here or, for error classes, in
 :mod:`kraft_storage.errors`; this module imports only the standard library and
 numpy, never another ``kraft_storage`` module.

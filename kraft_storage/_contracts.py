@@ -3,7 +3,7 @@
 Every kernel has two implementations with one API (the Cython build and its
 pure-Python twin; :mod:`kraft_storage.accel` picks one per process).  This
 module states that API once per pair, as a :class:`typing.Protocol` the
-*module* satisfies, and ``tests/test_twin_contracts.py`` checks both twins
+*module* satisfies, and ``tests/storage/test_twin_contracts.py`` checks both twins
 against it (names, parameter names and kinds, defaults, constants equal in
 both, classes constructible with the documented arguments).  The RPC codecs of
 ``kraft_node`` have theirs in :mod:`kraft_node._contracts`.

@@ -27,7 +27,7 @@ handshake (logged at DEBUG by asyncio) and never reaches a handler.  Decision: t
 handshake is left to ``create_server(ssl=)``.  Running ``loop.start_tls`` per
 connection from ``connection_made`` (to log failed handshakes at INFO, as Kafka logs
 failed authentications) was tried and let plaintext requests through on uvloop,
-which delivers data before the switch; tests/test_tls.py checks both loops.
+which delivers data before the switch; tests/network/test_tls.py checks both loops.
 
 Bad input never takes the server down: a frame with an invalid size, an
 unknown API or an undecodable body is logged with the peer's address and

@@ -1,4 +1,4 @@
-"""The seed sweep (tests/test_raft_sim.py) must really exercise KIP-853 membership changes.
+"""The seed sweep (tests/raft/test_raft_sim.py) must really exercise KIP-853 membership changes.
 
 About 40% of the seeds run a dynamic quorum (bootstrap snapshot, kraft.version 1) where an
 admin adds and removes voters, and some observers auto-join, while the usual faults happen;
