@@ -18,7 +18,7 @@ epoch 7 (another leader in 6 may have changed the state they were based on).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Awaitable, Protocol, Sequence
+from typing import Awaitable, Iterator, Protocol, Sequence
 
 from kraft_node.raft.log import FlushJob
 from kraft_node.raft.messages import Batch, LeaderAndEpoch, Outbound, SnapshotId
@@ -36,9 +36,33 @@ class RaftListener(Protocol):
 
     def handle_commit(self, batches: tuple[Batch, ...]) -> None: ...
 
-    def handle_load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None: ...
+    def handle_load_snapshot(self, reader: "SnapshotReader") -> None:
+        """Replace the state with the snapshot ``reader.snapshot_id``: iterate ``reader``
+        for its batches.  The reader is valid only during the call (the core closes it
+        when the call returns); a listener that keeps nothing of it but the records it
+        copied needs no cleanup."""
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None: ...
+
+
+class SnapshotReader(Protocol):
+    """A stored snapshot, read one batch at a time (Kafka's ``SnapshotReader``).
+
+    Iterating yields the state machine's batches in order (the snapshot's control
+    batches -- kraft.version, voters -- are the core's and are not among them), each
+    decoded when reached, so a snapshot of any size loads in the memory of one batch
+    plus what the listener keeps.  A damaged snapshot raises an error naming it (the
+    file in a Kafka log) and the position of the bad batch.  In a ``KafkaRaftLog`` the
+    records are the framed values a ``SnapshotWriter`` was given (Kafka metadata records).
+    """
+
+    snapshot_id: SnapshotId
+    #: The append time of the last record the snapshot covers, None when the format does not say.
+    last_contained_log_time_ms: int | None
+
+    def __iter__(self) -> Iterator[Batch]: ...
+
+    def close(self) -> None: ...
 
 
 class SnapshotWriter(Protocol):

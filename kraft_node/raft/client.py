@@ -330,10 +330,9 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
         """Rebuild voter set / kraft.version history from the latest snapshot and the log."""
         snap = self.log.latest_snapshot_id()
         if snap is not None and snap.offset <= self.log.start_offset:
-            data = self.log.read_snapshot(snap)
-            if data is not None:
-                kv, voters = self.snapshot_control.read(data)
-                self.control.load_snapshot(snap, kv, voters)
+            state = self._snapshot_control_state(snap)
+            if state is not None:
+                self.control.load_snapshot(snap, *state)
         pos = self.log.start_offset
         while pos < self.log.end_offset:
             batches = self.log.read(pos, self.config.fetch_max_bytes)
@@ -341,6 +340,24 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
                 break
             self.control.apply_batches(batches)
             pos = batches[-1].next_offset
+
+    def _snapshot_control_state(self, snapshot_id: SnapshotId) -> tuple[int, VoterSet | None] | None:
+        """``(kraft_version, voters)`` from a stored snapshot's control batches (None if it is
+        not stored): only the snapshot's head is decoded, never its data."""
+        reader = self.log.open_snapshot(snapshot_id)
+        if reader is None:
+            return None
+        kv, voters = 0, None
+        try:
+            for b in reader.control_batches():
+                c = b.control
+                if isinstance(c, KRaftVersionControl):
+                    kv = c.kraft_version
+                elif isinstance(c, VotersControl):
+                    voters = VoterSet.of(c.voters)
+        finally:
+            reader.close()
+        return kv, voters
 
     def initialize(self, now_ms: int) -> None:
         self._load_control_state()
@@ -988,14 +1005,14 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             return
         self.stats["snapshots_installed"] += 1
         writer.freeze()  # durable and stored: latest_snapshot_id() is sid from here
-        data = log.read_snapshot(sid)  # for its control records (voters, kraft.version)
+        state = self._snapshot_control_state(sid)  # its control records (voters, kraft.version)
         local = log.end_offset_for_epoch(sid.epoch)
         if sid.offset <= log.end_offset and local.epoch == sid.epoch and local.offset >= sid.offset:
             log.delete_before(sid)
         else:
             log.truncate_fully_and_start_at(sid)
             self._clear_recent()
-        kv, voters = self.snapshot_control.read(data)  # type: ignore[arg-type]  # (frozen above: stored)
+        kv, voters = state if state is not None else (0, None)
         if voters is not None or kv:
             # The snapshot's control state replaces history up to it; later log entries stay.
             self.control.load_snapshot(sid, kv, voters)

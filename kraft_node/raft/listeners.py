@@ -78,8 +78,13 @@ class ListenerDelivery:
         for ctx in self._listeners:
             snap = self.log.latest_snapshot_id()
             if snap is not None and ctx.next_offset < self.log.start_offset:
-                data = self.log.read_snapshot(snap)
-                ctx.listener.handle_load_snapshot(snap, data)  # type: ignore[arg-type]  # (the latest: stored)
+                reader = self.log.open_snapshot(snap)
+                if reader is None:
+                    raise RaftError(f"the latest snapshot {snap} is not stored")
+                try:
+                    ctx.listener.handle_load_snapshot(reader)  # it iterates the batches itself
+                finally:
+                    reader.close()
                 ctx.next_offset = snap.offset
             if isinstance(st, LeaderState):
                 # Prior-epoch data first, then the leader change, then this epoch's data:

@@ -24,9 +24,10 @@ be adapted to it):
 from __future__ import annotations
 
 import bisect
-from typing import Protocol, Sequence
+from typing import Iterator, Protocol, Sequence
 
 from kraft_node.raft.messages import Batch, OffsetAndEpoch, SnapshotId
+from kraft_node.raft.snapshot import FramedSnapshotReader
 
 
 class FlushJob(Protocol):
@@ -45,6 +46,22 @@ class RawSnapshotSink(Protocol):
     def append(self, data: bytes) -> int: ...
 
     def freeze(self) -> object: ...
+
+    def close(self) -> None: ...
+
+
+class StoredSnapshot(Protocol):
+    """What :meth:`RaftLog.open_snapshot` returns: an ``api.SnapshotReader`` (the data
+    batches, handed to listeners) that also gives the core the snapshot's control batches."""
+
+    snapshot_id: SnapshotId
+    last_contained_log_time_ms: int | None
+
+    def __iter__(self) -> Iterator[Batch]: ...
+
+    def control_batches(self) -> Iterator[Batch]:
+        """The snapshot's leading control batches (KRaftVersion, Voters: one control record
+        each), read without the data that follows."""
 
     def close(self) -> None: ...
 
@@ -105,7 +122,9 @@ class RaftLog(Protocol):
 
     def latest_snapshot_id(self) -> SnapshotId | None: ...
 
-    def read_snapshot(self, snapshot_id: SnapshotId) -> bytes | None: ...
+    def open_snapshot(self, snapshot_id: SnapshotId) -> StoredSnapshot | None:
+        """A reader of a stored snapshot (None if not stored), decoding one batch at a time;
+        the caller closes it.  A damaged snapshot raises an error naming it and the position."""
 
     def read_snapshot_range(self, snapshot_id: SnapshotId, position: int,
                             max_bytes: int) -> tuple[int, bytes] | None:
@@ -368,7 +387,14 @@ class MemoryRaftLog:
         return min(self._snapshots, key=lambda s: (s.offset, s.epoch)) if self._snapshots else None
 
     def read_snapshot(self, snapshot_id: SnapshotId) -> bytes | None:
+        """A stored snapshot's bytes whole (test helper; not in the contract)."""
         return self._snapshots.get(snapshot_id)
+
+    def open_snapshot(self, snapshot_id: SnapshotId) -> FramedSnapshotReader | None:
+        data = self._snapshots.get(snapshot_id)
+        if data is None:
+            return None
+        return FramedSnapshotReader(snapshot_id, data, f"memory snapshot ({snapshot_id.offset}, {snapshot_id.epoch})")
 
     def read_snapshot_range(self, snapshot_id: SnapshotId, position: int,
                             max_bytes: int) -> tuple[int, bytes] | None:

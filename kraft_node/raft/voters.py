@@ -27,6 +27,7 @@ from typing import Iterable, Protocol, Sequence
 
 from kraft_node.raft.log import RawSnapshotSink
 from kraft_node.raft.messages import Batch, KRaftVersionControl, ReplicaKey, SnapshotId, VoterEntry, VotersControl
+from kraft_node.raft.snapshot import FramedSnapshotReader, control_frames, data_frame, header_frame
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +105,15 @@ class SnapshotRecordsWriter(Protocol):
 
 
 class SnapshotControlCodec(Protocol):
-    """How the voter set and kraft.version ride inside snapshot bytes.
+    """How a snapshot is written, with the voter set and kraft.version at its head.
 
-    Kafka writes them as control records at the head of every snapshot; the
-    core stays agnostic of the snapshot format and asks this codec.
+    Kafka writes them as control records at the head of every snapshot; the core stays
+    agnostic of the snapshot format and asks this codec to write it.  Reading is the
+    log's (``RaftLog.open_snapshot``: a log reads the format it stores, as ``read``
+    decodes its batches), so a codec must write the format its log reads:
+    :class:`FramedSnapshotControl` for a ``MemoryRaftLog``, ``KafkaSnapshotControl`` for a
+    ``KafkaRaftLog``.
     """
-
-    def read(self, data: bytes) -> tuple[int, VoterSet | None]:
-        """``(kraft_version, voters)`` stored in a snapshot (voters None if absent)."""
 
     def write(self, data: bytes, kraft_version: int, voters: VoterSet | None) -> bytes:
         """The snapshot bytes with the control state at its end offset included."""
@@ -123,18 +125,18 @@ class SnapshotControlCodec(Protocol):
         (one batch), ``freeze()``, ``close()``."""
 
 
-class ConcatSnapshotWriter:
-    """The writer of formats that are not Kafka records: an optional control prefix, then
-    each appended record's bytes back to back (the state machine frames its own)."""
+class FramedSnapshotWriter:
+    """The writer of the core's own format (:mod:`kraft_node.raft.snapshot`): a head (header
+    and control frames), then one data frame per ``append``."""
 
-    def __init__(self, raw: RawSnapshotSink, prefix: bytes = b""):
+    def __init__(self, raw: RawSnapshotSink, head: bytes = b""):
         self.raw = raw
-        if prefix:
-            raw.append(prefix)
+        if head:
+            raw.append(head)
 
     def append(self, records: Sequence[bytes]) -> None:
-        for r in records:
-            self.raw.append(r)
+        if records:
+            self.raw.append(data_frame(records))
 
     def freeze(self) -> None:
         self.raw.freeze()
@@ -143,18 +145,42 @@ class ConcatSnapshotWriter:
         self.raw.close()
 
 
-class NoSnapshotControl:
-    """Snapshots carry no control state (static quorums: the voters come from config)."""
+class FramedSnapshotControl:
+    """Snapshots in the core's framed format (:mod:`kraft_node.raft.snapshot`), which a
+    ``MemoryRaftLog`` reads.  ``carry_control``: write kraft.version and the voter set as
+    control frames (the simulator's dynamic quorums); without it they are left out (static
+    quorums: the voters come from config)."""
 
-    def read(self, data: bytes) -> tuple[int, VoterSet | None]:
-        return 0, None
+    def __init__(self, carry_control: bool = True):
+        self.carry_control = carry_control
+
+    def _control(self, kraft_version: int, voters: VoterSet | None) -> bytes:
+        if not self.carry_control:
+            return b""
+        return control_frames(kraft_version, voters.to_control() if voters is not None else None)
 
     def write(self, data: bytes, kraft_version: int, voters: VoterSet | None) -> bytes:
-        return data
+        """``data`` (framed: optional header, control and data frames) with its control
+        frames replaced by the state at its end offset."""
+        if not self.carry_control:
+            return data
+        old = FramedSnapshotReader(SnapshotId(0, 0), data, "snapshot data")
+        ts = old.last_contained_log_time_ms
+        head = header_frame(ts) if ts is not None else b""
+        return head + self._control(kraft_version, voters) + bytes(data[old.data_position:])
 
     def writer(self, raw: RawSnapshotSink, kraft_version: int, voters: VoterSet | None,
-               last_contained_log_time_ms: int) -> ConcatSnapshotWriter:
-        return ConcatSnapshotWriter(raw)
+               last_contained_log_time_ms: int) -> FramedSnapshotWriter:
+        return FramedSnapshotWriter(raw, header_frame(last_contained_log_time_ms)
+                                    + self._control(kraft_version, voters))
+
+
+class NoSnapshotControl(FramedSnapshotControl):
+    """The core's default: framed snapshots that carry no control state (static quorums:
+    the voters come from config)."""
+
+    def __init__(self) -> None:
+        super().__init__(carry_control=False)
 
 
 class ControlRecordStateMachine:

@@ -24,6 +24,7 @@ from kraft_node.raft.quorum_state import MemoryQuorumStateStore
 from kraft_node.raft.roles import (CandidateState, ElectionState, FollowerState, LeaderState,
                                    ProspectiveState, ResignedState, UnattachedState)
 from kraft_node.raft.sim.cluster import Cluster, SimConfig
+from kraft_node.raft.snapshot import data_frame
 
 CLUSTER = "cluster-A"
 
@@ -52,8 +53,8 @@ class Recorder:
         self.commits.extend(batches)
         self.events.append(("commit", batches[0].base_offset, batches[-1].next_offset))
 
-    def handle_load_snapshot(self, snapshot_id, data):
-        self.events.append(("snapshot", snapshot_id, data))
+    def handle_load_snapshot(self, reader):
+        self.events.append(("snapshot", reader.snapshot_id, tuple(r for b in reader for r in b.records)))
 
     def handle_leader_change(self, leader):
         self.events.append(("leader", leader))
@@ -556,7 +557,7 @@ def test_follower_never_truncates_below_high_watermark():
 
 def test_fetch_below_log_start_returns_snapshot_id():
     log = make_log([(1, 3), (2, 3)])
-    log.create_snapshot(OffsetAndEpoch(4, 2), b"snap")
+    log.create_snapshot(OffsetAndEpoch(4, 2), data_frame([b"snap"]))
     log.delete_before(OffsetAndEpoch(4, 2))
     ctx = Ctx(log=log, election=ElectionState(2))
     ctx.elect()
@@ -781,11 +782,11 @@ def test_leader_change_fires_after_prior_epoch_commits_and_before_new_ones():
 
 def test_listener_loads_snapshot_when_the_log_starts_after_it():
     log = make_log([(1, 4)])
-    log.create_snapshot(OffsetAndEpoch(3, 1), b"state@3")
+    log.create_snapshot(OffsetAndEpoch(3, 1), data_frame([b"state@3"]))
     log.delete_before(OffsetAndEpoch(3, 1))
     ctx = Ctx(log=log, election=ElectionState(1, 2, None))
     ctx.poll()
-    assert ("snapshot", OffsetAndEpoch(3, 1), b"state@3") in ctx.listener.events
+    assert ("snapshot", OffsetAndEpoch(3, 1), (b"state@3",)) in ctx.listener.events
     f = ctx.take(FetchRequest, 2)[0]
     ctx.reply(f, FetchResponse(0, 0, 4, LeaderIdAndEpoch(2, 1)))
     assert ctx.listener.commits[0].base_offset == 3 and ctx.listener.next_offset() == 4
@@ -798,18 +799,19 @@ def test_create_snapshot_requires_a_committed_offset_in_the_right_epoch():
     ctx = leader_ctx([(1, 3)])
     ep = ctx.core.epoch
     with pytest.raises(RaftError):
-        ctx.core.create_snapshot(OffsetAndEpoch(3, 1), b"s")  # nothing committed yet
+        ctx.core.create_snapshot(OffsetAndEpoch(3, 1), data_frame([b"s"]))  # nothing committed yet
     ctx.request(2, ctx.fetch(2, 4, ep))
     with pytest.raises(RaftError):
-        ctx.core.create_snapshot(OffsetAndEpoch(3, ep), b"s")  # wrong epoch for offset 2
-    ctx.core.create_snapshot(OffsetAndEpoch(3, 1), b"s")
+        ctx.core.create_snapshot(OffsetAndEpoch(3, ep), data_frame([b"s"]))  # wrong epoch for offset 2
+    ctx.core.create_snapshot(OffsetAndEpoch(3, 1), data_frame([b"s"]))
     assert ctx.log.start_offset == 3 and ctx.log.latest_snapshot_id() == OffsetAndEpoch(3, 1)
 
 
 def test_fetch_snapshot_is_served_in_slices():
     cfg = QuorumConfig(fetch_snapshot_max_bytes=4)
     log = make_log([(1, 3)])
-    log.create_snapshot(OffsetAndEpoch(3, 1), b"0123456789")
+    data = data_frame([b"0123456789"])
+    log.create_snapshot(OffsetAndEpoch(3, 1), data)
     log.delete_before(OffsetAndEpoch(3, 1))
     ctx = Ctx(log=log, election=ElectionState(1), config=cfg)
     ctx.elect()
@@ -817,12 +819,12 @@ def test_fetch_snapshot_is_served_in_slices():
     got = b""
     while True:
         r = ctx.request(2, FetchSnapshotRequest(CLUSTER, 2, 100, ep, OffsetAndEpoch(3, 1), len(got)))
-        assert r.partition_error_code == 0 and r.size == 10 and r.position == len(got)
+        assert r.partition_error_code == 0 and r.size == len(data) and r.position == len(got)
         got += r.unaligned_records
         if len(got) == r.size:
             break
-    assert got == b"0123456789"
-    bad = ctx.request(2, FetchSnapshotRequest(CLUSTER, 2, 100, ep, OffsetAndEpoch(3, 1), 10))
+    assert got == data
+    bad = ctx.request(2, FetchSnapshotRequest(CLUSTER, 2, 100, ep, OffsetAndEpoch(3, 1), len(data)))
     assert bad.partition_error_code == Errors.POSITION_OUT_OF_RANGE
     missing = ctx.request(2, FetchSnapshotRequest(CLUSTER, 2, 100, ep, OffsetAndEpoch(2, 1), 0))
     assert missing.partition_error_code == Errors.SNAPSHOT_NOT_FOUND
@@ -1131,7 +1133,8 @@ def test_snapshot_writer_streams_to_the_log_and_drops_the_prefix_on_freeze():
     assert log.latest_snapshot_id() is None and log.start_offset == 0  # not before freeze
     w.freeze()
     assert log.latest_snapshot_id() == sid and log.start_offset == sid.offset
-    assert log.read_snapshot(sid) == b"abc"
+    with log.open_snapshot(sid) as r:  # one batch per append, in order
+        assert [b.records for b in r] == [(b"a", b"b"), (b"c",)]
     with pytest.raises(RaftError, match="not after the latest snapshot"):
         core.create_snapshot(sid)
 

@@ -196,8 +196,8 @@ class _PendingAppends:
                 del self.entries[:k]
                 del self.offsets[:k]
 
-    def handle_load_snapshot(self, snapshot_id, data) -> None:
-        self.committed_end = snapshot_id.offset
+    def handle_load_snapshot(self, reader) -> None:
+        self.committed_end = reader.snapshot_id.offset  # (its batches are not needed here)
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         self.leader = leader

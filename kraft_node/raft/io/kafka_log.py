@@ -81,13 +81,13 @@ from kraft_storage.log.errors import CorruptCleanLogError
 from kraft_storage.crc32c import crc32c as _crc32c
 from kraft_storage.record import build_batch, build_batches, decode_records, scan_batches
 from kraft_storage.record.constants import CONTROL_MASK
-from kraft_storage.snapshot import (RawSnapshotReader, RawSnapshotWriter, RecordsSnapshotWriter,
-                                    SnapshotId as FileSnapshotId,
+from kraft_storage.snapshot import (RawSnapshotReader, RawSnapshotWriter, RecordsSnapshotReader,
+                                    RecordsSnapshotWriter, SnapshotError, SnapshotId as FileSnapshotId,
                                     delete_snapshot, open_snapshot_dir)
 
 __all__ = ["KafkaRaftLog", "RawBatch", "FetchedBatches", "encode_batches", "decode_raft_batches",
            "encode_leader_change", "decode_leader_change", "encode_voters", "decode_voters", "encode_kraft_version",
-           "decode_kraft_version", "encode_control_value", "KafkaSnapshotControl"]
+           "decode_kraft_version", "encode_control_value", "KafkaSnapshotControl", "KafkaSnapshotReader"]
 
 #: Upper bound on one read when the core asks for "everything" (listener catch-up):
 #: the core delivers what it got and continues at the next poll.
@@ -383,6 +383,72 @@ class KafkaSnapshotControl:
                 _BASE_OFFSET.pack_into(rest, pos, base + shift)
                 pos += n
         return bytes(first) + bytes(rest)
+
+
+class KafkaSnapshotReader:
+    """:meth:`KafkaRaftLog.open_snapshot`'s reader (an ``api.SnapshotReader``) over a
+    ``.checkpoint`` file's mmap.  :meth:`control_batches` decodes the first batch only (the
+    SnapshotHeader with KRaftVersion and Voters after it; the core's read at start and after
+    an install).  Iterating opens ``kraft_storage.snapshot.RecordsSnapshotReader`` on the same
+    mapping -- every batch CRC-checked and the header/footer layout verified, an error naming
+    the file and position otherwise -- and decodes one data batch at a time, its records
+    being the values the snapshot writer was given.  Nothing is copied whole into memory."""
+
+    def __init__(self, directory: str, snapshot_id: SnapshotId):
+        self.snapshot_id = snapshot_id
+        self._raw: RawSnapshotReader | None = RawSnapshotReader.open(
+            directory, FileSnapshotId(snapshot_id.offset, snapshot_id.epoch))
+        self.name = str(self._raw.path)
+        self._records: RecordsSnapshotReader | None = None
+        self._head = None
+
+    def _header(self):
+        if self._head is None:
+            if self._raw is None:
+                raise ValueError(f"snapshot reader {self.name} is closed")
+            got = _snapshot_header_batch(self._raw.buffer, self.name)
+            if got is None:
+                raise SnapshotError(f"not a Kafka records snapshot: no SnapshotHeader batch ({self.name}, position 0)")
+            self._head = got
+        return self._head
+
+    @property
+    def last_contained_log_time_ms(self) -> int | None:
+        return int(self._header()[2][0][1].last_contained_log_timestamp)
+
+    def control_batches(self):
+        _, epoch, recs = self._header()
+        for i, (ctype, body) in enumerate(recs):
+            if ctype == ControlRecordType.KRAFT_VERSION:
+                kv = KRaftVersionControl(0, body.k_raft_version)
+                yield Batch(i, epoch, (encode_kraft_version(kv),), True, kv)
+            elif ctype == ControlRecordType.KRAFT_VOTERS:
+                vc = voters_from_record(body)
+                yield Batch(i, epoch, (encode_voters(vc),), True, vc)
+
+    def __iter__(self):
+        if self._records is None:
+            if self._raw is None:
+                raise ValueError(f"snapshot reader {self.name} is closed")
+            self._records = RecordsSnapshotReader(self._raw, snapshot_id=self._raw.snapshot_id)
+        for row, cols in self._records.iter_batches():
+            vals = tuple(bytes(cols.value(i) or b"") for i in range(len(cols)))
+            yield Batch(int(row["base_offset"]), int(row["partition_leader_epoch"]), vals,
+                        append_time_ms=int(row["max_timestamp"]))
+
+    def close(self) -> None:
+        if self._records is not None:
+            self._records.close()
+            self._records = None
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
+
+    def __enter__(self) -> "KafkaSnapshotReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class _ReceivedSnapshot:
@@ -866,10 +932,17 @@ class KafkaRaftLog:
         return self._snapshots[0] if self._snapshots else None
 
     def read_snapshot(self, snapshot_id: SnapshotId) -> bytes | None:
+        """A stored snapshot's bytes whole (tests and tools; not in the ``RaftLog`` contract:
+        the core and listeners stream it through :meth:`open_snapshot`)."""
         if snapshot_id not in self._snapshots:
             return None
         with RawSnapshotReader.open(self.directory, FileSnapshotId(snapshot_id.offset, snapshot_id.epoch)) as r:
             return bytes(r.buffer)
+
+    def open_snapshot(self, snapshot_id: SnapshotId) -> KafkaSnapshotReader | None:
+        if snapshot_id not in self._snapshots:
+            return None
+        return KafkaSnapshotReader(self.directory, snapshot_id)
 
     def read_snapshot_range(self, snapshot_id: SnapshotId, position: int,
                             max_bytes: int) -> tuple[int, bytes] | None:

@@ -9,13 +9,16 @@ committed in the epoch it was appended in.
 """
 from __future__ import annotations
 
-import json
 import random
+import struct
 import uuid
 from dataclasses import dataclass, field, replace
+from typing import Iterable
 
 from kraft_node.raft.client import RaftCore
-from kraft_node.raft.voters import ConcatSnapshotWriter
+from kraft_node.raft.api import SnapshotReader
+from kraft_node.raft.snapshot import data_frame
+from kraft_node.raft.voters import FramedSnapshotControl
 from kraft_node.raft.flush import CoreOptions, InlineFlush, JobFlush
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import BufferFullError, NotLeaderError
@@ -33,36 +36,34 @@ from kraft_node.raft.voters import VoterSet
 ADMIN_ID = 0
 
 
+#: Records per data batch of a simulator snapshot: several batches even for short logs, so
+#: every load walks the reader across batch boundaries.
+SNAPSHOT_BATCH_RECORDS = 16
+_EPOCH = struct.Struct(">i")
+
+
+def snapshot_batches(entries: list[tuple[int, bytes]]) -> list[list[bytes]]:
+    """The state machine's snapshot records, batched: each is ``epoch:i32`` + the record."""
+    recs = [_EPOCH.pack(e) + r for e, r in entries]
+    return [recs[i:i + SNAPSHOT_BATCH_RECORDS] for i in range(0, len(recs), SNAPSHOT_BATCH_RECORDS)]
+
+
 def encode_snapshot(entries: list[tuple[int, bytes]]) -> bytes:
-    return json.dumps([[e, r.hex()] for e, r in entries]).encode()
+    """The data frames of a whole snapshot (``RaftCore.create_snapshot(id, data)``'s form)."""
+    return b"".join(data_frame(b) for b in snapshot_batches(entries))
 
 
-def decode_snapshot(data: bytes) -> list[tuple[int, bytes]]:
-    if data.startswith(b"C"):
-        data = data.split(b"\n", 1)[1]
-    return [(e, bytes.fromhex(h)) for e, h in json.loads(data)]
+def decode_snapshot(batches: Iterable[Batch]) -> list[tuple[int, bytes]]:
+    """The entries a snapshot reader's batches hold, in order."""
+    return [(_EPOCH.unpack_from(r)[0], r[4:]) for b in batches for r in b.records]
 
 
-class SimSnapshotControl:
-    """Snapshot control state for the simulator: a ``C<json>\\n`` line before the entries
-    (the Kafka format keeps KRaftVersion/Voters control records at the snapshot head)."""
+class SimSnapshotControl(FramedSnapshotControl):
+    """The simulator's dynamic quorums: framed snapshots with kraft.version and the voter set
+    as control frames at the head (as Kafka's snapshots carry KRaftVersion/Voters records)."""
 
-    def read(self, data: bytes):
-        if not data.startswith(b"C"):
-            return 0, None
-        head = json.loads(data[1:data.index(b"\n")])
-        voters = None
-        if head["voters"] is not None:
-            voters = VoterSet.of(ReplicaKey(i, uuid.UUID(d) if d else None) for i, d in head["voters"])
-        return head["kv"], voters
-
-    def write(self, data: bytes, kraft_version: int, voters) -> bytes:
-        v = None if voters is None else [[e.key.id, str(e.key.directory_id) if e.key.directory_id else None]
-                                         for e in voters.entries]
-        return b"C" + json.dumps({"kv": kraft_version, "voters": v}).encode() + b"\n" + data
-
-    def writer(self, raw, kraft_version: int, voters, last_contained_log_time_ms: int):
-        return ConcatSnapshotWriter(raw, self.write(b"", kraft_version, voters))
+    def __init__(self) -> None:
+        super().__init__(carry_control=True)
 
 
 class StateMachine:
@@ -83,8 +84,9 @@ class StateMachine:
                 self.entries.append((b.epoch, r))
                 self.node.cluster.on_committed(self.node, b.base_offset + i, b.epoch, r)
 
-    def handle_load_snapshot(self, snapshot_id, data: bytes) -> None:
-        entries = decode_snapshot(data)
+    def handle_load_snapshot(self, reader: SnapshotReader) -> None:
+        snapshot_id = reader.snapshot_id
+        entries = decode_snapshot(reader)
         if len(entries) != snapshot_id.offset:
             raise AssertionError(f"node {self.node.id}: snapshot {snapshot_id} holds {len(entries)} records")
         self.entries = entries
@@ -392,6 +394,14 @@ class Cluster:
         if core.high_watermark is None or off > core.high_watermark:
             return False
         self.checker.check()  # record the log below the HWM before the snapshot drops it
-        core.create_snapshot(OffsetAndEpoch(off, sm.entries[-1][0]), encode_snapshot(sm.entries))
+        sid = OffsetAndEpoch(off, sm.entries[-1][0])
+        if off % 2:  # both forms of Kafka's createSnapshot: streamed batches, or whole bytes
+            w = core.create_snapshot(sid)
+            assert w is not None
+            for records in snapshot_batches(sm.entries):
+                w.append(records)
+            w.freeze()
+        else:
+            core.create_snapshot(sid, encode_snapshot(sm.entries))
         self.checker.on_snapshot_created(n)
         return True
