@@ -94,7 +94,7 @@ class FramedSnapshotReader:
     def __init__(self, snapshot_id: SnapshotId, data: bytes, name: str):
         self.snapshot_id = snapshot_id
         self.name = name
-        self._buf = memoryview(data)
+        self._buf: memoryview | None = memoryview(data)
         self.last_contained_log_time_ms: int | None = None
         self.data_position = 0
         self._controls: list[Batch] = []
@@ -106,6 +106,8 @@ class FramedSnapshotReader:
     def _frames(self, pos: int) -> Iterator[tuple[int, int, memoryview]]:
         """``(position, kind, body)`` of each frame from ``pos``."""
         buf = self._buf
+        if buf is None:
+            raise ValueError(f"snapshot reader {self.name} is closed")
         end = len(buf)
         while pos < end:
             if pos + _FRAME.size > end:
@@ -166,7 +168,7 @@ class FramedSnapshotReader:
             offset += count
 
     def close(self) -> None:
-        self._buf = memoryview(b"")
+        self._buf = None
 
     def __enter__(self) -> FramedSnapshotReader:
         return self

@@ -792,6 +792,57 @@ def test_listener_loads_snapshot_when_the_log_starts_after_it():
     assert ctx.listener.commits[0].base_offset == 3 and ctx.listener.next_offset() == 4
 
 
+def test_listener_streams_a_memory_snapshot_larger_than_any_read():
+    """A MemoryRaftLog snapshot of many batches, larger than the node's fetch.max.bytes, is
+    handed to the listener as a reader: every batch in order, at contiguous offsets, with the
+    writer's timestamp and the snapshot's epoch; the core's control state comes from its head
+    (kraft.version 1 and the voter set) without the listener seeing those batches."""
+    from kraft_node.raft.voters import FramedSnapshotControl, VoterSet
+
+    class Loads(Recorder):
+        def handle_load_snapshot(self, reader):
+            self.reader = reader
+            self.loaded = (reader.snapshot_id, reader.last_contained_log_time_ms,
+                           [(b.base_offset, b.epoch, b.records) for b in reader])
+
+    sid = OffsetAndEpoch(4, 1)
+    log = make_log([(1, 4)])
+    voters = VoterSet.of([ReplicaKey(1, None), ReplicaKey(2, None), ReplicaKey(3, None)])
+    w = FramedSnapshotControl().writer(log.create_raw_snapshot(sid), 1, voters, 777)
+    batches = [tuple(bytes([i, j]) * 500 for j in range(3)) for i in range(40)]
+    for records in batches:
+        w.append(records)
+    w.freeze()
+    log.delete_before(sid)
+    cfg = QuorumConfig(fetch_max_bytes=4096)
+    assert len(log.read_snapshot(sid)) > 10 * cfg.fetch_max_bytes
+    ctx = Ctx(log=log, election=ElectionState(1, 2, None), config=cfg)
+    listener = Loads()
+    ctx.core.register_listener(listener)
+    ctx.poll()
+    got_sid, ts, got = listener.loaded
+    assert got_sid == sid and ts == 777
+    assert [records for _, _, records in got] == batches
+    assert [base for base, _, _ in got] == [2 + 3 * i for i in range(40)]  # after the two control batches
+    assert {epoch for _, epoch, _ in got} == {1}
+    assert ctx.core.kraft_version == 1 and ctx.core.voter_set == voters
+    with pytest.raises(ValueError, match="closed"):  # closed once the call returned
+        list(listener.reader)
+
+
+def test_corrupt_memory_snapshot_fails_naming_it_and_the_position():
+    from kraft_node.raft.snapshot import data_frame
+    log = MemoryRaftLog()
+    sid = OffsetAndEpoch(3, 1)
+    good = data_frame([b"a", b"b"]) + data_frame([b"c"])
+    log.create_snapshot(sid, good[:-1])  # the second batch is cut short
+    with log.open_snapshot(sid) as r:
+        it = iter(r)
+        assert next(it).records == (b"a", b"b")
+        with pytest.raises(RaftError, match=r"memory snapshot \(3, 1\).* at position %d" % len(data_frame([b"a", b"b"]))):
+            next(it)
+
+
 # =====================================================================
 # Snapshots
 # =====================================================================

@@ -554,3 +554,102 @@ def test_snapshot_writer_of_the_core_writes_kafka_records_snapshots(tmp_path):
         assert [bytes(cols.value(i)) for i in range(len(cols))] == [b"\x01value-1", b"\x01value-2", b"\x01value-3"]
     assert KafkaSnapshotControl().read(log.read_snapshot(sid)) == (0, None)
     log.close()
+
+
+class _SnapshotLoads:
+    """A listener copying what each snapshot load hands it; keeps the reader to show it is
+    closed once the call returns."""
+
+    def __init__(self):
+        self.loads = []
+        self.readers = []
+
+    def handle_load_snapshot(self, reader):
+        self.readers.append(reader)
+        self.loads.append((reader.snapshot_id, reader.last_contained_log_time_ms,
+                           [(b.base_offset, b.records) for b in reader]))
+
+    def handle_commit(self, batches):
+        pass
+
+    def handle_leader_change(self, leader):
+        pass
+
+
+def _single_voter_core(log):
+    import random
+    from kraft_node.raft.client import RaftCore
+    from kraft_node.raft.config import QuorumConfig
+    from kraft_node.raft.messages import ReplicaKey
+    from kraft_node.raft.quorum_state import MemoryQuorumStateStore
+    return RaftCore(QuorumConfig(), ReplicaKey(1, None), [ReplicaKey(1, None)], log, MemoryQuorumStateStore(),
+                    random.Random(1), snapshot_control=KafkaSnapshotControl())
+
+
+def test_listener_streams_a_kafka_snapshot_larger_than_any_read(tmp_path):
+    """A snapshot larger than the log's largest read (MAX_READ_BYTES) and than one batch
+    reaches a restarted node's listener through the reader: every record, in order, in
+    contiguous batches, with the header's timestamp; the reader is closed after the call."""
+    from kraft_node.raft.io.kafka_log import MAX_READ_BYTES
+    d = str(tmp_path / "__cluster_metadata-0")
+    log = KafkaRaftLog(d)
+    core = _single_voter_core(log)
+    now = 0
+    core.initialize(now)
+    core.poll(now)
+    core.append([b"r"], core.epoch, now)
+    for _ in range(3):
+        now += 10
+        core.poll(now)
+    sid = OffsetAndEpoch(core.high_watermark, core.epoch)
+    w = core.create_snapshot(sid, last_contained_log_time_ms=4321)
+    expected = []
+    for i in range(20):  # 20 x 4 x 256 KiB = 20 MiB: three 8 MiB batches
+        records = [bytes([i, j]) * (128 * 1024) for j in range(4)]
+        w.append(records)
+        expected += records
+    w.freeze()
+    path = os.path.join(d, "%020d-%010d.checkpoint" % (sid.offset, sid.epoch))
+    assert os.path.getsize(path) > MAX_READ_BYTES
+    log.close()
+
+    log = KafkaRaftLog(d)
+    core = _single_voter_core(log)
+    seen = _SnapshotLoads()
+    core.register_listener(seen)
+    core.initialize(now)
+    core.poll(now)
+    ((got_sid, ts, batches),) = seen.loads
+    assert got_sid == sid and ts == 4321
+    assert len(batches) >= 3
+    assert [r for _, records in batches for r in records] == expected
+    for (base, records), (nxt, _) in zip(batches, batches[1:]):
+        assert nxt == base + len(records)  # contiguous offsets inside the snapshot
+    with pytest.raises(ValueError, match="closed"):
+        next(iter(seen.readers[0]))
+    log.close()
+
+
+def test_corrupt_kafka_snapshot_fails_naming_the_file_and_position(tmp_path):
+    """A damaged byte in a data batch: the reader fails with the file and the batch's position."""
+    from kraft_storage.errors import CorruptRecordError
+    from kraft_storage.snapshot import RecordsSnapshotWriter
+    d = str(tmp_path / "p")
+    log = KafkaRaftLog(d)
+    sid = OffsetAndEpoch(5, 2)
+    w = RecordsSnapshotWriter(log.create_raw_snapshot(sid), max_batch_size=300, kraft_version=1)
+    for i in range(10):
+        w.append([b"v%03d" % i * 20])
+    w.freeze()
+    with log.open_snapshot(sid) as r:  # intact: control state and five data batches
+        assert [b.control.kraft_version for b in r.control_batches()] == [1]
+        assert [(b.base_offset, len(b.records)) for b in r] == [(2, 2), (4, 2), (6, 2), (8, 2), (10, 2)]
+    path = os.path.join(d, "%020d-%010d.checkpoint" % (sid.offset, sid.epoch))
+    data = bytearray(open(path, "rb").read())
+    data[700] ^= 0xFF
+    with open(path, "wb") as f:
+        f.write(data)
+    with log.open_snapshot(sid) as r:
+        with pytest.raises(CorruptRecordError, match=r"CRC mismatch.*checkpoint, position \d+"):
+            list(r)
+    log.close()
