@@ -70,7 +70,8 @@ from kraft_node.raft.errors import Errors, NotLeaderError, RaftError
 from kraft_node.raft.flush import CoreOptions, InlineFlush
 from kraft_node.raft.io.flush import RateFlush
 from kraft_node.raft.io.file_state import FileQuorumStateStore
-from kraft_node.raft.io.kafka_log import KafkaRaftLog, KafkaSnapshotControl, encode_control_value
+from kraft_node.raft.io.kafka_log import (KafkaRaftLog, KafkaSnapshotControl, encode_control_value,
+                                        is_records_snapshot)
 from kraft_node.raft.messages import (AddRaftVoterRequest, BeginQuorumEpochRequest, Endpoint, EndQuorumEpochRequest,
                                       FetchRequest, FetchSnapshotRequest, LeaderAndEpoch, NodeEndpoint,
                                       OutboundRequest, OutboundResponse, RemoveRaftVoterRequest, ReplicaKey,
@@ -463,11 +464,16 @@ class RaftDriver:
         ``snapshot_id.epoch`` (RaftError otherwise).  Without ``data``: a writer (Kafka records
         format, ``RaftCore.SnapshotWriter``) taking ``append(records)`` batch by batch, then
         ``freeze()`` -- which drops the log prefix it covers -- or ``close()`` to abort.  With
-        ``data``: those bytes stored whole, at once.  On this node's loop thread.  The
-        raft-only server has no state of its own, so it never calls this; its log grows
-        until a state machine does."""
+        ``data``: those bytes stored whole, at once; they must be a whole Kafka records
+        snapshot (header batch, data batches, footer: what the writer produces), since
+        listeners and followers read it back batch by batch (ValueError otherwise).  On this
+        node's loop thread.  The raft-only server has no state of its own, so it never
+        calls this; its log grows until a state machine does."""
         if self._closed:
             raise RaftError(f"node {self.node_id} is shut down")
+        if data is not None and not is_records_snapshot(data):
+            raise ValueError("snapshot data is not a Kafka records snapshot (no SnapshotHeader batch first): "
+                             "write it with create_snapshot(snapshot_id) and the writer's append/freeze")
         return self.core.create_snapshot(snapshot_id, data, last_contained_log_time_ms=last_contained_log_time_ms)
 
     def resign(self, epoch: int) -> None:

@@ -19,8 +19,11 @@ Snapshots (:class:`KafkaSnapshotControl`): a Kafka snapshot starts with a
 control batch holding the ``SnapshotHeaderRecord`` followed, when kraft.version
 is 1, by a ``KRaftVersionRecord`` and the ``VotersRecord`` in effect at the
 snapshot's end offset (this is what ``kraft-storage format --standalone``
-writes into the bootstrap snapshot ``(0, 0)``).  The codec reads the voter set
-from there and, when the core stores a snapshot, rewrites that first batch.
+writes into the bootstrap snapshot ``(0, 0)``).  The codec writes snapshots
+(``RecordsSnapshotWriter``) and, when the core stores whole bytes, rewrites that
+first batch; :meth:`KafkaRaftLog.open_snapshot` reads them back batch by batch
+(:class:`KafkaSnapshotReader`: the control state from the first batch only, the data
+through ``RecordsSnapshotReader`` over the file's mmap).
 
 Why :class:`RawBatch`: a batch read from disk or from a Fetch response keeps
 its exact bytes next to the decoded records, so a follower appends what the
@@ -87,7 +90,8 @@ from kraft_storage.snapshot import (RawSnapshotReader, RawSnapshotWriter, Record
 
 __all__ = ["KafkaRaftLog", "RawBatch", "FetchedBatches", "encode_batches", "decode_raft_batches",
            "encode_leader_change", "decode_leader_change", "encode_voters", "decode_voters", "encode_kraft_version",
-           "decode_kraft_version", "encode_control_value", "KafkaSnapshotControl", "KafkaSnapshotReader"]
+           "decode_kraft_version", "encode_control_value", "KafkaSnapshotControl", "KafkaSnapshotReader",
+           "is_records_snapshot"]
 
 #: Upper bound on one read when the core asks for "everything" (listener catch-up):
 #: the core delivers what it got and continues at the next poll.
@@ -310,12 +314,19 @@ def _snapshot_header_batch(data, source: str):
     return size, int(h["partition_leader_epoch"][0]), out
 
 
+def is_records_snapshot(data) -> bool:
+    """Whether ``data`` starts with a Kafka snapshot's header batch (a control batch opening
+    with a SnapshotHeaderRecord); only that first batch is read."""
+    return _snapshot_header_batch(memoryview(data).cast("B"), "snapshot data") is not None
+
+
 class KafkaSnapshotControl:
     """The core's :class:`~kraft_node.raft.voters.SnapshotControlCodec` for Kafka snapshots.
 
-    ``read``: kraft.version and the voter set from the KRaftVersionRecord and
-    VotersRecord after the SnapshotHeaderRecord in the first batch (``(0, None)``
-    for bytes that are not a Kafka records snapshot).
+    ``read`` (a helper for tests and tools; the core reads the control state through
+    :meth:`KafkaRaftLog.open_snapshot`): kraft.version and the voter set from the
+    KRaftVersionRecord and VotersRecord after the SnapshotHeaderRecord in the first batch
+    (``(0, None)`` for bytes that are not a Kafka records snapshot).
     ``write``: the same snapshot with its first batch rebuilt as
     [SnapshotHeader, KRaftVersion (if > 0), Voters (if known)]; the following
     batches are re-based after it (``baseOffset`` is outside the batch CRC, so
