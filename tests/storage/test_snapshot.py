@@ -322,14 +322,16 @@ def test_fixture_reproduction_in_pure_mode(tmp_path):
     code = (
         "import sys, tempfile; from pathlib import Path\n"
         "from kraft_storage import accel; assert not accel.WANT_NATIVE\n"
-        "from tests.test_snapshot import CHECKPOINTS, _reproduce\n"
+        "sys.path[:0] = sys.argv[2:]  # tests/ (conftest) and this file's folder\n"
+        "from test_snapshot import CHECKPOINTS, _reproduce\n"
         "for p in CHECKPOINTS:\n"
         "    for m in ('framed', 'bulk'):\n"
         "        d = Path(tempfile.mkdtemp(dir=sys.argv[1]))\n"
         "        assert _reproduce(p, d, m) == p.read_bytes(), (p, m)\n"
         "print('ok', len(CHECKPOINTS))\n")
     env = dict(os.environ, KRAFT_NO_EXTENSIONS="1")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, env=env,
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(REPO / "tests"),
+                          str(REPO / "tests" / "storage")], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"ok {len(CHECKPOINTS)}"
