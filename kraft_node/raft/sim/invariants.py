@@ -24,14 +24,29 @@ incarnation) so they can run after every event.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from kraft_node.raft.messages import VotersControl
 from kraft_node.raft.roles import LeaderState, ResignedState
 from kraft_node.raft.voters import VoterSet
 
 if TYPE_CHECKING:
-    from kraft_node.raft.sim.cluster import Cluster, PendingAppend, SimNode
+    from kraft_node.raft.client import RaftCore
+    from kraft_node.raft.sim.cluster import Cluster, PendingAppend, SimNode, StateMachine
+
+
+def _core(n: SimNode) -> RaftCore:
+    """The core of a node that is alive (a crashed node has none)."""
+    core = n.core
+    assert core is not None, f"node {n.id} is not running"
+    return core
+
+
+def _sm(n: SimNode) -> StateMachine:
+    """The listener of a node that is alive."""
+    sm = n.sm
+    assert sm is not None, f"node {n.id} is not running"
+    return sm
 
 
 class SafetyViolation(AssertionError):
@@ -53,8 +68,8 @@ class InvariantChecker:
         self.committed_voter_sets: list[tuple[int, VoterSet]] = [(-1, VoterSet.of(cluster.voter_keys))]
         self.checks = 0
         #: When set (e.g. ``print``), every role change is reported: a replay aid.
-        self.trace = None
-        self._last_role: dict[int, tuple] = {}
+        self.trace: Callable[[str], object] | None = None
+        self._last_role: dict[int, tuple[int, str, int, int]] = {}
 
     def fail(self, msg: str) -> None:
         c = self.cluster
@@ -84,6 +99,7 @@ class InvariantChecker:
             if not n.alive:
                 continue
             core = n.core
+            assert core is not None  # (alive)
             st = core.state
             key = (n.id, n.incarnation)
             if self.trace is not None:
@@ -132,6 +148,7 @@ class InvariantChecker:
                     off += 1
                 self.log_checked[key] = off
             sm = n.sm
+            assert sm is not None  # (alive)
             done = self.sm_checked.get(key, 0)
             ents = sm.entries
             lim = min(len(ents), len(committed))
@@ -160,12 +177,13 @@ class InvariantChecker:
         self.committed_voter_sets.append((offset, voters))
 
     def _verify_leader_log(self, n: "SimNode") -> None:
-        if not n.core.quorum.can_stand:
-            self.fail(f"node {n.id} became leader of epoch {n.core.epoch} without being a voter")
+        core = _core(n)
+        if not core.quorum.can_stand:
+            self.fail(f"node {n.id} became leader of epoch {core.epoch} without being a voter")
         committed = self.committed
         log = n.log
         if log.end_offset < len(committed):
-            self.fail(f"new leader {n.id} (epoch {n.core.epoch}) log ends at {log.end_offset}, "
+            self.fail(f"new leader {n.id} (epoch {core.epoch}) log ends at {log.end_offset}, "
                       f"but {len(committed)} records are committed")
         for off in range(log.start_offset, len(committed)):
             if log.entry_at(off) != committed[off]:
@@ -178,23 +196,23 @@ class InvariantChecker:
         if self.unverified_acks:
             self.fail(f"{len(self.unverified_acks)} acknowledged appends never became visible as committed")
         alive = [n for n in self.cluster.nodes.values() if n.alive]
-        leaders = [n for n in alive if isinstance(n.core.state, LeaderState)]
+        leaders = [n for n in alive if isinstance(_core(n).state, LeaderState)]
         if len(leaders) != 1:
             self.fail(f"after healing expected one leader, found {[n.id for n in leaders]} "
-                      f"(roles { {n.id: repr(n.core.state) for n in alive} })")
+                      f"(roles { {n.id: repr(_core(n).state) for n in alive} })")
         leader = leaders[0]
-        hwm = leader.core.high_watermark
+        hwm = _core(leader).high_watermark
         if hwm is None or hwm != leader.log.end_offset:
             self.fail(f"leader {leader.id} did not commit its log: hwm {hwm}, end {leader.log.end_offset}")
         for n in alive:
-            if n.core.leader_id != leader.id or n.core.epoch != leader.core.epoch:
-                self.fail(f"node {n.id} does not follow leader {leader.id}: {n.core.state!r}")
-            if n.core.high_watermark != hwm or n.log.end_offset != leader.log.end_offset:
-                self.fail(f"node {n.id} not caught up: hwm {n.core.high_watermark} end {n.log.end_offset}, "
+            if _core(n).leader_id != leader.id or _core(n).epoch != _core(leader).epoch:
+                self.fail(f"node {n.id} does not follow leader {leader.id}: {_core(n).state!r}")
+            if _core(n).high_watermark != hwm or n.log.end_offset != leader.log.end_offset:
+                self.fail(f"node {n.id} not caught up: hwm {_core(n).high_watermark} end {n.log.end_offset}, "
                           f"leader hwm {hwm} end {leader.log.end_offset}")
-            if len(n.sm.entries) != hwm:
-                self.fail(f"node {n.id} listener at {len(n.sm.entries)}, expected {hwm}")
+            if len(_sm(n).entries) != hwm:
+                self.fail(f"node {n.id} listener at {len(_sm(n).entries)}, expected {hwm}")
             committed_set = self.committed_voter_sets[-1][1]
-            if self.cluster.sim.dynamic and n.core.voter_set.key_set() != committed_set.key_set():
-                self.fail(f"node {n.id} voter set {sorted(n.core.voter_set.ids)} is not the committed "
+            if self.cluster.sim.dynamic and _core(n).voter_set.key_set() != committed_set.key_set():
+                self.fail(f"node {n.id} voter set {sorted(_core(n).voter_set.ids)} is not the committed "
                           f"{sorted(committed_set.ids)}")

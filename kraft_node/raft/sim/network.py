@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import random
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 
@@ -110,7 +111,7 @@ class Network:
             self.duplicated += 1
         for _ in range(copies):
             delay = self.rng.randint(cfg.min_delay_ms, cfg.max_delay_ms)
-            self.scheduler.at(self.scheduler.now + delay, lambda e=env: self._arrive(e))
+            self.scheduler.at(self.scheduler.now + delay, partial(self._arrive, env))
 
     def _arrive(self, env: Envelope) -> None:
         # A partition that started while the message was in flight also drops it.

@@ -20,12 +20,22 @@ import json
 import random
 import sys
 import time
-from dataclasses import replace, asdict, dataclass
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Callable
 
+from kraft_node.raft.client import RaftCore
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.messages import AddRaftVoterRequest, RemoveRaftVoterRequest
-from kraft_node.raft.sim.cluster import Cluster, SimConfig
+from kraft_node.raft.sim.cluster import Cluster, SimConfig, SimNode
 from kraft_node.raft.sim.network import NetworkConfig
+
+
+def _core(n: SimNode) -> RaftCore:
+    """The core of a node that is alive (a crashed node has none)."""
+    core = n.core
+    assert core is not None, f"node {n.id} is not running"
+    return core
 
 
 @dataclass
@@ -74,8 +84,8 @@ def membership_step(c: Cluster, rng: random.Random) -> None:
     alive = [n for n in c.nodes.values() if n.alive]
     if not alive:
         return
-    target = max(leaders, key=lambda x: x.core.epoch) if leaders and rng.random() < 0.85 else rng.choice(alive)
-    voters = target.core.voter_set
+    target = max(leaders, key=lambda x: _core(x).epoch) if leaders and rng.random() < 0.85 else rng.choice(alive)
+    voters = _core(target).voter_set
     outside = [i for i in c.nodes if i not in voters.ids]
     if outside and (rng.random() < 0.5 or len(voters.ids) == 1):
         nid = rng.choice(outside)
@@ -88,7 +98,8 @@ def membership_step(c: Cluster, rng: random.Random) -> None:
         c.admin_send(target.id, RemoveRaftVoterRequest(c.cluster_id, key.id, key.directory_id))
 
 
-def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000, trace=None) -> RunResult:
+def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000,
+             trace: Callable[[str], object] | None = None) -> RunResult:
     """Run one seeded scenario; ``trace`` (e.g. ``print``) receives every role change."""
     rng = random.Random(seed * 7919 + 17)
     cfg = random_sim_config(rng)
@@ -109,6 +120,10 @@ def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000, trace=Non
         if not c.nodes[nid].alive:
             c.nodes[nid].start()
 
+    def crash_counted(nid: int) -> None:
+        c.crash(nid)
+        stats["crashes"] += 1
+
     def chaos_step() -> None:
         now = sched.now
         if now >= chaos_ms:
@@ -121,11 +136,11 @@ def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000, trace=Non
             if c.nodes[nid].alive:
                 c.crash(nid)
                 stats["crashes"] += 1
-                sched.at(now + rng.randint(50, 3000), lambda n=nid: restart_if_dead(n))
+                sched.at(now + rng.randint(50, 3000), partial(restart_if_dead, nid))
         elif r < 0.62:
             nid = rng.choice(ids)
             c.shutdown_gracefully(nid, timeout_ms=rng.choice([500, 3000]))
-            sched.at(now + rng.randint(500, 4000), lambda n=nid: restart_if_dead(n))
+            sched.at(now + rng.randint(500, 4000), partial(restart_if_dead, nid))
         elif r < 0.66:
             if rng.random() < 0.5:
                 c.network.isolate(rng.choice(ids), ids)
@@ -140,7 +155,8 @@ def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000, trace=Non
                 stats["snapshots"] += 1
         elif r < 0.75:
             for n in c.leaders():
-                n.core.resign(n.core.epoch)
+                core = _core(n)
+                core.resign(core.epoch)
                 n.poll()
         elif r < 0.78:
             # Crash storm: bounce a voter almost at once, many times, which lands
@@ -148,8 +164,8 @@ def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000, trace=Non
             for k in range(rng.randint(2, 6)):
                 nid = rng.choice(c.voter_ids)
                 t = now + k * rng.randint(1, 40)
-                sched.at(t, lambda n=nid: (c.crash(n), stats.__setitem__("crashes", stats["crashes"] + 1)))
-                sched.at(t + rng.randint(1, 30), lambda n=nid: restart_if_dead(n))
+                sched.at(t, partial(crash_counted, nid))
+                sched.at(t + rng.randint(1, 30), partial(restart_if_dead, nid))
         elif r < 0.92 and c.sim.dynamic:
             membership_step(c, rng)
         sched.at(now + rng.randint(20, 250), chaos_step)
@@ -180,9 +196,9 @@ def run_seed(seed: int, chaos_ms: int = 10_000, heal_ms: int = 20_000, trace=Non
         c.checker.fail(f"no append acknowledged after healing (leaders {[n.id for n in c.leaders()]})")
     c.checker.final_check()
     changes = len(c.checker.committed_voter_sets) - 1
-    return RunResult(seed, cfg.voters, cfg.observers, cfg.dynamic, changes, sched.events_run, sched.now, len(c.checker.committed),
-                     len(c.acked), max(c.checker.leader_of_epoch, default=0), stats["crashes"],
-                     stats["snapshots"], c.network.sent, c.network.dropped)
+    return RunResult(seed, cfg.voters, cfg.observers, cfg.dynamic, changes, sched.events_run, sched.now,
+                     len(c.checker.committed), len(c.acked), max(c.checker.leader_of_epoch, default=0),
+                     stats["crashes"], stats["snapshots"], c.network.sent, c.network.dropped)
 
 
 def main(argv: list[str] | None = None) -> int:
