@@ -46,8 +46,7 @@ import sys
 
 from kraft_node import event_loop
 from kraft_node.raft.errors import BufferFullError, NotLeaderError, RaftError
-from kraft_node.raft.io.driver import (FOLLOWER_FLUSH_MODES, LEADER_FLUSH_MODES, DriverError, RaftDriver,
-                                       describe_error)
+from kraft_node.raft.io.driver import FOLLOWER_FLUSH_MODES, LEADER_FLUSH_MODES, DriverError, RaftDriver, describe_error
 from kraft_node.server.config import ConfigError, NodeConfig
 from kraft_node.server.node import KraftNode
 from kraft_storage.dirlock import DirLocks, lock_dirs
@@ -153,7 +152,7 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
                                  dir_locks=dir_locks)
     driver = node.driver
     log_load_report(cfg.metadata_partition_dir, driver.log.load_report)
-    driver.on_role_change(lambda r, e, l: log.info("%s", _describe(cfg.node_id, r, e, l)))
+    driver.on_role_change(lambda role, epoch, leader: log.info("%s", _describe(cfg.node_id, role, epoch, leader)))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     writer_stop = asyncio.Event()

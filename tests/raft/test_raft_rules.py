@@ -14,15 +14,35 @@ import pytest
 from kraft_node.raft.client import RETRY_BACKOFF_BASE_MS, RaftCore
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import Errors, InvariantViolation, NotLeaderError, RaftError
-from kraft_node.raft.log import MemoryRaftLog
 from kraft_node.raft.flush import CoreOptions, JobFlush
-from kraft_node.raft.messages import (Batch, BeginQuorumEpochRequest, EndQuorumEpochRequest,
-                                      FetchRequest, FetchResponse, FetchSnapshotRequest, LeaderAndEpoch,
-                                      LeaderIdAndEpoch, EpochEndOffset, OffsetAndEpoch, OutboundRequest,
-                                      OutboundResponse, ReplicaKey, VoteRequest, VoteResponse)
+from kraft_node.raft.log import MemoryRaftLog
+from kraft_node.raft.messages import (
+    Batch,
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    EpochEndOffset,
+    FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    LeaderAndEpoch,
+    LeaderIdAndEpoch,
+    OffsetAndEpoch,
+    OutboundRequest,
+    OutboundResponse,
+    ReplicaKey,
+    VoteRequest,
+    VoteResponse,
+)
 from kraft_node.raft.quorum_state import MemoryQuorumStateStore
-from kraft_node.raft.roles import (CandidateState, ElectionState, FollowerState, LeaderState,
-                                   ProspectiveState, ResignedState, UnattachedState)
+from kraft_node.raft.roles import (
+    CandidateState,
+    ElectionState,
+    FollowerState,
+    LeaderState,
+    ProspectiveState,
+    ResignedState,
+    UnattachedState,
+)
 from kraft_node.raft.sim.cluster import Cluster, SimConfig
 from kraft_node.raft.snapshot import data_frame
 
@@ -839,7 +859,8 @@ def test_corrupt_memory_snapshot_fails_naming_it_and_the_position():
     with log.open_snapshot(sid) as r:
         it = iter(r)
         assert next(it).records == (b"a", b"b")
-        with pytest.raises(RaftError, match=r"memory snapshot \(3, 1\).* at position %d" % len(data_frame([b"a", b"b"]))):
+        where = r"memory snapshot \(3, 1\).* at position %d" % len(data_frame([b"a", b"b"]))
+        with pytest.raises(RaftError, match=where):
             next(it)
 
 

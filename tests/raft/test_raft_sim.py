@@ -57,6 +57,7 @@ def test_simulation_exercises_the_interesting_paths():
     transfer, pre-vote rejection, resignation and lost elections; otherwise the
     seed sweep would be proving little."""
     from collections import Counter
+
     from kraft_node.raft.sim import cluster as cl
 
     total: Counter = Counter()
@@ -201,8 +202,9 @@ def test_async_leader_flush_is_exercised_and_safe():
     """Rule: the leader counts its own end offset only once it is durable.  Seeds with
     ``async_leader_flush`` (the TCP driver's flush thread) run flush jobs that complete
     later or are lost in a crash; they must keep every invariant."""
-    from kraft_node.raft.sim.runner import random_sim_config
     import random as _random
+
+    from kraft_node.raft.sim.runner import random_sim_config
     seeds = [s for s in range(200) if random_sim_config(_random.Random(s * 7919 + 17)).async_leader_flush][:40]
     assert len(seeds) >= 20
     for s in seeds:
@@ -260,9 +262,10 @@ def test_checker_catches_a_follower_fetch_that_does_not_wait_for_its_flush(monke
 def test_checker_catches_a_leader_counting_its_unflushed_end(monkeypatch):
     """Mutation: count the leader's end offset when its flush job *starts* (as if the
     fsync were already done).  A crash that loses the job then loses committed data."""
+    import random as _random
+
     from kraft_node.raft import client as raft_client
     from kraft_node.raft.sim.runner import random_sim_config
-    import random as _random
     orig = raft_client.RaftCore._flush_leader
 
     def eager(self, st, now_ms, sync=True):

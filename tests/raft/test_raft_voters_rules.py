@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import Errors
-from kraft_node.raft.messages import (AddRaftVoterRequest, Batch, Endpoint, KRaftVersionControl, OffsetAndEpoch,
-                                      RemoveRaftVoterRequest, ReplicaKey, UpdateRaftVoterRequest, VoterEntry,
-                                      VotersControl)
+from kraft_node.raft.messages import (
+    AddRaftVoterRequest,
+    Batch,
+    Endpoint,
+    KRaftVersionControl,
+    OffsetAndEpoch,
+    RemoveRaftVoterRequest,
+    ReplicaKey,
+    UpdateRaftVoterRequest,
+    VoterEntry,
+)
 from kraft_node.raft.roles import EpochElection
 from kraft_node.raft.sim.cluster import Cluster, SimConfig
 from kraft_node.raft.sim.network import NetworkConfig
@@ -196,7 +204,6 @@ def test_only_one_voter_change_at_a_time():
     ld.core.handle_request(0, 1, add_req(c, 4), c.scheduler.now)
     ld.core.handle_request(0, 2, remove_req(c, c.keys[2]), c.scheduler.now)
     ld.poll()
-    out = [r for r in c.admin_responses]
     c.run_for(5)
     r = [resp for src, resp in c.admin_responses if src == ld.id]
     assert any(x.error_code == Errors.REQUEST_TIMED_OUT and "in progress" in x.error_message for x in r)

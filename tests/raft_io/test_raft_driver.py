@@ -7,21 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 
 import pytest
-
 from support.raft import CLUSTER_ID, cluster_properties, free_ports
 
-from kraft_node.server.config import NodeConfig
 from kraft_node.network import KafkaConnection
 from kraft_node.raft import messages as m
+from kraft_node.raft.errors import NotLeaderError, RaftError
 from kraft_node.raft.io import wire
 from kraft_node.raft.io.driver import AUTO_THREAD_FLUSH_BYTES, DriverError
-from kraft_node.raft.errors import NotLeaderError, RaftError
 from kraft_node.raft.io.file_state import FileQuorumStateStore
 from kraft_node.raft.io.kafka_log import KafkaRaftLog
+from kraft_node.server.config import NodeConfig
 from kraft_node.server.node import KraftNode
 from kraft_node.server.tools import metadata_quorum
 
@@ -335,7 +333,8 @@ def test_snapshot_is_fetched_over_tcp_by_a_wiped_follower(tmp_path):
             for records in payload:
                 w.append(records)
             w.freeze()
-            size = os.path.getsize(os.path.join(leader.partition_dir, "%020d-%010d.checkpoint" % (sid.offset, sid.epoch)))
+            name = "%020d-%010d.checkpoint" % (sid.offset, sid.epoch)
+            size = os.path.getsize(os.path.join(leader.partition_dir, name))
             assert leader.log.start_offset == hwm
             victim = next(d for d in ds if d is not leader)
             idx = ds.index(victim)
@@ -386,8 +385,10 @@ class _Seen:
 
 def _standalone(tmp_path):
     import io
-    from kraft_node.server.tools.storage import format_storage
+
     from support.raft import free_ports
+
+    from kraft_node.server.tools.storage import format_storage
     (port,) = free_ports(1)
     p = tmp_path / "server.properties"
     p.write_text("process.roles=controller\nnode.id=1\n"
@@ -445,8 +446,10 @@ def test_initial_controllers_quorum_elects_and_replicates_from_the_bootstrap_sna
     given): the voter set comes from each node's (0, 0) snapshot, a leader is elected, records
     commit on every node, and DescribeQuorum reports each voter's directory id and endpoint."""
     import io
-    from kraft_node.server.tools.storage import format_storage, random_uuid
+
     from support.raft import free_ports
+
+    from kraft_node.server.tools.storage import format_storage, random_uuid
     ports = free_ports(3)
     dirs = [random_uuid() for _ in range(3)]
     initial = ",".join(f"{i + 1}@127.0.0.1:{ports[i]}:{dirs[i]}" for i in range(3))
@@ -495,9 +498,11 @@ def test_observer_learns_the_voter_set_from_the_epoch_start_records(tmp_path):
     quorum begins its epoch with KRaftVersion and Voters records (as Kafka does), so the
     observer learns the voter set -- directory id and endpoint included -- from the log."""
     import io
+
+    from support.raft import free_ports
+
     from kraft_node.raft.messages import KRaftVersionControl, VotersControl
     from kraft_node.server.tools.storage import format_storage
-    from support.raft import free_ports
     ports = free_ports(2)
     paths = []
     for i in range(2):
@@ -558,9 +563,10 @@ def test_old_request_versions_get_answers_without_node_endpoints(tmp_path):
                 assert v0.topics[0].partitions[0].leader_id == 1 and v0.node_endpoints == []
                 assert [(n.node_id, n.port) for n in v2.node_endpoints] == [(1, node.port)]
                 F = g_fetch.FetchRequest
-                fbody = F(cluster_id=CLUSTER_ID, replica_id=-1, max_wait_ms=0, topics=[F.FetchTopic(
-                    topic_id=METADATA_TOPIC_ID, partitions=[F.FetchPartition(partition=0, current_leader_epoch=-1,
-                                                                              fetch_offset=0, partition_max_bytes=1000)])])
+                part = F.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,
+                                        partition_max_bytes=1000)
+                fbody = F(cluster_id=CLUSTER_ID, replica_id=-1, max_wait_ms=0,
+                          topics=[F.FetchTopic(topic_id=METADATA_TOPIC_ID, partitions=[part])])
                 f13 = await conn.request(fbody, 13, timeout=2)
                 assert f13.error_code == 0 and f13.responses[0].partitions[0].current_leader.leader_id == 1
             finally:

@@ -1,20 +1,18 @@
 """FileQuorumStateStore: Kafka's quorum-state file <-> the core's ElectionState."""
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import uuid
 
 import pytest
+from conftest import fixture_params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kraft_node.raft.io.file_state import FileQuorumStateStore
 from kraft_node.raft.messages import ReplicaKey
 from kraft_node.raft.roles import ElectionState
-
-from conftest import fixture_params
 
 FIXTURE_FILES = fixture_params("__cluster_metadata-0/quorum-state")
 

@@ -6,21 +6,45 @@ query identically.  Plus byte-level checks that the files are what Kafka writes.
 """
 from __future__ import annotations
 
+import io
 import os
+import uuid as _uuid
 
 import pytest
+from conftest import fixture_params
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kraft_node.raft.io.kafka_log import (KafkaRaftLog, RawBatch, decode_raft_batches, decode_leader_change,
-                                          encode_batches, encode_leader_change)
+from kraft_node.raft.io.kafka_log import (
+    KafkaRaftLog,
+    KafkaSnapshotControl,
+    RawBatch,
+    decode_kraft_version,
+    decode_leader_change,
+    decode_raft_batches,
+    decode_voters,
+    encode_batches,
+    encode_control_value,
+    encode_kraft_version,
+    encode_leader_change,
+    encode_voters,
+)
 from kraft_node.raft.log import MemoryRaftLog
-from kraft_node.raft.messages import Batch, LeaderChangeMessage, OffsetAndEpoch
-from kraft_storage.log.log import KafkaLog
-from kraft_storage.messages.control import ControlRecordType, decode_control_record
+from kraft_node.raft.messages import (
+    Batch,
+    Endpoint,
+    KRaftVersionControl,
+    LeaderChangeMessage,
+    OffsetAndEpoch,
+    ReplicaKey,
+    VoterEntry,
+    VotersControl,
+)
+from kraft_node.raft.voters import VoterSet
+from kraft_storage.messages.control import ControlRecordType, KRaftVersionRecord, VotersRecord, decode_control_record
 from kraft_storage.record import iter_batches
-
-from conftest import fixture_params
+from kraft_storage.snapshot import RawSnapshotWriter, RecordsSnapshotReader, RecordsSnapshotWriter
+from kraft_storage.snapshot import SnapshotId as FileSnapshotId
 
 
 def _lc(leader=1):
@@ -71,7 +95,8 @@ def test_raw_bytes_are_reused_and_follower_appends_identical_bytes(tmp_path):
     wire = encode_batches(got)
     b = KafkaRaftLog(str(tmp_path / "b"))
     b.append_as_follower(decode_raft_batches(wire))
-    a.flush(); b.flush()
+    a.flush()
+    b.flush()
     assert (tmp_path / "a" / "00000000000000000000.log").read_bytes() == \
            (tmp_path / "b" / "00000000000000000000.log").read_bytes()
 
@@ -198,7 +223,6 @@ def test_matches_memory_model(tmp_path_factory, script):
             if model.end_offset <= model.start_offset:
                 continue
             off = model.start_offset + 1 + op[1] % (model.end_offset - model.start_offset)
-            ep = model.end_offset_for_epoch(10 ** 6)
             e = next(b.epoch for b in model.batches() if b.base_offset <= off - 1 < b.next_offset)
             sid = OffsetAndEpoch(off, e)
             for log in (model, real):
@@ -276,16 +300,6 @@ def test_decoded_batches_leave_no_garbage_for_the_cycle_collector():
 
 
 # ------------------------------------------------------------------ KIP-853 control records and snapshots
-import io
-import uuid as _uuid
-
-from kraft_node.raft.io.kafka_log import (KafkaSnapshotControl, decode_kraft_version, decode_voters,
-                                          encode_control_value, encode_kraft_version, encode_voters)
-from kraft_node.raft.messages import Endpoint, KRaftVersionControl, ReplicaKey, VoterEntry, VotersControl
-from kraft_node.raft.voters import VoterSet
-from kraft_storage.messages.control import KRaftVersionRecord, VotersRecord
-from kraft_storage.snapshot import RawSnapshotWriter, RecordsSnapshotReader, RecordsSnapshotWriter
-from kraft_storage.snapshot import SnapshotId as FileSnapshotId
 
 _ids = st.integers(0, 2 ** 31 - 1)
 _entries = st.lists(st.builds(
@@ -426,8 +440,8 @@ def test_snapshot_control_write_read_properties(tmp_path, values, kv1, vs1, kv2,
     """Any records snapshot, rewritten with any control state (twice, so that the header batch
     grows and shrinks): read() gives back the last state written, and the data records and
     their order survive with contiguous offsets after the header batch."""
-    from kraft_storage.record import decode_records, scan_batches
     from kraft_storage.messages.metadata import FeatureLevelRecord
+    from kraft_storage.record import decode_records, scan_batches
     d = tmp_path / f"s{len(os.listdir(tmp_path))}"
     d.mkdir()
     raw = RawSnapshotWriter(str(d), FileSnapshotId(7, 1))
@@ -520,12 +534,14 @@ def test_snapshot_writer_of_the_core_writes_kafka_records_snapshots(tmp_path):
     (header, the state machine's records in batches, footer), streamed to a .part file,
     published on freeze() with the log prefix dropped; what a Kafka reader opens."""
     import random
+
     from kraft_node.raft.client import RaftCore
     from kraft_node.raft.config import QuorumConfig
     from kraft_node.raft.io.kafka_log import KafkaSnapshotControl
     from kraft_node.raft.messages import ReplicaKey
     from kraft_node.raft.quorum_state import MemoryQuorumStateStore
-    from kraft_storage.snapshot import RecordsSnapshotReader, SnapshotId as FileSnapshotId
+    from kraft_storage.snapshot import RecordsSnapshotReader
+    from kraft_storage.snapshot import SnapshotId as FileSnapshotId
     d = str(tmp_path / "__cluster_metadata-0")
     log = KafkaRaftLog(d)
     core = RaftCore(QuorumConfig(), ReplicaKey(1, None), [ReplicaKey(1, None)], log, MemoryQuorumStateStore(),
@@ -578,6 +594,7 @@ class _SnapshotLoads:
 
 def _single_voter_core(log):
     import random
+
     from kraft_node.raft.client import RaftCore
     from kraft_node.raft.config import QuorumConfig
     from kraft_node.raft.messages import ReplicaKey

@@ -63,23 +63,34 @@ from kraft_node.network.server import DEFERRED
 from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest
 from kraft_node.protocol.generated.describe_quorum import DescribeQuorumResponse
-from kraft_node.raft.io import wire
 from kraft_node.raft.client import RaftCore
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import Errors, NotLeaderError, RaftError
 from kraft_node.raft.flush import CoreOptions, InlineFlush
-from kraft_node.raft.io.flush import RateFlush
+from kraft_node.raft.io import wire
 from kraft_node.raft.io.file_state import FileQuorumStateStore
-from kraft_node.raft.io.kafka_log import (KafkaRaftLog, KafkaSnapshotControl, encode_control_value,
-                                        is_records_snapshot)
-from kraft_node.raft.messages import (AddRaftVoterRequest, BeginQuorumEpochRequest, Endpoint, EndQuorumEpochRequest,
-                                      FetchRequest, FetchSnapshotRequest, LeaderAndEpoch, NodeEndpoint,
-                                      OutboundRequest, OutboundResponse, RemoveRaftVoterRequest, ReplicaKey,
-                                      UpdateRaftVoterRequest, VoteRequest)
+from kraft_node.raft.io.flush import RateFlush
+from kraft_node.raft.io.kafka_log import KafkaRaftLog, KafkaSnapshotControl, encode_control_value, is_records_snapshot
+from kraft_node.raft.messages import (
+    AddRaftVoterRequest,
+    BeginQuorumEpochRequest,
+    Endpoint,
+    EndQuorumEpochRequest,
+    FetchRequest,
+    FetchSnapshotRequest,
+    LeaderAndEpoch,
+    NodeEndpoint,
+    OutboundRequest,
+    OutboundResponse,
+    RemoveRaftVoterRequest,
+    ReplicaKey,
+    UpdateRaftVoterRequest,
+    VoteRequest,
+)
 from kraft_node.raft.roles import LeaderState
 from kraft_storage.errors import KraftStorageError
 from kraft_storage.log.fdsync import native_aio_available, open_async_fdatasync
-from kraft_storage.messages.runtime import MessageError, Uuid, ZERO_UUID
+from kraft_storage.messages.runtime import ZERO_UUID, MessageError, Uuid
 
 log = logging.getLogger("kraft.raft")
 
@@ -641,7 +652,8 @@ class RaftDriver:
             return
         if self._flush_executor is None:
             import concurrent.futures
-            self._flush_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"raft-flush-{self.node_id}")
+            self._flush_executor = concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix=f"raft-flush-{self.node_id}")
         loop = self.loop
 
         def landed(_f, job=job):  # on the flush thread

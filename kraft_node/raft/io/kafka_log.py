@@ -69,24 +69,46 @@ import time
 import uuid
 from typing import Sequence
 
-from kraft_node.raft.messages import (Batch, Endpoint, KRaftVersionControl, LeaderChangeMessage, OffsetAndEpoch,
-                                      ReplicaKey, SnapshotId, VoterEntry, VotersControl)
+from kraft_node.raft.messages import (
+    Batch,
+    Endpoint,
+    KRaftVersionControl,
+    LeaderChangeMessage,
+    OffsetAndEpoch,
+    ReplicaKey,
+    SnapshotId,
+    VoterEntry,
+    VotersControl,
+)
 from kraft_node.raft.voters import VoterSet
-from kraft_storage.log.log import KafkaLog
-from kraft_storage.log.config import LogConfig
-from kraft_storage.messages.runtime import METADATA_TOPIC_ID, MessageError, Uuid, ZERO_UUID
-from kraft_storage.messages.control import (ControlRecordType, KRaftVersionRecord,
-                                            LeaderChangeMessage as WireLeaderChange, SnapshotHeaderRecord,
-                                            VotersRecord, decode_control_key, decode_control_record,
-                                            encode_control_key)
-from kraft_storage.errors import CorruptRecordError, KraftStorageError
-from kraft_storage.log.errors import CorruptCleanLogError
 from kraft_storage.crc32c import crc32c as _crc32c
+from kraft_storage.errors import CorruptRecordError, KraftStorageError
+from kraft_storage.log.config import LogConfig
+from kraft_storage.log.errors import CorruptCleanLogError
+from kraft_storage.log.log import KafkaLog
+from kraft_storage.messages.control import (
+    ControlRecordType,
+    KRaftVersionRecord,
+    SnapshotHeaderRecord,
+    VotersRecord,
+    decode_control_key,
+    decode_control_record,
+    encode_control_key,
+)
+from kraft_storage.messages.control import LeaderChangeMessage as WireLeaderChange
+from kraft_storage.messages.runtime import METADATA_TOPIC_ID, ZERO_UUID, MessageError, Uuid
 from kraft_storage.record import build_batch, build_batches, decode_records, scan_batches
 from kraft_storage.record.constants import CONTROL_MASK
-from kraft_storage.snapshot import (RawSnapshotReader, RawSnapshotWriter, RecordsSnapshotReader,
-                                    RecordsSnapshotWriter, SnapshotError, SnapshotId as FileSnapshotId,
-                                    delete_snapshot, open_snapshot_dir)
+from kraft_storage.snapshot import (
+    RawSnapshotReader,
+    RawSnapshotWriter,
+    RecordsSnapshotReader,
+    RecordsSnapshotWriter,
+    SnapshotError,
+    delete_snapshot,
+    open_snapshot_dir,
+)
+from kraft_storage.snapshot import SnapshotId as FileSnapshotId
 
 __all__ = ["KafkaRaftLog", "RawBatch", "FetchedBatches", "encode_batches", "decode_raft_batches",
            "encode_leader_change", "decode_leader_change", "encode_voters", "decode_voters", "encode_kraft_version",

@@ -15,22 +15,26 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
-from kraft_node.raft.client import RaftCore
 from kraft_node.raft.api import SnapshotReader
-from kraft_node.raft.snapshot import data_frame
-from kraft_node.raft.voters import FramedSnapshotControl
-from kraft_node.raft.flush import CoreOptions, InlineFlush, JobFlush
+from kraft_node.raft.client import RaftCore
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import BufferFullError, NotLeaderError
+from kraft_node.raft.flush import CoreOptions, InlineFlush, JobFlush
 from kraft_node.raft.log import MemoryRaftLog
-from kraft_node.raft.messages import (Batch, LeaderAndEpoch, OffsetAndEpoch, OutboundRequest, ReplicaKey,
-                                      FetchRequest, VoteRequest)
+from kraft_node.raft.messages import (
+    Batch,
+    FetchRequest,
+    LeaderAndEpoch,
+    OffsetAndEpoch,
+    OutboundRequest,
+    ReplicaKey,
+    VoteRequest,
+)
 from kraft_node.raft.quorum_state import MemoryQuorumStateStore
-from kraft_node.raft.roles import LeaderState
 from kraft_node.raft.sim.invariants import InvariantChecker, SafetyViolation
 from kraft_node.raft.sim.network import Envelope, EventScheduler, Network, NetworkConfig
-from kraft_node.raft.voters import VoterSet
-
+from kraft_node.raft.snapshot import data_frame
+from kraft_node.raft.voters import FramedSnapshotControl, VoterSet
 
 #: Node id of the simulated admin client (kraft-metadata-quorum add/remove-controller).
 ADMIN_ID = 0
