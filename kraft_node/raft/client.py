@@ -119,6 +119,14 @@ from kraft_node.raft.voters import (
 
 #: Base of the election backoffs (Kafka's RETRY_BACKOFF_BASE_MS).
 RETRY_BACKOFF_BASE_MS = 100
+
+
+def binary_exponential_backoff(retries: int, rng: random.Random, max_ms: int) -> int:
+    """A candidate's backoff after losing ``retries`` elections (Kafka's
+    ``binaryExponentialElectionBackoffMs``): random in {0, 100, ..., 100 * (2**retries - 1)} ms,
+    capped at ``election.backoff.max.ms``."""
+    retries = max(1, retries)
+    return min(RETRY_BACKOFF_BASE_MS * rng.randrange(2 << min(20, retries - 1)), max_ms)
 NONE = Errors.NONE
 
 
@@ -299,6 +307,12 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
     @property
     def high_watermark(self) -> int | None:
         return self.quorum.state.high_watermark
+
+    @property
+    def recent_batches(self) -> tuple[int, int]:
+        """(batches, bytes) the leader keeps in memory to answer Fetches and feed listeners
+        (see fetch_serving); (0, 0) once every listener and voter has them."""
+        return len(self._recent_batches), self._recent_bytes
 
     def log_end(self) -> OffsetAndEpoch:
         return OffsetAndEpoch(self.log.end_offset, self.log.last_fetched_epoch)
@@ -588,10 +602,7 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             self._transition_to_unattached(st.epoch, now_ms)
 
     def _binary_exponential_backoff(self, retries: int) -> int:
-        """Random in {0, 100, ..., 100 * (2**retries - 1)} ms, capped at election.backoff.max.ms."""
-        retries = max(1, retries)
-        return min(RETRY_BACKOFF_BASE_MS * self.rng.randrange(2 << min(20, retries - 1)),
-                   self.config.election_backoff_max_ms)
+        return binary_exponential_backoff(retries, self.rng, self.config.election_backoff_max_ms)
 
     def _strict_exponential_backoff(self, position: int, total: int) -> int:
         """Kafka's strict exponential backoff by successor position: 0 for the first,

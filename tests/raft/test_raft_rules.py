@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from kraft_node.raft.client import RETRY_BACKOFF_BASE_MS, RaftCore
+from kraft_node.raft.client import RETRY_BACKOFF_BASE_MS, RaftCore, binary_exponential_backoff
 from kraft_node.raft.config import QuorumConfig
 from kraft_node.raft.errors import Errors, InvariantViolation, NotLeaderError, RaftError
 from kraft_node.raft.flush import CoreOptions, JobFlush
@@ -430,11 +430,11 @@ def test_randomized_election_timeout_is_between_t_and_2t():
 
 
 def test_candidate_election_backoff_is_binary_exponential_and_capped():
-    ctx = Ctx()
+    rng, max_ms = random.Random(5), Ctx().config.election_backoff_max_ms
     for retries, hi in [(1, 100), (2, 300), (3, 700)]:
-        vals = {ctx.core._binary_exponential_backoff(retries) for _ in range(300)}
+        vals = {binary_exponential_backoff(retries, rng, max_ms) for _ in range(300)}
         assert vals <= set(range(0, hi + 1, RETRY_BACKOFF_BASE_MS)) and max(vals) == hi
-    assert max(ctx.core._binary_exponential_backoff(12) for _ in range(300)) == 1000  # capped
+    assert max(binary_exponential_backoff(12, rng, max_ms) for _ in range(300)) == 1000  # capped
 
 
 def test_candidate_that_loses_backs_off_then_goes_prospective():
@@ -780,10 +780,9 @@ def test_leader_listener_gets_in_memory_batches_without_reading_the_log():
         raise AssertionError("the leader re-read its own batches")
 
     ctx.log.read = no_read
-    # Commit offsets [0, 2) by recording a follower's progress directly (a Fetch would read the log).
-    st = ctx.state
-    st.update_replica_state(key(2), ctx.now, 2)
-    ctx.core._on_leader_hwm_update(ctx.now)
+    # Commit offsets [0, 2): follower 2 fetches at the end, so the answer carries no batch and
+    # the leader reads nothing to serve it.
+    ctx.request(2, ctx.fetch(2, 2, ep))
     ctx.poll()
     assert ctx.listener.next_offset() == 2 and ctx.listener.commits[-1].records == (b"a",)
 
@@ -1313,7 +1312,7 @@ def test_leader_answers_a_lagging_voter_from_memory_within_a_byte_cap(monkeypatc
     end2 = ctx.log.end_offset
     monkeypatch.setattr(fetch_serving, "RECENT_BATCHES_MAX_BYTES", 1)
     ctx.request(2, ctx.fetch(2, end2, ep))
-    assert ctx.core.high_watermark == end2 and ctx.core._recent_batches == [] and ctx.core._recent_bytes == 0
+    assert ctx.core.high_watermark == end2 and ctx.core.recent_batches == (0, 0)
     resp = ctx.request(3, ctx.fetch(3, end, ep))
     assert records(resp) == [b"b%d" % i for i in range(3)] and read_back  # from the log
 

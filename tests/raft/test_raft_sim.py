@@ -80,6 +80,9 @@ def test_simulation_exercises_the_interesting_paths():
 
 
 # ---- the checker must catch real bugs (mutation tests)
+# These are the one place where core tests reach past RaftCore's public API: each patches an
+# internal step to inject a known bug (a vote that ignores the log, a commit by a minority, a
+# Fetch sent before its flush...) and checks that the invariant checker catches it.
 def _count_failures(seeds) -> list[str]:
     out = []
     for s in seeds:

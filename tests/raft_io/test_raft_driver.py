@@ -705,7 +705,8 @@ def test_requests_held_behind_a_flush_are_sent_when_it_lands_and_failed_when_it_
             d._send_request = sent.append
             for durable in (False, True):
                 job, conn = object(), Conn()
-                out = m.OutboundRequest(2, 7, d.core._build_fetch(0, 0), 0, job)
+                fetch = m.FetchRequest(d.cluster_id, 1, 500, 0, 0, 0, 0, None, -1)
+                out = m.OutboundRequest(2, 7, fetch, 0, job)
                 d._held[id(job)] = [(conn, 11, b"frame"), out]
                 d._release_held(job, durable)
                 await asyncio.sleep(0)
