@@ -16,40 +16,11 @@ them (constructor keywords and defaults, nested classes, class constants).
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
+
+from kraft_storage.messages.runtime import GeneratedMessage
 
 __all__ = ["TWINS", "RpcFetchCodec", "RpcHeadersCodec"]
-
-
-class GeneratedMessage(Protocol):
-    """A generated message class (fields are keyword-only constructor arguments, from the schema)."""
-
-    NAME: str
-    LOWEST_VERSION: int
-    HIGHEST_VERSION: int
-    FIRST_FLEXIBLE_VERSION: int
-    unknown_tagged_fields: Any
-
-    def __init__(self, **fields: Any) -> None:
-        """The fields by name (generated into both twins: the twins must agree)."""
-
-    @classmethod
-    def read(cls, buf: Any, version: int) -> Any:
-        """Decode a whole body of ``version`` (MessageError on bad or trailing bytes)."""
-
-    @classmethod
-    def read_prefix(cls, buf: Any, pos: int, version: int) -> tuple:
-        """Decode one body at ``buf[pos:]``: ``(message, end position)``."""
-
-    def write(self, version: int) -> bytes:
-        """Encode as ``version``."""
-
-    def to_dict(self, version: int | None = None) -> dict:
-        """Kafka's JSON form."""
-
-    @classmethod
-    def from_dict(cls, d: dict, version: int | None = None) -> Any:
-        """Inverse of :meth:`to_dict`."""
 
 
 class ApiMessage(GeneratedMessage, Protocol):

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BATCH_DTYPE", "LATEST_EPOCH", "NO_SNAPSHOT_EPOCH", "as_fd"]
+__all__ = ["BATCH_DTYPE", "LATEST_EPOCH", "NO_SNAPSHOT_EPOCH", "as_fd", "zigzag_varint"]
 
 # -- record batches (kernels ``_batch`` and ``_logappend``; ``kraft_storage.record.batch``)
 
@@ -56,3 +56,17 @@ def as_fd(f: Any) -> int:
         except TypeError:
             pass
     raise TypeError(f"a file descriptor must be an int, not {type(f).__name__}")
+
+
+# -- varints (Kafka's record format: the pure twin ``_batch`` and the convenience builder)
+
+def zigzag_varint(v: int, bits: int) -> bytes:
+    """Kafka's zig-zag varint of a signed ``bits``-bit value (32: varint, 64: varlong)."""
+    u = ((v << 1) ^ (v >> (bits - 1))) & ((1 << bits) - 1)
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+

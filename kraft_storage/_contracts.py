@@ -43,6 +43,7 @@ import numpy as np
 
 from kraft_storage._common import LATEST_EPOCH
 from kraft_storage.errors import SnapshotEpochError, SnapshotNotFoundError
+from kraft_storage.messages.runtime import GeneratedMessage
 
 __all__ = [
     "TWINS", "BatchKernel", "Crc32cKernel", "FdsyncKernel", "FrameKernel", "IndexKernel", "LogAppendKernel",
@@ -371,37 +372,6 @@ class LogAppendKernel(Protocol):
 
 
 # ---------------------------------------------------------------- _messages_metadata
-
-
-class GeneratedMessage(Protocol):
-    """A generated message class (one per schema; its fields are keyword-only constructor arguments)."""
-
-    NAME: str
-    LOWEST_VERSION: int
-    HIGHEST_VERSION: int
-    FIRST_FLEXIBLE_VERSION: int
-    unknown_tagged_fields: Any
-
-    def __init__(self, **fields: Any) -> None:
-        """The fields by name (the schema, generated into both twins by ``codegen``: the twins must agree)."""
-
-    @classmethod
-    def read(cls, buf: Any, version: int) -> Any:
-        """Decode a whole body of ``version`` (MessageError on bad bytes or trailing bytes)."""
-
-    @classmethod
-    def read_prefix(cls, buf: Any, pos: int, version: int) -> tuple[Any, int]:
-        """Decode one body at ``buf[pos:]``: ``(message, end position)``."""
-
-    def write(self, version: int) -> bytes:
-        """Encode as ``version``."""
-
-    def to_dict(self, version: int | None = None) -> dict[str, Any]:
-        """Kafka's JSON form (of ``version``'s fields when given)."""
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], version: int | None = None) -> Any:
-        """Inverse of :meth:`to_dict`."""
 
 
 class MetadataRecord(GeneratedMessage, Protocol):

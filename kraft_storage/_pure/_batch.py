@@ -16,6 +16,7 @@ import struct
 
 import numpy as np
 
+from kraft_storage._common import zigzag_varint
 from kraft_storage.crc32c import crc32c
 
 OK, TRUNCATED, CORRUPT, CAPACITY = 0, 1, 2, 3
@@ -75,24 +76,12 @@ def _rd_varlong(buf, p: int, end: int) -> tuple[int, int]:
 
 def write_varint(v: int) -> bytes:
     """Zig-zag varint of a signed 32-bit value."""
-    u = ((v << 1) ^ (v >> 31)) & 0xFFFFFFFF
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
+    return zigzag_varint(v, 32)
 
 
 def write_varlong(v: int) -> bytes:
     """Zig-zag varint of a signed 64-bit value."""
-    u = ((v << 1) ^ (v >> 63)) & (_I64 - 1)
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
+    return zigzag_varint(v, 64)
 
 
 def scan(buf, start: int, end: int, crc_mode: int, max_batch_size: int, out: np.ndarray):

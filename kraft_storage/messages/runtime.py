@@ -42,12 +42,13 @@ import base64
 import math
 import os
 import struct
+from typing import Any, Protocol
 
 from kraft_storage.errors import KraftStorageError
 
 __all__ = [
     "MessageError", "Uuid", "ZERO_UUID", "ONE_UUID", "METADATA_TOPIC_ID", "Reader", "Writer",
-    "Message", "UNSET", "uvarint_size", "kafka_json_names",
+    "Message", "UNSET", "uvarint_size", "kafka_json_names", "GeneratedMessage",
 ]
 
 
@@ -739,3 +740,34 @@ def kafka_json_names(value):
     if isinstance(value, list):
         return [kafka_json_names(v) for v in value]
     return value
+
+
+class GeneratedMessage(Protocol):
+    """A generated message class (one per schema; its fields are keyword-only constructor arguments)."""
+
+    NAME: str
+    LOWEST_VERSION: int
+    HIGHEST_VERSION: int
+    FIRST_FLEXIBLE_VERSION: int
+    unknown_tagged_fields: Any
+
+    def __init__(self, **fields: Any) -> None:
+        """The fields by name (the schema, generated into both twins by ``codegen``: the twins must agree)."""
+
+    @classmethod
+    def read(cls, buf: Any, version: int) -> Any:
+        """Decode a whole body of ``version`` (MessageError on bad bytes or trailing bytes)."""
+
+    @classmethod
+    def read_prefix(cls, buf: Any, pos: int, version: int) -> tuple[Any, int]:
+        """Decode one body at ``buf[pos:]``: ``(message, end position)``."""
+
+    def write(self, version: int) -> bytes:
+        """Encode as ``version``."""
+
+    def to_dict(self, version: int | None = None) -> dict[str, Any]:
+        """Kafka's JSON form (of ``version``'s fields when given)."""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], version: int | None = None) -> Any:
+        """Inverse of :meth:`to_dict`."""

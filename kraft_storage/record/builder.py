@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import numpy as np
 
+from kraft_storage._common import zigzag_varint
 from kraft_storage.accel import load
 from kraft_storage.record import compression as _compression
 from kraft_storage.record.constants import (
@@ -66,17 +67,6 @@ def _fields(r: Any, i: int, base_offset: int,
     return od, int(ts), key, value, tuple(headers)
 
 
-def _zigzag(v: int, bits: int) -> bytes:
-    """Kafka's zig-zag varint of a signed ``bits``-bit value."""
-    u = ((v << 1) ^ (v >> (bits - 1))) & ((1 << bits) - 1)
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
 def _encode_records(records: Iterable[tuple[int, int, bytes | None, bytes | None, Any]]) -> bytes:
     """Record bodies from (offset_delta, timestamp_delta, key, value, headers) tuples: the
     general form, with headers, of the convenience builder (not a kernel: the bulk paths
@@ -85,23 +75,23 @@ def _encode_records(records: Iterable[tuple[int, int, bytes | None, bytes | None
     out = bytearray()
     for od, tsd, k, v, headers in records:
         body = bytearray(b"\x00")
-        body += _zigzag(tsd, 64)
-        body += _zigzag(od, 32)
-        body += _zigzag(-1 if k is None else len(k), 32)
+        body += zigzag_varint(tsd, 64)
+        body += zigzag_varint(od, 32)
+        body += zigzag_varint(-1 if k is None else len(k), 32)
         if k:
             body += k
-        body += _zigzag(-1 if v is None else len(v), 32)
+        body += zigzag_varint(-1 if v is None else len(v), 32)
         if v:
             body += v
-        body += _zigzag(len(headers), 32)
+        body += zigzag_varint(len(headers), 32)
         for hk, hv in headers:
             hkb = hk.encode() if isinstance(hk, str) else bytes(hk)
-            body += _zigzag(len(hkb), 32)
+            body += zigzag_varint(len(hkb), 32)
             body += hkb
-            body += _zigzag(-1 if hv is None else len(hv), 32)
+            body += zigzag_varint(-1 if hv is None else len(hv), 32)
             if hv:
                 body += hv
-        out += _zigzag(len(body), 32)
+        out += zigzag_varint(len(body), 32)
         out += body
     return bytes(out)
 

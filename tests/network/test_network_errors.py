@@ -15,6 +15,7 @@ import logging
 import time
 
 import pytest
+from support.config import cfg
 from support.raft import cluster_properties, free_ports
 
 from kraft_node.network import ConnectFailed, KafkaConnection, KafkaServer
@@ -24,15 +25,6 @@ from kraft_node.server.tools import metadata_quorum
 
 BAD_HOST = "no-such-host.invalid"  # RFC 2606: never resolves
 
-BASE = {"process.roles": "controller", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9093",
-        "listeners": "CONTROLLER://127.0.0.1:9093", "controller.listener.names": "CONTROLLER",
-        "log.dirs": "/unused"}
-
-
-def cfg(**over):
-    props = dict(BASE)
-    props.update(over)
-    return NodeConfig.from_properties({k: v for k, v in props.items() if v is not None}, "server.properties")
 
 
 @pytest.mark.parametrize("over,key", [

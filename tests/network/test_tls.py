@@ -16,6 +16,7 @@ import asyncio
 import time
 
 import pytest
+from support.config import cfg as _cfg
 from support.pki import Pki
 from support.raft import cluster_properties
 
@@ -282,15 +283,6 @@ def test_kafka_python_connects_with_ssl_and_fails_in_plaintext(pki):
 
 
 # ------------------------------------------------------------------ configuration
-BASE = {"process.roles": "controller", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9093",
-        "listeners": "CONTROLLER://127.0.0.1:9093", "controller.listener.names": "CONTROLLER",
-        "log.dirs": "/unused"}
-
-
-def _cfg(**over):
-    props = dict(BASE)
-    props.update(over)
-    return NodeConfig.from_properties({k: v for k, v in props.items() if v is not None}, "server.properties")
 
 
 def test_the_controller_listener_protocol_comes_from_the_map(pki):

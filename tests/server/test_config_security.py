@@ -18,18 +18,9 @@ import sys
 
 import pytest
 from conftest import REPO
+from support.config import cfg
 
-from kraft_node.server.config import ConfigError, NodeConfig, kafka_config_names, warn_unused_keys
-
-BASE = {"process.roles": "controller", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9093",
-        "listeners": "CONTROLLER://127.0.0.1:9093", "controller.listener.names": "CONTROLLER",
-        "log.dirs": "/unused"}
-
-
-def cfg(**over):
-    props = dict(BASE)
-    props.update(over)
-    return NodeConfig.from_properties({k: v for k, v in props.items() if v is not None}, "server.properties")
+from kraft_node.server.config import ConfigError, kafka_config_names, warn_unused_keys
 
 
 @pytest.mark.parametrize("key,value", [
