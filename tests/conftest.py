@@ -33,8 +33,9 @@ def fixture_files(*patterns: str) -> list[Path]:
 
 #: The one parameter of a parametrization whose fixture files are missing: a test run
 #: with it fails at setup (pytest_runtest_setup below), so a machine without the Kafka
-#: fixtures fails loudly instead of collecting nothing.  A string, compared by value,
-#: because some modules import this file as ``conftest`` and others as ``tests.conftest``.
+#: fixtures fails loudly instead of collecting nothing.  A string, compared by value, so
+#: the check holds however a module reaches this file (pytest loads it as a plugin and tests
+#: import it as ``conftest``: two module objects).
 MISSING_FIXTURES = "kafka-fixtures-missing"
 
 
