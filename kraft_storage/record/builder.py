@@ -33,7 +33,7 @@ from kraft_storage.record.constants import (
 
 if TYPE_CHECKING:
     import mmap
-    from typing import TypeAlias
+    from typing import TypeAlias, TypedDict, Unpack
 
     from typing_extensions import Buffer
 
@@ -41,6 +41,22 @@ if TYPE_CHECKING:
 
     #: What ``build_batches(out=...)`` writes into.
     _Writable: TypeAlias = bytearray | memoryview | mmap.mmap | np.ndarray
+
+    class _BatchOptions(TypedDict, total=False):
+        """The keyword arguments of :func:`build_batches` besides ``return_positions`` and
+        ``out`` (which pick its return type): typed once for its overloads."""
+        keys: Any
+        timestamps: Any
+        records_per_batch: int
+        base_offset: int
+        partition_leader_epoch: int
+        compression: Compression | str | int
+        timestamp: int | None
+        is_transactional: bool
+        is_control: bool
+        producer_id: int
+        producer_epoch: int
+        base_sequence: int
 
 _k = cast("BatchKernel", load("_batch"))
 
@@ -163,33 +179,17 @@ def _arrow(arg: Any, n_expected: int | None = None) -> tuple[Any, np.ndarray | N
 
 
 @overload
-def build_batches(values: Any, *, keys: Any = ..., timestamps: Any = ..., records_per_batch: int = ...,
-                  base_offset: int = ..., partition_leader_epoch: int = ...,
-                  compression: Compression | str | int = ..., timestamp: int | None = ...,
-                  is_transactional: bool = ..., is_control: bool = ..., producer_id: int = ...,
-                  producer_epoch: int = ..., base_sequence: int = ...,
-                  return_positions: Literal[False] = ..., out: None = ...) -> bytes: ...
+def build_batches(values: Any, *, return_positions: Literal[False] = ..., out: None = ...,
+                  **options: Unpack[_BatchOptions]) -> bytes: ...
 @overload
-def build_batches(values: Any, *, keys: Any = ..., timestamps: Any = ..., records_per_batch: int = ...,
-                  base_offset: int = ..., partition_leader_epoch: int = ...,
-                  compression: Compression | str | int = ..., timestamp: int | None = ...,
-                  is_transactional: bool = ..., is_control: bool = ..., producer_id: int = ...,
-                  producer_epoch: int = ..., base_sequence: int = ...,
-                  return_positions: Literal[False] = ..., out: _Writable) -> int: ...
+def build_batches(values: Any, *, return_positions: Literal[False] = ..., out: _Writable,
+                  **options: Unpack[_BatchOptions]) -> int: ...
 @overload
-def build_batches(values: Any, *, keys: Any = ..., timestamps: Any = ..., records_per_batch: int = ...,
-                  base_offset: int = ..., partition_leader_epoch: int = ...,
-                  compression: Compression | str | int = ..., timestamp: int | None = ...,
-                  is_transactional: bool = ..., is_control: bool = ..., producer_id: int = ...,
-                  producer_epoch: int = ..., base_sequence: int = ...,
-                  return_positions: Literal[True], out: None = ...) -> tuple[bytes, np.ndarray]: ...
+def build_batches(values: Any, *, return_positions: Literal[True], out: None = ...,
+                  **options: Unpack[_BatchOptions]) -> tuple[bytes, np.ndarray]: ...
 @overload
-def build_batches(values: Any, *, keys: Any = ..., timestamps: Any = ..., records_per_batch: int = ...,
-                  base_offset: int = ..., partition_leader_epoch: int = ...,
-                  compression: Compression | str | int = ..., timestamp: int | None = ...,
-                  is_transactional: bool = ..., is_control: bool = ..., producer_id: int = ...,
-                  producer_epoch: int = ..., base_sequence: int = ...,
-                  return_positions: Literal[True], out: _Writable) -> tuple[int, np.ndarray]: ...
+def build_batches(values: Any, *, return_positions: Literal[True], out: _Writable,
+                  **options: Unpack[_BatchOptions]) -> tuple[int, np.ndarray]: ...
 def build_batches(values: Any, *, keys: Any = None, timestamps: Any = None, records_per_batch: int = 1000,
                   base_offset: int = 0, partition_leader_epoch: int = 0,
                   compression: Compression | str | int = Compression.NONE,
