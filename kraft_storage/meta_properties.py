@@ -295,14 +295,8 @@ class MetaPropertiesFile:
         return format_properties(self.meta.to_properties(), date_line=self.date_line, order=self.order)
 
 
-_UUID_TEXT = re.compile(r"^[A-Za-z0-9_-]{22}$")
-
-
 def _is_kafka_uuid(text: str) -> bool:
-    """Kafka's ``Uuid.fromString`` accepts it (its URL decoder refuses ``+``, ``/`` and any
-    other character outside the URL-safe alphabet, which Python's decoder would let through)."""
-    if not _UUID_TEXT.match(text):
-        return False
+    """Kafka's ``Uuid.fromString`` accepts it (the codec runtime's parser is as strict)."""
     from kraft_storage.messages.runtime import Uuid
     try:
         Uuid(text)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import base64
 import math
 import os
+import re
 import struct
 from typing import Any, Protocol
 
@@ -159,9 +160,17 @@ class Uuid:
         return (Uuid, (self._b,))
 
 
+#: Kafka's Uuid text: 22 characters of URL-safe base64, no padding.
+_UUID_TEXT = re.compile(r"[A-Za-z0-9_-]{22}")
+
+
 def _uuid_bytes_from_string(text: str) -> bytes:
+    """Kafka's ``Uuid.fromString``: its URL decoder refuses ``+``, ``/`` and anything outside
+    the URL-safe alphabet, which Python's ``urlsafe_b64decode`` would let through."""
     if not isinstance(text, str) or len(text) != 22:
         raise ValueError(f"not a Kafka base64 Uuid (22 characters expected): {text!r}")
+    if not _UUID_TEXT.fullmatch(text):
+        raise ValueError(f"not a Kafka base64 Uuid (URL-safe base64 characters expected): {text!r}")
     try:
         raw = base64.urlsafe_b64decode(text + "==")
     except Exception as exc:  # binascii.Error

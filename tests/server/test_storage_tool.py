@@ -90,6 +90,8 @@ def test_format_initial_controllers_uses_given_directory_id(tmp_path):
     ({"initial_controllers": "1@h:1:notauuid"}, False, "is not a Uuid"),
     ({"standalone": True, "release_version": "3.8"}, False, "needs metadata.version 3.9-IV0 or later, not 3.8-IV0"),
     ({"cluster_id": "abc"}, True, "Cluster ID string abc does not appear to be a valid UUID"),
+    # '+' and '/' decode in Python's urlsafe decoder, not in Kafka's: a node would refuse this id
+    ({"cluster_id": "5L6g3nShT+eMCtK/-X86sw"}, True, r"Cluster ID string 5L6g3nShT\+eMCtK/-X86sw does not appear"),
 ])
 def test_format_errors(tmp_path, kw, voters, msg):
     cid = kw.pop("cluster_id", CID)
