@@ -398,6 +398,16 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             raise NotLeaderError(f"node {self.local_id} is not the leader of epoch {epoch} ({st!r})")
         return st.accumulator.append(epoch, records, now_ms, atomic)
 
+    def next_offset(self, epoch: int) -> int:
+        """The offset the next :meth:`append` of the leader of ``epoch`` is given (Kafka's
+        ``prepareAppend`` learns it the same way).  The controller replays its records at
+        these offsets *before* appending them, so a record it cannot apply is found before
+        it is replicated.  NotLeaderError unless this node leads ``epoch``."""
+        st = self.quorum.state
+        if not isinstance(st, LeaderState) or st.epoch != epoch:
+            raise NotLeaderError(f"node {self.local_id} is not the leader of epoch {epoch} ({st!r})")
+        return st.accumulator.next_offset
+
     def time_until_drain(self, now_ms: int) -> int:
         """After :meth:`append`: ms until the leader's poll has a batch to write (0: now).
 

@@ -452,12 +452,23 @@ class RaftDriver:
         ``atomic=False`` its ``scheduleAppend``).  The future resolves with the last offset
         once committed in that epoch.  Raises NotLeaderError (not the leader of ``epoch``,
         also when it leads a later one) / BufferFullError at once."""
+        last = self.schedule_append(records, epoch, atomic)
+        fut = self.loop.create_future()
+        self._appends.add(last, epoch, fut)
+        return fut
+
+    def next_offset(self, epoch: int) -> int:
+        """The offset the next append of the leader of ``epoch`` gets (``RaftCore.next_offset``)."""
+        return self.core.next_offset(epoch)
+
+    def schedule_append(self, records, epoch: int, atomic: bool = True) -> int:
+        """:meth:`append` without the future (Kafka's ``scheduleAppend``): returns the last
+        offset given; a state machine that tracks commits itself (the controller's
+        purgatory, fed by ``handle_commit``) needs no future per append."""
         if self._closed:
             raise RaftError(f"node {self.node_id} is shut down")
         now = monotonic_ms()
         last = self.core.append(records, epoch, now, atomic)
-        fut = self.loop.create_future()
-        self._appends.add(last, epoch, fut)
         # Poll now only if the batch is due (linger 0, a full batch); else just make sure
         # a poll comes when it is (an earlier timer stays).  A poll per append cost a
         # fifth of the leader's time at saturation with linger 5.
@@ -466,7 +477,7 @@ class RaftDriver:
             self._schedule_poll()
         else:
             self._arm_timer(now + wait, now)
-        return fut
+        return last
 
     def create_snapshot(self, snapshot_id, data: bytes | None = None, *, last_contained_log_time_ms: int = 0):
         """Kafka's ``RaftClient.createSnapshot``, for the state machine that owns the data (the

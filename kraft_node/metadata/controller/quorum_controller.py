@@ -1,0 +1,660 @@
+"""Kafka's QuorumController: one event loop, write then commit then answer.
+
+The leader of the metadata log is the active controller; every other controller is a
+standby that replays what the active one writes.  Everything that touches controller
+state runs as an event on one :class:`~kraft_node.metadata.controller.events.EventQueue`,
+so nothing here takes a lock.  Raft's callbacks (committed batches, snapshot loads, leader
+changes) only enqueue events; they never touch state from inside the Raft poll.
+
+A write (``_WriteEvent``):
+
+1. fails with NOT_CONTROLLER unless this node has claimed an epoch;
+2. runs the operation, which returns ``ControllerResult(records, response, atomic)`` and
+   changes nothing;
+3. replays the records into the timeline state at the offsets Raft will give them
+   (``raft.next_offset(epoch)``) -- before they are handed to Raft, so a record this
+   controller cannot apply is found before anyone else sees it (fatal: the fault handler);
+4. schedules them with Raft under the claimed epoch (one batch if atomic; else batches of at
+   most ``MAX_RECORDS_PER_BATCH``), takes a registry snapshot at their last offset;
+5. parks the response in the purgatory keyed by that offset.  When the high watermark
+   (and the stable offset: no open metadata transaction) passes it, the response is
+   delivered.  An operation with no records is answered at once if nothing is pending,
+   else after everything already pending (linearizable reads through the write path).
+
+Reads (``_ReadEvent``) run against the committed state: every manager is read at
+``epoch=last_stable_offset``.
+
+Claim and renounce: when Raft reports this node as leader of epoch E (after it has
+delivered everything committed before E), the controller claims E, activates the offset
+and cluster managers, and *prepends* the activation write: on an empty log, the bootstrap
+records in a metadata transaction; otherwise it aborts a transaction a crashed predecessor
+left open.  Then the periodic tasks start.  When another node leads, or a write fails in a
+way that needs failover, it renounces: resigns the epoch, fails the purgatory with
+NOT_CONTROLLER, reverts the state to the last stable offset and cancels the tasks.
+
+Replay errors are fatal everywhere (``fatal_fault_handler``): the controller stops; it
+never skips a record.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Generic, Iterable, Protocol, Sequence, TypeVar
+
+from kraft_node.metadata.controller.bootstrap import BootstrapMetadata
+from kraft_node.metadata.controller.errors import (
+    ApiError,
+    ControllerTimeoutError,
+    EventQueueClosedError,
+    NotControllerError,
+    ReplayError,
+)
+from kraft_node.metadata.controller.offset_control import OffsetControlManager, snapshot_name
+from kraft_node.metadata.controller.purgatory import Purgatory
+from kraft_node.metadata.controller.result import (
+    MAX_RECORDS_PER_BATCH,
+    MAX_RECORDS_PER_USER_OP,
+    ApiMessageAndVersion,
+    ControllerResult,
+)
+from kraft_node.protocol.errors import Errors
+from kraft_node.raft.errors import NotLeaderError
+from kraft_node.raft.messages import Batch, LeaderAndEpoch, SnapshotId
+from kraft_storage.messages import metadata as m
+from kraft_storage.messages.metadata import decode_metadata_record
+from kraft_storage.timeline import LATEST_EPOCH, SnapshotRegistry
+
+log = logging.getLogger("kraft.controller")
+
+T = TypeVar("T")
+
+
+class ControllerRaft(Protocol):
+    """What the controller needs of Raft: the core in the simulator, the driver over TCP."""
+
+    def register_listener(self, listener: Any) -> None: ...
+
+    @property
+    def leader_and_epoch(self) -> LeaderAndEpoch: ...
+
+    def next_offset(self, epoch: int) -> int:
+        """The offset the next append of the leader of ``epoch`` gets (NotLeaderError if
+        this node does not lead ``epoch``)."""
+
+    def schedule_append(self, records: Sequence[bytes], epoch: int, atomic: bool) -> int:
+        """Queue records as the leader of ``epoch``; returns the last offset given."""
+
+    def resign(self, epoch: int) -> None: ...
+
+    def create_snapshot(self, snapshot_id: SnapshotId) -> Any: ...
+
+
+class FatalFaultError(Exception):
+    """The controller hit a fault it must not survive (a replay error, a broken invariant);
+    the node stops.  Raised by the default fatal handler."""
+
+
+def _default_fatal(message: str, exc: BaseException | None) -> BaseException:
+    log.critical("Fatal controller fault: %s", message, exc_info=exc)
+    return FatalFaultError(f"{message}: {exc}" if exc is not None else message)
+
+
+class ControllerFuture(Generic[T]):
+    """A single-threaded future: the controller's answer to one call.
+
+    Completed on the controller's thread; ``add_done_callback`` runs at once if done.  The
+    node's RPC layer turns it into an asyncio future; tests and the simulator read it."""
+
+    __slots__ = ("_done", "_result", "_exc", "_callbacks")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._result: Any = None
+        self._exc: BaseException | None = None
+        self._callbacks: list[Callable[["ControllerFuture[T]"], None]] = []
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self) -> T:
+        if not self._done:
+            raise RuntimeError("the controller has not answered yet")
+        if self._exc is not None:
+            raise self._exc
+        return self._result  # type: ignore[no-any-return]
+
+    def exception(self) -> BaseException | None:
+        if not self._done:
+            raise RuntimeError("the controller has not answered yet")
+        return self._exc
+
+    def set_result(self, value: T) -> None:
+        self._finish(value, None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._finish(None, exc)
+
+    def _finish(self, value: Any, exc: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done, self._result, self._exc = True, value, exc
+        cbs, self._callbacks = self._callbacks, []
+        for cb in cbs:
+            cb(self)
+
+    def add_done_callback(self, cb: Callable[["ControllerFuture[T]"], None]) -> None:
+        if self._done:
+            cb(self)
+        else:
+            self._callbacks.append(cb)
+
+
+class RecordLimitError(Exception):
+    """An operation produced more than MAX_RECORDS_PER_USER_OP records (Kafka's
+    BoundedListTooLongException); answered as POLICY_VIOLATION."""
+
+
+# ------------------------------------------------------------------ events
+class _ControlEvent:
+    """Internal work (Raft callbacks, activation bookkeeping): no caller to answer."""
+
+    __slots__ = ("ctl", "name", "fn")
+
+    def __init__(self, ctl: "QuorumController", name: str, fn: Callable[[], None]):
+        self.ctl, self.name, self.fn = ctl, name, fn
+
+    def run(self) -> None:
+        self.fn()
+
+    def handle_exception(self, exc: BaseException) -> None:
+        if isinstance(exc, EventQueueClosedError):
+            return
+        self.ctl._handle_event_exception(self.name, exc)
+
+
+class _ReadEvent:
+    __slots__ = ("ctl", "name", "fn", "future")
+
+    def __init__(self, ctl: "QuorumController", name: str, fn: Callable[[int], Any]):
+        self.ctl, self.name, self.fn = ctl, name, fn
+        self.future: ControllerFuture[Any] = ControllerFuture()
+
+    def run(self) -> None:
+        self.future.set_result(self.fn(self.ctl.offset_control.last_stable_offset))
+
+    def handle_exception(self, exc: BaseException) -> None:
+        self.future.set_exception(self.ctl._handle_event_exception(self.name, exc))
+
+
+class _WriteEvent:
+    __slots__ = ("ctl", "name", "op", "future", "response", "after")
+
+    def __init__(self, ctl: "QuorumController", name: str, op: Callable[[], ControllerResult[Any]],
+                 after: Callable[[int], None] | None = None):
+        self.ctl, self.name, self.op = ctl, name, op
+        self.future: ControllerFuture[Any] = ControllerFuture()
+        self.response: Any = None
+        #: called with the last offset written (or next_write_offset - 1 when nothing was)
+        self.after = after
+
+    def run(self) -> None:
+        self.ctl._run_write(self)
+
+    def handle_exception(self, exc: BaseException) -> None:
+        self.complete(exc)
+
+    def complete(self, exc: BaseException | None) -> None:
+        if exc is None:
+            self.future.set_result(self.response)
+        else:
+            self.future.set_exception(self.ctl._handle_event_exception(self.name, exc))
+
+
+class _Listener:
+    """The Raft listener: each callback becomes an event, ignored once a newer listener
+    registration replaced this one (Kafka's QuorumMetaLogListener)."""
+
+    def __init__(self, ctl: "QuorumController"):
+        self.ctl = ctl
+
+    def _enqueue(self, name: str, fn: Callable[[], None]) -> None:
+        ctl = self.ctl
+
+        def guarded() -> None:
+            if ctl._listener is self:
+                fn()
+        ctl.queue.append(_ControlEvent(ctl, name, guarded))
+
+    def handle_commit(self, batches: tuple[Batch, ...]) -> None:
+        self._enqueue(f"handleCommit[baseOffset={batches[0].base_offset}]",
+                      lambda: self.ctl._handle_commit(batches))
+
+    def handle_load_snapshot(self, reader: Any) -> None:
+        # The reader is valid only during this call: take the records now, apply them in the event.
+        sid = reader.snapshot_id
+        batches = [b for b in reader if not b.is_control]
+        ts = reader.last_contained_log_time_ms or 0
+        self._enqueue(f"handleLoadSnapshot[snapshotId={snapshot_name(sid.offset, sid.epoch)}]",
+                      lambda: self.ctl._handle_load_snapshot(sid, batches, ts))
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        self._enqueue(f"handleLeaderChange[{leader.epoch}]", lambda: self.ctl._handle_leader_change(leader))
+
+
+# ------------------------------------------------------------------ the controller
+class QuorumController:
+    """See the module doc.  ``managers`` are built here from the controller's registry; the
+    node (or a test) drives ``queue`` (``run_ready``) and the Raft client."""
+
+    def __init__(self, *, node_id: int, cluster_id: str, raft: ControllerRaft, queue: Any,
+                 clock_ms: Callable[[], int], bootstrap: BootstrapMetadata, settings: Any = None,
+                 metrics: Any = None,
+                 fatal_fault_handler: Callable[[str, BaseException | None], BaseException] | None = None,
+                 managers: Callable[["QuorumController"], None] | None = None):
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.raft = raft
+        self.queue = queue
+        self.clock_ms = clock_ms
+        self.bootstrap = bootstrap
+        self.settings = settings
+        self.metrics = metrics
+        self.fatal_fault_handler = fatal_fault_handler or _default_fatal
+        self.registry = SnapshotRegistry()
+        self.offset_control = OffsetControlManager(self.registry, metrics=metrics, clock_ms=clock_ms)
+        self.purgatory = Purgatory()
+        #: the Raft epoch this node is active in, or -1 (Kafka's curClaimEpoch)
+        self.claim_epoch = -1
+        #: set once a fatal fault stopped this controller: every later event fails
+        self.fatal: BaseException | None = None
+        self.records_replayed = 0
+        #: api key -> replay(message, offset); filled by the managers
+        self._replayers: dict[int, Callable[[Any, int], None]] = {}
+        #: callbacks for claim / renounce (managers that keep soft state, periodic tasks)
+        self._on_activate: list[Callable[[], None]] = []
+        self._on_deactivate: list[Callable[[], None]] = []
+        #: snapshot writers and their record sources (snapshot.py)
+        self.snapshot_generator: Any = None
+        #: run after the activation records are replayed (on_activation_complete)
+        self._post_activation: list[Callable[[], None]] = []
+        self._register_core_replayers()
+        if managers is not None:
+            managers(self)
+        self._listener = _Listener(self)
+        raft.register_listener(self._listener)
+
+    # ---------------------------------------------------------- manager wiring
+    def register_replayer(self, record_type: type, fn: Callable[[Any, int], None]) -> None:
+        key = int(record_type.API_KEY)
+        if key in self._replayers:
+            raise ValueError(f"{record_type.__name__} already has a replayer")
+        self._replayers[key] = fn
+
+    def on_activate(self, fn: Callable[[], None]) -> None:
+        self._on_activate.append(fn)
+
+    def on_deactivate(self, fn: Callable[[], None]) -> None:
+        self._on_deactivate.append(fn)
+
+    def _register_core_replayers(self) -> None:
+        oc = self.offset_control
+        self.register_replayer(m.BeginTransactionRecord, lambda _m, off: oc.replay_begin_transaction(off))
+        self.register_replayer(m.EndTransactionRecord, lambda _m, off: oc.replay_end_transaction(off))
+        self.register_replayer(m.AbortTransactionRecord, lambda _m, off: oc.replay_abort_transaction(off))
+        self.register_replayer(m.NoOpRecord, lambda _m, _off: None)
+        # Kafka 4 no longer migrates from ZooKeeper; the record survives in logs that did (3.x)
+        # and in every 3.4+ bootstrap transaction (state NONE).
+        self.register_replayer(m.ZkMigrationStateRecord, _replay_zk_migration_state)
+
+    # ---------------------------------------------------------- state
+    @property
+    def active(self) -> bool:
+        return self.claim_epoch != -1
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.offset_control.last_stable_offset
+
+    def latest_controller(self) -> int | None:
+        leader = self.raft.leader_and_epoch.leader_id
+        return None if leader is None or leader < 0 else leader
+
+    def wrong_controller(self) -> NotControllerError:
+        leader = self.latest_controller()
+        if leader is not None:
+            return NotControllerError(f"The active controller appears to be node {leader}.")
+        return NotControllerError("No controller appears to be active.")
+
+    # ---------------------------------------------------------- replay
+    def replay(self, message: Any, offset: int) -> None:
+        """Apply one record (the only way controller state changes)."""
+        fn = self._replayers.get(int(message.API_KEY))
+        if fn is None:
+            raise ReplayError(f"Unhandled record type {type(message).__name__}")
+        fn(message, offset)
+        self.records_replayed += 1
+
+    def _decode(self, value: bytes, offset: int) -> Any:
+        return decode_metadata_record(value, offset)[2]
+
+    # ---------------------------------------------------------- public API
+    def append_write(self, name: str, op: Callable[[], ControllerResult[T]], *,
+                     deadline_ns: int | None = None,
+                     after: Callable[[int], None] | None = None) -> ControllerFuture[T]:
+        """Queue a write; the future completes once its records commit (or fails)."""
+        ev = _WriteEvent(self, name, op, after)
+        if deadline_ns is None:
+            self.queue.append(ev)
+        else:
+            self.queue.append_with_deadline(deadline_ns, ev)
+        return ev.future
+
+    def append_read(self, name: str, fn: Callable[[int], T], *,
+                    deadline_ns: int | None = None) -> ControllerFuture[T]:
+        """Queue a read of the committed state: ``fn(epoch)`` with the stable offset."""
+        ev = _ReadEvent(self, name, fn)
+        if deadline_ns is None:
+            self.queue.append(ev)
+        else:
+            self.queue.append_with_deadline(deadline_ns, ev)
+        return ev.future
+
+    def schedule_deferred_write(self, tag: str, deadline_ns: int, op: Callable[[], ControllerResult[Any]]) -> None:
+        """A write that runs at ``deadline_ns`` (periodic tasks).  Its errors are logged; a
+        NOT_CONTROLLER or shutdown just ends it (Kafka's scheduleDeferredWriteEvent)."""
+        ev = _WriteEvent(self, tag, op)
+
+        def done(f: ControllerFuture[Any]) -> None:
+            exc = f.exception()
+            if exc is None or isinstance(exc, (NotControllerError, ControllerTimeoutError)):
+                return
+            log.error("Unexpected exception while executing deferred write event %s: %s", tag, exc)
+        ev.future.add_done_callback(done)
+        self.queue.schedule_deferred(tag, deadline_ns, ev)
+
+    def cancel_deferred(self, tag: str) -> None:
+        self.queue.cancel_deferred(tag)
+
+    # ---------------------------------------------------------- the write path
+    def _run_write(self, ev: _WriteEvent) -> None:
+        if self.fatal is not None:
+            raise self.fatal
+        epoch = self.claim_epoch
+        if epoch == -1:
+            raise self.wrong_controller()
+        result = ev.op()
+        ev.response = result.response
+        records = result.records
+        if not records:
+            if ev.after is not None:
+                ev.after(self.offset_control.next_write_offset - 1)
+            pending = self.purgatory.highest_pending_offset()
+            if pending is None:
+                ev.complete(None)
+            else:
+                self.purgatory.add(pending, ev.complete)
+            return
+        if len(records) > MAX_RECORDS_PER_USER_OP:
+            raise RecordLimitError(f"{ev.name} produced {len(records)} records, more than "
+                                   f"{MAX_RECORDS_PER_USER_OP}")
+        if result.atomic:
+            if len(records) > MAX_RECORDS_PER_BATCH:
+                raise RecordLimitError(f"Attempted to atomically commit {len(records)} records, but "
+                                       f"maxRecordsPerBatch is {MAX_RECORDS_PER_BATCH}")
+            last = self._append_batch(epoch, records, True)
+        else:
+            last = -1
+            for i in range(0, len(records), MAX_RECORDS_PER_BATCH):
+                last = self._append_batch(epoch, records[i:i + MAX_RECORDS_PER_BATCH], False)
+        if ev.after is not None:
+            ev.after(last)
+        self.purgatory.add(last, ev.complete)
+
+    def _append_batch(self, epoch: int, records: list[ApiMessageAndVersion], atomic: bool) -> int:
+        """Replay ``records`` at the offsets Raft will give them, then schedule them."""
+        base = self.raft.next_offset(epoch)  # NotLeaderError: the epoch is over (failover)
+        values = [r.encode() for r in records]
+        for i, r in enumerate(records):
+            try:
+                self.replay(r.message, base + i)
+            except BaseException as exc:
+                raise self._fatal(f"Unable to apply {type(r.message).__name__} record at offset {base + i} on "
+                                  f"active controller, from the batch with baseOffset {base}", exc) from exc
+        last = self.raft.schedule_append(values, epoch, atomic)
+        if last != base + len(records) - 1:
+            raise self._fatal(f"Raft gave offsets ending at {last} to a batch replayed at {base}.."
+                              f"{base + len(records) - 1}", None)
+        self.offset_control.handle_schedule_append(last)
+        return last
+
+    # ---------------------------------------------------------- errors
+    def _fatal(self, message: str, exc: BaseException | None) -> BaseException:
+        err = self.fatal_fault_handler(message, exc)
+        if self.fatal is None:
+            self.fatal = err
+        return err
+
+    def _handle_event_exception(self, name: str, exc: BaseException) -> BaseException:
+        """Kafka's EventHandlerExceptionInfo: what the caller sees, and whether to fail over."""
+        if isinstance(exc, ApiError):
+            return exc
+        if isinstance(exc, FatalFaultError) or exc is self.fatal:
+            return ApiError(Errors.UNKNOWN_SERVER_ERROR, "The controller hit a fatal error.")
+        if isinstance(exc, NotLeaderError):
+            log.info("%s: the Raft epoch ended under the write (%s)", name, exc)
+            if self.active:
+                self._renounce()
+            return self.wrong_controller()
+        if isinstance(exc, EventQueueClosedError):
+            return ControllerTimeoutError("The controller is shutting down.")
+        if isinstance(exc, RecordLimitError):
+            return ApiError(Errors.POLICY_VIOLATION, "Unable to perform excessively large batch operation.")
+        if isinstance(exc, ReplayError):
+            return ApiError(Errors.UNKNOWN_SERVER_ERROR, str(self._fatal(f"{name}: replay failed", exc)))
+        # Anything else is a bug: answer UNKNOWN_SERVER_ERROR and fail over (Kafka's catch-all).
+        log.error("%s: event failed with %s at epoch %d. Renouncing leadership and reverting to the last "
+                  "committed offset %d.", name, type(exc).__name__, self.claim_epoch,
+                  self.offset_control.last_stable_offset, exc_info=exc)
+        if self.active:
+            self._renounce()
+        return ApiError(Errors.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+
+    # ---------------------------------------------------------- Raft callbacks (as events)
+    def _handle_commit(self, batches: Iterable[Batch]) -> None:
+        if self.fatal is not None:
+            return
+        oc = self.offset_control
+        for b in batches:
+            n = b.next_offset - b.base_offset if hasattr(b, "next_offset") else len(b.records)
+            last = b.base_offset + n - 1
+            if b.is_control:
+                # control batches (LeaderChange, voters) hold no controller records but move
+                # the committed offset: Kafka's handleCommitBatchMetrics only, here the
+                # offsets too so a purgatory parked at them completes
+                oc.handle_commit_batch(last, b.epoch, b.append_time_ms)
+                if self.active:
+                    self.purgatory.complete_up_to(oc.last_stable_offset)
+                continue
+            if self.active:
+                oc.handle_commit_batch(last, b.epoch, b.append_time_ms)
+                self.purgatory.complete_up_to(oc.last_stable_offset)
+                continue
+            for i, value in enumerate(b.records):
+                off = b.base_offset + i
+                try:
+                    self.replay(self._decode(value, off), off)
+                except BaseException as exc:
+                    self._fatal(f"Unable to apply record at offset {off} on standby controller, from the batch "
+                                f"with baseOffset {b.base_offset}", exc)
+                    return
+            oc.handle_commit_batch(last, b.epoch, b.append_time_ms)
+
+    def _handle_load_snapshot(self, sid: SnapshotId, batches: list[Batch], timestamp_ms: int) -> None:
+        if self.fatal is not None:
+            return
+        name = snapshot_name(sid.offset, sid.epoch)
+        if self.active:
+            self._fatal(f"Asked to load snapshot {name}, but we are the active controller at epoch "
+                        f"{self.claim_epoch}", None)
+            return
+        oc = self.offset_control
+        oc.begin_load_snapshot(sid.offset, sid.epoch)
+        last = sid.offset - 1
+        for b in batches:
+            recs = b.records
+            for i, value in enumerate(recs):
+                try:
+                    self.replay(self._decode(value, last), last)
+                except BaseException as exc:
+                    self._fatal(f"Unable to apply record from snapshot {name} on standby controller, which was "
+                                f"{i + 1} of {len(recs)} record(s) in the batch with baseOffset {b.base_offset}.",
+                                exc)
+                    return
+        oc.end_load_snapshot(timestamp_ms)
+        if self.snapshot_generator is not None:
+            self.snapshot_generator.loaded(sid, timestamp_ms)
+
+    def _handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        if self.fatal is not None:
+            return
+        if self.metrics is not None and leader.leader_id is not None and leader.leader_id >= 0:
+            self.metrics.inc_new_active_controllers()
+        if self.active:
+            if leader.leader_id == self.node_id:
+                if leader.epoch != self.claim_epoch:
+                    # Raft never lets a leader carry its epoch over; a new epoch is a new claim.
+                    log.warning("We were the leader in epoch %d, and are the leader again in the new epoch %d: "
+                                "renouncing and claiming again.", self.claim_epoch, leader.epoch)
+                    self._renounce()
+                    self._claim(leader.epoch)
+                return
+            log.warning("Renouncing the leadership due to a metadata log event. We were the leader at epoch %d, "
+                        "but in the new epoch %d, the leader is %s. Reverting to last stable offset %d.",
+                        self.claim_epoch, leader.epoch,
+                        leader.leader_id if leader.leader_id >= 0 else "(none)",
+                        self.offset_control.last_stable_offset)
+            self._renounce()
+        elif leader.leader_id == self.node_id:
+            self._claim(leader.epoch)
+        else:
+            log.info("In the new epoch %d, the leader is %s.", leader.epoch,
+                     leader.leader_id if leader.leader_id >= 0 else "(none)")
+
+    # ---------------------------------------------------------- claim / renounce
+    def _claim(self, epoch: int) -> None:
+        try:
+            next_offset = self.raft.next_offset(epoch)
+        except NotLeaderError:
+            log.info("Not claiming epoch %d: Raft has moved past it.", epoch)
+            return
+        log.info("Becoming the active controller at epoch %d, next write offset %d.", epoch, next_offset)
+        self.claim_epoch = epoch
+        self.offset_control.activate(next_offset)
+        for fn in self._on_activate:
+            fn()
+        ev = _WriteEvent(self, f"completeActivation[{epoch}]", self._activation_records,
+                         after=lambda _off: self._activation_done())
+        self.queue.prepend(ev)
+
+    def _activation_records(self) -> ControllerResult[None]:
+        try:
+            return self.generate_activation_records()
+        except ApiError:
+            raise
+        except BaseException as exc:
+            raise self._fatal("exception while completing controller activation", exc) from exc
+
+    def generate_activation_records(self) -> ControllerResult[None]:
+        """Kafka's ActivationRecordsGenerator; overridden by the feature manager's hook
+        ``activation_records`` when the managers are installed."""
+        return activation_records(self, log.warning)
+
+    def _activation_done(self) -> None:
+        for fn in self._post_activation:
+            fn()
+
+    def on_activation_complete(self, fn: Callable[[], None]) -> None:
+        """Run after the activation records are replayed (periodic tasks start here, so they
+        see the bootstrap metadata.version)."""
+        self._post_activation.append(fn)
+
+    def _renounce(self) -> None:
+        if self.claim_epoch == -1:
+            return
+        epoch = self.claim_epoch
+        self.raft.resign(epoch)
+        self.claim_epoch = -1
+        self.purgatory.fail_all(NotControllerError("No controller appears to be active."))
+        self.offset_control.deactivate()
+        for fn in self._on_deactivate:
+            fn()
+        log.info("Renounced the leadership of epoch %d; reverted to the last stable offset %d.", epoch,
+                 self.offset_control.last_stable_offset)
+
+    def renounce(self) -> None:
+        """Give up the active role (as an event: runs on the controller's loop)."""
+        self.queue.append(_ControlEvent(self, "renounce", self._renounce))
+
+    # ---------------------------------------------------------- reads of committed state
+    def committed_epoch(self) -> int:
+        """The registry epoch committed reads use (the stable offset)."""
+        return self.offset_control.last_stable_offset
+
+
+def _replay_zk_migration_state(message: Any, _offset: int) -> None:
+    state = int(message.zk_migration_state)
+    if state not in (0, 3):  # NONE, POST_MIGRATION
+        raise ReplayError(f"Cannot load ZkMigrationState {state} because ZK migration is no longer supported.")
+
+
+def activation_records(ctl: QuorumController, warn: Callable[[str], None]) -> ControllerResult[None]:
+    """Kafka's ActivationRecordsGenerator.
+
+    The log is "empty" when its stable state has no metadata.version (nothing, or only an
+    aborted / unfinished bootstrap transaction, was committed): write the bootstrap records,
+    in a metadata transaction when that metadata.version has them (3.6-IV1+), else as one
+    atomic batch.  Otherwise abort a transaction a crashed predecessor left open.
+    """
+    oc = ctl.offset_control
+    features = getattr(ctl, "feature_control", None)
+    stable_mv = features.metadata_version_or_none(epoch=oc.last_stable_offset) if features is not None else None
+    txn_start = oc.transaction_start_offset
+    records: list[ApiMessageAndVersion] = []
+    msg = ["Performing controller activation."]
+    if stable_mv is None:
+        b = ctl.bootstrap
+        level = b.metadata_version_level
+        txns = level >= TRANSACTIONS_LEVEL
+        if txn_start != -1:
+            if not txns:
+                raise RuntimeError(f"Detected partial bootstrap records transaction at {txn_start}, but the "
+                                   f"metadata.version level {level} does not support transactions. Cannot continue.")
+            msg.append(f"Aborting partial bootstrap records transaction at offset {txn_start}. Re-appending "
+                       f"{len(b.records)} bootstrap record(s) in new metadata transaction at metadata.version "
+                       f"level {level} from bootstrap source '{b.source}'.")
+            records.append(ApiMessageAndVersion(m.AbortTransactionRecord(reason="Controller failover"), 0))
+            records.append(ApiMessageAndVersion(m.BeginTransactionRecord(name="Bootstrap records"), 0))
+        else:
+            msg.append(f"The metadata log appears to be empty. Appending {len(b.records)} bootstrap record(s)"
+                       f"{' in metadata transaction' if txns else ''} at metadata.version level {level} from "
+                       f"bootstrap source '{b.source}'.")
+            if txns:
+                records.append(ApiMessageAndVersion(m.BeginTransactionRecord(name="Bootstrap records"), 0))
+        records.extend(b.records)
+        warn(" ".join(msg))
+        if txns:
+            records.append(ApiMessageAndVersion(m.EndTransactionRecord(), 0))
+            return ControllerResult.of(records, None)
+        return ControllerResult.atomic_of(records, None)
+    if txn_start != -1:
+        msg.append(f"Aborting in-progress metadata transaction at offset {txn_start}.")
+        records.append(ApiMessageAndVersion(m.AbortTransactionRecord(reason="Controller failover"), 0))
+    warn(" ".join(msg))
+    return ControllerResult.atomic_of(records, None)
+
+
+#: metadata.version level from which Kafka wraps multi-batch work in metadata
+#: transactions (3.6-IV1, MetadataVersion.isMetadataTransactionSupported).
+TRANSACTIONS_LEVEL = 13
+
+__all__ = ["ControllerFuture", "ControllerRaft", "FatalFaultError", "QuorumController", "activation_records",
+           "LATEST_EPOCH"]
