@@ -41,11 +41,12 @@ import os
 import re
 import sys
 
+from kraft_node.metadata.versions import MetadataVersion
+from kraft_node.metadata.versions import bootstrap_records as versions_bootstrap_records
 from kraft_node.server.config import METADATA_TOPIC_DIR, ConfigError, NodeConfig, parse_voters
 from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
 from kraft_storage.messages.control import VotersRecord
-from kraft_storage.messages.metadata import FeatureLevelRecord
 from kraft_storage.messages.runtime import Uuid
 from kraft_storage.meta_properties import (
     FILE_NAME,
@@ -55,23 +56,10 @@ from kraft_storage.meta_properties import (
     write_meta_properties,
 )
 
-#: metadata.version feature levels by release (Kafka's MetadataVersion).
-METADATA_VERSIONS = {
-    "3.3-IV3": 7, "3.4-IV0": 8, "3.5-IV0": 9, "3.5-IV1": 10, "3.5-IV2": 11, "3.6-IV0": 12, "3.6-IV1": 13,
-    "3.6-IV2": 14, "3.7-IV0": 15, "3.7-IV1": 16, "3.7-IV2": 17, "3.7-IV3": 18, "3.7-IV4": 19, "3.8-IV0": 20,
-    "3.9-IV0": 21, "4.0-IV0": 22, "4.0-IV1": 23, "4.0-IV2": 24, "4.0-IV3": 25, "4.1-IV0": 26, "4.1-IV1": 27,
-    "4.2-IV0": 28, "4.2-IV1": 29,
-}
-LATEST_PRODUCTION = "4.2-IV1"
-
-#: Other features finalized at format time, by the first metadata.version level that has them
-#: (taken from the bootstrap.checkpoint files Kafka 4.0 and 4.2 wrote; see kafka-fixtures).
-_FEATURE_DEFAULTS = [
-    (29, {"eligible.leader.replicas.version": 1, "group.version": 1, "share.version": 1,
-          "streams.version": 1, "transaction.version": 2}),
-    (25, {"group.version": 1, "transaction.version": 2}),
-    (0, {}),
-]
+#: metadata.version feature levels by name ("3.9-IV0": 21), from Kafka's MetadataVersion table
+#: (kraft_node.metadata.versions, shared with the controller).
+METADATA_VERSIONS = {mv.name: mv.feature_level for mv in MetadataVersion.VERSIONS}
+LATEST_PRODUCTION = MetadataVersion.LATEST_PRODUCTION.name
 
 
 class FormatError(KraftStorageError):
@@ -99,11 +87,9 @@ def release_level(release: str) -> tuple[str, int]:
 
 
 def bootstrap_records(level: int) -> list:
-    """(FeatureLevelRecord, version 0) pairs: metadata.version first, then the rest by name."""
-    features = next(f for lvl, f in _FEATURE_DEFAULTS if level >= lvl)
-    recs = [(FeatureLevelRecord(name="metadata.version", feature_level=level), 0)]
-    recs += [(FeatureLevelRecord(name=n, feature_level=v), 0) for n, v in sorted(features.items())]
-    return recs
+    """(FeatureLevelRecord, version 0) pairs: metadata.version first, then the release's other
+    feature levels (each feature's default at that metadata.version) by name."""
+    return versions_bootstrap_records(level)
 
 
 def _voters_record(voters, listener: str) -> VotersRecord:
