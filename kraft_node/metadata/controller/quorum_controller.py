@@ -276,6 +276,7 @@ class QuorumController:
         self.snapshot_generator: Any = None
         #: run after the activation records are replayed (on_activation_complete)
         self._post_activation: list[Callable[[], None]] = []
+        self._snapshot_sources: list[Callable[[int], Iterable[ApiMessageAndVersion]]] = []
         self._register_core_replayers()
         if managers is not None:
             managers(self)
@@ -288,6 +289,20 @@ class QuorumController:
         if key in self._replayers:
             raise ValueError(f"{record_type.__name__} already has a replayer")
         self._replayers[key] = fn
+
+    def register_snapshot_source(self, fn: Callable[[int], Iterable[ApiMessageAndVersion]]) -> None:
+        """A manager's ``snapshot_records(epoch)``: the records rebuilding its state as of a
+        registry snapshot (the snapshot writer and the simulator's state digests use them)."""
+        self._snapshot_sources.append(fn)
+
+    def snapshot_records(self, epoch: int) -> Iterable[ApiMessageAndVersion]:
+        """Every manager's records at registry snapshot ``epoch``, features first (a reader
+        needs metadata.version before anything else)."""
+        for fn in self._snapshot_sources:
+            yield from fn(epoch)
+
+    def snapshot_values(self, epoch: int) -> list[bytes]:
+        return [r.encode() for r in self.snapshot_records(epoch)]
 
     def on_activate(self, fn: Callable[[], None]) -> None:
         self._on_activate.append(fn)

@@ -156,6 +156,8 @@ class SimNode:
         self.core.register_listener(self.sm)
         self.core.initialize(c.scheduler.now)
         c.checker.on_start(self)
+        for hook in c.start_hooks:  # state machines built on the node (the controller simulation)
+            hook(self)
         self.poll()
 
     def crash(self) -> None:
@@ -168,6 +170,8 @@ class SimNode:
         self.core = None
         self.sm = None
         self.cluster.checker.on_crash(self)
+        for hook in self.cluster.crash_hooks:
+            hook(self)
 
     def poll(self) -> None:
         if not self.alive:
@@ -293,6 +297,9 @@ class Cluster:
         self.admin_responses: list[tuple[int, object]] = []
         self._admin_corr = 0
         self.checker = InvariantChecker(self)
+        #: called with a node after its core is initialized (before its first poll) / after it crashed
+        self.start_hooks: list = []
+        self.crash_hooks: list = []
         self.nodes = {i: SimNode(self, i, keys[i]) for i in ids}
         self.pending: list[PendingAppend] = []
         self.acked: list[PendingAppend] = []
