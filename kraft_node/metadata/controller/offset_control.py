@@ -51,6 +51,8 @@ class OffsetControlManager:
         self.next_write_offset = -1
         #: timestamp of the last applied record (metrics: LastAppliedRecordTimestamp / LagMs)
         self.last_applied_timestamp = -1
+        #: registry snapshot epochs held by snapshot writers -> holders
+        self._retained: dict[int, int] = {}
         registry.idempotent_create_snapshot(-1)
         self._metric("set_active", False)
 
@@ -121,11 +123,24 @@ class OffsetControlManager:
             new = min(self.transaction_start_offset - 1, self.last_committed_offset)
         if self.last_stable_offset < new:
             self.last_stable_offset = new
-            self.registry.delete_snapshots_up_to(new)
+            floor = min(self._retained) if self._retained else new
+            self.registry.delete_snapshots_up_to(min(new, floor))
             if not self.active:
                 self.registry.idempotent_create_snapshot(new)
 
     # ---------------------------------------------------------------- snapshots
+    def retain_snapshot(self, epoch: int) -> None:
+        """Keep the registry snapshot at ``epoch`` (a stable offset) while a snapshot writer
+        reads from it: the stable offset moving on must not delete it."""
+        self._retained[epoch] = self._retained.get(epoch, 0) + 1
+
+    def release_snapshot(self, epoch: int) -> None:
+        n = self._retained.get(epoch, 0) - 1
+        if n <= 0:
+            self._retained.pop(epoch, None)
+        else:
+            self._retained[epoch] = n
+
     def begin_load_snapshot(self, offset: int, epoch: int) -> None:
         """A Raft snapshot replaces everything: wipe the registry and the offsets."""
         if self.current_snapshot_id is not None:
@@ -136,6 +151,7 @@ class OffsetControlManager:
                  "transactionStartOffset was %d.", snapshot_name(offset, epoch), self.last_committed_offset,
                  self.transaction_start_offset)
         self.registry.reset()
+        self._retained.clear()
         self.last_committed_offset = self.last_committed_epoch = self.last_stable_offset = -1
         self.transaction_start_offset = self.next_write_offset = -1
 

@@ -489,9 +489,12 @@ class QuorumController:
                 if self.active:
                     self.purgatory.complete_up_to(oc.last_stable_offset)
                 continue
+            gen = self.snapshot_generator
             if self.active:
                 oc.handle_commit_batch(last, b.epoch, b.append_time_ms)
                 self.purgatory.complete_up_to(oc.last_stable_offset)
+                if gen is not None:
+                    gen.committed(sum(map(len, b.records)))
                 continue
             for i, value in enumerate(b.records):
                 off = b.base_offset + i
@@ -502,6 +505,8 @@ class QuorumController:
                                 f"with baseOffset {b.base_offset}", exc)
                     return
             oc.handle_commit_batch(last, b.epoch, b.append_time_ms)
+            if gen is not None:
+                gen.committed(sum(map(len, b.records)))
 
     def _handle_load_snapshot(self, sid: SnapshotId, batches: list[Batch], timestamp_ms: int) -> None:
         if self.fatal is not None:
@@ -512,6 +517,8 @@ class QuorumController:
                         f"{self.claim_epoch}", None)
             return
         oc = self.offset_control
+        if self.snapshot_generator is not None:
+            self.snapshot_generator.abort(f"snapshot {name} is being loaded")
         oc.begin_load_snapshot(sid.offset, sid.epoch)
         last = sid.offset - 1
         for b in batches:

@@ -1,0 +1,338 @@
+"""QuorumController's write path on a scripted Raft client: write, then commit, then answer.
+
+The Raft client here is a fake whose commits the test releases by hand, so each rule is
+checked at the exact moment it matters (Kafka's QuorumControllerTest re-states the same
+rules on a mock Raft; the simulator tests run them under faults).
+"""
+from __future__ import annotations
+
+import pytest
+
+from kraft_node.metadata.controller.bootstrap import BootstrapMetadata
+from kraft_node.metadata.controller.errors import ApiError, NotControllerError, ReplayError
+from kraft_node.metadata.controller.events import EventQueue
+from kraft_node.metadata.controller.quorum_controller import QuorumController
+from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
+from kraft_node.protocol.errors import Errors
+from kraft_node.raft.errors import NotLeaderError
+from kraft_node.raft.messages import Batch, LeaderAndEpoch
+from kraft_storage.messages import metadata as m
+from kraft_storage.messages.metadata import decode_metadata_record
+from kraft_storage.timeline import LATEST_EPOCH, TimelineHashMap
+
+
+class FakeRaft:
+    """A leader-or-not Raft client: appends land in ``log``; ``commit(upto)`` delivers them."""
+
+    def __init__(self) -> None:
+        self.listener = None
+        self.leader = LeaderAndEpoch(-1, 0)
+        self.log: list[tuple[int, int, bytes]] = []  # (offset, epoch, value)
+        self.end = 0
+        self.delivered = 0
+        self.resigned: list[int] = []
+        self.batches: list[tuple[int, int, bool]] = []  # (base, count, atomic)
+
+    def register_listener(self, listener) -> None:
+        self.listener = listener
+
+    @property
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        return self.leader
+
+    def next_offset(self, epoch: int) -> int:
+        if self.leader.leader_id != 1 or self.leader.epoch != epoch:
+            raise NotLeaderError(f"not the leader of epoch {epoch}")
+        return self.end
+
+    def schedule_append(self, records, epoch: int, atomic: bool) -> int:
+        base = self.next_offset(epoch)
+        for i, v in enumerate(records):
+            self.log.append((base + i, epoch, v))
+        self.batches.append((base, len(records), atomic))
+        self.end = base + len(records)
+        return self.end - 1
+
+    def resign(self, epoch: int) -> None:
+        self.resigned.append(epoch)
+
+    def create_snapshot(self, snapshot_id):
+        return None
+
+    def elect(self, leader: int, epoch: int) -> None:
+        self.leader = LeaderAndEpoch(leader, epoch)
+        self.listener.handle_leader_change(self.leader)
+
+    def commit(self, upto: int | None = None) -> None:
+        """Deliver the log up to ``upto`` (exclusive; default: all) as one batch per append."""
+        upto = self.end if upto is None else upto
+        for base, n, _ in list(self.batches):
+            if base >= self.delivered and base + n <= upto:
+                recs = tuple(v for off, _e, v in self.log if base <= off < base + n)
+                self.listener.handle_commit((Batch(base, self.leader.epoch, recs),))
+                self.delivered = base + n
+
+
+class FeatureStub:
+    """Just enough of a manager for these tests: feature levels in a timeline map."""
+
+    def __init__(self, ctl: QuorumController) -> None:
+        self.levels = TimelineHashMap(ctl.registry)
+        ctl.register_replayer(m.FeatureLevelRecord, self.replay)
+        ctl.register_snapshot_source(lambda e: [ApiMessageAndVersion(m.FeatureLevelRecord(name=k, feature_level=v), 0)
+                                                for k, v in sorted(self.levels.items(epoch=e))])
+
+    def replay(self, rec, offset) -> None:
+        if rec.feature_level < 0:
+            raise ReplayError(f"negative level at {offset}")
+        self.levels[rec.name] = rec.feature_level
+
+
+def bootstrap(level: int = 29) -> BootstrapMetadata:
+    return BootstrapMetadata.from_records(
+        [ApiMessageAndVersion(m.FeatureLevelRecord(name="metadata.version", feature_level=level), 0)], "test")
+
+
+@pytest.fixture
+def env():
+    now = [0]
+    raft = FakeRaft()
+    queue = EventQueue(clock_ns=lambda: now[0] * 1_000_000)
+    faults = []
+
+    def fatal(msg, exc):
+        faults.append((msg, exc))
+        return RuntimeError(msg)
+
+    stubs = {}
+
+    def install(ctl):
+        stubs["features"] = FeatureStub(ctl)
+
+    ctl = QuorumController(node_id=1, cluster_id="c", raft=raft, queue=queue, clock_ms=lambda: now[0],
+                           bootstrap=bootstrap(), fatal_fault_handler=fatal, managers=install)
+    return ctl, raft, queue, stubs, faults, now
+
+
+def level_write(name: str, level: int, response="ok", atomic=False):
+    rec = ApiMessageAndVersion(m.FeatureLevelRecord(name=name, feature_level=level), 0)
+    return lambda: ControllerResult([rec], response, atomic)
+
+
+def activate(ctl, raft, queue):
+    raft.elect(1, 1)
+    queue.run_ready()
+    raft.commit()
+    queue.run_ready()
+    assert ctl.active
+
+
+def decoded_log(raft):
+    return [type(decode_metadata_record(v)[2]).__name__ for _o, _e, v in raft.log]
+
+
+def test_activation_on_an_empty_log_writes_the_bootstrap_transaction(env):
+    ctl, raft, queue, stubs, faults, _ = env
+    raft.elect(1, 1)
+    queue.run_ready()
+    assert ctl.active
+    # MV 29 supports metadata transactions: Begin, the records, End (Kafka's golden log)
+    assert decoded_log(raft) == ["BeginTransactionRecord", "FeatureLevelRecord", "EndTransactionRecord"]
+    # replayed at once, but not stable until committed
+    assert stubs["features"].levels.get("metadata.version") == 29
+    assert ctl.last_stable_offset == -1
+    raft.commit()
+    queue.run_ready()
+    assert ctl.last_stable_offset == 2
+    assert stubs["features"].levels.get("metadata.version", epoch=ctl.last_stable_offset) == 29
+    assert not faults
+
+
+def test_old_metadata_version_bootstrap_is_one_atomic_batch(env):
+    ctl, raft, queue, *_ = env
+    ctl.bootstrap = bootstrap(level=12)  # 3.6-IV0: no metadata transactions
+    raft.elect(1, 1)
+    queue.run_ready()
+    assert decoded_log(raft) == ["FeatureLevelRecord"]
+    assert raft.batches == [(0, 1, True)]
+
+
+def test_a_write_is_answered_only_when_committed(env):
+    ctl, raft, queue, stubs, *_ = env
+    activate(ctl, raft, queue)
+    fut = ctl.append_write("w", level_write("x", 1))
+    queue.run_ready()
+    assert not fut.done()
+    assert stubs["features"].levels.get("x") == 1  # applied in memory at once
+    assert stubs["features"].levels.get("x", epoch=ctl.last_stable_offset) is None  # not committed
+    raft.commit()
+    queue.run_ready()
+    assert fut.done() and fut.result() == "ok"
+
+
+def test_a_write_without_records_waits_for_pending_writes(env):
+    ctl, raft, queue, *_ = env
+    activate(ctl, raft, queue)
+    w = ctl.append_write("w", level_write("x", 1))
+    r = ctl.append_write("noop", lambda: ControllerResult([], "read"))
+    queue.run_ready()
+    assert not w.done() and not r.done()
+    raft.commit()
+    queue.run_ready()
+    assert w.result() == "ok" and r.result() == "read"
+    r2 = ctl.append_write("noop2", lambda: ControllerResult([], "now"))
+    queue.run_ready()
+    assert r2.result() == "now"
+
+
+def test_reads_see_committed_state_only(env):
+    ctl, raft, queue, stubs, *_ = env
+    activate(ctl, raft, queue)
+    ctl.append_write("w", level_write("x", 1))
+    queue.run_ready()
+    read = ctl.append_read("r", lambda e: stubs["features"].levels.get("x", epoch=e))
+    queue.run_ready()
+    assert read.result() is None
+    raft.commit()
+    queue.run_ready()
+    read = ctl.append_read("r", lambda e: stubs["features"].levels.get("x", epoch=e))
+    queue.run_ready()
+    assert read.result() == 1
+
+
+def test_a_standby_answers_not_controller_naming_the_active_one(env):
+    ctl, raft, queue, *_ = env
+    raft.elect(2, 1)
+    queue.run_ready()
+    fut = ctl.append_write("w", level_write("x", 1))
+    queue.run_ready()
+    exc = fut.exception()
+    assert isinstance(exc, NotControllerError)
+    assert exc.message == "The active controller appears to be node 2."
+    raft.leader = LeaderAndEpoch(-1, 2)
+    fut = ctl.append_write("w", level_write("x", 1))
+    queue.run_ready()
+    assert fut.exception().message == "No controller appears to be active."
+
+
+def test_losing_leadership_fails_the_purgatory_and_reverts_uncommitted_state(env):
+    ctl, raft, queue, stubs, *_ = env
+    activate(ctl, raft, queue)
+    committed = ctl.append_write("a", level_write("a", 1))
+    queue.run_ready()
+    raft.commit()
+    queue.run_ready()
+    pending = ctl.append_write("b", level_write("b", 2))
+    queue.run_ready()
+    assert stubs["features"].levels.get("b") == 2
+    raft.elect(2, 2)
+    queue.run_ready()
+    assert committed.result() == "ok"
+    assert isinstance(pending.exception(), NotControllerError)
+    assert not ctl.active and raft.resigned == [1]
+    # reverted to the last stable offset: the uncommitted write is gone, the committed one stays
+    assert stubs["features"].levels.get("b") is None
+    assert stubs["features"].levels.get("a") == 1
+
+
+def test_standby_replays_committed_batches(env):
+    ctl, raft, queue, stubs, *_ = env
+    raft.leader = LeaderAndEpoch(2, 1)
+    value = ApiMessageAndVersion(m.FeatureLevelRecord(name="metadata.version", feature_level=29), 0).encode()
+    raft.listener.handle_commit((Batch(0, 1, (value,)),))
+    assert stubs["features"].levels.get("metadata.version") is None  # only enqueued by the callback
+    queue.run_ready()
+    assert stubs["features"].levels.get("metadata.version") == 29
+    assert ctl.last_stable_offset == 0
+
+
+def test_a_replay_error_on_a_standby_is_fatal_never_skipped(env):
+    ctl, raft, queue, stubs, faults, _ = env
+    bad = ApiMessageAndVersion(m.FeatureLevelRecord(name="x", feature_level=-1), 0).encode()
+    good = ApiMessageAndVersion(m.FeatureLevelRecord(name="y", feature_level=1), 0).encode()
+    raft.listener.handle_commit((Batch(0, 1, (bad, good)),))
+    queue.run_ready()
+    assert faults and "Unable to apply record at offset 0 on standby controller" in faults[0][0]
+    assert isinstance(faults[0][1], ReplayError)
+    assert stubs["features"].levels.get("y") is None  # nothing after the bad record was applied
+    # and the controller stays stopped: later commits are not applied either
+    raft.listener.handle_commit((Batch(2, 1, (good,)),))
+    queue.run_ready()
+    assert stubs["features"].levels.get("y") is None
+
+
+def test_a_replay_error_on_the_active_controller_is_fatal_before_the_append(env):
+    ctl, raft, queue, stubs, faults, _ = env
+    activate(ctl, raft, queue)
+    end = raft.end
+    fut = ctl.append_write("bad", level_write("x", -1))
+    queue.run_ready()
+    assert faults and "on active controller" in faults[0][0]
+    assert raft.end == end  # never handed to Raft
+    assert fut.exception().error == Errors.UNKNOWN_SERVER_ERROR
+
+
+def test_excessively_large_operations_are_refused(env):
+    ctl, raft, queue, *_ = env
+    activate(ctl, raft, queue)
+    recs = [ApiMessageAndVersion(m.NoOpRecord(), 0)] * 10_001
+    fut = ctl.append_write("big", lambda: ControllerResult(recs, None, False))
+    queue.run_ready()
+    exc = fut.exception()
+    assert isinstance(exc, ApiError) and exc.error == Errors.POLICY_VIOLATION
+    assert exc.message == "Unable to perform excessively large batch operation."
+
+
+def test_non_atomic_results_are_split_into_batches_of_at_most_10000(env):
+    ctl, raft, queue, *_ = env
+    activate(ctl, raft, queue)
+    before = len(raft.batches)
+    recs = [ApiMessageAndVersion(m.NoOpRecord(), 0)] * 10_000
+    ctl.append_write("w", lambda: ControllerResult(recs, None, False))
+    queue.run_ready()
+    assert raft.batches[before:] == [(raft.batches[before][0], 10_000, False)]
+
+
+def test_a_queued_event_times_out_with_request_timed_out(env):
+    ctl, raft, queue, stubs, faults, now = env
+    activate(ctl, raft, queue)
+    fut = ctl.append_write("late", level_write("x", 1), deadline_ns=5 * 1_000_000)
+    now[0] = 10
+    queue.run_ready()
+    assert fut.exception().error == Errors.REQUEST_TIMED_OUT
+    assert stubs["features"].levels.get("x") is None
+
+
+def test_a_dangling_transaction_is_aborted_at_activation(env):
+    ctl, raft, queue, stubs, *_ = env
+    # a predecessor wrote Begin + a record, committed, and crashed before End
+    begin = ApiMessageAndVersion(m.BeginTransactionRecord(name="t"), 0).encode()
+    inner = ApiMessageAndVersion(m.FeatureLevelRecord(name="metadata.version", feature_level=29), 0).encode()
+    raft.leader = LeaderAndEpoch(2, 1)
+    raft.listener.handle_commit((Batch(0, 1, (begin, inner)),))
+    queue.run_ready()
+    assert ctl.last_stable_offset == -1  # the open transaction is not stable
+    raft.end = raft.delivered = 2
+    raft.elect(1, 2)
+    queue.run_ready()
+    names = decoded_log(raft)
+    # the stable state has no metadata.version: abort, then re-append the bootstrap records
+    assert names[:2] == ["AbortTransactionRecord", "BeginTransactionRecord"]
+    assert names[-1] == "EndTransactionRecord"
+    raft.commit()
+    queue.run_ready()
+    assert stubs["features"].levels.get("metadata.version", epoch=ctl.last_stable_offset) == 29
+    assert ctl.offset_control.transaction_start_offset == -1
+
+
+def test_only_replay_mutates(env):
+    ctl, raft, queue, stubs, *_ = env
+    activate(ctl, raft, queue)
+    seen = []
+
+    def op():
+        seen.append(stubs["features"].levels.get("z"))
+        return ControllerResult([ApiMessageAndVersion(m.FeatureLevelRecord(name="z", feature_level=3), 0)], None)
+    ctl.append_write("w", op)
+    queue.run_ready()
+    assert seen == [None] and stubs["features"].levels.get("z", epoch=LATEST_EPOCH) == 3
