@@ -166,7 +166,7 @@ def test_snapshot_records_rebuild_the_state(registry, cluster, manager):
     generate_and_replay(manager, 2, 100)
     registry.get_or_create_snapshot(5)
     generate_and_replay(manager, 3, 100)
-    (at5,) = manager.snapshot_records(epoch=5)
+    (at5,) = manager.snapshot_records(5)  # positional: QuorumController.register_snapshot_source calls fn(epoch)
     assert at5.version == 0
     assert at5.message == ProducerIdsRecord(broker_id=2, broker_epoch=100, next_producer_id=1000)
     rebuilt = ProducerIdControlManager(SnapshotRegistry(), cluster)

@@ -140,7 +140,7 @@ class ProducerIdControlManager:
             ProducerIdsBlock(record.broker_id, record.next_producer_id, PRODUCER_ID_BLOCK_SIZE))
         self._broker_epoch.set(record.broker_epoch)
 
-    def snapshot_records(self, *, epoch: int = LATEST_EPOCH) -> list[ApiMessageAndVersion]:
+    def snapshot_records(self, epoch: int = LATEST_EPOCH) -> list[ApiMessageAndVersion]:
         """The records that rebuild this state (for a metadata snapshot at ``epoch``): one
         ``ProducerIdsRecord``, or none before the first grant."""
         block: ProducerIdsBlock = self._next_producer_block.get(epoch)
