@@ -14,6 +14,15 @@ Keys understood (Kafka's meaning):
   which of them are controller listeners (first = the one peers use).
 * ``log.dirs`` (or ``log.dir``), ``metadata.log.dir`` (defaults to the first log dir).
 * ``controller.quorum.*`` timeouts: see :class:`kraft_node.raft.config.QuorumConfig`.
+* the controller's keys (Kafka's names, defaults and ranges): ``broker.session.timeout.ms``,
+  ``broker.heartbeat.interval.ms``, ``metadata.max.idle.interval.ms``,
+  ``metadata.log.max.record.bytes.between.snapshots``, ``metadata.log.max.snapshot.interval.ms``,
+  ``metadata.max.retention.bytes``, ``metadata.max.retention.ms``,
+  ``leader.imbalance.check.interval.seconds``, ``num.partitions``, ``default.replication.factor``,
+  ``controller.performance.sample.period.ms``, ``controller.performance.always.log.threshold.ms``:
+  see :class:`ControllerSettings` (``NodeConfig.controller_settings``).
+* ``kraft.metrics.listener`` (kraft's own, not Kafka's): ``host:port`` of the Prometheus
+  endpoint (``NodeConfig.metrics_listener``); unset or empty: no endpoint.
 * ``listener.security.protocol.map`` (Kafka's default and Kafka's rule that a KRaft
   controller listener missing from an *unset* map is PLAINTEXT): ``PLAINTEXT`` or
   ``SSL`` per listener.  ``SSL`` listeners use the ``ssl.*`` keys (and their
@@ -106,6 +115,141 @@ UNSUPPORTED: dict[str, tuple[tuple[str, ...], str]] = {
     "delegation.token.master.key": (("",), "delegation tokens need SASL, which kraft does not implement"),
 }
 
+_INT = (-(2 ** 31), 2 ** 31 - 1)        # Kafka's ConfigDef INT
+_LONG = (-(2 ** 63), 2 ** 63 - 1)       # Kafka's ConfigDef LONG
+_DECIMAL = re.compile(r"^[+-]?[0-9]+$")  # what Java's parseInt/parseLong accept
+
+#: Kafka's controller keys: key -> (ControllerSettings field, ConfigDef type, smallest value
+#: accepted or None for any, largest or None).  The minimums are Kafka's ``atLeast`` where it
+#: has one; kraft adds one where Kafka has none but the value cannot work (see ControllerSettings).
+_CONTROLLER_KEY_SPECS: dict[str, tuple[str, str, int | None, int | None]] = {
+    "broker.session.timeout.ms": ("broker_session_timeout_ms", "INT", 1, None),
+    "broker.heartbeat.interval.ms": ("broker_heartbeat_interval_ms", "INT", 1, None),
+    "metadata.max.idle.interval.ms": ("metadata_max_idle_interval_ms", "INT", 0, None),
+    "metadata.log.max.record.bytes.between.snapshots": ("metadata_log_max_record_bytes_between_snapshots",
+                                                        "LONG", 1, None),
+    "metadata.log.max.snapshot.interval.ms": ("metadata_log_max_snapshot_interval_ms", "LONG", 0, None),
+    "metadata.max.retention.bytes": ("metadata_max_retention_bytes", "LONG", None, None),
+    "metadata.max.retention.ms": ("metadata_max_retention_ms", "LONG", None, None),
+    "leader.imbalance.check.interval.seconds": ("leader_imbalance_check_interval_seconds", "LONG", 1, None),
+    "num.partitions": ("num_partitions", "INT", 1, None),
+    "default.replication.factor": ("default_replication_factor", "INT", 1, 32767),
+    "controller.performance.sample.period.ms": ("controller_performance_sample_period_ms", "LONG", 100, None),
+    "controller.performance.always.log.threshold.ms": ("controller_performance_always_log_threshold_ms",
+                                                       "LONG", 0, None),
+}
+CONTROLLER_KEYS = frozenset(_CONTROLLER_KEY_SPECS)
+#: kraft's own key (not Kafka's): ``host:port`` of the Prometheus metrics endpoint.
+METRICS_LISTENER_KEY = "kraft.metrics.listener"
+
+
+def _config_number(props: dict[str, str], key: str, kind: str, low: int | None, high: int | None,
+                   default: int, source: str) -> int:
+    """``props[key]`` parsed and range-checked as Kafka's ConfigDef does, with its messages
+    ("Invalid value X for configuration K: ..."), prefixed by the file."""
+    if key not in props:
+        return default
+    text = props[key].strip()
+    lo, hi = _INT if kind == "INT" else _LONG
+    if not _DECIMAL.match(text) or not lo <= int(text) <= hi:
+        raise ConfigError(f"{source}: Invalid value {text} for configuration {key}: Not a number of type {kind}")
+    value = int(text)
+    if low is not None and value < low:
+        raise ConfigError(f"{source}: Invalid value {value} for configuration {key}: Value must be at least {low}")
+    if high is not None and value > high:
+        raise ConfigError(f"{source}: Invalid value {value} for configuration {key}: "
+                          f"Value must be no more than {high}")
+    return value
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """The controller's settings from Kafka's keys (``NodeConfig.controller_settings``), with
+    Kafka's defaults.  Field names are the keys with dots turned into underscores.
+
+    Invariants (checked by :meth:`from_properties`, which names the key in every error):
+
+    * every value parses as Kafka's INT or LONG and is within Kafka's range for the key;
+      kraft adds a floor of 1 where Kafka has none but the value cannot work -- the broker
+      session timeout and heartbeat interval, and ``default.replication.factor`` (1 to
+      32767, the short a CreateTopics request carries);
+    * ``broker.heartbeat.interval.ms`` < ``broker.session.timeout.ms``: a broker that
+      heartbeats no more often than its session lasts is fenced between heartbeats
+      (Kafka does not refuse this; it logs an ERROR when the interval is more than half
+      the timeout, see :meth:`warnings`, and so does kraft).
+
+    ``metadata.max.idle.interval.ms`` 0 disables the no-op record writer
+    (:attr:`max_idle_interval_ms` is then None); ``metadata.log.max.snapshot.interval.ms``
+    0 disables time-based snapshots; a negative ``metadata.max.retention.bytes`` or
+    ``.ms`` means no limit (Kafka's meaning).
+    """
+
+    #: How long a broker's lease lasts without a heartbeat (Kafka: 9 s).
+    broker_session_timeout_ms: int = 9000
+    #: How often brokers heartbeat (Kafka: 2 s).
+    broker_heartbeat_interval_ms: int = 2000
+    #: How often the active controller writes a NoOpRecord when idle; 0: never.
+    metadata_max_idle_interval_ms: int = 500
+    #: Committed bytes since the latest snapshot that trigger a new one (20 MiB).
+    metadata_log_max_record_bytes_between_snapshots: int = 20 * 1024 * 1024
+    #: Longest time committed records wait before a snapshot covers them (1 h); 0: no limit.
+    metadata_log_max_snapshot_interval_ms: int = 3_600_000
+    #: Log + snapshots size above which old snapshots and segments are deleted (100 MiB); < 0: none.
+    metadata_max_retention_bytes: int = 100 * 1024 * 1024
+    #: Age above which old snapshots and segments are deleted (7 days); < 0: none.
+    metadata_max_retention_ms: int = 604_800_000
+    #: How often the controller checks for preferred-leader imbalance (5 min).
+    leader_imbalance_check_interval_seconds: int = 300
+    #: Partitions of a topic created without a count.
+    num_partitions: int = 1
+    #: Replication factor of a topic created without one.
+    default_replication_factor: int = 1
+    #: How often the controller logs its event-queue performance summary (1 min).
+    controller_performance_sample_period_ms: int = 60_000
+    #: An event slower than this is logged at once (2 s).
+    controller_performance_always_log_threshold_ms: int = 2000
+
+    @property
+    def max_idle_interval_ms(self) -> int | None:
+        """The no-op writer's period, or None when ``metadata.max.idle.interval.ms`` is 0 (off)."""
+        return self.metadata_max_idle_interval_ms or None
+
+    @property
+    def leader_imbalance_check_interval_ms(self) -> int:
+        return self.leader_imbalance_check_interval_seconds * 1000
+
+    def warnings(self) -> list[str]:
+        """Settings Kafka accepts but logs at ERROR (KAFKA-19432): a heartbeat interval longer
+        than half the session timeout leaves a broker one missed heartbeat from fencing."""
+        hb, session = self.broker_heartbeat_interval_ms, self.broker_session_timeout_ms
+        if hb * 2 > session:
+            return [f"broker.heartbeat.interval.ms ({hb} ms) must be less than or equal to half of the "
+                    f"broker.session.timeout.ms ({session} ms): a broker that misses one heartbeat is fenced"]
+        return []
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str], source: str = "config") -> "ControllerSettings":
+        """Read Kafka's controller keys from ``props`` (absent keys keep Kafka's defaults)."""
+        defaults = cls()
+        kwargs = {field_name: _config_number(props, key, kind, low, high, getattr(defaults, field_name), source)
+                  for key, (field_name, kind, low, high) in _CONTROLLER_KEY_SPECS.items()}
+        settings = cls(**kwargs)
+        hb, session = settings.broker_heartbeat_interval_ms, settings.broker_session_timeout_ms
+        if hb >= session:
+            raise ConfigError(f"{source}: broker.heartbeat.interval.ms ({hb}) must be less than "
+                              f"broker.session.timeout.ms ({session}): a broker would be fenced between heartbeats")
+        return settings
+
+
+def parse_metrics_listener(props: dict[str, str], source: str = "config") -> tuple[str, int] | None:
+    """``kraft.metrics.listener`` as ``(host, port)``, or None when unset or empty (no
+    endpoint).  Port 0 takes any free port (the bound one is logged at start)."""
+    text = props.get(METRICS_LISTENER_KEY, "").strip()
+    if not text:
+        return None
+    return _host_port(text, METRICS_LISTENER_KEY, source)
+
+
 #: Keys kraft reads (besides ``controller.quorum.*``, checked by QuorumConfig, and the
 #: ``ssl.*`` keys of :data:`kraft_node.network.tls.SSL_KEYS_USED` when a listener in use is SSL).
 USED_KEYS = frozenset({
@@ -113,6 +257,8 @@ USED_KEYS = frozenset({
     "metadata.log.dir", "listener.security.protocol.map",
     # read by the checks above: set to their "off" values they are used (and harmless)
     *UNSUPPORTED,
+    # ControllerSettings and the metrics endpoint
+    *CONTROLLER_KEYS, METRICS_LISTENER_KEY,
 })
 
 _LISTENER_KEY = re.compile(r"^listener\.name\.([^.]+)\.(.+)$")
@@ -222,6 +368,10 @@ class NodeConfig:
     #: listener name -> security protocol (Kafka's effective listener.security.protocol.map)
     protocol_map: dict[str, str] = field(default_factory=dict)
     _tls: dict = field(default_factory=dict, repr=False, compare=False)
+    #: Kafka's controller keys (broker session, snapshots, retention, defaults for new topics)
+    controller_settings: ControllerSettings = field(default_factory=ControllerSettings)
+    #: ``kraft.metrics.listener``: where the Prometheus endpoint listens, None for no endpoint
+    metrics_listener: tuple[str, int] | None = None
 
     def security_protocol(self, listener: str) -> str:
         return self.protocol_map.get(listener.upper(), "PLAINTEXT")
@@ -370,6 +520,10 @@ class NodeConfig:
         check_unsupported(props, source)
         cfg = cls(node_id, roles, listeners, cl_names, log_dirs, metadata_log_dir, voters, boot, quorum,
                   dict(props), source)
+        cfg.controller_settings = ControllerSettings.from_properties(props, source)
+        for line in cfg.controller_settings.warnings():  # Kafka logs these at ERROR when it reads its config
+            logging.getLogger("kraft.config").error("%s: %s", source, line)
+        cfg.metrics_listener = parse_metrics_listener(props, source)
         if roles == {"broker"} and node_id in {v.id for v in voters}:
             # Kafka's rule (KafkaConfig): a broker-only node is never a voter
             raise ConfigError(f"{source}: process.roles=broker but node.id {node_id} is listed in "

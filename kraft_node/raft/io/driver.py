@@ -181,24 +181,29 @@ class _PendingAppends:
 
     def __init__(self):
         self.offsets: list[int] = []               # sorted last offsets
-        self.entries: list[tuple[int, int, asyncio.Future]] = []  # (offset, epoch, future), same order
+        # (offset, epoch, future, time.monotonic() at append), same order
+        self.entries: list[tuple[int, int, asyncio.Future, float]] = []
         self.committed_end = 0
         self.leader: LeaderAndEpoch | None = None
+        #: metrics hook (RaftDriver.on_commit_latency): ms from append to commit, per append
+        self.commit_latency: Callable[[float], None] | None = None
 
     def add(self, offset: int, epoch: int, fut: asyncio.Future) -> None:
         i = bisect.bisect_right(self.offsets, offset)
         self.offsets.insert(i, offset)
-        self.entries.insert(i, (offset, epoch, fut))
+        self.entries.insert(i, (offset, epoch, fut, time.monotonic()))
 
     def handle_commit(self, batches) -> None:
         for b in batches:
             self.committed_end = b.next_offset
             k = 0
             while k < len(self.entries) and self.entries[k][0] < b.next_offset:
-                off, epoch, fut = self.entries[k]
+                off, epoch, fut, appended = self.entries[k]
                 if not fut.done():
                     if off >= b.base_offset and b.epoch == epoch:
                         fut.set_result(off)
+                        if self.commit_latency is not None:
+                            self.commit_latency((time.monotonic() - appended) * 1000.0)
                     else:
                         fut.set_exception(NotLeaderError(
                             f"offset {off} was committed in epoch {b.epoch if off >= b.base_offset else '?'}, "
@@ -215,7 +220,7 @@ class _PendingAppends:
         self.leader = leader
 
     def fail_all(self, exc: Exception) -> None:
-        for _, _, fut in self.entries:
+        for _, _, fut, _ in self.entries:
             if not fut.done():
                 fut.set_exception(exc)
         self.entries.clear()
@@ -380,6 +385,11 @@ class RaftDriver:
     def on_role_change(self, cb: Callable[[str, int, int], None]) -> None:
         """``cb(role, epoch, leader_id)`` after every change of role, epoch or leader."""
         self._role_callbacks.append(cb)
+
+    def on_commit_latency(self, cb: Callable[[float], None] | None) -> None:
+        """Metrics hook (kraft_node.metrics.RaftMetrics): ``cb(ms)`` for every append committed
+        in its epoch, ``ms`` from :meth:`append` to the commit; None removes it."""
+        self._appends.commit_latency = cb
 
     def register_listener(self, listener) -> None:
         self.core.register_listener(listener)
