@@ -30,7 +30,7 @@ from kraft_storage.messages.metadata import ProducerIdsRecord
 from kraft_storage.timeline import LATEST_EPOCH, TimelineLong, TimelineObject
 
 if TYPE_CHECKING:
-    from kraft_storage._contracts import SnapshotRegistryLike
+    from kraft_storage.timeline import SnapshotRegistry as SnapshotRegistryLike
 
 __all__ = [
     "PRODUCER_ID_BLOCK_SIZE", "PRODUCER_IDS_RECORD_VERSION", "EMPTY_BLOCK", "BrokerEpochChecker",
