@@ -49,6 +49,7 @@ from kraft_node.metadata.controller.errors import (
     ReplayError,
 )
 from kraft_node.metadata.controller.offset_control import OffsetControlManager, snapshot_name
+from kraft_node.metadata.controller.periodic import PeriodicControlTaskError
 from kraft_node.metadata.controller.purgatory import Purgatory
 from kraft_node.metadata.controller.result import (
     MAX_RECORDS_PER_BATCH,
@@ -278,8 +279,10 @@ class QuorumController:
         self._post_activation: list[Callable[[], None]] = []
         self._snapshot_sources: list[Callable[[int], Iterable[ApiMessageAndVersion]]] = []
         self._register_core_replayers()
-        if managers is not None:
-            managers(self)
+        if managers is None:
+            from kraft_node.metadata.controller.managers import install_default_managers
+            managers = install_default_managers
+        managers(self)
         self._listener = _Listener(self)
         raft.register_listener(self._listener)
 
@@ -384,7 +387,7 @@ class QuorumController:
                 return
             log.error("Unexpected exception while executing deferred write event %s: %s", tag, exc)
         ev.future.add_done_callback(done)
-        self.queue.schedule_deferred(tag, deadline_ns, ev)
+        self.queue.schedule_deferred(tag, deadline_ns, ev, keep_earlier=True)
 
     def cancel_deferred(self, tag: str) -> None:
         self.queue.cancel_deferred(tag)
@@ -461,6 +464,10 @@ class QuorumController:
             return self.wrong_controller()
         if isinstance(exc, EventQueueClosedError):
             return ControllerTimeoutError("The controller is shutting down.")
+        if isinstance(exc, PeriodicControlTaskError):
+            # Kafka counts a periodic task's failure and stays active (the task backs off).
+            log.error("%s: %s", name, exc)
+            return ApiError(Errors.UNKNOWN_SERVER_ERROR, str(exc))
         if isinstance(exc, RecordLimitError):
             return ApiError(Errors.POLICY_VIOLATION, "Unable to perform excessively large batch operation.")
         if isinstance(exc, ReplayError):
@@ -616,7 +623,92 @@ class QuorumController:
         """Give up the active role (as an event: runs on the controller's loop)."""
         self.queue.append(_ControlEvent(self, "renounce", self._renounce))
 
-    # ---------------------------------------------------------- reads of committed state
+    # ---------------------------------------------------------- the Controller API (Kafka's Controller)
+    # Each returns a ControllerFuture completed on the controller's loop; errors are ApiError.
+    # ``deadline_ns`` (the queue's clock): the call fails with REQUEST_TIMED_OUT if it has not
+    # started by then.
+
+    def register_broker(self, request: Any, *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """BrokerRegistration: the broker's epoch is the offset of its RegisterBrokerRecord."""
+        def op() -> ControllerResult[Any]:
+            finalized = dict(self.feature_control.finalized_features())
+            finalized.setdefault("kraft.version", self._kraft_version())
+            return self.cluster_control.register_broker(request, self.offset_control.next_write_offset, finalized)
+        return self.append_write("registerBroker", op, deadline_ns=deadline_ns)
+
+    def track_broker_heartbeat(self, broker_id: int, broker_epoch: int) -> bool:
+        """Record a heartbeat's arrival -- called by the RPC layer *before* the heartbeat event
+        is queued, so a busy loop never fences a live broker (KAFKA-15019).  False when this
+        controller is not active (answer NOT_CONTROLLER)."""
+        if not self.active:
+            return False
+        return bool(self.cluster_control.track_broker_heartbeat(broker_id, broker_epoch))
+
+    def process_broker_heartbeat(self, request: Any, *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """BrokerHeartbeat: the broker's state transition (unfence when caught up, fence,
+        controlled shutdown) and its records.  A heartbeat that times out in the queue still
+        counts as contact (``process_expired_broker_heartbeat``)."""
+        reply: list[Any] = []
+
+        def op() -> ControllerResult[Any]:
+            result = self.cluster_control.process_broker_heartbeat(request)
+            reply.append(result.response)
+            return result
+
+        def after(last_offset: int) -> None:
+            if reply and reply[0].in_controlled_shutdown:
+                self.cluster_control.update_controlled_shutdown_offset(request.broker_id, last_offset)
+        fut = self.append_write("processBrokerHeartbeat", op, deadline_ns=deadline_ns, after=after)
+
+        def on_done(f: ControllerFuture[Any]) -> None:
+            exc = f.exception()
+            if isinstance(exc, ControllerTimeoutError) and self.active:
+                try:
+                    self.cluster_control.process_expired_broker_heartbeat(request)
+                    if self.metrics is not None:
+                        self.metrics.inc_timed_out_heartbeats()
+                except ApiError:
+                    pass
+        fut.add_done_callback(on_done)
+        return fut
+
+    def register_controller(self, request: Any, *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        return self.append_write("registerController", lambda: self.cluster_control.register_controller(request),
+                                 deadline_ns=deadline_ns)
+
+    def unregister_broker(self, broker_id: int, *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        return self.append_write("unregisterBroker", lambda: self.cluster_control.unregister_broker(broker_id),
+                                 deadline_ns=deadline_ns)
+
+    def allocate_producer_ids(self, broker_id: int, broker_epoch: int, *,
+                              deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """AllocateProducerIds: the next block of 1,000 ids (ProducerIdsBlock)."""
+        return self.append_write(
+            "allocateProducerIds",
+            lambda: self.producer_id_control.generate_next_producer_id(broker_id, broker_epoch),
+            deadline_ns=deadline_ns)
+
+    def update_features(self, updates: dict[str, int], upgrade_types: dict[str, Any], validate_only: bool, *,
+                        deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """UpdateFeatures: {feature: ApiError or None}; the records (if any) are one atomic batch."""
+        def op() -> ControllerResult[Any]:
+            return self.feature_control.update_features(updates, upgrade_types, validate_only,
+                                                        claimed_epoch=self.claim_epoch)
+        return self.append_write("updateFeatures", op, deadline_ns=deadline_ns)
+
+    def finalized_features(self, *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """(finalized levels, the offset they are read at) of the committed state."""
+        return self.append_read("finalizedFeatures",
+                                lambda e: (self.feature_control.finalized_features(epoch=e), e),
+                                deadline_ns=deadline_ns)
+
+    def _kraft_version(self) -> int:
+        kv = getattr(self.raft, "kraft_version", None)
+        if callable(kv):
+            kv = kv()
+        return int(kv) if kv is not None else 0
+
+    # ---------------------------------------------------------- committed-state reads (synchronous)
     def committed_epoch(self) -> int:
         """The registry epoch committed reads use (the stable offset)."""
         return self.offset_control.last_stable_offset

@@ -1,0 +1,153 @@
+"""Wiring: build the control managers on a QuorumController and connect them (Kafka's
+QuorumController constructor does this inline).
+
+Each manager keeps its state in timeline collections of the controller's registry; this
+module registers each record type's replayer, each manager's snapshot source (features
+first: a reader needs metadata.version before any other record), the soft-state hooks of
+claim and renounce, and the periodic tasks.  Settings are read by Kafka's key names with
+Kafka's defaults, from any object with those attributes (the node's ControllerSettings), so
+the simulator and tests run the same wiring as a process.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kraft_node.metadata.controller.cluster_control import ClusterControlManager
+from kraft_node.metadata.controller.configuration_control import ConfigurationControlManager
+from kraft_node.metadata.controller.features import FeatureControlManager, QuorumFeatures
+from kraft_node.metadata.controller.periodic import PeriodicTask, PeriodicTaskControlManager
+from kraft_node.metadata.controller.producer_ids import ProducerIdControlManager
+from kraft_node.metadata.controller.replication_control import ReplicationControlManager
+from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
+from kraft_node.metadata.controller.security_control import (
+    AclControlManager,
+    ClientQuotaControlManager,
+    DelegationTokenControlManager,
+    ScramControlManager,
+)
+from kraft_node.metadata.controller.snapshot_generator import SnapshotGenerator
+from kraft_node.metadata.versions import supported_features
+from kraft_storage.messages import metadata as m
+
+if TYPE_CHECKING:
+    from kraft_node.metadata.controller.quorum_controller import QuorumController
+
+log = logging.getLogger("kraft.controller")
+
+NS_PER_MS = 1_000_000
+
+#: The replay-side managers of security and quota records (security_control.py).
+SECURITY_MANAGERS = (AclControlManager, ScramControlManager, DelegationTokenControlManager,
+                     ClientQuotaControlManager)
+
+#: Kafka's defaults for the settings the managers read (ControllerSettings' fields).
+DEFAULTS = {
+    "broker_session_timeout_ms": 9000,
+    "broker_heartbeat_interval_ms": 2000,
+    "metadata_max_idle_interval_ms": 500,
+    "metadata_log_max_record_bytes_between_snapshots": 20 * 1024 * 1024,
+    "metadata_log_max_snapshot_interval_ms": 3_600_000,
+    "controller_performance_sample_period_ms": 60_000,
+    "controller_performance_always_log_threshold_ms": 2000,
+}
+
+#: Periodic task names (Kafka's).
+FENCE_STALE_BROKERS = "maybeFenceStaleBroker"
+WRITE_NO_OP = "writeNoOpRecord"
+PERFORMANCE_LOG = "generatePeriodicPerformanceMessage"
+
+
+def setting(ctl: "QuorumController", name: str) -> int:
+    value = getattr(ctl.settings, name, None) if ctl.settings is not None else None
+    return int(DEFAULTS[name] if value is None else value)
+
+
+class _QueueAccessor:
+    """What the periodic manager schedules through: deferred writes on the controller's
+    queue, keeping the earlier deadline when a task is rescheduled (Kafka's
+    EarliestDeadlineFunction)."""
+
+    def __init__(self, ctl: "QuorumController"):
+        self.ctl = ctl
+
+    def schedule_deferred(self, tag: str, deadline_ns: int, op: Any) -> None:
+        self.ctl.schedule_deferred_write(tag, deadline_ns, op)
+
+    def cancel_deferred(self, tag: str) -> None:
+        self.ctl.cancel_deferred(tag)
+
+
+def install_default_managers(ctl: "QuorumController") -> None:
+    """Build and connect every manager of this issue (features, cluster, producer ids,
+    periodic tasks, snapshots) and, when present, the replay-side managers of topics,
+    configs and security records."""
+    reg = ctl.registry
+    voters = getattr(ctl.settings, "voter_ids", ()) or ()
+    features = FeatureControlManager(reg, QuorumFeatures(ctl.node_id, supported_features(), list(voters)))
+    session_ms = setting(ctl, "broker_session_timeout_ms")
+    configs = ConfigurationControlManager(reg)
+    replication = ReplicationControlManager(
+        reg, configs, metadata_version=lambda e: features.metadata_version(epoch=e).feature_level)
+    cluster = ClusterControlManager(reg, cluster_id=ctl.cluster_id, feature_control=features, clock_ms=ctl.clock_ms,
+                                    session_timeout_ms=session_ms,
+                                    has_leaderships=lambda b: replication.has_leaderships(b))
+    features.cluster_support = cluster
+    pids = ProducerIdControlManager(reg, cluster)
+    ctl.feature_control = features
+    ctl.cluster_control = cluster
+    ctl.producer_id_control = pids
+    ctl.replication_control = replication
+
+    ctl.register_replayer(m.FeatureLevelRecord, features.replay)
+    for rt in ClusterControlManager.RECORD_TYPES:
+        ctl.register_replayer(rt, cluster.replay)
+    ctl.register_replayer(m.ProducerIdsRecord, pids.replay)
+    ctl.register_snapshot_source(features.snapshot_records)
+    ctl.register_snapshot_source(cluster.snapshot_records)
+    ctl.register_snapshot_source(pids.snapshot_records)
+    _install_replay_managers(ctl, replication, configs)
+
+    ctl.on_activate(lambda: cluster.activate(ctl.clock_ms))
+    ctl.on_deactivate(cluster.deactivate)
+
+    periodic = PeriodicTaskControlManager(lambda: ctl.clock_ms() * NS_PER_MS, _QueueAccessor(ctl))
+    ctl.periodic_control = periodic
+    periodic.register_task(PeriodicTask(FENCE_STALE_BROKERS, cluster.fence_stale_broker,
+                                        max(1, session_ms // 8) * NS_PER_MS))
+    idle = setting(ctl, "metadata_max_idle_interval_ms")
+    if idle > 0:
+        periodic.register_task(PeriodicTask(WRITE_NO_OP, lambda: _no_op_record(ctl), idle * NS_PER_MS))
+    ctl.on_activation_complete(periodic.activate)
+    ctl.on_deactivate(periodic.deactivate)
+
+    ctl.snapshot_generator = SnapshotGenerator(
+        ctl, max_bytes_between_snapshots=setting(ctl, "metadata_log_max_record_bytes_between_snapshots"),
+        max_interval_ms=setting(ctl, "metadata_log_max_snapshot_interval_ms") or 2**62)
+
+
+def _no_op_record(ctl: "QuorumController") -> ControllerResult[bool]:
+    """Kafka's writeNoOpRecord task: keeps the log (and the high watermark, and every
+    broker's view of liveness) moving when nothing else is written."""
+    mv = ctl.feature_control.metadata_version_or_none()
+    if mv is None or not mv.is_no_op_record_supported():
+        return ControllerResult.of([], False)
+    return ControllerResult.of([ApiMessageAndVersion(m.NoOpRecord(), 0)], False)
+
+
+def _install_replay_managers(ctl: "QuorumController", replication: ReplicationControlManager,
+                             configs: ConfigurationControlManager) -> None:
+    """Topics/partitions, configs, ACLs, SCRAM, delegation tokens and quotas: their state and
+    replay (the write side comes with the next issue).  A Kafka-written log holds them, and an
+    unhandled record type is fatal."""
+    ctl.configuration_control = configs
+    for rt in ReplicationControlManager.RECORD_TYPES:
+        ctl.register_replayer(rt, replication.replay)
+    ctl.register_replayer(m.ConfigRecord, configs.replay)
+    ctl.register_snapshot_source(replication.snapshot_records)
+    ctl.register_snapshot_source(configs.snapshot_records)
+    ctl.security_managers = [cls(ctl.registry) for cls in SECURITY_MANAGERS]
+    for mgr in ctl.security_managers:
+        for rt in mgr.RECORD_TYPES:
+            ctl.register_replayer(rt, mgr.replay)
+        ctl.register_snapshot_source(mgr.snapshot_records)
