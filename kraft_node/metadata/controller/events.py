@@ -343,6 +343,10 @@ class EventQueue:
         now = self._clock_ns()
         return now if first <= now else first
 
+    def now_ns(self) -> int:
+        """The queue's clock (monotonic ns, or the simulator's virtual time)."""
+        return self._clock_ns()
+
     def size(self) -> int:
         """Queued events plus the one running, if any (Kafka's ``size``)."""
         return self._size

@@ -164,6 +164,7 @@ class _ControlEvent:
         self.ctl, self.name, self.fn = ctl, name, fn
 
     def run(self) -> None:
+        self.ctl.current_event = self.name
         self.fn()
 
     def handle_exception(self, exc: BaseException) -> None:
@@ -180,6 +181,7 @@ class _ReadEvent:
         self.future: ControllerFuture[Any] = ControllerFuture()
 
     def run(self) -> None:
+        self.ctl.current_event = self.name
         self.future.set_result(self.fn(self.ctl.offset_control.last_stable_offset))
 
     def handle_exception(self, exc: BaseException) -> None:
@@ -198,6 +200,7 @@ class _WriteEvent:
         self.after = after
 
     def run(self) -> None:
+        self.ctl.current_event = self.name
         self.ctl._run_write(self)
 
     def handle_exception(self, exc: BaseException) -> None:
@@ -278,6 +281,16 @@ class QuorumController:
         #: run after the activation records are replayed (on_activation_complete)
         self._post_activation: list[Callable[[], None]] = []
         self._snapshot_sources: list[Callable[[int], Iterable[ApiMessageAndVersion]]] = []
+        #: the name of the event running (or last run): the performance log names it
+        self.current_event = ""
+        from kraft_node.metadata.controller.performance import EventPerformanceMonitor
+        self.performance = EventPerformanceMonitor(
+            queue.now_ns if hasattr(queue, "now_ns") else (lambda: clock_ms() * 1_000_000),
+            sample_period_ms=int(getattr(settings, "controller_performance_sample_period_ms", 60_000)),
+            always_log_threshold_ms=int(getattr(settings, "controller_performance_always_log_threshold_ms", 2000)),
+            metrics=metrics)
+        if hasattr(queue, "on_event_timing"):
+            queue.on_event_timing = lambda q_ns, p_ns: self.performance.observe(self.current_event, q_ns, p_ns)
         self._register_core_replayers()
         if managers is None:
             from kraft_node.metadata.controller.managers import install_default_managers
