@@ -1,0 +1,797 @@
+"""Kafka's ReplicationControlManager, replay side: topics, partitions, and the reverse
+indexes that make per-broker questions cheap.
+
+Why this shape: every write the next issue adds (CreateTopics, AlterPartition, fencing,
+elections, reassignment) reads the state built here and must see it exactly as Kafka lays
+it out, because the records it emits are deltas against it (a PartitionChangeRecord says
+only what changes).  So the state mirrors Kafka's ``ReplicationControlManager``:
+
+* ``topics_by_name``: name -> topic id; ``topics_by_id`` (Kafka's ``topics``): topic id ->
+  :class:`TopicControlInfo`, whose ``parts`` map partition id -> :class:`PartitionRegistration`
+  (an immutable value: a change replaces it, so a registry snapshot keeps the old one);
+* :class:`BrokersToIsrs`: broker -> topic id -> partitions where the broker is in the ISR,
+  each flagged when the broker also leads it; leaderless partitions sit under broker
+  ``NO_LEADER`` (-1), so "partitions led by B", "has leaderships(B)" and "partitions with
+  no leader" walk one broker's entry instead of every partition;
+* :class:`BrokersToElrs`: the same for eligible leader replicas (KIP-966), without flags;
+* ``reassigning_topics`` (topic id -> partitions with adding/removing replicas),
+  ``imbalanced_partitions`` (leader is not the preferred replica),
+  ``directories_to_partitions`` (log directory id -> partitions placed in it),
+  ``topics_with_collision_chars`` (``foo.bar``/``foo_bar`` both normalise to ``foo_bar``).
+
+Invariants (checked by tests/metadata/test_replay_managers.py after every fixture replay):
+
+* ``topics_by_name`` and ``topics_by_id`` are inverse maps of each other;
+* for every partition P of topic T: T:P is in ``BrokersToIsrs`` under each ISR member
+  (flagged for the member that is P's leader) and under ``NO_LEADER`` (flagged) iff P has
+  no leader, and nowhere else; likewise ``BrokersToElrs`` under each ELR member;
+* T:P is in ``imbalanced_partitions`` iff its leader is not ``replicas[0]``, in
+  ``reassigning_topics[T]`` iff it has adding or removing replicas, and under every
+  non-reserved directory id of its ``directories``.
+
+All of it lives in timeline collections of the controller's ``SnapshotRegistry``: reads take
+``epoch=`` (a committed offset) and ``revert_to_snapshot`` undoes uncommitted replays.
+
+Where this deliberately differs from Kafka (the index is derived state; Kafka's leaves
+stale entries that its readers happen to tolerate, ours are exact):
+
+* ClearElrRecord also removes the cleared members from ``BrokersToElrs`` (Kafka's
+  ``removeTopicElrs`` replaces the partitions but leaves the index entries behind);
+* RemoveTopicRecord drops a partition's directory entries even when its ISR is empty
+  (Kafka does it inside the loop over ISR members), and an index entry whose broker is left
+  with no topic is removed rather than kept empty.
+
+``snapshot_records(epoch)`` writes the state as Kafka's image writers do (per topic: its
+TopicRecord, then its partitions), at the record versions Kafka uses for the
+metadata.version in force: PartitionRecord v0 before 3.7-IV2, v1 (directories) from 3.7-IV2,
+v2 (ELR) from 4.0-IV1 (``MetadataVersion.partition_record_version``).  The version comes
+from the ``metadata_version`` argument, else the constructor's ``metadata_version(epoch)``
+provider, else the newest (v2).  Order is sorted
+(topics by name, partitions by id) so every replica writes the same bytes.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
+
+from kraft_node.metadata.controller.configuration_control import ConfigurationControlManager
+from kraft_node.metadata.controller.errors import ReplayError
+from kraft_node.metadata.controller.result import ApiMessageAndVersion
+from kraft_node.metadata.versions import MetadataVersion
+from kraft_storage.messages import metadata as m
+from kraft_storage.messages.runtime import Uuid
+from kraft_storage.timeline import LATEST_EPOCH, TimelineHashMap, TimelineHashSet
+
+log = logging.getLogger("kraft.controller.replication")
+
+#: A partition with no leader (Kafka's LeaderConstants.NO_LEADER).
+NO_LEADER = -1
+#: PartitionChangeRecord.Leader meaning "the leader does not change" (NO_LEADER_CHANGE).
+NO_LEADER_CHANGE = -2
+
+#: A metadata.version provider: the version (or its feature level) in force at a registry
+#: epoch; None when not known yet.
+MetadataVersionAt = Callable[[int], MetadataVersion | int | None]
+
+
+def as_metadata_version(value: MetadataVersion | int | None) -> MetadataVersion | None:
+    """A MetadataVersion from a provider's answer: a feature level is looked up (ValueError,
+    Kafka's message, for a level there is none of)."""
+    if value is None or isinstance(value, MetadataVersion):
+        return value
+    return MetadataVersion.from_feature_level(value)
+
+
+class UnwritableMetadataError(Exception):
+    """State that the requested metadata.version has no record for (Kafka's
+    UnwritableMetadataException, which the default image-writer loss handler throws).
+    Raised by ``snapshot_records`` rather than writing a snapshot that silently drops it."""
+
+    def __init__(self, metadata_version: MetadataVersion, loss: str):
+        super().__init__("Metadata has been lost because the following could not be represented "
+                         f"in metadata.version {metadata_version}: {loss}")
+        self.metadata_version = metadata_version
+        self.loss = loss
+
+
+# ---------------------------------------------------------------------------
+# Values
+# ---------------------------------------------------------------------------
+
+class DirectoryId:
+    """Kafka's reserved log-directory ids (KIP-858).  The first 100 ids (most significant
+    64 bits zero, least significant below 100, signed) are reserved and never name a real
+    directory, so no partition is indexed under them."""
+
+    #: The replica's directory is not known yet: a pre-3.7 record, or a broker still migrating.
+    MIGRATING = Uuid(0)
+    #: The replica is not assigned to a directory yet.
+    UNASSIGNED = Uuid(1)
+    #: The replica's directory is offline.
+    LOST = Uuid(2)
+
+    @staticmethod
+    def reserved(uuid: Uuid) -> bool:
+        return uuid.most_significant_bits == 0 and uuid.least_significant_bits < 100
+
+    @staticmethod
+    def migrating_tuple(n: int) -> tuple[Uuid, ...]:
+        return (DirectoryId.MIGRATING,) * n
+
+
+class LeaderRecoveryState(enum.IntEnum):
+    """Whether the leader came from an unclean election and is still recovering (KIP-704)."""
+    RECOVERED = 0
+    RECOVERING = 1
+
+    @classmethod
+    def of(cls, value: int) -> "LeaderRecoveryState":
+        """The state for a record's byte; Kafka's error for any other value."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"Value {value} is not a valid leader recovery state") from None
+
+    def change_to(self, value: int) -> "LeaderRecoveryState":
+        """Apply a PartitionChangeRecord's byte: ``NO_CHANGE`` (-1) keeps this state."""
+        return self if value == LEADER_RECOVERY_NO_CHANGE else LeaderRecoveryState.of(value)
+
+
+#: PartitionChangeRecord.LeaderRecoveryState meaning "unchanged".
+LEADER_RECOVERY_NO_CHANGE = -1
+
+
+class TopicIdPartition(NamedTuple):
+    """A partition named by topic id (what the reverse indexes hold)."""
+    topic_id: Uuid
+    partition_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic_id}:{self.partition_id}"
+
+
+class InvalidReplicaDirectoriesError(ValueError):
+    """A record whose directories do not pair up with its replicas (Kafka's
+    InvalidReplicaDirectoriesException)."""
+
+    def __init__(self, record: Any):
+        super().__init__(f"The lengths for replicas and directories do not match: {record!r}")
+
+
+def _fmt(values: Iterable[Any]) -> str:
+    """Java's ``Arrays.toString``: ``[1, 2]``, Uuids in their base64 form."""
+    return "[" + ", ".join(str(v) for v in values) + "]"
+
+
+def _directories_or_migrating(directories: tuple[Uuid, ...], n: int) -> tuple[Uuid, ...]:
+    """Kafka's defaultToMigrating: no directories, or only MIGRATING ones, become ``n``
+    MIGRATING entries, so a v0 record and a v1 record of a migrating broker compare equal."""
+    if all(d == DirectoryId.MIGRATING for d in directories):
+        return DirectoryId.migrating_tuple(n)
+    return directories
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRegistration:
+    """One partition's replication state (Kafka's PartitionRegistration): an immutable value.
+
+    Invariants: ``directories`` has one entry per replica (MIGRATING when unknown);
+    ``elr``/``last_known_elr`` are empty before ELR; ``partition_epoch`` grows by one with
+    every PartitionChangeRecord, ``leader_epoch`` with every one that names a leader.
+    Equality compares every field (a PartitionRecord equal to the current state is a no-op).
+    """
+    replicas: tuple[int, ...]
+    directories: tuple[Uuid, ...]
+    isr: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    leader: int
+    leader_recovery_state: LeaderRecoveryState
+    leader_epoch: int
+    partition_epoch: int
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.directories and len(self.directories) != len(self.replicas):
+            raise ValueError("The lengths for replicas and directories do not match.")
+
+    @classmethod
+    def from_record(cls, record: Any) -> "PartitionRegistration":
+        """The registration a PartitionRecord (any version) describes."""
+        directories = tuple(record.directories or ())
+        if directories and len(directories) != len(record.replicas):
+            raise InvalidReplicaDirectoriesError(record)
+        return cls(
+            replicas=tuple(record.replicas),
+            directories=_directories_or_migrating(directories, len(record.replicas)),
+            isr=tuple(record.isr),
+            removing_replicas=tuple(record.removing_replicas),
+            adding_replicas=tuple(record.adding_replicas),
+            leader=record.leader,
+            leader_recovery_state=LeaderRecoveryState.of(record.leader_recovery_state),
+            leader_epoch=record.leader_epoch,
+            partition_epoch=record.partition_epoch,
+            elr=tuple(record.eligible_leader_replicas or ()),
+            last_known_elr=tuple(record.last_known_elr or ()),
+        )
+
+    def merge(self, change: Any) -> "PartitionRegistration":
+        """This registration with a PartitionChangeRecord applied.
+
+        Unset (null) fields keep their value; a leader of ``NO_LEADER_CHANGE`` keeps the
+        leader and its epoch, any other leader (``NO_LEADER`` included) replaces it and bumps
+        the leader epoch; the partition epoch always bumps.
+        """
+        replicas = self.replicas if change.replicas is None else tuple(change.replicas)
+        if change.directories is None:
+            directories = self.directories
+        else:
+            directories = tuple(change.directories)
+            if change.replicas is not None and directories and len(directories) != len(change.replicas):
+                raise InvalidReplicaDirectoriesError(change)
+        if change.leader == NO_LEADER_CHANGE:
+            leader, leader_epoch = self.leader, self.leader_epoch
+        else:
+            leader, leader_epoch = change.leader, self.leader_epoch + 1
+        return PartitionRegistration(
+            replicas=replicas,
+            directories=_directories_or_migrating(directories, len(replicas)),
+            isr=self.isr if change.isr is None else tuple(change.isr),
+            removing_replicas=(self.removing_replicas if change.removing_replicas is None
+                               else tuple(change.removing_replicas)),
+            adding_replicas=self.adding_replicas if change.adding_replicas is None else tuple(change.adding_replicas),
+            leader=leader,
+            leader_recovery_state=self.leader_recovery_state.change_to(change.leader_recovery_state),
+            leader_epoch=leader_epoch,
+            partition_epoch=self.partition_epoch + 1,
+            elr=self.elr if change.eligible_leader_replicas is None else tuple(change.eligible_leader_replicas),
+            last_known_elr=self.last_known_elr if change.last_known_elr is None else tuple(change.last_known_elr),
+        )
+
+    def to_record(self, topic_id: Uuid, partition_id: int,
+                  metadata_version: MetadataVersion | None = None) -> ApiMessageAndVersion:
+        """The PartitionRecord that recreates this registration, as Kafka's image writer
+        builds it for ``metadata_version`` (None: the newest): ELR fields only from 4.0-IV1
+        and only when non-empty (they are tagged), directories only from 3.7-IV2.  Real
+        directories below 3.7-IV2 cannot be written: :class:`UnwritableMetadataError`."""
+        version = 2 if metadata_version is None else metadata_version.partition_record_version()
+        fields: dict[str, Any] = dict(
+            partition_id=partition_id, topic_id=topic_id, replicas=list(self.replicas), isr=list(self.isr),
+            removing_replicas=list(self.removing_replicas), adding_replicas=list(self.adding_replicas),
+            leader=self.leader, leader_recovery_state=int(self.leader_recovery_state),
+            leader_epoch=self.leader_epoch, partition_epoch=self.partition_epoch)
+        if version >= 2:
+            if self.elr:
+                fields["eligible_leader_replicas"] = list(self.elr)
+            if self.last_known_elr:
+                fields["last_known_elr"] = list(self.last_known_elr)
+        if version >= 1:
+            fields["directories"] = list(self.directories)
+        elif any(d != DirectoryId.MIGRATING for d in self.directories):
+            assert metadata_version is not None
+            raise UnwritableMetadataError(metadata_version, "the directory assignment state of one or more replicas")
+        return ApiMessageAndVersion(m.PartitionRecord(**fields), version)
+
+    # -- questions the write side asks -------------------------------------------------
+    @staticmethod
+    def election_was_clean(new_leader: int, isr: Iterable[int]) -> bool:
+        """A leader change is clean when there is no new leader or it was in the ISR."""
+        return new_leader == NO_LEADER or new_leader in isr
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader != NO_LEADER
+
+    @property
+    def preferred_replica(self) -> int:
+        return self.replicas[0] if self.replicas else NO_LEADER
+
+    @property
+    def has_preferred_leader(self) -> bool:
+        return self.leader == self.preferred_replica
+
+    @property
+    def is_reassigning(self) -> bool:
+        """Kafka's isReassignmentInProgress: replicas are being added or removed."""
+        return bool(self.removing_replicas or self.adding_replicas)
+
+    def directory(self, replica: int) -> Uuid:
+        """The log directory replica ``replica`` is placed in."""
+        for r, d in zip(self.replicas, self.directories):
+            if r == replica:
+                return d
+        raise ValueError(f"Replica {replica} is not assigned to this partition.")
+
+    def has_same_assignment(self, other: "PartitionRegistration") -> bool:
+        return (self.replicas, self.directories, self.adding_replicas, self.removing_replicas) == (
+            other.replicas, other.directories, other.adding_replicas, other.removing_replicas)
+
+    def diff(self, prev: "PartitionRegistration") -> str:
+        """What changed from ``prev``, in Kafka's wording (for the replay log)."""
+        parts = []
+        for label, attr in (("replicas", "replicas"), ("directories", "directories"), ("isr", "isr"),
+                            ("removingReplicas", "removing_replicas"), ("addingReplicas", "adding_replicas")):
+            if getattr(self, attr) != getattr(prev, attr):
+                parts.append(f"{label}: {_fmt(getattr(prev, attr))} -> {_fmt(getattr(self, attr))}")
+        if self.leader != prev.leader:
+            parts.append(f"leader: {prev.leader} -> {self.leader}")
+        if self.leader_recovery_state != prev.leader_recovery_state:
+            parts.append(f"leaderRecoveryState: {prev.leader_recovery_state.name} -> {self.leader_recovery_state.name}")
+        if self.leader_epoch != prev.leader_epoch:
+            parts.append(f"leaderEpoch: {prev.leader_epoch} -> {self.leader_epoch}")
+        if self.elr != prev.elr:
+            parts.append(f"elr: {_fmt(prev.elr)} -> {_fmt(self.elr)}")
+        if self.last_known_elr != prev.last_known_elr:
+            parts.append(f"lastKnownElr: {_fmt(prev.last_known_elr)} -> {_fmt(self.last_known_elr)}")
+        if self.partition_epoch != prev.partition_epoch:
+            parts.append(f"partitionEpoch: {prev.partition_epoch} -> {self.partition_epoch}")
+        return ", ".join(parts)
+
+    def __str__(self) -> str:
+        return (f"PartitionRegistration(replicas={_fmt(self.replicas)}, directories={_fmt(self.directories)}, "
+                f"isr={_fmt(self.isr)}, removingReplicas={_fmt(self.removing_replicas)}, "
+                f"addingReplicas={_fmt(self.adding_replicas)}, elr={_fmt(self.elr)}, "
+                f"lastKnownElr={_fmt(self.last_known_elr)}, leader={self.leader}, "
+                f"leaderRecoveryState={self.leader_recovery_state.name}, leaderEpoch={self.leader_epoch}, "
+                f"partitionEpoch={self.partition_epoch})")
+
+
+class TopicControlInfo:
+    """A topic: its name, id and partitions (a timeline map of its own, so a topic's
+    partitions can be read at a registry epoch like everything else).  The object is
+    created by a TopicRecord and never renamed; a re-created topic is a new object."""
+
+    __slots__ = ("name", "topic_id", "parts")
+
+    def __init__(self, name: str, topic_id: Uuid, registry: Any):
+        self.name = name
+        self.topic_id = topic_id
+        self.parts = TimelineHashMap(registry)
+
+    def num_partitions(self, *, epoch: int = LATEST_EPOCH) -> int:
+        return int(self.parts.size(epoch))
+
+    def partitions(self, *, epoch: int = LATEST_EPOCH) -> dict[int, PartitionRegistration]:
+        return dict(self.parts.to_dict(epoch))
+
+    def __repr__(self) -> str:
+        return f"TopicControlInfo({self.name!r}, {self.topic_id})"
+
+
+# ---------------------------------------------------------------------------
+# Reverse indexes
+# ---------------------------------------------------------------------------
+
+#: The flag an index entry carries when the broker leads the partition (partition ids are
+#: never negative, so the bit Kafka uses as the int's sign bit is free).
+LEADER_FLAG = 1 << 31
+_REPLICA_MASK = LEADER_FLAG - 1
+
+
+def _java_int(value: int) -> int:
+    """``value`` as Java prints an int (the leader flag makes it negative)."""
+    return value - (1 << 32) if value & LEADER_FLAG else value
+
+
+class _BrokerIndex:
+    """broker id -> topic id -> tuple of index entries, as nested timeline maps (Kafka's
+    ``TimelineHashMap<Integer, TimelineHashMap<Uuid, int[]>>``).  A broker with no entries
+    left is removed, so the map's keys are exactly the brokers that hold something."""
+
+    _what = "isrMembers"
+
+    def __init__(self, registry: Any):
+        self._registry = registry
+        self._members = TimelineHashMap(registry)
+
+    def _add(self, broker_id: int, topic_id: Uuid, entry: int) -> None:
+        topic_map = self._members.get(broker_id)
+        if topic_map is None:
+            topic_map = TimelineHashMap(self._registry)
+            self._members.put(broker_id, topic_map)
+        topic_map.put(topic_id, topic_map.get(topic_id, ()) + (entry,))
+
+    def _remove(self, broker_id: int, topic_id: Uuid, entry: int) -> None:
+        topic_map = self._members.get(broker_id)
+        if topic_map is None:
+            raise ReplayError(f"Broker {broker_id} has no {self._what} entry, so we can't remove "
+                              f"{topic_id}:{_java_int(entry)}")
+        entries = topic_map.get(topic_id)
+        if entries is None:
+            raise ReplayError(f"Broker {broker_id} has no entry in {self._what} for topic {topic_id}")
+        if entry not in entries:
+            raise ReplayError(f"Broker {broker_id} has no entry in {self._what} for {topic_id}:{_java_int(entry)}")
+        rest = tuple(e for e in entries if e != entry)
+        if rest:
+            topic_map.put(topic_id, rest)
+        else:
+            topic_map.remove(topic_id)
+            if topic_map.is_empty():
+                self._members.remove(broker_id)
+
+    def remove_topic_entry_for_broker(self, topic_id: Uuid, broker_id: int) -> None:
+        """Forget ``broker_id``'s entries for a deleted topic."""
+        topic_map = self._members.get(broker_id)
+        if topic_map is not None:
+            topic_map.remove(topic_id)
+            if topic_map.is_empty():
+                self._members.remove(broker_id)
+
+    def _iterate(self, broker_id: int, leaders_only: bool, epoch: int) -> Iterator[TopicIdPartition]:
+        topic_map = self._members.get(broker_id, epoch=epoch)
+        if topic_map is None:
+            return
+        # a list even at LATEST_EPOCH: the caller may replay while it walks the result
+        for topic_id, entries in list(topic_map.items(epoch)):
+            for e in entries:
+                if not leaders_only or e & LEADER_FLAG:
+                    yield TopicIdPartition(topic_id, e & _REPLICA_MASK)
+
+    def brokers(self, *, epoch: int = LATEST_EPOCH) -> list[int]:
+        """The broker ids (NO_LEADER included) that have entries at ``epoch``."""
+        return list(self._members.keys(epoch))
+
+    def to_dict(self, *, epoch: int = LATEST_EPOCH) -> dict[int, dict[Uuid, frozenset[int]]]:
+        """broker -> topic -> set of raw entries (partition id | LEADER_FLAG): for tests and
+        diagnostics, order-free."""
+        return {b: {t: frozenset(es) for t, es in tm.items(epoch)} for b, tm in self._members.items(epoch)}
+
+
+class BrokersToIsrs(_BrokerIndex):
+    """Which partitions each broker is in the ISR of, and which it leads (Kafka's
+    BrokersToIsrs).  A partition with no leader is also listed, flagged, under broker
+    ``NO_LEADER``, which is how the controller finds the partitions an unfenced broker
+    could lead without scanning every partition."""
+
+    def update(self, topic_id: Uuid, partition_id: int, prev_isr: Iterable[int] | None,
+               next_isr: Iterable[int] | None, prev_leader: int, next_leader: int) -> None:
+        """Move ``topic_id:partition_id`` from its old (ISR, leader) to its new one.
+        ``prev_isr`` None: the partition is new; ``next_isr`` None: it is going away."""
+        prev = self._entries(partition_id, prev_isr, prev_leader)
+        nxt = self._entries(partition_id, next_isr, next_leader)
+        for broker_id, entry in prev.items():
+            if nxt.get(broker_id) != entry:
+                self._remove(broker_id, topic_id, entry)
+        for broker_id, entry in nxt.items():
+            if prev.get(broker_id) != entry:
+                self._add(broker_id, topic_id, entry)
+
+    @staticmethod
+    def _entries(partition_id: int, isr: Iterable[int] | None, leader: int) -> dict[int, int]:
+        if isr is None:
+            return {}
+        members = set(isr)
+        if leader == NO_LEADER:
+            members.add(NO_LEADER)
+        return {b: partition_id | LEADER_FLAG if b == leader else partition_id for b in members}
+
+    def partitions_with_broker_in_isr(self, broker_id: int, *, epoch: int = LATEST_EPOCH) -> Iterator[TopicIdPartition]:
+        return self._iterate(broker_id, False, epoch)
+
+    def partitions_led_by_broker(self, broker_id: int, *, epoch: int = LATEST_EPOCH) -> Iterator[TopicIdPartition]:
+        return self._iterate(broker_id, True, epoch)
+
+    def partitions_with_no_leader(self, *, epoch: int = LATEST_EPOCH) -> Iterator[TopicIdPartition]:
+        return self._iterate(NO_LEADER, True, epoch)
+
+    def has_leaderships(self, broker_id: int, *, epoch: int = LATEST_EPOCH) -> bool:
+        return next(self._iterate(broker_id, True, epoch), None) is not None
+
+
+class BrokersToElrs(_BrokerIndex):
+    """Which partitions each broker is an eligible leader replica of (Kafka's BrokersToElrs);
+    a broker is never in both a partition's ISR and its ELR."""
+
+    _what = "elrMembers"
+
+    def update(self, topic_id: Uuid, partition_id: int, prev_elr: Iterable[int] | None,
+               next_elr: Iterable[int] | None) -> None:
+        prev = set(prev_elr or ())
+        nxt = set(next_elr or ())
+        for broker_id in prev - nxt:
+            self._remove(broker_id, topic_id, partition_id)
+        for broker_id in nxt - prev:
+            self._add(broker_id, topic_id, partition_id)
+
+    def partitions_with_broker_in_elr(self, broker_id: int, *, epoch: int = LATEST_EPOCH) -> Iterator[TopicIdPartition]:
+        return self._iterate(broker_id, False, epoch)
+
+
+# ---------------------------------------------------------------------------
+# The manager
+# ---------------------------------------------------------------------------
+
+def has_collision_chars(name: str) -> bool:
+    """Whether a topic name has a character ('.' or '_') that metric names fold together."""
+    return "." in name or "_" in name
+
+
+def unify_collision_chars(name: str) -> str:
+    return name.replace(".", "_")
+
+
+class ReplicationControlManager:
+    """Topics and partitions: the state and its replay (see the module doc)."""
+
+    RECORD_TYPES: tuple[type, ...] = (m.TopicRecord, m.PartitionRecord, m.PartitionChangeRecord,
+                                      m.RemoveTopicRecord, m.ClearElrRecord)
+
+    def __init__(self, snapshot_registry: Any, configuration_control: ConfigurationControlManager, *,
+                 metadata_version: MetadataVersionAt | None = None) -> None:
+        """``configuration_control``: a deleted topic's configs go with it (Kafka's builder
+        requires it too).  ``metadata_version``: epoch -> the metadata.version (or its level)
+        in force there (e.g. ``lambda e: features.metadata_version_or_none(epoch=e)``), which picks
+        ``snapshot_records``' record versions; without it, or where it gives None, the
+        newest versions are written."""
+        self.registry = snapshot_registry
+        self.configuration_control = configuration_control
+        self._metadata_version = metadata_version
+        self.topics_by_name = TimelineHashMap(snapshot_registry)
+        #: normalised name -> TimelineHashSet of the topic names that normalise to it
+        self.topics_with_collision_chars = TimelineHashMap(snapshot_registry)
+        self.topics_by_id = TimelineHashMap(snapshot_registry)
+        self.brokers_to_isrs = BrokersToIsrs(snapshot_registry)
+        self.brokers_to_elrs = BrokersToElrs(snapshot_registry)
+        #: topic id -> tuple of partition ids being reassigned
+        self.reassigning_topics = TimelineHashMap(snapshot_registry)
+        self.imbalanced_partitions = TimelineHashSet(snapshot_registry)
+        #: directory id -> TimelineHashSet of TopicIdPartition
+        self.directories_to_partitions = TimelineHashMap(snapshot_registry)
+        self._replayers: dict[int, Callable[[Any], None]] = {
+            m.TopicRecord.API_KEY: self._replay_topic,
+            m.PartitionRecord.API_KEY: self._replay_partition,
+            m.PartitionChangeRecord.API_KEY: self._replay_partition_change,
+            m.RemoveTopicRecord.API_KEY: self._replay_remove_topic,
+            m.ClearElrRecord.API_KEY: self._replay_clear_elr,
+        }
+
+    # ------------------------------------------------------------------ replay
+    def replay(self, message: Any, offset: int) -> None:
+        """Apply one of ``RECORD_TYPES``.  A record that does not fit the state (unknown
+        topic or partition, duplicate topic, impossible content) raises :class:`ReplayError`
+        with Kafka's message, and is refused before anything is changed."""
+        fn = self._replayers.get(message.API_KEY)
+        if fn is None:
+            raise ReplayError(f"ReplicationControlManager cannot replay {type(message).__name__}")
+        try:
+            fn(message)
+        except ValueError as exc:  # a record with impossible content (directories, recovery state)
+            raise ReplayError(str(exc)) from exc
+
+    def _replay_topic(self, record: Any) -> None:
+        existing = self.topics_by_name.get(record.name)
+        if existing is not None:
+            # A name is only reused after a RemoveTopicRecord.
+            if existing == record.topic_id:
+                raise ReplayError(f"Found duplicate TopicRecord for {record.name} with topic ID {record.topic_id}")
+            raise ReplayError(f"Found duplicate TopicRecord for {record.name} with a different ID than before. "
+                              f"Previous ID was {existing} and new ID is {record.topic_id}")
+        self.topics_by_name.put(record.name, record.topic_id)
+        if has_collision_chars(record.name):
+            normalized = unify_collision_chars(record.name)
+            names = self.topics_with_collision_chars.get(normalized)
+            if names is None:
+                names = TimelineHashSet(self.registry)
+                self.topics_with_collision_chars.put(normalized, names)
+            names.add(record.name)
+        self.topics_by_id.put(record.topic_id, TopicControlInfo(record.name, record.topic_id, self.registry))
+        log.info("Replayed TopicRecord for topic %s with topic ID %s.", record.name, record.topic_id)
+
+    def _topic_for_partition(self, record: Any) -> TopicControlInfo:
+        topic: TopicControlInfo | None = self.topics_by_id.get(record.topic_id)
+        if topic is None:
+            raise ReplayError(f"Tried to create partition {record.topic_id}:{record.partition_id}, "
+                              "but no topic with that ID was found.")
+        return topic
+
+    def _replay_partition(self, record: Any) -> None:
+        topic = self._topic_for_partition(record)
+        new = PartitionRegistration.from_record(record)
+        pid = record.partition_id
+        prev = topic.parts.get(pid)
+        description = f"{topic.name}-{pid} with topic ID {record.topic_id}"
+        if prev is None:
+            log.info("Replayed PartitionRecord for new partition %s and %s.", description, new)
+            self._put_partition(topic, pid, None, new)
+        elif new != prev:
+            log.info("Replayed PartitionRecord for existing partition %s and %s.", description, new)
+            self._log_change(description, prev, new)
+            self._put_partition(topic, pid, prev, new)
+        self._track_preferred_leader(TopicIdPartition(topic.topic_id, pid), new)
+
+    def _replay_partition_change(self, record: Any) -> None:
+        topic = self._topic_for_partition(record)
+        pid = record.partition_id
+        prev = topic.parts.get(pid)
+        if prev is None:
+            raise ReplayError(f"Tried to create partition {record.topic_id}:{pid}, "
+                              "but no partition with that id was found.")
+        new = prev.merge(record)
+        self._put_partition(topic, pid, prev, new)
+        self._log_change(f"{topic.name}-{pid} with topic ID {record.topic_id}", prev, new)
+        self._track_preferred_leader(TopicIdPartition(topic.topic_id, pid), new)
+        if record.removing_replicas is not None or record.adding_replicas is not None:
+            log.info("Replayed partition assignment change %r for topic %s", record, topic.name)
+        else:
+            log.debug("Replayed partition change %r for topic %s", record, topic.name)
+
+    def _replay_remove_topic(self, record: Any) -> None:
+        topic = self.topics_by_id.get(record.topic_id)
+        if topic is None:
+            raise ReplayError(f"Can't find topic with ID {record.topic_id} to remove.")
+        self.topics_by_id.remove(record.topic_id)
+        self.topics_by_name.remove(topic.name)
+        if has_collision_chars(topic.name):
+            normalized = unify_collision_chars(topic.name)
+            colliding = self.topics_with_collision_chars.get(normalized)
+            if colliding is not None:
+                colliding.remove(topic.name)
+                if colliding.is_empty():
+                    self.topics_with_collision_chars.remove(normalized)
+        self.reassigning_topics.remove(record.topic_id)
+        self.configuration_control.delete_topic_configs(topic.name)
+        for pid, part in list(topic.parts.items()):
+            for broker_id in part.isr:
+                self.brokers_to_isrs.remove_topic_entry_for_broker(topic.topic_id, broker_id)
+            for broker_id in part.elr:
+                self.brokers_to_elrs.remove_topic_entry_for_broker(topic.topic_id, broker_id)
+            self._update_directories(TopicIdPartition(topic.topic_id, pid), part.directories, ())
+            self.imbalanced_partitions.discard(TopicIdPartition(topic.topic_id, pid))
+        self.brokers_to_isrs.remove_topic_entry_for_broker(topic.topic_id, NO_LEADER)
+        log.info("Replayed RemoveTopicRecord for topic %s with ID %s.", topic.name, record.topic_id)
+
+    def _replay_clear_elr(self, record: Any) -> None:
+        """An empty topic name clears every topic's ELR, else the named topic's."""
+        if not record.topic_name:
+            removed = sum(self._clear_topic_elrs(t) for t in list(self.topics_by_id.values()))
+            log.info("Removed ELRs from %d partitions in all topics.", removed)
+            return
+        topic_id = self.topics_by_name.get(record.topic_name)
+        if topic_id is None:
+            raise ReplayError(f"Unable to find a topic named {record.topic_name} in order to clear its ELRs.")
+        topic = self.topics_by_id.get(topic_id)
+        if topic is None:
+            raise ReplayError(f"Unable to find a topic with ID {topic_id} in order to clear its ELRs.")
+        removed = self._clear_topic_elrs(topic)
+        log.info("Removed ELRs from %d partitions of topic %s.", removed, record.topic_name)
+
+    def _clear_topic_elrs(self, topic: TopicControlInfo) -> int:
+        """Empty the ELR and last known ELR of every partition of ``topic`` that has one, as
+        a PartitionChangeRecord setting both to [] would (so the partition epoch bumps)."""
+        cleared = 0
+        for pid, part in list(topic.parts.items()):
+            if part.elr or part.last_known_elr:
+                new = part.merge(m.PartitionChangeRecord(topic_id=topic.topic_id, partition_id=pid,
+                                                         eligible_leader_replicas=[], last_known_elr=[]))
+                topic.parts.put(pid, new)
+                self.brokers_to_elrs.update(topic.topic_id, pid, part.elr, new.elr)
+                cleared += 1
+        return cleared
+
+    # -- the derived state, kept in step with every partition change --------------------
+    def _put_partition(self, topic: TopicControlInfo, pid: int, prev: PartitionRegistration | None,
+                       new: PartitionRegistration) -> None:
+        tp = TopicIdPartition(topic.topic_id, pid)
+        topic.parts.put(pid, new)
+        if len(set(new.isr) | set(new.elr)) != len(new.isr) + len(new.elr):
+            log.error("%s-%d has overlapping ISR=%s and ELR=%s", topic.name, pid, _fmt(new.isr), _fmt(new.elr))
+        self.brokers_to_isrs.update(topic.topic_id, pid, None if prev is None else prev.isr, new.isr,
+                                    NO_LEADER if prev is None else prev.leader, new.leader)
+        self.brokers_to_elrs.update(topic.topic_id, pid, None if prev is None else prev.elr, new.elr)
+        self._update_directories(tp, () if prev is None else prev.directories, new.directories)
+        was = prev is not None and prev.is_reassigning
+        if was != new.is_reassigning:
+            parts = self.reassigning_topics.get(topic.topic_id, ())
+            if new.is_reassigning:
+                self.reassigning_topics.put(topic.topic_id, parts + (pid,))
+            else:
+                rest = tuple(p for p in parts if p != pid)
+                if rest:
+                    self.reassigning_topics.put(topic.topic_id, rest)
+                else:
+                    self.reassigning_topics.remove(topic.topic_id)
+
+    def _update_directories(self, tp: TopicIdPartition, prev: Iterable[Uuid], new: Iterable[Uuid]) -> None:
+        """Index ``tp`` under its real (non-reserved) directories only."""
+        prev_dirs = {d for d in prev if not DirectoryId.reserved(d)}
+        new_dirs = {d for d in new if not DirectoryId.reserved(d)}
+        for d in prev_dirs - new_dirs:
+            parts = self.directories_to_partitions.get(d)
+            if parts is not None:
+                parts.discard(tp)
+                if parts.is_empty():
+                    self.directories_to_partitions.remove(d)
+        for d in new_dirs - prev_dirs:
+            parts = self.directories_to_partitions.get(d)
+            if parts is None:
+                parts = TimelineHashSet(self.registry)
+                self.directories_to_partitions.put(d, parts)
+            parts.add(tp)
+
+    def _track_preferred_leader(self, tp: TopicIdPartition, part: PartitionRegistration) -> None:
+        if part.has_preferred_leader:
+            self.imbalanced_partitions.discard(tp)
+        else:
+            self.imbalanced_partitions.add(tp)
+
+    @staticmethod
+    def _log_change(description: str, prev: PartitionRegistration, new: PartitionRegistration) -> None:
+        if not PartitionRegistration.election_was_clean(new.leader, prev.isr):
+            log.info("UNCLEAN partition change for %s: %s", description, new.diff(prev))
+        elif log.isEnabledFor(logging.DEBUG):
+            log.debug("partition change for %s: %s", description, new.diff(prev))
+
+    # ------------------------------------------------------------------ reads
+    def topic_id(self, name: str, *, epoch: int = LATEST_EPOCH) -> Uuid | None:
+        topic_id: Uuid | None = self.topics_by_name.get(name, epoch=epoch)
+        return topic_id
+
+    def topic(self, topic_id: Uuid, *, epoch: int = LATEST_EPOCH) -> TopicControlInfo | None:
+        topic: TopicControlInfo | None = self.topics_by_id.get(topic_id, epoch=epoch)
+        return topic
+
+    def topic_name(self, topic_id: Uuid, *, epoch: int = LATEST_EPOCH) -> str | None:
+        topic = self.topics_by_id.get(topic_id, epoch=epoch)
+        return None if topic is None else topic.name
+
+    def topics(self, *, epoch: int = LATEST_EPOCH) -> dict[str, Uuid]:
+        """name -> topic id of every topic at ``epoch``."""
+        return dict(self.topics_by_name.to_dict(epoch))
+
+    def partition(self, topic_id: Uuid, partition_id: int, *,
+                  epoch: int = LATEST_EPOCH) -> PartitionRegistration | None:
+        topic = self.topics_by_id.get(topic_id, epoch=epoch)
+        return None if topic is None else topic.parts.get(partition_id, epoch=epoch)
+
+    def partitions(self, topic_id: Uuid, *, epoch: int = LATEST_EPOCH) -> dict[int, PartitionRegistration]:
+        """partition id -> registration of one topic (empty for an unknown topic)."""
+        topic = self.topics_by_id.get(topic_id, epoch=epoch)
+        return {} if topic is None else topic.partitions(epoch=epoch)
+
+    def has_leaderships(self, broker_id: int, *, epoch: int = LATEST_EPOCH) -> bool:
+        return self.brokers_to_isrs.has_leaderships(broker_id, epoch=epoch)
+
+    def partitions_led_by_broker(self, broker_id: int, *, epoch: int = LATEST_EPOCH) -> list[TopicIdPartition]:
+        return list(self.brokers_to_isrs.partitions_led_by_broker(broker_id, epoch=epoch))
+
+    def partitions_with_broker_in_isr(self, broker_id: int, *, epoch: int = LATEST_EPOCH) -> list[TopicIdPartition]:
+        return list(self.brokers_to_isrs.partitions_with_broker_in_isr(broker_id, epoch=epoch))
+
+    def partitions_with_no_leader(self, *, epoch: int = LATEST_EPOCH) -> list[TopicIdPartition]:
+        return list(self.brokers_to_isrs.partitions_with_no_leader(epoch=epoch))
+
+    def partitions_with_broker_in_elr(self, broker_id: int, *, epoch: int = LATEST_EPOCH) -> list[TopicIdPartition]:
+        return list(self.brokers_to_elrs.partitions_with_broker_in_elr(broker_id, epoch=epoch))
+
+    def imbalanced(self, *, epoch: int = LATEST_EPOCH) -> set[TopicIdPartition]:
+        """Partitions whose leader is not their preferred replica."""
+        return set(self.imbalanced_partitions.to_set(epoch))
+
+    def reassigning(self, *, epoch: int = LATEST_EPOCH) -> dict[Uuid, tuple[int, ...]]:
+        """topic id -> partitions with a reassignment in progress."""
+        return dict(self.reassigning_topics.to_dict(epoch))
+
+    def partitions_in_directory(self, directory_id: Uuid, *, epoch: int = LATEST_EPOCH) -> set[TopicIdPartition]:
+        parts = self.directories_to_partitions.get(directory_id, epoch=epoch)
+        return set() if parts is None else set(parts.to_set(epoch))
+
+    def colliding_topic_names(self, name: str, *, epoch: int = LATEST_EPOCH) -> set[str]:
+        """Existing topics whose name normalises like ``name`` ('.' and '_' alike)."""
+        names = self.topics_with_collision_chars.get(unify_collision_chars(name), epoch=epoch)
+        return set() if names is None else set(names.to_set(epoch))
+
+    # ------------------------------------------------------------------ snapshot
+    def snapshot_records(self, epoch: int = LATEST_EPOCH, *,
+                         metadata_version: MetadataVersion | None = None) -> Iterator[ApiMessageAndVersion]:
+        """TopicRecord then its PartitionRecords, topic after topic, as of ``epoch``;
+        ``metadata_version`` overrides the provider's."""
+        if metadata_version is None and self._metadata_version is not None:
+            metadata_version = as_metadata_version(self._metadata_version(epoch))
+        for name, topic_id in sorted(self.topics_by_name.items(epoch)):
+            topic = self.topics_by_id.get(topic_id, epoch=epoch)
+            yield ApiMessageAndVersion(m.TopicRecord(name=name, topic_id=topic_id), 0)
+            for pid, part in sorted(topic.parts.items(epoch)):
+                yield part.to_record(topic_id, pid, metadata_version)
