@@ -208,6 +208,8 @@ class ControllerSettings:
     controller_performance_sample_period_ms: int = 60_000
     #: An event slower than this is logged at once (2 s).
     controller_performance_always_log_threshold_ms: int = 2000
+    #: the retention keys the config set explicitly (for the warning in :meth:`warnings`)
+    retention_keys_set: frozenset[str] = frozenset()
 
     @property
     def max_idle_interval_ms(self) -> int | None:
@@ -221,11 +223,19 @@ class ControllerSettings:
     def warnings(self) -> list[str]:
         """Settings Kafka accepts but logs at ERROR (KAFKA-19432): a heartbeat interval longer
         than half the session timeout leaves a broker one missed heartbeat from fencing."""
+        out = []
         hb, session = self.broker_heartbeat_interval_ms, self.broker_session_timeout_ms
         if hb * 2 > session:
-            return [f"broker.heartbeat.interval.ms ({hb} ms) must be less than or equal to half of the "
-                    f"broker.session.timeout.ms ({session} ms): a broker that misses one heartbeat is fenced"]
-        return []
+            out.append(f"broker.heartbeat.interval.ms ({hb} ms) must be less than or equal to half of the "
+                       f"broker.session.timeout.ms ({session} ms): a broker that misses one heartbeat is fenced")
+        for key in sorted(self.retention_keys_set):
+            # Not Kafka's policy: kraft keeps only the latest snapshot and the log after it (the
+            # prefix a snapshot covers is deleted when the snapshot is frozen), which is never
+            # more than Kafka's retention would keep.
+            out.append(f"{key} is not applied as Kafka applies it: kraft deletes the metadata log up to each "
+                       "new snapshot and keeps only the latest snapshot (metadata.log.max.record.bytes."
+                       "between.snapshots and metadata.log.max.snapshot.interval.ms decide how often)")
+        return out
 
     @classmethod
     def from_properties(cls, props: dict[str, str], source: str = "config") -> "ControllerSettings":
@@ -233,6 +243,8 @@ class ControllerSettings:
         defaults = cls()
         kwargs = {field_name: _config_number(props, key, kind, low, high, getattr(defaults, field_name), source)
                   for key, (field_name, kind, low, high) in _CONTROLLER_KEY_SPECS.items()}
+        kwargs["retention_keys_set"] = frozenset(k for k in ("metadata.max.retention.bytes",
+                                                             "metadata.max.retention.ms") if k in props)
         settings = cls(**kwargs)
         hb, session = settings.broker_heartbeat_interval_ms, settings.broker_session_timeout_ms
         if hb >= session:

@@ -206,3 +206,16 @@ def test_metrics_listener(value, expected):
     c = cfg(kraft_metrics_listener=value)
     assert c.metrics_listener == expected
     assert c.unused_keys() == []  # kraft's own key, read: never "supplied but not used"
+
+
+def test_retention_keys_set_explicitly_are_warned_about_by_name(caplog):
+    # kraft deletes the log up to each snapshot instead of Kafka's retention policy: a user who
+    # set a retention key is told, naming it (nothing silent)
+    with caplog.at_level("ERROR", logger="kraft.config"):
+        c = cfg(**{"metadata.max.retention.bytes": "1073741824"})
+    assert c.controller_settings.retention_keys_set == {"metadata.max.retention.bytes"}
+    assert any("metadata.max.retention.bytes is not applied as Kafka applies it" in r.message for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("ERROR", logger="kraft.config"):
+        cfg()
+    assert not [r for r in caplog.records if "retention" in r.message]
