@@ -336,3 +336,86 @@ def test_only_replay_mutates(env):
     ctl.append_write("w", op)
     queue.run_ready()
     assert seen == [None] and stubs["features"].levels.get("z", epoch=LATEST_EPOCH) == 3
+
+
+def test_a_standby_never_exposes_half_a_transaction(env):
+    ctl, raft, queue, stubs, *_ = env
+    raft.leader = LeaderAndEpoch(2, 1)
+    enc = lambda msg: ApiMessageAndVersion(msg, 0).encode()  # noqa: E731
+    raft.listener.handle_commit((Batch(0, 1, (enc(m.FeatureLevelRecord(name="a", feature_level=1)),)),))
+    raft.listener.handle_commit((Batch(1, 1, (enc(m.BeginTransactionRecord(name="t")),
+                                              enc(m.FeatureLevelRecord(name="b", feature_level=1)))),))
+    queue.run_ready()
+    # the transaction's first batch is committed but not stable: reads stop before it
+    assert ctl.last_stable_offset == 0
+    read = ctl.append_read("r", lambda e: (stubs["features"].levels.get("a", epoch=e),
+                                           stubs["features"].levels.get("b", epoch=e)))
+    queue.run_ready()
+    assert read.result() == (1, None)
+    raft.listener.handle_commit((Batch(3, 1, (enc(m.FeatureLevelRecord(name="c", feature_level=1)),
+                                              enc(m.EndTransactionRecord()))),))
+    queue.run_ready()
+    assert ctl.last_stable_offset == 4
+    read = ctl.append_read("r", lambda e: sorted(stubs["features"].levels.items(epoch=e)))
+    queue.run_ready()
+    assert read.result() == [("a", 1), ("b", 1), ("c", 1)]
+
+
+def test_an_aborted_transaction_is_reverted_on_a_standby(env):
+    ctl, raft, queue, stubs, *_ = env
+    raft.leader = LeaderAndEpoch(2, 1)
+    enc = lambda msg: ApiMessageAndVersion(msg, 0).encode()  # noqa: E731
+    raft.listener.handle_commit((Batch(0, 1, (enc(m.FeatureLevelRecord(name="a", feature_level=1)),
+                                              enc(m.BeginTransactionRecord(name="t")),
+                                              enc(m.FeatureLevelRecord(name="b", feature_level=1)))),))
+    raft.listener.handle_commit((Batch(3, 1, (enc(m.AbortTransactionRecord(reason="x")),)),))
+    queue.run_ready()
+    assert stubs["features"].levels.get("b") is None  # the transaction's records are gone
+    assert stubs["features"].levels.get("a") == 1
+    assert ctl.last_stable_offset == 3 and ctl.offset_control.transaction_start_offset == -1
+
+
+class FakeWriter:
+    def __init__(self, sid):
+        self.snapshot_id = sid
+        self.batches = []
+        self.frozen = self.closed = False
+
+    def append(self, records):
+        self.batches.append(list(records))
+
+    def freeze(self):
+        self.frozen = True
+
+    def close(self):
+        self.closed = True
+
+
+def test_snapshots_are_written_from_a_frozen_state_in_slices(env):
+    ctl, raft, queue, stubs, *_ = env
+    writers = []
+    raft.create_snapshot = lambda sid: writers.append(FakeWriter(sid)) or writers[-1]
+    activate(ctl, raft, queue)
+    for i in range(25):
+        ctl.append_write("w", level_write(f"f{i:02}", 1))
+    queue.run_ready()
+    raft.commit()
+    queue.run_ready()
+    gen = ctl.snapshot_generator
+    assert gen is None  # the test installer has none: build one with tiny slices
+    from kraft_node.metadata.controller.snapshot_generator import SnapshotGenerator
+    gen = ctl.snapshot_generator = SnapshotGenerator(ctl, max_bytes_between_snapshots=1, records_per_slice=10)
+    lso = ctl.last_stable_offset
+    assert gen.maybe_begin()
+    # a write lands between slices: the snapshot still holds the state at the frozen offset
+    ctl.append_write("late", level_write("zz-late", 1))
+    queue.run_ready()
+    raft.commit()
+    queue.run_ready()
+    w = writers[0]  # (a second one follows: 1 byte is already "enough" for this generator)
+    assert w.frozen and w.snapshot_id.offset == lso + 1
+    names = [decode_metadata_record(v)[2].name for b in w.batches for v in b]
+    assert "zz-late" not in names and len(names) == 26  # metadata.version + 25
+    assert [len(b) for b in w.batches] == [10, 10, 6]
+    assert gen.history[0][1:] == (26, 3)
+    assert not ctl.offset_control._retained  # released

@@ -40,6 +40,8 @@ NS_PER_MS = 1_000_000
 #: The replay-side managers of security and quota records (security_control.py).
 SECURITY_MANAGERS = (AclControlManager, ScramControlManager, DelegationTokenControlManager,
                      ClientQuotaControlManager)
+#: those whose snapshot records depend on metadata.version (and refuse lossy ones)
+VERSIONED = (ScramControlManager, DelegationTokenControlManager)
 
 #: Kafka's defaults for the settings the managers read (ControllerSettings' fields).
 DEFAULTS = {
@@ -87,8 +89,7 @@ def install_default_managers(ctl: "QuorumController") -> None:
     features = FeatureControlManager(reg, QuorumFeatures(ctl.node_id, supported_features(), list(voters)))
     session_ms = setting(ctl, "broker_session_timeout_ms")
     configs = ConfigurationControlManager(reg)
-    replication = ReplicationControlManager(
-        reg, configs, metadata_version=lambda e: features.metadata_version(epoch=e).feature_level)
+    replication = ReplicationControlManager(reg, configs, metadata_version=replication_metadata_version(ctl, features))
     cluster = ClusterControlManager(reg, cluster_id=ctl.cluster_id, feature_control=features, clock_ms=ctl.clock_ms,
                                     session_timeout_ms=session_ms,
                                     has_leaderships=lambda b: replication.has_leaderships(b))
@@ -126,6 +127,13 @@ def install_default_managers(ctl: "QuorumController") -> None:
         max_interval_ms=setting(ctl, "metadata_log_max_snapshot_interval_ms") or 2**62)
 
 
+def replication_metadata_version(ctl: "QuorumController", features: FeatureControlManager | None = None) -> Any:
+    """epoch -> the metadata.version in force there (None before one is finalized: the
+    writers then use their newest record versions)."""
+    fc = features if features is not None else ctl.feature_control
+    return lambda e: fc.metadata_version_or_none(epoch=e)
+
+
 def _no_op_record(ctl: "QuorumController") -> ControllerResult[bool]:
     """Kafka's writeNoOpRecord task: keeps the log (and the high watermark, and every
     broker's view of liveness) moving when nothing else is written."""
@@ -146,7 +154,9 @@ def _install_replay_managers(ctl: "QuorumController", replication: ReplicationCo
     ctl.register_replayer(m.ConfigRecord, configs.replay)
     ctl.register_snapshot_source(replication.snapshot_records)
     ctl.register_snapshot_source(configs.snapshot_records)
-    ctl.security_managers = [cls(ctl.registry) for cls in SECURITY_MANAGERS]
+    mv_at = replication_metadata_version(ctl)
+    ctl.security_managers = [cls(ctl.registry, metadata_version=mv_at) if cls in VERSIONED else cls(ctl.registry)
+                             for cls in SECURITY_MANAGERS]
     for mgr in ctl.security_managers:
         for rt in mgr.RECORD_TYPES:
             ctl.register_replayer(rt, mgr.replay)
