@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeAlias
 
 from kraft_node.metadata.controller.errors import ApiError, ReplayError
 from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
@@ -29,8 +29,7 @@ from kraft_node.protocol.errors import Errors
 from kraft_storage.messages.metadata import ProducerIdsRecord
 from kraft_storage.timeline import LATEST_EPOCH, TimelineLong, TimelineObject
 
-if TYPE_CHECKING:
-    from kraft_storage.timeline import SnapshotRegistry as SnapshotRegistryLike
+SnapshotRegistryLike: TypeAlias = Any  # a kraft_storage.timeline.SnapshotRegistry (native or pure)
 
 __all__ = [
     "PRODUCER_ID_BLOCK_SIZE", "PRODUCER_IDS_RECORD_VERSION", "EMPTY_BLOCK", "BrokerEpochChecker",

@@ -38,7 +38,7 @@ never skips a record.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Generic, Iterable, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Protocol, Sequence, TypeVar
 
 from kraft_node.metadata.controller.bootstrap import BootstrapMetadata
 from kraft_node.metadata.controller.errors import (
@@ -63,6 +63,14 @@ from kraft_node.raft.messages import Batch, LeaderAndEpoch, SnapshotId
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.metadata import decode_metadata_record
 from kraft_storage.timeline import LATEST_EPOCH, SnapshotRegistry
+
+if TYPE_CHECKING:
+    from kraft_node.metadata.controller.cluster_control import ClusterControlManager
+    from kraft_node.metadata.controller.configuration_control import ConfigurationControlManager
+    from kraft_node.metadata.controller.features import FeatureControlManager
+    from kraft_node.metadata.controller.periodic import PeriodicTaskControlManager
+    from kraft_node.metadata.controller.producer_ids import ProducerIdControlManager
+    from kraft_node.metadata.controller.replication_control import ReplicationControlManager
 
 log = logging.getLogger("kraft.controller")
 
@@ -249,6 +257,15 @@ class QuorumController:
     """See the module doc.  ``managers`` are built here from the controller's registry; the
     node (or a test) drives ``queue`` (``run_ready``) and the Raft client."""
 
+    # The managers (managers.install_default_managers sets them; a test installer may set fewer).
+    feature_control: "FeatureControlManager"
+    cluster_control: "ClusterControlManager"
+    producer_id_control: "ProducerIdControlManager"
+    replication_control: "ReplicationControlManager"
+    configuration_control: "ConfigurationControlManager"
+    periodic_control: "PeriodicTaskControlManager"
+    security_managers: list[Any]
+
     def __init__(self, *, node_id: int, cluster_id: str, raft: ControllerRaft, queue: Any,
                  clock_ms: Callable[[], int], bootstrap: BootstrapMetadata, settings: Any = None,
                  metrics: Any = None,
@@ -300,7 +317,7 @@ class QuorumController:
         raft.register_listener(self._listener)
 
     # ---------------------------------------------------------- manager wiring
-    def register_replayer(self, record_type: type, fn: Callable[[Any, int], None]) -> None:
+    def register_replayer(self, record_type: Any, fn: Callable[[Any, int], None]) -> None:
         key = int(record_type.API_KEY)
         if key in self._replayers:
             raise ValueError(f"{record_type.__name__} already has a replayer")
