@@ -9,9 +9,21 @@ The node is what a process runs (``kraft-server-start``).  It
   :class:`NodeConfig` -- the driver itself never sees the config file;
 * owns the listener (a :class:`KafkaServer` on the controller listener, with its TLS
   context) and the routing table ``api_key -> handler``: the driver registers the Raft
-  RPCs and DescribeQuorum; the node answers DescribeCluster; the controller and the broker
-  will register theirs here.  ApiVersions is answered from the same table (the keys with a
-  handler, plus ApiVersions).
+  RPCs and DescribeQuorum; the node answers DescribeCluster (as a CONTROLLER endpoint); the
+  controller registers its RPCs (:class:`~kraft_node.server.controller.ControllerServer`),
+  the broker will register theirs here.  ApiVersions is answered from the same table (the
+  keys with a handler, plus ApiVersions), with the supported and finalized features when
+  the node runs a controller;
+* runs the QuorumController when asked to (``from_config(controller=True)``, what
+  ``kraft-server-start`` does) and ``process.roles`` has ``controller``: built before the
+  driver starts, so its Raft listener sees the first poll, and closed before the driver.
+  A fatal controller fault stops the driver (``fatal``), so the node stops leading.
+
+Why ``controller`` is an option: a KraftNode is also the Raft-only node the tests and the
+demo writer run (``--demo-writer`` appends opaque records, as Kafka's TestRaftServer does
+on its own topic); a controller would have to refuse them as a fatal fault.  For the same
+reason a log that already holds such records (the first data record is not a metadata
+record frame) runs Raft only even with ``controller=True``, and says so once at INFO.
 
 Failed starts close what they opened, in reverse order, so the directory is left byte for
 byte as it was found and the locks are free again (issue 19).
@@ -24,11 +36,14 @@ import random
 from typing import Callable
 
 from kraft_node.network import KafkaServer
-from kraft_node.protocol.api_keys import ApiKeys
+from kraft_node.network.server import DEFERRED
+from kraft_node.protocol.api_keys import ApiKeys, answer_api_versions
+from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterResponse
 from kraft_node.raft.io.driver import DriverError, RaftDriver, dir_uuid
 from kraft_node.raft.messages import Endpoint, ReplicaKey
 from kraft_node.server.config import NodeConfig
+from kraft_node.server.controller import ControllerServer
 from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
 from kraft_storage.meta_properties import read_meta_properties
@@ -39,7 +54,8 @@ log = logging.getLogger("kraft.server")
 class KraftNode:
     """One KRaft node: the Raft driver behind the node's listener.  See the module doc."""
 
-    def __init__(self, config: NodeConfig, driver: RaftDriver, *, dir_locks: DirLocks | None = None):
+    def __init__(self, config: NodeConfig, driver: RaftDriver, *, dir_locks: DirLocks | None = None,
+                 controller: ControllerServer | None = None):
         self.config = config
         self.driver = driver
         self.node_id = config.node_id
@@ -49,17 +65,27 @@ class KraftNode:
         #: api key -> handler: what the listener serves, and what ApiVersions advertises
         self.routes: dict[int, Callable] = {}
         self.server: KafkaServer | None = None
+        #: the QuorumController and its RPCs, when this node runs one
+        self.controller = controller
         self.register(driver.handlers())
         self.register({int(ApiKeys.DESCRIBE_CLUSTER): self._handle_describe_cluster})
+        if controller is not None:
+            controller.on_fatal = self._controller_fault
+            self.register(controller.handlers())
+            self.register({int(ApiKeys.API_VERSIONS): self._handle_api_versions})
         self._closed = False
 
     # ------------------------------------------------------------ construction from a config
     @classmethod
     def from_config(cls, config: NodeConfig, *, dir_locks: DirLocks | None = None,
                     rng: random.Random | None = None, leader_flush: str = "auto",
-                    follower_flush: str = "inline") -> "KraftNode":
+                    follower_flush: str = "inline", controller: bool = False) -> "KraftNode":
         """Lock the log dirs, check the metadata log dir's meta.properties (formatted, same
         node id), build the driver and the node.
+
+        ``controller``: also run the QuorumController if ``process.roles`` has ``controller``
+        and the log is a metadata log (see the module doc); its bootstrap metadata is read
+        from the metadata log dir here, so a directory without it fails the start at once.
 
         ``dir_locks``: the caller already holds the locks of ``config.all_log_dirs`` and
         releases them itself (``kraft-server-start`` takes them before anything else).
@@ -87,11 +113,18 @@ class KraftNode:
                                 bootstrap_servers=config.bootstrap_servers, listener=listener,
                                 advertise=config.is_controller, client_ssl_context=client_ssl, rng=rng,
                                 leader_flush=leader_flush, follower_flush=follower_flush)
+            ctl = None
+            if controller and config.is_controller:
+                try:
+                    ctl = _build_controller(config, driver)
+                except BaseException:
+                    driver.log.close()  # the driver opened it; nothing else is running yet
+                    raise
         except BaseException:
             if own is not None:
                 own.release()
             raise
-        return cls(config, driver, dir_locks=own)
+        return cls(config, driver, dir_locks=own, controller=ctl)
 
     def register(self, handlers: dict[int, Callable]) -> None:
         """Add ``api key -> handler`` routes before :meth:`start` (the listener serves, and
@@ -115,6 +148,8 @@ class KraftNode:
                                           listener_type="controller",
                                           ssl_context=self.config.server_ssl_context(ep.name))
                 await self.server.start()
+            if self.controller is not None:
+                self.controller.start()  # on this loop, before the driver's first poll
             await self.driver.start()
         except BaseException:
             await self.close()
@@ -131,12 +166,25 @@ class KraftNode:
 
     @property
     def fatal(self) -> BaseException | None:
+        """The error that stopped the node: the driver's, or the controller's fault (which
+        stops the driver too)."""
         return self.driver.fatal
 
+    def _controller_fault(self, exc: BaseException) -> None:
+        """The controller's fatal path (already logged): stop the Raft driver with ``exc`` --
+        it polls no more and answers nothing, so another voter takes over -- and let whoever
+        waits on :meth:`wait_closed_or_fatal` (``kraft-server-start``) close the node."""
+        if self.driver.fatal is None:
+            self.driver.fatal = exc
+
     async def shutdown(self, timeout_s: float = 5.0) -> bool:
-        """Graceful: the driver resigns if it leads and waits up to ``timeout_s`` for a
-        successor; then everything is closed.  True if it completed in time."""
+        """Graceful: the controller stops first (its queued events run while Raft is still
+        open: Kafka closes the controller before the Raft client), then the driver resigns
+        if it leads and waits up to ``timeout_s`` for a successor; then everything is
+        closed.  True if it completed in time."""
         try:
+            if self.controller is not None:
+                self.controller.close()
             return await self.driver.shutdown(timeout_s)
         finally:
             await self.close()
@@ -148,7 +196,11 @@ class KraftNode:
             return
         self._closed = True
         try:
-            await self.driver.close()
+            try:
+                if self.controller is not None:
+                    self.controller.close()  # queued events run while Raft is still open
+            finally:
+                await self.driver.close()
         finally:
             try:
                 if self.server is not None:
@@ -161,15 +213,101 @@ class KraftNode:
         await self.driver.wait_closed_or_fatal()
 
     # ------------------------------------------------------------ node-level RPCs
-    async def _handle_describe_cluster(self, ctx, body):
+    def _handle_describe_cluster(self, ctx, body):
+        """Kafka's controller answer (ControllerApis.handleDescribeCluster): this listener is a
+        CONTROLLER endpoint, so it lists the controllers (the voters and their endpoints on
+        this listener) and the Raft leader as the controller id (-1 when that node is not in
+        the list).  Asked for brokers (endpoint type 1, which is also what a v0 request
+        means) it answers MISMATCHED_ENDPOINT_TYPE (INVALID_REQUEST at v0) and an unknown type
+        UNSUPPORTED_ENDPOINT_TYPE, with Kafka's messages (and the other fields at their
+        defaults, as Kafka leaves them)."""
         R = DescribeClusterResponse
+        wanted = int(body.endpoint_type)
+        if wanted not in _ENDPOINT_TYPES:
+            code = Errors.INVALID_REQUEST if ctx.api_version == 0 else Errors.UNSUPPORTED_ENDPOINT_TYPE
+            return R(error_code=int(code), error_message=f"Unsupported endpoint type {wanted}")
+        if wanted != _CONTROLLER_ENDPOINT:
+            code = Errors.INVALID_REQUEST if ctx.api_version == 0 else Errors.MISMATCHED_ENDPOINT_TYPE
+            return R(error_code=int(code),
+                     error_message=(f"The request was sent to an endpoint of type "
+                                    f"{_ENDPOINT_TYPES[_CONTROLLER_ENDPOINT]}, but we wanted an endpoint of "
+                                    f"type {_ENDPOINT_TYPES[wanted]}"))
         d = self.driver
         brokers = []
         for vid, eps in sorted(d.voter_endpoints().items()):
             ep = next((e for e in eps if e.name == d.listener_name), eps[0])
             brokers.append(R.DescribeClusterBroker(broker_id=vid, host=ep.host, port=ep.port, rack=None))
-        return R(error_code=0, error_message=None, endpoint_type=2, cluster_id=self.cluster_id,
-                 controller_id=d.leader_and_epoch.leader_id, brokers=brokers)
+        leader = d.leader_and_epoch.leader_id
+        if leader is None or all(b.broker_id != leader for b in brokers):
+            leader = -1
+        return R(error_code=0, error_message=None, endpoint_type=_CONTROLLER_ENDPOINT, cluster_id=self.cluster_id,
+                 controller_id=leader, brokers=brokers)
+
+    def _handle_api_versions(self, ctx, body):
+        """ApiVersions of a node that runs a controller: the table's APIs, plus (from v3) the
+        features this software supports and the cluster's finalized features with their epoch
+        (the committed offset they were read at), read through the controller as Kafka's
+        controller reads its published image.  If the controller cannot answer (it is shutting
+        down) the finalized features are left out, epoch -1 (Kafka's "unknown")."""
+        assert self.controller is not None
+        version = ctx.api_version
+        only = {int(k) for k in self.routes} | {int(ApiKeys.API_VERSIONS)}
+        # KAFKA-17492: before v4, features whose minimum is 0 confuse older clients
+        supported = [(n, lo, hi) for n, (lo, hi) in sorted(self.controller.supported_features().items())
+                     if not (version < 4 and lo == 0)]
+
+        def answer(finalized: dict[str, int], epoch: int) -> None:
+            resp, v = answer_api_versions(body, version, "controller", only=only, supported_features=supported,
+                                          finalized_features=[(n, lvl, lvl) for n, lvl in sorted(finalized.items())
+                                                              if lvl != 0],
+                                          finalized_features_epoch=epoch)
+            ctx.respond(resp)
+
+        self.controller.read_finalized_features(answer)
+        return DEFERRED
+
+
+#: DescribeCluster endpoint types (Kafka's EndpointType): id -> name
+_ENDPOINT_TYPES = {1: "BROKER", 2: "CONTROLLER"}
+_CONTROLLER_ENDPOINT = 2
+
+
+def _build_controller(config: NodeConfig, driver: RaftDriver) -> ControllerServer | None:
+    """The node's controller, or None when the metadata log holds records that are not
+    metadata records (a Raft-only log, see the module doc)."""
+    if _holds_opaque_records(driver.log):
+        log.info("node %d: %s holds records that are not metadata records (written by --demo-writer); "
+                 "running Raft only, without the controller", config.node_id, config.metadata_partition_dir)
+        return None
+    return ControllerServer(node_id=config.node_id, cluster_id=driver.cluster_id, raft=driver,
+                            metadata_log_dir=config.metadata_log_dir,
+                            settings=config.controller_settings)
+
+
+#: How far into the log :func:`_holds_opaque_records` looks for the first data batch.
+_OPAQUE_SCAN_BYTES = 1 << 20
+
+
+def _holds_opaque_records(raft_log) -> bool:
+    """True if the first data record of the log is not a metadata record frame (whose first
+    byte is frame version 1, the rule kraft-dump-log uses too).  A log with a snapshot is a
+    metadata log (only a controller writes snapshots; the bootstrap snapshot holds features).
+    Only the first data batch is looked at: a log is written by one kind of state machine."""
+    if raft_log.latest_snapshot_id() is not None:
+        return False
+    pos, end = raft_log.start_offset, raft_log.end_offset
+    scanned = 0
+    while pos < end and scanned < _OPAQUE_SCAN_BYTES:
+        batches = raft_log.read(pos, 64 * 1024)
+        if not batches:
+            return False
+        for b in batches:
+            if not b.is_control and b.records:
+                value = b.records[0]
+                return not (len(value) > 0 and value[0] == 1)
+            scanned += b.size_in_bytes if hasattr(b, "size_in_bytes") else 0
+        pos = batches[-1].next_offset
+    return False
 
 
 def _check_meta_properties(config: NodeConfig):

@@ -148,8 +148,10 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
     node is closed, so the directory is left as it was found (issue 19)."""
     from kraft_node.server.config import warn_unused_keys
     warn_unused_keys(cfg, log)  # once per start: Kafka's "were supplied but are not used yet"
+    # The QuorumController runs on every controller node, except with --demo-writer, whose
+    # opaque records no controller could replay (the Raft-only demo, like Kafka's TestRaftServer).
     node = KraftNode.from_config(cfg, leader_flush=leader_flush, follower_flush=follower_flush,
-                                 dir_locks=dir_locks)
+                                 dir_locks=dir_locks, controller=not demo_writer)
     driver = node.driver
     log_load_report(cfg.metadata_partition_dir, driver.log.load_report)
     driver.on_role_change(lambda role, epoch, leader: log.info("%s", _describe(cfg.node_id, role, epoch, leader)))

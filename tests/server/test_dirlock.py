@@ -78,7 +78,9 @@ def test_a_killed_holder_releases_the_lock(tmp_path):
 def test_second_server_on_the_same_log_dir_is_refused_and_changes_nothing(tmp_path):
     """The issue's repro: two kraft-server-start whose configs differ only in the port, on
     the same log.dirs.  The second exits 1 with the lock error, the first keeps leading."""
-    (path,) = cluster_properties(str(tmp_path), 1)
+    # The first node runs the controller: no idle NoOpRecords, so its log holds still while
+    # the second start is refused (only the bootstrap records, written when it leads).
+    (path,) = cluster_properties(str(tmp_path), 1, extra={"metadata.max.idle.interval.ms": "0"})
     node = Node(path, writer=False)
     try:
         node.start()
