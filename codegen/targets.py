@@ -31,7 +31,7 @@ from pathlib import Path
 
 from .columns import columns_source
 from .emit import HEADER, module_source
-from .schema import MessageSpec, load_dir, snake
+from .schema import MessageSpec, load, load_dir, snake
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,6 +41,10 @@ NATIVE_APIS = ["FetchRequest"]
 
 CONTROL = ["LeaderChangeMessage", "SnapshotHeaderRecord", "SnapshotFooterRecord",
            "KRaftVersionRecord", "VotersRecord"]
+
+#: Schemas taken from ``more-messages/`` (the RPCs kraft does not generate by default) because
+#: kraft serves them: UnregisterBroker (the controller's, KIP-631).
+MORE_MESSAGES = ["UnregisterBrokerRequest", "UnregisterBrokerResponse"]
 
 
 def default_schemas_dir() -> Path | None:
@@ -58,6 +62,10 @@ def api_module_name(request_name: str) -> str:
 
 def generate(root: Path) -> dict[str, str]:
     specs = load_dir(Path(root))
+    for name in MORE_MESSAGES:
+        spec = load(Path(root) / "more-messages" / f"{name}.json")
+        spec.source = f"more-messages/{name}.json"
+        specs[spec.name] = spec
     files: dict[str, str] = {}
 
     metadata = sorted((m for m in specs.values() if m.type == "metadata"), key=lambda m: m.api_key)

@@ -11,8 +11,10 @@ What each answer carries (Kafka's, field by field):
 
 * success: the reply's fields, ``throttle_time_ms`` 0 (kraft has no quotas);
 * failure: the :class:`~kraft_node.metadata.controller.errors.ApiError`'s code, and its
-  message in the responses that have an ``error_message`` field (ControllerRegistration,
-  UpdateFeatures).  Any other exception is UNKNOWN_SERVER_ERROR (Kafka's
+  message where Kafka sends one (ControllerRegistration, UpdateFeatures; UnregisterBroker has
+  the field but Kafka leaves it null).  Decision: for ControllerRegistration Kafka sends the
+  code's generic text (``Errors.message()``); kraft sends the controller's own message, which
+  says more (e.g. which node is active).  Any other exception is UNKNOWN_SERVER_ERROR (Kafka's
   ``Errors.forException``).  A standby answers NOT_CONTROLLER: the controller fails the
   event with "The active controller appears to be node N." -- the code is what brokers act
   on (they look the active controller up and retry).
@@ -37,6 +39,7 @@ from kraft_node.protocol.generated.allocate_producer_ids import AllocateProducer
 from kraft_node.protocol.generated.broker_heartbeat import BrokerHeartbeatResponse
 from kraft_node.protocol.generated.broker_registration import BrokerRegistrationResponse
 from kraft_node.protocol.generated.controller_registration import ControllerRegistrationResponse
+from kraft_node.protocol.generated.unregister_broker import UnregisterBrokerResponse
 from kraft_node.protocol.generated.update_features import UpdateFeaturesResponse
 
 log = logging.getLogger("kraft.controller.apis")
@@ -79,6 +82,7 @@ class ControllerApis:
             int(ApiKeys.BROKER_REGISTRATION): self.handle_broker_registration,
             int(ApiKeys.BROKER_HEARTBEAT): self.handle_broker_heartbeat,
             int(ApiKeys.CONTROLLER_REGISTRATION): self.handle_controller_registration,
+            int(ApiKeys.UNREGISTER_BROKER): self.handle_unregister_broker,
             int(ApiKeys.ALLOCATE_PRODUCER_IDS): self.handle_allocate_producer_ids,
             int(ApiKeys.UPDATE_FEATURES): self.handle_update_features,
         }
@@ -140,6 +144,17 @@ class ControllerApis:
             return ControllerRegistrationResponse(throttle_time_ms=0, error_code=int(code), error_message=message)
 
         return self._answer(ctx, self.controller.register_controller(request), ok, failed)
+
+    def handle_unregister_broker(self, ctx: RequestContext, request: Any) -> object:
+        """An operator removes a broker's registration (kafka-cluster unregister).  Kafka
+        answers the code only (its error_message field stays null)."""
+        def ok(_reply: Any) -> UnregisterBrokerResponse:
+            return UnregisterBrokerResponse(throttle_time_ms=0, error_code=0, error_message=None)
+
+        def failed(code: Errors, _message: str | None) -> UnregisterBrokerResponse:
+            return UnregisterBrokerResponse(throttle_time_ms=0, error_code=int(code), error_message=None)
+
+        return self._answer(ctx, self.controller.unregister_broker(request.broker_id), ok, failed)
 
     def handle_allocate_producer_ids(self, ctx: RequestContext, request: Any) -> object:
         def ok(block: Any) -> AllocateProducerIdsResponse:

@@ -7,9 +7,14 @@ KraftNode, and the controller RPCs over the wire on one controller.
   runs are run at start; nothing runs after close.
 * One controller node (``KraftNode.from_config(controller=True)``): it elects itself and
   writes the bootstrap records; a broker registers over the wire, heartbeats until it is
-  unfenced, gets producer id blocks; DescribeCluster answers as a CONTROLLER endpoint
+  unfenced, gets producer id blocks, is unregistered; UpdateFeatures and ControllerRegistration
+  answer with Kafka's messages; DescribeCluster answers as a CONTROLLER endpoint
   (Kafka's MISMATCHED_ENDPOINT_TYPE message when asked for brokers); ApiVersions carries the
   supported and finalized features with their epoch.
+* A standby answers NOT_CONTROLLER naming the active node, and serves the replayed features.
+* A log of opaque (demo writer) records runs Raft only; ``kraft-server-start`` writes the
+  bootstrap records, and a committed record no controller may apply stops it with one line
+  (exit 2).
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from kraft_node.protocol.generated.broker_heartbeat import BrokerHeartbeatReques
 from kraft_node.protocol.generated.broker_registration import BrokerRegistrationRequest
 from kraft_node.protocol.generated.controller_registration import ControllerRegistrationRequest
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest
+from kraft_node.protocol.generated.unregister_broker import UnregisterBrokerRequest
 from kraft_node.protocol.generated.update_features import UpdateFeaturesRequest
 from kraft_node.server.config import NodeConfig
 from kraft_node.server.controller import RUN_BUDGET_NS, ControllerRunner
@@ -42,7 +48,8 @@ from kraft_storage.messages.runtime import Uuid
 
 #: the RPCs a controller node adds to its routing table
 CONTROLLER_APIS = {int(k) for k in (ApiKeys.BROKER_REGISTRATION, ApiKeys.BROKER_HEARTBEAT,
-                                    ApiKeys.CONTROLLER_REGISTRATION, ApiKeys.ALLOCATE_PRODUCER_IDS,
+                                    ApiKeys.CONTROLLER_REGISTRATION, ApiKeys.UNREGISTER_BROKER,
+                                    ApiKeys.ALLOCATE_PRODUCER_IDS,
                                     ApiKeys.UPDATE_FEATURES, ApiKeys.API_VERSIONS)}
 
 
@@ -211,6 +218,16 @@ def test_a_controller_node_registers_unfences_and_serves_a_broker_over_the_wire(
                 assert blocks == [(0, 1000), (1000, 1000)]
                 p = await conn.request(AllocateProducerIdsRequest(broker_id=7, broker_epoch=epoch - 1), 0, timeout=5)
                 assert p.error_code == E.STALE_BROKER_EPOCH
+
+                # an operator unregisters a broker: its epoch is no longer accepted
+                reg9 = await conn.request(_registration(9), 4, timeout=5)
+                assert reg9.error_code == 0
+                un = await conn.request(UnregisterBrokerRequest(broker_id=9), 0, timeout=5)
+                assert (un.error_code, un.error_message) == (0, None)
+                un = await conn.request(UnregisterBrokerRequest(broker_id=9), 0, timeout=5)
+                assert un.error_code == E.BROKER_ID_NOT_REGISTERED
+                hb = await conn.request(_heartbeat(9, reg9.broker_epoch, reg9.broker_epoch), 1, timeout=5)
+                assert hb.error_code == E.STALE_BROKER_EPOCH
 
                 # the controller registers itself (KIP-919)
                 CR = ControllerRegistrationRequest

@@ -27,6 +27,7 @@ from .incremental_alter_configs import IncrementalAlterConfigsRequest, Increment
 from .list_partition_reassignments import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
 from .metadata import MetadataRequest, MetadataResponse
 from .remove_raft_voter import RemoveRaftVoterRequest, RemoveRaftVoterResponse
+from .unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 from .update_features import UpdateFeaturesRequest, UpdateFeaturesResponse
 from .update_raft_voter import UpdateRaftVoterRequest, UpdateRaftVoterResponse
 from .vote import VoteRequest, VoteResponse
@@ -53,6 +54,7 @@ APIS = (
     ('DescribeCluster', 60, DescribeClusterRequest, DescribeClusterResponse, 0, 2, 0, ('broker', 'controller')),
     ('BrokerRegistration', 62, BrokerRegistrationRequest, BrokerRegistrationResponse, 0, 4, 0, ('controller',)),
     ('BrokerHeartbeat', 63, BrokerHeartbeatRequest, BrokerHeartbeatResponse, 0, 1, 0, ('controller',)),
+    ('UnregisterBroker', 64, UnregisterBrokerRequest, UnregisterBrokerResponse, 0, 0, 0, ('broker', 'controller')),
     ('AllocateProducerIds', 67, AllocateProducerIdsRequest, AllocateProducerIdsResponse, 0, 0, 0, ('controller',)),
     ('ControllerRegistration', 70, ControllerRegistrationRequest, ControllerRegistrationResponse, 0, 0, 0, ('controller',)),
     ('AddRaftVoter', 80, AddRaftVoterRequest, AddRaftVoterResponse, 0, 1, 0, ('broker', 'controller')),
