@@ -20,6 +20,14 @@ Clock: ``time.monotonic_ns`` for the queue, the same clock in milliseconds for t
 loop's thread, so controller futures complete there and RPC handlers answer from their
 callbacks; nothing here uses thread-safe calls.
 
+Registration (KIP-919, Kafka's ``ControllerRegistrationManager``): once the committed
+metadata.version supports it (3.7-IV0+), each controller registers itself -- its controller
+listeners and the feature ranges it supports -- with the active controller, over the wire like
+any other client, and again after every restart (a new incarnation id).  Feature upgrades need
+it: from 3.7-IV0 the active controller refuses to raise a level some voter has not said it
+supports.  Kafka reacts to metadata images; here :class:`ControllerRegistrationManager` reads
+the committed state through the queue every :data:`REGISTRATION_POLL_S` instead.
+
 Faults: a fault the controller must not survive (a record it cannot replay) is reported
 through :meth:`ControllerServer._fatal`, which logs one CRITICAL line and hands the error to
 ``on_fatal`` -- the node stops the Raft driver with it, so this node stops leading and the
@@ -29,27 +37,63 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from kraft_node.metadata.controller.bootstrap import BootstrapMetadata
 from kraft_node.metadata.controller.events import EventQueue
-from kraft_node.metadata.controller.quorum_controller import FatalFaultError, QuorumController
+from kraft_node.metadata.controller.quorum_controller import ControllerFuture, FatalFaultError, QuorumController
 from kraft_node.metadata.versions import supported_features
+from kraft_node.network import KafkaConnection
+from kraft_node.protocol.errors import Errors
+from kraft_node.protocol.generated.controller_registration import ControllerRegistrationRequest
 from kraft_node.server.controller_apis import ControllerApis
+from kraft_storage.messages.runtime import Uuid
 
 log = logging.getLogger("kraft.controller")
 
-__all__ = ["RUN_BUDGET_NS", "ControllerRunner", "ControllerServer", "monotonic_ms"]
+__all__ = ["RUN_BUDGET_NS", "REGISTRATION_POLL_S", "ControllerRegistrationManager", "ControllerRunner",
+           "ControllerServer", "NodeControllerSettings", "monotonic_ms", "to_asyncio"]
 
 #: Longest slice of controller events between two yields to the loop (Kafka's controller
 #: thread has its own core; here it shares the loop with the network and Raft).
 RUN_BUDGET_NS = 2_000_000
 
+#: How often the registration manager looks at the committed state (it stands in for Kafka's
+#: metadata publisher callback).
+REGISTRATION_POLL_S = 0.5
+
+#: After an acknowledged registration, how long to wait for this node to replay it before
+#: sending it again.
+_ACK_GRACE_S = 5.0
+
+#: Kafka's SecurityProtocol ids, as ControllerRegistration carries them.
+_SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
 
 def monotonic_ms() -> int:
     """The controller's clock: monotonic milliseconds (the queue's clock, divided)."""
     return time.monotonic_ns() // 1_000_000
+
+
+def to_asyncio(future: ControllerFuture[Any]) -> "asyncio.Future[Any]":
+    """An asyncio future that completes like the controller future.  Both live on the running
+    loop's thread (the controller completes its futures from events the runner runs there),
+    so a plain done callback is enough; nothing is thread-safe or needs to be."""
+    out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    def done(f: ControllerFuture[Any]) -> None:
+        if out.done():
+            return  # the asyncio side was cancelled
+        exc = f.exception()
+        if exc is None:
+            out.set_result(f.result())
+        else:
+            out.set_exception(exc)
+
+    future.add_done_callback(done)
+    return out
 
 
 class ControllerRunner:
@@ -140,6 +184,174 @@ class ControllerRunner:
         self.stop()
 
 
+class ControllerRegistrationManager:
+    """Registers this controller with the active controller (KIP-919; see the module doc).
+
+    ``listeners()``: this node's controller listeners as ``(name, host, port, security
+    protocol name)`` (a callable: a listener on port 0 is known once bound).
+    ``active_address()``: ``(node id, host, port)`` of the active controller (the Raft
+    leader), or None while there is none.  ``incarnation_id``: new for every process start,
+    so a restarted controller registers again.
+
+    Invariants: one registration RPC at a time; after a failure the next one waits Kafka's
+    exponential backoff (100 ms doubling to 120 s, 2% jitter), reset by a success; nothing is
+    sent while the committed metadata.version predates controller registration or while the
+    committed registration already carries this incarnation."""
+
+    def __init__(self, *, node_id: int, controller: QuorumController,
+                 listeners: Callable[[], Sequence[tuple[str, str, int, str]]],
+                 active_address: Callable[[], tuple[int, str, int] | None], ssl_context: Any = None,
+                 features: dict[str, tuple[int, int]] | None = None, incarnation_id: Uuid | None = None,
+                 poll_s: float = REGISTRATION_POLL_S, rng: random.Random | None = None) -> None:
+        self.node_id = node_id
+        self.controller = controller
+        self.listeners = listeners
+        self.active_address = active_address
+        self.ssl_context = ssl_context
+        self.features = dict(features if features is not None else supported_features())
+        self.incarnation_id = incarnation_id if incarnation_id is not None else Uuid.random()
+        self.poll_s = poll_s
+        self._rng = rng or random.Random()
+        #: RPCs answered without error, and failures since the last success (Kafka's counters)
+        self.successful_rpcs = 0
+        self.failed_rpcs = 0
+        #: True once the committed state holds this incarnation's registration
+        self.registered_in_log = False
+        #: loop time of the last acknowledged RPC: the registration is committed, but this
+        #: node (a standby) may not have replayed it yet -- do not send it again meanwhile
+        self._acked_at: float | None = None
+        self._said: str | None = None
+        self._conn: KafkaConnection | None = None
+        self._conn_to: tuple[str, int] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def _log_once(self, state: str, message: str, *args: Any) -> None:
+        if self._said != state:
+            self._said = state
+            log.info("[ControllerRegistrationManager id=%d incarnation=%s] " + message, self.node_id,
+                     self.incarnation_id, *args)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def wait_closed(self) -> None:
+        """Until the task has stopped and its connection is closed (after :meth:`close`)."""
+        if self._task is not None:
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: already logged
+                pass
+
+    def request(self) -> ControllerRegistrationRequest:
+        R = ControllerRegistrationRequest
+        return R(controller_id=self.node_id, incarnation_id=self.incarnation_id, zk_migration_ready=False,
+                 listeners=[R.Listener(name=name, host=host, port=port,
+                                       security_protocol=_SECURITY_PROTOCOL_IDS.get(proto.upper(), 0))
+                            for name, host, port, proto in self.listeners()],
+                 features=[R.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
+                           for n, (lo, hi) in sorted(self.features.items())])
+
+    async def _state(self) -> tuple[bool, bool] | None:
+        """(metadata.version supports registration, our incarnation is registered), from the
+        committed state; None once the controller's queue is closed."""
+        ctl, nid, inc = self.controller, self.node_id, self.incarnation_id
+
+        def read(epoch: int) -> tuple[bool, bool]:
+            mv = ctl.feature_control.metadata_version_or_none(epoch=epoch)
+            if mv is None or not mv.is_controller_registration_supported():
+                return False, False
+            reg = ctl.cluster_control.controller_registration(nid, epoch=epoch)
+            return True, reg is not None and reg.incarnation_id == inc
+
+        try:
+            result: tuple[bool, bool] = await to_asyncio(ctl.append_read("controllerRegistrationState", read))
+            return result
+        except Exception:  # noqa: BLE001 - the queue is shutting down (or the controller failed)
+            return None
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                state = await self._state()
+                if state is None:
+                    return
+                supported, registered = state
+                self.registered_in_log = registered
+                if registered:
+                    self._log_once("registered", "Our registration has been persisted to the metadata log.")
+                elif not supported:
+                    self._log_once("unsupported", "cannot register yet because the metadata.version does not "
+                                                  "support KIP-919 controller registration.")
+                elif self._acked_at is not None and time.monotonic() - self._acked_at < _ACK_GRACE_S:
+                    pass  # acknowledged: wait for this node to replay it
+                else:
+                    target = self.active_address()
+                    if target is not None:
+                        if await self._send(target):
+                            continue  # answered after the commit: the next read shows it
+                        await asyncio.sleep(self._backoff_s())
+                        continue
+                await asyncio.sleep(self.poll_s)
+        finally:
+            if self._conn is not None:
+                await self._conn.close()
+
+    def _backoff_s(self) -> float:
+        """Kafka's ExponentialBackoff(100 ms, x2, 120 s, 2% jitter) for the failures so far."""
+        ms = min(100.0 * (2 ** max(0, self.failed_rpcs - 1)), 120_000.0)
+        return ms * self._rng.uniform(0.98, 1.02) / 1000
+
+    async def _send(self, target: tuple[int, str, int]) -> bool:
+        nid, host, port = target
+        req = self.request()
+        self._log_once(f"send-{nid}", "sending ControllerRegistration to the active controller %d at %s:%d",
+                       nid, host, port)
+        try:
+            if self._conn is None or self._conn_to != (host, port) or not self._conn.connected:
+                if self._conn is not None:
+                    await self._conn.close()
+                self._conn = None
+                self._conn = await KafkaConnection.open(host, port, timeout=5, ssl_context=self.ssl_context)
+                self._conn_to = (host, port)
+            resp = await self._conn.request(req, 0, timeout=30)
+        except (OSError, ConnectionError, TimeoutError) as exc:
+            self.failed_rpcs += 1
+            self._log_once(f"error-{nid}", "ControllerRegistration to node %d failed: %s; retrying", nid, exc)
+            return False
+        if resp.error_code != 0:
+            self.failed_rpcs += 1
+            self._log_once(f"refused-{nid}-{resp.error_code}", "controller %d returned error %s (%s)", nid,
+                           Errors(resp.error_code).name, resp.error_message)
+            return False
+        self.successful_rpcs += 1
+        self.failed_rpcs = 0
+        self._acked_at = time.monotonic()
+        self._log_once(f"acked-{nid}", "controller %d acknowledged ControllerRegistrationRequest.", nid)
+        return True
+
+
+class NodeControllerSettings:
+    """What the node gives its controller as ``settings``: the ControllerSettings (Kafka's
+    controller keys, read as attributes) plus ``voter_ids``, the static voters of
+    ``controller.quorum.voters`` (empty for a dynamic quorum, as Kafka's
+    ``QuorumConfig.parseVoterIds``).  The feature manager refuses a feature level some voter
+    has not registered support for (KIP-919), so it must know the voters."""
+
+    def __init__(self, settings: Any, voter_ids: Sequence[int] = ()) -> None:
+        self._settings = settings
+        self.voter_ids = tuple(voter_ids)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._settings, name)
+
+    def __repr__(self) -> str:
+        return f"NodeControllerSettings({self._settings!r}, voter_ids={self.voter_ids})"
+
+
 class ControllerServer:
     """The controller of one node: its runner, its QuorumController over the node's Raft
     driver, and its RPC handlers (:class:`ControllerApis`).
@@ -151,7 +363,9 @@ class ControllerServer:
     ``bootstrap``: the records the first active controller writes (default: read from
     ``metadata_log_dir``, as ``kraft-storage format`` wrote them).  ``install_managers``: the
     QuorumController's ``managers`` (None: its default managers).  ``on_fatal(exc)``: called
-    once, after a fatal controller fault was logged.
+    once, after a fatal controller fault was logged.  :attr:`registration`: the
+    :class:`ControllerRegistrationManager` the node sets (it knows its listeners and the
+    leader's address).
     """
 
     def __init__(self, *, node_id: int, cluster_id: str, raft: Any, metadata_log_dir: str | None = None,
@@ -175,6 +389,8 @@ class ControllerServer:
             fatal_fault_handler=self._fatal, managers=install_managers)
         self.apis = ControllerApis(self.controller, node_id=node_id, settings=settings,
                                    clock_ns=clock_ns)
+        #: KIP-919 self-registration, set by the node before start (None: not registering)
+        self.registration: ControllerRegistrationManager | None = None
         self._closed = False
 
     def handlers(self) -> dict[int, Callable]:
@@ -182,8 +398,11 @@ class ControllerServer:
         return self.apis.handlers()
 
     def start(self) -> None:
-        """Run the queue on the running loop (call before the driver's first poll)."""
+        """Run the queue on the running loop (call before the driver's first poll), and the
+        registration manager."""
         self.runner.start()
+        if self.registration is not None:
+            self.registration.start()
 
     def supported_features(self) -> dict[str, tuple[int, int]]:
         """``{feature: (min, max)}`` this node supports (what ApiVersions advertises and what
@@ -222,6 +441,13 @@ class ControllerServer:
             return
         self._closed = True
         try:
+            if self.registration is not None:
+                self.registration.close()
             self.runner.close()
         finally:
             self.apis.close()
+
+    async def wait_closed(self) -> None:
+        """After :meth:`close`: until the registration manager's connection is closed."""
+        if self.registration is not None:
+            await self.registration.wait_closed()

@@ -17,7 +17,9 @@ The node is what a process runs (``kraft-server-start``).  It
 * runs the QuorumController when asked to (``from_config(controller=True)``, what
   ``kraft-server-start`` does) and ``process.roles`` has ``controller``: built before the
   driver starts, so its Raft listener sees the first poll, and closed before the driver.
-  A fatal controller fault stops the driver (``fatal``), so the node stops leading.
+  A fatal controller fault stops the driver (``fatal``), so the node stops leading.  The
+  controller registers itself with the active controller (KIP-919) once the
+  metadata.version allows it.
 
 Why ``controller`` is an option: a KraftNode is also the Raft-only node the tests and the
 demo writer run (``--demo-writer`` appends opaque records, as Kafka's TestRaftServer does
@@ -43,7 +45,7 @@ from kraft_node.protocol.generated.describe_cluster import DescribeClusterRespon
 from kraft_node.raft.io.driver import DriverError, RaftDriver, dir_uuid
 from kraft_node.raft.messages import Endpoint, ReplicaKey
 from kraft_node.server.config import NodeConfig
-from kraft_node.server.controller import ControllerServer
+from kraft_node.server.controller import ControllerRegistrationManager, ControllerServer, NodeControllerSettings
 from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
 from kraft_storage.meta_properties import read_meta_properties
@@ -71,6 +73,9 @@ class KraftNode:
         self.register({int(ApiKeys.DESCRIBE_CLUSTER): self._handle_describe_cluster})
         if controller is not None:
             controller.on_fatal = self._controller_fault
+            controller.registration = ControllerRegistrationManager(
+                node_id=self.node_id, controller=controller.controller, listeners=self._controller_listeners,
+                active_address=self._active_controller_address, ssl_context=config.client_ssl_context())
             self.register(controller.handlers())
             self.register({int(ApiKeys.API_VERSIONS): self._handle_api_versions})
         self._closed = False
@@ -155,6 +160,25 @@ class KraftNode:
             await self.close()
             raise
 
+    def _controller_listeners(self) -> list[tuple[str, str, int, str]]:
+        """``(name, host, port, security protocol)`` of each controller listener, the bound port
+        for the one this node listens on (what the controller registers, KIP-919)."""
+        out = []
+        for e in self.config.listeners:
+            if e.name not in self.config.controller_listener_names:
+                continue
+            port = self.port if self.port is not None and e == self.config.controller_endpoint else e.port
+            out.append((e.name, e.host, port, self.config.security_protocol(e.name)))
+        return out
+
+    def _active_controller_address(self) -> tuple[int, str, int] | None:
+        """(node id, host, port) of the Raft leader, the active controller, or None."""
+        leader = self.driver.leader_and_epoch.leader_id
+        if leader is None or leader < 0:
+            return None
+        address = self.driver.address_of(leader)
+        return None if address is None else (leader, address[0], address[1])
+
     @property
     def port(self) -> int | None:
         """The listener's bound port (None without a listener or before :meth:`start`)."""
@@ -199,6 +223,7 @@ class KraftNode:
             try:
                 if self.controller is not None:
                     self.controller.close()  # queued events run while Raft is still open
+                    await self.controller.wait_closed()
             finally:
                 await self.driver.close()
         finally:
@@ -279,9 +304,9 @@ def _build_controller(config: NodeConfig, driver: RaftDriver) -> ControllerServe
         log.info("node %d: %s holds records that are not metadata records (written by --demo-writer); "
                  "running Raft only, without the controller", config.node_id, config.metadata_partition_dir)
         return None
+    settings = NodeControllerSettings(config.controller_settings, [v.id for v in config.voters])
     return ControllerServer(node_id=config.node_id, cluster_id=driver.cluster_id, raft=driver,
-                            metadata_log_dir=config.metadata_log_dir,
-                            settings=config.controller_settings)
+                            metadata_log_dir=config.metadata_log_dir, settings=settings)
 
 
 #: How far into the log :func:`_holds_opaque_records` looks for the first data batch.

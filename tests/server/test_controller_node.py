@@ -19,6 +19,7 @@ KraftNode, and the controller RPCs over the wire on one controller.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -163,6 +164,15 @@ def _heartbeat(broker_id: int, epoch: int, offset: int) -> BrokerHeartbeatReques
                                   want_fence=False, want_shut_down=False)
 
 
+@contextlib.asynccontextmanager
+async def _connection(port: int):
+    conn = await KafkaConnection.open("127.0.0.1", port, timeout=5)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
 async def _until_active(node: KraftNode, timeout: float = 15.0) -> None:
     """Until the node's controller has claimed and its bootstrap records are committed."""
     ctl = node.controller.controller
@@ -229,9 +239,9 @@ def test_a_controller_node_registers_unfences_and_serves_a_broker_over_the_wire(
                 hb = await conn.request(_heartbeat(9, reg9.broker_epoch, reg9.broker_epoch), 1, timeout=5)
                 assert hb.error_code == E.STALE_BROKER_EPOCH
 
-                # the controller registers itself (KIP-919)
+                # ControllerRegistration (KIP-919) of some controller 5
                 CR = ControllerRegistrationRequest
-                cr = await conn.request(CR(controller_id=1, incarnation_id=Uuid.random(), listeners=[
+                cr = await conn.request(CR(controller_id=5, incarnation_id=Uuid.random(), listeners=[
                     CR.Listener(name="CONTROLLER", host="127.0.0.1", port=node.port, security_protocol=0)],
                     features=[CR.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
                               for n, (lo, hi) in sorted(supported_features().items())]), 0, timeout=5)
@@ -322,6 +332,24 @@ def test_a_standby_answers_not_controller_naming_the_active_one(tmp_path):
                 cr = await conn.request(CR(controller_id=standby.node_id, incarnation_id=Uuid.random()), 0, timeout=5)
                 assert (cr.error_code, cr.error_message) == (
                     Errors.NOT_CONTROLLER, f"The active controller appears to be node {active.node_id}.")
+                # both controllers registered themselves with the active one (KIP-919), with
+                # their incarnation and bound listener ...
+                cc = active.controller.controller.cluster_control
+                deadline = time.monotonic() + 15
+                while set(cc.controllers()) != {1, 2}:
+                    assert time.monotonic() < deadline, cc.controllers()
+                    await asyncio.sleep(0.05)
+                for n in nodes:
+                    reg = cc.controllers()[n.node_id]
+                    assert reg.incarnation_id == n.controller.registration.incarnation_id
+                    assert [(e.name, e.port) for e in reg.listeners.values()] == [("CONTROLLER", n.port)]
+                # ... so a feature change can be checked against every voter
+                async with _connection(active.port) as ac:
+                    U = UpdateFeaturesRequest
+                    same = U(feature_updates=[U.FeatureUpdateKey(feature="group.version", max_version_level=1,
+                                                                 upgrade_type=1)], validate_only=True)
+                    uf = await ac.request(same, 2, timeout=5)
+                    assert (uf.error_code, uf.error_message) == (0, None)
                 # the standby replays what the active one commits: same finalized features
                 deadline = time.monotonic() + 10
                 while True:

@@ -78,8 +78,8 @@ def test_a_killed_holder_releases_the_lock(tmp_path):
 def test_second_server_on_the_same_log_dir_is_refused_and_changes_nothing(tmp_path):
     """The issue's repro: two kraft-server-start whose configs differ only in the port, on
     the same log.dirs.  The second exits 1 with the lock error, the first keeps leading."""
-    # The first node runs the controller: no idle NoOpRecords, so its log holds still while
-    # the second start is refused (only the bootstrap records, written when it leads).
+    # The first node runs the controller: no idle NoOpRecords, so once its own first records
+    # are written (below) its log holds still while the second start is refused.
     (path,) = cluster_properties(str(tmp_path), 1, extra={"metadata.max.idle.interval.ms": "0"})
     node = Node(path, writer=False)
     try:
@@ -92,6 +92,15 @@ def test_second_server_on_the_same_log_dir_is_refused_and_changes_nothing(tmp_pa
         time.sleep(0.3)
         data_dir = NodeConfig.from_file(path).metadata_log_dir
         before = snapshot_dir(data_dir)
+        # the node's own first writes (the bootstrap records, its controller registration) are
+        # done once the directory holds still for a second
+        deadline = time.monotonic() + 15
+        while True:
+            time.sleep(1.0)
+            now = snapshot_dir(data_dir)
+            if now == before or time.monotonic() > deadline:
+                break
+            before = now
         (other_port,) = free_ports(1)
         text = open(path).read()
         port = NodeConfig.from_file(path).controller_endpoint.port
