@@ -256,22 +256,33 @@ class ControllerRegistrationManager:
                            for n, (lo, hi) in sorted(self.features.items())])
 
     async def _state(self) -> tuple[bool, bool] | None:
-        """(metadata.version supports registration, our incarnation is registered), from the
-        committed state; None once the controller's queue is closed."""
+        """(metadata.version supports registration, our incarnation is registered), or None
+        once the controller's queue is shutting down.
+
+        Read in an event, from this controller's latest state rather than at the stable
+        offset: on a standby the two are the same, and on the active controller the only thing
+        the latest state may add is this very registration while its RPC waits for the
+        commit -- which changes no decision (nothing is sent while an RPC is pending, and a
+        registration lost in a failover is simply not found at the next look).  A read that
+        fails otherwise is retried at the next poll."""
         ctl, nid, inc = self.controller, self.node_id, self.incarnation_id
 
-        def read(epoch: int) -> tuple[bool, bool]:
-            mv = ctl.feature_control.metadata_version_or_none(epoch=epoch)
+        def read(_committed: int) -> tuple[bool, bool]:
+            mv = ctl.feature_control.metadata_version_or_none()
             if mv is None or not mv.is_controller_registration_supported():
                 return False, False
-            reg = ctl.cluster_control.controller_registration(nid, epoch=epoch)
+            reg = ctl.cluster_control.controller_registration(nid)
             return True, reg is not None and reg.incarnation_id == inc
 
-        try:
-            result: tuple[bool, bool] = await to_asyncio(ctl.append_read("controllerRegistrationState", read))
-            return result
-        except Exception:  # noqa: BLE001 - the queue is shutting down (or the controller failed)
-            return None
+        while True:
+            try:
+                result: tuple[bool, bool] = await to_asyncio(ctl.append_read("controllerRegistrationState", read))
+                return result
+            except Exception as exc:  # noqa: BLE001 - logged; the queue closing ends the manager
+                if ctl.queue.shutting_down:
+                    return None
+                self._log_once("read-failed", "cannot read the registration state (%s); retrying", exc)
+                await asyncio.sleep(self.poll_s)
 
     async def _run(self) -> None:
         try:

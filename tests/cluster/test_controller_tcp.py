@@ -114,8 +114,8 @@ class Broker:
         self.conn: KafkaConnection | None = None
         self.conn_node: int | None = None
         self.unfenced = False
-        #: (monotonic time, error code, is_fenced) of every heartbeat answer
-        self.answers: list[tuple[float, int, bool]] = []
+        #: (monotonic time, error code, is_fenced, answering node) of every heartbeat answer
+        self.answers: list[tuple[float, int, bool, int | None]] = []
         self.errors: dict[int, int] = {}
 
     async def call(self, request, version: int):
@@ -161,7 +161,7 @@ class Broker:
                                      current_metadata_offset=max(0, self.active.high_watermark - 1),
                                      want_fence=False, want_shut_down=False)
         resp = await self.call(req, 1)
-        self.answers.append((time.monotonic(), resp.error_code, resp.is_fenced))
+        self.answers.append((time.monotonic(), resp.error_code, resp.is_fenced, self.conn_node))
         if resp.error_code == 0 and not resp.is_fenced:
             self.unfenced = True
 
@@ -225,9 +225,9 @@ def test_brokers_stay_registered_and_unfenced_across_a_kill_9_of_the_active_cont
                 assert new != first
                 # the heartbeats go on through the failover; after it, every broker is answered
                 # by the new controller, with the epoch it registered with
-                await _wait(lambda: all(any(t > t_kill and code == 0 for t, code, _ in b.answers) for b in brokers),
+                await _wait(lambda: all(any(n == new and code == 0 for _t, code, _f, n in b.answers) for b in brokers),
                             30, "every broker heard from the new active controller")
-                failover_s = max(min(t for t, code, _ in b.answers if t > t_kill and code == 0)
+                failover_s = max(min(t for t, code, _f, n in b.answers if n == new and code == 0)
                                  for b in brokers) - t_kill
                 # two more session timeouts: a broker fenced by the new controller would show it
                 await asyncio.sleep(2 * SESSION_TIMEOUT_MS / 1000)
@@ -237,12 +237,12 @@ def test_brokers_stay_registered_and_unfenced_across_a_kill_9_of_the_active_cont
                 report.update(first=first, new=new, failover_s=failover_s, epochs=epochs)
                 for b in brokers:
                     assert b.epoch == epochs[b.id]
-                    after = [(code, fenced) for t, code, fenced in b.answers if t > unfenced_at]
+                    after = [(code, fenced) for t, code, fenced, _n in b.answers if t > unfenced_at]
                     bad = [(Errors(code).name, fenced) for code, fenced in after if code != 0 or fenced]
                     assert not bad, f"broker {b.id} after it was unfenced: {bad[:5]}"
-                    # the heartbeats went on: no session window without contact (else a fence
-                    # would have been right), up to the end
-                    seen = [t for t, code, _ in b.answers if t > t_kill and code == 0]
+                    # the heartbeats went on: from the new controller's first answer, no session
+                    # window without contact (else a fence would have been right), up to the end
+                    seen = [t for t, code, _f, n in b.answers if n == new and code == 0]
                     gaps = [later - earlier for earlier, later in zip(seen, seen[1:])]
                     assert seen[-1] > t_end - SESSION_TIMEOUT_MS / 1000, (b.id, t_end - seen[-1])
                     assert max(gaps, default=0) < SESSION_TIMEOUT_MS / 1000, (b.id, max(gaps))
