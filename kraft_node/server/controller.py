@@ -26,7 +26,7 @@ listeners and the feature ranges it supports -- with the active controller, over
 any other client, and again after every restart (a new incarnation id).  Feature upgrades need
 it: from 3.7-IV0 the active controller refuses to raise a level some voter has not said it
 supports.  Kafka reacts to metadata images; here :class:`ControllerRegistrationManager` reads
-the committed state through the queue every :data:`REGISTRATION_POLL_S` instead.
+this controller's state in a queue event every :data:`REGISTRATION_POLL_S` instead.
 
 Faults: a fault the controller must not survive (a record it cannot replay) is reported
 through :meth:`ControllerServer._fatal`, which logs one CRITICAL line and hands the error to
@@ -54,7 +54,7 @@ from kraft_storage.messages.runtime import Uuid
 log = logging.getLogger("kraft.controller")
 
 __all__ = ["RUN_BUDGET_NS", "REGISTRATION_POLL_S", "ControllerRegistrationManager", "ControllerRunner",
-           "ControllerServer", "NodeControllerSettings", "monotonic_ms", "to_asyncio"]
+           "ControllerServer", "NodeControllerSettings", "to_asyncio"]
 
 #: Longest slice of controller events between two yields to the loop (Kafka's controller
 #: thread has its own core; here it shares the loop with the network and Raft).
@@ -70,11 +70,6 @@ _ACK_GRACE_S = 5.0
 
 #: Kafka's SecurityProtocol ids, as ControllerRegistration carries them.
 _SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
-
-
-def monotonic_ms() -> int:
-    """The controller's clock: monotonic milliseconds (the queue's clock, divided)."""
-    return time.monotonic_ns() // 1_000_000
 
 
 def to_asyncio(future: ControllerFuture[Any]) -> "asyncio.Future[Any]":
@@ -451,12 +446,9 @@ class ControllerServer:
         if self._closed:
             return
         self._closed = True
-        try:
-            if self.registration is not None:
-                self.registration.close()
-            self.runner.close()
-        finally:
-            self.apis.close()
+        if self.registration is not None:
+            self.registration.close()
+        self.runner.close()
 
     async def wait_closed(self) -> None:
         """After :meth:`close`: until the registration manager's connection is closed."""

@@ -73,9 +73,6 @@ class ControllerApis:
         interval_ms = getattr(settings, "broker_heartbeat_interval_ms", _DEFAULT_HEARTBEAT_INTERVAL_MS)
         #: how long a heartbeat may wait in the queue (Kafka: brokerHeartbeatIntervalMs / 2)
         self.heartbeat_timeout_ns = interval_ms * 1_000_000 // 2
-        #: requests whose answer is still to come (tests; closing the node drops them)
-        self.in_flight = 0
-        self._closed = False
 
     def handlers(self) -> dict[int, Callable[[RequestContext, Any], Any]]:
         return {
@@ -87,18 +84,12 @@ class ControllerApis:
             int(ApiKeys.UPDATE_FEATURES): self.handle_update_features,
         }
 
-    def close(self) -> None:
-        self._closed = True
-
     # ------------------------------------------------------------------ plumbing
     def _answer(self, ctx: RequestContext, future: Any, ok: Callable[[Any], Any],
                 failed: Callable[[Errors, str | None], Any]) -> object:
         """Answer ``ctx`` when ``future`` (a ControllerFuture) completes: ``ok(result)`` or
         ``failed(code, message)`` builds the response."""
-        self.in_flight += 1
-
         def done(f: Any) -> None:
-            self.in_flight -= 1
             try:
                 exc = f.exception()
                 response = ok(f.result()) if exc is None else failed(*error_of(exc))
