@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 from typing import Callable
 
 from kraft_node.network import KafkaServer
@@ -48,6 +49,7 @@ from kraft_node.server.config import NodeConfig
 from kraft_node.server.controller import ControllerRegistrationManager, ControllerServer, NodeControllerSettings
 from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
+from kraft_storage.messages.runtime import Uuid
 from kraft_storage.meta_properties import read_meta_properties
 
 log = logging.getLogger("kraft.server")
@@ -339,9 +341,23 @@ def _check_meta_properties(config: NodeConfig):
     """(cluster id, directory id) of a metadata log dir formatted for this node; DriverError
     when it is not, or when another log dir belongs to another cluster or node."""
     try:
-        meta = read_meta_properties(config.metadata_log_dir).meta
+        meta = read_meta_properties(config.metadata_log_dir, check_cluster_id=False).meta
+        legacy_ok = _existing_cluster_metadata(config) and _LEGACY_CLUSTER_ID.fullmatch(meta.cluster_id or "")
+        if meta.cluster_id and not legacy_ok:
+            meta.check_cluster_id(os.path.join(config.metadata_log_dir, "meta.properties"))
     except KraftStorageError as exc:
         raise DriverError(f"{exc}") from None
+    if meta.cluster_id and not _is_uuid(meta.cluster_id):
+        # An existing cluster keeps its identity (issue 21, "start on a Kafka-written
+        # directory"): Kafka reads cluster.id as any string, and some images wrote ids that are
+        # not Uuids (bitnami's KAFKA_KRAFT_CLUSTER_ID: kafka-fixtures' 3.7.0 sample).  Only a
+        # directory that already holds this cluster's metadata log is accepted so; a freshly
+        # formatted one must have a Uuid (a typo there is refused, issue 19), and even an
+        # existing one only an id of letters, digits, '-' and '_' (what such tools write;
+        # ``garbage!`` is damage, not an identity).
+        log.warning("%s/meta.properties: cluster.id %r is not a Kafka base64 Uuid; accepted because %s already "
+                    "holds this cluster's metadata log (kraft-storage format writes only Uuids)",
+                    config.metadata_log_dir, meta.cluster_id, config.metadata_partition_dir)
     if meta.node_id != config.node_id:
         raise DriverError(f"{config.metadata_log_dir}/meta.properties belongs to node {meta.node_id}, "
                           f"but {config.source} says node.id={config.node_id}")
@@ -356,3 +372,26 @@ def _check_meta_properties(config: NodeConfig):
                 raise DriverError(f"log directory {d} belongs to cluster {other.cluster_id} node "
                                   f"{other.node_id}, not cluster {meta.cluster_id} node {meta.node_id}")
     return meta.cluster_id, dir_uuid(meta.directory_id)
+
+
+#: the cluster ids other tools wrote that an existing cluster may keep (see _check_meta_properties)
+_LEGACY_CLUSTER_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        Uuid(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _existing_cluster_metadata(config: NodeConfig) -> bool:
+    """The metadata partition dir holds a log segment or a snapshot other than the (0, 0)
+    bootstrap one: this node has been part of a running cluster."""
+    try:
+        names = os.listdir(config.metadata_partition_dir)
+    except FileNotFoundError:
+        return False
+    return any(n.endswith(".log") or (n.endswith(".checkpoint") and not n.startswith("00000000000000000000-"))
+               for n in names)

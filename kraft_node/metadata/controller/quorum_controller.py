@@ -519,12 +519,10 @@ class QuorumController:
             n = b.next_offset - b.base_offset if hasattr(b, "next_offset") else len(b.records)
             last = b.base_offset + n - 1
             if b.is_control:
-                # control batches (LeaderChange, voters) hold no controller records but move
-                # the committed offset: Kafka's handleCommitBatchMetrics only, here the
-                # offsets too so a purgatory parked at them completes
-                oc.handle_commit_batch(last, b.epoch, b.append_time_ms)
-                if self.active:
-                    self.purgatory.complete_up_to(oc.last_stable_offset)
+                # Control batches (LeaderChange, voters) hold no controller records and do not
+                # move the controller's offsets (Kafka: handleCommitBatchMetrics only): the
+                # registry has snapshots only at offsets of records this controller applied,
+                # and the stable offset must always be one of them.
                 continue
             gen = self.snapshot_generator
             if self.active:
