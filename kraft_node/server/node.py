@@ -38,6 +38,7 @@ import random
 import re
 from typing import Callable
 
+from kraft_node.metrics import ControllerMetrics, NodeMetrics
 from kraft_node.network import KafkaServer
 from kraft_node.network.server import DEFERRED
 from kraft_node.protocol.api_keys import ApiKeys, answer_api_versions
@@ -59,7 +60,7 @@ class KraftNode:
     """One KRaft node: the Raft driver behind the node's listener.  See the module doc."""
 
     def __init__(self, config: NodeConfig, driver: RaftDriver, *, dir_locks: DirLocks | None = None,
-                 controller: ControllerServer | None = None):
+                 controller: ControllerServer | None = None, metrics: NodeMetrics | None = None):
         self.config = config
         self.driver = driver
         self.node_id = config.node_id
@@ -71,6 +72,10 @@ class KraftNode:
         self.server: KafkaServer | None = None
         #: the QuorumController and its RPCs, when this node runs one
         self.controller = controller
+        #: the node's metrics registry (Raft, storage recovery, controller), served on
+        #: ``kraft.metrics.listener`` when set; ``metrics_address`` is the bound address
+        self.metrics = metrics if metrics is not None else NodeMetrics(driver)
+        self.metrics_address: tuple[str, int] | None = None
         self.register(driver.handlers())
         self.register({int(ApiKeys.DESCRIBE_CLUSTER): self._handle_describe_cluster})
         if controller is not None:
@@ -121,9 +126,10 @@ class KraftNode:
                                 advertise=config.is_controller, client_ssl_context=client_ssl, rng=rng,
                                 leader_flush=leader_flush, follower_flush=follower_flush)
             ctl = None
+            metrics = NodeMetrics(driver)
             if controller and config.is_controller:
                 try:
-                    ctl = _build_controller(config, driver)
+                    ctl = _build_controller(config, driver, ControllerMetrics(metrics.registry))
                 except BaseException:
                     driver.log.close()  # the driver opened it; nothing else is running yet
                     raise
@@ -131,7 +137,7 @@ class KraftNode:
             if own is not None:
                 own.release()
             raise
-        return cls(config, driver, dir_locks=own, controller=ctl)
+        return cls(config, driver, dir_locks=own, controller=ctl, metrics=metrics)
 
     def register(self, handlers: dict[int, Callable]) -> None:
         """Add ``api key -> handler`` routes before :meth:`start` (the listener serves, and
@@ -158,6 +164,9 @@ class KraftNode:
             if self.controller is not None:
                 self.controller.start()  # on this loop, before the driver's first poll
             await self.driver.start()
+            self.metrics_address = await self.metrics.start(self.config.metrics_listener)
+            if self.metrics_address is not None:
+                log.info("node %d: metrics on http://%s:%d/metrics", self.node_id, *self.metrics_address)
         except BaseException:
             await self.close()
             raise
@@ -230,8 +239,11 @@ class KraftNode:
                 await self.driver.close()
         finally:
             try:
-                if self.server is not None:
-                    await self.server.close()
+                try:
+                    await self.metrics.close()
+                finally:
+                    if self.server is not None:
+                        await self.server.close()
             finally:
                 if self._dir_locks is not None:
                     self._dir_locks.release()
@@ -299,7 +311,8 @@ _ENDPOINT_TYPES = {1: "BROKER", 2: "CONTROLLER"}
 _CONTROLLER_ENDPOINT = 2
 
 
-def _build_controller(config: NodeConfig, driver: RaftDriver) -> ControllerServer | None:
+def _build_controller(config: NodeConfig, driver: RaftDriver,
+                      metrics: ControllerMetrics | None = None) -> ControllerServer | None:
     """The node's controller, or None when the metadata log holds records that are not
     metadata records (a Raft-only log, see the module doc)."""
     if _holds_opaque_records(driver.log):
@@ -307,8 +320,12 @@ def _build_controller(config: NodeConfig, driver: RaftDriver) -> ControllerServe
                  "running Raft only, without the controller", config.node_id, config.metadata_partition_dir)
         return None
     settings = NodeControllerSettings(config.controller_settings, [v.id for v in config.voters])
-    return ControllerServer(node_id=config.node_id, cluster_id=driver.cluster_id, raft=driver,
-                            metadata_log_dir=config.metadata_log_dir, settings=settings)
+    server = ControllerServer(node_id=config.node_id, cluster_id=driver.cluster_id, raft=driver,
+                              metadata_log_dir=config.metadata_log_dir, settings=settings, metrics=metrics)
+    if metrics is not None:
+        cluster = server.controller.cluster_control
+        metrics.track_broker_counts(cluster.active_broker_count, cluster.fenced_broker_count)
+    return server
 
 
 #: How far into the log :func:`_holds_opaque_records` looks for the first data batch.

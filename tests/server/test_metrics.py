@@ -428,21 +428,20 @@ def test_node_metrics_served_on_the_configured_listener(tmp_path):
     assert cfg.metrics_listener == ("127.0.0.1", port)
 
     async def go():
-        node = KraftNode.from_config(cfg)
+        node = KraftNode.from_config(cfg)  # the node builds and serves its NodeMetrics itself
         await node.start()
-        metrics = NodeMetrics(node.driver)
+        metrics = node.metrics
         controller = ControllerMetrics(metrics.registry)  # what the controller adds on the node's registry
         controller.set_active(True)
         try:
-            assert await metrics.start(cfg.metrics_listener) == ("127.0.0.1", port)
+            assert node.metrics_address == ("127.0.0.1", port)
             status, _, body = await http("127.0.0.1", port)
             v = samples(body)
             assert status == 200 and v[KC + "ActiveControllerCount"] == 1
             assert v[RAFT + "current_leader"] in (-1, 1) and "kraft_log_recovery_truncations_total" in v
         finally:
-            await metrics.close()
-            await metrics.close()
             await node.close()
+            await metrics.close()  # idempotent
         with pytest.raises(OSError):
             await asyncio.open_connection("127.0.0.1", port)
         assert not any(n.startswith(RAFT) for n in metrics.registry.names())
