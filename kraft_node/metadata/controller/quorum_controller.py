@@ -288,6 +288,8 @@ class QuorumController:
         #: set once a fatal fault stopped this controller: every later event fails
         self.fatal: BaseException | None = None
         self.records_replayed = 0
+        #: the Raft snapshots this controller loaded, in order
+        self.snapshots_loaded: list[SnapshotId] = []
         #: api key -> replay(message, offset); filled by the managers
         self._replayers: dict[int, Callable[[Any, int], None]] = {}
         #: callbacks for claim / renounce (managers that keep soft state, periodic tasks)
@@ -567,6 +569,7 @@ class QuorumController:
                                 exc)
                     return
         oc.end_load_snapshot(timestamp_ms)
+        self.snapshots_loaded.append(sid)
         if self.snapshot_generator is not None:
             self.snapshot_generator.loaded(sid, timestamp_ms)
 

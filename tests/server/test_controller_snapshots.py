@@ -1,0 +1,106 @@
+"""Snapshots of the controller's state through the Raft snapshot API (issue 21, Deliver 6).
+
+With a small ``metadata.log.max.record.bytes.between.snapshots`` the controller of a running
+node writes a Kafka ``.checkpoint`` of its committed state: a valid Kafka checkpoint (header,
+the records, footer; ``kraft-dump-log`` reads it) whose prefix of the log is deleted, and a
+restarted node loads it and comes back with the same state.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+from support.raft import cluster_properties
+
+from kraft_node.metadata.versions import supported_features
+from kraft_node.protocol.generated.broker_registration import BrokerRegistrationRequest
+from kraft_node.server.config import NodeConfig
+from kraft_node.server.controller import to_asyncio
+from kraft_node.server.node import KraftNode
+from kraft_storage.messages import metadata as m
+from kraft_storage.messages.metadata import decode_metadata_record
+from kraft_storage.messages.runtime import Uuid
+from kraft_storage.snapshot.records import RecordsSnapshotReader
+
+
+def _registration(broker_id: int, cluster_id: str) -> BrokerRegistrationRequest:
+    R = BrokerRegistrationRequest
+    feats = [R.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
+             for n, (lo, hi) in sorted(supported_features().items())]
+    return R(broker_id=broker_id, cluster_id=cluster_id, incarnation_id=Uuid.random(),
+             listeners=[R.Listener(name="PLAINTEXT", host="127.0.0.1", port=9092 + broker_id, security_protocol=0)],
+             features=feats, rack=f"r{broker_id % 3}", is_migrating_zk_broker=False, log_dirs=[Uuid.random()],
+             previous_broker_epoch=-1)
+
+
+def _checkpoints(part: str) -> list[str]:
+    return sorted(n for n in os.listdir(part) if n.endswith(".checkpoint") and not n.startswith("0000000000000000000-"))
+
+
+def _state(ctl) -> list[bytes]:
+    return sorted(v for v in ctl.snapshot_values(ctl.last_stable_offset)
+                  if decode_metadata_record(v)[0] != m.RegisterControllerRecord.API_KEY)
+
+
+def test_the_controller_snapshots_its_state_and_a_restart_loads_it(tmp_path):
+    (path,) = cluster_properties(str(tmp_path), 1)
+    with open(path, "a") as f:
+        f.write("\nmetadata.log.max.record.bytes.between.snapshots=2000\nmetadata.max.idle.interval.ms=0\n")
+    cfg = NodeConfig.from_file(path)
+    part = cfg.metadata_partition_dir
+
+    async def first():
+        node = KraftNode.from_config(cfg, controller=True)
+        await node.start()
+        try:
+            ctl = node.controller.controller
+            deadline = time.monotonic() + 15
+            while not (ctl.active and ctl.feature_control.metadata_version_or_none(epoch=ctl.last_stable_offset)):
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            for b in range(1, 31):
+                await to_asyncio(ctl.register_broker(_registration(b, node.cluster_id)))
+            gen = ctl.snapshot_generator
+            while not gen.history or gen.in_progress:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            # the log before the snapshot is dropped (Kafka's log start moves up to the snapshot;
+            # whole segments below it are deleted)
+            assert node.driver.core.log.start_offset == gen.history[-1][0].offset
+            return _state(ctl), gen.history[-1]
+        finally:
+            await node.shutdown(2.0)
+
+    state, (sid, count, slices) = asyncio.run(first())
+    assert count > 30 and slices >= 1
+    name = f"{sid.offset:020d}-{sid.epoch:010d}.checkpoint"
+    assert name in os.listdir(part)
+    # a valid Kafka checkpoint: header, records, footer; kraft-dump-log reads it
+    with RecordsSnapshotReader(os.path.join(part, name)) as r:
+        recs = list(r.metadata_records())
+    assert sum(1 for _o, k, _v, _m in recs if k == m.RegisterBrokerRecord.API_KEY) >= 20
+    assert recs[0][3].name == "metadata.version"  # features first
+    dump = subprocess.run([sys.executable, "-m", "kraft_storage.tools.dump_log", os.path.join(part, name)],
+                          capture_output=True, text=True, timeout=60)
+    assert dump.returncode == 0 and "SNAPSHOT_FOOTER" in dump.stdout, dump.stderr
+
+    async def second():
+        node = KraftNode.from_config(cfg, controller=True)
+        await node.start()
+        try:
+            ctl = node.controller.controller
+            deadline = time.monotonic() + 15
+            while not (ctl.active and not len(ctl.purgatory) and len(ctl.cluster_control.brokers(
+                    epoch=ctl.last_stable_offset)) == 30):
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            return _state(ctl), ctl.snapshots_loaded
+        finally:
+            await node.shutdown(2.0)
+
+    state2, loaded = asyncio.run(second())
+    assert loaded and loaded[0].offset >= sid.offset  # it started from the snapshot, not from offset 0
+    assert state2 == state
