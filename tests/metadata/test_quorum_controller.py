@@ -419,3 +419,25 @@ def test_snapshots_are_written_from_a_frozen_state_in_slices(env):
     assert [len(b) for b in w.batches] == [10, 10, 6]
     assert gen.history[0][1:] == (26, 3)
     assert not ctl.offset_control._retained  # released
+
+
+def test_kraft_version_is_the_raft_layers_and_is_not_changed_at_run_time():
+    """kraft.version lives in the Raft log's control records: the controller reports the Raft
+    layer's level, and an UpdateFeatures that would change it is refused with a message
+    saying why (kraft's Raft layer does not upgrade it at run time)."""
+    from kraft_node.metadata.controller.features import UpgradeType
+    now = [0]
+    raft = FakeRaft()
+    raft.kraft_version = 0
+    queue = EventQueue(clock_ns=lambda: now[0] * 1_000_000)
+    ctl = QuorumController(node_id=1, cluster_id="c", raft=raft, queue=queue, clock_ms=lambda: now[0],
+                           bootstrap=bootstrap())
+    activate(ctl, raft, queue)
+    assert ctl._kraft_version() == 0
+    fut = ctl.update_features({"kraft.version": 1}, {"kraft.version": UpgradeType.UPGRADE}, False)
+    queue.run_ready()
+    raft.commit()
+    queue.run_ready()
+    err = fut.result()["kraft.version"]
+    assert isinstance(err, ApiError) and err.error == Errors.INVALID_UPDATE_VERSION
+    assert "kraft.version cannot be changed from 0 to 1 at run time" in err.message

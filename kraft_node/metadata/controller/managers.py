@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kraft_node.metadata.controller.cluster_control import ClusterControlManager
 from kraft_node.metadata.controller.configuration_control import ConfigurationControlManager
+from kraft_node.metadata.controller.errors import ApiError
 from kraft_node.metadata.controller.features import FeatureControlManager, QuorumFeatures
 from kraft_node.metadata.controller.periodic import PeriodicTask, PeriodicTaskControlManager
 from kraft_node.metadata.controller.producer_ids import ProducerIdControlManager
@@ -28,6 +29,7 @@ from kraft_node.metadata.controller.security_control import (
 )
 from kraft_node.metadata.controller.snapshot_generator import SnapshotGenerator
 from kraft_node.metadata.versions import supported_features
+from kraft_node.protocol.errors import Errors
 from kraft_storage.messages import metadata as m
 
 if TYPE_CHECKING:
@@ -65,6 +67,30 @@ def setting(ctl: "QuorumController", name: str) -> int:
     return int(DEFAULTS[name] if value is None else value)
 
 
+class RaftKRaftVersion:
+    """kraft.version as the Raft layer has it (finalized in the log's control records, not in
+    the controller's state).  kraft's Raft layer does not change it at run time: an
+    UpdateFeatures that asks to is refused, naming why (nothing silent)."""
+
+    def __init__(self, ctl: "QuorumController"):
+        self.ctl = ctl
+
+    def kraft_version(self) -> int:
+        kv = getattr(self.ctl.raft, "kraft_version", None)
+        if kv is None:
+            core = getattr(self.ctl.raft, "core", None)
+            kv = getattr(core, "kraft_version", 0) if core is not None else 0
+        return int(kv)
+
+    def upgrade_kraft_version(self, epoch: int, version: int, validate_only: bool) -> None:
+        if version == self.kraft_version():
+            return
+        raise ApiError(Errors.INVALID_UPDATE_VERSION,
+                       f"kraft.version cannot be changed from {self.kraft_version()} to {version} at run time by "
+                       "this controller: format the controllers with --standalone or --initial-controllers for "
+                       "kraft.version 1 (a dynamic quorum)")
+
+
 class _QueueAccessor:
     """What the periodic manager schedules through: deferred writes on the controller's
     queue, keeping the earlier deadline when a task is rescheduled (Kafka's
@@ -86,7 +112,8 @@ def install_default_managers(ctl: "QuorumController") -> None:
     configs and security records."""
     reg = ctl.registry
     voters = getattr(ctl.settings, "voter_ids", ()) or ()
-    features = FeatureControlManager(reg, QuorumFeatures(ctl.node_id, supported_features(), list(voters)))
+    features = FeatureControlManager(reg, QuorumFeatures(ctl.node_id, supported_features(), list(voters)),
+                                     kraft_version_accessor=RaftKRaftVersion(ctl))
     session_ms = setting(ctl, "broker_session_timeout_ms")
     configs = ConfigurationControlManager(reg)
     replication = ReplicationControlManager(reg, configs, metadata_version=replication_metadata_version(ctl, features))

@@ -734,10 +734,7 @@ class QuorumController:
                                 deadline_ns=deadline_ns)
 
     def _kraft_version(self) -> int:
-        kv = getattr(self.raft, "kraft_version", None)
-        if callable(kv):
-            kv = kv()
-        return int(kv) if kv is not None else 0
+        return int(self.feature_control.kraft_version_accessor.kraft_version())
 
     # ---------------------------------------------------------- committed-state reads (synchronous)
     def committed_epoch(self) -> int:

@@ -611,6 +611,11 @@ class RaftDriver:
         return self._listener_name
 
     @property
+    def kraft_version(self) -> int:
+        """The kraft.version in force (0: static voters; 1: voters in the log, KIP-853)."""
+        return int(self.core.kraft_version)
+
+    @property
     def leader_and_epoch(self) -> LeaderAndEpoch:
         return LeaderAndEpoch(self.core.leader_id, self.core.epoch)
 
