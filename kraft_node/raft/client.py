@@ -1102,7 +1102,10 @@ class RaftCore(VoterChanges, LeaderFetchServing, ListenerDelivery):
             and st.high_watermark > (self.control.last_voter_set_offset() or 0)
         if (self._shutdown_deadline is not None and not self._shutdown_done) or st.resign_requested \
                 or st.time_until_check_quorum_expires(now_ms) == 0 or removed_self:
-            if self.quorum.voter_ids != {self.local_id}:
+            # A sole voter keeps leading through check-quorum and shutdown (nobody else can
+            # take over), but an explicit resign (the controller renouncing) is honoured: it
+            # starts a new epoch and elects itself again, as Kafka's sole voter does.
+            if self.quorum.voter_ids != {self.local_id} or st.resign_requested:
                 if removed_self:
                     self.stats["resigned_after_removal"] += 1
                 self._flush_leader(st, now_ms)

@@ -1102,10 +1102,9 @@ def run_seed(seed: int, chaos_ms: int = 3000, settle_ms: int = 10_000,
                 core = n.core
                 core.resign(core.epoch)
                 n.poll()
-        elif r < 0.25 and len(ids) > 1:
-            # The controller gives up (as after an unexpected event error).  Not with one voter:
-            # RaftCore ignores a sole voter's resignation, so the controller would never be
-            # active again (test_a_sole_controller_is_active_again_after_renouncing).
+        elif r < 0.25:
+            # The controller gives up (as after an unexpected event error); a sole voter
+            # resigns too and elects itself again (test_a_sole_controller_is_active_again_after_renouncing).
             act = csim.active()
             if act is not None:
                 act.renounce()
