@@ -242,11 +242,15 @@ class SimController:
         sched = node.cluster.scheduler
         self._run_at: int | None = None
         checking = csim.config.invariants
-        queue_type = _ObservingQueue if checking else EventQueue
-        self.queue = queue_type(clock_ns=lambda: sched.now * NS_PER_MS, on_ready=self._kick,
-                                name=f"controller-{node.id}")
+        self.queue: EventQueue
         if checking:
-            self.queue.sc = self
+            observing = _ObservingQueue(clock_ns=lambda: sched.now * NS_PER_MS, on_ready=self._kick,
+                                        name=f"controller-{node.id}")
+            observing.sc = self
+            self.queue = observing
+        else:
+            self.queue = EventQueue(clock_ns=lambda: sched.now * NS_PER_MS, on_ready=self._kick,
+                                    name=f"controller-{node.id}")
         self.raft = _SimRaft(node, self._appended if checking else None)
         self.heard: dict[tuple[int, int], int] = {}
         #: claim epoch -> the last offset this controller appended in it
@@ -353,7 +357,9 @@ class ControllerSim:
     def _node_started(self, node: SimNode) -> None:
         if node.id in self.raft.voter_ids:
             if node.sm is not None:
-                node.sm.handle_load_snapshot = partial(_load_controller_snapshot, self, node)
+                # the raft simulator's listener reads its own snapshot format; on a controller
+                # node the snapshots are the controller's (see _load_controller_snapshot)
+                node.sm.handle_load_snapshot = partial(_load_controller_snapshot, self, node)  # type: ignore[method-assign]
             self.controllers[node.id] = SimController(self, node)
 
     def on_controller_created(self, sc: SimController) -> None:
@@ -413,12 +419,11 @@ class ControllerSim:
         """``(offset, version, record)`` of every committed metadata record, in log order,
         decoded from the log of the live node with the highest high watermark (control
         batches left out).  The whole history only while no snapshot truncated that log."""
-        nodes = [n for n in self.raft.nodes.values()
-                 if n.alive and n.core is not None and n.core.high_watermark is not None]
-        if not nodes:
+        with_hwm = [(n.core.high_watermark, n) for n in self.raft.nodes.values()
+                    if n.alive and n.core is not None and n.core.high_watermark is not None]
+        if not with_hwm:
             return []
-        node = max(nodes, key=lambda n: n.core.high_watermark)
-        hwm = node.core.high_watermark
+        hwm, node = max(with_hwm, key=lambda pair: pair[0])
         out = []
         for batch in node.log.batches():
             if batch.is_control:
@@ -1100,8 +1105,9 @@ def run_seed(seed: int, chaos_ms: int = 3000, settle_ms: int = 10_000,
         elif r < 0.23:
             for n in c.leaders():
                 core = n.core
-                core.resign(core.epoch)
-                n.poll()
+                if core is not None:
+                    core.resign(core.epoch)
+                    n.poll()
         elif r < 0.25:
             # The controller gives up (as after an unexpected event error); a sole voter
             # resigns too and elects itself again (test_a_sole_controller_is_active_again_after_renouncing).
