@@ -20,15 +20,13 @@ import time
 
 import pytest
 from conftest import FIXTURES, require_fixtures
+from support.controller import broker_registration
 from support.raft import free_ports
 
-from kraft_node.metadata.versions import supported_features
-from kraft_node.protocol.generated.broker_registration import BrokerRegistrationRequest
 from kraft_node.server.config import NodeConfig
 from kraft_node.server.node import KraftNode
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.metadata import decode_metadata_record
-from kraft_storage.messages.runtime import Uuid
 from kraft_storage.meta_properties import read_meta_properties
 
 #: fixture -> (its metadata.version, a topic it holds or None)
@@ -60,16 +58,6 @@ async def _until_active(node: KraftNode, timeout: float = 20.0):
     return ctl
 
 
-def _registration(cluster_id: str) -> BrokerRegistrationRequest:
-    R = BrokerRegistrationRequest
-    feats = [R.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
-             for n, (lo, hi) in sorted(supported_features().items())]
-    return R(broker_id=7, cluster_id=cluster_id, incarnation_id=Uuid.random(),
-             listeners=[R.Listener(name="PLAINTEXT", host="127.0.0.1", port=9092, security_protocol=0)],
-             features=feats, rack=None, is_migrating_zk_broker=False, log_dirs=[Uuid.random()],
-             previous_broker_epoch=-1)
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_controller_carries_on_a_kafka_written_cluster(tmp_path, name, caplog):
@@ -90,7 +78,7 @@ def test_a_controller_carries_on_a_kafka_written_cluster(tmp_path, name, caplog)
             assert ctl.feature_control.metadata_version(epoch=lso).feature_level == mv
             if topic is not None:
                 assert ctl.replication_control.topic_id(topic, epoch=lso) is not None
-            reply = await asyncio.wait_for(_await(ctl.register_broker(_registration(cluster_id))), 10)
+            reply = await asyncio.wait_for(_await(ctl.register_broker(broker_registration(7, cluster_id))), 10)
             assert reply.epoch > 0
             while ctl.last_stable_offset < reply.epoch:
                 await asyncio.sleep(0.02)

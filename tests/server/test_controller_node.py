@@ -25,6 +25,7 @@ import logging
 import os
 import time
 
+from support.controller import broker_heartbeat, broker_registration
 from support.raft import CLUSTER_ID, cluster_properties
 from support.server import run_cli, run_server
 
@@ -35,7 +36,6 @@ from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.allocate_producer_ids import AllocateProducerIdsRequest
 from kraft_node.protocol.generated.api_versions import ApiVersionsRequest
-from kraft_node.protocol.generated.broker_heartbeat import BrokerHeartbeatRequest
 from kraft_node.protocol.generated.broker_registration import BrokerRegistrationRequest
 from kraft_node.protocol.generated.controller_registration import ControllerRegistrationRequest
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest
@@ -151,17 +151,10 @@ def test_events_queued_before_start_run_at_start_and_none_after_close():
 # ---------------------------------------------------------------------------- one controller node
 
 def _registration(broker_id: int, cluster_id: str = CLUSTER_ID) -> BrokerRegistrationRequest:
-    R = BrokerRegistrationRequest
-    return R(broker_id=broker_id, cluster_id=cluster_id, incarnation_id=Uuid.random(),
-             listeners=[R.Listener(name="PLAINTEXT", host="127.0.0.1", port=9092, security_protocol=0)],
-             features=[R.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
-                       for n, (lo, hi) in sorted(supported_features().items())],
-             rack=None, log_dirs=[Uuid.random()])
+    return broker_registration(broker_id, cluster_id)
 
 
-def _heartbeat(broker_id: int, epoch: int, offset: int) -> BrokerHeartbeatRequest:
-    return BrokerHeartbeatRequest(broker_id=broker_id, broker_epoch=epoch, current_metadata_offset=offset,
-                                  want_fence=False, want_shut_down=False)
+_heartbeat = broker_heartbeat
 
 
 @contextlib.asynccontextmanager

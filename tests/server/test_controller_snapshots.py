@@ -13,27 +13,15 @@ import subprocess
 import sys
 import time
 
+from support.controller import broker_registration
 from support.raft import cluster_properties
 
-from kraft_node.metadata.versions import supported_features
-from kraft_node.protocol.generated.broker_registration import BrokerRegistrationRequest
 from kraft_node.server.config import NodeConfig
 from kraft_node.server.controller import to_asyncio
 from kraft_node.server.node import KraftNode
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.metadata import decode_metadata_record
-from kraft_storage.messages.runtime import Uuid
 from kraft_storage.snapshot.records import RecordsSnapshotReader
-
-
-def _registration(broker_id: int, cluster_id: str) -> BrokerRegistrationRequest:
-    R = BrokerRegistrationRequest
-    feats = [R.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
-             for n, (lo, hi) in sorted(supported_features().items())]
-    return R(broker_id=broker_id, cluster_id=cluster_id, incarnation_id=Uuid.random(),
-             listeners=[R.Listener(name="PLAINTEXT", host="127.0.0.1", port=9092 + broker_id, security_protocol=0)],
-             features=feats, rack=f"r{broker_id % 3}", is_migrating_zk_broker=False, log_dirs=[Uuid.random()],
-             previous_broker_epoch=-1)
 
 
 def _checkpoints(part: str) -> list[str]:
@@ -62,7 +50,8 @@ def test_the_controller_snapshots_its_state_and_a_restart_loads_it(tmp_path):
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.02)
             for b in range(1, 31):
-                await to_asyncio(ctl.register_broker(_registration(b, node.cluster_id)))
+                req = broker_registration(b, node.cluster_id, port=9092 + b, rack=f"r{b % 3}")
+                await to_asyncio(ctl.register_broker(req))
             gen = ctl.snapshot_generator
             while not gen.history or gen.in_progress:
                 assert time.monotonic() < deadline
