@@ -17,7 +17,9 @@ the state after the record at E):
 * there is always a snapshot at ``last_stable_offset`` -- the state a renounce reverts to
   (:meth:`deactivate`) and the one committed reads use;
 * the active controller takes one at the last offset of every append it schedules
-  (:meth:`handle_schedule_append`), so any prefix of uncommitted appends can be reverted;
+  (:meth:`handle_schedule_append`), so any prefix of uncommitted appends can be reverted; a
+  committed batch that ends between two of them (Raft split an append) moves the stable
+  offset only to the last one at or below it;
 * snapshots below the stable offset are deleted as it advances (nothing can revert there);
 * ``BeginTransactionRecord`` at offset O takes one at O - 1; ``AbortTransactionRecord``
   reverts to it, which undoes exactly the transaction's records.
@@ -106,6 +108,12 @@ class OffsetControlManager:
         self.last_applied_timestamp = self._clock_ms()
         self._metric("set_last_applied", last_offset, self.last_applied_timestamp)
 
+    def handle_pending_append(self, last_offset: int) -> None:
+        """Records up to ``last_offset`` are replayed and will be handed to Raft with the
+        pending group (the next write goes after them; no registry snapshot until the group
+        is scheduled: :meth:`handle_schedule_append`)."""
+        self.next_write_offset = last_offset + 1
+
     def handle_commit_batch(self, last_offset: int, epoch: int, append_time_ms: int) -> None:
         """A batch ending at ``last_offset`` committed (replayed first on a standby)."""
         self.last_committed_offset = last_offset
@@ -121,6 +129,12 @@ class OffsetControlManager:
             new = self.last_committed_offset
         else:
             new = min(self.transaction_start_offset - 1, self.last_committed_offset)
+        if self.active and not self.registry.has_snapshot(new):
+            # The active controller has registry snapshots only where its appends ended; a
+            # committed batch may end inside one (Raft may split a non-atomic append), so the
+            # stable offset stops at the last append end at or below it -- reads stay
+            # committed and a renounce can always revert there.
+            new = max((e for e in self.registry.epochs() if e <= new), default=self.last_stable_offset)
         if self.last_stable_offset < new:
             self.last_stable_offset = new
             floor = min(self._retained) if self._retained else new
