@@ -443,52 +443,6 @@ def test_kraft_version_is_the_raft_layers_and_is_not_changed_at_run_time():
     assert "kraft.version cannot be changed from 0 to 1 at run time" in err.message
 
 
-def test_writes_in_one_run_share_one_raft_append(env):
-    """Group commit: non-atomic writes that run before the queued flush go to Raft as one
-    append (one batch, one registry snapshot); each is still answered only once committed."""
-    ctl, raft, queue, stubs, *_ = env
-    activate(ctl, raft, queue)
-    before = len(raft.batches)
-    futs = [ctl.append_write(f"w{i}", level_write(f"x{i}", 1)) for i in range(5)]
-    queue.run_ready()
-    assert len(raft.batches) == before + 1 and raft.batches[-1][1:] == (5, False)
-    assert all(not f.done() for f in futs)
-    raft.commit()
-    queue.run_ready()
-    assert [f.result() for f in futs] == ["ok"] * 5
-
-
-def test_an_atomic_write_flushes_the_pending_group_first(env):
-    ctl, raft, queue, *_ = env
-    activate(ctl, raft, queue)
-    before = len(raft.batches)
-    ctl.append_write("a", level_write("a", 1))
-    ctl.append_write("b", level_write("b", 1))
-    ctl.append_write("atomic", level_write("c", 1, atomic=True))
-    ctl.append_write("d", level_write("d", 1))
-    queue.run_ready()
-    assert [(n, atomic) for _b, n, atomic in raft.batches[before:]] == [(2, False), (1, True), (1, False)]
-    names = [decode_metadata_record(v)[2].name for _o, _e, v in raft.log[-4:]]
-    assert names == ["a", "b", "c", "d"]  # offset order is write order
-
-
-def test_raft_records_between_a_group_and_its_flush_make_the_controller_renounce(env):
-    """If Raft appends something of its own (a voter change) after a group was replayed at
-    predicted offsets, those offsets are wrong: the controller gives up the epoch and reverts,
-    rather than keep a state replayed at offsets its records did not get."""
-    ctl, raft, queue, stubs, faults, _ = env
-    activate(ctl, raft, queue)
-    fut = ctl.append_write("w", level_write("x", 1))
-    queue.run_ready(max_events=1)  # the write only; its flush is queued behind it
-    assert stubs["features"].levels.get("x") == 1
-    raft.end += 1  # Raft's own control record
-    queue.run_ready()
-    assert not ctl.active and raft.resigned == [1]
-    assert isinstance(fut.exception(), NotControllerError)
-    assert stubs["features"].levels.get("x") is None  # reverted
-    assert not faults
-
-
 def test_the_stable_offset_stops_at_an_append_end_when_raft_splits_an_append(env):
     """A committed batch may end inside one of the controller's appends (Raft splits a
     non-atomic append at its byte limit): the stable offset then stops at the last append end

@@ -108,12 +108,6 @@ class OffsetControlManager:
         self.last_applied_timestamp = self._clock_ms()
         self._metric("set_last_applied", last_offset, self.last_applied_timestamp)
 
-    def handle_pending_append(self, last_offset: int) -> None:
-        """Records up to ``last_offset`` are replayed and will be handed to Raft with the
-        pending group (the next write goes after them; no registry snapshot until the group
-        is scheduled: :meth:`handle_schedule_append`)."""
-        self.next_write_offset = last_offset + 1
-
     def handle_commit_batch(self, last_offset: int, epoch: int, append_time_ms: int) -> None:
         """A batch ending at ``last_offset`` committed (replayed first on a standby)."""
         self.last_committed_offset = last_offset

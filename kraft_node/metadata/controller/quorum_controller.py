@@ -285,12 +285,7 @@ class QuorumController:
         self.purgatory = Purgatory()
         #: the Raft epoch this node is active in, or -1 (Kafka's curClaimEpoch)
         self.claim_epoch = -1
-        #: group commit (see _append_batch): records replayed but not yet handed to Raft
-        self.group_commit = True
-        self._pending: list[bytes] = []
-        self._pending_base = -1
-        self._pending_epoch = -1
-        self._flush_queued = False
+
         #: set once a fatal fault stopped this controller: every later event fails
         self.fatal: BaseException | None = None
         self.records_replayed = 0
@@ -467,37 +462,16 @@ class QuorumController:
 
     def _append_batch(self, epoch: int, records: list[ApiMessageAndVersion], atomic: bool) -> int:
         """Replay ``records`` at the offsets Raft will give them, then schedule them; returns
-        the last offset.
-
-        Group commit: the records of non-atomic results wait in ``_pending`` and every write
-        that runs before the queued ``flushAppends`` event shares one Raft append and one
-        registry snapshot (the per-append costs were ~3x the per-record cost, BENCHMARKS.md).
-        Their offsets are known at once -- they follow the pending ones -- so each is
-        replayed before anything is handed to Raft, as always.  An atomic result first
-        flushes what is pending (offset order), then goes alone, in one batch."""
-        if atomic or not self.group_commit:
-            self._flush_pending()
-            base = self.raft.next_offset(epoch)  # NotLeaderError: the epoch is over (failover)
-            values = self._replay_at(base, records)
-            last = self.raft.schedule_append(values, epoch, atomic)
-            if last != base + len(records) - 1:
-                raise self._fatal(f"Raft gave offsets ending at {last} to a batch replayed at {base}.."
-                                  f"{base + len(records) - 1}", None)
-            self.offset_control.handle_schedule_append(last)
-            return last
-        pending = self._pending
-        if pending and (self._pending_epoch != epoch or len(pending) + len(records) > MAX_RECORDS_PER_BATCH):
-            self._flush_pending()
-        if not pending:
-            self._pending_base = self.raft.next_offset(epoch)
-            self._pending_epoch = epoch
-        base = self._pending_base + len(pending)
-        pending.extend(self._replay_at(base, records))
-        last = base + len(records) - 1
-        self.offset_control.handle_pending_append(last)
-        if not self._flush_queued:
-            self._flush_queued = True
-            self.queue.append(_ControlEvent(self, "flushAppends", self._flush_pending))
+        the last offset.  (One Raft append per write: group commit -- writes of one queue
+        slice sharing an append -- was measured and did not help, benchmarks/results/NOTES.md
+        session 12.)"""
+        base = self.raft.next_offset(epoch)  # NotLeaderError: the epoch is over (failover)
+        values = self._replay_at(base, records)
+        last = self.raft.schedule_append(values, epoch, atomic)
+        if last != base + len(records) - 1:
+            raise self._fatal(f"Raft gave offsets ending at {last} to a batch replayed at {base}.."
+                              f"{base + len(records) - 1}", None)
+        self.offset_control.handle_schedule_append(last)
         return last
 
     def _replay_at(self, base: int, records: list[ApiMessageAndVersion]) -> list[bytes]:
@@ -509,27 +483,6 @@ class QuorumController:
                 raise self._fatal(f"Unable to apply {type(r.message).__name__} record at offset {base + i} on "
                                   f"active controller, from the batch with baseOffset {base}", exc) from exc
         return values
-
-    def _flush_pending(self) -> None:
-        """Hand the pending records to Raft as one append (see :meth:`_append_batch`)."""
-        self._flush_queued = False
-        pending = self._pending
-        if not pending or self.claim_epoch == -1:
-            pending.clear()
-            return
-        values = list(pending)
-        pending.clear()
-        base, epoch = self._pending_base, self._pending_epoch
-        last = self.raft.schedule_append(values, epoch, False)  # NotLeaderError: renounce (event error)
-        if last != base + len(values) - 1:
-            # Raft appended records of its own since the first pending write (a voter change):
-            # ours were replayed at offsets they did not get.  Give up the epoch: the state
-            # reverts to the stable offset, and what Raft does commit is replayed from the log.
-            log.warning("Raft gave offsets ending at %d to %d pending records replayed from offset %d; "
-                        "renouncing epoch %d", last, len(values), base, epoch)
-            self._renounce()
-            return
-        self.offset_control.handle_schedule_append(last)
 
     # ---------------------------------------------------------- errors
     def _fatal(self, message: str, exc: BaseException | None) -> BaseException:
@@ -698,7 +651,6 @@ class QuorumController:
         epoch = self.claim_epoch
         self.raft.resign(epoch)
         self.claim_epoch = -1
-        self._pending.clear()  # replayed, never appended: reverted with the rest below
         self.purgatory.fail_all(NotControllerError("No controller appears to be active."))
         self.offset_control.deactivate()
         for fn in self._on_deactivate:
