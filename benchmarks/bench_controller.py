@@ -9,7 +9,7 @@ EventQueue, with the Raft underneath either scripted or simulated.
     (every one takes --json F; `all` runs the four on both harnesses)
 
 What-ifs (changes proposed elsewhere, measured here without being made there):
-``--what-if-budgeted-slices`` and ``--what-if-snapshot-batch-bytes N`` (snapshot),
+``--what-if-snapshot-batch-bytes N`` (snapshot),
 ``--what-if-gc-threshold a,b,c`` (heartbeats); ``--records-per-slice N`` sets the generator's
 own knob, ``--records-per-write K`` makes each write K NoOpRecords.
 
@@ -48,6 +48,7 @@ run, and the median over runs.
 """
 from __future__ import annotations
 
+import abc
 import argparse
 import gc
 import logging
@@ -136,44 +137,6 @@ def no_op_writes(k: int) -> Callable[[], ControllerResult[None]]:
         return no_op_write
     records = [ApiMessageAndVersion(m.NoOpRecord(), 0) for _ in range(k)]
     return lambda: ControllerResult.of(records, None)
-
-
-def install_budgeted_slices(gen: Any, records_per_slice: int = 500, budget_ms: int = 5) -> None:
-    """What-if (a change proposed for ``snapshot_generator.py``; measured here, not made
-    there): a slice ends after ``records_per_slice`` records or once ``budget_ms`` of the
-    controller's clock has passed (checked every 64 records), and the freeze -- which encodes
-    the last (up to 8 MiB) batch, writes and fsyncs it -- runs as an event of its own instead
-    of inside the last slice.  Same records, same order, same file."""
-    done = [False]
-    clock = gen.ctl.clock_ms
-
-    def budgeted_slice() -> None:
-        if gen._writer is None or gen._records is None:
-            return
-        if done[0]:
-            done[0] = False
-            gen._finish()
-            return
-        values: list[bytes] = []
-        deadline = clock() + budget_ms
-        for rec in gen._records:
-            values.append(rec.encode())
-            if len(values) >= records_per_slice or (len(values) % 64 == 0 and clock() >= deadline):
-                break
-        else:
-            done[0] = True
-        try:
-            if values:
-                gen._writer.append(values)
-                gen._count += len(values)
-                gen._slices += 1
-            gen._schedule_slice()
-        except BaseException:
-            gen.abort("a write failed")
-            raise
-
-    gen.records_per_slice = records_per_slice
-    gen._slice = budgeted_slice
 
 
 # ------------------------------------------------------------------ timing
@@ -365,7 +328,7 @@ class InstantRaft:
 
 
 # ------------------------------------------------------------------ harnesses
-class Harness:
+class Harness(abc.ABC):
     """An active controller and a way to let it work: ``pump()`` runs what is due (scripted:
     the queue until idle; sim: one virtual millisecond of the whole cluster)."""
 
@@ -375,8 +338,9 @@ class Harness:
     timer: EventTimer | None = None
     gc_pauses: GcPauses | None = None
 
+    @abc.abstractmethod
     def pump(self) -> None:
-        raise NotImplementedError
+        """Run what is due (each harness says how)."""
 
     def virtual_ms(self) -> int | None:
         return None
@@ -702,9 +666,7 @@ def scenario_snapshot(args: argparse.Namespace, kind: str) -> dict[str, Any]:
         for _ in range(20):
             h.pump()  # let the last commits land: the stable offset must be the committed offset
         gen = ctl.snapshot_generator
-        if args.what_if_budgeted_slices:
-            install_budgeted_slices(gen, args.records_per_slice or 500)
-        elif args.records_per_slice:
+        if args.records_per_slice:
             gen.records_per_slice = args.records_per_slice  # the A/B of a smaller slice
         hbs, epochs, n = brokers.heartbeats, brokers.epochs, brokers.n
         failures: list[Any] = []
@@ -789,10 +751,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--records-per-slice", type=int, default=None,
-                    help="snapshot: override the generator's records per slice (default: its own, 2000)")
-    ap.add_argument("--what-if-budgeted-slices", action="store_true",
-                    help="snapshot: the proposed slicing (install_budgeted_slices), 500 records or 5 ms a "
-                         "slice unless --records-per-slice, freeze in its own event")
+                    help="snapshot: override the generator's records per slice (default: its own, 500)")
     ap.add_argument("--records-per-write", type=int, default=1, help="writes: NoOpRecords per write")
     ap.add_argument("--what-if-gc-threshold", default=None,
                     help="heartbeats: gc.set_threshold(a, b, c) given as a,b,c (the defaults are 700,10,10)")
@@ -812,7 +771,6 @@ def main(argv: list[str] | None = None) -> None:
             results.append(run_scenario(args, sc, kind))
     args.brokers = brokers_arg
     emit_json({"setup": {"argv": sys.argv[1:], "inflight": args.inflight, "seconds": args.seconds,
-                         "what_if_budgeted_slices": args.what_if_budgeted_slices,
                          "what_if_snapshot_batch_bytes": args.what_if_snapshot_batch_bytes,
                          "runs": args.runs, "cpus": os.cpu_count(), "python": sys.version.split()[0],
                          "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "code": code_version()},

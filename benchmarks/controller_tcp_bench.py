@@ -14,7 +14,7 @@ the wire.
 Diagnosis: ``--profile DIR`` (heartbeats: every node under cProfile, the active one's top
 functions printed; writes: node 1 during the measured part).  What-ifs, measured without
 being made: ``--what-if-coalesce-writes`` (heartbeats: the nodes' network server writes a
-connection's answers once per loop iteration) and ``--what-if-budgeted-slices`` (snapshot).
+connection's answers once per loop iteration).
 
 Two setups:
 
@@ -87,7 +87,6 @@ from bench_controller import (  # noqa: E402
     GcPauses,
     broker_features,
     heartbeat_request,
-    install_budgeted_slices,
     ms_summary,
     no_op_writes,
     registration_request,
@@ -1006,9 +1005,7 @@ async def run_snapshot(args: argparse.Namespace, base: str) -> dict[str, Any]:
 
         epochs, hbs, setup_s = await register_local(ctl, n)
         gen = ctl.snapshot_generator
-        if args.what_if_budgeted_slices:
-            install_budgeted_slices(gen, args.records_per_slice or 500)
-        elif args.records_per_slice:
+        if args.records_per_slice:
             gen.records_per_slice = args.records_per_slice
         deadline = time.monotonic() + 10
         while not gen.maybe_begin(reason="benchmark"):
@@ -1076,8 +1073,6 @@ def main(argv: list[str] | None = None) -> None:
                          "outstanding (default 400); snapshot: heartbeats queued per ms (default 20)")
     ap.add_argument("--linger-ms", type=int, default=None, help="writes: controller.quorum.append.linger.ms")
     ap.add_argument("--records-per-slice", type=int, default=None, help="snapshot: override the generator's")
-    ap.add_argument("--what-if-budgeted-slices", action="store_true",
-                    help="snapshot: the proposed slicing (bench_controller.install_budgeted_slices)")
     ap.add_argument("--records-per-write", type=int, default=1, help="writes: NoOpRecords per write")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--runs", type=int, default=3)
@@ -1102,8 +1097,7 @@ def main(argv: list[str] | None = None) -> None:
     setup = {"argv": sys.argv[1:], "scenario": args.scenario, "brokers": args.brokers, "voters": 3,
              "transport": "TCP loopback", "fsync": True, "event_loop": event_loop.EVENT_LOOP,
              "cpus": os.cpu_count(), "python": sys.version.split()[0], "code": code_version(),
-             "what_if_coalesce_writes": bool(args.what_if_coalesce_writes),
-             "what_if_budgeted_slices": bool(args.what_if_budgeted_slices)}
+             "what_if_coalesce_writes": bool(args.what_if_coalesce_writes)}
     if args.scenario == "failover":
         base = tempfile.mkdtemp(prefix="controller-failover-", dir=args.dir)
         try:

@@ -262,7 +262,7 @@ class MetaProperties:
         :func:`read_meta_properties` (what nodes and tools use) checks by default and
         :meth:`MetaPropertiesFile.parse` (the byte codec) does not."""
         cid = self.cluster_id
-        if cid is not None and not _is_kafka_uuid(cid):
+        if cid is not None and not is_kafka_uuid(cid):
             raise MetaPropertiesError(
                 f"{source}: cluster.id {cid!r} is not a Kafka base64 Uuid (22 characters of URL-safe base64 "
                 "encoding 16 bytes, as `kraft-storage random-uuid` prints)")
@@ -295,7 +295,7 @@ class MetaPropertiesFile:
         return format_properties(self.meta.to_properties(), date_line=self.date_line, order=self.order)
 
 
-def _is_kafka_uuid(text: str) -> bool:
+def is_kafka_uuid(text: str) -> bool:
     """Kafka's ``Uuid.fromString`` accepts it (the codec runtime's parser is as strict)."""
     from kraft_storage.messages.runtime import Uuid
     try:

@@ -50,8 +50,7 @@ from kraft_node.server.config import NodeConfig
 from kraft_node.server.controller import ControllerRegistrationManager, ControllerServer, NodeControllerSettings
 from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
-from kraft_storage.messages.runtime import Uuid
-from kraft_storage.meta_properties import read_meta_properties
+from kraft_storage.meta_properties import is_kafka_uuid, read_meta_properties
 
 log = logging.getLogger("kraft.server")
 
@@ -364,7 +363,7 @@ def _check_meta_properties(config: NodeConfig):
             meta.check_cluster_id(os.path.join(config.metadata_log_dir, "meta.properties"))
     except KraftStorageError as exc:
         raise DriverError(f"{exc}") from None
-    if meta.cluster_id and not _is_uuid(meta.cluster_id):
+    if meta.cluster_id and not is_kafka_uuid(meta.cluster_id):
         # An existing cluster keeps its identity (issue 21, "start on a Kafka-written
         # directory"): Kafka reads cluster.id as any string, and some images wrote ids that are
         # not Uuids (bitnami's KAFKA_KRAFT_CLUSTER_ID: kafka-fixtures' 3.7.0 sample).  Only a
@@ -393,14 +392,6 @@ def _check_meta_properties(config: NodeConfig):
 
 #: the cluster ids other tools wrote that an existing cluster may keep (see _check_meta_properties)
 _LEGACY_CLUSTER_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-def _is_uuid(text: str) -> bool:
-    try:
-        Uuid(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _existing_cluster_metadata(config: NodeConfig) -> bool:

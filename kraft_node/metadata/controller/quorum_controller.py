@@ -57,6 +57,7 @@ from kraft_node.metadata.controller.result import (
     ApiMessageAndVersion,
     ControllerResult,
 )
+from kraft_node.metadata.versions import MetadataVersion
 from kraft_node.protocol.errors import Errors
 from kraft_node.raft.errors import NotLeaderError
 from kraft_node.raft.messages import Batch, LeaderAndEpoch, SnapshotId
@@ -526,8 +527,7 @@ class QuorumController:
             return
         oc = self.offset_control
         for b in batches:
-            n = b.next_offset - b.base_offset if hasattr(b, "next_offset") else len(b.records)
-            last = b.base_offset + n - 1
+            last = b.next_offset - 1
             if b.is_control:
                 # Control batches (LeaderChange, voters) hold no controller records and do not
                 # move the controller's offsets (Kafka: handleCommitBatchMetrics only): the
@@ -773,7 +773,7 @@ def activation_records(ctl: QuorumController, warn: Callable[[str], None]) -> Co
     if stable_mv is None:
         b = ctl.bootstrap
         level = b.metadata_version_level
-        txns = level >= TRANSACTIONS_LEVEL
+        txns = MetadataVersion.from_feature_level(level).is_metadata_transaction_supported()
         if txn_start != -1:
             if not txns:
                 raise RuntimeError(f"Detected partial bootstrap records transaction at {txn_start}, but the "
@@ -800,11 +800,6 @@ def activation_records(ctl: QuorumController, warn: Callable[[str], None]) -> Co
         records.append(ApiMessageAndVersion(m.AbortTransactionRecord(reason="Controller failover"), 0))
     warn(" ".join(msg))
     return ControllerResult.atomic_of(records, None)
-
-
-#: metadata.version level from which Kafka wraps multi-batch work in metadata
-#: transactions (3.6-IV1, MetadataVersion.isMetadataTransactionSupported).
-TRANSACTIONS_LEVEL = 13
 
 __all__ = ["ControllerFuture", "ControllerRaft", "FatalFaultError", "QuorumController", "activation_records",
            "LATEST_EPOCH"]
