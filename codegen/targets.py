@@ -43,8 +43,10 @@ CONTROL = ["LeaderChangeMessage", "SnapshotHeaderRecord", "SnapshotFooterRecord"
            "KRaftVersionRecord", "VotersRecord"]
 
 #: Schemas taken from ``more-messages/`` (the RPCs kraft does not generate by default) because
-#: kraft serves them: UnregisterBroker (the controller's, KIP-631).
-MORE_MESSAGES = ["UnregisterBrokerRequest", "UnregisterBrokerResponse"]
+#: kraft serves them: UnregisterBroker (the controller's, KIP-631) and the legacy AlterConfigs
+#: (the controller's ``legacyAlterConfigs``).
+MORE_MESSAGES = ["UnregisterBrokerRequest", "UnregisterBrokerResponse",
+                 "AlterConfigsRequest", "AlterConfigsResponse"]
 
 
 def default_schemas_dir() -> Path | None:

@@ -6,6 +6,7 @@ first_flexible_version, listeners)``.
 """
 from .add_raft_voter import AddRaftVoterRequest, AddRaftVoterResponse
 from .allocate_producer_ids import AllocateProducerIdsRequest, AllocateProducerIdsResponse
+from .alter_configs import AlterConfigsRequest, AlterConfigsResponse
 from .alter_partition import AlterPartitionRequest, AlterPartitionResponse
 from .alter_partition_reassignments import AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse
 from .api_versions import ApiVersionsRequest, ApiVersionsResponse
@@ -39,6 +40,7 @@ APIS = (
     ('CreateTopics', 19, CreateTopicsRequest, CreateTopicsResponse, 2, 7, 5, ('broker', 'controller')),
     ('DeleteTopics', 20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 6, 4, ('broker', 'controller')),
     ('DescribeConfigs', 32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 4, 4, ('broker', 'controller')),
+    ('AlterConfigs', 33, AlterConfigsRequest, AlterConfigsResponse, 0, 2, 2, ('broker', 'controller')),
     ('CreatePartitions', 37, CreatePartitionsRequest, CreatePartitionsResponse, 0, 3, 2, ('broker', 'controller')),
     ('ElectLeaders', 43, ElectLeadersRequest, ElectLeadersResponse, 0, 2, 2, ('broker', 'controller')),
     ('IncrementalAlterConfigs', 44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1, 1, ('broker', 'controller')),
