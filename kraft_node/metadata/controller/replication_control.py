@@ -54,15 +54,25 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from kraft_node.metadata.controller.configuration_control import ConfigurationControlManager
 from kraft_node.metadata.controller.errors import ReplayError
 from kraft_node.metadata.controller.result import ApiMessageAndVersion
+from kraft_node.metadata.controller.topic_creation import (
+    KRaftClusterDescriber,
+    TopicCreationMixin,
+    has_collision_chars,
+    unify_collision_chars,
+)
 from kraft_node.metadata.versions import MetadataVersion
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.runtime import Uuid
 from kraft_storage.timeline import LATEST_EPOCH, TimelineHashMap, TimelineHashSet
+
+if TYPE_CHECKING:
+    from kraft_node.metadata.controller.cluster_control import ClusterControlManager
+    from kraft_node.metadata.controller.features import FeatureControlManager
 
 log = logging.getLogger("kraft.controller.replication")
 
@@ -141,6 +151,9 @@ class LeaderRecoveryState(enum.IntEnum):
 
 #: PartitionChangeRecord.LeaderRecoveryState meaning "unchanged".
 LEADER_RECOVERY_NO_CHANGE = -1
+_RECOVERY_STATES = {s.value: s for s in LeaderRecoveryState}
+_new_object = object.__new__
+_set = object.__setattr__
 
 
 class TopicIdPartition(NamedTuple):
@@ -168,6 +181,8 @@ def _fmt(values: Iterable[Any]) -> str:
 def _directories_or_migrating(directories: tuple[Uuid, ...], n: int) -> tuple[Uuid, ...]:
     """Kafka's defaultToMigrating: no directories, or only MIGRATING ones, become ``n``
     MIGRATING entries, so a v0 record and a v1 record of a migrating broker compare equal."""
+    if directories and directories[0] != DirectoryId.MIGRATING:
+        return directories  # the common case, decided by one comparison
     if all(d == DirectoryId.MIGRATING for d in directories):
         return DirectoryId.migrating_tuple(n)
     return directories
@@ -200,23 +215,33 @@ class PartitionRegistration:
 
     @classmethod
     def from_record(cls, record: Any) -> "PartitionRegistration":
-        """The registration a PartitionRecord (any version) describes."""
+        """The registration a PartitionRecord (any version) describes (ValueError for one
+        whose directories do not pair up with its replicas, or an unknown recovery state).
+
+        Built without the dataclass ``__init__`` (the checks it would run are made here
+        first): replaying 100k new partitions is a creation benchmark's hot loop."""
+        replicas = tuple(record.replicas)
         directories = tuple(record.directories or ())
-        if directories and len(directories) != len(record.replicas):
+        if directories and len(directories) != len(replicas):
             raise InvalidReplicaDirectoriesError(record)
-        return cls(
-            replicas=tuple(record.replicas),
-            directories=_directories_or_migrating(directories, len(record.replicas)),
-            isr=tuple(record.isr),
-            removing_replicas=tuple(record.removing_replicas),
-            adding_replicas=tuple(record.adding_replicas),
-            leader=record.leader,
-            leader_recovery_state=LeaderRecoveryState.of(record.leader_recovery_state),
-            leader_epoch=record.leader_epoch,
-            partition_epoch=record.partition_epoch,
-            elr=tuple(record.eligible_leader_replicas or ()),
-            last_known_elr=tuple(record.last_known_elr or ()),
-        )
+        lrs = _RECOVERY_STATES.get(record.leader_recovery_state)
+        if lrs is None:
+            lrs = LeaderRecoveryState.of(record.leader_recovery_state)  # raises Kafka's ValueError
+        elr = record.eligible_leader_replicas
+        last_known_elr = record.last_known_elr
+        new = _new_object(cls)
+        _set(new, "replicas", replicas)
+        _set(new, "directories", _directories_or_migrating(directories, len(replicas)))
+        _set(new, "isr", tuple(record.isr))
+        _set(new, "removing_replicas", tuple(record.removing_replicas))
+        _set(new, "adding_replicas", tuple(record.adding_replicas))
+        _set(new, "leader", record.leader)
+        _set(new, "leader_recovery_state", lrs)
+        _set(new, "leader_epoch", record.leader_epoch)
+        _set(new, "partition_epoch", record.partition_epoch)
+        _set(new, "elr", tuple(elr) if elr else ())
+        _set(new, "last_known_elr", tuple(last_known_elr) if last_known_elr else ())
+        return new
 
     def merge(self, change: Any) -> "PartitionRegistration":
         """This registration with a PartitionChangeRecord applied.
@@ -394,6 +419,17 @@ class _BrokerIndex:
             self._members.put(broker_id, topic_map)
         topic_map.put(topic_id, topic_map.get(topic_id, ()) + (entry,))
 
+    def add_entries(self, topic_id: Uuid, by_broker: dict[int, list[int]]) -> None:
+        """Append each broker's new entries for ``topic_id`` (new partitions only: an entry
+        already present would be doubled), one timeline write per broker."""
+        members = self._members
+        for broker_id, entries in by_broker.items():
+            topic_map = members.get(broker_id)
+            if topic_map is None:
+                topic_map = TimelineHashMap(self._registry)
+                members.put(broker_id, topic_map)
+            topic_map.put(topic_id, topic_map.get(topic_id, ()) + tuple(entries))
+
     def _remove(self, broker_id: int, topic_id: Uuid, entry: int) -> None:
         topic_map = self._members.get(broker_id)
         if topic_map is None:
@@ -504,31 +540,61 @@ class BrokersToElrs(_BrokerIndex):
 # The manager
 # ---------------------------------------------------------------------------
 
-def has_collision_chars(name: str) -> bool:
-    """Whether a topic name has a character ('.' or '_') that metric names fold together."""
-    return "." in name or "_" in name
-
-
-def unify_collision_chars(name: str) -> str:
-    return name.replace(".", "_")
-
-
-class ReplicationControlManager:
-    """Topics and partitions: the state and its replay (see the module doc)."""
+class ReplicationControlManager(TopicCreationMixin):
+    """Topics and partitions: the state and its replay (see the module doc), and the write
+    side of CreateTopics / CreatePartitions / DeleteTopics (:mod:`.topic_creation`)."""
 
     RECORD_TYPES: tuple[type, ...] = (m.TopicRecord, m.PartitionRecord, m.PartitionChangeRecord,
                                       m.RemoveTopicRecord, m.ClearElrRecord)
+    #: Kafka's ``MAX_ELECTIONS_PER_IMBALANCE``: the most leader elections one balancing run makes.
+    MAX_ELECTIONS_PER_IMBALANCE = 1_000
 
     def __init__(self, snapshot_registry: Any, configuration_control: ConfigurationControlManager, *,
-                 metadata_version: MetadataVersionAt | None = None) -> None:
+                 metadata_version: MetadataVersionAt | None = None,
+                 cluster_control: "ClusterControlManager | None" = None,
+                 feature_control: "FeatureControlManager | None" = None,
+                 replica_placer: Any = None,
+                 default_num_partitions: int = 1,
+                 default_replication_factor: int = 1,
+                 max_elections_per_imbalance: int = MAX_ELECTIONS_PER_IMBALANCE,
+                 eligible_leader_replicas_enabled: Callable[[], bool] | None = None) -> None:
         """``configuration_control``: a deleted topic's configs go with it (Kafka's builder
         requires it too).  ``metadata_version``: epoch -> the metadata.version (or its level)
         in force there (e.g. ``lambda e: features.metadata_version_or_none(epoch=e)``), which picks
         ``snapshot_records``' record versions; without it, or where it gives None, the
-        newest versions are written."""
+        newest versions are written (``feature_control``'s, when given and no provider is).
+
+        The write side needs ``cluster_control`` (brokers: placement, liveness, directories) and
+        ``feature_control`` (the metadata.version records are written at); without them only
+        replay and reads work, and a write raises RuntimeError saying so.
+        ``replica_placer``: Kafka's ReplicaPlacer (``place(spec, cluster)``, optionally the
+        columnar ``place_columns``); default a StripedReplicaPlacer over a randomly seeded Java
+        Random, made on first use.  ``default_num_partitions`` / ``default_replication_factor``:
+        Kafka's ``num.partitions`` / ``default.replication.factor`` (both 1 by default, as in
+        Kafka's server config; Kafka's bare Builder says 3 for the latter -- the tests' context
+        passes 3), used for -1 in CreateTopics.  ``eligible_leader_replicas_enabled``: whether
+        ELR is on (default: ``feature_control.is_elr_enabled()``, Kafka 4's
+        ``isElrFeatureEnabled``).  Kafka's CreateTopicPolicy is not supported: there is no
+        argument for one (the server refuses ``create.topic.policy.class.name`` by name)."""
+        if default_num_partitions <= 0:
+            raise ValueError(f"default_num_partitions must be positive, not {default_num_partitions}")
+        if default_replication_factor <= 0:
+            raise ValueError(f"default_replication_factor must be positive, not {default_replication_factor}")
         self.registry = snapshot_registry
         self.configuration_control = configuration_control
+        if metadata_version is None and feature_control is not None:
+            fc = feature_control
+            metadata_version = lambda e: fc.metadata_version_or_none(epoch=e)  # noqa: E731
         self._metadata_version = metadata_version
+        self.cluster_control = cluster_control
+        self.feature_control = feature_control
+        self._replica_placer = replica_placer
+        self.default_num_partitions = default_num_partitions
+        self.default_replication_factor = default_replication_factor
+        self.max_elections_per_imbalance = max_elections_per_imbalance
+        self._elr_enabled = eligible_leader_replicas_enabled
+        self.cluster_describer = (None if cluster_control is None or feature_control is None else
+                                  KRaftClusterDescriber(cluster_control, feature_control.metadata_version))
         self.topics_by_name = TimelineHashMap(snapshot_registry)
         #: normalised name -> TimelineHashSet of the topic names that normalise to it
         self.topics_with_collision_chars = TimelineHashMap(snapshot_registry)
@@ -547,6 +613,12 @@ class ReplicationControlManager:
             m.RemoveTopicRecord.API_KEY: self._replay_remove_topic,
             m.ClearElrRecord.API_KEY: self._replay_clear_elr,
         }
+
+    def is_elr_enabled(self) -> bool:
+        """Whether eligible leader replicas (KIP-966) are maintained now."""
+        if self._elr_enabled is not None:
+            return self._elr_enabled()
+        return self.feature_control is not None and self.feature_control.is_elr_enabled()
 
     # ------------------------------------------------------------------ replay
     def replay(self, message: Any, offset: int) -> None:
@@ -592,15 +664,123 @@ class ReplicationControlManager:
         new = PartitionRegistration.from_record(record)
         pid = record.partition_id
         prev = topic.parts.get(pid)
-        description = f"{topic.name}-{pid} with topic ID {record.topic_id}"
         if prev is None:
-            log.info("Replayed PartitionRecord for new partition %s and %s.", description, new)
-            self._put_partition(topic, pid, None, new)
-        elif new != prev:
+            if log.isEnabledFor(logging.INFO):
+                log.info("Replayed PartitionRecord for new partition %s-%d with topic ID %s and %s.",
+                         topic.name, pid, record.topic_id, new)
+            self._add_new_partitions(topic, [pid], [new])
+            return
+        if new != prev:
+            description = f"{topic.name}-{pid} with topic ID {record.topic_id}"
             log.info("Replayed PartitionRecord for existing partition %s and %s.", description, new)
             self._log_change(description, prev, new)
             self._put_partition(topic, pid, prev, new)
         self._track_preferred_leader(TopicIdPartition(topic.topic_id, pid), new)
+
+    def replay_partitions(self, records: Sequence[Any]) -> None:
+        """Replay PartitionRecords (each message as :meth:`replay` takes it) in order, with
+        the same resulting state as replaying them one by one, but a run of records that
+        create new partitions of one topic costs one index write per broker and directory
+        instead of one per replica (the path a topic creation's records take).  A record that
+        cannot be applied raises ReplayError after every record before it was applied, as the
+        one-by-one replay would.  New partitions are logged once per run at INFO (the
+        partitions at DEBUG), where the one-by-one replay logs each at INFO."""
+        i, n = 0, len(records)
+        while i < n:
+            record = records[i]
+            if record.API_KEY != m.PartitionRecord.API_KEY:
+                raise ReplayError(f"replay_partitions takes PartitionRecords, not {type(record).__name__}")
+            topic = self._topic_for_partition(record)
+            parts = topic.parts
+            pids: list[int] = []
+            regs: list[PartitionRegistration] = []
+            seen: set[int] = set()
+            topic_id = record.topic_id
+            failure: BaseException | None = None
+            while i < n:
+                record = records[i]
+                pid = record.partition_id
+                if (record.API_KEY != m.PartitionRecord.API_KEY or record.topic_id != topic_id
+                        or pid in seen or parts.contains(pid)):
+                    break
+                try:
+                    regs.append(PartitionRegistration.from_record(record))
+                except ValueError as exc:
+                    failure = exc
+                    break
+                pids.append(pid)
+                seen.add(pid)
+                i += 1
+            if pids:
+                self._add_new_partitions(topic, pids, regs)
+                log.info("Replayed %d PartitionRecord(s) for new partitions of %s with topic ID %s.",
+                         len(pids), topic.name, topic_id)
+                if log.isEnabledFor(logging.DEBUG):
+                    for pid, reg in zip(pids, regs):
+                        log.debug("New partition %s-%d: %s", topic.name, pid, reg)
+            if failure is not None:
+                raise ReplayError(str(failure)) from failure
+            if not pids:
+                self.replay(records[i], -1)  # an existing partition, or a repeat in this run
+                i += 1
+
+    def _add_new_partitions(self, topic: TopicControlInfo, pids: list[int], regs: list[PartitionRegistration]) -> None:
+        """Put partitions that do not exist yet, and index them: what ``_put_partition`` does
+        for a partition without a previous registration, one index write per broker /
+        directory for the lot."""
+        topic_id = topic.topic_id
+        topic.parts.put_many(pids, regs)
+        isr_entries: dict[int, list[int]] = {}
+        elr_entries: dict[int, list[int]] = {}
+        by_dir: dict[Uuid, list[TopicIdPartition]] = {}
+        reassigning: list[int] = []
+        imbalanced: list[TopicIdPartition] = []
+        for pid, reg in zip(pids, regs):
+            leader = reg.leader
+            isr = reg.isr
+            if len(set(isr)) != len(isr):  # a repeated member is indexed once
+                isr = tuple(dict.fromkeys(isr))
+            for b in isr:
+                entries = isr_entries.get(b)
+                if entries is None:
+                    entries = isr_entries[b] = []
+                entries.append(pid | LEADER_FLAG if b == leader else pid)
+            if leader == NO_LEADER:
+                isr_entries.setdefault(NO_LEADER, []).append(pid | LEADER_FLAG)
+            if reg.elr:
+                for b in dict.fromkeys(reg.elr):
+                    elr_entries.setdefault(b, []).append(pid)
+                if set(reg.isr) & set(reg.elr):
+                    log.error("%s-%d has overlapping ISR=%s and ELR=%s", topic.name, pid, _fmt(reg.isr),
+                              _fmt(reg.elr))
+            tp = TopicIdPartition(topic_id, pid)
+            for d in reg.directories:
+                tps = by_dir.get(d)
+                if tps is None:
+                    by_dir[d] = [tp]
+                elif tps[-1] is not tp:  # a directory named twice by one partition
+                    tps.append(tp)
+            if reg.removing_replicas or reg.adding_replicas:
+                reassigning.append(pid)
+            if leader != (reg.replicas[0] if reg.replicas else NO_LEADER):
+                imbalanced.append(tp)
+        self.brokers_to_isrs.add_entries(topic_id, isr_entries)
+        if elr_entries:
+            self.brokers_to_elrs.add_entries(topic_id, elr_entries)
+        registry = self.registry
+        index = self.directories_to_partitions
+        for d, tps in by_dir.items():
+            if DirectoryId.reserved(d):
+                continue
+            members = index.get(d)
+            if members is None:
+                members = TimelineHashSet(registry)
+                index.put(d, members)
+            members.add_many(tps)
+        if reassigning:
+            self.reassigning_topics.put(topic_id, self.reassigning_topics.get(topic_id, ()) + tuple(reassigning))
+        if imbalanced:
+            self.imbalanced_partitions.add_many(imbalanced)
 
     def _replay_partition_change(self, record: Any) -> None:
         topic = self._topic_for_partition(record)
