@@ -93,6 +93,7 @@ EXTENSIONS = [
     # the generated RPC codecs on the Raft hot path (they include kraft_storage/_native/*.pxi)
     ext("kraft_node._native._rpc_headers", "kraft_node/_native/_rpc_headers.pyx"),
     ext("kraft_node._native._rpc_fetch", "kraft_node/_native/_rpc_fetch.pyx"),
+    ext("kraft_node._native._placement", "kraft_node/_native/_placement.pyx"),
 ]
 
 only = {s.strip() for s in os.environ.get("KRAFT_EXT_ONLY", "").split(",") if s.strip()}

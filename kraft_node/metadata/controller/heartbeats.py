@@ -33,6 +33,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, NamedTuple
 
+# UsableBroker lives with the placer that reads it; re-exported here for this module's callers.
+from kraft_node.metadata.placement.model import UsableBroker as UsableBroker
+
 log = logging.getLogger("kraft.controller.heartbeats")
 
 #: Kafka's ``broker.session.timeout.ms`` default (``ClusterControlManager.DEFAULT_SESSION_TIMEOUT_NS``).
@@ -80,15 +83,6 @@ class BrokerControlStates:
     A change (``current is not next``) is what produces records."""
     current: BrokerControlState
     next: BrokerControlState
-
-
-@dataclass(frozen=True, slots=True)
-class UsableBroker:
-    """A broker a replica may be placed on (Kafka's ``placement.UsableBroker``): the placer
-    prefers unfenced ones and never makes a fenced one a leader."""
-    id: int
-    rack: str | None
-    fenced: bool
 
 
 class BrokerHeartbeatTracker:
