@@ -30,9 +30,20 @@ The broker lifecycle this manager writes, and why:
   (BrokerRegistrationChangeRecord) and told to shut down only when it leads nothing and every
   active broker has read past the batch that moved its leaderships.
 
-Moving leaderships and ISRs belongs to the replication manager of the next issue; until then
-``has_leaderships`` answers "leads nothing" and ``broker_unclean_shutdown_handler`` adds no
-records.  The record builders it will extend are public (``handle_broker_*``).
+What each transition does to partitions (ISRs, ELRs, leaders) is the replication side's: a
+:class:`BrokerLifecycleHandler` (``lifecycle=`` or :meth:`ClusterControlManager.set_lifecycle`;
+kraft's is ``leadership.BrokerLifecycle``) is called at each transition and writes the
+partition changes around this manager's own records, in Kafka's order, bounded per result
+(what does not fit is continued by :meth:`~ClusterControlManager.fence_stale_broker`'s runs
+and by the broker's heartbeats).  Without one, only the registration records are written
+(``has_leaderships`` then answers whether a broker still leads partitions, and
+``broker_unclean_shutdown_handler`` may add the records that precede a new incarnation's
+registration).  The registration record builders are public (``handle_broker_*``).
+
+A new incarnation whose ``previous_broker_epoch`` (BrokerRegistration v3+, written by a broker
+that shut down cleanly) equals the registered epoch restarted cleanly (Kafka's
+``isCleanShutdown``); any other new incarnation is an unclean restart, as far as the
+controller can tell.
 """
 from __future__ import annotations
 
@@ -64,7 +75,7 @@ from kraft_storage.timeline import LATEST_EPOCH, TimelineHashMap
 
 __all__ = [
     "ClusterControlManager", "BrokerRegistration", "ControllerRegistration", "Endpoint",
-    "BrokerRegistrationReply", "BrokerHeartbeatReply", "DirectoryId", "SECURITY_PROTOCOLS",
+    "BrokerRegistrationReply", "BrokerHeartbeatReply", "DirectoryId", "SECURITY_PROTOCOLS", "BrokerLifecycleHandler",
 ]
 
 log = logging.getLogger("kraft.controller.cluster")
@@ -288,6 +299,109 @@ def _no_shutdown_records(_broker_id: int, _records: list[ApiMessageAndVersion]) 
     return None
 
 
+class BrokerLifecycleHandler(Protocol):
+    """What the replication side does when a broker changes state (Kafka's
+    ReplicationControlManager.handleBroker* methods).  Each call appends to ``records`` --
+    the partition changes, and this manager's own record for the transition (built with the
+    public ``handle_broker_*`` methods) in Kafka's place -- within a bounded number of
+    partition changes; what does not fit is continued by :meth:`continue_pending`.
+
+    * ``broker_fenced``: out of every ISR, then the fence record (once complete);
+    * ``broker_unfenced``: the unfence record, then elections the broker makes possible;
+    * ``broker_in_controlled_shutdown``: the in-controlled-shutdown record (if not already),
+      then out of every ISR, leaderships first; ``broker_controlled_shutdown_heartbeat``
+      continues that from a heartbeat that stays in controlled shutdown;
+    * ``broker_shutdown``: a new incarnation registering (``is_clean_shutdown``: it proved a
+      clean shutdown): the records before its RegisterBrokerRecord (may raise ApiError);
+    * ``broker_unregistered``: out of every ISR, then the UnregisterBrokerRecord;
+    * ``directories_offline``: out of the partitions in newly offline directories, then the
+      registration change listing the online ones;
+    * ``controlled_shutdown_in_progress``: the broker's controlled shutdown still has changes
+      to write or to be seen (it must not be told to shut down yet);
+    * ``take_controlled_shutdown_offset_raise``: once True if the controlled shutdown offset
+      must move up to the current heartbeat's batch (leaderships moved after it was taken);
+    * ``activate`` / ``deactivate``: the soft state follows the active role.
+    """
+
+    def broker_fenced(self, broker_id: int, records: list[ApiMessageAndVersion]) -> None: ...
+
+    def broker_unfenced(self, broker_id: int, broker_epoch: int, records: list[ApiMessageAndVersion]) -> None: ...
+
+    def broker_in_controlled_shutdown(self, broker_id: int, broker_epoch: int,
+                                      records: list[ApiMessageAndVersion]) -> None: ...
+
+    def broker_controlled_shutdown_heartbeat(self, broker_id: int, broker_epoch: int,
+                                             records: list[ApiMessageAndVersion]) -> None: ...
+
+    def broker_shutdown(self, broker_id: int, is_clean_shutdown: bool,
+                        records: list[ApiMessageAndVersion]) -> None: ...
+
+    def broker_unregistered(self, broker_id: int, broker_epoch: int,
+                            records: list[ApiMessageAndVersion]) -> None: ...
+
+    def directories_offline(self, broker_id: int, broker_epoch: int, offline_dirs: Sequence[Uuid],
+                            records: list[ApiMessageAndVersion]) -> None: ...
+
+    def continue_pending(self, limit: int | None = None) -> ControllerResult[bool]: ...
+
+    def controlled_shutdown_in_progress(self, broker_id: int) -> bool: ...
+
+    def take_controlled_shutdown_offset_raise(self, broker_id: int) -> bool: ...
+
+    def activate(self) -> None: ...
+
+    def deactivate(self) -> None: ...
+
+
+class _RegistrationRecordsOnly:
+    """The lifecycle without a replication side: only this manager's records (and the
+    constructor's ``broker_unclean_shutdown_handler`` before a new incarnation's registration)."""
+
+    def __init__(self, cluster: "ClusterControlManager",
+                 unclean_shutdown_handler: Callable[[int, list[ApiMessageAndVersion]], None]):
+        self._cluster = cluster
+        self._unclean_shutdown_handler = unclean_shutdown_handler
+
+    def broker_fenced(self, broker_id: int, records: list[ApiMessageAndVersion]) -> None:
+        self._cluster.handle_broker_fenced(broker_id, records)
+
+    def broker_unfenced(self, broker_id: int, broker_epoch: int, records: list[ApiMessageAndVersion]) -> None:
+        self._cluster.handle_broker_unfenced(broker_id, broker_epoch, records)
+
+    def broker_in_controlled_shutdown(self, broker_id: int, broker_epoch: int,
+                                      records: list[ApiMessageAndVersion]) -> None:
+        self._cluster.handle_broker_in_controlled_shutdown(broker_id, broker_epoch, records)
+
+    def broker_controlled_shutdown_heartbeat(self, broker_id: int, broker_epoch: int,
+                                             records: list[ApiMessageAndVersion]) -> None:
+        return None
+
+    def broker_shutdown(self, broker_id: int, is_clean_shutdown: bool, records: list[ApiMessageAndVersion]) -> None:
+        self._unclean_shutdown_handler(broker_id, records)
+
+    def broker_unregistered(self, broker_id: int, broker_epoch: int, records: list[ApiMessageAndVersion]) -> None:
+        self._cluster.handle_broker_unregistered(broker_id, broker_epoch, records)
+
+    def directories_offline(self, broker_id: int, broker_epoch: int, offline_dirs: Sequence[Uuid],
+                            records: list[ApiMessageAndVersion]) -> None:
+        self._cluster.handle_directories_offline(broker_id, broker_epoch, offline_dirs, records)
+
+    def continue_pending(self, limit: int | None = None) -> ControllerResult[bool]:
+        return ControllerResult.of([], False)
+
+    def controlled_shutdown_in_progress(self, broker_id: int) -> bool:
+        return False
+
+    def take_controlled_shutdown_offset_raise(self, broker_id: int) -> bool:
+        return False
+
+    def activate(self) -> None:
+        return None
+
+    def deactivate(self) -> None:
+        return None
+
+
 # BrokerRegistrationChangeRecord field values (Kafka's BrokerRegistrationFencingChange and
 # BrokerRegistrationInControlledShutdownChange): what each means for the registration.
 _FENCING_CHANGE: Mapping[int, bool | None] = MappingProxyType({1: True, 0: None, -1: False})
@@ -307,9 +421,10 @@ class ClusterControlManager:
       else: no directory belongs to two brokers;
     * while active, every registered broker has a state in the heartbeat manager.
 
-    Constructor hooks for the replication manager (next issue): ``has_leaderships(broker_id)``
-    (default: leads nothing) and ``broker_unclean_shutdown_handler(broker_id, records)`` (the
-    records that take a restarted broker out of ISRs/ELRs; default: none)."""
+    The replication side: ``lifecycle`` (a :class:`BrokerLifecycleHandler`, also settable with
+    :meth:`set_lifecycle`), and ``has_leaderships(broker_id)`` (default: leads nothing).
+    Without a lifecycle, ``broker_unclean_shutdown_handler(broker_id, records)`` adds the
+    records that precede a new incarnation's RegisterBrokerRecord (default: none)."""
 
     #: the record types :meth:`replay` applies (for the controller's replay table)
     RECORD_TYPES = (RegisterBrokerRecord, UnregisterBrokerRecord, FenceBrokerRecord, UnfenceBrokerRecord,
@@ -319,13 +434,14 @@ class ClusterControlManager:
                  clock_ms: Callable[[], int] = lambda: 0, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                  has_leaderships: Callable[[int], bool] = _leads_nothing,
                  broker_unclean_shutdown_handler: Callable[[int, list[ApiMessageAndVersion]], None]
-                 = _no_shutdown_records) -> None:
+                 = _no_shutdown_records, lifecycle: BrokerLifecycleHandler | None = None) -> None:
         self._cluster_id = cluster_id
         self._feature_control = feature_control
         self._clock_ms = clock_ms
         self.session_timeout_ms = session_timeout_ms
         self._has_leaderships = has_leaderships
-        self._unclean_shutdown_handler = broker_unclean_shutdown_handler
+        self._lifecycle: BrokerLifecycleHandler = (
+            lifecycle if lifecycle is not None else _RegistrationRecordsOnly(self, broker_unclean_shutdown_handler))
         self._brokers: Any = TimelineHashMap(snapshot_registry)           # id -> BrokerRegistration
         self._register_offsets: Any = TimelineHashMap(snapshot_registry)  # id -> offset
         self._controllers: Any = TimelineHashMap(snapshot_registry)       # id -> ControllerRegistration
@@ -338,6 +454,17 @@ class ClusterControlManager:
     @property
     def cluster_id(self) -> str:
         return self._cluster_id
+
+    @property
+    def lifecycle(self) -> BrokerLifecycleHandler:
+        return self._lifecycle
+
+    def set_lifecycle(self, lifecycle: BrokerLifecycleHandler) -> None:
+        """Attach the replication side (it needs this manager to be built first).  If this
+        manager is already active, the lifecycle is activated too."""
+        self._lifecycle = lifecycle
+        if self._heartbeat_manager is not None:
+            lifecycle.activate()
 
     def _metadata_version(self) -> MetadataVersion:
         return self._feature_control.metadata_version()
@@ -356,10 +483,12 @@ class ClusterControlManager:
             manager.register(registration.id, registration.fenced)
             manager.tracker.update_contact_time(registration.id, registration.epoch, now)
         self._heartbeat_manager = manager
+        self._lifecycle.activate()
 
     def deactivate(self) -> None:
         """Become a standby: the soft state is dropped (the next activation rebuilds it)."""
         self._heartbeat_manager = None
+        self._lifecycle.deactivate()
 
     @property
     def active(self) -> bool:
@@ -423,7 +552,9 @@ class ClusterControlManager:
         records: list[ApiMessageAndVersion] = []
         new_incarnation = request.incarnation_id != prev_incarnation
         if new_incarnation:
-            self._unclean_shutdown_handler(broker_id, records)
+            # Clean only if the broker proves it: the epoch it shut down at is the registered one.
+            is_clean = existing is not None and request.previous_broker_epoch == existing.epoch
+            self._lifecycle.broker_shutdown(broker_id, is_clean, records)
             if existing is None:
                 log.info("No previous registration found for broker %d. New incarnation ID is %s. Generated %d "
                          "record(s) to clean up previous incarnations. New broker epoch is %d.",
@@ -528,7 +659,7 @@ class ClusterControlManager:
         if registration is None:
             raise ApiError(Errors.BROKER_ID_NOT_REGISTERED, f"Broker ID {broker_id} is not currently registered")
         records: list[ApiMessageAndVersion] = []
-        self.handle_broker_unregistered(broker_id, registration.epoch, records)
+        self._lifecycle.broker_unregistered(broker_id, registration.epoch, records)
         return ControllerResult.of(records, None)
 
     def check_broker_epoch(self, broker_id: int, broker_epoch: int) -> None:
@@ -556,23 +687,27 @@ class ClusterControlManager:
                            f"Receive a heartbeat from broker {broker_id} before registration")
         self.check_broker_epoch(broker_id, broker_epoch)
         manager = self.heartbeat_manager
-        states = manager.calculate_next_broker_state(broker_id, request, register_offset,
-                                                     lambda: self._has_leaderships(broker_id))
+        lifecycle = self._lifecycle
+        states = manager.calculate_next_broker_state(
+            broker_id, request, register_offset,
+            lambda: self._has_leaderships(broker_id) or lifecycle.controlled_shutdown_in_progress(broker_id))
         records: list[ApiMessageAndVersion] = []
         nxt = states.next
         if states.current is not nxt:
             if nxt is BrokerControlState.FENCED or nxt is BrokerControlState.SHUTDOWN_NOW:
-                self.handle_broker_fenced(broker_id, records)
+                lifecycle.broker_fenced(broker_id, records)
             elif nxt is BrokerControlState.UNFENCED:
-                self.handle_broker_unfenced(broker_id, broker_epoch, records)
+                lifecycle.broker_unfenced(broker_id, broker_epoch, records)
             elif nxt is BrokerControlState.CONTROLLED_SHUTDOWN:
-                self.handle_broker_in_controlled_shutdown(broker_id, broker_epoch, records)
+                lifecycle.broker_in_controlled_shutdown(broker_id, broker_epoch, records)
+        elif nxt is BrokerControlState.CONTROLLED_SHUTDOWN:
+            lifecycle.broker_controlled_shutdown_heartbeat(broker_id, broker_epoch, records)
         manager.touch(broker_id, nxt.fenced, request.current_metadata_offset)
         if nxt is BrokerControlState.SHUTDOWN_NOW:
             # The broker exits now: its session ends, so its next incarnation may register at once.
             manager.remove_session(broker_id, broker_epoch)
         if self._metadata_version().is_directory_assignment_supported():
-            self.handle_directories_offline(broker_id, broker_epoch, request.offline_log_dirs, records)
+            lifecycle.directories_offline(broker_id, broker_epoch, request.offline_log_dirs, records)
         reply = BrokerHeartbeatReply(
             is_caught_up=request.current_metadata_offset >= register_offset, is_fenced=nxt.fenced,
             in_controlled_shutdown=nxt.in_controlled_shutdown, should_shut_down=nxt.should_shut_down)
@@ -580,8 +715,13 @@ class ClusterControlManager:
 
     def update_controlled_shutdown_offset(self, broker_id: int, batch_end_offset: int) -> None:
         """After a heartbeat put ``broker_id`` in controlled shutdown: it may finish once every
-        active broker has read up to ``batch_end_offset`` (the last offset of that batch)."""
-        self.heartbeat_manager.update_controlled_shutdown_offset(broker_id, batch_end_offset)
+        active broker has read up to ``batch_end_offset`` (the last offset of that batch).  Set
+        once (later heartbeats keep the first batch's offset), unless the lifecycle moved more
+        of its leaderships since: then it moves up to this batch."""
+        if self._lifecycle.take_controlled_shutdown_offset_raise(broker_id):
+            self.heartbeat_manager.raise_controlled_shutdown_offset(broker_id, batch_end_offset)
+        else:
+            self.heartbeat_manager.update_controlled_shutdown_offset(broker_id, batch_end_offset)
 
     def process_expired_broker_heartbeat(self, request: Any) -> None:
         """A heartbeat whose event timed out in the queue: no transitions (the controller is
@@ -595,30 +735,31 @@ class ClusterControlManager:
         log.error("The controller event queue is overloaded: timed out heartbeat from broker %d.", broker_id)
 
     def fence_stale_broker(self, now_ms: int | None = None) -> ControllerResult[bool]:
-        """The periodic task: take one expired session and fence its broker if that session is
-        still the broker's current, unfenced one.  The response is True if a session was
-        removed (run again now: more may have expired), False if none had."""
+        """The periodic task: first continue the lifecycle's unfinished partition changes (one
+        bounded result), then take one expired session and fence its broker if that session
+        is still the broker's current, unfenced one.  The response is True if a session was
+        removed or changes remain (run again now), False if neither."""
         manager = self.heartbeat_manager
+        pending = self._lifecycle.continue_pending()
+        records: list[ApiMessageAndVersion] = list(pending.records)
+        more = bool(pending.response) or bool(records)
         expired = manager.tracker.maybe_remove_expired(now_ms)
         if expired is None:
-            return ControllerResult.of([], False)
+            return ControllerResult.of(records, more)
         broker_id, epoch = expired
         registration: BrokerRegistration | None = self._brokers.get(broker_id)
         if registration is None:
             log.info("Removed the expired session of broker %d, epoch %d: the broker is not registered.",
                      broker_id, epoch)
-            return ControllerResult.of([], True)
-        if registration.epoch != epoch:
+        elif registration.epoch != epoch:
             log.info("Removed the expired session of broker %d, epoch %d: its current epoch is %d.",
                      broker_id, epoch, registration.epoch)
-            return ControllerResult.of([], True)
-        if manager.is_fenced(broker_id):
+        elif manager.is_fenced(broker_id):
             log.debug("Removed the expired session of broker %d, epoch %d: it is already fenced.", broker_id, epoch)
-            return ControllerResult.of([], True)
-        log.info("Fencing broker %d, epoch %d, because its session has timed out.", broker_id, epoch)
-        records: list[ApiMessageAndVersion] = []
-        self.handle_broker_fenced(broker_id, records)
-        manager.fence(broker_id)
+        else:
+            log.info("Fencing broker %d, epoch %d, because its session has timed out.", broker_id, epoch)
+            self._lifecycle.broker_fenced(broker_id, records)
+            manager.fence(broker_id)
         return ControllerResult.of(records, True)
 
     # -- the records of each transition (the replication manager adds partition changes) --------

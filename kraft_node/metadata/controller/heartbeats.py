@@ -271,6 +271,20 @@ class BrokerHeartbeatManager:
             log.debug("Updated the controlled shutdown offset for broker %d to %d.",
                       broker_id, controlled_shutdown_offset)
 
+    def raise_controlled_shutdown_offset(self, broker_id: int, controlled_shutdown_offset: int) -> None:
+        """Move a broker's controlled shutdown offset up to ``controlled_shutdown_offset`` (never
+        down), putting it in controlled shutdown if it was not: leaderships it led moved in a
+        later batch than the first, and the broker may only shut down once every active broker
+        has read that one too.  RuntimeError for a fenced broker."""
+        broker = self._state_or_raise(broker_id)
+        if broker.fenced:
+            raise RuntimeError("Fenced brokers cannot enter controlled shutdown.")
+        self._active.pop(broker_id, None)
+        if controlled_shutdown_offset > broker.controlled_shutdown_offset:
+            broker.controlled_shutdown_offset = controlled_shutdown_offset
+            log.debug("Raised the controlled shutdown offset for broker %d to %d.", broker_id,
+                      controlled_shutdown_offset)
+
     # -- the active set -----------------------------------------------------------------------
 
     def lowest_active_offset(self) -> int:

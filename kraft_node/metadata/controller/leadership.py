@@ -1,0 +1,496 @@
+"""Broker state -> partition changes: what fencing, unfencing, controlled shutdown, a new
+incarnation registering, unregistration and offline log directories do to ISRs, ELRs and
+leaders (Kafka's ReplicationControlManager.handleBrokerFenced / handleBrokerUnfenced /
+handleBrokerInControlledShutdown / handleBrokerShutdown / handleBrokerUnregistered /
+handleDirectoriesOffline), in bounded results.
+
+Why bounded: Kafka builds each of these as one result holding a record for every partition
+the broker is in; a broker leading 10k partitions, or a zone of brokers going away, is then
+one burst of records in one event (KAFKA-13858), and past 10,000 records the controller
+refuses the result outright.  Here one result holds at most
+``max_partition_changes_per_result`` PartitionChangeRecords; what does not fit is a
+*pending change* (soft state of the active controller) that later events continue.
+
+Order and safety -- the rule is Kafka's record order, kept across results:
+
+* **Fencing**: the partition changes first, the fence record (BrokerRegistrationChangeRecord
+  ``fenced=1``) in the result that completes them.  Once the fence record is committed the
+  broker leads nothing and is in no ISR it could be removed from (as in Kafka).  Before, the
+  registration still says unfenced, so the broker is *excluded* in soft state: no election
+  picks it and AlterPartition may not add it to an ISR (INELIGIBLE_REPLICA, "fenced").  If the
+  controller fails over in between, nothing is lost: the new controller sees an unfenced
+  broker whose session it will expire (or whose heartbeat asks to be fenced) and fences it
+  again from the start.
+* **Controlled shutdown**: the in-controlled-shutdown record first (it makes the broker
+  inactive, as in Kafka), then the changes, leaderships first.  The broker is told to shut
+  down only once the changes are all written and, as in Kafka, every active broker has read
+  past them: a chunk that moves leaderships raises the controlled shutdown offset (the next
+  heartbeat's batch end) instead of keeping the first one.  Heartbeats in controlled shutdown
+  continue the changes.
+* **Unfencing**: the unfence record first, then elections for leaderless partitions; what
+  does not fit becomes a sweep of the leaderless partitions (also run on activation, so a
+  failover mid-sweep leaves nothing leaderless that has an eligible leader).
+* **A new incarnation registering** (unclean restart): Kafka writes the cleanup and the
+  RegisterBrokerRecord in one atomic batch.  When the cleanup fits it is exactly that.  When it
+  does not, the registration is refused with REQUEST_TIMED_OUT (the broker retries) and the
+  cleanup runs as a pending change; once what is left fits, the registration goes through
+  atomically.  So no committed state ever has the new incarnation registered while it is
+  still in ISRs/ELRs of its previous life, whatever fails over when.
+* **Unregistration**: the changes, then the UnregisterBrokerRecord when they are complete;
+  the request is answered with the first result (the record follows).
+* **Offline directories**: the changes for the partitions in them, then the registration
+  change listing the remaining online directories (so a failover re-detects the offline
+  directory from the next heartbeat and redoes the moves).  Meanwhile the broker is excluded
+  for partitions in those directories.
+
+A pending change is a list of *phases* (e.g. "partitions with B in the ISR", then "with B in
+the ELR").  A phase scans its source once into a cursor and works through it across results,
+reading each partition as it is when reached; when the cursor runs out it rescans, skipping
+partitions whose partition epoch is the one its own record (or its finding "nothing to do")
+left, and it is done when a rescan finds nothing new.  So partitions that joined the set
+meanwhile are caught, and a finished phase has looked at every partition at its latest epoch.
+One step examines at most ``EXAMINE_FACTOR`` times the record budget, so a pass over
+partitions that need nothing is bounded per event too.
+
+Soft state only: ``deactivate`` (renounce) drops every pending change, since the records
+they counted on are reverted with the registry.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
+
+from kraft_node.metadata.controller.errors import ApiError
+from kraft_node.metadata.controller.partition_changes import PartitionChangeContext, partition_change_count
+from kraft_node.metadata.controller.replication_control import NO_LEADER, TopicIdPartition
+from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
+from kraft_node.protocol.errors import Errors
+from kraft_storage.messages.runtime import Uuid
+
+log = logging.getLogger("kraft.controller.replication")
+
+#: One step examines at most this many partitions per record it may write.
+EXAMINE_FACTOR = 4
+
+#: A phase that has rescanned this often without settling finishes anyway (logged): only a
+#: partition set that other writes keep changing under it can get here.
+MAX_SCANS = 16
+
+
+class ChangeKind(enum.Enum):
+    """What a pending change is doing (one per broker and kind at most)."""
+    FENCE = "fence"
+    CONTROLLED_SHUTDOWN = "controlledShutdown"
+    SHUTDOWN = "shutdown"
+    UNREGISTER = "unregister"
+    OFFLINE_DIRS = "offlineDirs"
+    LEADERLESS = "leaderless"
+
+
+#: Kinds during which the broker may not lead nor join an ISR (its registration does not say
+#: so yet, or no longer says it is gone).
+_EXCLUDING = (ChangeKind.FENCE, ChangeKind.SHUTDOWN, ChangeKind.UNREGISTER)
+
+
+@dataclass(eq=False)
+class _Phase:
+    """One pass of Kafka's generateLeaderAndIsrUpdates, resumable: ``source(first)`` lists the
+    partitions (``first``: the initial scan), ``seen`` the partition epoch each one is expected
+    at once this phase's records are replayed."""
+    context: str
+    broker_to_remove: int
+    broker_to_add: int
+    broker_with_unclean_shutdown: int
+    source: Callable[[bool], Sequence[TopicIdPartition]]
+    seen: dict[TopicIdPartition, int] = field(default_factory=dict)
+    queue: list[TopicIdPartition] = field(default_factory=list)
+    pos: int = 0
+    scans: int = 0
+    done: bool = False
+
+
+@dataclass(eq=False)
+class PendingChange:
+    """A broker lifecycle change not yet written in full.  ``clean``: a SHUTDOWN change built
+    for a clean (or non-ELR) restart; ``complete``: a SHUTDOWN change whose records are all
+    written, kept (with what it saw) until the broker's registration goes through."""
+    kind: ChangeKind
+    broker_id: int
+    broker_epoch: int
+    phases: list[_Phase]
+    directories: tuple[Uuid, ...] = ()
+    clean: bool = False
+    complete: bool = False
+
+    @property
+    def key(self) -> tuple[ChangeKind, int]:
+        return self.kind, self.broker_id
+
+    def copy(self) -> "PendingChange":
+        """A copy whose progress can be advanced without touching this one."""
+        return replace(self, phases=[replace(p, seen=dict(p.seen), queue=list(p.queue)) for p in self.phases])
+
+
+class BrokerLifecycle:
+    """The broker lifecycle hooks of the ClusterControlManager (``cluster.set_lifecycle``),
+    writing Kafka's partition changes in bounded results (see the module doc).
+
+    Invariants: at most one pending change per (kind, broker); every pending change of a
+    broker names the registration epoch it was started for, and is dropped (not finished) once
+    the broker's registration has another epoch or is gone."""
+
+    def __init__(self, ctx: PartitionChangeContext):
+        self.ctx = ctx
+        ctx.exclusions = self
+        self._pending: dict[tuple[ChangeKind, int], PendingChange] = {}
+        #: brokers in controlled shutdown whose leaderships moved after their controlled
+        #: shutdown offset was taken: the next heartbeat raises it (and may not grant the shutdown)
+        self._cs_offset_stale: set[int] = set()
+
+    # -- soft state ------------------------------------------------------------------------
+
+    def activate(self) -> None:
+        """A new active controller: start from nothing pending but a sweep of leaderless
+        partitions (a predecessor may have failed over in the middle of one)."""
+        self._pending.clear()
+        self._cs_offset_stale.clear()
+        self._pending[(ChangeKind.LEADERLESS, NO_LEADER)] = self._leaderless_change(NO_LEADER)
+
+    def deactivate(self) -> None:
+        self._pending.clear()
+        self._cs_offset_stale.clear()
+
+    def pending(self) -> list[PendingChange]:
+        """The pending changes, oldest first (for tests and diagnostics)."""
+        return list(self._pending.values())
+
+    def has_pending(self, kind: ChangeKind, broker_id: int) -> bool:
+        return (kind, broker_id) in self._pending
+
+    def excluded(self, broker_id: int, directory: Uuid | None) -> bool:
+        """Whether an unfinished change is taking ``broker_id`` (or its ``directory``) out of
+        its partitions: it may then neither lead nor join an ISR."""
+        pending = self._pending
+        if not pending:
+            return False
+        for kind in _EXCLUDING:
+            if (kind, broker_id) in pending:
+                return True
+        offline = pending.get((ChangeKind.OFFLINE_DIRS, broker_id))
+        return offline is not None and directory is not None and directory in offline.directories
+
+    def controlled_shutdown_in_progress(self, broker_id: int) -> bool:
+        """Whether the broker's controlled shutdown still has changes to write, or moved
+        leaderships its controlled shutdown offset does not cover yet (the heartbeat treats
+        either as "still has leaderships": no shutdown yet)."""
+        return (ChangeKind.CONTROLLED_SHUTDOWN, broker_id) in self._pending or broker_id in self._cs_offset_stale
+
+    def take_controlled_shutdown_offset_raise(self, broker_id: int) -> bool:
+        """True (once) if the broker's controlled shutdown offset must move up to the batch the
+        current heartbeat ends, because leaderships moved since it was taken."""
+        if broker_id in self._cs_offset_stale:
+            self._cs_offset_stale.discard(broker_id)
+            return True
+        return False
+
+    # -- the hooks -------------------------------------------------------------------------
+
+    def _budget(self, records: Sequence[ApiMessageAndVersion]) -> int:
+        return max(0, self.ctx.max_partition_changes_per_result - partition_change_count(records))
+
+    def _cancel(self, broker_id: int, *kinds: ChangeKind) -> None:
+        for kind in kinds:
+            if self._pending.pop((kind, broker_id), None) is not None:
+                log.info("Dropping the unfinished %s change of broker %d.", kind.value, broker_id)
+        if ChangeKind.CONTROLLED_SHUTDOWN in kinds:
+            self._cs_offset_stale.discard(broker_id)
+
+    def _start(self, change: PendingChange, records: list[ApiMessageAndVersion]) -> None:
+        """Replace any pending change of the same key with ``change``, take its first step
+        within the budget ``records`` leaves, and keep it pending if it is not done."""
+        self._pending.pop(change.key, None)
+        if self._step(change, records, self._budget(records)):
+            self._finish(change, records)
+        else:
+            self._pending[change.key] = change
+            log.info("%s of broker %d continues in later results (%d partition change(s) written so far).",
+                     change.kind.value, change.broker_id, partition_change_count(records))
+
+    def broker_fenced(self, broker_id: int, records: list[ApiMessageAndVersion]) -> None:
+        """Kafka's handleBrokerFenced: take the broker out of every ISR and move its
+        leaderships, then write the fence record (when the changes are complete)."""
+        registration = self.ctx.cluster.registration(broker_id)
+        if registration is None:
+            raise RuntimeError(f"Can't find broker registration for broker {broker_id}")
+        self._cancel(broker_id, ChangeKind.CONTROLLED_SHUTDOWN)
+        self._start(self._isr_change(ChangeKind.FENCE, "handleBrokerFenced", broker_id, registration.epoch),
+                    records)
+
+    def broker_unfenced(self, broker_id: int, broker_epoch: int, records: list[ApiMessageAndVersion]) -> None:
+        """Kafka's handleBrokerUnfenced: the unfence record, then elections for leaderless
+        partitions the broker (or anyone) may now lead.  A fencing or cleanup of the broker
+        still pending is dropped: the broker is back."""
+        self._cancel(broker_id, ChangeKind.FENCE, ChangeKind.SHUTDOWN)
+        self.ctx.cluster.handle_broker_unfenced(broker_id, broker_epoch, records)
+        change = self._leaderless_change(broker_id)
+        self._pending.pop(change.key, None)
+        if self._step(change, records, self._budget(records)):
+            return
+        # Later steps run after the unfence record is replayed: the broker then counts as
+        # active by its registration, and must not be accepted if it is fenced again.
+        for phase in change.phases:
+            phase.broker_to_add = NO_LEADER
+        self._pending[change.key] = change
+
+    def broker_in_controlled_shutdown(self, broker_id: int, broker_epoch: int,
+                                      records: list[ApiMessageAndVersion]) -> None:
+        """Kafka's handleBrokerInControlledShutdown: the in-controlled-shutdown record (if not
+        already), then the broker leaves every ISR, leaderships first."""
+        self.ctx.cluster.handle_broker_in_controlled_shutdown(broker_id, broker_epoch, records)
+        self._start(self._isr_change(ChangeKind.CONTROLLED_SHUTDOWN, f"enterControlledShutdown[{broker_id}]",
+                                     broker_id, broker_epoch), records)
+
+    def broker_controlled_shutdown_heartbeat(self, broker_id: int, broker_epoch: int,
+                                             records: list[ApiMessageAndVersion]) -> None:
+        """A heartbeat of a broker staying in controlled shutdown continues its changes."""
+        change = self._pending.get((ChangeKind.CONTROLLED_SHUTDOWN, broker_id))
+        if change is None:
+            return
+        if self._step(change, records, self._budget(records)):
+            self._pending.pop(change.key, None)
+            self._finish(change, records)
+
+    def broker_shutdown(self, broker_id: int, is_clean_shutdown: bool, records: list[ApiMessageAndVersion]) -> None:
+        """Kafka's handleBrokerShutdown, for a new incarnation registering: with ELR enabled
+        and no proof of a clean shutdown, the broker leaves every ISR and ELR (its log may have
+        lost data; the last ISR member is remembered in the last known ELR); otherwise it is
+        treated as fenced (out of every ISR).  The records go before the RegisterBrokerRecord.
+
+        ApiError REQUEST_TIMED_OUT if they do not fit in one result: they are then written by
+        later events (:meth:`continue_pending`) and the broker's retry registers it (see the
+        module doc).  A retry starts from what those events saw, so it completes once they have
+        written everything, however many partitions needed nothing."""
+        registration = self.ctx.cluster.registration(broker_id)
+        epoch = -1 if registration is None else registration.epoch
+        clean = is_clean_shutdown or not self.ctx.elr_enabled()
+        key = (ChangeKind.SHUTDOWN, broker_id)
+        pending = self._pending.get(key)
+        if pending is None or pending.broker_epoch != epoch or pending.clean != clean:
+            pending = self._shutdown_change(broker_id, epoch, clean)
+        trial = pending.copy()
+        made: list[ApiMessageAndVersion] = []
+        if self._step(trial, made, self._budget(records)):
+            records.extend(made)
+            self._cancel(broker_id, ChangeKind.SHUTDOWN, ChangeKind.FENCE, ChangeKind.CONTROLLED_SHUTDOWN,
+                         ChangeKind.OFFLINE_DIRS)
+            return
+        if self._pending.get(key) is not pending:
+            self._cancel(broker_id, ChangeKind.FENCE, ChangeKind.CONTROLLED_SHUTDOWN, ChangeKind.OFFLINE_DIRS)
+            self._pending[key] = pending
+        raise ApiError(Errors.REQUEST_TIMED_OUT,
+                       f"Broker {broker_id} cannot register yet: its previous incarnation is still being removed from "
+                       f"more partitions than one batch changes ({self.ctx.max_partition_changes_per_result}); "
+                       "retry the registration.")
+
+    def broker_unregistered(self, broker_id: int, broker_epoch: int, records: list[ApiMessageAndVersion]) -> None:
+        """Kafka's handleBrokerUnregistered: out of every ISR, then the ELRs are revisited,
+        then the UnregisterBrokerRecord (when the changes are complete)."""
+        self._cancel(broker_id, ChangeKind.FENCE, ChangeKind.CONTROLLED_SHUTDOWN, ChangeKind.SHUTDOWN,
+                     ChangeKind.OFFLINE_DIRS)
+        replication = self.ctx.replication
+        self._start(PendingChange(ChangeKind.UNREGISTER, broker_id, broker_epoch, [
+            _Phase("handleBrokerUnregistered", broker_id, NO_LEADER, NO_LEADER,
+                   lambda first: replication.partitions_with_broker_in_isr(broker_id)),
+            _Phase("handleBrokerUnregistered", broker_id, NO_LEADER, NO_LEADER,
+                   lambda first: replication.partitions_with_broker_in_elr(broker_id)),
+        ]), records)
+
+    def directories_offline(self, broker_id: int, broker_epoch: int, offline_dirs: Sequence[Uuid],
+                            records: list[ApiMessageAndVersion]) -> None:
+        """Kafka's handleDirectoriesOffline: for directories the registration still lists as
+        online, the broker leaves the ISR (and leadership) of every partition placed in them,
+        then a registration change lists its remaining online directories.  Reported every
+        heartbeat, so a heartbeat also continues the changes already under way."""
+        registration = self.ctx.cluster.registration(broker_id)
+        if registration is None:
+            return
+        newly_offline = tuple(registration.directory_intersection(offline_dirs))
+        key = (ChangeKind.OFFLINE_DIRS, broker_id)
+        current = self._pending.get(key)
+        if not newly_offline:
+            if current is not None:
+                self._pending.pop(key)
+            return
+        if current is not None and current.directories == newly_offline and current.broker_epoch == broker_epoch:
+            if self._step(current, records, self._budget(records)):
+                self._pending.pop(key)
+                self._finish(current, records)
+            return
+        phases = [_Phase(f"handleDirectoriesOffline[{broker_id}:{d}]", broker_id, NO_LEADER, NO_LEADER,
+                         self._partitions_in_directory(d)) for d in newly_offline]
+        self._start(PendingChange(ChangeKind.OFFLINE_DIRS, broker_id, broker_epoch, phases, newly_offline), records)
+
+    def continue_pending(self, limit: int | None = None) -> ControllerResult[bool]:
+        """Continue the pending changes, oldest first, within one result of at most ``limit``
+        (default: the per-result bound) partition changes.  The response is True while some
+        still have records to write (run again soon)."""
+        budget = self.ctx.max_partition_changes_per_result if limit is None else limit
+        records: list[ApiMessageAndVersion] = []
+        for change in list(self._pending.values()):
+            if change.complete:
+                continue
+            left = budget - partition_change_count(records)
+            if left <= 0:
+                break
+            if not self._step(change, records, left):
+                continue
+            if change.kind is ChangeKind.SHUTDOWN and change.phases:
+                change.complete = True  # the registration retry writes the rest (nothing) and registers
+                continue
+            del self._pending[change.key]
+            self._finish(change, records)
+        return ControllerResult.of(records, self.has_work())
+
+    def has_work(self) -> bool:
+        """Whether some pending change still has records to write."""
+        return any(not change.complete for change in self._pending.values())
+
+    # -- the changes ---------------------------------------------------------------------------
+
+    def _isr_change(self, kind: ChangeKind, context: str, broker_id: int, broker_epoch: int) -> PendingChange:
+        """Out of every ISR the broker is in, the partitions it leads first."""
+        replication = self.ctx.replication
+
+        def leaders_first(first: bool) -> list[TopicIdPartition]:
+            led = replication.partitions_led_by_broker(broker_id)
+            led_set = set(led)
+            return led + [tp for tp in replication.partitions_with_broker_in_isr(broker_id) if tp not in led_set]
+        return PendingChange(kind, broker_id, broker_epoch,
+                             [_Phase(context, broker_id, NO_LEADER, NO_LEADER, leaders_first)])
+
+    def _shutdown_change(self, broker_id: int, broker_epoch: int, clean: bool) -> PendingChange:
+        replication = self.ctx.replication
+        if not clean:
+            phases = [
+                _Phase("handleBrokerUncleanShutdown", NO_LEADER, NO_LEADER, broker_id,
+                       lambda first: replication.partitions_with_broker_in_isr(broker_id)),
+                _Phase("handleBrokerUncleanShutdown", NO_LEADER, NO_LEADER, broker_id,
+                       lambda first: replication.partitions_with_broker_in_elr(broker_id)),
+            ]
+        else:
+            phases = [_Phase("handleBrokerShutdown", broker_id, NO_LEADER, NO_LEADER,
+                             lambda first: replication.partitions_with_broker_in_isr(broker_id))]
+        return PendingChange(ChangeKind.SHUTDOWN, broker_id, broker_epoch, phases, clean=clean)
+
+    def _partitions_in_directory(self, directory: Uuid) -> Callable[[bool], Sequence[TopicIdPartition]]:
+        replication = self.ctx.replication
+        return lambda first: list(replication.partitions_in_directory(directory))
+
+    def _leaderless_change(self, broker_to_add: int) -> PendingChange:
+        replication = self.ctx.replication
+        return PendingChange(ChangeKind.LEADERLESS, NO_LEADER, -1, [
+            _Phase("handleBrokerUnfenced" if broker_to_add != NO_LEADER else "electLeaderlessPartitions",
+                   NO_LEADER, broker_to_add, NO_LEADER, lambda first: replication.partitions_with_no_leader())])
+
+    def _still_current(self, change: PendingChange) -> bool:
+        """Whether the registration the change was started for is still the broker's."""
+        if change.kind is ChangeKind.LEADERLESS:
+            return True
+        registration = self.ctx.cluster.registration(change.broker_id)
+        if change.kind is ChangeKind.SHUTDOWN:
+            return (-1 if registration is None else registration.epoch) == change.broker_epoch
+        if registration is None or registration.epoch != change.broker_epoch:
+            return False
+        return not (change.kind is ChangeKind.CONTROLLED_SHUTDOWN and registration.fenced)
+
+    def _step(self, change: PendingChange, records: list[ApiMessageAndVersion], limit: int) -> bool:
+        """Write up to ``limit`` of the change's records; True when it is complete (or
+        obsolete: its registration is gone or replaced)."""
+        if not self._still_current(change):
+            log.info("Dropping the %s change of broker %d: its registration at epoch %d is no longer current.",
+                     change.kind.value, change.broker_id, change.broker_epoch)
+            change.phases.clear()
+            return True
+        ctx = self.ctx
+        replication = ctx.replication
+        made = 0
+        examined = 0
+        max_examined = EXAMINE_FACTOR * max(limit, 1)
+        start = len(records)
+        led_moved = False
+        for phase in change.phases:
+            if phase.done:
+                continue
+            made_here: set[TopicIdPartition] = set()
+            while True:
+                if phase.pos >= len(phase.queue):
+                    if phase.scans >= MAX_SCANS:
+                        log.error("%s: the partitions kept changing over %d scans; finishing with what is written.",
+                                  phase.context, phase.scans)
+                        phase.done = True
+                        break
+                    candidates = phase.source(phase.scans == 0)
+                    phase.scans += 1
+                    phase.queue = [tp for tp in candidates if tp not in made_here and not self._settled(phase, tp)]
+                    phase.pos = 0
+                    if not phase.queue:
+                        phase.done = True
+                        break
+                if made >= limit or examined >= max_examined:
+                    self._log_changes(change, records, start)
+                    if led_moved and change.kind is ChangeKind.CONTROLLED_SHUTDOWN:
+                        self._cs_offset_stale.add(change.broker_id)
+                    return False
+                tp = phase.queue[phase.pos]
+                phase.pos += 1
+                examined += 1
+                topic = replication.topic(tp.topic_id)
+                partition = None if topic is None else topic.parts.get(tp.partition_id)
+                if topic is None or partition is None:
+                    continue  # deleted since the scan
+                record = ctx.partition_update(topic, tp.partition_id, partition, phase.broker_to_remove,
+                                              phase.broker_to_add, phase.broker_with_unclean_shutdown)
+                if record is None:
+                    phase.seen[tp] = partition.partition_epoch
+                    continue
+                records.append(record)
+                made += 1
+                made_here.add(tp)
+                phase.seen[tp] = partition.partition_epoch + 1
+                if partition.leader == change.broker_id:
+                    led_moved = True
+        self._log_changes(change, records, start)
+        if led_moved and change.kind is ChangeKind.CONTROLLED_SHUTDOWN:
+            self._cs_offset_stale.add(change.broker_id)
+        return True
+
+    def _settled(self, phase: _Phase, tp: TopicIdPartition) -> bool:
+        """Whether ``tp`` is at the epoch this phase last left it (so needs no second look);
+        a deleted partition is settled."""
+        partition = self.ctx.replication.partition(tp.topic_id, tp.partition_id)
+        return partition is None or phase.seen.get(tp) == partition.partition_epoch
+
+    def _finish(self, change: PendingChange, records: list[ApiMessageAndVersion]) -> None:
+        """The record that ends a complete change, in Kafka's place: after its partition
+        changes.  Nothing for an obsolete change (its registration moved on)."""
+        if not change.phases and change.kind is not ChangeKind.LEADERLESS:
+            return
+        cluster = self.ctx.cluster
+        if change.kind is ChangeKind.FENCE:
+            cluster.handle_broker_fenced(change.broker_id, records)
+        elif change.kind is ChangeKind.UNREGISTER:
+            cluster.handle_broker_unregistered(change.broker_id, change.broker_epoch, records)
+        elif change.kind is ChangeKind.OFFLINE_DIRS:
+            cluster.handle_directories_offline(change.broker_id, change.broker_epoch, change.directories, records)
+
+    def _log_changes(self, change: PendingChange, records: list[ApiMessageAndVersion], start: int) -> None:
+        if len(records) == start:
+            return
+        context = change.phases[0].context if change.phases else change.kind.value
+        if log.isEnabledFor(logging.DEBUG):
+            names = ", ".join(self.ctx.describe(r.message) for r in records[start:])
+            log.debug("%s: changing partition(s): %s", context, names)
+        else:
+            log.info("%s: changing %d partition(s)", context, len(records) - start)

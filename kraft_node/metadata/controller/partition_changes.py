@@ -1,0 +1,341 @@
+"""What every partition change of the controller goes through (the shared half of Kafka's
+ReplicationControlManager write side): who may lead, the effective min ISR, and
+``generate_leader_and_isr_updates``, the loop that turns "broker B leaves / joins / restarted"
+into PartitionChangeRecords.
+
+Why a module of its own: AlterPartition (:mod:`.alter_partition`), broker lifecycle changes
+(:mod:`.leadership`), elections (:mod:`.elections`) and reassignment (:mod:`.reassignment`)
+all build their records with the same :class:`PartitionChangeBuilder` configured the same way
+(metadata.version, ELR on or off, the topic's effective min ISR, unclean election, the default
+log directory of a new replica) and must agree on who is an acceptable leader.  Kafka repeats
+that set-up in each method; here it is :meth:`PartitionChangeContext.builder`.
+
+Invariants the callers rely on:
+
+* nothing here changes state: records are built from the state as replayed so far, and only
+  ``replay`` applies them (a partition is never read "as if" a record of the same result had
+  been applied, except by a caller that merges it itself, as AlterPartition does);
+* an acceptable leader is an active broker (registered, unfenced, not in controlled shutdown)
+  whose log directory holding the partition is online, and that no unfinished broker change
+  of :mod:`.leadership` is taking out of the partition (:meth:`PartitionChangeContext.excluded`);
+* ``generate_leader_and_isr_updates`` with a ``limit`` stops after that many records and says
+  whether it saw every partition, so a caller can bound one result and continue later from the
+  state its records leave (the records of a pass are deltas against the replayed state; a later
+  pass recomputes from scratch and never repeats a change already applied).
+
+:class:`PartitionChangeOps` is the facade the controller wires: Kafka's method names in
+snake_case, each returning a :class:`ControllerResult`.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
+
+from kraft_node.metadata.controller.partition_change import Election, PartitionChangeBuilder
+from kraft_node.metadata.controller.replication_control import (
+    NO_LEADER,
+    DirectoryId,
+    PartitionRegistration,
+    ReplicationControlManager,
+    TopicControlInfo,
+    TopicIdPartition,
+)
+from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
+from kraft_node.metadata.versions import MetadataVersion
+from kraft_storage.messages import metadata as m
+from kraft_storage.messages.runtime import Uuid
+from kraft_storage.timeline import LATEST_EPOCH
+
+if TYPE_CHECKING:
+    from kraft_node.metadata.controller import alter_partition as _alter_partition
+    from kraft_node.metadata.controller import elections as _elections
+    from kraft_node.metadata.controller import leadership as _leadership
+    from kraft_node.metadata.controller import reassignment as _reassignment
+    from kraft_node.metadata.controller.cluster_control import ClusterControlManager
+
+log = logging.getLogger("kraft.controller.replication")
+
+#: The most PartitionChangeRecords one broker lifecycle result (a fencing, a controlled shutdown,
+#: an unfencing, a registration's cleanup, an unregistration, offline directories) writes; the
+#: rest follow in later results (KAFKA-13858: a broker leading 10k partitions, or a zone going
+#: away, must not become one burst).  500 keeps one event near the snapshot generator's slice
+#: size; with the 10 ms re-run of a task that has more to do, 10k changes take ~20 events.
+MAX_PARTITION_CHANGES_PER_RESULT = 500
+
+
+class ConfigReader(Protocol):
+    """What the partition changes read from the ConfigurationControlManager: the effective
+    topic configs (topic, then broker, then cluster default, then static default)."""
+
+    def min_isr(self, topic_name: str, *, epoch: int = ...) -> int: ...
+
+    def unclean_leader_election_enabled(self, topic_name: str, *, epoch: int = ...) -> bool: ...
+
+
+class FeatureReader(Protocol):
+    def metadata_version(self, *, epoch: int = ...) -> MetadataVersion: ...
+
+    def is_elr_enabled(self, *, epoch: int = ...) -> bool: ...
+
+
+class ExclusionSource(Protocol):
+    """Brokers (or one broker's log directories) an unfinished lifecycle change is taking out
+    of their partitions: they may not lead, nor join an ISR, until it is done or cancelled."""
+
+    def excluded(self, broker_id: int, directory: Uuid | None) -> bool: ...
+
+
+class _NoExclusions:
+    def excluded(self, broker_id: int, directory: Uuid | None) -> bool:
+        return False
+
+
+class _DefaultDirs:
+    """Kafka's KRaftClusterDescriber.defaultDir as the builder's DefaultDirProvider: the
+    directory a replica new to a partition is placed in (MIGRATING before 3.7-IV2).  Callable,
+    and with ``default_dir``, so either form of provider works."""
+
+    def __init__(self, ctx: "PartitionChangeContext"):
+        self._ctx = ctx
+
+    def default_dir(self, broker_id: int) -> Uuid:
+        if self._ctx.metadata_version().is_directory_assignment_supported():
+            return self._ctx.cluster.default_dir(broker_id)
+        return DirectoryId.MIGRATING
+
+    def __call__(self, broker_id: int) -> Uuid:
+        return self.default_dir(broker_id)
+
+
+class PartitionChangeContext:
+    """The managers a partition change reads, and the builder set-up they share."""
+
+    def __init__(self, replication: ReplicationControlManager, cluster: "ClusterControlManager",
+                 configs: ConfigReader, features: FeatureReader, *,
+                 max_elections_per_imbalance: int | None = None,
+                 max_partition_changes_per_result: int = MAX_PARTITION_CHANGES_PER_RESULT) -> None:
+        """``max_elections_per_imbalance``: default the replication manager's (Kafka's 1,000)."""
+        if max_elections_per_imbalance is None:
+            max_elections_per_imbalance = int(replication.max_elections_per_imbalance)
+        if max_elections_per_imbalance < 1 or max_partition_changes_per_result < 1:
+            raise ValueError("max_elections_per_imbalance and max_partition_changes_per_result must be positive, "
+                             f"not {max_elections_per_imbalance} and {max_partition_changes_per_result}")
+        self.replication = replication
+        self.cluster = cluster
+        self.configs = configs
+        self.features = features
+        self.max_elections_per_imbalance = max_elections_per_imbalance
+        self.max_partition_changes_per_result = max_partition_changes_per_result
+        #: set by the BrokerLifecycle that owns the unfinished changes
+        self.exclusions: ExclusionSource = _NoExclusions()
+        self.default_dirs = _DefaultDirs(self)
+
+    # -- what the configuration says --------------------------------------------------------
+
+    def metadata_version(self) -> MetadataVersion:
+        return self.features.metadata_version()
+
+    def elr_enabled(self) -> bool:
+        """Kafka 4.x's isElrEnabled: the replication manager's answer (the
+        eligible.leader.replicas.version feature, unless its constructor overrides it), and a
+        metadata.version whose records carry ELR fields (4.0-IV1)."""
+        return self.replication.is_elr_enabled() and self.metadata_version().is_elr_supported()
+
+    def unclean_enabled(self, topic_name: str) -> bool:
+        return bool(self.configs.unclean_leader_election_enabled(topic_name))
+
+    def effective_min_isr(self, topic: TopicControlInfo, *, epoch: int = LATEST_EPOCH) -> int:
+        """Kafka's getTopicEffectiveMinIsr: ``min.insync.replicas`` capped at the topic's
+        replication factor (partition 0's replica count), so an over-large setting still lets
+        a full ISR count as "enough"."""
+        configured = int(self.configs.min_isr(topic.name, epoch=epoch))
+        first = topic.parts.get(0, epoch=epoch)
+        if first is None:
+            return configured
+        return min(configured, len(first.replicas))
+
+    # -- who may lead --------------------------------------------------------------------------
+
+    def excluded(self, broker_id: int, directory: Uuid | None = None) -> bool:
+        return self.exclusions.excluded(broker_id, directory)
+
+    def leader_acceptor(self, partition: PartitionRegistration,
+                        accept: Callable[[int], bool] | None = None) -> Callable[[int], bool]:
+        """Kafka's LeaderAcceptor: ``accept(broker)`` (default: the broker is active) and the
+        broker's directory holding this partition is online.  A broker that is not (yet) one
+        of the partition's replicas -- a replica a reassignment adds -- has no directory to
+        check (Kafka would throw here; only an unclean election among adding replicas can ask)."""
+        cluster = self.cluster
+        base = accept if accept is not None else cluster.is_active
+        dirs = dict(zip(partition.replicas, partition.directories))
+
+        def acceptable(broker_id: int) -> bool:
+            if not base(broker_id):
+                return False
+            directory = dirs.get(broker_id)
+            if self.excluded(broker_id, directory):
+                return False
+            return directory is None or cluster.has_online_dir(broker_id, directory)
+        return acceptable
+
+    def builder(self, topic: TopicControlInfo, partition_id: int, partition: PartitionRegistration, *,
+                accept: Callable[[int], bool] | None = None,
+                election: Election | None = None) -> PartitionChangeBuilder:
+        """A PartitionChangeBuilder set up as every Kafka call site does: metadata.version,
+        effective min ISR, ELR on/off, the default directory provider, and (if given) the
+        election type."""
+        builder = PartitionChangeBuilder(partition, topic.topic_id, partition_id,
+                                         self.leader_acceptor(partition, accept), self.metadata_version(),
+                                         self.effective_min_isr(topic))
+        builder.set_eligible_leader_replicas_enabled(self.elr_enabled())
+        builder.set_default_dir_provider(self.default_dirs)
+        if election is not None:
+            builder.set_election(election)
+        return builder
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def partition_update(self, topic: TopicControlInfo, partition_id: int, partition: PartitionRegistration,
+                         broker_to_remove: int, broker_to_add: int,
+                         broker_with_unclean_shutdown: int) -> ApiMessageAndVersion | None:
+        """One partition of Kafka's generateLeaderAndIsrUpdates: take ``broker_to_remove`` and
+        ``broker_with_unclean_shutdown`` out of the ISR (the latter out of the ELR too), never
+        accept either as leader, accept ``broker_to_add`` even while its registration still
+        says fenced (unfencing), and elect (uncleanly where the topic allows it).  The record,
+        or None if nothing changes."""
+        cluster = self.cluster
+
+        def acceptable(r: int) -> bool:
+            if r == broker_to_remove or r == broker_with_unclean_shutdown:
+                return False
+            return r == broker_to_add or cluster.is_active(r)
+
+        builder = self.builder(topic, partition_id, partition, accept=acceptable)
+        if self.unclean_enabled(topic.name):
+            builder.set_election(Election.UNCLEAN)
+        if broker_with_unclean_shutdown != NO_LEADER:
+            builder.set_unclean_shutdown_replicas([broker_with_unclean_shutdown])
+        removed = (broker_to_remove, broker_with_unclean_shutdown)
+        builder.set_target_isr([r for r in partition.isr if r not in removed])
+        record: ApiMessageAndVersion | None = builder.build()
+        return record
+
+    def generate_leader_and_isr_updates(self, context: str, broker_to_remove: int, broker_to_add: int,
+                                        broker_with_unclean_shutdown: int, records: list[ApiMessageAndVersion],
+                                        partitions: Iterable[TopicIdPartition], limit: int | None = None) -> bool:
+        """Kafka's generateLeaderAndIsrUpdates over ``partitions`` (see :meth:`partition_update`):
+        appends at most ``limit`` records (None: no limit) and returns True iff every partition
+        was examined.  RuntimeError for a partition the index names but the topic map does not
+        have (corrupt state, as in Kafka)."""
+        old_size = len(records)
+        complete = True
+        for tp in partitions:
+            if limit is not None and len(records) - old_size >= limit:
+                complete = False
+                break
+            topic = self.replication.topic(tp.topic_id)
+            if topic is None:
+                raise RuntimeError(f"Topic ID {tp.topic_id} existed in isrMembers, but not in the topics map.")
+            partition = topic.parts.get(tp.partition_id)
+            if partition is None:
+                raise RuntimeError(f"Partition {tp} existed in isrMembers, but not in the partitions map.")
+            record = self.partition_update(topic, tp.partition_id, partition, broker_to_remove, broker_to_add,
+                                           broker_with_unclean_shutdown)
+            if record is not None:
+                records.append(record)
+        if len(records) != old_size:
+            if log.isEnabledFor(logging.DEBUG):
+                names = ", ".join(self.describe(r.message) for r in records[old_size:])
+                log.debug("%s: changing partition(s): %s", context, names)
+            else:
+                log.info("%s: changing %d partition(s)", context, len(records) - old_size)
+        return complete
+
+    def describe(self, change: Any) -> str:
+        """``topic-partition`` of a PartitionChangeRecord, for logs."""
+        name = self.replication.topic_name(change.topic_id)
+        return f"{name}-{change.partition_id}"
+
+
+def partition_change_count(records: Sequence[ApiMessageAndVersion]) -> int:
+    """How many PartitionChangeRecords ``records`` holds (what the per-result bound counts)."""
+    return sum(1 for r in records if isinstance(r.message, m.PartitionChangeRecord))
+
+
+class PartitionChangeOps:
+    """The write side of partitions, as one object the controller wires (Kafka's
+    ReplicationControlManager methods of the same names, in snake_case).  Each public method
+    returns a ControllerResult (or, for the broker lifecycle hooks, appends to the records the
+    ClusterControlManager is building); state changes only when the records are replayed.
+
+    Construct it with the replay-side managers, then give it to the ClusterControlManager
+    (``cluster.set_lifecycle(ops.lifecycle)``) so fencing, unfencing, controlled shutdown,
+    registration of a new incarnation, unregistration and offline directories move partitions,
+    and register :meth:`maybe_balance_partition_leaders` and :meth:`maybe_elect_unclean_leaders`
+    as periodic tasks."""
+
+    def __init__(self, replication: ReplicationControlManager, cluster: "ClusterControlManager",
+                 configs: ConfigReader, features: FeatureReader, *,
+                 max_elections_per_imbalance: int | None = None,
+                 max_partition_changes_per_result: int = MAX_PARTITION_CHANGES_PER_RESULT) -> None:
+        from kraft_node.metadata.controller.alter_partition import AlterPartitionManager
+        from kraft_node.metadata.controller.elections import ElectionManager
+        from kraft_node.metadata.controller.leadership import BrokerLifecycle
+        from kraft_node.metadata.controller.reassignment import ReassignmentManager
+        self.context = PartitionChangeContext(
+            replication, cluster, configs, features, max_elections_per_imbalance=max_elections_per_imbalance,
+            max_partition_changes_per_result=max_partition_changes_per_result)
+        self.lifecycle: _leadership.BrokerLifecycle = BrokerLifecycle(self.context)
+        self.alter_partitions: _alter_partition.AlterPartitionManager = AlterPartitionManager(self.context)
+        self.elections: _elections.ElectionManager = ElectionManager(self.context)
+        self.reassignments: _reassignment.ReassignmentManager = ReassignmentManager(self.context)
+
+    # -- AlterPartition -------------------------------------------------------------------------
+    def alter_partition(self, request: Any, version: int) -> ControllerResult[Any]:
+        return self.alter_partitions.alter_partition(request, version)
+
+    # -- elections ---------------------------------------------------------------------------------
+    def elect_leaders(self, request: Any) -> ControllerResult[Any]:
+        return self.elections.elect_leaders(request)
+
+    def maybe_balance_partition_leaders(self) -> ControllerResult[bool]:
+        return self.elections.maybe_balance_partition_leaders()
+
+    def maybe_elect_unclean_leaders(self) -> ControllerResult[bool]:
+        return self.elections.maybe_elect_unclean_leaders()
+
+    def are_partition_leaders_imbalanced(self, *, epoch: int = LATEST_EPOCH) -> bool:
+        return self.elections.are_partition_leaders_imbalanced(epoch=epoch)
+
+    def are_some_partitions_leaderless(self, *, epoch: int = LATEST_EPOCH) -> bool:
+        return self.elections.are_some_partitions_leaderless(epoch=epoch)
+
+    # -- reassignment ------------------------------------------------------------------------------
+    def alter_partition_reassignments(self, request: Any) -> ControllerResult[Any]:
+        return self.reassignments.alter_partition_reassignments(request)
+
+    def list_partition_reassignments(self, topics: Sequence[Any] | None, *, epoch: int = LATEST_EPOCH) -> Any:
+        return self.reassignments.list_partition_reassignments(topics, epoch=epoch)
+
+    # -- broker lifecycle (the ClusterControlManager calls these through ``lifecycle``) --------------
+    def handle_broker_fenced(self, broker_id: int, records: list[ApiMessageAndVersion]) -> None:
+        self.lifecycle.broker_fenced(broker_id, records)
+
+    def handle_broker_unfenced(self, broker_id: int, broker_epoch: int, records: list[ApiMessageAndVersion]) -> None:
+        self.lifecycle.broker_unfenced(broker_id, broker_epoch, records)
+
+    def handle_broker_in_controlled_shutdown(self, broker_id: int, broker_epoch: int,
+                                             records: list[ApiMessageAndVersion]) -> None:
+        self.lifecycle.broker_in_controlled_shutdown(broker_id, broker_epoch, records)
+
+    def handle_broker_shutdown(self, broker_id: int, is_clean_shutdown: bool,
+                               records: list[ApiMessageAndVersion]) -> None:
+        self.lifecycle.broker_shutdown(broker_id, is_clean_shutdown, records)
+
+    def handle_broker_unregistered(self, broker_id: int, broker_epoch: int,
+                                   records: list[ApiMessageAndVersion]) -> None:
+        self.lifecycle.broker_unregistered(broker_id, broker_epoch, records)
+
+    def handle_directories_offline(self, broker_id: int, broker_epoch: int, offline_dirs: Sequence[Uuid],
+                                   records: list[ApiMessageAndVersion]) -> None:
+        self.lifecycle.directories_offline(broker_id, broker_epoch, offline_dirs, records)
