@@ -40,11 +40,29 @@ def place_partitions(out: Any, brokers: Any, starts: Any, cursors: Any, rack_nam
     cur = [int(c) for c in cursors]
     names = [int(n) for n in rack_names]
     order = [int(n) for n in map_order]
-    epoch, offset, num_unfenced = (int(v) for v in rack_state)
-    state, mult, add, width = (int(v) for v in rng)
+    num_racks = len(names)
+    num_lists = 2 * num_racks
+    if len(start) != num_lists + 1 or len(cur) != 3 * num_lists or len(order) != num_racks:
+        raise ValueError(f"placement state sizes disagree: {num_racks} racks, {len(start)} list starts, "
+                         f"{len(cur)} cursor slots, {len(order)} map-order entries")
+    if len(rack_state) < 3 or len(rng) < 4:
+        raise ValueError("rack_state needs 3 entries and rng 4")
+    if num_racks == 0 or rf < 1:
+        raise ValueError(f"nothing to place on: {num_racks} racks, replication factor {rf}")
+    if start[0] != 0 or start[num_lists] != len(blist):
+        raise ValueError(f"list starts must run from 0 to {len(blist)}")
+    for i in range(num_lists):
+        if start[i + 1] < start[i]:
+            raise ValueError(f"list starts must not decrease (list {i})")
+    for i in range(num_racks):
+        if not (0 <= names[i] < num_racks and 0 <= order[i] < num_racks):
+            raise ValueError(f"rack id out of range at {i}")
+    epoch, offset, num_unfenced = (int(v) for v in rack_state[:3])
+    state, mult, add, width = (int(v) for v in rng[:4])
+    if not 31 <= width <= 64:
+        raise ValueError(f"LCG width must be 31..64 bits, got {width}")
     mask = (1 << width) - 1
     shift = width - 31
-    num_racks = len(names)
 
     def next_int(bound: int) -> int:
         nonlocal state
