@@ -7,7 +7,8 @@ them.
 * a FeatureControlManager at the chosen metadata.version (Kafka: ``latestTesting()``);
 * a ClusterControlManager on a manual clock, session timeout 1,000 ms, activated (so the
   heartbeat manager exists and placement sees usable brokers);
-* a ConfigurationControlManager (no config policy);
+* a ConfigurationControlManager with Kafka's ``ConfigurationValidator.NO_OP`` (as Kafka's
+  context: its tests set made-up topic configs such as ``foo=notNull``), no policy;
 * the ReplicationControlManager under test with a StripedReplicaPlacer over Kafka's
   ``MockRandom`` (so placements are Kafka's exact ones), ``max_elections_per_imbalance``
   unbounded and ``default_replication_factor`` 3 (Kafka's Builder default the test inherits).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from kraft_node.metadata.configs.validator import NO_OP_VALIDATOR
 from kraft_node.metadata.controller.cluster_control import ClusterControlManager
 from kraft_node.metadata.controller.configuration_control import ConfigurationControlManager
 from kraft_node.metadata.controller.features import FeatureControlManager, QuorumFeatures
@@ -112,7 +114,7 @@ class ReplicationControlTestContext:
         self.random = MockRandom()
         self.next_offset = 0
         self.configuration_control = (configuration_control(self.registry) if configuration_control is not None
-                                      else ConfigurationControlManager(self.registry))
+                                      else ConfigurationControlManager(self.registry, validator=NO_OP_VALIDATOR))
         self.feature_control = FeatureControlManager(
             self.registry, QuorumFeatures(0, QuorumFeatures.default_supported_feature_map(True), [0]))
         self.feature_control.replay(m.FeatureLevelRecord(name="metadata.version",
@@ -190,8 +192,10 @@ class ReplicationControlTestContext:
 
     def fence_brokers(self, *broker_ids: int) -> None:
         """Kafka's ``fenceBrokers``: let a session timeout pass, heartbeat every other broker,
-        then fence stale brokers one at a time until none is left; exactly ``broker_ids`` end fenced."""
-        self.time.sleep(BROKER_SESSION_TIMEOUT_MS)
+        then fence stale brokers one at a time until none is left; exactly ``broker_ids`` end
+        fenced.  (A session expires strictly after the timeout; Kafka's context gets there with
+        a session timeout that its unit conversion makes 0.)"""
+        self.time.sleep(BROKER_SESSION_TIMEOUT_MS + 1)
         others = [b for b in self.cluster_control.brokers() if b not in broker_ids]
         self.unfence_brokers(*others)
         fence = getattr(self.replication_control, "maybe_fence_one_stale_broker", None)

@@ -536,6 +536,55 @@ class BrokersToElrs(_BrokerIndex):
         return self._iterate(broker_id, False, epoch)
 
 
+class DirectoryPartitions:
+    """The partitions placed in one log directory (a value of ``directories_to_partitions``):
+    topic id -> tuple of partition ids, as timeline state.  Kafka keeps a
+    ``TimelineHashSet<TopicIdPartition>``; grouping by topic makes a creation cost one write per
+    (directory, topic) instead of one per replica, and a topic deletion one per directory.
+    Reads give the same set of :class:`TopicIdPartition` (``to_set``)."""
+
+    __slots__ = ("_topics",)
+
+    def __init__(self, registry: Any):
+        self._topics = TimelineHashMap(registry)
+
+    def add_many(self, topic_id: Uuid, partition_ids: Iterable[int]) -> None:
+        """Add partitions of ``topic_id`` (ones already present are not added twice)."""
+        current: tuple[int, ...] = self._topics.get(topic_id, ())
+        if current:
+            present = set(current)
+            new = tuple(p for p in partition_ids if p not in present)
+        else:
+            new = tuple(partition_ids)
+        if new:
+            self._topics.put(topic_id, current + new)
+
+    def add(self, tp: TopicIdPartition) -> None:
+        self.add_many(tp.topic_id, (tp.partition_id,))
+
+    def discard(self, tp: TopicIdPartition) -> None:
+        current: tuple[int, ...] | None = self._topics.get(tp.topic_id)
+        if current is None or tp.partition_id not in current:
+            return
+        rest = tuple(p for p in current if p != tp.partition_id)
+        if rest:
+            self._topics.put(tp.topic_id, rest)
+        else:
+            self._topics.remove(tp.topic_id)
+
+    def remove_topic(self, topic_id: Uuid) -> None:
+        self._topics.remove(topic_id)
+
+    def is_empty(self, epoch: int = LATEST_EPOCH) -> bool:
+        return bool(self._topics.is_empty(epoch))
+
+    def to_set(self, epoch: int = LATEST_EPOCH) -> set[TopicIdPartition]:
+        return {TopicIdPartition(t, p) for t, ps in self._topics.items(epoch) for p in ps}
+
+    def __repr__(self) -> str:
+        return f"DirectoryPartitions({sorted(map(str, self.to_set()))})"
+
+
 # ---------------------------------------------------------------------------
 # The manager
 # ---------------------------------------------------------------------------
@@ -604,7 +653,7 @@ class ReplicationControlManager(TopicCreationMixin):
         #: topic id -> tuple of partition ids being reassigned
         self.reassigning_topics = TimelineHashMap(snapshot_registry)
         self.imbalanced_partitions = TimelineHashSet(snapshot_registry)
-        #: directory id -> TimelineHashSet of TopicIdPartition
+        #: directory id -> DirectoryPartitions (the partitions with a replica there)
         self.directories_to_partitions = TimelineHashMap(snapshot_registry)
         self._replayers: dict[int, Callable[[Any], None]] = {
             m.TopicRecord.API_KEY: self._replay_topic,
@@ -697,14 +746,18 @@ class ReplicationControlManager(TopicCreationMixin):
             seen: set[int] = set()
             topic_id = record.topic_id
             failure: BaseException | None = None
+            key = m.PartitionRecord.API_KEY
+            from_record = PartitionRegistration.from_record
+            contains = parts.contains
             while i < n:
                 record = records[i]
                 pid = record.partition_id
-                if (record.API_KEY != m.PartitionRecord.API_KEY or record.topic_id != topic_id
-                        or pid in seen or parts.contains(pid)):
+                rec_topic = record.topic_id
+                if (record.API_KEY != key or (rec_topic is not topic_id and rec_topic != topic_id)
+                        or pid in seen or contains(pid)):
                     break
                 try:
-                    regs.append(PartitionRegistration.from_record(record))
+                    regs.append(from_record(record))
                 except ValueError as exc:
                     failure = exc
                     break
@@ -727,12 +780,14 @@ class ReplicationControlManager(TopicCreationMixin):
     def _add_new_partitions(self, topic: TopicControlInfo, pids: list[int], regs: list[PartitionRegistration]) -> None:
         """Put partitions that do not exist yet, and index them: what ``_put_partition`` does
         for a partition without a previous registration, one index write per broker /
-        directory for the lot."""
+        directory for the lot.  (Directories are grouped by object first -- a creation's
+        records share one Uuid object per directory -- so Uuid hashing, a Python-level call,
+        runs once per group rather than once per replica.)"""
         topic_id = topic.topic_id
         topic.parts.put_many(pids, regs)
         isr_entries: dict[int, list[int]] = {}
         elr_entries: dict[int, list[int]] = {}
-        by_dir: dict[Uuid, list[TopicIdPartition]] = {}
+        by_dir: dict[int, tuple[Uuid, list[int]]] = {}
         reassigning: list[int] = []
         imbalanced: list[TopicIdPartition] = []
         for pid, reg in zip(pids, regs):
@@ -753,30 +808,32 @@ class ReplicationControlManager(TopicCreationMixin):
                 if set(reg.isr) & set(reg.elr):
                     log.error("%s-%d has overlapping ISR=%s and ELR=%s", topic.name, pid, _fmt(reg.isr),
                               _fmt(reg.elr))
-            tp = TopicIdPartition(topic_id, pid)
             for d in reg.directories:
-                tps = by_dir.get(d)
-                if tps is None:
-                    by_dir[d] = [tp]
-                elif tps[-1] is not tp:  # a directory named twice by one partition
-                    tps.append(tp)
+                group = by_dir.get(id(d))
+                if group is None:
+                    by_dir[id(d)] = (d, [pid])
+                elif group[1][-1] != pid:  # a directory named twice by one partition counts once
+                    group[1].append(pid)
             if reg.removing_replicas or reg.adding_replicas:
                 reassigning.append(pid)
             if leader != (reg.replicas[0] if reg.replicas else NO_LEADER):
-                imbalanced.append(tp)
+                imbalanced.append(TopicIdPartition(topic_id, pid))
         self.brokers_to_isrs.add_entries(topic_id, isr_entries)
         if elr_entries:
             self.brokers_to_elrs.add_entries(topic_id, elr_entries)
         registry = self.registry
         index = self.directories_to_partitions
-        for d, tps in by_dir.items():
+        merged: dict[Uuid, list[int]] = {}  # equal directories held by different objects
+        for d, dir_pids in by_dir.values():
+            merged.setdefault(d, []).extend(dir_pids)
+        for d, dir_pids in merged.items():
             if DirectoryId.reserved(d):
                 continue
             members = index.get(d)
             if members is None:
-                members = TimelineHashSet(registry)
+                members = DirectoryPartitions(registry)
                 index.put(d, members)
-            members.add_many(tps)
+            members.add_many(topic_id, dir_pids)
         if reassigning:
             self.reassigning_topics.put(topic_id, self.reassigning_topics.get(topic_id, ()) + tuple(reassigning))
         if imbalanced:
@@ -813,14 +870,27 @@ class ReplicationControlManager(TopicCreationMixin):
                     self.topics_with_collision_chars.remove(normalized)
         self.reassigning_topics.remove(record.topic_id)
         self.configuration_control.delete_topic_configs(topic.name)
-        for pid, part in list(topic.parts.items()):
-            for broker_id in part.isr:
-                self.brokers_to_isrs.remove_topic_entry_for_broker(topic.topic_id, broker_id)
-            for broker_id in part.elr:
-                self.brokers_to_elrs.remove_topic_entry_for_broker(topic.topic_id, broker_id)
-            self._update_directories(TopicIdPartition(topic.topic_id, pid), part.directories, ())
-            self.imbalanced_partitions.discard(TopicIdPartition(topic.topic_id, pid))
-        self.brokers_to_isrs.remove_topic_entry_for_broker(topic.topic_id, NO_LEADER)
+        # Each index entry of the topic goes once (a broker / directory is named by many of its
+        # partitions); the imbalanced set holds exactly the partitions not led by their first replica.
+        isr_members: set[int] = {NO_LEADER}
+        elr_members: set[int] = set()
+        directories: set[Uuid] = set()
+        for pid, part in topic.parts.items():
+            isr_members.update(part.isr)
+            elr_members.update(part.elr)
+            directories.update(part.directories)
+            if not part.has_preferred_leader:
+                self.imbalanced_partitions.discard(TopicIdPartition(topic.topic_id, pid))
+        for broker_id in isr_members:
+            self.brokers_to_isrs.remove_topic_entry_for_broker(topic.topic_id, broker_id)
+        for broker_id in elr_members:
+            self.brokers_to_elrs.remove_topic_entry_for_broker(topic.topic_id, broker_id)
+        for d in directories:
+            parts = self.directories_to_partitions.get(d)
+            if parts is not None:
+                parts.remove_topic(topic.topic_id)
+                if parts.is_empty():
+                    self.directories_to_partitions.remove(d)
         log.info("Replayed RemoveTopicRecord for topic %s with ID %s.", topic.name, record.topic_id)
 
     def _replay_clear_elr(self, record: Any) -> None:
@@ -887,7 +957,7 @@ class ReplicationControlManager(TopicCreationMixin):
         for d in new_dirs - prev_dirs:
             parts = self.directories_to_partitions.get(d)
             if parts is None:
-                parts = TimelineHashSet(self.registry)
+                parts = DirectoryPartitions(self.registry)
                 self.directories_to_partitions.put(d, parts)
             parts.add(tp)
 

@@ -53,7 +53,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 from kraft_node.metadata.controller.cluster_control import DirectoryId
-from kraft_node.metadata.controller.configuration_control import ConfigResource
+from kraft_node.metadata.controller.configuration_control import AlterConfigOp, ConfigResource
 from kraft_node.metadata.controller.errors import ApiError
 from kraft_node.metadata.controller.result import MAX_RECORDS_PER_USER_OP, ApiMessageAndVersion, ControllerResult
 from kraft_node.metadata.versions import MetadataVersion
@@ -79,9 +79,6 @@ TOPIC_NAME_MAX_LENGTH = 249
 #: ``Errors.X.message()`` texts that Kafka's ``new ApiError(X)`` carries.
 UNKNOWN_TOPIC_OR_PARTITION_MESSAGE = "This server does not host this topic-partition."
 UNKNOWN_TOPIC_ID_MESSAGE = "This server does not host this topic ID."
-#: AlterConfigOp.OpType.SET (the only op topic creation uses); ConfigurationControlManager
-#: defines the enum, whose values are Kafka's op ids.
-_SET = 0
 _LEGAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 CreatableTopic = Any          # CreateTopicsRequest.CreatableTopic
@@ -159,14 +156,13 @@ def compute_config_changes(topic_errors: dict[str, ApiError], topics: Iterable[C
     for topic in topics:
         if topic.name in topic_errors or not topic.configs:
             continue
-        from kraft_node.metadata.controller.configuration_control import AlterConfigOp
         configs: dict[str, tuple[Any, str]] = {}
         nulls: list[str] = []
         for config in topic.configs:
             if config.value is None:
                 nulls.append(config.name)
             else:
-                configs[config.name] = (AlterConfigOp(_SET), config.value)
+                configs[config.name] = (AlterConfigOp.SET, config.value)
         if nulls:
             topic_errors[topic.name] = ApiError(Errors.INVALID_CONFIG,
                                                 "Null value not supported for topic configs: " + ",".join(nulls))
@@ -240,7 +236,8 @@ class _WriteView:
     ``ClusterControlManager.isActive``) and its default directory.  Valid for one operation
     only: state changes only by replay, which never runs inside a write."""
 
-    __slots__ = ("_cluster", "_describer", "_active", "_dirs", "metadata_version", "record_version")
+    __slots__ = ("_cluster", "_describer", "_active", "_dirs", "metadata_version", "record_version",
+                 "config_cache")
 
     def __init__(self, cluster: "ClusterControlManager", describer: KRaftClusterDescriber,
                  metadata_version: MetadataVersion) -> None:
@@ -250,6 +247,8 @@ class _WriteView:
         self._dirs: dict[int, Uuid] = {}
         self.metadata_version = metadata_version
         self.record_version = metadata_version.partition_record_version()
+        #: a created topic's effective configs, by its creation configs (CreateTopics)
+        self.config_cache: dict[frozenset[tuple[str, str]], list[Any]] = {}
 
     def is_active(self, broker_id: int) -> bool:
         active = self._active.get(broker_id)
@@ -271,31 +270,61 @@ class _WriteView:
         return d
 
 
+#: PartitionRecord's fields, which :func:`new_partition_records` sets one by one: a codegen
+#: change to the record must show up here (tests/metadata/test_replication_topics.py checks it).
+PARTITION_RECORD_SLOTS = ("partition_id", "topic_id", "replicas", "isr", "removing_replicas", "adding_replicas",
+                          "leader", "leader_recovery_state", "leader_epoch", "partition_epoch", "directories",
+                          "eligible_leader_replicas", "last_known_elr", "unknown_tagged_fields")
+_new = object.__new__
+_set = object.__setattr__
+
+
 def new_partition_records(topic_id: Uuid, start: int, rows: Sequence[list[int]], isrs: Sequence[list[int]],
                           view: _WriteView) -> list[ApiMessageAndVersion]:
     """PartitionRecords of new partitions ``start``, ``start+1``, ...: replicas ``rows[i]``
     placed in their default directories, ISR ``isrs[i]`` (non-empty), leader its first member,
     epochs 0, RECOVERED -- exactly ``PartitionRegistration(...).to_record(topic_id, pid, mv)``
     (no ELR fields: a new partition has none; directories from PartitionRecord v1 on; below
-    3.7-IV2 the describer gives MIGRATING, which v0 leaves out)."""
+    3.7-IV2 the describer gives MIGRATING, which v0 leaves out).
+
+    The hot loop of a big creation: records are made the way the generated decoders make
+    them (``object.__new__`` and every slot set, :data:`PARTITION_RECORD_SLOTS`), which
+    costs half the keyword constructor; the directory of each broker is looked up once."""
     version = view.record_version
-    make = m.PartitionRecord
-    amv = ApiMessageAndVersion
+    cls = m.PartitionRecord
+    amv_cls = ApiMessageAndVersion
     out: list[ApiMessageAndVersion] = []
     append = out.append
+    with_dirs = version >= 1
+    dirs: dict[int, Uuid] = {}
+    if with_dirs:
+        default_dir = view.default_dir
+        for row in rows:
+            for b in row:
+                if b not in dirs:
+                    dirs[b] = default_dir(b)
     pid = start
-    if version >= 1:
-        dirs = view.default_dir
-        for row, isr in zip(rows, isrs):
-            append(amv(make(partition_id=pid, topic_id=topic_id, replicas=row, isr=isr, leader=isr[0],
-                            leader_recovery_state=0, leader_epoch=0, partition_epoch=0,
-                            directories=[dirs(b) for b in row]), version))
-            pid += 1
-    else:
-        for row, isr in zip(rows, isrs):
-            append(amv(make(partition_id=pid, topic_id=topic_id, replicas=row, isr=isr, leader=isr[0],
-                            leader_recovery_state=0, leader_epoch=0, partition_epoch=0), version))
-            pid += 1
+    for row, isr in zip(rows, isrs):
+        r = _new(cls)
+        r.partition_id = pid
+        r.topic_id = topic_id
+        r.replicas = row
+        r.isr = isr
+        r.removing_replicas = []
+        r.adding_replicas = []
+        r.leader = isr[0]
+        r.leader_recovery_state = 0
+        r.leader_epoch = 0
+        r.partition_epoch = 0
+        r.directories = [dirs[b] for b in row] if with_dirs else []
+        r.eligible_leader_replicas = None
+        r.last_known_elr = None
+        r.unknown_tagged_fields = ()
+        a = _new(amv_cls)
+        _set(a, "message", r)
+        _set(a, "version", version)
+        append(a)
+        pid += 1
     return out
 
 
@@ -500,7 +529,7 @@ class TopicCreationMixin:
         result = CreatableTopicResult(name=topic.name, topic_id=topic_id, error_code=0, error_message=None)
         if describable:
             result.configs = self._effective_topic_configs(
-                {c.name: c.value for c in topic.configs if c.value is not None})
+                {c.name: c.value for c in topic.configs if c.value is not None}, view.config_cache)
             result.num_partitions = len(rows)
             result.replication_factor = len(rows[0])
             result.topic_config_error_code = int(Errors.NONE)
@@ -535,22 +564,22 @@ class TopicCreationMixin:
                            "currently fenced or in controlled shutdown.")
         return isrs
 
-    def _effective_topic_configs(self, creation_configs: Mapping[str, str]) -> list[Any]:
-        """The CreatableTopicConfigs of a created topic (Kafka's ``computeEffectiveTopicConfigs``,
-        sorted by name; a sensitive value is null).  The configuration manager resolves each
-        topic config from the request, the cluster default, the static config and the
-        definition's default."""
-        compute = getattr(self.configuration_control, "compute_effective_topic_configs", None)
-        if compute is None:
-            return []
-        entries = compute(creation_configs)
-        out = []
-        for name in sorted(entries):
-            entry = entries[name]
-            out.append(CreateTopicsResponse.CreatableTopicConfigs(
-                name=name, value=None if entry.is_sensitive else entry.value, read_only=entry.read_only,
-                config_source=int(entry.source), is_sensitive=entry.is_sensitive))
-        return out
+    def _effective_topic_configs(self, creation_configs: Mapping[str, str],
+                                 cache: dict[frozenset[tuple[str, str]], list[Any]]) -> list[Any]:
+        """The CreatableTopicConfigs of a created topic (Kafka's ``computeEffectiveTopicConfigs``:
+        every topic key resolved from the request, the dynamic cluster default, the static
+        config and the definition's default; sorted by name; a sensitive value is null).
+        Topics of one request with the same configs share one answer (``cache``): the state it
+        is computed from cannot change inside the operation."""
+        key = frozenset(creation_configs.items())
+        out = cache.get(key)
+        if out is None:
+            entries = self.configuration_control.compute_effective_topic_configs(creation_configs)
+            out = cache[key] = [CreateTopicsResponse.CreatableTopicConfigs(
+                name=name, value=entries[name].describe_value, read_only=entries[name].is_read_only,
+                config_source=int(entries[name].source), is_sensitive=entries[name].is_sensitive)
+                for name in sorted(entries)]
+        return list(out)
 
     # -- CreatePartitions --------------------------------------------------------------------
     def create_partitions(self, topics: Sequence[Any], *, validate_only: bool = False
