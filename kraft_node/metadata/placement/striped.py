@@ -317,11 +317,16 @@ class StripedReplicaPlacer:
         default_dir = cluster.default_dir
         dirs: dict[int, Uuid] = {}
         out = []
+        new, set_field = object.__new__, object.__setattr__
         for row in rows:
             for r in row:
                 if r not in dirs:
                     dirs[r] = default_dir(r)
-            out.append(PartitionAssignment(tuple(row), tuple([dirs[r] for r in row])))
+            # PartitionAssignment(replicas, directories) without its length check (equal here)
+            assignment = new(PartitionAssignment)
+            set_field(assignment, "replicas", tuple(row))
+            set_field(assignment, "directories", tuple([dirs[r] for r in row]))
+            out.append(assignment)
         return TopicAssignment(out)
 
     def place_columns(self, spec: PlacementSpec, cluster: ClusterDescriber) -> npt.NDArray[np.int32]:
