@@ -926,3 +926,48 @@ def test_created_topic_answers_its_effective_configs():
     assert (policy.value, policy.config_source) == ("compact", 1)  # DYNAMIC_TOPIC_CONFIG
     assert a.configs == b.configs
     assert {e.name: e.value for e in c.configs}["cleanup.policy"] == "delete"
+
+
+_BROKER_STATES = st.lists(st.sampled_from(["fenced", "unfenced", "shutting-down"]), min_size=1, max_size=7)
+_TOPICS = st.lists(st.tuples(st.integers(-1, 12), st.integers(-1, 4)), min_size=1, max_size=4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_BROKER_STATES, _TOPICS)
+def test_creation_on_any_cluster(states, topics):
+    # Whatever the brokers' states: a created partition has RF distinct registered replicas,
+    # its ISR is exactly its active replicas (unfenced, not in controlled shutdown) in replica
+    # order, its leader the first of them; a refused topic says why with Kafka's prefix and
+    # writes nothing; with every broker active and RF <= brokers, nothing is refused.
+    ctx = ReplicationControlTestContext(default_num_partitions=2, default_replication_factor=2)
+    ids = list(range(len(states)))
+    ctx.register_brokers(*ids)
+    ctx.unfence_brokers(*[b for b, s in zip(ids, states) if s != "fenced"])
+    ctx.in_controlled_shutdown_brokers(*[b for b, s in zip(ids, states) if s == "shutting-down"])
+    active = {b for b, s in zip(ids, states) if s == "unfenced"}
+    request = create_topics_request(*(creatable_topic(f"t{i}", n, rf) for i, (n, rf) in enumerate(topics)))
+    result = ctx.replication_control.create_topics(request)
+    ctx.replay(result.records)
+    for i, (n, rf) in enumerate(topics):
+        answer = find_result(result.response, f"t{i}")
+        n = 2 if n == -1 else n
+        rf = 2 if rf == -1 else rf
+        if n == 0 or rf == 0:
+            assert answer.error_code in (int(Errors.INVALID_PARTITIONS), int(Errors.INVALID_REPLICATION_FACTOR))
+            continue
+        if answer.error_code:
+            assert answer.error_code == int(Errors.INVALID_REPLICATION_FACTOR)
+            assert answer.error_message.startswith(f"Unable to replicate the partition {rf} time(s): ")
+            assert not (len(active) == len(ids) and rf <= len(ids))
+            assert ctx.replication_control.topic_id(f"t{i}") is None
+            continue
+        parts = ctx.replication_control.partitions(answer.topic_id)
+        assert sorted(parts) == list(range(n)) and (answer.num_partitions, answer.replication_factor) == (n, rf)
+        for reg in parts.values():
+            assert len(reg.replicas) == len(set(reg.replicas)) == rf and set(reg.replicas) <= set(ids)
+            assert reg.isr == tuple(b for b in reg.replicas if b in active) and reg.leader == reg.isr[0]
+            assert (reg.leader_epoch, reg.partition_epoch, reg.elr, reg.adding_replicas) == (0, 0, (), ())
+    other = Controller()
+    for offset, r in enumerate(result.records):
+        other.replay(r.message, offset)
+    check_invariants(other)

@@ -56,6 +56,7 @@ from kraft_node.metadata.controller.cluster_control import DirectoryId
 from kraft_node.metadata.controller.configuration_control import AlterConfigOp, ConfigResource
 from kraft_node.metadata.controller.errors import ApiError
 from kraft_node.metadata.controller.result import MAX_RECORDS_PER_USER_OP, ApiMessageAndVersion, ControllerResult
+from kraft_node.metadata.placement import PlacementSpec
 from kraft_node.metadata.versions import MetadataVersion
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.create_partitions import CreatePartitionsResponse
@@ -233,10 +234,12 @@ class KRaftClusterDescriber:
 class _WriteView:
     """What one write operation reads about brokers, each broker looked up once: whether it
     may be in a new ISR (registered, unfenced, not in controlled shutdown: Kafka's
-    ``ClusterControlManager.isActive``) and its default directory.  Valid for one operation
-    only: state changes only by replay, which never runs inside a write."""
+    ``ClusterControlManager.isActive``), its default directory, and the usable brokers the
+    placer walks for every topic (the view is itself the ClusterDescriber the placer gets).
+    Valid for one operation only: state changes only by replay, which never runs inside a
+    write, so every topic of a request sees what Kafka's per-call reads would."""
 
-    __slots__ = ("_cluster", "_describer", "_active", "_dirs", "metadata_version", "record_version",
+    __slots__ = ("_cluster", "_describer", "_active", "_dirs", "_usable", "metadata_version", "record_version",
                  "config_cache")
 
     def __init__(self, cluster: "ClusterControlManager", describer: KRaftClusterDescriber,
@@ -245,6 +248,7 @@ class _WriteView:
         self._describer = describer
         self._active: dict[int, bool] = {}
         self._dirs: dict[int, Uuid] = {}
+        self._usable: list[Any] | None = None
         self.metadata_version = metadata_version
         self.record_version = metadata_version.partition_record_version()
         #: a created topic's effective configs, by its creation configs (CreateTopics)
@@ -268,6 +272,11 @@ class _WriteView:
         if d is None:
             d = self._dirs[broker_id] = self._describer.default_dir(broker_id)
         return d
+
+    def usable_brokers(self) -> Iterator[Any]:
+        if self._usable is None:
+            self._usable = list(self._describer.usable_brokers())
+        return iter(self._usable)
 
 
 #: PartitionRecord's fields, which :func:`new_partition_records` sets one by one: a codegen
@@ -371,17 +380,17 @@ class TopicCreationMixin:
         names = self.topics_with_collision_chars.get(normalized)
         return None if names is None else list(names)
 
-    def _place(self, start: int, count: int, replication_factor: int) -> list[list[int]]:
+    def _place(self, start: int, count: int, replication_factor: int, view: _WriteView) -> list[list[int]]:
         """Kafka's ``replicaPlacer.place(new PlacementSpec(start, count, rf), clusterDescriber)``
-        as replica rows (the placer's columnar ``place_columns`` when it has one).  Raises the
-        placer's InvalidReplicationFactorError."""
-        from kraft_node.metadata.placement import PlacementSpec
+        as replica rows (the placer's columnar ``place_columns`` when it has one); ``view`` is
+        the describer (the cluster as this operation reads it).  Raises the placer's
+        InvalidReplicationFactorError."""
         spec = PlacementSpec(start, count, replication_factor)
         columns = getattr(self.replica_placer, "place_columns", None)
         if columns is not None:
-            rows: list[list[int]] = columns(spec, self.cluster_describer).tolist()
+            rows: list[list[int]] = columns(spec, view).tolist()
             return rows
-        return [list(a.replicas) for a in self.replica_placer.place(spec, self.cluster_describer).assignments]
+        return [list(a.replicas) for a in self.replica_placer.place(spec, view).assignments]
 
     def validate_manual_partition_assignment(self, replicas: Sequence[int],
                                              replication_factor: int | None) -> None:
@@ -518,7 +527,7 @@ class TopicCreationMixin:
         else:
             num_partitions = self.default_num_partitions if topic.num_partitions == -1 else topic.num_partitions
             rf = self.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
-            rows = self._place_or_explain(0, num_partitions, rf)
+            rows = self._place_or_explain(0, num_partitions, rf, view)
             isrs = self._isrs_or_explain(rows, rf, view)
 
         # Kafka: context.applyPartitionChangeQuota(numPartitions) here -- controller mutation
@@ -540,11 +549,12 @@ class TopicCreationMixin:
         records.extend(config_records)
         records.extend(new_partition_records(topic_id, 0, rows, isrs, view))
 
-    def _place_or_explain(self, start: int, count: int, replication_factor: int) -> list[list[int]]:
+    def _place_or_explain(self, start: int, count: int, replication_factor: int,
+                          view: _WriteView) -> list[list[int]]:
         """Placement for CreateTopics: the placer's InvalidReplicationFactorError becomes
         "Unable to replicate the partition RF time(s): <the placer's reason>"."""
         try:
-            return self._place(start, count, replication_factor)
+            return self._place(start, count, replication_factor, view)
         except ApiError as exc:
             if exc.error != Errors.INVALID_REPLICATION_FACTOR:
                 raise
@@ -637,7 +647,7 @@ class TopicCreationMixin:
                 rows.append(replicas)
         else:
             # The placer's own error goes out as it is here (Kafka adds no prefix).
-            rows = self._place(current, additional, replication_factor)
+            rows = self._place(current, additional, replication_factor, view)
         isrs = self._isrs_or_explain(rows, replication_factor, view)
         if len(records) + len(rows) > MAX_RECORDS_PER_USER_OP:
             raise ExcessivelyLargeBatchError()
