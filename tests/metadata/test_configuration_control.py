@@ -180,6 +180,9 @@ def test_subtract_removes_one_occurrence_and_append_of_nothing():
         rec(TOPIC, "mytopic", "abc", "a,b,a,c,")]
     assert c.incremental_alter_config(MYTOPIC, {"abc": (APPEND, None)}, True).response == err(
         Errors.INVALID_REQUEST, "Null value not supported for : abc")
+    # a wire op id Kafka does not define (ConfigAdminManager's message)
+    assert c.incremental_alter_config(MYTOPIC, {"abc": (7, "x")}, True) == ControllerResult.atomic_of(
+        [], err(Errors.INVALID_REQUEST, "Unknown operations type 7"))
 
 
 def test_incremental_alter_configs_without_existence():
@@ -627,3 +630,23 @@ def test_random_valid_alters_replayed_equal_the_model(batches):
     for i, r in enumerate(c.snapshot_records()):
         fresh.replay(r.message, i)
     assert fresh.all_configs() == model
+
+
+level_maps = st.dictionaries(st.sampled_from(["log.retention.ms", "log.retention.minutes", "log.retention.hours",
+                                              "min.insync.replicas", "log.roll.hours", "log.cleanup.policy"]),
+                             st.sampled_from(["1", "2", "30", "compact"]), max_size=4)
+
+
+@settings(max_examples=100, deadline=None)
+@given(level_maps, level_maps, level_maps, st.dictionaries(st.sampled_from(["retention.ms", "min.insync.replicas"]),
+                                                           st.sampled_from(["5", "6"]), max_size=2))
+def test_the_fast_effective_value_equals_the_full_resolution(static, cluster, node, topic):
+    c = ConfigurationControlManager(SnapshotRegistry(), static_config=static, node_id=1)
+    offset = 0
+    for name, configs in (("", cluster), ("1", node)):
+        for key, value in configs.items():
+            c.replay(rec(BROKER, name, key, value).message, offset := offset + 1)
+    for key, value in topic.items():
+        c.replay(rec(TOPIC, "t", key, value).message, offset := offset + 1)
+    for key in ("retention.ms", "min.insync.replicas", "segment.ms", "cleanup.policy", "segment.jitter.ms"):
+        assert c.topic_config("t", key) == c.topic_config_entry("t", key).value

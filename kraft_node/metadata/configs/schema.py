@@ -152,6 +152,25 @@ class KafkaConfigSchema:
         return ConfigEntry(key, value, source, sensitive, False, config_key.type, config_key.documentation or None,
                            listed if include_synonyms else ())
 
+    def effective_topic_value(self, key: str, static_node_config: Mapping[str, str],
+                              dynamic_cluster_configs: Mapping[str, str], dynamic_node_configs: Mapping[str, str],
+                              dynamic_topic_configs: Mapping[str, str]) -> str | None:
+        """Just the value :meth:`resolve_effective_topic_config` resolves (the controller's hot
+        path: ``min.insync.replicas`` on ISR changes)."""
+        value = dynamic_topic_configs.get(key)
+        if value is not None:
+            return value
+        synonyms = self.topic_synonyms.get(key, ())
+        for config_map in (dynamic_node_configs, dynamic_cluster_configs, static_node_config):
+            for synonym in synonyms:
+                value = config_map.get(synonym.name)
+                if value is not None:
+                    return synonym.converter(value)
+        config_key = self._key(ConfigResourceType.TOPIC, key)
+        if config_key is None:
+            raise KeyError(f"Unknown topic config name: {key}")
+        return config_key.default_string
+
     def resolve_effective_topic_configs(self, static_node_config: Mapping[str, str],
                                         dynamic_cluster_configs: Mapping[str, str],
                                         dynamic_node_configs: Mapping[str, str],

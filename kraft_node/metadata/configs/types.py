@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -346,7 +347,7 @@ class ConfigKey:
     def has_default(self) -> bool:
         return self.default is not NO_DEFAULT
 
-    @property
+    @functools.cached_property
     def default_string(self) -> str | None:
         """The default as config text (``ConfigDef.convertToString``), None when null or absent."""
         return convert_to_string(self.default, self.type) if self.has_default else None

@@ -139,6 +139,38 @@ class _ElrFeature(Protocol):
     def is_elr_enabled(self, *, epoch: int = ...) -> bool: ...
 
 
+_MISSING = object()
+
+
+class _ConfigsView(Mapping[str, str]):
+    """A read-only view of one resource's configs at an epoch, without copying them (effective
+    values look up a few keys per call: ``min_isr`` runs on every ISR change)."""
+
+    __slots__ = ("_configs", "_epoch")
+
+    def __init__(self, configs: Any, epoch: int):
+        self._configs, self._epoch = configs, epoch
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return default if self._configs is None else self._configs.get(key, default, epoch=self._epoch)
+
+    def __getitem__(self, key: str) -> str:
+        value = _MISSING if self._configs is None else self._configs.get(key, _MISSING, epoch=self._epoch)
+        if value is _MISSING:
+            raise KeyError(key)
+        assert isinstance(value, str)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return self._configs is not None and self._configs.contains(key, self._epoch)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(() if self._configs is None else list(self._configs.keys(self._epoch)))
+
+    def __len__(self) -> int:
+        return 0 if self._configs is None else int(self._configs.size(self._epoch))
+
+
 def _config_record(resource: ConfigResource, key: str, value: str | None) -> ApiMessageAndVersion:
     return ApiMessageAndVersion(m.ConfigRecord(resource_type=int(resource.type), resource_name=resource.name,
                                                name=key, value=value), 0)
@@ -280,18 +312,24 @@ class ConfigurationControlManager:
         return out
 
     # ------------------------------------------------------------------ effective values
+    def _view(self, resource: ConfigResource, epoch: int) -> _ConfigsView:
+        return _ConfigsView(self.config_data.get(resource, epoch=epoch), epoch)
+
     def topic_config_entry(self, topic_name: str, key: str, *, epoch: int = LATEST_EPOCH,
                            include_synonyms: bool = False) -> ConfigEntry:
         """A topic key's effective value and source: topic override, this node's dynamic
         config, the cluster's, the static config, the default (KeyError for a key that is not
         a topic config)."""
+        node = {} if self.node_id is None else self._view(ConfigResource.broker(str(self.node_id)), epoch)
         return self.schema.resolve_effective_topic_config(
-            key, self.static_config, self.cluster_config(epoch=epoch), self.current_controller_config(epoch=epoch),
-            self.configs(ConfigResource.topic(topic_name), epoch=epoch), include_synonyms=include_synonyms)
+            key, self.static_config, self._view(DEFAULT_NODE, epoch), node,
+            self._view(ConfigResource.topic(topic_name), epoch), include_synonyms=include_synonyms)
 
     def topic_config(self, topic_name: str, key: str, *, epoch: int = LATEST_EPOCH) -> str | None:
         """A topic key's effective value (None when it resolves to a null default)."""
-        return self.topic_config_entry(topic_name, key, epoch=epoch).value
+        node = {} if self.node_id is None else self._view(ConfigResource.broker(str(self.node_id)), epoch)
+        topic = self._view(ConfigResource(ConfigResourceType.TOPIC, topic_name), epoch)
+        return self.schema.effective_topic_value(key, self.static_config, self._view(DEFAULT_NODE, epoch), node, topic)
 
     def min_isr(self, topic_name: str, *, epoch: int = LATEST_EPOCH) -> int:
         """The topic's effective ``min.insync.replicas``."""
@@ -383,7 +421,9 @@ class ConfigurationControlManager:
         current = self.configs(resource)
         new_records: list[ApiMessageAndVersion] = []
         for key, (op_code, op_value) in key_to_ops.items():
-            op = AlterConfigOp(op_code)
+            op = AlterConfigOp.for_id(int(op_code))
+            if op is None:
+                return ApiError(Errors.INVALID_REQUEST, f"Unknown operations type {op_code}")
             current_value = current.get(key)
             new_value = current_value
             if op is AlterConfigOp.SET:
