@@ -110,6 +110,9 @@ class UnwritableMetadataError(Exception):
 # Values
 # ---------------------------------------------------------------------------
 
+_EIGHT_ZEROS = bytes(8)
+
+
 class DirectoryId:
     """Kafka's reserved log-directory ids (KIP-858).  The first 100 ids (most significant
     64 bits zero, least significant below 100, signed) are reserved and never name a real
@@ -124,7 +127,10 @@ class DirectoryId:
 
     @staticmethod
     def reserved(uuid: Uuid) -> bool:
-        return uuid.most_significant_bits == 0 and uuid.least_significant_bits < 100
+        """Most significant 64 bits zero and the least significant, signed, below 100 (a
+        random id fails the first byte compare)."""
+        raw = uuid.bytes
+        return raw[:8] == _EIGHT_ZEROS and int.from_bytes(raw[8:], "big", signed=True) < 100
 
     @staticmethod
     def migrating_tuple(n: int) -> tuple[Uuid, ...]:
