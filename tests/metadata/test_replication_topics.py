@@ -203,9 +203,12 @@ def test_create_topic_with_collision_chars():
     ctx.unfence_brokers(0, 1, 2)
     initial = ctx.create_test_topic_placed("foo.bar", 2, 2)
     assert ctx.replication_control.topic(initial.topic_id).num_partitions() == 2
-    # while foo.bar exists, foo_bar collides with it
+    # while foo.bar exists, foo_bar collides with it, and foo.bar itself already exists (Kafka's
+    # TOPIC_ALREADY_EXISTS replaces the collision foo.bar has with itself)
     colliding = ctx.create_test_topic_placed("foo_bar", 1, 1, Errors.INVALID_TOPIC_EXCEPTION)
     assert colliding.error_message == "Topic 'foo_bar' collides with existing topic: foo.bar"
+    again = ctx.create_test_topic_placed("foo.bar", 1, 1, Errors.TOPIC_ALREADY_EXISTS)
+    assert again.error_message == "Topic 'foo.bar' already exists."
     ctx.delete_topic(initial.topic_id)
     recreated = ctx.create_test_topic_placed("foo.bar", 4, 2)
     assert recreated.topic_id != initial.topic_id

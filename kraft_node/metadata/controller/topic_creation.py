@@ -432,15 +432,17 @@ class TopicCreationMixin:
         topics = list(request.topics)
         topic_errors: dict[str, ApiError] = {}
         seen: set[str] = set()
+        duplicates: set[str] = set()
         for topic in topics:
             if topic.name in seen:
+                duplicates.add(topic.name)
                 topic_errors[topic.name] = ApiError(Errors.INVALID_REQUEST, "Duplicate topic name.")
             seen.add(topic.name)
         validate_total_number_of_partitions((t for t in topics if t.name not in topic_errors),
                                             self.default_num_partitions)
         validate_new_topic_names(topic_errors, topics, self._colliding)
-        for topic in topics:
-            if topic.name not in topic_errors and self.topics_by_name.contains(topic.name):
+        for topic in topics:  # overrides a name error (an existing foo.bar "collides" with itself)
+            if topic.name not in duplicates and self.topics_by_name.contains(topic.name):
                 topic_errors[topic.name] = ApiError(Errors.TOPIC_ALREADY_EXISTS,
                                                     f"Topic '{topic.name}' already exists.")
         config_changes = compute_config_changes(topic_errors, topics)
