@@ -4,7 +4,7 @@ and the replay of what it wrote (TopicRecords, then each topic's PartitionRecord
 
     python benchmarks/bench_topic_creation.py [--topics 1000] [--partitions 100] [--rf 3]
         [--brokers 100] [--racks 3] [--topics-per-request 99] [--replay bulk|records]
-        [--runs 3] [--json F]
+        [--gc on|off|freeze] [--runs 3] [--json F]
 
 The workload: ``--brokers`` registered and unfenced brokers in ``--racks`` racks (one log
 directory each), then ``--topics`` topics of ``--partitions`` partitions and ``--rf``
@@ -14,6 +14,11 @@ before the next request, as the controller does.  ``--replay bulk`` replays a re
 PartitionRecords with ``replay_partitions`` (one index write per broker and directory per
 topic); ``records`` replays them one ``replay`` call each (the QuorumController's per-record
 path today).  The placer is Kafka's StripedReplicaPlacer (its columnar ``place_columns``).
+
+``--gc``: ``on`` (default) leaves Python's collector as a node runs it; ``off`` disables it
+for the timed part (what-if: the collector's share); ``freeze`` calls ``gc.freeze()`` after
+each request's replay (what-if: a controller that moves its committed state out of the
+collector's generations, as ``kraft-server-start`` does once at start).
 
 What is timed: ``create`` (create_topics calls), ``replay`` (replays), ``total`` (both); a
 partition count over ``total`` is the end-to-end rate.  Not timed: registering the brokers,
@@ -121,6 +126,8 @@ def one_run(args: argparse.Namespace, run: int) -> dict[str, Any]:
     create_s = replay_s = 0.0
     n_records = 0
     gc.collect()
+    if args.gc == "off":
+        gc.disable()
     for req in reqs:
         t0 = time.perf_counter()
         result = rc.create_topics(req)
@@ -132,6 +139,10 @@ def one_run(args: argparse.Namespace, run: int) -> dict[str, Any]:
         n_records += len(result.records)
         bad = [t for t in result.response.topics if t.error_code != 0]
         assert not bad, bad[:3]
+        if args.gc == "freeze":
+            gc.freeze()
+    gc.enable()
+    gc.unfreeze()
     partitions = args.topics * args.partitions
     # the state is what was asked for
     topics = rc.topics()
@@ -156,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--racks", type=int, default=3)
     p.add_argument("--topics-per-request", type=int, default=99)
     p.add_argument("--replay", choices=("bulk", "records"), default="bulk")
+    p.add_argument("--gc", choices=("on", "off", "freeze"), default="on")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--json")
     args = p.parse_args(argv)

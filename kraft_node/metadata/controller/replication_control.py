@@ -1,5 +1,7 @@
-"""Kafka's ReplicationControlManager, replay side: topics, partitions, and the reverse
-indexes that make per-broker questions cheap.
+"""Kafka's ReplicationControlManager: topics, partitions, and the reverse indexes that make
+per-broker questions cheap.  This module is the state and its replay; the write side of
+CreateTopics / CreatePartitions / DeleteTopics and the topic-id lookups is mixed in from
+:mod:`.topic_creation` (the constructor's keyword arguments wire it).
 
 Why this shape: every write the next issue adds (CreateTopics, AlterPartition, fencing,
 elections, reassignment) reads the state built here and must see it exactly as Kafka lays
@@ -16,7 +18,8 @@ only what changes).  So the state mirrors Kafka's ``ReplicationControlManager``:
 * :class:`BrokersToElrs`: the same for eligible leader replicas (KIP-966), without flags;
 * ``reassigning_topics`` (topic id -> partitions with adding/removing replicas),
   ``imbalanced_partitions`` (leader is not the preferred replica),
-  ``directories_to_partitions`` (log directory id -> partitions placed in it),
+  ``directories_to_partitions`` (log directory id -> :class:`DirectoryPartitions`, the
+  partitions placed in it, grouped by topic),
   ``topics_with_collision_chars`` (``foo.bar``/``foo_bar`` both normalise to ``foo_bar``).
 
 Invariants (checked by tests/metadata/test_replay_managers.py after every fixture replay):
@@ -40,6 +43,11 @@ stale entries that its readers happen to tolerate, ours are exact):
 * RemoveTopicRecord drops a partition's directory entries even when its ISR is empty
   (Kafka does it inside the loop over ISR members), and an index entry whose broker is left
   with no topic is removed rather than kept empty.
+
+Replaying many new partitions: ``replay_partitions(records)`` gives the state replaying each
+record gives, but indexes a run of new partitions of one topic with one write per broker and
+per directory (what a topic creation writes); the QuorumController may hand it a batch's
+consecutive PartitionRecords.
 
 ``snapshot_records(epoch)`` writes the state as Kafka's image writers do (per topic: its
 TopicRecord, then its partitions), at the record versions Kafka uses for the
