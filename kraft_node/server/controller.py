@@ -39,7 +39,7 @@ import asyncio
 import logging
 import random
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from kraft_node.metadata.controller.bootstrap import BootstrapMetadata
 from kraft_node.metadata.controller.events import EventQueue
@@ -49,6 +49,7 @@ from kraft_node.network import KafkaConnection
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.controller_registration import ControllerRegistrationRequest
 from kraft_node.server.controller_apis import ControllerApis
+from kraft_node.server.topic_apis import TopicApis
 from kraft_storage.messages.runtime import Uuid
 
 log = logging.getLogger("kraft.controller")
@@ -344,12 +345,16 @@ class NodeControllerSettings:
     """What the node gives its controller as ``settings``: the ControllerSettings (Kafka's
     controller keys, read as attributes) plus ``voter_ids``, the static voters of
     ``controller.quorum.voters`` (empty for a dynamic quorum, as Kafka's
-    ``QuorumConfig.parseVoterIds``).  The feature manager refuses a feature level some voter
-    has not registered support for (KIP-919), so it must know the voters."""
+    ``QuorumConfig.parseVoterIds``), and ``static_config``, the node's properties.  The
+    feature manager refuses a feature level some voter has not registered support for
+    (KIP-919), so it must know the voters."""
 
-    def __init__(self, settings: Any, voter_ids: Sequence[int] = ()) -> None:
+    def __init__(self, settings: Any, voter_ids: Sequence[int] = (),
+                 static_config: Mapping[str, str] | None = None) -> None:
         self._settings = settings
         self.voter_ids = tuple(voter_ids)
+        #: server.properties as read: the STATIC_BROKER_CONFIG level of effective config values
+        self.static_config = dict(static_config or {})
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._settings, name)
@@ -395,13 +400,14 @@ class ControllerServer:
             fatal_fault_handler=self._fatal, managers=install_managers)
         self.apis = ControllerApis(self.controller, node_id=node_id, settings=settings,
                                    clock_ns=clock_ns)
+        self.topic_apis = TopicApis(self.controller, node_id=node_id, clock_ns=clock_ns)
         #: KIP-919 self-registration, set by the node before start (None: not registering)
         self.registration: ControllerRegistrationManager | None = None
         self._closed = False
 
     def handlers(self) -> dict[int, Callable]:
         """API key -> handler for the node's routing table (the controller RPCs)."""
-        return self.apis.handlers()
+        return {**self.apis.handlers(), **self.topic_apis.handlers()}
 
     def start(self) -> None:
         """Run the queue on the running loop (call before the driver's first poll), and the

@@ -318,7 +318,8 @@ def _build_controller(config: NodeConfig, driver: RaftDriver,
         log.info("node %d: %s holds records that are not metadata records (written by --demo-writer); "
                  "running Raft only, without the controller", config.node_id, config.metadata_partition_dir)
         return None
-    settings = NodeControllerSettings(config.controller_settings, [v.id for v in config.voters])
+    settings = NodeControllerSettings(config.controller_settings, [v.id for v in config.voters],
+                                      static_config=config.props)
     server = ControllerServer(node_id=config.node_id, cluster_id=driver.cluster_id, raft=driver,
                               metadata_log_dir=config.metadata_log_dir, settings=settings, metrics=metrics)
     if metrics is not None:

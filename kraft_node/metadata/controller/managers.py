@@ -14,7 +14,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from kraft_node.metadata.controller.cluster_control import ClusterControlManager
-from kraft_node.metadata.controller.configuration_control import ConfigurationControlManager
+from kraft_node.metadata.controller.configuration_control import (
+    ConfigurationControlManager,
+    config_resource_existence_checker,
+)
 from kraft_node.metadata.controller.errors import ApiError
 from kraft_node.metadata.controller.features import FeatureControlManager, QuorumFeatures
 from kraft_node.metadata.controller.periodic import PeriodicTask, PeriodicTaskControlManager
@@ -54,12 +57,22 @@ DEFAULTS = {
     "metadata_log_max_snapshot_interval_ms": 3_600_000,
     "controller_performance_sample_period_ms": 60_000,
     "controller_performance_always_log_threshold_ms": 2000,
+    "num_partitions": 1,
+    "default_replication_factor": 1,
+    "leader_imbalance_check_interval_seconds": 300,
 }
 
 #: Periodic task names (Kafka's).
 FENCE_STALE_BROKERS = "maybeFenceStaleBroker"
 WRITE_NO_OP = "writeNoOpRecord"
 PERFORMANCE_LOG = "generatePeriodicPerformanceMessage"
+
+
+def static_config(ctl: "QuorumController") -> dict[str, str]:
+    """The node's server.properties as read (``settings.static_config``; empty when the
+    controller runs without a node): the static level of effective config values."""
+    raw = getattr(ctl.settings, "static_config", None) if ctl.settings is not None else None
+    return {str(k): str(v) for k, v in dict(raw or {}).items()}
 
 
 def setting(ctl: "QuorumController", name: str) -> int:
@@ -115,12 +128,20 @@ def install_default_managers(ctl: "QuorumController") -> None:
     features = FeatureControlManager(reg, QuorumFeatures(ctl.node_id, supported_features(), list(voters)),
                                      kraft_version_accessor=RaftKRaftVersion(ctl))
     session_ms = setting(ctl, "broker_session_timeout_ms")
-    configs = ConfigurationControlManager(reg)
-    replication = ReplicationControlManager(reg, configs, metadata_version=replication_metadata_version(ctl, features))
     cluster = ClusterControlManager(reg, cluster_id=ctl.cluster_id, feature_control=features, clock_ms=ctl.clock_ms,
                                     session_timeout_ms=session_ms,
-                                    has_leaderships=lambda b: replication.has_leaderships(b))
+                                    has_leaderships=lambda b: ctl.replication_control.has_leaderships(b))
     features.cluster_support = cluster
+    configs = ConfigurationControlManager(
+        reg, static_config=static_config(ctl), node_id=ctl.node_id, feature_control=features,
+        existence_checker=config_resource_existence_checker(
+            broker_registered=lambda b: cluster.registration(b) is not None,
+            is_controller_id=lambda n: n in voters or cluster.controller_registration(n) is not None,
+            topic_exists=lambda name: ctl.replication_control.topic_id(name) is not None))
+    replication = ReplicationControlManager(
+        reg, configs, cluster_control=cluster, feature_control=features,
+        default_num_partitions=setting(ctl, "num_partitions"),
+        default_replication_factor=setting(ctl, "default_replication_factor"))
     pids = ProducerIdControlManager(reg, cluster)
     ctl.feature_control = features
     ctl.cluster_control = cluster

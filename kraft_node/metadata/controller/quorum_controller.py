@@ -38,7 +38,7 @@ never skips a record.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from kraft_node.metadata.controller.bootstrap import BootstrapMetadata
 from kraft_node.metadata.controller.errors import (
@@ -121,6 +121,13 @@ class ControllerFuture(Generic[T]):
         self._result: Any = None
         self._exc: BaseException | None = None
         self._callbacks: list[Callable[["ControllerFuture[T]"], None]] = []
+
+    @classmethod
+    def completed(cls, value: T) -> "ControllerFuture[T]":
+        """A future already answered (requests with nothing to do skip the queue)."""
+        future: ControllerFuture[T] = cls()
+        future.set_result(value)
+        return future
 
     def done(self) -> bool:
         return self._done
@@ -265,6 +272,8 @@ class QuorumController:
     replication_control: "ReplicationControlManager"
     configuration_control: "ConfigurationControlManager"
     periodic_control: "PeriodicTaskControlManager"
+    #: AlterPartition, elections, reassignments and broker-driven partition changes
+    partition_ops: Any
     security_managers: list[Any]
 
     def __init__(self, *, node_id: int, cluster_id: str, raft: ControllerRaft, queue: Any,
@@ -739,6 +748,127 @@ class QuorumController:
         """(finalized levels, the offset they are read at) of the committed state."""
         return self.append_read("finalizedFeatures",
                                 lambda e: (self.feature_control.finalized_features(epoch=e), e),
+                                deadline_ns=deadline_ns)
+
+    # -- topics, partitions and configs (issue 22): Kafka's Controller methods of the same names.
+    # An empty request is answered at once, without an event (Kafka's testEarlyControllerResults);
+    # ``validate_only`` runs the operation and drops its records (Kafka's withoutRecords).
+
+    def create_topics(self, request: Any, describable: set[str] | None = None, *,
+                      deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """CreateTopics: a CreateTopicsResponse data object with one result per topic
+        (validate_only is the request's flag, handled by the manager)."""
+        if not request.topics:
+            from kraft_node.protocol.generated.create_topics import CreateTopicsResponse
+            return ControllerFuture.completed(CreateTopicsResponse(throttle_time_ms=0, topics=[]))
+        return self.append_write(
+            "createTopics", lambda: self.replication_control.create_topics(request, describable),
+            deadline_ns=deadline_ns)
+
+    def create_partitions(self, topics: Sequence[Any], validate_only: bool, *,
+                          deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """CreatePartitions: a list of CreatePartitionsTopicResult."""
+        if not topics:
+            return ControllerFuture.completed([])
+
+        def op() -> ControllerResult[Any]:
+            result = self.replication_control.create_partitions(list(topics))
+            return result.without_records() if validate_only else result
+        return self.append_write("createPartitions", op, deadline_ns=deadline_ns)
+
+    def delete_topics(self, ids: Iterable[Any], *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """DeleteTopics by id: {topic id: ApiError or None}; one RemoveTopicRecord a topic."""
+        ids = list(ids)
+        if not ids:
+            return ControllerFuture.completed({})
+        return self.append_write("deleteTopics", lambda: self.replication_control.delete_topics(ids),
+                                 deadline_ns=deadline_ns)
+
+    def find_topic_ids(self, names: Iterable[str], *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """{name: topic id or ApiError} at the committed offset."""
+        names = list(names)
+        if not names:
+            return ControllerFuture.completed({})
+        return self.append_read("findTopicIds", lambda e: self.replication_control.find_topic_ids(e, names),
+                                deadline_ns=deadline_ns)
+
+    def find_topic_names(self, ids: Iterable[Any], *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """{topic id: name or ApiError} at the committed offset."""
+        ids = list(ids)
+        if not ids:
+            return ControllerFuture.completed({})
+        return self.append_read("findTopicNames", lambda e: self.replication_control.find_topic_names(e, ids),
+                                deadline_ns=deadline_ns)
+
+    def find_all_topic_ids(self, *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        return self.append_read("findAllTopicIds", lambda e: self.replication_control.find_all_topic_ids(e),
+                                deadline_ns=deadline_ns)
+
+    def alter_partition(self, request: Any, version: int, *,
+                        deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """AlterPartition from a partition leader: an AlterPartitionResponse data object."""
+        if not request.topics:
+            from kraft_node.protocol.generated.alter_partition import AlterPartitionResponse
+            return ControllerFuture.completed(AlterPartitionResponse(throttle_time_ms=0, error_code=0, topics=[]))
+        return self.append_write("alterPartition", lambda: self.partition_ops.alter_partition(request, version),
+                                 deadline_ns=deadline_ns)
+
+    def elect_leaders(self, request: Any, *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """ElectLeaders (preferred or unclean); ``topic_partitions`` None means every partition."""
+        if request.topic_partitions is not None and not request.topic_partitions:
+            from kraft_node.protocol.generated.elect_leaders import ElectLeadersResponse
+            return ControllerFuture.completed(ElectLeadersResponse(throttle_time_ms=0, error_code=0,
+                                                                   replica_election_results=[]))
+        return self.append_write("electLeaders", lambda: self.partition_ops.elect_leaders(request),
+                                 deadline_ns=deadline_ns)
+
+    def alter_partition_reassignments(self, request: Any, *,
+                                      deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        if not request.topics:
+            from kraft_node.protocol.generated.alter_partition_reassignments import (
+                AlterPartitionReassignmentsResponse,
+            )
+            return ControllerFuture.completed(AlterPartitionReassignmentsResponse(
+                throttle_time_ms=0, error_code=0, error_message=None, responses=[]))
+        return self.append_write(
+            "alterPartitionReassignments", lambda: self.partition_ops.alter_partition_reassignments(request),
+            deadline_ns=deadline_ns)
+
+    def list_partition_reassignments(self, topics: Sequence[Any] | None, *,
+                                     deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """ListPartitionReassignments at the committed offset (``topics`` None: all)."""
+        return self.append_read(
+            "listPartitionReassignments",
+            lambda e: self.partition_ops.list_partition_reassignments(topics, epoch=e),
+            deadline_ns=deadline_ns)
+
+    def incremental_alter_configs(self, changes: Mapping[Any, Mapping[str, Any]], validate_only: bool, *,
+                                  deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """IncrementalAlterConfigs: {ConfigResource: ApiError}."""
+        if not changes:
+            return ControllerFuture.completed({})
+
+        def op() -> ControllerResult[Any]:
+            result = self.configuration_control.incremental_alter_configs(changes, False)
+            return result.without_records() if validate_only else result
+        return self.append_write("incrementalAlterConfigs", op, deadline_ns=deadline_ns)
+
+    def legacy_alter_configs(self, changes: Mapping[Any, Mapping[str, str | None]], validate_only: bool, *,
+                             deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """AlterConfigs (the legacy API, which replaces a resource's whole config set)."""
+        if not changes:
+            return ControllerFuture.completed({})
+
+        def op() -> ControllerResult[Any]:
+            result = self.configuration_control.legacy_alter_configs(changes, False)
+            return result.without_records() if validate_only else result
+        return self.append_write("legacyAlterConfigs", op, deadline_ns=deadline_ns)
+
+    def describe_configs(self, resources: Mapping[Any, Any], *,
+                         deadline_ns: int | None = None) -> ControllerFuture[Any]:
+        """The stored overrides of each resource, at the committed offset."""
+        return self.append_read("describeConfigs",
+                                lambda e: self.configuration_control.describe_configs(resources, epoch=e),
                                 deadline_ns=deadline_ns)
 
     def _kraft_version(self) -> int:
