@@ -884,13 +884,16 @@ def test_bulk_replay_refuses_what_one_by_one_refuses():
                              leader_recovery_state=0, leader_epoch=0, partition_epoch=0)
     bad = m.PartitionRecord(topic_id=topic, partition_id=1, replicas=[1, 2], isr=[1], leader=1,
                             leader_recovery_state=0, leader_epoch=0, partition_epoch=0, directories=[Uuid.random()])
-    with pytest.raises(ReplayError, match="The lengths for replicas and directories do not match"):
+    with pytest.raises(ReplayError, match="The lengths for replicas and directories do not match") as err:
         ctl.replication.replay_partitions([good, bad])
+    assert err.value.index == 1  # the caller can name the failing record's offset
     assert set(ctl.replication.partitions(topic)) == {0}  # what came before the bad record stays
-    with pytest.raises(ReplayError, match="but no topic with that ID was found"):
-        ctl.replication.replay_partitions([m.PartitionRecord(topic_id=Uuid.random(), partition_id=0)])
-    with pytest.raises(ReplayError, match="takes PartitionRecords"):
+    with pytest.raises(ReplayError, match="but no topic with that ID was found") as err:
+        ctl.replication.replay_partitions([good, m.PartitionRecord(topic_id=Uuid.random(), partition_id=0)])
+    assert err.value.index == 1
+    with pytest.raises(ReplayError, match="takes PartitionRecords") as err:
         ctl.replication.replay_partitions([m.TopicRecord(name="x", topic_id=Uuid.random())])
+    assert err.value.index == 0
 
 
 def test_partition_record_slots_are_the_ones_creation_sets():

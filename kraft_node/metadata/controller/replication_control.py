@@ -179,6 +179,16 @@ class TopicIdPartition(NamedTuple):
         return f"{self.topic_id}:{self.partition_id}"
 
 
+class PartitionReplayError(ReplayError):
+    """A record of :meth:`ReplicationControlManager.replay_partitions` that cannot be applied:
+    ``index`` is its position in the records given (the ones before it were applied), so a
+    caller can name its offset."""
+
+    def __init__(self, message: str, index: int):
+        super().__init__(message)
+        self.index = index
+
+
 class InvalidReplicaDirectoriesError(ValueError):
     """A record whose directories do not pair up with its replicas (Kafka's
     InvalidReplicaDirectoriesException)."""
@@ -745,51 +755,55 @@ class ReplicationControlManager(TopicCreationMixin):
         the same resulting state as replaying them one by one, but a run of records that
         create new partitions of one topic costs one index write per broker and directory
         instead of one per replica (the path a topic creation's records take).  A record that
-        cannot be applied raises ReplayError after every record before it was applied, as the
-        one-by-one replay would.  New partitions are logged once per run at INFO (the
+        cannot be applied raises :class:`PartitionReplayError` (a ReplayError naming the record's
+        index in ``records``) after every record before it was applied, as the one-by-one
+        replay would.  New partitions are logged once per run at INFO (the
         partitions at DEBUG), where the one-by-one replay logs each at INFO."""
         i, n = 0, len(records)
-        while i < n:
-            record = records[i]
-            if record.API_KEY != m.PartitionRecord.API_KEY:
-                raise ReplayError(f"replay_partitions takes PartitionRecords, not {type(record).__name__}")
-            topic = self._topic_for_partition(record)
-            parts = topic.parts
-            pids: list[int] = []
-            regs: list[PartitionRegistration] = []
-            seen: set[int] = set()
-            topic_id = record.topic_id
-            failure: BaseException | None = None
-            key = m.PartitionRecord.API_KEY
-            from_record = PartitionRegistration.from_record
-            contains = parts.contains
+        try:
             while i < n:
                 record = records[i]
-                pid = record.partition_id
-                rec_topic = record.topic_id
-                if (record.API_KEY != key or (rec_topic is not topic_id and rec_topic != topic_id)
-                        or pid in seen or contains(pid)):
-                    break
-                try:
-                    regs.append(from_record(record))
-                except ValueError as exc:
-                    failure = exc
-                    break
-                pids.append(pid)
-                seen.add(pid)
-                i += 1
-            if pids:
-                self._add_new_partitions(topic, pids, regs)
-                log.info("Replayed %d PartitionRecord(s) for new partitions of %s with topic ID %s.",
-                         len(pids), topic.name, topic_id)
-                if log.isEnabledFor(logging.DEBUG):
-                    for pid, reg in zip(pids, regs):
-                        log.debug("New partition %s-%d: %s", topic.name, pid, reg)
-            if failure is not None:
-                raise ReplayError(str(failure)) from failure
-            if not pids:
-                self.replay(records[i], -1)  # an existing partition, or a repeat in this run
-                i += 1
+                if record.API_KEY != m.PartitionRecord.API_KEY:
+                    raise ReplayError(f"replay_partitions takes PartitionRecords, not {type(record).__name__}")
+                topic = self._topic_for_partition(record)
+                parts = topic.parts
+                pids: list[int] = []
+                regs: list[PartitionRegistration] = []
+                seen: set[int] = set()
+                topic_id = record.topic_id
+                failure: BaseException | None = None
+                key = m.PartitionRecord.API_KEY
+                from_record = PartitionRegistration.from_record
+                contains = parts.contains
+                while i < n:
+                    record = records[i]
+                    pid = record.partition_id
+                    rec_topic = record.topic_id
+                    if (record.API_KEY != key or (rec_topic is not topic_id and rec_topic != topic_id)
+                            or pid in seen or contains(pid)):
+                        break
+                    try:
+                        regs.append(from_record(record))
+                    except ValueError as exc:
+                        failure = exc
+                        break
+                    pids.append(pid)
+                    seen.add(pid)
+                    i += 1
+                if pids:
+                    self._add_new_partitions(topic, pids, regs)
+                    log.info("Replayed %d PartitionRecord(s) for new partitions of %s with topic ID %s.",
+                             len(pids), topic.name, topic_id)
+                    if log.isEnabledFor(logging.DEBUG):
+                        for pid, reg in zip(pids, regs):
+                            log.debug("New partition %s-%d: %s", topic.name, pid, reg)
+                if failure is not None:
+                    raise ReplayError(str(failure)) from failure
+                if not pids:
+                    self.replay(records[i], -1)  # an existing partition, or a repeat in this run
+                    i += 1
+        except ReplayError as exc:
+            raise PartitionReplayError(str(exc), i) from exc
 
     def _add_new_partitions(self, topic: TopicControlInfo, pids: list[int], regs: list[PartitionRegistration]) -> None:
         """Put partitions that do not exist yet, and index them: what ``_put_partition`` does
