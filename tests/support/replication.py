@@ -17,9 +17,9 @@ Brokers are registered by replaying RegisterBrokerRecord v3 with epoch ``100 + i
 (``defaultBrokerEpoch``), listener PLAINTEXT localhost:9092+id, and one log directory
 ``TESTBROKER0000<id>DIRAAAA`` (ids padded to five digits, as Kafka's ``registerBrokers``).
 
-Heartbeats and stale-broker fencing go through the ReplicationControlManager when it offers
-Kafka's ``process_broker_heartbeat`` / ``maybe_fence_one_stale_broker`` (they move leaders and
-ISRs), else through the ClusterControlManager (registration records only).
+Heartbeats and stale-broker fencing go through the ClusterControlManager (Kafka's
+``processBrokerHeartbeat`` / ``maybeFenceOneStaleBroker``), with whatever partition changes
+its broker-lifecycle hooks add.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from kraft_node.metadata.controller.cluster_control import ClusterControlManager
 from kraft_node.metadata.controller.configuration_control import ConfigurationControlManager
 from kraft_node.metadata.controller.features import FeatureControlManager, QuorumFeatures
 from kraft_node.metadata.controller.replication_control import PartitionRegistration, ReplicationControlManager
-from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
+from kraft_node.metadata.controller.result import ApiMessageAndVersion
 from kraft_node.metadata.placement import MockRandom, StripedReplicaPlacer
 from kraft_node.metadata.versions import MetadataVersion
 from kraft_node.protocol.errors import Errors
@@ -164,19 +164,12 @@ class ReplicationControlTestContext:
                 fenced=True)
             self.replay([ApiMessageAndVersion(record, 3)])
 
-    def _heartbeat(self, request: Any) -> ControllerResult[Any]:
-        process = getattr(self.replication_control, "process_broker_heartbeat", None)
-        if process is not None:
-            result: ControllerResult[Any] = process(request)
-            return result
-        return self.cluster_control.process_broker_heartbeat(request)
-
     def unfence_brokers(self, *broker_ids: int) -> None:
         """A caught-up heartbeat (wantFence=false) from each; each must come back unfenced."""
         for broker_id in broker_ids:
             epoch = default_broker_epoch(broker_id)
             self.cluster_control.track_broker_heartbeat(broker_id, epoch)
-            result = self._heartbeat(BrokerHeartbeatRequest(
+            result = self.cluster_control.process_broker_heartbeat(BrokerHeartbeatRequest(
                 broker_id=broker_id, broker_epoch=epoch, current_metadata_offset=self.next_offset,
                 want_fence=False, want_shut_down=False))
             reply = result.response
@@ -198,9 +191,8 @@ class ReplicationControlTestContext:
         self.time.sleep(BROKER_SESSION_TIMEOUT_MS + 1)
         others = [b for b in self.cluster_control.brokers() if b not in broker_ids]
         self.unfence_brokers(*others)
-        fence = getattr(self.replication_control, "maybe_fence_one_stale_broker", None)
         while True:
-            result = fence() if fence is not None else self.cluster_control.fence_stale_broker()
+            result = self.cluster_control.fence_stale_broker()
             self.replay(result.records)
             if not result.response:
                 break
