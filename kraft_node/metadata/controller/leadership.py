@@ -67,6 +67,7 @@ from kraft_node.metadata.controller.partition_changes import PartitionChangeCont
 from kraft_node.metadata.controller.replication_control import NO_LEADER, TopicIdPartition
 from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
 from kraft_node.protocol.errors import Errors
+from kraft_storage.messages import metadata as m
 from kraft_storage.messages.runtime import Uuid
 
 log = logging.getLogger("kraft.controller.replication")
@@ -282,13 +283,12 @@ class BrokerLifecycle:
         trial = pending.copy()
         made: list[ApiMessageAndVersion] = []
         if self._step(trial, made, self._budget(records)):
+            # The other changes of the previous incarnation end with its registration: the
+            # next step of each finds the new epoch and drops it.
             records.extend(made)
-            self._cancel(broker_id, ChangeKind.SHUTDOWN, ChangeKind.FENCE, ChangeKind.CONTROLLED_SHUTDOWN,
-                         ChangeKind.OFFLINE_DIRS)
+            self._pending.pop(key, None)
             return
-        if self._pending.get(key) is not pending:
-            self._cancel(broker_id, ChangeKind.FENCE, ChangeKind.CONTROLLED_SHUTDOWN, ChangeKind.OFFLINE_DIRS)
-            self._pending[key] = pending
+        self._pending[key] = pending
         raise ApiError(Errors.REQUEST_TIMED_OUT,
                        f"Broker {broker_id} cannot register yet: its previous incarnation is still being removed from "
                        f"more partitions than one batch changes ({self.ctx.max_partition_changes_per_result}); "
@@ -407,7 +407,11 @@ class BrokerLifecycle:
 
     def _step(self, change: PendingChange, records: list[ApiMessageAndVersion], limit: int) -> bool:
         """Write up to ``limit`` of the change's records; True when it is complete (or
-        obsolete: its registration is gone or replaced)."""
+        obsolete: its registration is gone or replaced).
+
+        A partition that already has a record in ``records`` (another change of the same
+        result) ends the step before it: its state is not replayed yet, and a second record
+        computed from the same state could undo half of the first."""
         if not self._still_current(change):
             log.info("Dropping the %s change of broker %d: its registration at epoch %d is no longer current.",
                      change.kind.value, change.broker_id, change.broker_epoch)
@@ -419,7 +423,10 @@ class BrokerLifecycle:
         examined = 0
         max_examined = EXAMINE_FACTOR * max(limit, 1)
         start = len(records)
+        touched = {(r.message.topic_id, r.message.partition_id) for r in records
+                   if isinstance(r.message, m.PartitionChangeRecord)}
         led_moved = False
+        complete = True
         for phase in change.phases:
             if phase.done:
                 continue
@@ -438,12 +445,10 @@ class BrokerLifecycle:
                     if not phase.queue:
                         phase.done = True
                         break
-                if made >= limit or examined >= max_examined:
-                    self._log_changes(change, records, start)
-                    if led_moved and change.kind is ChangeKind.CONTROLLED_SHUTDOWN:
-                        self._cs_offset_stale.add(change.broker_id)
-                    return False
                 tp = phase.queue[phase.pos]
+                if made >= limit or examined >= max_examined or (tp in touched and tp not in made_here):
+                    complete = False
+                    break
                 phase.pos += 1
                 examined += 1
                 topic = replication.topic(tp.topic_id)
@@ -458,13 +463,16 @@ class BrokerLifecycle:
                 records.append(record)
                 made += 1
                 made_here.add(tp)
+                touched.add(tp)
                 phase.seen[tp] = partition.partition_epoch + 1
                 if partition.leader == change.broker_id:
                     led_moved = True
+            if not complete:
+                break
         self._log_changes(change, records, start)
         if led_moved and change.kind is ChangeKind.CONTROLLED_SHUTDOWN:
             self._cs_offset_stale.add(change.broker_id)
-        return True
+        return complete
 
     def _settled(self, phase: _Phase, tp: TopicIdPartition) -> bool:
         """Whether ``tp`` is at the epoch this phase last left it (so needs no second look);
