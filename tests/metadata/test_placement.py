@@ -728,3 +728,23 @@ def test_kernel_shuffle_rejects_like_java(kernel: ModuleType) -> None:
                             rack_state, rng)
     assert out.tolist() == expected
     assert int(rng[0]) == reference.random.state
+
+
+@pytest.mark.parametrize("path", ["place-native", "place-pure", "object-model"])
+def test_place_gives_each_replica_its_brokers_directory(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # PartitionAssignment(replicas, cluster): directories[i] = cluster.defaultDir(replicas[i])
+    dirs = {b: Uuid.from_string(s) for b, s in enumerate(["65WMNfybQpCDVulYOxMCTw", "VkZ5AkuESPGkMc2OxpKUjw",
+                                                          "wFtTi4FxTlOhhHytfxv7fQ"])}
+
+    class PerBroker(Cluster):
+        def default_dir(self, broker_id: int) -> Uuid:
+            return dirs[broker_id]
+
+    kind, _, kernel = path.partition("-")
+    if kernel:
+        monkeypatch.setattr(striped, "_kernel", NATIVE if kernel == "native" else PURE)
+    random = ForcedObjectModel() if path == "object-model" else MockRandom()
+    topic = StripedReplicaPlacer(random).place(PlacementSpec(0, 5, 2), PerBroker([B(i, None, False) for i in range(3)]))
+    assert len(topic.assignments) == 5
+    for pa in topic.assignments:
+        assert pa.directories == tuple(dirs[r] for r in pa.replicas)

@@ -1,8 +1,10 @@
 """Kafka's ``StripedReplicaPlacer``: the same replicas, in the same order, for the same
-random seed and brokers -- the readable object model (:class:`BrokerList`, :class:`Rack`,
-:class:`RackList`, used by :meth:`StripedReplicaPlacer.place`) and a columnar fast path
-(:meth:`StripedReplicaPlacer.place_columns`) that runs the per-partition loop in the
-``_placement`` kernel on a flat copy of the same state.
+random seed and brokers.  Two implementations of the per-partition loop: the readable object
+model (:class:`BrokerList`, :class:`Rack`, :meth:`RackList.place`, Kafka's classes restated --
+the reference, and the path of a random that overrides ``next``), and the ``_placement``
+kernel (Cython, with a pure-Python twin) that :meth:`StripedReplicaPlacer.place` and
+:meth:`StripedReplicaPlacer.place_columns` run on a flat copy of the :class:`RackList`.  The
+rack list itself (reading the cluster, the initial random draws) is always built here.
 
 The algorithm (Kafka's, restated):
 
@@ -53,7 +55,6 @@ from kraft_node.metadata.placement.model import (
     UsableBroker,
 )
 from kraft_storage.accel import load as _load
-from kraft_storage.messages.runtime import Uuid
 
 __all__ = [
     "BrokerList",
@@ -313,19 +314,19 @@ class StripedReplicaPlacer:
     def place(self, spec: PlacementSpec, cluster: ClusterDescriber) -> TopicAssignment:
         """Kafka's ``place``: one :class:`PartitionAssignment` per partition, directories from
         ``cluster.default_dir``.  :class:`InvalidReplicationFactorError` when it cannot."""
-        rows = self.place_columns(spec, cluster).tolist()
-        default_dir = cluster.default_dir
-        dirs: dict[int, Uuid] = {}
+        columns = self.place_columns(spec, cluster)
+        # default_dir is a read of the cluster: asked once per broker placed on, not per replica
+        dirs = {broker: cluster.default_dir(broker) for broker in np.unique(columns).tolist()}
+        same_dir = next(iter(dirs.values())) if len(set(dirs.values())) == 1 else None
+        uniform = (same_dir,) * spec.num_replicas  # every replica's directory, when they all agree
+        lookup = dirs.__getitem__
         out = []
         new, set_field = object.__new__, object.__setattr__
-        for row in rows:
-            for r in row:
-                if r not in dirs:
-                    dirs[r] = default_dir(r)
+        for row in columns.tolist():
             # PartitionAssignment(replicas, directories) without its length check (equal here)
             assignment = new(PartitionAssignment)
             set_field(assignment, "replicas", tuple(row))
-            set_field(assignment, "directories", tuple([dirs[r] for r in row]))
+            set_field(assignment, "directories", uniform if same_dir is not None else tuple(map(lookup, row)))
             out.append(assignment)
         return TopicAssignment(out)
 
