@@ -199,6 +199,7 @@ def _install_replay_managers(ctl: "QuorumController", replication: ReplicationCo
     ctl.configuration_control = configs
     for rt in ReplicationControlManager.RECORD_TYPES:
         ctl.register_replayer(rt, replication.replay)
+    ctl.register_bulk_replayer(m.PartitionRecord, replication.replay_partitions)
     ctl.register_replayer(m.ConfigRecord, configs.replay)
     ctl.register_snapshot_source(replication.snapshot_records)
     ctl.register_snapshot_source(configs.snapshot_records)

@@ -38,6 +38,8 @@ never skips a record.
 from __future__ import annotations
 
 import logging
+import operator
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from kraft_node.metadata.controller.bootstrap import BootstrapMetadata
@@ -163,6 +165,19 @@ class ControllerFuture(Generic[T]):
             cb(self)
         else:
             self._callbacks.append(cb)
+
+
+def _constant(value: int, _index: int) -> int:
+    return value
+
+
+class _RecordFailure(Exception):
+    """A record of :meth:`QuorumController.replay_many` failed: its index and the error."""
+
+    def __init__(self, index: int, cause: BaseException):
+        super().__init__(f"record {index}: {cause}")
+        self.index = index
+        self.cause = cause
 
 
 class RecordLimitError(Exception):
@@ -303,6 +318,9 @@ class QuorumController:
         self.snapshots_loaded: list[SnapshotId] = []
         #: api key -> replay(message, offset); filled by the managers
         self._replayers: dict[int, Callable[[Any, int], None]] = {}
+        #: api key -> replay_many(messages): a run of two or more records of that type in one
+        #: call (a topic creation's PartitionRecords); same resulting state as one by one
+        self._bulk_replayers: dict[int, Callable[[Sequence[Any]], None]] = {}
         #: callbacks for claim / renounce (managers that keep soft state, periodic tasks)
         self._on_activate: list[Callable[[], None]] = []
         self._on_deactivate: list[Callable[[], None]] = []
@@ -335,6 +353,45 @@ class QuorumController:
         if key in self._replayers:
             raise ValueError(f"{record_type.__name__} already has a replayer")
         self._replayers[key] = fn
+
+    def register_bulk_replayer(self, record_type: Any, fn: Callable[[Sequence[Any]], None]) -> None:
+        """``fn(messages)`` replays a run of consecutive ``record_type`` records at once (it
+        must leave the state replaying them one by one would, and name a failing record by
+        raising an exception with its ``index`` in the run).  The type needs a replayer too."""
+        key = int(record_type.API_KEY)
+        if key not in self._replayers:
+            raise ValueError(f"{record_type.__name__} has no replayer")
+        self._bulk_replayers[key] = fn
+
+    def replay_many(self, messages: Sequence[Any], offset_of: Callable[[int], int]) -> None:
+        """Replay ``messages[i]`` at ``offset_of(i)`` in order, runs of a bulk-replayed type
+        in one call.  A failure raises :class:`_RecordFailure` naming the record's index
+        (the records before it applied)."""
+        bulk = self._bulk_replayers
+        n = len(messages)
+        i = 0
+        while i < n:
+            message = messages[i]
+            if bulk:
+                key = int(message.API_KEY)
+                fn = bulk.get(key)
+                if fn is not None:
+                    j = i + 1
+                    while j < n and int(messages[j].API_KEY) == key:
+                        j += 1
+                    if j - i > 1:
+                        try:
+                            fn(messages[i:j])
+                        except BaseException as exc:
+                            raise _RecordFailure(i + int(getattr(exc, "index", 0)), exc) from exc
+                        self.records_replayed += j - i
+                        i = j
+                        continue
+            try:
+                self.replay(message, offset_of(i))
+            except BaseException as exc:
+                raise _RecordFailure(i, exc) from exc
+            i += 1
 
     def register_snapshot_source(self, fn: Callable[[int], Iterable[ApiMessageAndVersion]]) -> None:
         """A manager's ``snapshot_records(epoch)``: the records rebuilding its state as of a
@@ -486,12 +543,12 @@ class QuorumController:
 
     def _replay_at(self, base: int, records: list[ApiMessageAndVersion]) -> list[bytes]:
         values = [r.encode() for r in records]
-        for i, r in enumerate(records):
-            try:
-                self.replay(r.message, base + i)
-            except BaseException as exc:
-                raise self._fatal(f"Unable to apply {type(r.message).__name__} record at offset {base + i} on "
-                                  f"active controller, from the batch with baseOffset {base}", exc) from exc
+        try:
+            self.replay_many([r.message for r in records], lambda i: base + i)
+        except _RecordFailure as failure:
+            i, exc = failure.index, failure.cause
+            raise self._fatal(f"Unable to apply {type(records[i].message).__name__} record at offset {base + i} on "
+                              f"active controller, from the batch with baseOffset {base}", exc) from exc
         return values
 
     # ---------------------------------------------------------- errors
@@ -550,14 +607,18 @@ class QuorumController:
                 if gen is not None:
                     gen.committed(sum(map(len, b.records)))
                 continue
-            for i, value in enumerate(b.records):
-                off = b.base_offset + i
-                try:
-                    self.replay(self._decode(value, off), off)
-                except BaseException as exc:
-                    self._fatal(f"Unable to apply record at offset {off} on standby controller, from the batch "
-                                f"with baseOffset {b.base_offset}", exc)
-                    return
+            base = b.base_offset
+            try:
+                messages = [self._decode(value, base + i) for i, value in enumerate(b.records)]
+                self.replay_many(messages, partial(operator.add, base))
+            except _RecordFailure as failure:
+                self._fatal(f"Unable to apply record at offset {base + failure.index} on standby controller, from "
+                            f"the batch with baseOffset {base}", failure.cause)
+                return
+            except BaseException as exc:  # a record that does not decode
+                self._fatal(f"Unable to apply a record of the batch with baseOffset {base} on standby controller",
+                            exc)
+                return
             oc.handle_commit_batch(last, b.epoch, b.append_time_ms)
             if gen is not None:
                 gen.committed(sum(map(len, b.records)))
@@ -577,14 +638,22 @@ class QuorumController:
         last = sid.offset - 1
         for b in batches:
             recs = b.records
-            for i, value in enumerate(recs):
-                try:
-                    self.replay(self._decode(value, last), last)
-                except BaseException as exc:
-                    self._fatal(f"Unable to apply record from snapshot {name} on standby controller, which was "
-                                f"{i + 1} of {len(recs)} record(s) in the batch with baseOffset {b.base_offset}.",
-                                exc)
-                    return
+            i = 0  # the failing record: the one that does not decode, or the replay's
+            try:
+                messages = []
+                for value in recs:
+                    messages.append(self._decode(value, last))
+                    i += 1
+                self.replay_many(messages, partial(_constant, last))
+            except _RecordFailure as failure:
+                i, exc = failure.index, failure.cause
+            except BaseException as failed:
+                exc = failed
+            else:
+                continue
+            self._fatal(f"Unable to apply record from snapshot {name} on standby controller, which was "
+                        f"{i + 1} of {len(recs)} record(s) in the batch with baseOffset {b.base_offset}.", exc)
+            return
         oc.end_load_snapshot(timestamp_ms)
         self.snapshots_loaded.append(sid)
         if self.snapshot_generator is not None:
@@ -740,8 +809,9 @@ class QuorumController:
                         deadline_ns: int | None = None) -> ControllerFuture[Any]:
         """UpdateFeatures: {feature: ApiError or None}; the records (if any) are one atomic batch."""
         def op() -> ControllerResult[Any]:
-            return self.feature_control.update_features(updates, upgrade_types, validate_only,
-                                                        claimed_epoch=self.claim_epoch)
+            # through the config manager (Kafka's path): turning ELR on carries its safety records
+            return self.configuration_control.update_features(updates, upgrade_types, validate_only,
+                                                              claimed_epoch=self.claim_epoch)
         return self.append_write("updateFeatures", op, deadline_ns=deadline_ns)
 
     def finalized_features(self, *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
