@@ -876,3 +876,77 @@ def test_a_change_of_a_re_registered_broker_is_dropped():
                                                           security_protocol=0)]), 3)])
     result = ops.lifecycle.continue_pending()
     assert result.records == [] and result.response is False and ops.lifecycle.pending() == []
+
+
+def test_one_result_never_changes_a_partition_twice():
+    """A heartbeat that both fences the broker and reports its directory offline: Kafka
+    computes both sets of changes from the same state (two records per partition); here the
+    directory's changes stop at the first partition the fencing already changed, and finish
+    from the replayed state on the next heartbeat (then the registration change)."""
+    ctx, ops = make()
+    d_bad, d_good = Uuid.from_string("suitdzfTTdqoWcy8VqmkUg"), Uuid.from_string("yh3acnzGSeurSTj8aIhOjw")
+    ctx.register_brokers_with_dirs({0: [d_bad, d_good], 1: [broker_dir(1)], 2: [broker_dir(2)]})
+    ctx.unfence_brokers(0, 1, 2)
+    big = ctx.create_test_topic("big", [[0, 1, 2]] * 10).topic_id
+    ctx.replay([ApiMessageAndVersion(m.PartitionChangeRecord(topic_id=big, partition_id=p, directories=[
+        d_bad, broker_dir(1), broker_dir(2)]), 2) for p in range(10)])
+    first = heartbeat(ctx, 0, want_fence=True, offline_dirs=[d_bad])
+    changed = [(r.message.topic_id, r.message.partition_id) for r in first.records
+               if isinstance(r.message, m.PartitionChangeRecord)]
+    assert len(changed) == len(set(changed)) == 10
+    assert [r.message.fenced for r in first.records if isinstance(r.message, m.BrokerRegistrationChangeRecord)] == [1]
+    assert ops.lifecycle.has_pending(ChangeKind.OFFLINE_DIRS, 0)
+    ctx.replay(first.records)
+    second = heartbeat(ctx, 0, want_fence=True, offline_dirs=[d_bad])
+    assert second.records == [ApiMessageAndVersion(m.BrokerRegistrationChangeRecord(
+        broker_id=0, broker_epoch=100, log_dirs=[d_good]), 2)]
+    ctx.replay(second.records)
+    assert ctx.cluster_control.registration(0).directories == (d_good,) and not ops.lifecycle.has_work()
+
+
+def test_the_stale_broker_task_keeps_fencing_while_changes_are_pending():
+    """Two brokers' sessions expire together: the task's second run continues the first
+    fencing *and* starts the second (excluded at once even with no budget left), so a big
+    fencing never holds up the next one."""
+    ctx, ops = make(n=N)
+    ctx.register_brokers(0, 1, 2, 3)
+    ctx.unfence_brokers(0, 1, 2, 3)
+    ctx.create_test_topic("a", [[0, 2, 3]] * 50)
+    ctx.create_test_topic("b", [[1, 2, 3]] * 50)
+    ctx.time.sleep(BROKER_SESSION_TIMEOUT_MS + 1)
+    for b in (2, 3):
+        ctx.replay(heartbeat(ctx, b).records)
+    run1 = ctx.cluster_control.fence_stale_broker()
+    ctx.replay(run1.records)
+    assert run1.response and ops.lifecycle.has_pending(ChangeKind.FENCE, 0)
+    run2 = ctx.cluster_control.fence_stale_broker()
+    ctx.replay(run2.records)
+    assert partition_change_count(run2.records) == N
+    assert ops.lifecycle.has_pending(ChangeKind.FENCE, 0) and ops.lifecycle.has_pending(ChangeKind.FENCE, 1)
+    assert ops.context.excluded(1, None)
+    while (run := ctx.cluster_control.fence_stale_broker()).response:
+        assert partition_change_count(run.records) <= N
+        ctx.replay(run.records)
+    ctx.replay(run.records)
+    assert ctx.fenced_broker_ids() == {0, 1}
+    assert ctx.replication_control.partitions_with_broker_in_isr(0) == []
+    assert ctx.replication_control.partitions_with_broker_in_isr(1) == []
+
+
+def test_a_pass_over_partitions_needing_nothing_is_bounded_too():
+    """MV 3.6 (no ELR): broker 0 is the last ISR member of 100 RF 1 partitions, so fencing
+    leaves it in their ISRs (without a leader).  When the fenced broker then asks to shut
+    down, Kafka fences it again: 100 partitions to look at, none to change; one step looks at
+    no more than 4 x the bound (80), so the fence record comes in the second result."""
+    ctx, ops = make(MV.IBP_3_6_IV1, n=N)
+    ctx.register_brokers(0, 1)
+    ctx.unfence_brokers(0, 1)
+    solo = ctx.create_test_topic("solo", [[0]] * 100).topic_id
+    fence_via_task(ctx, 0)
+    assert {(p.isr, p.leader) for p in snapshot(ctx, solo).values()} == {((0,), NO_LEADER)}
+    shutdown = heartbeat(ctx, 0, want_shut_down=True)
+    assert shutdown.response.should_shut_down and shutdown.records == []
+    assert ops.lifecycle.has_pending(ChangeKind.FENCE, 0)
+    task = ctx.cluster_control.fence_stale_broker()
+    assert [type(r.message) for r in task.records] == [m.BrokerRegistrationChangeRecord]
+    assert not ops.lifecycle.has_work()

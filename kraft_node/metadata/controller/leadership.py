@@ -440,7 +440,9 @@ class BrokerLifecycle:
                         break
                     candidates = phase.source(phase.scans == 0)
                     phase.scans += 1
-                    phase.queue = [tp for tp in candidates if tp not in made_here and not self._settled(phase, tp)]
+                    if phase.seen or made_here:
+                        candidates = [tp for tp in candidates if tp not in made_here and not self._settled(phase, tp)]
+                    phase.queue = list(candidates)
                     phase.pos = 0
                     if not phase.queue:
                         phase.done = True
