@@ -950,3 +950,33 @@ def test_a_pass_over_partitions_needing_nothing_is_bounded_too():
     task = ctx.cluster_control.fence_stale_broker()
     assert [type(r.message) for r in task.records] == [m.BrokerRegistrationChangeRecord]
     assert not ops.lifecycle.has_work()
+
+
+def test_quorum_min_isr_update_with_elr():
+    """QuorumControllerTest.testMinIsrUpdateWithElr at the manager level: with ELR on and the
+    cluster-level min.insync.replicas 2, brokers 2 and 3 are fenced, so foo and bar each keep
+    ISR [1] and one ELR member.  Lowering min.insync.replicas to 1 for foo writes the config
+    record and a ClearElrRecord for foo (the configuration manager's KAFKA-16540 hook), which
+    empties foo's ELR; lowering the cluster level does the same for every topic (bar)."""
+    ctx, ops = make(MV.IBP_4_0_IV1)
+    ctx.replay([ApiMessageAndVersion(m.FeatureLevelRecord(name="eligible.leader.replicas.version", feature_level=1),
+                                     0)])
+    configs = ctx.configuration_control
+    configs.feature_control = ctx.feature_control
+    ctx.register_brokers(1, 2, 3)
+    ctx.unfence_brokers(1, 2, 3)
+    foo = ctx.create_test_topic_placed("foo", 1, 3).topic_id
+    bar = ctx.create_test_topic_placed("bar", 1, 3).topic_id
+    ctx.replay([ApiMessageAndVersion(m.ConfigRecord(resource_type=4, resource_name="", name="min.insync.replicas",
+                                                    value="2"), 0)])
+    ctx.fence_brokers(2, 3)
+    for topic_id in (foo, bar):
+        assert part(ctx, topic_id, 0).isr == (1,) and len(part(ctx, topic_id, 0).elr) == 1
+    for resource, topic_id, name in ((ConfigResource.topic("foo"), foo, "foo"), (ConfigResource.broker(""), bar, "")):
+        result = configs.incremental_alter_configs({resource: {"min.insync.replicas": (AlterConfigOp.SET, "1")}},
+                                                   True)
+        assert [type(r.message) for r in result.records] == [m.ConfigRecord, m.ClearElrRecord]
+        assert result.records[1].message.topic_name == name
+        ctx.replay(result.records)
+        p = part(ctx, topic_id, 0)
+        assert (p.elr, p.isr) == ((), (1,))
