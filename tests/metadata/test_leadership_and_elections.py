@@ -980,3 +980,23 @@ def test_quorum_min_isr_update_with_elr():
         ctx.replay(result.records)
         p = part(ctx, topic_id, 0)
         assert (p.elr, p.isr) == ((), (1,))
+
+
+def test_a_new_incarnation_does_not_inherit_the_old_ones_exclusion():
+    """Broker 0's fencing is half written when its next incarnation registers: the
+    registration writes the rest (it fits) before its RegisterBrokerRecord, and ends every
+    change of the old incarnation, so the new one is not excluded from leading."""
+    ctx, ops, big = big_cluster(leads=30, follows=0)
+    ctx.time.sleep(BROKER_SESSION_TIMEOUT_MS + 1)
+    for b in (1, 2, 3):
+        ctx.replay(heartbeat(ctx, b).records)
+    ctx.replay(ctx.cluster_control.fence_stale_broker().records)
+    assert ops.lifecycle.has_pending(ChangeKind.FENCE, 0) and ops.context.excluded(0, None)
+    result = ctx.cluster_control.register_broker(broker_registration(0, CLUSTER_ID), ctx.next_offset,
+                                                 ctx.feature_control.finalized_features())
+    assert partition_change_count(result.records) == 10
+    assert isinstance(result.records[-1].message, m.RegisterBrokerRecord)
+    ctx.replay(result.records)
+    assert not ops.context.excluded(0, None)
+    assert [c.kind for c in ops.lifecycle.pending()] in ([], [ChangeKind.LEADERLESS])
+    assert ctx.replication_control.partitions_with_broker_in_isr(0) == []

@@ -283,10 +283,11 @@ class BrokerLifecycle:
         trial = pending.copy()
         made: list[ApiMessageAndVersion] = []
         if self._step(trial, made, self._budget(records)):
-            # The other changes of the previous incarnation end with its registration: the
-            # next step of each finds the new epoch and drops it.
+            # Every change of the previous incarnation ends with this registration (each would
+            # find the new epoch at its next step and stop; dropping them now also ends their
+            # exclusion of the broker id, which the new incarnation must not inherit).
             records.extend(made)
-            self._pending.pop(key, None)
+            self._cancel(broker_id, *[kind for kind in ChangeKind if kind is not ChangeKind.LEADERLESS])
             return
         self._pending[key] = pending
         raise ApiError(Errors.REQUEST_TIMED_OUT,
