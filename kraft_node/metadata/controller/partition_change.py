@@ -63,7 +63,7 @@ import logging
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from kraft_node.metadata.controller.reassignment_replicas import (
     CompletedReassignment,
@@ -202,6 +202,7 @@ class Replicas:
 
 _JAVA_LOAD_FACTOR = 0.75
 _TREEIFY_THRESHOLD = 8
+_UNTREEIFY_THRESHOLD = 6
 _MIN_TREEIFY_CAPACITY = 64
 _MAXIMUM_CAPACITY = 1 << 30
 
@@ -214,61 +215,338 @@ def _java_table_size_for(capacity: int) -> int:
 
 
 def _java_spread(key: int) -> int:
-    """HashMap.hash(Integer): the int's bits xor their upper half."""
+    """HashMap.hash(Integer): the int's 32 bits xor their upper half (a bijection, so
+    distinct ids never share a hash)."""
     h = key & 0xFFFFFFFF
     return h ^ (h >> 16)
 
 
+class _Node:
+    """A HashMap node: ``next``/``prev`` chain a bucket in iteration order; ``parent``,
+    ``left``, ``right``, ``red`` are the red-black tree links of a tree bin."""
+    __slots__ = ("key", "hash", "next", "prev", "parent", "left", "right", "red")
+
+    def __init__(self, key: int, hash_: int, next_: _Node | None = None):
+        self.key = key
+        self.hash = hash_
+        self.next: _Node | None = next_
+        self.prev: _Node | None = None
+        self.parent: _Node | None = None
+        self.left: _Node | None = None
+        self.right: _Node | None = None
+        self.red = False
+
+
+def _rotate_left(root: _Node, p: _Node) -> _Node:
+    r = p.right
+    if r is not None:
+        rl = p.right = r.left
+        if rl is not None:
+            rl.parent = p
+        pp = r.parent = p.parent
+        if pp is None:
+            root = r
+            r.red = False
+        elif pp.left is p:
+            pp.left = r
+        else:
+            pp.right = r
+        r.left = p
+        p.parent = r
+    return root
+
+
+def _rotate_right(root: _Node, p: _Node) -> _Node:
+    left = p.left
+    if left is not None:
+        lr = p.left = left.right
+        if lr is not None:
+            lr.parent = p
+        pp = left.parent = p.parent
+        if pp is None:
+            root = left
+            left.red = False
+        elif pp.right is p:
+            pp.right = left
+        else:
+            pp.left = left
+        left.right = p
+        p.parent = left
+    return root
+
+
+def _balance_insertion(root: _Node, x: _Node) -> _Node:
+    """HashMap.TreeNode.balanceInsertion, step for step (the tree's shape decides where the
+    next insert lands in the bucket's iteration order)."""
+    x.red = True
+    while True:
+        xp = x.parent
+        if xp is None:
+            x.red = False
+            return x
+        xpp = xp.parent
+        if not xp.red or xpp is None:
+            return root
+        xppl = xpp.left
+        if xp is xppl:
+            xppr = xpp.right
+            if xppr is not None and xppr.red:
+                xppr.red = False
+                xp.red = False
+                xpp.red = True
+                x = xpp
+            else:
+                if x is xp.right:
+                    x = xp
+                    root = _rotate_left(root, x)
+                    xp = x.parent
+                    xpp = None if xp is None else xp.parent
+                if xp is not None:
+                    xp.red = False
+                    if xpp is not None:
+                        xpp.red = True
+                        root = _rotate_right(root, xpp)
+        else:
+            if xppl is not None and xppl.red:
+                xppl.red = False
+                xp.red = False
+                xpp.red = True
+                x = xpp
+            else:
+                if x is xp.left:
+                    x = xp
+                    root = _rotate_right(root, x)
+                    xp = x.parent
+                    xpp = None if xp is None else xp.parent
+                if xp is not None:
+                    xp.red = False
+                    if xpp is not None:
+                        xpp.red = True
+                        root = _rotate_left(root, xpp)
+
+
+class _JavaHashMapModel:
+    """``java.util.HashMap``'s table for distinct int keys (JDK 19+ sizing), put by put:
+    buckets chained in insertion order, a bucket of 9 turned into a red-black tree bin once
+    the table has 64+ buckets (else the table doubles), the table doubled past 0.75 x its
+    size with each bucket split in order (a tree bin of 6 or fewer reverting to a chain).
+    Tree bins iterate their ``next`` chain, which treeify/insert/rotate keep with the root in
+    front -- the order Kafka's ELR lists come out in."""
+
+    __slots__ = ("_table", "_tree", "_threshold", "_size")
+
+    def __init__(self, initial_capacity: int):
+        capacity = _java_table_size_for(initial_capacity)
+        self._table: list[_Node | None] = [None] * capacity
+        self._tree: list[bool] = [False] * capacity
+        self._threshold = int(capacity * _JAVA_LOAD_FACTOR)
+        self._size = 0
+
+    def put(self, key: int) -> None:
+        table = self._table
+        h = _java_spread(key)
+        index = h & (len(table) - 1)
+        p = table[index]
+        if p is None:
+            table[index] = _Node(key, h)
+        elif p.key == key:
+            return
+        elif self._tree[index]:
+            if not self._put_tree_val(table, index, key, h):
+                return
+        else:
+            bin_count = 0
+            while True:
+                e = p.next
+                if e is None:
+                    p.next = _Node(key, h)
+                    if bin_count >= _TREEIFY_THRESHOLD - 1:
+                        self._treeify_bin(h)
+                    break
+                if e.key == key:
+                    return
+                p = e
+                bin_count += 1
+        self._size += 1
+        if self._size > self._threshold:
+            self._resize()
+
+    def keys(self) -> Iterator[int]:
+        for head in self._table:
+            e = head
+            while e is not None:
+                yield e.key
+                e = e.next
+
+    def _resize(self) -> None:
+        old_table, old_tree = self._table, self._tree
+        old_cap = len(old_table)
+        new_cap = old_cap << 1
+        table: list[_Node | None] = [None] * new_cap
+        tree = [False] * new_cap
+        for j, e in enumerate(old_table):
+            if e is None:
+                continue
+            if e.next is None:
+                table[e.hash & (new_cap - 1)] = e
+            elif old_tree[j]:
+                self._split(table, tree, e, j, old_cap)
+            else:
+                lo: list[_Node] = []
+                hi: list[_Node] = []
+                while e is not None:
+                    (lo if e.hash & old_cap == 0 else hi).append(e)
+                    e = e.next
+                table[j] = self._chain(lo)
+                table[j + old_cap] = self._chain(hi)
+        self._table, self._tree = table, tree
+        self._threshold = int(new_cap * _JAVA_LOAD_FACTOR)
+
+    @staticmethod
+    def _chain(nodes: list[_Node]) -> _Node | None:
+        prev: _Node | None = None
+        for node in nodes:
+            node.prev = prev
+            node.next = None
+            if prev is not None:
+                prev.next = node
+            prev = node
+        return nodes[0] if nodes else None
+
+    def _split(self, table: list[_Node | None], tree: list[bool], first: _Node, index: int, bit: int) -> None:
+        lo: list[_Node] = []
+        hi: list[_Node] = []
+        e: _Node | None = first
+        while e is not None:
+            (lo if e.hash & bit == 0 else hi).append(e)
+            e = e.next
+        for nodes, at, other in ((lo, index, hi), (hi, index + bit, lo)):
+            if not nodes:
+                continue
+            head = self._chain(nodes)
+            table[at] = head
+            if len(nodes) <= _UNTREEIFY_THRESHOLD:
+                for node in nodes:
+                    node.parent = node.left = node.right = None
+                    node.red = False
+            else:
+                tree[at] = True
+                if other:  # else the tree moved whole and keeps its shape
+                    self._treeify(table, at)
+
+    def _treeify_bin(self, h: int) -> None:
+        if len(self._table) < _MIN_TREEIFY_CAPACITY:
+            self._resize()
+            return
+        index = h & (len(self._table) - 1)
+        self._tree[index] = True
+        nodes: list[_Node] = []
+        e = self._table[index]
+        while e is not None:
+            nodes.append(e)
+            e = e.next
+        self._chain(nodes)  # tree nodes are doubly linked
+        self._treeify(self._table, index)
+
+    @staticmethod
+    def _move_root_to_front(table: list[_Node | None], index: int, root: _Node) -> None:
+        first = table[index]
+        if root is first:
+            return
+        table[index] = root
+        rp, rn = root.prev, root.next
+        if rn is not None:
+            rn.prev = rp
+        if rp is not None:
+            rp.next = rn
+        if first is not None:
+            first.prev = root
+        root.next = first
+        root.prev = None
+
+    def _treeify(self, table: list[_Node | None], index: int) -> None:
+        root: _Node | None = None
+        x = table[index]
+        while x is not None:
+            nxt = x.next
+            x.left = x.right = None
+            if root is None:
+                x.parent = None
+                x.red = False
+                root = x
+            else:
+                p = root
+                while True:
+                    go_left = p.hash > x.hash
+                    child = p.left if go_left else p.right
+                    if child is None:
+                        x.parent = p
+                        if go_left:
+                            p.left = x
+                        else:
+                            p.right = x
+                        root = _balance_insertion(root, x)
+                        break
+                    p = child
+            x = nxt
+        if root is not None:
+            self._move_root_to_front(table, index, root)
+
+    def _put_tree_val(self, table: list[_Node | None], index: int, key: int, h: int) -> bool:
+        root = table[index]
+        assert root is not None
+        while root.parent is not None:
+            root = root.parent
+        p = root
+        while True:
+            if p.hash == h:
+                return False  # the same key (distinct ints never share a hash)
+            go_left = p.hash > h
+            child = p.left if go_left else p.right
+            if child is None:
+                xpn = p.next
+                x = _Node(key, h, xpn)
+                if go_left:
+                    p.left = x
+                else:
+                    p.right = x
+                p.next = x
+                x.parent = x.prev = p
+                if xpn is not None:
+                    xpn.prev = x
+                self._move_root_to_front(table, index, _balance_insertion(root, x))
+                return True
+            p = child
+
+
 class _JavaIntHashSet:
     """The iteration order of a ``java.util.HashSet<Integer>`` built as Kafka's ELR code
-    builds it: ``new HashSet<>(initial)`` then ``add`` calls.
+    builds it: ``new HashSet<>(initial)``, then ``add`` calls.
 
-    Model (JDK 19+, Kafka 4's runtime): ``HashSet(Collection c)`` sizes its table with
-    ``HashMap.newHashMap(max(c.size(), 12))`` -- capacity tableSizeFor(ceil(n / 0.75)), 16 for
-    up to 12 entries -- and doubles it when the size passes 0.75 x capacity, or when a bucket
-    reaches 9 entries while the table is below 64.  Iteration walks buckets in index order
-    (``spread(key) & (capacity - 1)``), each bucket in insertion order (inserts append;
-    resizes split a bucket keeping its order).  Tree bins (9+ ids in one bucket of a 64+
-    table, i.e. a replica set of 9+ ids congruent modulo 64) order by a red-black tree that is
-    not modelled: such a bucket keeps insertion order and a warning is logged -- the set is
-    the same, only its order can differ from Kafka's.
+    Kafka 4 runs on JDK 21, whose ``HashSet(Collection c)`` sizes its map with
+    ``HashMap.newHashMap(max(c.size(), 12))`` (16 buckets up to 12 entries); the puts are then
+    replayed through :class:`_JavaHashMapModel`.  (Checked against JDK 17 and 25 on thousands
+    of random sets, tree bins included; JDK 17 differs only in that initial sizing.)  Ids below
+    16, at most 12 of them, iterate ascending -- every partition of a small cluster.
     """
 
-    __slots__ = ("_capacity", "_keys", "_treeified")
+    __slots__ = ("_initial_capacity", "_keys")
 
     def __init__(self, initial: Sequence[int]):
-        n = max(len(initial), 12)
-        self._capacity = _java_table_size_for(math.ceil(n / _JAVA_LOAD_FACTOR))
-        self._keys: dict[int, None] = {}
-        self._treeified = False
-        for key in initial:
-            self.add(key)
+        self._initial_capacity = math.ceil(max(len(initial), 12) / _JAVA_LOAD_FACTOR)
+        self._keys: dict[int, None] = dict.fromkeys(initial)
 
     def add(self, key: int) -> None:
-        if key in self._keys:
-            return
-        mask = self._capacity - 1
-        bucket = _java_spread(key) & mask
-        in_bucket = sum(1 for k in self._keys if _java_spread(k) & mask == bucket)
-        self._keys[key] = None
-        if in_bucket >= _TREEIFY_THRESHOLD:
-            if self._capacity < _MIN_TREEIFY_CAPACITY:
-                self._capacity <<= 1
-            else:
-                self._treeified = True
-        if len(self._keys) > int(self._capacity * _JAVA_LOAD_FACTOR):
-            self._capacity <<= 1
+        self._keys.setdefault(key)
 
     def iteration_order(self) -> list[int]:
         keys = list(self._keys)
         if len(keys) <= 12 and all(0 <= k < 16 for k in keys):
-            return sorted(keys)  # 16 buckets, one id each: ascending
-        if self._treeified:
-            log.warning("ELR candidates %s share a Java HashMap tree bin; their order may differ "
-                        "from Kafka's (the set does not)", keys)
-        mask = self._capacity - 1
-        position = {k: i for i, k in enumerate(keys)}
-        return sorted(keys, key=lambda k: (_java_spread(k) & mask, position[k]))
+            return sorted(keys)  # 16 buckets, one id each
+        model = _JavaHashMapModel(self._initial_capacity)
+        for key in keys:  # a duplicate put changes nothing, so first insertions suffice
+            model.put(key)
+        return list(model.keys())
 
 
 # ---------------------------------------------------------------------------
