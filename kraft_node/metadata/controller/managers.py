@@ -20,7 +20,8 @@ from kraft_node.metadata.controller.configuration_control import (
 )
 from kraft_node.metadata.controller.errors import ApiError
 from kraft_node.metadata.controller.features import FeatureControlManager, QuorumFeatures
-from kraft_node.metadata.controller.periodic import PeriodicTask, PeriodicTaskControlManager
+from kraft_node.metadata.controller.partition_changes import PartitionChangeOps
+from kraft_node.metadata.controller.periodic import PeriodicTask, PeriodicTaskControlManager, PeriodicTaskFlag
 from kraft_node.metadata.controller.producer_ids import ProducerIdControlManager
 from kraft_node.metadata.controller.replication_control import ReplicationControlManager
 from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
@@ -66,6 +67,8 @@ DEFAULTS = {
 FENCE_STALE_BROKERS = "maybeFenceStaleBroker"
 WRITE_NO_OP = "writeNoOpRecord"
 PERFORMANCE_LOG = "generatePeriodicPerformanceMessage"
+ELECT_PREFERRED = "electPreferred"
+ELECT_UNCLEAN = "electUnclean"
 
 
 def static_config(ctl: "QuorumController") -> dict[str, str]:
@@ -142,6 +145,9 @@ def install_default_managers(ctl: "QuorumController") -> None:
         reg, configs, cluster_control=cluster, feature_control=features,
         default_num_partitions=setting(ctl, "num_partitions"),
         default_replication_factor=setting(ctl, "default_replication_factor"))
+    ops = PartitionChangeOps(replication, cluster, configs, features)
+    cluster.set_lifecycle(ops.lifecycle)
+    ctl.partition_ops = ops
     pids = ProducerIdControlManager(reg, cluster)
     ctl.feature_control = features
     ctl.cluster_control = cluster
@@ -164,6 +170,15 @@ def install_default_managers(ctl: "QuorumController") -> None:
     ctl.periodic_control = periodic
     periodic.register_task(PeriodicTask(FENCE_STALE_BROKERS, cluster.fence_stale_broker,
                                         max(1, session_ms // 8) * NS_PER_MS))
+    # Kafka 4's election tasks: preferred leaders back in place (at most 1,000 elections a
+    # run, auto.leader.rebalance.enable), and unclean elections for topics that allow them
+    if static_config(ctl).get("auto.leader.rebalance.enable", "true").strip().lower() != "false":
+        periodic.register_task(PeriodicTask(
+            ELECT_PREFERRED, ops.maybe_balance_partition_leaders,
+            setting(ctl, "leader_imbalance_check_interval_seconds") * 1000 * NS_PER_MS,
+            frozenset({PeriodicTaskFlag.VERBOSE})))
+    periodic.register_task(PeriodicTask(ELECT_UNCLEAN, ops.maybe_elect_unclean_leaders, 5 * 60_000 * NS_PER_MS,
+                                        frozenset({PeriodicTaskFlag.VERBOSE})))
     idle = setting(ctl, "metadata_max_idle_interval_ms")
     if idle > 0:
         periodic.register_task(PeriodicTask(WRITE_NO_OP, lambda: _no_op_record(ctl), idle * NS_PER_MS))
