@@ -132,6 +132,26 @@ def test_create_topics_isr_invariants():
     assert rc.partition(topic_id_of(result), 0) == registration([1, 0, 2], [0], 0)
 
 
+def test_a_broker_still_being_fenced_in_bounded_results_is_kept_out_of_new_isrs():
+    """kraft's bounded fencing (leadership.py) leaves a broker unfenced in the log while its
+    partition changes are still being written; the partition-change side's soft state
+    excludes it (``broker_excluded``), and a topic created meanwhile must not put it in an ISR
+    (it is still placed, as a fenced broker would be)."""
+    ctx = ReplicationControlTestContext()
+    rc = ctx.replication_control
+    ctx.register_brokers(0, 1, 2)
+    ctx.unfence_brokers(0, 1, 2)
+    rc.broker_excluded = lambda b: b == 1
+    result = rc.create_topics(create_topics_request(creatable_topic("foo", 3, 3)), {"foo"})
+    ctx.replay(result.records)
+    for p in rc.partitions(topic_id_of(result)).values():
+        assert sorted(p.replicas) == [0, 1, 2] and 1 not in p.isr and p.leader != 1
+    rc.broker_excluded = None
+    result = rc.create_topics(create_topics_request(creatable_topic("bar", 3, 3)), {"bar"})
+    ctx.replay(result.records)
+    assert all(sorted(p.isr) == [0, 1, 2] for p in rc.partitions(topic_id_of(result)).values())
+
+
 def test_create_topics_with_configs():
     # ReplicationControlManagerTest.testCreateTopicsWithConfigs
     ctx = ReplicationControlTestContext()

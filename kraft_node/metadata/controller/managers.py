@@ -147,6 +147,7 @@ def install_default_managers(ctl: "QuorumController") -> None:
         default_replication_factor=setting(ctl, "default_replication_factor"))
     ops = PartitionChangeOps(replication, cluster, configs, features)
     cluster.set_lifecycle(ops.lifecycle)
+    replication.broker_excluded = lambda b: ops.context.excluded(b, None)
     ctl.partition_ops = ops
     pids = ProducerIdControlManager(reg, cluster)
     ctl.feature_control = features

@@ -666,6 +666,9 @@ class ReplicationControlManager(TopicCreationMixin):
         self.default_replication_factor = default_replication_factor
         self.max_elections_per_imbalance = max_elections_per_imbalance
         self._elr_enabled = eligible_leader_replicas_enabled
+        #: brokers the partition-change side is still fencing or shutting down in bounded
+        #: results (PartitionChangeOps' soft state): no new ISR takes them meanwhile
+        self.broker_excluded: Callable[[int], bool] | None = None
         self.cluster_describer = (None if cluster_control is None or feature_control is None else
                                   KRaftClusterDescriber(cluster_control, feature_control.metadata_version))
         self.topics_by_name = TimelineHashMap(snapshot_registry)

@@ -240,11 +240,14 @@ class _WriteView:
     write, so every topic of a request sees what Kafka's per-call reads would."""
 
     __slots__ = ("_cluster", "_describer", "_active", "_dirs", "_usable", "metadata_version", "record_version",
-                 "config_cache")
+                 "config_cache", "_excluded")
 
     def __init__(self, cluster: "ClusterControlManager", describer: KRaftClusterDescriber,
-                 metadata_version: MetadataVersion) -> None:
+                 metadata_version: MetadataVersion, excluded: Callable[[int], bool] | None = None) -> None:
+        """``excluded``: brokers whose fencing or shutdown is still being written in bounded
+        results (the partition-change side's soft state): not put in a new ISR meanwhile."""
         self._cluster = cluster
+        self._excluded = excluded
         self._describer = describer
         self._active: dict[int, bool] = {}
         self._dirs: dict[int, Uuid] = {}
@@ -257,7 +260,9 @@ class _WriteView:
     def is_active(self, broker_id: int) -> bool:
         active = self._active.get(broker_id)
         if active is None:
-            active = self._active[broker_id] = self._cluster.is_active(broker_id)
+            active = self._cluster.is_active(broker_id) and not (self._excluded is not None
+                                                                 and self._excluded(broker_id))
+            self._active[broker_id] = active
         return active
 
     def isr(self, replicas: Sequence[int]) -> list[int]:
@@ -357,6 +362,7 @@ class TopicCreationMixin:
     default_num_partitions: int
     default_replication_factor: int
     cluster_describer: KRaftClusterDescriber | None
+    broker_excluded: "Callable[[int], bool] | None"
 
     @property
     def replica_placer(self) -> Any:
@@ -374,7 +380,8 @@ class TopicCreationMixin:
         if cluster is None or describer is None or self.feature_control is None:
             raise RuntimeError(f"ReplicationControlManager cannot {what}: it was built without "
                                "cluster_control and feature_control")
-        return _WriteView(cluster, describer, self.feature_control.metadata_version())
+        return _WriteView(cluster, describer, self.feature_control.metadata_version(),
+                          self.broker_excluded)
 
     def _colliding(self, normalized: str) -> Collection[str] | None:
         names = self.topics_with_collision_chars.get(normalized)
