@@ -741,6 +741,86 @@ def test_elr_not_eligible_last_known_leader(election: Election) -> None:
     assert builder.build() is None
 
 
+def test_last_known_leader_must_still_be_a_replica() -> None:
+    # Found by test_partition_change_model.py; not a Kafka test.  Kafka 4.2 records a former
+    # replica as the last known leader when a cancelled reassignment drops it (kept: the
+    # records are Kafka's), then elects it once ISR and ELR are empty -- a leader outside the
+    # replica set.  We elect no one instead.
+    mv = MetadataVersion.IBP_4_0_IV1
+    fenced: set[int] = set()
+    shutting_down: set[int] = set()
+
+    def active(r: int) -> bool:
+        return r not in fenced and r not in shutting_down
+
+    def step(builder: PartitionChangeBuilder, expected: Any) -> None:
+        nonlocal p
+        builder.set_eligible_leader_replicas_enabled(True).set_default_dir_provider(DEFAULT_DIR_PROVIDER)
+        built = builder.build()
+        assert built == (None if expected is None else ApiMessageAndVersion(expected, 2))
+        if built is not None:
+            p = p.merge(built.message)
+
+    p = reg([0], [0], 0, directories=[DirectoryId.UNASSIGNED], leader_epoch=0, partition_epoch=0)
+    # Reassign [0] -> [1].
+    r = PartitionReassignmentReplicas.from_assignments([0], [1])
+    step(PartitionChangeBuilder(p, FOO_ID, 0, active, mv, 1).set_target_replicas(r.replicas)
+         .set_target_removing(r.removing).set_target_adding(r.adding),
+         record(FOO_ID, replicas=[1, 0], removing_replicas=[0], adding_replicas=[1],
+                directories=[DirectoryId.UNASSIGNED, DirectoryId.UNASSIGNED]))
+    # Broker 0 shuts down; the topic allows unclean elections, so the adding replica 1 leads.
+    step(PartitionChangeBuilder(p, FOO_ID, 0, lambda b: b != 0 and active(b), mv, 1).set_election(Election.UNCLEAN)
+         .set_target_isr([]), record(FOO_ID, isr=[1], leader=1, leader_recovery_state=int(RECOVERING)))
+    shutting_down.add(0)
+    # The reassignment is cancelled (unclean revert: ISR [0]); nobody may lead; Kafka records
+    # the last leader, 1, which is no longer a replica.
+    revert = PartitionReassignmentRevert.of(p)
+    assert (revert.replicas, revert.isr, revert.unclean) == ([0], [0], True)
+    step(PartitionChangeBuilder(p, FOO_ID, 0, active, mv, 1).set_election(Election.UNCLEAN)
+         .set_target_isr(revert.isr).set_target_replicas(revert.replicas).set_target_removing([])
+         .set_target_adding([]),
+         record(FOO_ID, isr=[0], leader=NO_LEADER, last_known_elr=[1], replicas=[0], removing_replicas=[],
+                adding_replicas=[], directories=[DirectoryId.UNASSIGNED]))
+    # Broker 0 is fenced (it moves to the ELR), then restarts uncleanly (it leaves the ELR).
+    step(PartitionChangeBuilder(p, FOO_ID, 0, lambda b: b != 0 and active(b), mv, 1).set_target_isr([]),
+         record(FOO_ID, isr=[], eligible_leader_replicas=[0]))
+    fenced.add(0)
+    # ISR and ELR now empty: Kafka would elect the last known leader 1 (isr [1], leader 1,
+    # RECOVERING) although the replicas are [0].  We only drop 0 from the ELR.
+    step(PartitionChangeBuilder(p, FOO_ID, 0, lambda b: b != 0 and active(b), mv, 1)
+         .set_unclean_shutdown_replicas([0]).set_target_isr([]),
+         record(FOO_ID, eligible_leader_replicas=[]))
+    assert (p.replicas, p.isr, p.elr, p.last_known_elr, p.leader) == ((0,), (), (), (1,), NO_LEADER)
+    step(PartitionChangeBuilder(p, FOO_ID, 0, active, mv, 1).set_election(Election.PREFERRED), None)
+
+
+def test_kafka_records_minus_one_as_last_known_leader() -> None:
+    # A Kafka quirk kept for record fidelity (found by the model test): a leaderless partition
+    # whose last known ELR was cleared (ClearElrRecord) and whose replica set then drops a
+    # member gets a leader epoch bump naming NO_LEADER, which maybeUpdateLastKnownLeader
+    # records as the last leader: lastKnownElr [-1].
+    p = reg([1, 0], [0], NO_LEADER, removing=[0], adding=[1], directories=[DirectoryId.UNASSIGNED] * 2)
+    built = (PartitionChangeBuilder(p, FOO_ID, 0, lambda b: False, MetadataVersion.IBP_4_0_IV1, 1)
+             .set_eligible_leader_replicas_enabled(True).set_default_dir_provider(DEFAULT_DIR_PROVIDER)
+             .set_target_replicas([0]).set_target_isr([0]).set_target_removing([]).set_target_adding([]).build())
+    assert built == ApiMessageAndVersion(record(FOO_ID, leader=NO_LEADER, last_known_elr=[-1], replicas=[0],
+                                                removing_replicas=[], adding_replicas=[],
+                                                directories=[DirectoryId.UNASSIGNED]), 2)
+
+
+def test_kafka_keeps_dropped_replicas_in_the_elr() -> None:
+    # A Kafka quirk kept for record fidelity (found by the model test): the ELR is computed
+    # with the min ISR of the replica set before a completing reassignment shrinks it, and
+    # before the removed replicas are dropped, so the removed replica 2 lands in the ELR.
+    p = reg([1, 2], [1, 2], 1, directories=[DirectoryId.UNASSIGNED] * 2)
+    r = PartitionReassignmentReplicas.from_assignments([1, 2], [1])
+    built = (PartitionChangeBuilder(p, FOO_ID, 0, lambda b: True, MetadataVersion.IBP_4_0_IV1, 2)
+             .set_eligible_leader_replicas_enabled(True).set_default_dir_provider(DEFAULT_DIR_PROVIDER)
+             .set_target_replicas(r.replicas).set_target_removing(r.removing).build())
+    assert built == ApiMessageAndVersion(record(FOO_ID, replicas=[1], isr=[1], eligible_leader_replicas=[2],
+                                                leader=1, directories=[DirectoryId.UNASSIGNED]), 2)
+
+
 def test_elr_order_is_java_hash_set_order() -> None:
     # Kafka collects the ELR through a HashSet<Integer>: with 16 buckets, 16 and 17 come
     # before 14 and 15.  (Not a Kafka test: pins the byte order of the record.)

@@ -54,7 +54,16 @@ Deliberate differences from Kafka's class:
   for broker ids below 16;
 * ``set_target_elr`` / ``set_target_last_known_elr`` (not in Kafka) replace the ELR lists
   the build starts from (normally the partition's); step 2 still applies to them;
-* ELR can also be switched on in the constructor (Kafka 4.3 moved the flag there).
+* ELR can also be switched on in the constructor (Kafka 4.3 moved the flag there);
+* the last known leader is elected only while it is still one of the target replicas.
+  Kafka 4.2 records the last leader even when a cancelled reassignment has just dropped it
+  from the replicas (and records -1 when a leaderless partition whose last known ELR was
+  cleared gets a leader epoch bump); we write those records as Kafka does, but where Kafka
+  would then elect that former replica -- a leader outside the replica set -- we elect no one.
+
+Kafka quirks kept for record fidelity: the ELR is computed before a completing reassignment
+drops its removed replicas, so they can stay in the ELR (never elected: elections only walk
+the target replicas); the last known ELR can hold -1 or a former replica (above).
 """
 from __future__ import annotations
 
@@ -735,6 +744,14 @@ class PartitionChangeBuilder:
             if debug:
                 log.debug("Try to elect last known leader for %s-%d but last known leader is not alive. "
                           "last known leader=%d", self._topic_id, self._partition_id, last_known[0])
+            return False
+        if last_known[0] not in self._target_replicas:
+            # Not in Kafka: a cancelled or completed reassignment can leave a former replica
+            # (or -1) as the last known leader; Kafka would elect it -- a leader outside the
+            # replica set.
+            if debug:
+                log.debug("Try to elect last known leader for %s-%d but last known leader %d is no longer "
+                          "a replica", self._topic_id, self._partition_id, last_known[0])
             return False
         return True
 
