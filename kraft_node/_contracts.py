@@ -1,7 +1,8 @@
-"""The contract of each RPC codec twin pair: what ``kraft_node._native.X`` and ``kraft_node._pure.X`` both provide.
+"""The contract of each twin pair (RPC codecs, the placement kernel): what ``kraft_node._native.X`` and ``kraft_node._pure.X`` both provide.
 
 The Raft hot path's codecs (the request/response headers and Fetch) are
-generated twice by ``codegen``: a Cython build and its pure-Python twin,
+generated twice by ``codegen``: a Cython build and its pure-Python twin (the
+replica placer's kernel, ``_placement``, is written twice by hand), each pair
 chosen once per process by ``kraft_storage.accel.load(name,
 package="kraft_node")``.  As for the storage kernels (``kraft_storage/_contracts.py``,
 whose module doc says why these are ``typing.Protocol`` classes and not
@@ -16,11 +17,11 @@ them (constructor keywords and defaults, nested classes, class constants).
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from kraft_storage.messages.runtime import GeneratedMessage
 
-__all__ = ["TWINS", "RpcFetchCodec", "RpcHeadersCodec"]
+__all__ = ["TWINS", "PlacementKernel", "RpcFetchCodec", "RpcHeadersCodec"]
 
 
 class ApiMessage(GeneratedMessage, Protocol):
@@ -54,7 +55,17 @@ class RpcFetchCodec(Protocol):
 
 
 #: codec module name (``kraft_node._native.<name>`` / ``kraft_node._pure.<name>``) -> its contract.
+class PlacementKernel(Protocol):
+    """``_placement``: the striped replica placer's per-partition loop over a flat rack list
+    (caller: ``kraft_node.metadata.placement.striped``; layout in ``kraft_node/_pure/_placement.py``)."""
+
+    def place_partitions(self, out: Any, brokers: Any, starts: Any, cursors: Any, rack_names: Any,
+                         map_order: Any, rack_state: Any, rng: Any) -> None:
+        """Place ``out.shape[0]`` partitions of ``out.shape[1]`` replicas; update the state arrays."""
+
+
 TWINS: dict[str, type] = {
+    "_placement": PlacementKernel,
     "_rpc_headers": RpcHeadersCodec,
     "_rpc_fetch": RpcFetchCodec,
 }

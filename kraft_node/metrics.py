@@ -122,6 +122,14 @@ class MetricsRegistry:
         g.set_function(_guarded(full, fn))
         return g
 
+    def callback_counter(self, domain: str, type_: str, name: str, doc: str, fn: Callable[[], float]) -> Collector:
+        """A counter whose (monotonic) value is ``fn()`` at scrape time (``<name>_total``):
+        for counts kept elsewhere, e.g. in the controller's committed state (Kafka's meters,
+        whose JMX ``Count`` is this total)."""
+        collector = _CallbackCounter(metric_name(domain, type_, name), doc, fn)
+        self.registry.register(collector)
+        return collector
+
     def counter(self, domain: str, type_: str, name: str, doc: str) -> Counter:
         """A monotonic counter; Prometheus exposes it as ``<name>_total``."""
         return Counter(metric_name(domain, type_, name), doc, registry=self.registry)
@@ -245,10 +253,22 @@ def _guarded(name: str, fn: Callable[[], float]) -> Callable[[], float]:
     return read
 
 
+class _CallbackCounter(Collector):
+    def __init__(self, name: str, doc: str, fn: Callable[[], float]) -> None:
+        self._name, self._doc, self._read = name, doc, _guarded(name, fn)
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self._name, self._doc)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self._name, self._doc, value=self._read())
+
+
 # ---------------------------------------------------------------- controller
 _CONTROLLER = "kafka.controller"
 _KAFKA_CONTROLLER = "KafkaController"
 _EVENT_MANAGER = "ControllerEventManager"
+_CONTROLLER_STATS = "ControllerStats"
 
 
 class ControllerMetrics:
@@ -342,6 +362,30 @@ class ControllerMetrics:
 
     def inc_new_active_controllers(self) -> None:
         self._new_active_controllers += 1
+
+    def track_partition_metrics(self, *, topics: Callable[[], int], partitions: Callable[[], int],
+                                offline: Callable[[], int], imbalanced: Callable[[], int],
+                                unclean_elections: Callable[[], int], elr_elections: Callable[[], int]) -> None:
+        """Kafka's ControllerMetadataMetrics of topics and partitions, read from these at scrape
+        time (the committed state): GlobalTopicCount, GlobalPartitionCount,
+        OfflinePartitionsCount, PreferredReplicaImbalanceCount, and the election counters
+        UncleanLeaderElectionsPerSec and ElectionFromEligibleLeaderReplicasPerSec (Kafka's
+        meters; here their running totals, ``_total``)."""
+        reg = self._registry
+
+        def kc(name: str, doc: str, fn: Callable[[], float]) -> Gauge:
+            return reg.callback_gauge(_CONTROLLER, _KAFKA_CONTROLLER, name, doc, fn)
+        self._metrics += [
+            kc("GlobalTopicCount", "Topics in the cluster", topics),
+            kc("GlobalPartitionCount", "Partitions in the cluster", partitions),
+            kc("OfflinePartitionsCount", "Partitions without a leader", offline),
+            kc("PreferredReplicaImbalanceCount", "Partitions whose leader is not their preferred replica",
+               imbalanced),
+            reg.callback_counter(_CONTROLLER, _CONTROLLER_STATS, "UncleanLeaderElectionsPerSec",
+                                 "Leader elections of a replica outside the ISR", unclean_elections),
+            reg.callback_counter(_CONTROLLER, _CONTROLLER_STATS, "ElectionFromEligibleLeaderReplicasPerSec",
+                                 "Leader elections of an eligible leader replica (KIP-966)", elr_elections),
+        ]
 
     def track_broker_counts(self, active: Callable[[], int], fenced: Callable[[], int]) -> None:
         """Read ActiveBrokerCount and FencedBrokerCount from these at scrape time

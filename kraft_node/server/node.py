@@ -323,8 +323,20 @@ def _build_controller(config: NodeConfig, driver: RaftDriver,
     server = ControllerServer(node_id=config.node_id, cluster_id=driver.cluster_id, raft=driver,
                               metadata_log_dir=config.metadata_log_dir, settings=settings, metrics=metrics)
     if metrics is not None:
-        cluster = server.controller.cluster_control
+        ctl = server.controller
+        cluster = ctl.cluster_control
         metrics.track_broker_counts(cluster.active_broker_count, cluster.fenced_broker_count)
+        rc = ctl.replication_control
+
+        def committed(fn):
+            return lambda: fn(epoch=ctl.committed_epoch())
+        metrics.track_partition_metrics(
+            topics=committed(lambda epoch: len(rc.topics(epoch=epoch))),
+            partitions=committed(rc.partition_count),
+            offline=committed(lambda epoch: len(rc.partitions_with_no_leader(epoch=epoch))),
+            imbalanced=committed(lambda epoch: len(rc.imbalanced(epoch=epoch))),
+            unclean_elections=committed(lambda epoch: rc.unclean_leader_elections.get(epoch)),
+            elr_elections=committed(lambda epoch: rc.elections_from_elr.get(epoch)))
     return server
 
 

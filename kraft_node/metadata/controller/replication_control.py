@@ -76,7 +76,7 @@ from kraft_node.metadata.controller.topic_creation import (
 from kraft_node.metadata.versions import MetadataVersion
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.runtime import Uuid
-from kraft_storage.timeline import LATEST_EPOCH, TimelineHashMap, TimelineHashSet
+from kraft_storage.timeline import LATEST_EPOCH, TimelineHashMap, TimelineHashSet, TimelineLong
 
 if TYPE_CHECKING:
     from kraft_node.metadata.controller.cluster_control import ClusterControlManager
@@ -666,6 +666,11 @@ class ReplicationControlManager(TopicCreationMixin):
         self.default_replication_factor = default_replication_factor
         self.max_elections_per_imbalance = max_elections_per_imbalance
         self._elr_enabled = eligible_leader_replicas_enabled
+        #: leader changes to a broker outside the previous ISR (Kafka's UncleanLeaderElectionsPerSec
+        #: counts these), and to one from the previous ELR (ElectionFromEligibleLeaderReplicasPerSec):
+        #: timeline counters, so the metric reads them at the committed offset
+        self.unclean_leader_elections = TimelineLong(snapshot_registry)
+        self.elections_from_elr = TimelineLong(snapshot_registry)
         #: brokers the partition-change side is still fencing or shutting down in bounded
         #: results (PartitionChangeOps' soft state): no new ISR takes them meanwhile
         self.broker_excluded: Callable[[int], bool] | None = None
@@ -879,12 +884,26 @@ class ReplicationControlManager(TopicCreationMixin):
                               "but no partition with that id was found.")
         new = prev.merge(record)
         self._put_partition(topic, pid, prev, new)
+        if new.leader != prev.leader:
+            self._count_election(prev, new)
         self._log_change(f"{topic.name}-{pid} with topic ID {record.topic_id}", prev, new)
         self._track_preferred_leader(TopicIdPartition(topic.topic_id, pid), new)
         if record.removing_replicas is not None or record.adding_replicas is not None:
             log.info("Replayed partition assignment change %r for topic %s", record, topic.name)
         else:
             log.debug("Replayed partition change %r for topic %s", record, topic.name)
+
+    def _count_election(self, prev: PartitionRegistration, new: PartitionRegistration) -> None:
+        """Kafka's ControllerMetricsChanges.handlePartitionChange: a new leader not in the
+        previous ISR is an unclean election; one from the previous ELR, an ELR election."""
+        if not PartitionRegistration.election_was_clean(new.leader, prev.isr):
+            self.unclean_leader_elections.increment()
+        if new.leader >= 0 and new.leader in prev.elr and new.leader not in prev.isr:
+            self.elections_from_elr.increment()
+
+    def partition_count(self, *, epoch: int = LATEST_EPOCH) -> int:
+        """Partitions of every topic (Kafka's GlobalPartitionCount)."""
+        return sum(t.num_partitions(epoch=epoch) for t in self.topics_by_id.values(epoch))
 
     def _replay_remove_topic(self, record: Any) -> None:
         topic = self.topics_by_id.get(record.topic_id)
