@@ -1,4 +1,4 @@
-"""The contract of each twin pair (RPC codecs, the placement kernel): what ``kraft_node._native.X`` and ``kraft_node._pure.X`` both provide.
+"""The contract of each twin pair: what ``kraft_node._native.X`` and ``kraft_node._pure.X`` both provide.
 
 The Raft hot path's codecs (the request/response headers and Fetch) are
 generated twice by ``codegen``: a Cython build and its pure-Python twin (the
