@@ -53,6 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _support import code_version, emit_json  # noqa: E402
 from bench_controller import broker_features, heartbeat_request, ms_summary, registration_request  # noqa: E402
 from controller_tcp_bench import EventLog, GcPauses, LocalCluster  # noqa: E402
+from raft_tcp_bench import cpu_seconds  # noqa: E402
 
 from kraft_node import event_loop  # noqa: E402
 from kraft_node.protocol.generated.create_topics import CreateTopicsRequest  # noqa: E402
@@ -144,7 +145,9 @@ async def run_create(args: argparse.Namespace, base: str) -> dict[str, Any]:
         requests = create_requests(args.topics, args.partitions, args.rf, args.topics_per_request)
         events.clear()
         pauses = GcPauses()
+        cpu0 = [cpu_seconds([p]) for p in cluster.pids]
         seconds, _answers = await create_topics(ctl, requests, args.inflight)
+        cpu = [round(cpu_seconds([p]) - c, 2) for p, c in zip(cluster.pids, cpu0)]
         pauses.remove()
         total = args.topics * args.partitions
         got = committed_partitions(ctl)
@@ -155,7 +158,7 @@ async def run_create(args: argparse.Namespace, base: str) -> dict[str, Any]:
                 "racks": args.racks, "topics_per_request": args.topics_per_request, "inflight": args.inflight,
                 "seconds": round(seconds, 3), "partitions_per_s": round(total / seconds, 1),
                 "create_events": ms_summary(creates), "event_processing": ms_summary(events.processing_ns),
-                "longest_events": events.longest(), "gc_pauses": pauses.summary()}
+                "longest_events": events.longest(), "gc_pauses": pauses.summary(), "cpu_seconds_by_node": cpu}
     finally:
         await cluster.stop()
 
