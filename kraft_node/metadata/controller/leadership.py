@@ -407,6 +407,10 @@ class BrokerLifecycle:
         return not (change.kind is ChangeKind.CONTROLLED_SHUTDOWN and registration.fenced)
 
     def _step(self, change: PendingChange, records: list[ApiMessageAndVersion], limit: int) -> bool:
+        with self.ctx.reading_once():
+            return self._step_once(change, records, limit)
+
+    def _step_once(self, change: PendingChange, records: list[ApiMessageAndVersion], limit: int) -> bool:
         """Write up to ``limit`` of the change's records; True when it is complete (or
         obsolete: its registration is gone or replaced).
 

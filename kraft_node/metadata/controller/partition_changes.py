@@ -28,8 +28,9 @@ snake_case, each returning a :class:`ControllerResult`.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from kraft_node.metadata.controller.partition_change import Election, PartitionChangeBuilder
 from kraft_node.metadata.controller.replication_control import (
@@ -130,25 +131,59 @@ class PartitionChangeContext:
         #: set by the BrokerLifecycle that owns the unfinished changes
         self.exclusions: ExclusionSource = _NoExclusions()
         self.default_dirs = _DefaultDirs(self)
+        #: inside :meth:`reading_once` (one write): what it read once
+        #: (metadata.version, ELR, each topic's min ISR and unclean setting) -- nothing it
+        #: reads changes inside one write (state changes only by replay)
+        self._memo: dict[Any, Any] | None = None
 
     # -- what the configuration says --------------------------------------------------------
 
+    @contextlib.contextmanager
+    def reading_once(self) -> Iterator[None]:
+        """Within this block (one write: nothing it reads changes until its records are
+        replayed), metadata.version, ELR and each topic's min ISR and unclean-election
+        setting are read once.  Nests."""
+        outer = self._memo
+        if outer is None:
+            self._memo = {}
+        try:
+            yield
+        finally:
+            self._memo = outer
+
+    def _memoized(self, key: Any, compute: Callable[[], Any]) -> Any:
+        memo = self._memo
+        if memo is None:
+            return compute()
+        value = memo.get(key, memo)
+        if value is memo:
+            value = memo[key] = compute()
+        return value
+
     def metadata_version(self) -> MetadataVersion:
-        return self.features.metadata_version()
+        mv: MetadataVersion = self._memoized("mv", self.features.metadata_version)
+        return mv
 
     def elr_enabled(self) -> bool:
         """Kafka 4.x's isElrEnabled: the replication manager's answer (the
         eligible.leader.replicas.version feature, unless its constructor overrides it), and a
         metadata.version whose records carry ELR fields (4.0-IV1)."""
-        return self.replication.is_elr_enabled() and self.metadata_version().is_elr_supported()
+        return bool(self._memoized(
+            "elr", lambda: self.replication.is_elr_enabled() and self.metadata_version().is_elr_supported()))
 
     def unclean_enabled(self, topic_name: str) -> bool:
-        return bool(self.configs.unclean_leader_election_enabled(topic_name))
+        return bool(self._memoized(("unclean", topic_name),
+                                   lambda: self.configs.unclean_leader_election_enabled(topic_name)))
 
     def effective_min_isr(self, topic: TopicControlInfo, *, epoch: int = LATEST_EPOCH) -> int:
         """Kafka's getTopicEffectiveMinIsr: ``min.insync.replicas`` capped at the topic's
         replication factor (partition 0's replica count), so an over-large setting still lets
         a full ISR count as "enough"."""
+        if epoch == LATEST_EPOCH:
+            return int(self._memoized(("min_isr", topic.topic_id), lambda: self._effective_min_isr(topic, epoch)))
+        return self._effective_min_isr(topic, epoch)
+
+    def _effective_min_isr(self, topic: TopicControlInfo, epoch: int) -> int:
         configured = int(self.configs.min_isr(topic.name, epoch=epoch))
         first = topic.parts.get(0, epoch=epoch)
         if first is None:
@@ -230,6 +265,22 @@ class PartitionChangeContext:
         have (corrupt state, as in Kafka)."""
         old_size = len(records)
         complete = True
+        with self.reading_once():
+            complete = self._generate(broker_to_remove, broker_to_add, broker_with_unclean_shutdown, records,
+                                      partitions, limit)
+        if len(records) != old_size:
+            if log.isEnabledFor(logging.DEBUG):
+                names = ", ".join(self.describe(r.message) for r in records[old_size:])
+                log.debug("%s: changing partition(s): %s", context, names)
+            else:
+                log.info("%s: changing %d partition(s)", context, len(records) - old_size)
+        return complete
+
+    def _generate(self, broker_to_remove: int, broker_to_add: int, broker_with_unclean_shutdown: int,
+                  records: list[ApiMessageAndVersion], partitions: Iterable[TopicIdPartition],
+                  limit: int | None) -> bool:
+        old_size = len(records)
+        complete = True
         for tp in partitions:
             if limit is not None and len(records) - old_size >= limit:
                 complete = False
@@ -244,12 +295,6 @@ class PartitionChangeContext:
                                            broker_with_unclean_shutdown)
             if record is not None:
                 records.append(record)
-        if len(records) != old_size:
-            if log.isEnabledFor(logging.DEBUG):
-                names = ", ".join(self.describe(r.message) for r in records[old_size:])
-                log.debug("%s: changing partition(s): %s", context, names)
-            else:
-                log.info("%s: changing %d partition(s)", context, len(records) - old_size)
         return complete
 
     def describe(self, change: Any) -> str:

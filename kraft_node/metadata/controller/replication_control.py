@@ -462,9 +462,12 @@ class _BrokerIndex:
         entries = topic_map.get(topic_id)
         if entries is None:
             raise ReplayError(f"Broker {broker_id} has no entry in {self._what} for topic {topic_id}")
-        if entry not in entries:
-            raise ReplayError(f"Broker {broker_id} has no entry in {self._what} for {topic_id}:{_java_int(entry)}")
-        rest = tuple(e for e in entries if e != entry)
+        try:
+            i = entries.index(entry)  # entries are distinct; index and slices run in C
+        except ValueError:
+            raise ReplayError(f"Broker {broker_id} has no entry in {self._what} for {topic_id}:"
+                              f"{_java_int(entry)}") from None
+        rest = entries[:i] + entries[i + 1:]
         if rest:
             topic_map.put(topic_id, rest)
         else:
