@@ -336,19 +336,25 @@ class PartitionChangeOps:
         self.elections: _elections.ElectionManager = ElectionManager(self.context)
         self.reassignments: _reassignment.ReassignmentManager = ReassignmentManager(self.context)
 
+    # Each write reads the settings every partition's builder needs once (reading_once).
+
     # -- AlterPartition -------------------------------------------------------------------------
     def alter_partition(self, request: Any, version: int) -> ControllerResult[Any]:
-        return self.alter_partitions.alter_partition(request, version)
+        with self.context.reading_once():
+            return self.alter_partitions.alter_partition(request, version)
 
     # -- elections ---------------------------------------------------------------------------------
     def elect_leaders(self, request: Any) -> ControllerResult[Any]:
-        return self.elections.elect_leaders(request)
+        with self.context.reading_once():
+            return self.elections.elect_leaders(request)
 
     def maybe_balance_partition_leaders(self) -> ControllerResult[bool]:
-        return self.elections.maybe_balance_partition_leaders()
+        with self.context.reading_once():
+            return self.elections.maybe_balance_partition_leaders()
 
     def maybe_elect_unclean_leaders(self) -> ControllerResult[bool]:
-        return self.elections.maybe_elect_unclean_leaders()
+        with self.context.reading_once():
+            return self.elections.maybe_elect_unclean_leaders()
 
     def are_partition_leaders_imbalanced(self, *, epoch: int = LATEST_EPOCH) -> bool:
         return self.elections.are_partition_leaders_imbalanced(epoch=epoch)
@@ -358,7 +364,8 @@ class PartitionChangeOps:
 
     # -- reassignment ------------------------------------------------------------------------------
     def alter_partition_reassignments(self, request: Any) -> ControllerResult[Any]:
-        return self.reassignments.alter_partition_reassignments(request)
+        with self.context.reading_once():
+            return self.reassignments.alter_partition_reassignments(request)
 
     def list_partition_reassignments(self, topics: Sequence[Any] | None, *, epoch: int = LATEST_EPOCH) -> Any:
         return self.reassignments.list_partition_reassignments(topics, epoch=epoch)
