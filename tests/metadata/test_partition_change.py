@@ -355,7 +355,7 @@ def test_isr_enlargement_completes_reassignment(version: int) -> None:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_revert_reassignment(version: int) -> None:
     # Re-states testRevertReassignment.
-    revert = PartitionReassignmentRevert.of(BAR)
+    revert = PartitionReassignmentRevert(BAR)
     assert revert.replicas == [1, 2, 3]
     assert revert.isr == [1, 2, 3]
     expected = record(BAR_ID, replicas=[1, 2, 3], leader=1, removing_replicas=[], adding_replicas=[])
@@ -774,7 +774,7 @@ def test_last_known_leader_must_still_be_a_replica() -> None:
     shutting_down.add(0)
     # The reassignment is cancelled (unclean revert: ISR [0]); nobody may lead; Kafka records
     # the last leader, 1, which is no longer a replica.
-    revert = PartitionReassignmentRevert.of(p)
+    revert = PartitionReassignmentRevert(p)
     assert (revert.replicas, revert.isr, revert.unclean) == ([0], [0], True)
     step(PartitionChangeBuilder(p, FOO_ID, 0, active, mv, 1).set_election(Election.UNCLEAN)
          .set_target_isr(revert.isr).set_target_replicas(revert.replicas).set_target_removing([])
@@ -1089,6 +1089,15 @@ def test_original_replicas() -> None:
     assert r.original_replicas() == [0, 1, 2]
 
 
+def test_reassignment_replicas_lists_are_keyword_only() -> None:
+    # Kafka has a (removing, adding, replicas) and a (current, target) constructor; ours are
+    # PartitionReassignmentReplicas(removing=, adding=, replicas=) and from_assignments(), so
+    # a positional call cannot silently mean the other one.
+    with pytest.raises(TypeError):
+        PartitionReassignmentReplicas([0, 1, 2], [3, 4, 5])  # type: ignore[misc]
+    assert PartitionReassignmentRevert.of(BAR) == PartitionReassignmentRevert(BAR)
+
+
 def test_reassignment_from_assignment_objects() -> None:
     # Kafka takes PartitionAssignments; anything with a replicas attribute works.
     @dataclasses.dataclass
@@ -1105,7 +1114,7 @@ def test_reassignment_from_assignment_objects() -> None:
 
 def revert_of(**kw: Any) -> PartitionReassignmentRevert:
     replicas = kw.pop("replicas")
-    return PartitionReassignmentRevert.of(reg(replicas, kw.pop("isr"), kw.pop("leader", 3), **kw))
+    return PartitionReassignmentRevert(reg(replicas, kw.pop("isr"), kw.pop("leader", 3), **kw))
 
 
 def test_revert_none_added_or_removed() -> None:

@@ -88,9 +88,11 @@ class CompletedReassignment:
     isr: list[int]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class PartitionReassignmentReplicas:
-    """The removing, adding and full replica lists of a reassignment (see the module doc)."""
+    """The removing, adding and full replica lists of a reassignment (see the module doc).
+    Keyword-only (Kafka's three-list constructor); Kafka's two-assignment constructor is
+    :meth:`from_assignments`."""
     removing: list[int] = field(default_factory=list)
     adding: list[int] = field(default_factory=list)
     replicas: list[int] = field(default_factory=list)
@@ -140,34 +142,47 @@ class PartitionReassignmentReplicas:
                 f"replicas={self.replicas})")
 
 
-@dataclass(frozen=True, slots=True)
 class PartitionReassignmentRevert:
-    """The replicas and ISR a partition gets back when its ongoing reassignment is cancelled."""
-    replicas: list[int]
-    isr: list[int]
-    unclean: bool
+    """The replicas and ISR a partition gets back when its ongoing reassignment is cancelled
+    (Kafka's ``new PartitionReassignmentRevert(registration)``).
 
-    @classmethod
-    def of(cls, registration: _ReassigningRegistration) -> PartitionReassignmentRevert:
-        """Kafka's ``new PartitionReassignmentRevert(registration)``.
+    Raises ``ApiError(INVALID_REPLICA_ASSIGNMENT)`` when every replica is being added (no
+    original replica to fall back to; unreachable for a partition created non-empty)."""
 
-        Raises ``ApiError(INVALID_REPLICA_ASSIGNMENT)`` when every replica is being added (no
-        original replica to fall back to; unreachable for a partition created non-empty)."""
+    __slots__ = ("replicas", "isr", "unclean")
+
+    def __init__(self, registration: _ReassigningRegistration):
         ongoing = PartitionReassignmentReplicas(
             removing=list(registration.removing_replicas),
             adding=list(registration.adding_replicas),
             replicas=list(registration.replicas))
-        replicas = ongoing.original_replicas()
+        self.replicas: list[int] = ongoing.original_replicas()
         adding = set(ongoing.adding)
-        isr = [r for r in registration.isr if r not in adding]
-        if isr:
-            return cls(replicas=replicas, isr=isr, unclean=False)
-        # Every ISR member is a replica being added: fall back to the first original replica,
-        # which is an unclean leader election the caller must allow explicitly.
-        if not replicas:
-            raise ApiError(Errors.INVALID_REPLICA_ASSIGNMENT,
-                           "Invalid replica assignment: addingReplicas contains all replicas.")
-        return cls(replicas=replicas, isr=[replicas[0]], unclean=True)
+        self.isr: list[int] = [r for r in registration.isr if r not in adding]
+        self.unclean = False
+        if not self.isr:
+            # Every ISR member is a replica being added: fall back to the first original
+            # replica, which is an unclean leader election the caller must allow explicitly.
+            if not self.replicas:
+                raise ApiError(Errors.INVALID_REPLICA_ASSIGNMENT,
+                               "Invalid replica assignment: addingReplicas contains all replicas.")
+            self.isr = [self.replicas[0]]
+            self.unclean = True
+
+    @classmethod
+    def of(cls, registration: _ReassigningRegistration) -> PartitionReassignmentRevert:
+        """The same as ``PartitionReassignmentRevert(registration)``."""
+        return cls(registration)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PartitionReassignmentRevert):
+            return NotImplemented
+        return (self.replicas, self.isr, self.unclean) == (other.replicas, other.isr, other.unclean)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return str(self)
 
     def __str__(self) -> str:
         return (f"PartitionReassignmentRevert(replicas={self.replicas}, isr={self.isr}, "
