@@ -398,7 +398,7 @@ class PartitionModel(RuleBasedStateMachine):
     def cancel_reassignment(self) -> None:
         """cancelPartitionReassignment: back to the original replicas; refused when that
         would need an unclean election the topic does not allow."""
-        revert = PartitionReassignmentRevert.of(self.partition)
+        revert = PartitionReassignmentRevert(self.partition)
         if revert.unclean and not self.unclean:
             return  # Kafka: InvalidReplicaAssignmentException, no record
         self.run(Intent(target_isr=revert.isr, election=self.topic_election(), acceptable=self.active,
