@@ -380,10 +380,10 @@ class TopicApis:
                                    self.controller.legacy_alter_configs)
 
     def handle_describe_configs(self, ctx: RequestContext, request: Any) -> object:
-        """The controller's own answer: each resource's stored overrides at the committed
-        offset (Kafka's controller answers from its MetadataCache with full config
-        definitions; kraft's broker will, issue 24).  An unknown broker or topic is the
-        manager's existence error."""
+        """Every key of each resource with its effective value and source, at the committed
+        offset (Kafka's controller answers from its metadata cache the same way): topics and
+        brokers from Kafka's config definitions, other types their stored overrides;
+        synonyms (v1+) and documentation (v3+) when asked.  Sensitive values are null."""
         R = DescribeConfigsResponse
         resources: dict[ConfigResource, Any] = {}
         early: list[Any] = []
@@ -399,16 +399,24 @@ class TopicApis:
                                                      resource_name=res.resource_name, configs=[]))
                 continue
             resources[ConfigResource(rtype, res.resource_name)] = res.configuration_keys
+        synonyms = bool(request.include_synonyms)
+        docs = bool(request.include_documentation)
+
+        def entry(e: Any) -> Any:
+            return R.DescribeConfigsResourceResult(
+                name=e.name, value=e.describe_value, read_only=e.is_read_only, config_source=int(e.source),
+                is_sensitive=e.is_sensitive, config_type=e.describe_type_id,
+                documentation=e.documentation if docs else None,
+                synonyms=[R.DescribeConfigsSynonym(name=s.name, value=s.value, source=int(s.source))
+                          for s in e.synonyms] if synonyms else [])
 
         def ok(results: Any) -> Any:
             out = list(early)
-            for resource, (error, configs) in results.items():
+            for resource, (error, entries) in results.items():
                 code, message = (0, None) if error is None else (int(error.error), error.message)
                 out.append(R.DescribeConfigsResult(
                     error_code=code, error_message=message, resource_type=int(resource.type),
-                    resource_name=resource.name,
-                    configs=[R.DescribeConfigsResourceResult(name=k, value=v, config_source=_source(resource))
-                             for k, v in sorted(configs.items())]))
+                    resource_name=resource.name, configs=[entry(e) for e in entries]))
             return R(throttle_time_ms=0, results=out)
 
         def failed(code: Errors, message: str | None) -> Any:
@@ -416,12 +424,5 @@ class TopicApis:
                 R.DescribeConfigsResult(error_code=int(code), error_message=message, resource_type=r.resource_type,
                                         resource_name=r.resource_name, configs=[]) for r in request.resources])
 
-        return self._answer(ctx, self.controller.describe_configs(resources), ok, failed)
-
-
-def _source(resource: ConfigResource) -> int:
-    """Kafka's DescribeConfigs ConfigSource of a stored override: DYNAMIC_TOPIC_CONFIG (1),
-    DYNAMIC_BROKER_CONFIG (2) or DYNAMIC_DEFAULT_BROKER_CONFIG (3)."""
-    if resource.type == ConfigResourceType.TOPIC:
-        return 1
-    return 3 if resource.name == "" else 2
+        future = self.controller.describe_configs(resources, include_synonyms=synonyms, include_documentation=docs)
+        return self._answer(ctx, future, ok, failed)

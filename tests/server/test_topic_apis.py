@@ -5,8 +5,8 @@ Three brokers in two racks register and heartbeat until unfenced; then, through 
 protocol as Kafka's admin tools send them: CreateTopics (defaults, configs, validateOnly,
 Kafka's messages for a replication factor that cannot be met, duplicates and the metadata
 topic refused by the RPC layer), CreatePartitions, IncrementalAlterConfigs and the legacy
-AlterConfigs (Kafka's messages for unknown keys and topics), DescribeConfigs of the stored
-overrides, DeleteTopics by name and by id (both in one entry refused), and what the
+AlterConfigs (Kafka's messages for unknown keys and topics), DescribeConfigs (effective
+values, sources, synonyms), DeleteTopics by name and by id (both in one entry refused), and what the
 controller's committed state holds after each.
 """
 from __future__ import annotations
@@ -157,14 +157,28 @@ def test_topics_partitions_and_configs_over_the_wire(tmp_path):
                 assert res[(BROKER, "")][0] == E.NONE
                 assert res[(99, "x")] == (E.UNSUPPORTED_VERSION, "Unknown resource type 99.")
 
+                # DescribeConfigs: every key with its effective value and source (Kafka's
+                # ConfigSource ids: 1 topic, 3 cluster default, 5 Kafka's default)
                 DC = DescribeConfigsRequest
                 r = await conn.request(DC(resources=[
                     DC.DescribeConfigsResource(resource_type=TOPIC, resource_name="foo", configuration_keys=None),
-                    DC.DescribeConfigsResource(resource_type=BROKER, resource_name="", configuration_keys=None)]),
-                    4, timeout=5)
-                got = {(x.resource_type, x.resource_name): {c.name: c.value for c in x.configs} for x in r.results}
-                assert got[(TOPIC, "foo")] == {"cleanup.policy": "compact", "retention.ms": "1000"}
-                assert got[(BROKER, "")] == {"log.roll.ms": "1234567"}
+                    DC.DescribeConfigsResource(resource_type=TOPIC, resource_name="bar",
+                                               configuration_keys=["segment.ms", "log.roll.ms"]),
+                    DC.DescribeConfigsResource(resource_type=BROKER, resource_name="", configuration_keys=None),
+                    DC.DescribeConfigsResource(resource_type=TOPIC, resource_name="nope", configuration_keys=None)],
+                    include_synonyms=True), 4, timeout=5)
+                got = {(x.resource_type, x.resource_name): {c.name: (c.value, c.config_source) for c in x.configs}
+                       for x in r.results}
+                errors = {(x.resource_type, x.resource_name): (x.error_code, x.error_message) for x in r.results}
+                foo = got[(TOPIC, "foo")]
+                assert foo["cleanup.policy"] == ("compact", 1) and foo["retention.ms"] == ("1000", 1)
+                assert foo["min.insync.replicas"] == ("1", 5) and len(foo) > 30
+                # the cluster-level log.roll.ms is bar's segment.ms (its synonym); unknown keys are left out
+                assert got[(TOPIC, "bar")] == {"segment.ms": ("1234567", 3)}
+                assert got[(BROKER, "")] == {"log.roll.ms": ("1234567", 3)}
+                assert errors[(TOPIC, "nope")] == (E.UNKNOWN_TOPIC_OR_PARTITION, "The topic 'nope' does not exist.")
+                syn = {c.name: [(y.name, y.source) for y in c.synonyms] for c in r.results[1].configs}
+                assert syn["segment.ms"][0] == ("log.roll.ms", 3)
 
                 # the legacy AlterConfigs replaces the whole set
                 AC = AlterConfigsRequest

@@ -934,12 +934,49 @@ class QuorumController:
             return result.without_records() if validate_only else result
         return self.append_write("legacyAlterConfigs", op, deadline_ns=deadline_ns)
 
-    def describe_configs(self, resources: Mapping[Any, Any], *,
+    def describe_configs(self, resources: Mapping[Any, Any], *, include_synonyms: bool = False,
+                         include_documentation: bool = False,
                          deadline_ns: int | None = None) -> ControllerFuture[Any]:
-        """The stored overrides of each resource, at the committed offset."""
-        return self.append_read("describeConfigs",
-                                lambda e: self.configuration_control.describe_configs(resources, epoch=e),
-                                deadline_ns=deadline_ns)
+        """DescribeConfigs at the committed offset: {ConfigResource: (ApiError or None, [ConfigEntry])}.
+        ``resources`` maps each resource to the keys asked for (None or empty: all).  A topic or
+        broker resource gets every key with its effective value and source (topic override,
+        dynamic broker / cluster default, this node's static config, Kafka's default); other
+        types their stored overrides.  A resource that does not exist, or may not be described,
+        gets its error."""
+        cc = self.configuration_control
+
+        def read(epoch: int) -> dict[Any, tuple[ApiError | None, list[Any]]]:
+            from kraft_node.metadata.configs.resources import ConfigResourceType
+            from kraft_node.metadata.configs.schema import ConfigEntry, ConfigSource
+            out: dict[Any, tuple[ApiError | None, list[Any]]] = {}
+            for resource, keys in resources.items():
+                wanted = list(keys) if keys else None
+                try:
+                    cc.validator.validate_resource(resource)
+                    if resource.type == ConfigResourceType.TOPIC:
+                        if self.replication_control.topic_id(resource.name, epoch=epoch) is None:
+                            raise ApiError(Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                           f"The topic '{resource.name}' does not exist.")
+                        entries = cc.describe_topic_config_entries(
+                            resource.name, wanted, epoch=epoch, include_synonyms=include_synonyms,
+                            include_documentation=include_documentation)
+                    elif resource.type == ConfigResourceType.BROKER:
+                        cc.existence_checker(resource)
+                        entries = cc.describe_broker_config_entries(
+                            resource.name, wanted, epoch=epoch, include_synonyms=include_synonyms,
+                            include_documentation=include_documentation)
+                    else:
+                        stored = cc.configs(resource, epoch=epoch)
+                        source = (ConfigSource.GROUP_CONFIG if resource.type == ConfigResourceType.GROUP
+                                  else ConfigSource.CLIENT_METRICS_CONFIG)
+                        entries = [ConfigEntry(k, v, source) for k, v in sorted(stored.items())
+                                   if wanted is None or k in wanted]
+                except ApiError as exc:
+                    out[resource] = (exc, [])
+                    continue
+                out[resource] = (None, entries)
+            return out
+        return self.append_read("describeConfigs", read, deadline_ns=deadline_ns)
 
     def _kraft_version(self) -> int:
         return int(self.feature_control.kraft_version_accessor.kraft_version())
