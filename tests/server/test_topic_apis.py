@@ -4,7 +4,8 @@
 Three brokers in two racks register and heartbeat until unfenced; then, through the wire
 protocol as Kafka's admin tools send them: CreateTopics (defaults, configs, validateOnly,
 Kafka's messages for a replication factor that cannot be met, duplicates and the metadata
-topic refused by the RPC layer), CreatePartitions, IncrementalAlterConfigs and the legacy
+topic refused by the RPC layer), CreatePartitions, AlterPartition from a partition leader,
+ElectLeaders, a reassignment and its listing, IncrementalAlterConfigs and the legacy
 AlterConfigs (Kafka's messages for unknown keys and topics), DescribeConfigs (effective
 values, sources, synonyms), DeleteTopics by name and by id (both in one entry refused), and what the
 controller's committed state holds after each.
@@ -20,11 +21,15 @@ from support.raft import cluster_properties
 from kraft_node.network import KafkaConnection
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.alter_configs import AlterConfigsRequest
+from kraft_node.protocol.generated.alter_partition import AlterPartitionRequest
+from kraft_node.protocol.generated.alter_partition_reassignments import AlterPartitionReassignmentsRequest
 from kraft_node.protocol.generated.create_partitions import CreatePartitionsRequest
 from kraft_node.protocol.generated.create_topics import CreateTopicsRequest
 from kraft_node.protocol.generated.delete_topics import DeleteTopicsRequest
 from kraft_node.protocol.generated.describe_configs import DescribeConfigsRequest
+from kraft_node.protocol.generated.elect_leaders import ElectLeadersRequest
 from kraft_node.protocol.generated.incremental_alter_configs import IncrementalAlterConfigsRequest
+from kraft_node.protocol.generated.list_partition_reassignments import ListPartitionReassignmentsRequest
 from kraft_node.server.config import NodeConfig
 from kraft_node.server.node import KraftNode
 
@@ -136,6 +141,51 @@ def test_topics_partitions_and_configs_over_the_wire(tmp_path):
                 assert res["bar"] == (E.INVALID_PARTITIONS, "Topic already has 1 partition(s).")
                 assert res["nope"][0] == E.UNKNOWN_TOPIC_OR_PARTITION
                 assert sorted(rc.partitions(foo_id, epoch=ctl.committed_epoch())) == [0, 1, 2, 3, 4]
+
+                # AlterPartition from foo-0's leader: the ISR shrinks to the leader and one follower
+                foo0 = rc.partition(foo_id, 0, epoch=ctl.committed_epoch())
+                leader = foo0.leader
+                follower = next(b for b in foo0.isr if b != leader)
+                AP = AlterPartitionRequest
+                epochs = {b: ctl.cluster_control.registration(b).epoch for b in (0, 1, 2)}
+                r = await conn.request(AP(broker_id=leader, broker_epoch=epochs[leader], topics=[AP.TopicData(
+                    topic_id=foo_id, partitions=[AP.PartitionData(
+                        partition_index=0, leader_epoch=foo0.leader_epoch, partition_epoch=foo0.partition_epoch,
+                        new_isr_with_epochs=[AP.BrokerState(broker_id=b, broker_epoch=epochs[b])
+                                             for b in (leader, follower)])])]), 3, timeout=5)
+                (part,) = r.topics[0].partitions
+                assert (r.error_code, part.error_code) == (E.NONE, E.NONE)
+                after = rc.partition(foo_id, 0, epoch=ctl.committed_epoch())
+                assert sorted(after.isr) == sorted([leader, follower]) == sorted(part.isr)
+                assert part.partition_epoch == after.partition_epoch == foo0.partition_epoch + 1
+                # a stale partition epoch is refused (Kafka 4: INVALID_UPDATE_VERSION)
+                r = await conn.request(AP(broker_id=leader, broker_epoch=epochs[leader], topics=[AP.TopicData(
+                    topic_id=foo_id, partitions=[AP.PartitionData(
+                        partition_index=0, leader_epoch=foo0.leader_epoch, partition_epoch=foo0.partition_epoch,
+                        new_isr_with_epochs=[AP.BrokerState(broker_id=leader, broker_epoch=epochs[leader])])])]),
+                    3, timeout=5)
+                assert r.topics[0].partitions[0].error_code == E.INVALID_UPDATE_VERSION
+
+                # ElectLeaders (preferred): foo's leaders are their preferred replicas already
+                EL = ElectLeadersRequest
+                r = await conn.request(EL(election_type=0, topic_partitions=[
+                    EL.TopicPartitions(topic="foo", partitions=[1])], timeout_ms=5000), 2, timeout=5)
+                assert r.replica_election_results[0].partition_result[0].error_code == E.ELECTION_NOT_NEEDED
+
+                # a reassignment of bar-0 onto the broker it is not on, listed until it completes
+                bar_id = rc.topic_id("bar", epoch=ctl.committed_epoch())
+                (bar0,) = rc.partitions(bar_id, epoch=ctl.committed_epoch()).values()
+                target = [b for b in (0, 1, 2) if b not in bar0.replicas][:1]
+                RA = AlterPartitionReassignmentsRequest
+                r = await conn.request(RA(topics=[RA.ReassignableTopic(name="bar", partitions=[
+                    RA.ReassignablePartition(partition_index=0, replicas=target)])], timeout_ms=5000), 0, timeout=5)
+                assert (r.error_code, r.responses[0].partitions[0].error_code) == (E.NONE, E.NONE)
+                LR = ListPartitionReassignmentsRequest
+                r = await conn.request(LR(topics=None, timeout_ms=5000), 0, timeout=5)
+                (ongoing,) = r.topics
+                assert ongoing.name == "bar"
+                assert ongoing.partitions[0].adding_replicas == target
+                assert ongoing.partitions[0].removing_replicas == list(bar0.replicas)
 
                 # IncrementalAlterConfigs (Kafka's KRaftClusterTest.testIncrementalAlterConfigs messages)
                 IA = IncrementalAlterConfigsRequest
