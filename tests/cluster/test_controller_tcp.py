@@ -16,7 +16,10 @@ What must hold across the failover:
   with the epoch its registration gave it, and the new controller accepts it (a lost or
   re-numbered registration answers STALE_BROKER_EPOCH);
 * afterwards the surviving logs hold exactly one RegisterBrokerRecord per broker, with that
-  epoch, and no record fencing any broker.
+  epoch, and no record fencing any broker;
+* topics created before the kill are on the new controller (creating them again is
+  TOPIC_ALREADY_EXISTS), it creates more, and each topic is in the logs once with its
+  partitions (issue 22).
 
 Every wait is bounded; processes are killed in ``finally``.
 """
@@ -34,6 +37,7 @@ from kraft_node.network import KafkaConnection
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.broker_heartbeat import BrokerHeartbeatRequest
 from kraft_node.protocol.generated.broker_registration import BrokerRegistrationRequest
+from kraft_node.protocol.generated.create_topics import CreateTopicsRequest
 from kraft_node.server.tools import metadata_quorum
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.metadata import decode_metadata_record
@@ -45,6 +49,7 @@ BROKERS = 100
 FIRST_BROKER_ID = 1000
 SESSION_TIMEOUT_MS = 3000
 HEARTBEAT_MS = 500
+TOPICS, PARTITIONS = 20, 10
 CONTROLLER_SETTINGS = {"broker.session.timeout.ms": str(SESSION_TIMEOUT_MS),
                        "broker.heartbeat.interval.ms": str(HEARTBEAT_MS)}
 
@@ -137,8 +142,11 @@ class Broker:
                 stale = nid
                 await asyncio.sleep(0.05)
                 continue
-            if resp.error_code == Errors.NOT_CONTROLLER:
-                self.errors[resp.error_code] = self.errors.get(resp.error_code, 0) + 1
+            code = getattr(resp, "error_code", None)
+            if code is None:  # CreateTopics: per-topic codes (NOT_CONTROLLER gives it to every one)
+                code = resp.topics[0].error_code if resp.topics else 0
+            if code == Errors.NOT_CONTROLLER:
+                self.errors[code] = self.errors.get(code, 0) + 1
                 stale = nid
                 await asyncio.sleep(0.05)
                 continue
@@ -179,6 +187,16 @@ class Broker:
             await self.conn.close()
 
 
+async def _create_topics(broker: "Broker", names: list[str]) -> dict[str, Errors]:
+    """CreateTopics (v7) of ``names`` (PARTITIONS partitions, RF 3) through the active
+    controller, as an admin client would send it; {name: error}."""
+    T = CreateTopicsRequest
+    req = T(topics=[T.CreatableTopic(name=n, num_partitions=PARTITIONS, replication_factor=3) for n in names],
+            timeout_ms=20_000)
+    resp = await broker.call(req, 7)
+    return {t.name: Errors(t.error_code) for t in resp.topics}
+
+
 async def _wait(cond, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
@@ -216,6 +234,9 @@ def test_brokers_stay_registered_and_unfenced_across_a_kill_9_of_the_active_cont
                 hwm = asyncio.ensure_future(follow_hwm())
                 await _wait(lambda: all(b.unfenced for b in brokers), 30, "every broker unfenced")
                 unfenced_at = time.monotonic()
+                # topics before the kill (issue 22): 20 x 10 partitions, RF 3, committed
+                created = await _create_topics(brokers[0], [f"before-{i}" for i in range(TOPICS)])
+                assert created == {f"before-{i}": Errors.NONE for i in range(TOPICS)}
                 await asyncio.sleep(HEARTBEAT_MS / 1000 * 2)
 
                 killed = by_id[first]
@@ -229,6 +250,12 @@ def test_brokers_stay_registered_and_unfenced_across_a_kill_9_of_the_active_cont
                             30, "every broker heard from the new active controller")
                 failover_s = max(min(t for t, code, _f, n in b.answers if n == new and code == 0)
                                  for b in brokers) - t_kill
+                # the new controller has the topics (a second creation is TOPIC_ALREADY_EXISTS)
+                # and creates more
+                again = await _create_topics(brokers[1], [f"before-{i}" for i in range(TOPICS)])
+                assert set(again.values()) == {Errors.TOPIC_ALREADY_EXISTS}, again
+                created = await _create_topics(brokers[1], [f"after-{i}" for i in range(TOPICS)])
+                assert set(created.values()) == {Errors.NONE}, created
                 # two more session timeouts: a broker fenced by the new controller would show it
                 await asyncio.sleep(2 * SESSION_TIMEOUT_MS / 1000)
                 stop.set()
@@ -259,9 +286,15 @@ def test_brokers_stay_registered_and_unfenced_across_a_kill_9_of_the_active_cont
         for n in survivors:
             registered: dict[int, list[int]] = {}
             fenced = []
+            topics: dict[str, int] = {}
+            partitions: dict[object, int] = {}
             for off, value in sorted(read_log(n).items()):
                 msg = decode_metadata_record(value, off)[2]
-                if isinstance(msg, m.RegisterBrokerRecord):
+                if isinstance(msg, m.TopicRecord):
+                    topics[msg.name] = topics.get(msg.name, 0) + 1
+                elif isinstance(msg, m.PartitionRecord):
+                    partitions[msg.topic_id] = partitions.get(msg.topic_id, 0) + 1
+                elif isinstance(msg, m.RegisterBrokerRecord):
                     registered.setdefault(msg.broker_id, []).append(msg.broker_epoch)
                 elif isinstance(msg, m.BrokerRegistrationChangeRecord) and msg.fenced == 1:
                     fenced.append((off, msg.broker_id))
@@ -269,6 +302,9 @@ def test_brokers_stay_registered_and_unfenced_across_a_kill_9_of_the_active_cont
                     fenced.append((off, msg.id))
             assert registered == {bid: [e] for bid, e in report["epochs"].items()}, f"node {n.id}"
             assert fenced == [], f"node {n.id} fenced brokers: {fenced[:5]}"
+            # each topic written once, with its partitions, whichever controller wrote it
+            assert topics == {f"{w}-{i}": 1 for w in ("before", "after") for i in range(TOPICS)}, f"node {n.id}"
+            assert sorted(partitions.values()) == [PARTITIONS] * (2 * TOPICS), f"node {n.id}"
             assert "fatal" not in n.stderr().lower(), n.stderr()[-3000:]
         print(f"\n{BROKERS} brokers: active controller {report['first']} killed, {report['new']} took over; "
               f"every broker heard from it within {report['failover_s']:.2f} s, none fenced")
