@@ -57,19 +57,26 @@ import logging
 import random
 import re
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from kraft_node.metadata.configs.resources import AlterConfigOp, ConfigResource
 from kraft_node.metadata.controller.bootstrap import BootstrapMetadata
 from kraft_node.metadata.controller.errors import ApiError
 from kraft_node.metadata.controller.events import EventQueue
 from kraft_node.metadata.controller.quorum_controller import ControllerFuture, QuorumController
+from kraft_node.metadata.controller.replication_control import NO_LEADER, LeaderRecoveryState, PartitionRegistration
 from kraft_node.metadata.controller.result import ApiMessageAndVersion
+from kraft_node.metadata.placement import JavaRandom, StripedReplicaPlacer
 from kraft_node.metadata.versions import MetadataVersion, bootstrap_records, supported_features
 from kraft_node.protocol.errors import Errors
+from kraft_node.protocol.generated.alter_partition import AlterPartitionRequest
 from kraft_node.protocol.generated.broker_heartbeat import BrokerHeartbeatRequest
 from kraft_node.protocol.generated.broker_registration import BrokerRegistrationRequest
+from kraft_node.protocol.generated.create_partitions import CreatePartitionsRequest
+from kraft_node.protocol.generated.create_topics import CreateTopicsRequest
 from kraft_node.raft.messages import LeaderAndEpoch
 from kraft_node.raft.sim.cluster import Cluster, SimConfig, SimNode
 from kraft_node.raft.sim.invariants import SafetyViolation
@@ -262,6 +269,19 @@ class SimController:
             node_id=node.id, cluster_id=node.cluster.cluster_id, raft=self.raft, queue=self.queue,
             clock_ms=lambda: sched.now, bootstrap=csim.bootstrap, settings=csim.settings,
             fatal_fault_handler=self._fatal, managers=csim.install_managers)
+        rc = getattr(self.controller, "replication_control", None)
+        if rc is not None and rc._replica_placer is None:
+            # Kafka's placer over java.util.Random, seeded from the seed, the node and its
+            # incarnation (not the OS): a seed places its replicas the same way every run
+            rc._replica_placer = StripedReplicaPlacer(JavaRandom(
+                (csim.seed * 1_000_003 + node.id * 10_007 + node.incarnation) & ((1 << 48) - 1)))
+        #: committed offsets whose touched partitions this controller has checked (the
+        #: partition invariants), and each partition's (leader epoch, partition epoch) in its
+        #: committed history
+        self.partitions_scanned = -1
+        self.partition_epochs: dict[tuple[Uuid, int], tuple[int, int]] = {}
+        #: (stable offset, digest) last computed for it
+        self.digest_at: tuple[int, str] = (-2, "")
         csim.on_controller_created(self)
 
     @property
@@ -310,6 +330,16 @@ class ControllerSimConfig:
     invariants: bool = True
     #: the commit allowance of the fencing-liveness check, ms (plus 10 ms per broker)
     fence_allowance_ms: int = 200
+    #: brokers spread over this many racks (0: no rack); zonal outages take a whole rack
+    racks: int = 0
+    #: an admin client (:class:`SimAdmin`), driven by :func:`run_seed`'s chaos
+    admin: bool = False
+    #: partition leaders send AlterPartition (:class:`SimBroker`'s replication model)
+    replication: bool = False
+    #: a follower not a live replica for this long leaves the ISR (None: half the session timeout)
+    replica_lag_ms: int | None = None
+    #: a replica live for this long has caught up and rejoins the ISR (None: the heartbeat interval)
+    caught_up_ms: int | None = None
 
 
 class ControllerSim:
@@ -339,6 +369,10 @@ class ControllerSim:
         #: stream stays what it would be without them
         self.rng = random.Random(seed * 1_000_003 + 7)
         self.brokers: dict[int, SimBroker] = {b: SimBroker(self, b) for b in range(self.config.brokers)}
+        self.admin: SimAdmin | None = SimAdmin(self) if self.config.admin else None
+        self.digest_cache: DigestCache = {}
+        #: topic ids (``Uuid.random``) drawn from the seed while the simulation runs
+        self.uuid_rng = random.Random(seed * 2_000_003 + 17)
         self.raft.start_hooks.append(self._node_started)
 
     # ---- settings the brokers and checks need (the managers' defaults when unset)
@@ -353,6 +387,16 @@ class ControllerSim:
     @property
     def heartbeat_interval_ms(self) -> int:
         return self.setting("broker_heartbeat_interval_ms", 2000)
+
+    @property
+    def replica_lag_ms(self) -> int:
+        lag = self.config.replica_lag_ms
+        return self.session_timeout_ms // 2 if lag is None else lag
+
+    @property
+    def caught_up_ms(self) -> int:
+        caught_up = self.config.caught_up_ms
+        return self.heartbeat_interval_ms if caught_up is None else caught_up
 
     def _node_started(self, node: SimNode) -> None:
         if node.id in self.raft.voter_ids:
@@ -394,7 +438,8 @@ class ControllerSim:
             hook()
 
     def run_until(self, end_ms: int) -> None:
-        self.raft.scheduler.run_until(end_ms, self._after_event)
+        with _seeded_uuids(self.uuid_rng):
+            self.raft.scheduler.run_until(end_ms, self._after_event)
         if self.faults:
             raise self.faults[0]
 
@@ -436,6 +481,26 @@ class ControllerSim:
         return out
 
 
+@contextmanager
+def _seeded_uuids(rng: random.Random) -> Iterator[None]:
+    """``Uuid.random`` (the controller's topic ids, Kafka's ``Uuid.randomUuid``) drawn from
+    ``rng`` while the simulation runs, so a seed replays the same topic ids (and with them
+    the same record bytes, digests and events).  Restored afterwards."""
+    original = Uuid.__dict__["random"]
+
+    def seeded(cls: type[Uuid]) -> Uuid:
+        while True:
+            raw = rng.getrandbits(128).to_bytes(16, "big")
+            if raw[:-1] != bytes(15) or raw[-1] > 1:  # never ZERO nor ONE, as Uuid.random
+                return cls(raw)
+
+    Uuid.random = classmethod(seeded)  # type: ignore[assignment,method-assign]
+    try:
+        yield
+    finally:
+        Uuid.random = original  # type: ignore[method-assign]
+
+
 def _load_controller_snapshot(csim: ControllerSim, node: SimNode, reader: Any) -> None:
     """The Raft simulator's listener on a controller node, loading a snapshot.  Its own
     snapshots hold its entries; a controller's hold controller records, so its entries (the
@@ -454,23 +519,58 @@ def _load_controller_snapshot(csim: ControllerSim, node: SimNode, reader: Any) -
     node.cluster.checker.on_snapshot_loaded(node)
 
 
-def state_digest(controller: QuorumController, epoch: int) -> str:
-    """A digest of the controller's records at registry ``epoch`` (sorted, so map order does
-    not matter): equal digests mean equal states.  A state without metadata.version (before
-    the bootstrap transaction committed) has no records to write; it digests as ``"empty"``."""
+#: A cache of :func:`state_digest`'s partition encodings: id(registration) -> (the
+#: registration, topic id, partition id, its record's bytes).  PartitionRegistrations are
+#: immutable and the cache holds them, so an id is never reused for another while cached.
+DigestCache = dict[int, tuple[PartitionRegistration, Uuid, int, bytes]]
+
+
+def state_digest(controller: QuorumController, epoch: int, cache: DigestCache | None = None) -> str:
+    """A digest of the controller's state at registry ``epoch``: its records (sorted, so map
+    order does not matter); equal digests mean equal states.  A state without
+    metadata.version (before the bootstrap transaction committed) has no records to write;
+    it digests as ``"empty"``.
+
+    Topics and partitions are digested from the ReplicationControlManager's state directly
+    (each topic's TopicRecord, each partition's PartitionRecord at the newest version: every
+    field), not through its snapshot writer, so that ``cache`` can keep each registration's
+    bytes: most of a state is unchanged from one stable offset to the next, and encoding
+    every partition at every offset was the simulator's largest cost."""
     if controller.feature_control.metadata_version_or_none(epoch=epoch) is None:
         return "empty"
+    rc = getattr(controller, "replication_control", None)
+    values: list[bytes] = []
+    # (the one place the digest reads the controller's wiring: which snapshot source is
+    # the replication manager's, digested below instead)
+    for source in controller._snapshot_sources:
+        if rc is not None and source == rc.snapshot_records:
+            continue
+        values.extend(r.encode() for r in source(epoch))
+    if rc is not None:
+        values.extend(_replication_values(rc, epoch, {} if cache is None else cache))
     h = hashlib.sha256()
-    for value in sorted(controller.snapshot_values(epoch)):
+    for value in sorted(values):
         h.update(len(value).to_bytes(4, "big"))
         h.update(value)
     return h.hexdigest()
 
 
-# ====================================================================== brokers
+def _replication_values(rc: Any, epoch: int, cache: DigestCache) -> Iterator[bytes]:
+    for name, topic_id in rc.topics(epoch=epoch).items():
+        yield ApiMessageAndVersion(m.TopicRecord(name=name, topic_id=topic_id), 0).encode()
+        for pid, part in rc.partitions(topic_id, epoch=epoch).items():
+            hit = cache.get(id(part))
+            if hit is None or hit[0] is not part or hit[1] != topic_id or hit[2] != pid:
+                hit = (part, topic_id, pid, part.to_record(topic_id, pid).encode())
+                cache[id(part)] = hit
+            yield hit[3]
+
+
+# ====================================================================== clients: brokers and the admin
 class _Slot:
-    """One request channel of a broker (Kafka's brokers keep one request in flight per
-    channel: the lifecycle manager's, and the producer-id manager's)."""
+    """One request channel of a client (Kafka's brokers keep one request in flight per
+    channel: the lifecycle manager's, the producer-id manager's, the AlterPartition
+    manager's; the admin keeps one operation in flight)."""
 
     __slots__ = ("name", "corr", "in_flight", "failures")
 
@@ -482,99 +582,30 @@ class _Slot:
         self.failures = 0
 
 
-class SimBroker:
-    """A broker process seen from the controller: registration, heartbeats, producer ids.
+class _Client:
+    """A process that talks to the controllers over the brokers' channel (seeded delay and
+    loss, a timeout per request, NOT_CONTROLLER or a timeout moving it to another
+    controller).  Every answer is matched to its request by (process incarnation, channel,
+    correlation id): one for a request the client gave up on, or for a previous process, is
+    dropped."""
 
-    States: ``down`` (no process), ``registering``, ``running`` (registered, heartbeating),
-    ``shutting_down`` (heartbeats with WantShutDown until told to exit).  ``paused_until``
-    stops heartbeats (a GC pause, a hung disk) without ending the process; ``stopped`` (the
-    calm phase's) means it will send nothing more.
-
-    Every answer is matched to the request by (process incarnation, channel, correlation id):
-    one for a request the broker gave up on, or from a previous process, is dropped."""
-
-    def __init__(self, csim: ControllerSim, broker_id: int):
+    def __init__(self, csim: "ControllerSim", label: str, target: int):
         self.csim = csim
-        self.id = broker_id
-        rng = csim.rng
-        #: the log directory keeps its id across restarts (meta.properties)
-        self.dir_id = Uuid(rng.getrandbits(128) | (1 << 127))
+        self.label = label
         self.state = "down"
         self.process = 0
-        self.incarnation_id: Uuid | None = None
-        self.epoch = -1
-        self.previous_epoch = -1
-        self.fenced = True
-        self.seen_offset = -1
-        self.paused_until = 0
         self.isolated_until = 0
-        self.stopped_at: int | None = None
-        self.restart_after_ms: int | None = None
-        self.target = csim.raft.voter_ids[broker_id % len(csim.raft.voter_ids)]
-        self.lifecycle = _Slot("lifecycle")
-        self.pids = _Slot("producer ids")
-        self.stats = {"registrations": 0, "heartbeats": 0, "answers": 0, "timeouts": 0, "not_controller": 0,
-                      "pid_blocks": 0, "restarts": 0}
-
-    # ---- process lifecycle
-    def start(self) -> None:
-        """Start a process: a new incarnation that registers."""
-        if self.state != "down" or self.stopped_at is not None:
-            return
-        self.process += 1
-        self.incarnation_id = Uuid(self.csim.rng.getrandbits(128) | (1 << 126))
-        self.state = "registering"
-        self.epoch = -1
-        self.fenced = True
-        self.paused_until = 0
-        self.lifecycle = _Slot("lifecycle")
-        self.pids = _Slot("producer ids")
-        self._trace(f"starts (incarnation {self.incarnation_id})")
-        self._register()
-
-    def crash(self) -> None:
-        """The process dies: nothing in flight is answered to it any more."""
-        if self.state == "down":
-            return
-        self._trace("crashes")
-        self.previous_epoch = -1
-        self.state = "down"
-
-    def shut_down(self, restart_after_ms: int | None = None) -> None:
-        """Clean shutdown: heartbeat WantShutDown until the controller lets it exit; then
-        start again ``restart_after_ms`` later (if given)."""
-        if self.state != "running":
-            return
-        self.restart_after_ms = restart_after_ms
-        self._trace("begins a controlled shutdown")
-        self.state = "shutting_down"
-        self.csim.invariants.fence_exempt.add((self.id, self.epoch))
-        if not self.lifecycle.in_flight:
-            self._heartbeat()
-
-    def pause(self, ms: int) -> None:
-        self._trace(f"pauses for {ms} ms")
-        self.paused_until = max(self.paused_until, self.csim.now + ms)
-
-    def stop(self) -> None:
-        """The calm phase's stop: the broker sends nothing more (paused for good)."""
-        self.stopped_at = self.csim.now
-        self.paused_until = 1 << 62
-        self._trace("stops heartbeating")
-
-    @property
-    def running(self) -> bool:
-        return self.state == "running" and self.paused_until <= self.csim.now
+        self.target = target
+        self.stats: dict[str, int] = {"answers": 0, "timeouts": 0, "not_controller": 0}
 
     def _trace(self, what: str) -> None:
         if self.csim.trace is not None:
-            self.csim.trace(f"t={self.csim.now:>6} broker {self.id} {what}")
+            self.csim.trace(f"t={self.csim.now:>6} {self.label} {what}")
 
-    # ---- the channel
     def _send(self, slot: _Slot, call: Callable[[SimController], ControllerFuture[Any]],
               answered: Callable[[BaseException | None, Any], None], timed_out: Callable[[], None]) -> None:
-        """Send one request to ``self.target`` over the brokers' channel; ``answered(exc,
-        result)`` gets the answer, ``timed_out()`` runs if none comes in time."""
+        """Send one request to ``self.target`` over the channel; ``answered(exc, result)``
+        gets the answer, ``timed_out()`` runs if none comes in time."""
         csim = self.csim
         cfg = csim.config.broker_network
         rng = csim.rng
@@ -609,7 +640,7 @@ class SimBroker:
         def arrive() -> None:
             sc = csim.controllers.get(target)
             if sc is None or not sc.alive:
-                return  # connection refused: the broker's timeout handles it
+                return  # connection refused: the client's timeout handles it
             call(sc).add_done_callback(on_done)
 
         sched.at(sched.now + cfg.request_timeout_ms, on_timeout)
@@ -653,6 +684,138 @@ class SimBroker:
         process = self.process
         self.csim.scheduler.at(self.csim.now + ms, lambda: fn() if self.process == process else None)
 
+
+#: AlterPartition answers a leader acts on by dropping the partition from its view until the
+#: next metadata refresh (its epochs or its followers' states were stale), then retrying.
+_ALTER_PARTITION_REFRESH = frozenset({
+    Errors.NEW_LEADER_ELECTED, Errors.FENCED_LEADER_EPOCH, Errors.INVALID_UPDATE_VERSION,
+    Errors.INELIGIBLE_REPLICA, Errors.UNKNOWN_TOPIC_ID, Errors.UNKNOWN_TOPIC_OR_PARTITION,
+    Errors.NOT_CONTROLLER})
+#: The AlterPartition version the simulated brokers send (ISR members with broker epochs).
+_ALTER_PARTITION_VERSION = 3
+_RECOVERING = 1
+
+
+class SimBroker(_Client):
+    """A broker process seen from the controller: registration, heartbeats, producer ids and,
+    when the simulation models replication, the partitions it leads.
+
+    States: ``down`` (no process), ``registering``, ``running`` (registered, heartbeating),
+    ``shutting_down`` (heartbeats with WantShutDown until told to exit).  ``paused_until``
+    stops heartbeats (a GC pause, a hung disk) without ending the process; ``stopped`` (the
+    calm phase's) means it will send nothing more.
+
+    Replication (``ControllerSimConfig.replication``): a broker is a *live replica* while it
+    runs unpaused (``running_since`` / ``unavailable_since`` time the transitions).  Its
+    metadata *view* is the active controller's committed state at the offset it reports in
+    each heartbeat: the partitions it leads there and every broker registration.  As leader
+    it sends one AlterPartition (v3) at a time for the partitions whose ISR should change:
+    a follower that has not been a live replica for ``replica_lag_ms`` leaves the ISR; a
+    replica outside it that has been live for ``caught_up_ms``, and that the view shows
+    registered at its current epoch, unfenced and not shutting down, joins it; a partition
+    RECOVERING after an unclean election is declared RECOVERED with its one-member ISR.  A
+    success updates the view with the answer's epochs and ISR; NEW_LEADER_ELECTED,
+    FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, INELIGIBLE_REPLICA, an unknown topic or
+    partition or NOT_CONTROLLER drop the partition from the view until the next refresh."""
+
+    def __init__(self, csim: "ControllerSim", broker_id: int):
+        super().__init__(csim, f"broker {broker_id}", csim.raft.voter_ids[broker_id % len(csim.raft.voter_ids)])
+        self.id = broker_id
+        rng = csim.rng
+        racks = csim.config.racks
+        #: the broker's rack (``rack-<i>``, brokers spread round-robin); None without racks
+        self.rack = f"rack-{broker_id % racks}" if racks > 0 else None
+        #: the log directory keeps its id across restarts (meta.properties)
+        self.dir_id = Uuid(rng.getrandbits(128) | (1 << 127))
+        self.incarnation_id: Uuid | None = None
+        self.epoch = -1
+        self.previous_epoch = -1
+        self.fenced = True
+        self.seen_offset = -1
+        self.paused_until = 0
+        self.stopped_at: int | None = None
+        self.restart_after_ms: int | None = None
+        #: when it last registered (became a live replica, unless paused)
+        self.running_since = -1
+        #: when it last stopped being a live replica (paused, crashed, shutting down)
+        self.unavailable_since = 0
+        #: (topic id, partition) -> the registration of each partition it leads, as last seen
+        self.view: dict[tuple[Uuid, int], PartitionRegistration] = {}
+        #: broker id -> registration, as last seen
+        self.view_regs: dict[int, Any] = {}
+        self.lifecycle = _Slot("lifecycle")
+        self.pids = _Slot("producer ids")
+        self.isr = _Slot("alter partition")
+        self.stats.update({"registrations": 0, "heartbeats": 0, "pid_blocks": 0, "restarts": 0,
+                           "alter_partitions": 0, "isr_changes": 0, "isr_refreshes": 0})
+
+    # ---- process lifecycle
+    def start(self) -> None:
+        """Start a process: a new incarnation that registers."""
+        if self.state != "down" or self.stopped_at is not None:
+            return
+        self.process += 1
+        self.incarnation_id = Uuid(self.csim.rng.getrandbits(128) | (1 << 126))
+        self.state = "registering"
+        self.epoch = -1
+        self.fenced = True
+        self.paused_until = 0
+        self.view = {}
+        self.view_regs = {}
+        self.lifecycle = _Slot("lifecycle")
+        self.pids = _Slot("producer ids")
+        self.isr = _Slot("alter partition")
+        self._trace(f"starts (incarnation {self.incarnation_id})")
+        self._register()
+
+    def crash(self) -> None:
+        """The process dies: nothing in flight is answered to it any more."""
+        if self.state == "down":
+            return
+        self._trace("crashes")
+        self._becomes_unavailable()
+        self.previous_epoch = -1
+        self.state = "down"
+
+    def shut_down(self, restart_after_ms: int | None = None) -> None:
+        """Clean shutdown: heartbeat WantShutDown until the controller lets it exit; then
+        start again ``restart_after_ms`` later (if given)."""
+        if self.state != "running":
+            return
+        self.restart_after_ms = restart_after_ms
+        self._trace("begins a controlled shutdown")
+        self._becomes_unavailable()
+        self.state = "shutting_down"
+        self.csim.invariants.fence_exempt.add((self.id, self.epoch))
+        if not self.lifecycle.in_flight:
+            self._heartbeat()
+
+    def pause(self, ms: int) -> None:
+        self._trace(f"pauses for {ms} ms")
+        self._becomes_unavailable()
+        self.paused_until = max(self.paused_until, self.csim.now + ms)
+
+    def stop(self) -> None:
+        """The calm phase's stop: the broker sends nothing more (paused for good)."""
+        self._becomes_unavailable()
+        self.stopped_at = self.csim.now
+        self.paused_until = 1 << 62
+        self._trace("stops heartbeating")
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running" and self.paused_until <= self.csim.now
+
+    def _becomes_unavailable(self) -> None:
+        if self.running:
+            self.unavailable_since = self.csim.now
+
+    def replica_liveness(self, now: int) -> tuple[bool, int]:
+        """(whether it is a live replica, since when it has been so or not)."""
+        if self.state == "running" and self.paused_until <= now:
+            return True, max(self.running_since, self.paused_until)
+        return False, self.unavailable_since
+
     def _unexpected(self, what: str, exc: BaseException) -> None:
         self.csim.invariants.fail(f"broker {self.id} (epoch {self.epoch}) got {exc!r} from controller "
                                   f"{self.target} for {what}")
@@ -668,7 +831,7 @@ class SimBroker:
                                                           port=9092, security_protocol=0)],
             features=[BrokerRegistrationRequest.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
                       for n, (lo, hi) in sorted(supported_features().items())],
-            rack=None, is_migrating_zk_broker=False, log_dirs=[self.dir_id],
+            rack=self.rack, is_migrating_zk_broker=False, log_dirs=[self.dir_id],
             previous_broker_epoch=self.previous_epoch)
         self.stats["registrations"] += 1
         self._send(self.lifecycle, lambda sc: sc.controller.register_broker(req), self._registered,
@@ -681,6 +844,7 @@ class SimBroker:
             self.lifecycle.failures = 0
             self.epoch = int(reply.epoch)
             self.state = "running"
+            self.running_since = self.csim.now
             self._trace(f"registered at epoch {self.epoch} (controller {self.target})")
             self.csim.invariants.registration_answered(self, self.epoch)
             self._heartbeat()
@@ -699,10 +863,14 @@ class SimBroker:
     # ---- heartbeats
     def _seen(self) -> int:
         """The metadata offset this broker has read: the active controller's stable offset
-        (never going back)."""
+        (never going back).  With replication modelled, the view is read there too."""
         act = self.csim.active()
         if act is not None:
-            self.seen_offset = max(self.seen_offset, act.last_stable_offset)
+            lso = act.last_stable_offset
+            if lso >= self.seen_offset:
+                self.seen_offset = lso
+                if self.csim.config.replication:
+                    self._refresh_view(act, lso)
         return self.seen_offset
 
     def _heartbeat(self) -> None:
@@ -727,6 +895,8 @@ class SimBroker:
             return ctl.process_broker_heartbeat(req, deadline_ns=(self.csim.now + deadline_ms) * NS_PER_MS)
 
         self._send(self.lifecycle, call, self._heartbeat_answered, self._heartbeat)
+        if self.csim.config.replication:
+            self._maybe_alter_isr()
 
     def _heartbeat_answered(self, exc: BaseException | None, reply: Any) -> None:
         if self.state not in ("running", "shutting_down"):
@@ -776,6 +946,324 @@ class SimBroker:
         self._send(self.pids, lambda sc: sc.controller.allocate_producer_ids(self.id, epoch), answered,
                    lambda: None)
 
+    # ---- replication: the partitions it leads
+    def _refresh_view(self, act: QuorumController, lso: int) -> None:
+        rc = getattr(act, "replication_control", None)
+        if rc is None or not act.registry.has_snapshot(lso):
+            return
+        view: dict[tuple[Uuid, int], PartitionRegistration] = {}
+        for tp in rc.partitions_led_by_broker(self.id, epoch=lso):
+            part = rc.partition(tp.topic_id, tp.partition_id, epoch=lso)
+            if part is not None:
+                view[(tp.topic_id, tp.partition_id)] = part
+        self.view = view
+        self.view_regs = act.cluster_control.brokers(epoch=lso)
+
+    def _target_isr(self, part: PartitionRegistration, now: int) -> list[int] | None:
+        """The ISR this leader wants for ``part`` (None: no change)."""
+        if part.leader_recovery_state == _RECOVERING:
+            return list(part.isr)  # recovered: declared with the one-member ISR
+        brokers = self.csim.brokers
+        lag, caught_up = self.csim.replica_lag_ms, self.csim.caught_up_ms
+        target: list[int] = []
+        changed = False
+        for r in part.isr:
+            f = brokers.get(r)
+            if r != self.id and f is not None:
+                live, since = f.replica_liveness(now)
+                if not live and now - since >= lag:
+                    changed = True
+                    continue
+            target.append(r)
+        for r in part.replicas:
+            f = brokers.get(r)
+            if r in part.isr or f is None:
+                continue
+            live, since = f.replica_liveness(now)
+            reg = self.view_regs.get(r)
+            if (live and now - since >= caught_up and reg is not None and not reg.fenced
+                    and not reg.in_controlled_shutdown and reg.epoch == f.epoch):
+                target.append(r)
+                changed = True
+        return target if changed else None
+
+    def _maybe_alter_isr(self) -> None:
+        """Send one AlterPartition for every led partition whose ISR should change."""
+        if not self.running and self.state != "shutting_down":
+            return
+        if self.isr.in_flight or self.paused_until > self.csim.now or not self.view:
+            return
+        now = self.csim.now
+        T = AlterPartitionRequest
+        topics: dict[Uuid, list[Any]] = {}
+        for (topic_id, pid), part in self.view.items():
+            if part.leader != self.id:
+                continue
+            target = self._target_isr(part, now)
+            if target is None:
+                continue
+            states = [T.BrokerState(broker_id=b, broker_epoch=self._epoch_of(b)) for b in target]
+            topics.setdefault(topic_id, []).append(T.PartitionData(
+                partition_index=pid, leader_epoch=part.leader_epoch, partition_epoch=part.partition_epoch,
+                leader_recovery_state=0, new_isr_with_epochs=states))
+        if not topics:
+            return
+        req = AlterPartitionRequest(broker_id=self.id, broker_epoch=self.epoch,
+                                    topics=[T.TopicData(topic_id=t, partitions=ps) for t, ps in topics.items()])
+        self.stats["alter_partitions"] += 1
+        if self.csim.trace is not None:
+            self._trace("sends AlterPartition " + ", ".join(
+                f"{t}-{p.partition_index}@{p.leader_epoch}/{p.partition_epoch} isr="
+                f"{[s.broker_id for s in p.new_isr_with_epochs]}" for t, ps in topics.items() for p in ps))
+        self._send(self.isr, lambda sc: sc.controller.alter_partition(req, _ALTER_PARTITION_VERSION),
+                   self._alter_partition_answered, lambda: None)
+
+    def _epoch_of(self, broker_id: int) -> int:
+        if broker_id == self.id:
+            return self.epoch
+        reg = self.view_regs.get(broker_id)
+        return int(reg.epoch) if reg is not None else -1
+
+    def _alter_partition_answered(self, exc: BaseException | None, reply: Any) -> None:
+        if exc is not None:
+            code = exc.error if isinstance(exc, ApiError) else None
+            if code == Errors.NOT_CONTROLLER:
+                self.stats["not_controller"] += 1
+                self._next_controller(exc)
+            elif code != Errors.REQUEST_TIMED_OUT:
+                self._unexpected("an AlterPartition", exc)
+            return
+        if reply.error_code != Errors.NONE:
+            self._unexpected("an AlterPartition", ApiError(Errors(reply.error_code), "(the response's error)"))
+        for topic in reply.topics:
+            for p in topic.partitions:
+                key = (topic.topic_id, p.partition_index)
+                code = Errors(p.error_code)
+                part = self.view.get(key)
+                if code == Errors.NONE:
+                    self.stats["isr_changes"] += 1
+                    if part is not None and p.leader_id == self.id:
+                        self.view[key] = replace(
+                            part, isr=tuple(p.isr), leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
+                            leader_recovery_state=LeaderRecoveryState.of(p.leader_recovery_state))
+                    else:
+                        self.view.pop(key, None)
+                elif code in _ALTER_PARTITION_REFRESH:
+                    self.stats["isr_refreshes"] += 1
+                    self._trace(f"AlterPartition of {key[0]}-{key[1]}: {code.name}; refreshes")
+                    self.view.pop(key, None)
+                    if code == Errors.NOT_CONTROLLER:
+                        self._next_controller(None)
+                else:
+                    self._unexpected(f"an AlterPartition of {key[0]}-{key[1]} ({part})",
+                                     ApiError(code, "(the partition's error)"))
+
+
+class SimAdmin(_Client):
+    """An admin client (Kafka's Admin through the controller's RPC layer): creates topics
+    (1-8 partitions, replication factor 1-3, sometimes with min.insync.replicas), sometimes
+    deletes one (by name: the id is looked up first, as ControllerApis does), adds partitions
+    to one, or alters min.insync.replicas of a topic or the cluster default.  ``LANES``
+    operations at a time (two clients racing on the same topics), each retried on
+    NOT_CONTROLLER, REQUEST_TIMED_OUT and lost answers with the brokers' backoff (up to
+    ``MAX_ATTEMPTS``), so a retry may meet its own earlier success, or the other lane's
+    (TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS, UNKNOWN_TOPIC_ID are then expected).
+
+    ``topics`` is what the admin believes exists (name -> partition count); it only chooses
+    operations, nothing is checked against it."""
+
+    MAX_ATTEMPTS = 10
+    LANES = 2
+
+    def __init__(self, csim: "ControllerSim"):
+        super().__init__(csim, "admin", csim.raft.voter_ids[0])
+        self.state = "running"
+        self.process = 1
+        #: the admin's own randomness (its choices leave the brokers' stream alone)
+        self.rng = random.Random(csim.seed * 7_777_781 + 13)
+        self.lanes = [_Slot(f"admin lane {i}") for i in range(self.LANES)]
+        #: the lanes with an operation in progress
+        self.busy: set[int] = set()
+        self.topics: dict[str, int] = {}
+        self.deleted: list[str] = []
+        self.next_name = 0
+        self.stats.update({"ops": 0, "topics_created": 0, "topics_deleted": 0, "partitions_created": 0,
+                           "configs_altered": 0, "gave_up": 0, "refused": 0})
+
+    def act(self) -> None:
+        """Start one operation on a free lane (none if every lane is busy)."""
+        free = [i for i in range(self.LANES) if i not in self.busy]
+        if not free:
+            return
+        lane = free[0]
+        rng = self.rng
+        r = rng.random()
+        names = sorted(self.topics)
+        if not names or r < 0.5:
+            self._create_topic(lane)
+        elif r < 0.65:
+            self._delete_topic(lane, rng.choice(names))
+        elif r < 0.8:
+            self._create_partitions(lane, rng.choice(names))
+        else:
+            self._alter_min_isr(lane, rng.choice(names) if rng.random() < 0.85 else None)
+
+    # ---- operations
+    def _create_topic(self, lane: int) -> None:
+        rng = self.rng
+        if self.deleted and rng.random() < 0.25:
+            name = self.deleted.pop(rng.randrange(len(self.deleted)))  # a name again, a new topic id
+        else:
+            name = f"topic-{self.next_name}"
+            self.next_name += 1
+        partitions, rf = rng.randint(1, 8), rng.randint(1, 3)
+        T = CreateTopicsRequest
+        configs = []
+        if rng.random() < 0.3:
+            configs.append(T.CreatableTopicConfig(name="min.insync.replicas", value=str(rng.randint(1, rf))))
+        topic = T.CreatableTopic(name=name, num_partitions=partitions, replication_factor=rf, assignments=[],
+                                 configs=configs)
+        req = CreateTopicsRequest(topics=[topic], timeout_ms=self.csim.config.broker_network.request_timeout_ms,
+                                  validate_only=False)
+
+        def answered(reply: Any) -> None:
+            result = reply.topics[0]
+            code = Errors(result.error_code)
+            if code == Errors.NONE:
+                self.stats["topics_created"] += 1
+                self.topics[name] = partitions
+                self.csim.invariants.topic_created(name, result.topic_id)
+            elif code == Errors.TOPIC_ALREADY_EXISTS:
+                self.topics.setdefault(name, partitions)
+            elif code == Errors.INVALID_REPLICATION_FACTOR:
+                self.stats["refused"] += 1
+            else:
+                self._unexpected(f"creating {name}", ApiError(code, result.error_message))
+
+        self._run(lane, f"create {name} ({partitions} partitions, RF {rf})",
+                  lambda sc, d: sc.controller.create_topics(req, {name}, deadline_ns=d), answered)
+
+    def _delete_topic(self, lane: int, name: str) -> None:
+        def call(sc: SimController, deadline_ns: int) -> ControllerFuture[Any]:
+            # ControllerApis.deleteTopics: the names' ids first, then the deletion by id
+            ctl = sc.controller
+            out: ControllerFuture[Any] = ControllerFuture()
+
+            def found(f: ControllerFuture[Any]) -> None:
+                exc = f.exception()
+                if exc is not None:
+                    out.set_exception(exc)
+                    return
+                topic_id = f.result()[name]
+                if isinstance(topic_id, ApiError):
+                    out.set_result(topic_id)
+                    return
+
+                def deleted(g: ControllerFuture[Any]) -> None:
+                    exc = g.exception()
+                    if exc is not None:
+                        out.set_exception(exc)
+                    else:
+                        out.set_result(g.result()[topic_id])
+                ctl.delete_topics([topic_id], deadline_ns=deadline_ns).add_done_callback(deleted)
+            ctl.find_topic_ids([name], deadline_ns=deadline_ns).add_done_callback(found)
+            return out
+
+        def answered(error: ApiError) -> None:
+            if error.error == Errors.NONE:
+                self.stats["topics_deleted"] += 1
+            elif error.error not in (Errors.UNKNOWN_TOPIC_ID, Errors.UNKNOWN_TOPIC_OR_PARTITION):
+                self._unexpected(f"deleting {name}", error)
+            if self.topics.pop(name, None) is not None:
+                self.deleted.append(name)
+
+        self._run(lane, f"delete {name}", call, answered)
+
+    def _create_partitions(self, lane: int, name: str) -> None:
+        count = self.topics[name] + self.rng.randint(1, 3)
+        topic = CreatePartitionsRequest.CreatePartitionsTopic(name=name, count=count, assignments=None)
+
+        def answered(results: Any) -> None:
+            code = Errors(results[0].error_code)
+            if code == Errors.NONE:
+                self.stats["partitions_created"] += 1
+                self.topics[name] = count
+            elif code == Errors.INVALID_PARTITIONS:
+                self.topics[name] = max(count, self.topics.get(name, 0))  # (its own earlier success)
+            elif code == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+                self.topics.pop(name, None)
+            elif code == Errors.INVALID_REPLICATION_FACTOR:
+                self.stats["refused"] += 1
+            else:
+                self._unexpected(f"adding partitions to {name}", ApiError(code, results[0].error_message))
+
+        self._run(lane, f"grow {name} to {count} partitions",
+                  lambda sc, d: sc.controller.create_partitions([topic], False, deadline_ns=d), answered)
+
+    def _alter_min_isr(self, lane: int, name: str | None) -> None:
+        resource = ConfigResource.topic(name) if name is not None else ConfigResource.broker("")
+        if self.rng.random() < 0.2:
+            change: tuple[AlterConfigOp, str | None] = (AlterConfigOp.DELETE, None)
+        else:
+            change = (AlterConfigOp.SET, str(self.rng.randint(1, 3)))
+        changes = {resource: {"min.insync.replicas": change}}
+
+        def answered(results: Any) -> None:
+            error = results[resource]
+            if error.error == Errors.NONE:
+                self.stats["configs_altered"] += 1
+            elif error.error == Errors.UNKNOWN_TOPIC_OR_PARTITION and name is not None:
+                self.topics.pop(name, None)
+            elif (error.error == Errors.INVALID_CONFIG and name is None and change[0] == AlterConfigOp.DELETE
+                  and error.message == "Cluster-level min.insync.replicas cannot be removed while ELR is enabled."):
+                self.stats["refused"] += 1
+            else:
+                self._unexpected(f"altering {resource}", error)
+
+        self._run(lane, f"alter {resource} min.insync.replicas {change[0].name} {change[1]}",
+                  lambda sc, d: sc.controller.incremental_alter_configs(changes, False, deadline_ns=d), answered)
+
+    # ---- the retry loop
+    def _run(self, lane: int, what: str, call: Callable[[SimController, int], ControllerFuture[Any]],
+             answered: Callable[[Any], None]) -> None:
+        self.busy.add(lane)
+        self.stats["ops"] += 1
+        slot = self.lanes[lane]
+        slot.failures = 0
+        attempts = [0]
+        timeout_ms = self.csim.config.broker_network.request_timeout_ms
+
+        def attempt() -> None:
+            attempts[0] += 1
+            if attempts[0] > self.MAX_ATTEMPTS:
+                self.stats["gave_up"] += 1
+                self._trace(f"gives up: {what}")
+                self.busy.discard(lane)
+                return
+            self._trace(f"{what} (attempt {attempts[0]}, controller {self.target})")
+            deadline_ns = (self.csim.now + timeout_ms) * NS_PER_MS
+            self._send(slot, lambda sc: call(sc, deadline_ns), on_answer,
+                       lambda: self._after(self._backoff(slot), attempt))
+
+        def on_answer(exc: BaseException | None, reply: Any) -> None:
+            if exc is not None:
+                code = exc.error if isinstance(exc, ApiError) else None
+                if code == Errors.NOT_CONTROLLER:
+                    self.stats["not_controller"] += 1
+                    self._after(self._retry_delay(slot, exc), attempt)
+                elif code == Errors.REQUEST_TIMED_OUT:
+                    self._after(self._backoff(slot), attempt)
+                else:
+                    self._unexpected(what, exc)
+                return
+            self._trace(f"{what}: answered {reply!r:.200}")
+            self.busy.discard(lane)
+            answered(reply)
+
+        attempt()
+
+    def _unexpected(self, what: str, exc: BaseException) -> None:
+        self.csim.invariants.fail(f"the admin got {exc!r} from controller {self.target} for {what}")
 
 # ====================================================================== invariants
 class ControllerInvariants:
@@ -799,8 +1287,16 @@ class ControllerInvariants:
         self.calm_since: int | None = None
         self._next_fence_check = 0
         self.violations: list[SafetyViolation] = []
+        #: (offset, epoch) of every metadata record a controller appended that changes a
+        #: partition, a topic or a broker -> what it touches: ("p", topic id, partition),
+        #: ("t", topic id), ("n", topic name; "" every topic) or ("b", broker id)
+        self.touched: dict[tuple[int, int], list[tuple[Any, ...]]] = {}
+        #: (name, topic id) -> (offset, epoch) of each TopicRecord appended for it
+        self.topic_records: dict[tuple[str, Uuid], list[tuple[int, int]]] = {}
+        self.unverified_topics: list[tuple[str, Uuid]] = []
         self.stats = {"digests": 0, "writes_checked": 0, "fences_checked": 0, "standby_checks": 0,
-                      "registrations_verified": 0, "liveness_checks": 0, "snapshot_loads": 0}
+                      "registrations_verified": 0, "liveness_checks": 0, "snapshot_loads": 0,
+                      "partitions_checked": 0, "fenced_brokers_checked": 0, "topics_verified": 0}
 
     def fail(self, msg: str) -> None:
         raise self._violation(msg)
@@ -831,12 +1327,18 @@ class ControllerInvariants:
             self.report(f"controller {sc.node.id} answered a write (event {sc.controller.current_event!r}) at stable "
                         f"offset {oc.last_stable_offset}, before its records up to offset {mark} committed")
 
-    # ---- fencing safety
+    # ---- fencing safety (and what each record touches, for the partition invariants)
     def on_append(self, sc: SimController, base: int, values: list[bytes]) -> None:
         now = self.csim.now
         session = self.csim.session_timeout_ms
+        epoch = sc.controller.claim_epoch
         for i, value in enumerate(values):
             rec = decode_metadata_record(value, base + i)[2]
+            touched = _touches(rec)
+            if touched is not None:
+                self.touched.setdefault((base + i, epoch), []).append(touched)
+                if isinstance(rec, m.TopicRecord):
+                    self.topic_records.setdefault((rec.name, rec.topic_id), []).append((base + i, epoch))
             if isinstance(rec, m.BrokerRegistrationChangeRecord) and rec.fenced == _FENCE:
                 session_key = (rec.broker_id, rec.broker_epoch)
             elif isinstance(rec, m.FenceBrokerRecord):
@@ -868,18 +1370,47 @@ class ControllerInvariants:
                           f"{start} answered to broker {owner}")
         self.granted_blocks[first] = broker.id
 
+    def topic_created(self, name: str, topic_id: Uuid) -> None:
+        """A CreateTopics success answered ``topic_id`` for ``name``: a TopicRecord of both
+        must be (or become) committed."""
+        self.unverified_topics.append((name, topic_id))
+
+    def _verify_topics(self) -> None:
+        committed = self.csim.raft.checker.committed
+        keep = []
+        for name, topic_id in self.unverified_topics:
+            at = self.topic_records.get((name, topic_id), [])
+            if any(off < len(committed) and committed[off][0] == epoch for off, epoch in at):
+                self.stats["topics_verified"] += 1
+            elif not at:
+                self.fail(f"topic {name} was answered created with id {topic_id}, but no controller wrote a "
+                          f"TopicRecord of that name and id")
+            else:
+                keep.append((name, topic_id))
+        self.unverified_topics = keep
+
     def _verify_registrations(self) -> None:
         committed = self.csim.raft.checker.committed
         keep = []
         for broker_id, incarnation, epoch in self.unverified_registrations:
-            if epoch >= len(committed):
-                keep.append((broker_id, incarnation, epoch))
-                continue
-            rec = decode_metadata_record(committed[epoch][1], epoch)[2]
+            # The epoch is the offset the registration's atomic batch starts at (Kafka's
+            # nextWriteOffset): the previous incarnation's cleanup (PartitionChangeRecords),
+            # if any, then the RegisterBrokerRecord carrying that epoch.
+            off = epoch
+            rec: Any = None
+            while off < len(committed) and committed[off][0] == committed[epoch][0]:
+                rec = decode_metadata_record(committed[off][1], off)[2]
+                if not isinstance(rec, m.PartitionChangeRecord):
+                    break
+                off += 1
+            else:
+                if epoch >= len(committed) or off >= len(committed):
+                    keep.append((broker_id, incarnation, epoch))
+                    continue
             if not (isinstance(rec, m.RegisterBrokerRecord) and rec.broker_id == broker_id
-                    and rec.incarnation_id == incarnation):
+                    and rec.incarnation_id == incarnation and rec.broker_epoch == epoch):
                 self.fail(f"broker {broker_id} (incarnation {incarnation}) was answered epoch {epoch}, but the "
-                          f"committed record at that offset is {rec!r}")
+                          f"committed records from that offset are {off - epoch} partition change(s), then {rec!r}")
             self.stats["registrations_verified"] += 1
         self.unverified_registrations = keep
 
@@ -911,10 +1442,13 @@ class ControllerInvariants:
             if lso != sc.checked_lso:
                 sc.checked_lso = lso
                 self._check_digest(sc, lso)
+                self._check_partitions(sc, lso)
                 if not ctl.active:
                     self._check_standby(sc, "at a new stable offset")
         if self.unverified_registrations:
             self._verify_registrations()
+        if self.unverified_topics:
+            self._verify_topics()
         if self.calm_since is not None and now >= self._next_fence_check:
             self._next_fence_check = now + 10
             self.check_fencing_liveness()
@@ -928,13 +1462,113 @@ class ControllerInvariants:
                       f"its stable offset {lso} (snapshots {list(ctl.registry.epochs())}, committed offset "
                       f"{oc.last_committed_offset}, next write offset {oc.next_write_offset}): committed reads fail "
                       f"and a renounce cannot revert")
-        digest = state_digest(ctl, lso)
+        digest = state_digest(ctl, lso, self.csim.digest_cache)
+        sc.digest_at = (lso, digest)
         self.stats["digests"] += 1
         first = self.digests.setdefault(lso, (digest, sc.node.id))
         if first[0] != digest:
             self.fail(f"controller {sc.node.id} (incarnation {sc.incarnation})'s state at stable offset {lso} "
                       f"differs from the one controller {first[1]} had at that offset; it holds:\n  "
                       f"{_describe(sc.controller, lso)}")
+
+    def _check_partitions(self, sc: SimController, lso: int) -> None:
+        """The partition invariants on the controller's committed state at ``lso``, for what
+        the committed records since its last check touched (a partition, every partition of a
+        topic, or a broker whose registration changed):
+
+        * the leader is in the ISR, or there is none; the ISR is a duplicate-free subset of
+          the replicas; the ELR is disjoint from the ISR;
+        * no broker whose registration is fenced is in an ISR or leads (without ELR Kafka
+          keeps the last ISR member of a leaderless partition: that one may be fenced);
+        * a partition's leader epoch and partition epoch never go down in this controller's
+          committed history (a topic's partitions are forgotten with it)."""
+        ctl = sc.controller
+        rc = getattr(ctl, "replication_control", None)
+        if rc is None:
+            return
+        committed = self.csim.raft.checker.committed
+        end = min(lso, len(committed) - 1)
+        if end <= sc.partitions_scanned:
+            return
+        parts: dict[tuple[Uuid, int], None] = {}
+        topics: dict[Uuid, None] = {}
+        brokers: dict[int, None] = {}
+        everything = False
+        touched = self.touched
+        for off in range(sc.partitions_scanned + 1, end + 1):
+            items = touched.get((off, committed[off][0]))
+            if items is None:
+                continue
+            for item in items:
+                kind = item[0]
+                if kind == "p":
+                    parts[(item[1], item[2])] = None
+                elif kind == "t":
+                    topics[item[1]] = None
+                elif kind == "b":
+                    brokers[item[1]] = None
+                elif item[1] == "":
+                    everything = True
+                else:
+                    topic_id = rc.topic_id(item[1], epoch=lso)
+                    if topic_id is not None:
+                        topics[topic_id] = None
+        sc.partitions_scanned = end
+        if everything:
+            topics.update(dict.fromkeys(rc.topics(epoch=lso).values()))
+        known = sc.partition_epochs
+        for topic_id in topics:
+            topic = rc.topic(topic_id, epoch=lso)
+            if topic is None:
+                for key in [k for k in known if k[0] == topic_id]:
+                    del known[key]
+                continue
+            for pid in topic.partitions(epoch=lso):
+                parts[(topic_id, pid)] = None
+        if not parts and not brokers:
+            return
+        cc = ctl.cluster_control
+        elr = ctl.feature_control.is_elr_enabled(epoch=lso)
+        registrations: dict[int, Any] = {}
+
+        def fenced(broker_id: int) -> bool:
+            if broker_id not in registrations:
+                registrations[broker_id] = cc.registration(broker_id, epoch=lso)
+            reg = registrations[broker_id]
+            return reg is not None and bool(reg.fenced)
+
+        where = f"controller {sc.node.id}'s committed state at offset {lso}"
+        for key in parts:
+            part = rc.partition(key[0], key[1], epoch=lso)
+            if part is None:
+                known.pop(key, None)
+                continue
+            self.stats["partitions_checked"] += 1
+            name = f"{key[0]}-{key[1]}"
+            isr = part.isr
+            if part.leader != NO_LEADER and part.leader not in isr:
+                self.fail(f"in {where}, partition {name} is led by {part.leader}, outside its ISR: {part}")
+            if len(set(isr)) != len(isr) or not set(isr) <= set(part.replicas):
+                self.fail(f"in {where}, partition {name} has an ISR that is not a subset of its replicas: {part}")
+            if set(part.elr) & set(isr):
+                self.fail(f"in {where}, partition {name} has brokers in both its ISR and its ELR: {part}")
+            for b in isr:
+                if fenced(b) and (elr or part.leader != NO_LEADER or len(isr) > 1):
+                    self.fail(f"in {where}, partition {name} has broker {b}, fenced, in its ISR: {part}")
+            epochs = (part.leader_epoch, part.partition_epoch)
+            before = known.get(key)
+            if before is not None and (epochs[0] < before[0] or epochs[1] < before[1]):
+                self.fail(f"in {where}, partition {name}'s (leader epoch, partition epoch) went from {before} to "
+                          f"{epochs}: {part}")
+            known[key] = epochs
+        for b in brokers:
+            if not fenced(b):
+                continue
+            self.stats["fenced_brokers_checked"] += 1
+            for tp in rc.partitions_with_broker_in_isr(b, epoch=lso):
+                part = rc.partition(tp.topic_id, tp.partition_id, epoch=lso)
+                if part is not None and (elr or part.leader != NO_LEADER or len(part.isr) > 1):
+                    self.fail(f"in {where}, broker {b} is fenced but partition {tp} has it in its ISR: {part}")
 
     def _check_standby(self, sc: SimController, when: str) -> None:
         ctl = sc.controller
@@ -952,8 +1586,11 @@ class ControllerInvariants:
             self.fail(f"standby controller {sc.node.id} ({when}) applied up to {oc.last_committed_offset}, past its "
                       f"node's high watermark {hwm}")
         if oc.transaction_start_offset == -1:
-            latest_digest = state_digest(ctl, LATEST_EPOCH)
-            if latest_digest != state_digest(ctl, oc.last_stable_offset):
+            cache = self.csim.digest_cache
+            latest_digest = state_digest(ctl, LATEST_EPOCH, cache)
+            lso = oc.last_stable_offset
+            stable_digest = sc.digest_at[1] if sc.digest_at[0] == lso else state_digest(ctl, lso, cache)
+            if latest_digest != stable_digest:
                 self.fail(f"standby controller {sc.node.id} ({when}): its latest state is not its state at the stable "
                           f"offset {oc.last_stable_offset}: something uncommitted is visible")
 
@@ -994,6 +1631,21 @@ class ControllerInvariants:
                           f"fenced it by t={now}ms (budget {budget} ms from t={start}ms)")
 
 
+def _touches(rec: Any) -> tuple[Any, ...] | None:
+    """What a record changes, for the partition invariants (see ``ControllerInvariants.touched``)."""
+    if isinstance(rec, (m.PartitionRecord, m.PartitionChangeRecord)):
+        return ("p", rec.topic_id, rec.partition_id)
+    if isinstance(rec, (m.TopicRecord, m.RemoveTopicRecord)):
+        return ("t", rec.topic_id)
+    if isinstance(rec, m.ClearElrRecord):
+        return ("n", rec.topic_name or "")
+    if isinstance(rec, (m.RegisterBrokerRecord, m.BrokerRegistrationChangeRecord, m.UnregisterBrokerRecord)):
+        return ("b", rec.broker_id)
+    if isinstance(rec, (m.FenceBrokerRecord, m.UnfenceBrokerRecord)):
+        return ("b", rec.id)
+    return None
+
+
 def _describe(ctl: QuorumController, epoch: int) -> str:
     return "\n  ".join(repr(r) for r in ctl.snapshot_records(epoch))
 
@@ -1015,6 +1667,11 @@ class RunResult:
     fences: int
     digests: int
     writes_checked: int
+    topics_created: int = 0
+    partition_changes: int = 0
+    isr_changes: int = 0
+    partitions_checked: int = 0
+    zonal_outages: int = 0
 
 
 def random_config(rng: random.Random, seed: int) -> ControllerSimConfig:
@@ -1042,7 +1699,8 @@ def random_config(rng: random.Random, seed: int) -> ControllerSimConfig:
     brokers = BrokerNetworkConfig(min_delay_ms=1, max_delay_ms=max_delay,
                                   drop_probability=rng.choice([0.0, 0.0, 0.02, 0.1]),
                                   request_timeout_ms=2 * max_delay + rng.choice([100, 300]))
-    return ControllerSimConfig(raft=raft, settings=settings, brokers=rng.randint(3, 8), broker_network=brokers)
+    return ControllerSimConfig(raft=raft, settings=settings, brokers=rng.randint(3, 8), broker_network=brokers,
+                               racks=rng.choice([2, 3]), admin=True, replication=True)
 
 
 def run_seed(seed: int, chaos_ms: int = 3000, settle_ms: int = 10_000,
@@ -1062,7 +1720,7 @@ def run_seed(seed: int, chaos_ms: int = 3000, settle_ms: int = 10_000,
     c = csim.raft
     sched = csim.scheduler
     ids = list(c.voter_ids)
-    stats = {"controller_crashes": 0, "broker_crashes": 0}
+    stats = {"controller_crashes": 0, "broker_crashes": 0, "zonal_outages": 0}
 
     def restart_if_dead(nid: int) -> None:
         if not c.nodes[nid].alive:
@@ -1142,12 +1800,41 @@ def run_seed(seed: int, chaos_ms: int = 3000, settle_ms: int = 10_000,
         elif r < 0.62:
             b = rng.choice(brokers)
             b.isolated_until = now + rng.randint(50, 2 * csim.session_timeout_ms)
+        elif r < 0.66 and cfg.racks:
+            # A zonal outage: every broker of one rack paused at once, or crashed and later
+            # restarted together.
+            rack = f"rack-{rng.randrange(cfg.racks)}"
+            zone = [b for b in brokers if b.rack == rack]
+            stats["zonal_outages"] += 1
+            if csim.trace is not None:
+                csim.trace(f"t={now:>6} zonal outage of {rack}: brokers {[b.id for b in zone]}")
+            if rng.random() < 0.5:
+                ms = rng.randint(100, 2 * csim.session_timeout_ms)
+                for b in zone:
+                    b.pause(ms)
+            else:
+                back = now + cfg.broker_network.request_timeout_ms + rng.randint(50, 1500)
+                for b in zone:
+                    if b.state != "down":
+                        b.crash()
+                        stats["broker_crashes"] += 1
+                        sched.at(back, partial(restart_broker, b))
         else:
             rng.choice(brokers).allocate_producer_ids()
         sched.at(now + rng.randint(20, 200), chaos_step)
 
+    admin = csim.admin
+
+    def admin_step() -> None:
+        if admin is None or sched.now >= chaos_ms:
+            return
+        admin.act()
+        sched.at(sched.now + admin.rng.randint(20, 200), admin_step)
+
     csim.start_all()
     sched.at(rng.randint(0, 100), chaos_step)
+    if admin is not None:
+        sched.at(admin.rng.randint(100, 400), admin_step)
     csim.run_until(chaos_ms)
 
     # Heal: a perfect network, no more faults, every controller and broker up; then the
@@ -1207,10 +1894,15 @@ def run_seed(seed: int, chaos_ms: int = 3000, settle_ms: int = 10_000,
         if b.stopped_at is not None and reg is not None and reg.epoch == b.epoch and not reg.fenced:
             inv.fail(f"broker {b.id} stopped at t={b.stopped_at}ms but is not fenced at the end")
     inv.check_fencing_liveness()
+    committed = csim.committed_records()
     return RunResult(seed, cfg.raft.voters, len(brokers), sched.events_run, sched.now, len(c.checker.committed),
                      max(c.checker.leader_of_epoch, default=0), stats["controller_crashes"], stats["broker_crashes"],
                      sum(b.stats["registrations"] for b in brokers), sum(b.stats["heartbeats"] for b in brokers),
-                     inv.stats["fences_checked"], inv.stats["digests"], inv.stats["writes_checked"])
+                     inv.stats["fences_checked"], inv.stats["digests"], inv.stats["writes_checked"],
+                     admin.stats["topics_created"] if admin is not None else 0,
+                     sum(isinstance(r, m.PartitionChangeRecord) for _, _, r in committed),
+                     sum(b.stats["isr_changes"] for b in brokers), inv.stats["partitions_checked"],
+                     stats["zonal_outages"])
 
 
 def _converged(csim: ControllerSim) -> bool:
@@ -1236,7 +1928,38 @@ def _converged(csim: ControllerSim) -> bool:
         reg = ctl.cluster_control.registration(b.id, epoch=lso)
         if reg is None or reg.fenced or reg.epoch != b.epoch or reg.incarnation_id != b.incarnation_id:
             return False
-    return True
+    return not _unconverged_partitions(csim, ctl, lso, limit=1)
+
+
+def _unconverged_partitions(csim: ControllerSim, ctl: QuorumController, lso: int,
+                            limit: int = 1 << 30) -> list[str]:
+    """Partitions not yet where a healed cluster takes them (every broker running and
+    unfenced): each with a usable (unfenced, not shutting down) leader candidate has a
+    leader, and with replication modelled, a partition with a leader has all its replicas
+    in its ISR and is RECOVERED.
+
+    A candidate is what Kafka's clean election may pick: an ISR member, else an ELR member,
+    else the last known leader (KIP-966).  A partition whose ISR emptied and whose ELR a
+    min.insync.replicas change then cleared (ClearElrRecord clears the last known leader
+    too) has none: Kafka keeps it leaderless rather than elect a replica that may lack
+    committed data (only ``unclean.leader.election.enable`` would), and so does this."""
+    rc = getattr(ctl, "replication_control", None)
+    if rc is None:
+        return []
+    usable = {b for b, reg in ctl.cluster_control.brokers(epoch=lso).items()
+              if not reg.fenced and not reg.in_controlled_shutdown}
+    out: list[str] = []
+    for name, topic_id in sorted(rc.topics(epoch=lso).items()):
+        for pid, part in sorted(rc.partitions(topic_id, epoch=lso).items()):
+            if part.leader == NO_LEADER:
+                if usable.intersection(part.isr or part.elr or part.last_known_elr):
+                    out.append(f"{name}-{pid} has no leader: {part}")
+            elif csim.config.replication and (set(part.isr) != set(part.replicas)
+                                              or part.leader_recovery_state != LeaderRecoveryState.RECOVERED):
+                out.append(f"{name}-{pid} has not recovered its whole ISR: {part}")
+            if len(out) >= limit:
+                return out
+    return out
 
 
 def _fail_convergence(csim: ControllerSim) -> None:
@@ -1248,9 +1971,10 @@ def _fail_convergence(csim: ControllerSim) -> None:
         regs = {i: (r.epoch, r.fenced) for i, r in act.controller.cluster_control.brokers(epoch=lso).items()}
     controllers = {sc.node.id: (sc.controller.active, sc.controller.last_stable_offset)
                    for sc in csim.live_controllers()}
+    parts = _unconverged_partitions(csim, act.controller, act.controller.last_stable_offset, limit=5) if act else []
     csim.invariants.fail(f"no convergence after healing: active {act.node.id if act else None}, controllers "
                          f"(active, stable offset) {controllers}, brokers (state, epoch, fenced, target) {brokers}, "
-                         f"committed registrations (epoch, fenced) {regs}")
+                         f"committed registrations (epoch, fenced) {regs}, partitions {parts}")
 
 
 def main(argv: list[str] | None = None) -> int:
