@@ -1000,3 +1000,44 @@ def test_a_new_incarnation_does_not_inherit_the_old_ones_exclusion():
     assert not ops.context.excluded(0, None)
     assert [c.kind for c in ops.lifecycle.pending()] in ([], [ChangeKind.LEADERLESS])
     assert ctx.replication_control.partitions_with_broker_in_isr(0) == []
+
+
+def test_a_broker_whose_fence_record_is_not_replayed_yet_is_not_elected_by_the_next_change():
+    """Found by the controller simulator (seed 83 with three changes per result): one run of
+    the stale-broker task finishes broker 1's fencing -- its last partition change, then its
+    fence record -- and in the same result starts fencing broker 2.  Broker 2's first change
+    is to foo-0, whose ISR is [2] and ELR [1] (broker 1 left it in an earlier result): with
+    the ISR empty the election looks at the ELR.  Broker 1's fence record is in the result but
+    not replayed, and its fencing is no longer pending, so it counted as an acceptable leader
+    and was elected, after its own fence record.  It must stay excluded until its fence record
+    is replayed: foo-0 is left leaderless, with both in its ELR."""
+    ctx, ops = make(elr=True, n=2)
+    ctx.register_brokers(0, 1, 2, 3)
+    ctx.unfence_brokers(0, 1, 2, 3)
+    # broker 1 leads all three (foo-0 first); min.insync.replicas 2 puts who leaves into the ELR
+    foo = ctx.create_test_topic("foo", [[1, 2], [1, 0], [1, 3]], configs={"min.insync.replicas": "2"}).topic_id
+    ctx.time.sleep(BROKER_SESSION_TIMEOUT_MS + 1)
+    for b in (0, 2, 3):
+        ctx.replay(heartbeat(ctx, b).records)
+    first = ctx.cluster_control.fence_stale_broker()  # broker 1: foo-0 and foo-1, then a pause
+    assert partition_change_count(first.records) == 2 and ops.lifecycle.has_pending(ChangeKind.FENCE, 1)
+    ctx.replay(first.records)
+    assert (part(ctx, foo, 0).leader, part(ctx, foo, 0).isr, part(ctx, foo, 0).elr) == (2, (2,), (1,))
+    ctx.time.sleep(BROKER_SESSION_TIMEOUT_MS + 1)
+    for b in (0, 3):
+        ctx.replay(heartbeat(ctx, b).records)
+    second = ctx.cluster_control.fence_stale_broker()  # the rest of broker 1's fencing, then broker 2's
+    kinds = [(type(r.message).__name__, getattr(r.message, "broker_id", None), getattr(r.message, "partition_id", None))
+             for r in second.records]
+    assert kinds == [("PartitionChangeRecord", None, 2), ("BrokerRegistrationChangeRecord", 1, None),
+                     ("PartitionChangeRecord", None, 0), ("BrokerRegistrationChangeRecord", 2, None)]
+    foo0 = second.records[2].message
+    assert (foo0.leader, foo0.isr, foo0.eligible_leader_replicas) == (NO_LEADER, [], [1, 2])
+    assert ops.context.excluded(1, None)  # until its fence record is replayed
+    ctx.replay(second.records)
+    assert not ops.context.excluded(1, None) and ctx.cluster_control.registration(1).fenced
+    while (task := ctx.cluster_control.fence_stale_broker()).records:
+        ctx.replay(task.records)
+    assert ctx.fenced_broker_ids() == {1, 2}
+    for pid, p in snapshot(ctx, foo).items():
+        assert p.leader not in (1, 2) and not {1, 2} & set(p.isr), (pid, p)

@@ -17,7 +17,10 @@ Order and safety -- the rule is Kafka's record order, kept across results:
   ``fenced=1``) in the result that completes them.  Once the fence record is committed the
   broker leads nothing and is in no ISR it could be removed from (as in Kafka).  Before, the
   registration still says unfenced, so the broker is *excluded* in soft state: no election
-  picks it and AlterPartition may not add it to an ISR (INELIGIBLE_REPLICA, "fenced").  If the
+  picks it and AlterPartition may not add it to an ISR (INELIGIBLE_REPLICA, "fenced").  The
+  exclusion lasts until the fence record is *replayed* (a result may finish one fencing and
+  go on with other changes built from the state before it), and likewise for an
+  unregistration's and offline directories' ending records.  If the
   controller fails over in between, nothing is lost: the new controller sees an unfenced
   broker whose session it will expire (or whose heartbeat asks to be fenced) and fences it
   again from the start.
@@ -146,6 +149,10 @@ class BrokerLifecycle:
         self.ctx = ctx
         ctx.exclusions = self
         self._pending: dict[tuple[ChangeKind, int], PendingChange] = {}
+        #: finished changes whose ending record (a fence, an unregistration, directories
+        #: offline) was written into a result that may not be replayed yet: the broker stays
+        #: excluded until its registration shows that record (see :meth:`excluded`)
+        self._ending: dict[tuple[ChangeKind, int], PendingChange] = {}
         #: brokers in controlled shutdown whose leaderships moved after their controlled
         #: shutdown offset was taken: the next heartbeat raises it (and may not grant the shutdown)
         self._cs_offset_stale: set[int] = set()
@@ -156,11 +163,13 @@ class BrokerLifecycle:
         """A new active controller: start from nothing pending but a sweep of leaderless
         partitions (a predecessor may have failed over in the middle of one)."""
         self._pending.clear()
+        self._ending.clear()
         self._cs_offset_stale.clear()
         self._pending[(ChangeKind.LEADERLESS, NO_LEADER)] = self._leaderless_change(NO_LEADER)
 
     def deactivate(self) -> None:
         self._pending.clear()
+        self._ending.clear()
         self._cs_offset_stale.clear()
 
     def pending(self) -> list[PendingChange]:
@@ -172,8 +181,16 @@ class BrokerLifecycle:
 
     def excluded(self, broker_id: int, directory: Uuid | None) -> bool:
         """Whether an unfinished change is taking ``broker_id`` (or its ``directory``) out of
-        its partitions: it may then neither lead nor join an ISR."""
+        its partitions: it may then neither lead nor join an ISR.
+
+        A change stays unfinished for this until its ending record is *replayed*, not just
+        written: a result can finish one broker's fencing (its fence record) and go on with
+        another change, whose records are built from the state before that fence record, where
+        the broker is still unfenced (found by the simulator: it was elected from an ELR after
+        its own fence record)."""
         pending = self._pending
+        if self._ending and self._still_ending(broker_id, directory):
+            return True
         if not pending:
             return False
         for kind in _EXCLUDING:
@@ -181,6 +198,29 @@ class BrokerLifecycle:
                 return True
         offline = pending.get((ChangeKind.OFFLINE_DIRS, broker_id))
         return offline is not None and directory is not None and directory in offline.directories
+
+    def _still_ending(self, broker_id: int, directory: Uuid | None) -> bool:
+        """Whether a finished change of ``broker_id`` excludes it (or ``directory``) because
+        the registration does not show its ending record yet; forgets those it does show."""
+        ending = self._ending
+        for kind in (ChangeKind.FENCE, ChangeKind.UNREGISTER, ChangeKind.OFFLINE_DIRS):
+            change = ending.get((kind, broker_id))
+            if change is None:
+                continue
+            registration = self.ctx.cluster.registration(broker_id)
+            if registration is None or registration.epoch != change.broker_epoch:
+                shown = True  # unregistered (or replaced by a new incarnation)
+            elif kind is ChangeKind.FENCE:
+                shown = bool(registration.fenced)
+            elif kind is ChangeKind.UNREGISTER:
+                shown = False
+            else:
+                shown = not any(registration.has_online_dir(d) for d in change.directories)
+            if shown:
+                del ending[(kind, broker_id)]
+            elif kind is not ChangeKind.OFFLINE_DIRS or (directory is not None and directory in change.directories):
+                return True
+        return False
 
     def controlled_shutdown_in_progress(self, broker_id: int) -> bool:
         """Whether the broker's controlled shutdown still has changes to write, or moved
@@ -203,6 +243,7 @@ class BrokerLifecycle:
 
     def _cancel(self, broker_id: int, *kinds: ChangeKind) -> None:
         for kind in kinds:
+            self._ending.pop((kind, broker_id), None)
             if self._pending.pop((kind, broker_id), None) is not None:
                 log.info("Dropping the unfinished %s change of broker %d.", kind.value, broker_id)
         if ChangeKind.CONTROLLED_SHUTDOWN in kinds:
@@ -499,6 +540,9 @@ class BrokerLifecycle:
             cluster.handle_broker_unregistered(change.broker_id, change.broker_epoch, records)
         elif change.kind is ChangeKind.OFFLINE_DIRS:
             cluster.handle_directories_offline(change.broker_id, change.broker_epoch, change.directories, records)
+        else:
+            return
+        self._ending[change.key] = change  # excluded until that record is replayed
 
     def _log_changes(self, change: PendingChange, records: list[ApiMessageAndVersion], start: int) -> None:
         if len(records) == start:
