@@ -1041,3 +1041,27 @@ def test_a_broker_whose_fence_record_is_not_replayed_yet_is_not_elected_by_the_n
     assert ctx.fenced_broker_ids() == {1, 2}
     for pid, p in snapshot(ctx, foo).items():
         assert p.leader not in (1, 2) and not {1, 2} & set(p.isr), (pid, p)
+
+
+def test_a_heartbeat_heard_before_the_fencing_continues_cancels_it():
+    """Found by the controller simulator (seed 869): broker 0's fencing is half written when
+    its heartbeat arrives; the RPC path records the contact at once (KAFKA-15019) and queues
+    the heartbeat, but the stale-broker task's next run is ahead of it in the queue.  That run
+    must not go on fencing a broker heard from within its session (it wrote the fence record
+    of a live broker): it drops the fencing, as the heartbeat itself would."""
+    ctx, ops, big = big_cluster()
+    ctx.time.sleep(BROKER_SESSION_TIMEOUT_MS + 1)
+    for b in (1, 2, 3):
+        ctx.replay(heartbeat(ctx, b).records)
+    ctx.replay(ctx.cluster_control.fence_stale_broker().records)
+    assert ops.lifecycle.has_pending(ChangeKind.FENCE, 0) and ops.context.excluded(0, None)
+    assert ctx.cluster_control.track_broker_heartbeat(0, default_broker_epoch(0))  # contact; event queued
+    task = ctx.cluster_control.fence_stale_broker()
+    assert task.records == [] and not ops.lifecycle.has_pending(ChangeKind.FENCE, 0)
+    assert not ops.context.excluded(0, None)
+    back = heartbeat(ctx, 0)  # (its unfence record restates the registration's unfenced state)
+    assert back.response.is_fenced is False
+    ctx.replay(back.records)
+    assert not ctx.cluster_control.registration(0).fenced
+    assert not any(isinstance(r.message, m.BrokerRegistrationChangeRecord) and r.message.fenced == 1
+                   for r in ctx.cluster_control.fence_stale_broker().records)

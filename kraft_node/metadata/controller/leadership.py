@@ -20,7 +20,9 @@ Order and safety -- the rule is Kafka's record order, kept across results:
   picks it and AlterPartition may not add it to an ISR (INELIGIBLE_REPLICA, "fenced").  The
   exclusion lasts until the fence record is *replayed* (a result may finish one fencing and
   go on with other changes built from the state before it), and likewise for an
-  unregistration's and offline directories' ending records.  If the
+  unregistration's and offline directories' ending records.  A broker heard from again
+  before its fencing is complete (a heartbeat whose contact the RPC path recorded, even if
+  its event is still queued) has the fencing dropped instead.  If the
   controller fails over in between, nothing is lost: the new controller sees an unfenced
   broker whose session it will expire (or whose heartbeat asks to be fenced) and fences it
   again from the start.
@@ -383,6 +385,12 @@ class BrokerLifecycle:
         for change in list(self._pending.values()):
             if change.complete:
                 continue
+            if change.kind is ChangeKind.FENCE and self._heard_again(change):
+                # Its heartbeat arrived after the session expired: the RPC path recorded the
+                # contact, and the heartbeat event, still queued, would drop this fencing.
+                # Drop it now rather than fence a live broker (found by the simulator).
+                self._cancel(change.broker_id, ChangeKind.FENCE)
+                continue
             left = budget - partition_change_count(records)
             if left <= 0:
                 break
@@ -394,6 +402,11 @@ class BrokerLifecycle:
             del self._pending[change.key]
             self._finish(change, records)
         return ControllerResult.of(records, self.has_work())
+
+    def _heard_again(self, change: PendingChange) -> bool:
+        """Whether the fenced broker's session (at the change's epoch) is valid again."""
+        manager = getattr(self.ctx.cluster, "heartbeat_manager", None)
+        return manager is not None and bool(manager.has_valid_session(change.broker_id, change.broker_epoch))
 
     def has_work(self) -> bool:
         """Whether some pending change still has records to write."""
