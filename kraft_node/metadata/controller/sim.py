@@ -269,6 +269,10 @@ class SimController:
             node_id=node.id, cluster_id=node.cluster.cluster_id, raft=self.raft, queue=self.queue,
             clock_ms=lambda: sched.now, bootstrap=csim.bootstrap, settings=csim.settings,
             fatal_fault_handler=self._fatal, managers=csim.install_managers)
+        bound = csim.config.partition_changes_per_result
+        ops = getattr(self.controller, "partition_ops", None)
+        if bound is not None and ops is not None:
+            ops.context.max_partition_changes_per_result = bound
         rc = getattr(self.controller, "replication_control", None)
         if rc is not None and rc._replica_placer is None:
             # Kafka's placer over java.util.Random, seeded from the seed, the node and its
@@ -340,6 +344,11 @@ class ControllerSimConfig:
     replica_lag_ms: int | None = None
     #: a replica live for this long has caught up and rejoins the ISR (None: the heartbeat interval)
     caught_up_ms: int | None = None
+    #: the most partition changes one broker lifecycle result writes (None: the controller's 200);
+    #: a small bound makes fencing, shutdowns and unclean restarts span several results
+    partition_changes_per_result: int | None = None
+    #: the metadata.version the cluster is formatted at (None: the latest production one)
+    metadata_version: MetadataVersion | None = None
 
 
 class ControllerSim:
@@ -353,6 +362,8 @@ class ControllerSim:
         self.config = config or ControllerSimConfig()
         self.bootstrap = bootstrap if bootstrap is not None else default_bootstrap()
         self.settings = self.config.settings
+        if bootstrap is None and self.config.metadata_version is not None:
+            self.bootstrap = default_bootstrap(self.config.metadata_version)
         self.install_managers = install_managers
         self.trace = trace
         #: how to replay this run, named in every violation (set by :func:`run_seed`)
@@ -1700,7 +1711,10 @@ def random_config(rng: random.Random, seed: int) -> ControllerSimConfig:
                                   drop_probability=rng.choice([0.0, 0.0, 0.02, 0.1]),
                                   request_timeout_ms=2 * max_delay + rng.choice([100, 300]))
     return ControllerSimConfig(raft=raft, settings=settings, brokers=rng.randint(3, 8), broker_network=brokers,
-                               racks=rng.choice([2, 3]), admin=True, replication=True)
+                               racks=rng.choice([2, 3]), admin=True, replication=True,
+                               partition_changes_per_result=rng.choice([None, None, 1, 3]),
+                               metadata_version=rng.choice([None, None, None, MetadataVersion.IBP_4_0_IV3,
+                                                            MetadataVersion.IBP_3_9_IV0]))
 
 
 def run_seed(seed: int, chaos_ms: int = 3000, settle_ms: int = 10_000,
@@ -1826,7 +1840,10 @@ def run_seed(seed: int, chaos_ms: int = 3000, settle_ms: int = 10_000,
     admin = csim.admin
 
     def admin_step() -> None:
-        if admin is None or sched.now >= chaos_ms:
+        # during the chaos; after it only until the admin has created two topics (a seed whose
+        # quorum barely worked under chaos still gets topics for the calm phase to fence)
+        if admin is None or (sched.now >= chaos_ms and (admin.stats["topics_created"] >= 2
+                                                         or sched.now >= chaos_ms + 4000)):
             return
         admin.act()
         sched.at(sched.now + admin.rng.randint(20, 200), admin_step)
