@@ -53,6 +53,7 @@ from kraft_node.metadata.controller.errors import (
 from kraft_node.metadata.controller.offset_control import OffsetControlManager, snapshot_name
 from kraft_node.metadata.controller.periodic import PeriodicControlTaskError
 from kraft_node.metadata.controller.purgatory import Purgatory
+from kraft_node.metadata.controller.replication_snapshot import RecordFailure, replay_framed_values
 from kraft_node.metadata.controller.result import (
     MAX_RECORDS_PER_BATCH,
     MAX_RECORDS_PER_USER_OP,
@@ -609,15 +610,14 @@ class QuorumController:
                 continue
             base = b.base_offset
             try:
-                messages = [self._decode(value, base + i) for i, value in enumerate(b.records)]
-                self.replay_many(messages, partial(operator.add, base))
-            except _RecordFailure as failure:
-                self._fatal(f"Unable to apply record at offset {base + failure.index} on standby controller, from "
-                            f"the batch with baseOffset {base}", failure.cause)
-                return
-            except BaseException as exc:  # a record that does not decode
-                self._fatal(f"Unable to apply a record of the batch with baseOffset {base} on standby controller",
-                            exc)
+                replay_framed_values(self, b.records, partial(operator.add, base))
+            except RecordFailure as failure:
+                if failure.decoding:
+                    self._fatal(f"Unable to apply a record of the batch with baseOffset {base} on standby "
+                                "controller", failure.cause)
+                else:
+                    self._fatal(f"Unable to apply record at offset {base + failure.index} on standby controller, "
+                                f"from the batch with baseOffset {base}", failure.cause)
                 return
             oc.handle_commit_batch(last, b.epoch, b.append_time_ms)
             if gen is not None:
@@ -638,17 +638,11 @@ class QuorumController:
         last = sid.offset - 1
         for b in batches:
             recs = b.records
-            i = 0  # the failing record: the one that does not decode, or the replay's
+            # PartitionRecords as columns (replication_snapshot), the rest decoded and replayed
             try:
-                messages = []
-                for value in recs:
-                    messages.append(self._decode(value, last))
-                    i += 1
-                self.replay_many(messages, partial(_constant, last))
-            except _RecordFailure as failure:
+                replay_framed_values(self, recs, partial(_constant, last))
+            except RecordFailure as failure:  # the record that does not decode, or the replay's
                 i, exc = failure.index, failure.cause
-            except BaseException as failed:
-                exc = failed
             else:
                 continue
             self._fatal(f"Unable to apply record from snapshot {name} on standby controller, which was "

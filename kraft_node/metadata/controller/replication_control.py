@@ -1090,11 +1090,7 @@ class ReplicationControlManager(TopicCreationMixin):
     def snapshot_records(self, epoch: int = LATEST_EPOCH, *,
                          metadata_version: MetadataVersion | None = None) -> Iterator[ApiMessageAndVersion]:
         """TopicRecord then its PartitionRecords, topic after topic, as of ``epoch``;
-        ``metadata_version`` overrides the provider's."""
-        if metadata_version is None and self._metadata_version is not None:
-            metadata_version = as_metadata_version(self._metadata_version(epoch))
-        for name, topic_id in sorted(self.topics_by_name.items(epoch)):
-            topic = self.topics_by_id.get(topic_id, epoch=epoch)
-            yield ApiMessageAndVersion(m.TopicRecord(name=name, topic_id=topic_id), 0)
-            for pid, part in sorted(topic.parts.items(epoch)):
-                yield part.to_record(topic_id, pid, metadata_version)
+        ``metadata_version`` overrides the provider's.  The PartitionRecords are encoded in
+        bulk (:mod:`.replication_snapshot`: the same bytes as ``to_record``)."""
+        from kraft_node.metadata.controller.replication_snapshot import snapshot_records
+        return snapshot_records(self, epoch, metadata_version=metadata_version)

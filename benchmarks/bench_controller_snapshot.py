@@ -1,0 +1,317 @@
+"""Controller snapshots at scale (issue 22 target: a 1M-partition snapshot, about 75 MB,
+written in <= 2 s and loaded into controller state in <= 2 s), in process.
+
+    python benchmarks/bench_controller_snapshot.py [--topics 10000] [--partitions 100] [--rf 3]
+        [--brokers 300] [--racks 3] [--topic-configs 1000] [--runs 3] [--dir D] [--json F]
+
+The state: one QuorumController (every default manager) as a standby, given metadata.version
+(the newest production one), ``--brokers`` registered unfenced brokers in ``--racks`` racks
+(one log directory each), then ``--topics`` topics of ``--partitions`` partitions and
+``--rf`` replicas made by ``ReplicationControlManager.create_topics`` (Kafka's
+StripedReplicaPlacer) 98 topics a request (with their configs: at most 10,000 records), each result replayed through
+``QuorumController.replay_many`` as the controller does; ``--topic-configs`` of the topics
+get a ``retention.ms`` ConfigRecord.  The whole state is then marked committed (the offset
+manager's commit of the last offset), so the snapshot generator may start.
+
+What is timed, each run:
+
+* ``write_s``: the controller's own snapshot path -- ``SnapshotGenerator.maybe_begin`` and
+  every slice event it queues, run by the controller's event queue until the generator is
+  done -- into Kafka's ``RecordsSnapshotWriter`` (``kraft_storage.snapshot``: 8 MiB v2 batches,
+  CRC32C, the header/footer control batches) on a ``.checkpoint`` file, frozen with fsync.
+  ``max_event_ms``: the longest event meanwhile (a slice, or the freeze).
+  ``writer_append_s`` / ``writer_freeze_s``: the part of it spent in the records writer (the
+  rest: reading the state, encoding the records, the generator's slicing).
+* ``bytes``: the size of the ``.checkpoint``.
+* ``load_s``: a fresh standby QuorumController loads it through the Raft listener path a node
+  takes -- ``KafkaRaftLog``'s snapshot reader (``KafkaSnapshotReader``: CRC-checked batches
+  over the file's mmap) handed to the controller's ``handle_load_snapshot``, whose event
+  replays every record into the managers' timeline state.  Split into ``read_s`` (the listener
+  call: the reader's batches) and ``apply_s`` (the load event).
+* the loaded state is checked against the written one: the same topics and partition count,
+  and the second controller's snapshot records equal the first's byte for byte (not timed).
+
+Not timed: building the state, once (``build_s`` is reported); each run writes it again (a
+directory of its own) and loads it into a new controller.  Prints one JSON document: setup
+(load average before/after, commit, implementations), each run, the medians.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from _support import code_version, emit_json  # noqa: E402
+
+from kraft_node.metadata.controller.bootstrap import BootstrapMetadata  # noqa: E402
+from kraft_node.metadata.controller.events import EventQueue  # noqa: E402
+from kraft_node.metadata.controller.quorum_controller import QuorumController  # noqa: E402
+from kraft_node.metadata.controller.result import ApiMessageAndVersion  # noqa: E402
+from kraft_node.metadata.versions import MetadataVersion  # noqa: E402
+from kraft_node.protocol.generated.broker_heartbeat import BrokerHeartbeatRequest  # noqa: E402
+from kraft_node.protocol.generated.create_topics import CreateTopicsRequest  # noqa: E402
+from kraft_node.raft.io.kafka_log import KafkaSnapshotReader  # noqa: E402
+from kraft_node.raft.messages import LeaderAndEpoch, SnapshotId  # noqa: E402
+from kraft_storage import accel  # noqa: E402
+from kraft_storage.messages import columns  # noqa: E402
+from kraft_storage.messages import metadata as m  # noqa: E402
+from kraft_storage.messages.runtime import Uuid  # noqa: E402
+from kraft_storage.snapshot import RecordsSnapshotWriter  # noqa: E402
+from kraft_storage.snapshot import SnapshotId as FileSnapshotId  # noqa: E402
+from kraft_storage.timeline import IMPLEMENTATION  # noqa: E402
+
+EPOCH = 1
+
+
+class _Writer:
+    """The Raft client's snapshot writer over Kafka's RecordsSnapshotWriter (what
+    ``KafkaRaftLog`` streams a controller snapshot into): ``append`` one batch's records,
+    ``freeze`` (footer, fsync, rename), ``close``."""
+
+    def __init__(self, directory: str, sid: SnapshotId) -> None:
+        self.snapshot_id = sid
+        self.inner = RecordsSnapshotWriter.create(directory, FileSnapshotId(sid.offset, sid.epoch),
+                                                  last_contained_log_timestamp=0)
+        self.size = 0
+        #: time in the records writer: appends (batches built, CRC'd and written as they fill)
+        #: and the freeze (the last batch, the footer, fsync)
+        self.append_ns = self.freeze_ns = 0
+
+    def append(self, records: Any) -> None:
+        t0 = time.perf_counter_ns()
+        self.inner.append(records)
+        self.append_ns += time.perf_counter_ns() - t0
+
+    def freeze(self) -> None:
+        t0 = time.perf_counter_ns()
+        self.size = self.inner.freeze()
+        self.freeze_ns += time.perf_counter_ns() - t0
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _Raft:
+    """A Raft client that is never the leader and writes snapshots into ``directory``."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.listener: Any = None
+        self.writers: list[_Writer] = []
+
+    def register_listener(self, listener: Any) -> None:
+        self.listener = listener
+
+    @property
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        return LeaderAndEpoch(-1, EPOCH)
+
+    def next_offset(self, epoch: int) -> int:
+        raise RuntimeError("a standby does not append")
+
+    def schedule_append(self, records: Any, epoch: int, atomic: bool) -> int:
+        raise RuntimeError("a standby does not append")
+
+    def resign(self, epoch: int) -> None:
+        pass
+
+    def create_snapshot(self, sid: SnapshotId) -> _Writer:
+        w = _Writer(self.directory, sid)
+        self.writers.append(w)
+        return w
+
+
+def _controller(directory: str) -> tuple[QuorumController, EventQueue, list[int]]:
+    queue = EventQueue(clock_ns=time.perf_counter_ns)
+    boot = BootstrapMetadata.from_records([ApiMessageAndVersion(m.FeatureLevelRecord(
+        name="metadata.version", feature_level=MetadataVersion.latest_production().feature_level), 0)], "bench")
+    ctl = QuorumController(node_id=1, cluster_id="fPZv1VBsRFmnlRvmGcOW9w", raft=_Raft(directory), queue=queue,
+                           clock_ms=lambda: time.monotonic_ns() // 1_000_000, bootstrap=boot)
+    events: list[int] = []
+    observe = queue.on_event_timing
+
+    def timing(q_ns: int, p_ns: int) -> None:
+        events.append(p_ns)
+        if observe is not None:
+            observe(q_ns, p_ns)
+    queue.on_event_timing = timing
+    return ctl, queue, events
+
+
+def build_state(ctl: QuorumController, args: argparse.Namespace) -> int:
+    """Replay the workload into ``ctl``'s managers; return the last offset."""
+    offset = 0
+
+    def apply(messages: list[Any]) -> None:
+        nonlocal offset
+        base = offset
+        ctl.replay_many(messages, lambda i: base + i)
+        offset += len(messages)
+
+    apply([m.FeatureLevelRecord(name="metadata.version",
+                                feature_level=MetadataVersion.latest_production().feature_level)])
+    apply([m.RegisterBrokerRecord(
+        broker_id=b, broker_epoch=100 + b, incarnation_id=Uuid.random(), rack=f"rack{b % args.racks}",
+        log_dirs=[Uuid.random()], fenced=True,
+        end_points=[m.RegisterBrokerRecord.BrokerEndpoint(name="PLAINTEXT", host="localhost", port=9092 + b,
+                                                          security_protocol=0)]) for b in range(args.brokers)])
+    # unfenced by a heartbeat each, as bench_topic_creation does (the placer needs the
+    # cluster manager's soft state: it is activated for the build, then deactivated)
+    cluster = ctl.cluster_control
+    cluster.activate(ctl.clock_ms)
+    for b in range(args.brokers):
+        result = cluster.process_broker_heartbeat(BrokerHeartbeatRequest(
+            broker_id=b, broker_epoch=100 + b, current_metadata_offset=offset, want_fence=False,
+            want_shut_down=False))
+        apply([r.message for r in result.records])
+    if cluster.active_broker_count() != args.brokers:
+        raise SystemExit("the brokers were not unfenced")
+    T = CreateTopicsRequest
+    rc = ctl.replication_control
+    names = [f"topic-{i:05d}" for i in range(args.topics)]
+    for i in range(0, args.topics, 98):
+        req = T(topics=[T.CreatableTopic(
+            name=n, num_partitions=args.partitions, replication_factor=args.rf,
+            configs=([T.CreatableTopicConfig(name="retention.ms", value=str(86_400_000 + j))]
+                     if j < args.topic_configs else []))
+            for j, n in enumerate(names[i:i + 98], start=i)], timeout_ms=60_000)
+        result = rc.create_topics(req)
+        bad = [t for t in result.response.topics if t.error_code != 0]
+        if bad:
+            raise SystemExit(f"CreateTopics failed: {bad[:3]}")
+        apply([r.message for r in result.records])
+        gc.freeze()  # setup only: keeps full collections of the growing state out of the build time
+    cluster.deactivate()
+    last = offset - 1
+    ctl.offset_control.handle_commit_batch(last, EPOCH, 0)
+    return last
+
+
+def write_snapshot(ctl: QuorumController, queue: EventQueue, events: list[int]) -> dict[str, Any]:
+    gen = ctl.snapshot_generator
+    gen.records_per_slice = max(gen.records_per_slice, 1)
+    events.clear()
+    t0 = time.perf_counter()
+    if not gen.maybe_begin(reason="benchmark"):
+        raise SystemExit("the snapshot generator would not start")
+    while gen.in_progress:
+        if queue.run_ready() == 0:
+            raise SystemExit("the snapshot generator stalled")
+    write_s = time.perf_counter() - t0
+    sid, records, slices = gen.history[-1]
+    writer = ctl.raft.writers[-1]
+    return {"write_s": round(write_s, 4), "writer_append_s": round(writer.append_ns / 1e9, 4),
+            "writer_freeze_s": round(writer.freeze_ns / 1e9, 4), "records": records, "slices": slices,
+            "max_event_ms": round(max(events) / 1e6, 3),
+            "median_event_ms": round(statistics.median(events) / 1e6, 3),
+            "events": len(events), "events_over_10ms": sum(1 for e in events if e > 10_000_000),
+            "longest_events_ms": [round(e / 1e6, 1) for e in sorted(events)[-5:]],
+            "bytes": writer.size, "snapshot": f"{sid.offset}-{sid.epoch}"}
+
+
+def load_snapshot(directory: str, sid: SnapshotId) -> tuple[QuorumController, dict[str, Any]]:
+    ctl, queue, events = _controller(directory)
+    gc.collect()
+    t0 = time.perf_counter()
+    reader = KafkaSnapshotReader(directory, sid)
+    try:
+        ctl._listener.handle_load_snapshot(reader)
+        t1 = time.perf_counter()
+        queue.run_ready()
+        t2 = time.perf_counter()
+    finally:
+        reader.close()
+    if ctl.fatal is not None:
+        raise SystemExit(f"the snapshot did not load: {ctl.fatal!r}")
+    if ctl.snapshots_loaded != [sid]:
+        raise SystemExit(f"the snapshot was not loaded: {ctl.snapshots_loaded}")
+    return ctl, {"load_s": round(t2 - t0, 4), "read_s": round(t1 - t0, 4), "apply_s": round(t2 - t1, 4)}
+
+
+def check_same(a: QuorumController, b: QuorumController, partitions: int) -> None:
+    ea, eb = a.offset_control.last_stable_offset, b.offset_control.last_stable_offset
+    ta, tb = a.replication_control.topics(epoch=ea), b.replication_control.topics(epoch=eb)
+    if ta != tb:
+        raise SystemExit("the loaded topics differ from the written ones")
+    count = sum(b.replication_control.topic(t).num_partitions() for t in tb.values())
+    if count != partitions:
+        raise SystemExit(f"{count} partitions loaded, {partitions} written")
+    if a.snapshot_values(ea) != b.snapshot_values(eb):
+        raise SystemExit("the loaded controller's snapshot records differ from the writer's")
+
+
+def one_run(args: argparse.Namespace, ctl: QuorumController, queue: EventQueue, events: list[int],
+            base: str, run: int) -> dict[str, Any]:
+    """Write the state's snapshot into a directory of its own, load it into a fresh controller."""
+    directory = os.path.join(base, f"run{run}")
+    os.mkdir(directory)
+    try:
+        ctl.raft.directory = directory
+        ctl.snapshot_generator.last_snapshot_offset = 0  # the same state, written again
+        out: dict[str, Any] = write_snapshot(ctl, queue, events)
+        sid = ctl.raft.writers[-1].snapshot_id
+        loaded, timing = load_snapshot(directory, sid)
+        out.update(timing)
+        out["partitions"] = args.topics * args.partitions
+        if args.check:
+            check_same(ctl, loaded, args.topics * args.partitions)
+        out["checked"] = bool(args.check)
+        del loaded
+        gc.collect()
+        return out
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--topics", type=int, default=10_000)
+    p.add_argument("--partitions", type=int, default=100)
+    p.add_argument("--rf", type=int, default=3)
+    p.add_argument("--brokers", type=int, default=300)
+    p.add_argument("--racks", type=int, default=3)
+    p.add_argument("--topic-configs", type=int, default=1000)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--no-check", dest="check", action="store_false",
+                   help="skip the (untimed) byte comparison of the two controllers' snapshot records")
+    p.add_argument("--dir", default=None, help="where the .checkpoint files go (default: the temp dir)")
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    base = tempfile.mkdtemp(prefix="bench-controller-snapshot-", dir=args.dir)
+    try:
+        ctl, queue, events = _controller(base)
+        t0 = time.perf_counter()
+        build_state(ctl, args)
+        build_s = time.perf_counter() - t0
+        gc.collect()
+        gc.freeze()  # the state is long-lived, as the controller server freezes its heap
+        load_before = os.getloadavg()
+        runs = [one_run(args, ctl, queue, events, base, i) for i in range(args.runs)]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    doc = {
+        "benchmark": "controller_snapshot",
+        "setup": {"args": vars(args), "load_before": load_before, "load_after": os.getloadavg(),
+                  "python": platform.python_version(), "timeline": IMPLEMENTATION,
+                  "columns": columns.IMPLEMENTATION, "fallbacks": dict(accel.FALLBACKS), "cpus": os.cpu_count(),
+                  "code": code_version()},
+        "build_s": round(build_s, 2),
+        "runs": runs,
+        "median": {k: statistics.median(r[k] for r in runs)
+                   for k in ("write_s", "max_event_ms", "bytes", "load_s", "read_s", "apply_s")},
+    }
+    emit_json(doc, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,939 @@
+"""Topics and partitions in bulk: the columnar load of PartitionRecords and the bulk write of
+their snapshot records (issue 22: a 1M-partition snapshot written, and loaded into controller
+state, in about 2 s each).
+
+Why a module of its own: a snapshot of a million partitions is a million PartitionRecords.
+Replayed the typed way (decode each value into a PartitionRecord object, then
+``PartitionRegistration.from_record``, then the indexes) that is tens of microseconds a record;
+written the typed way (``to_record`` builds a PartitionRecord, the generated codec encodes it)
+about ten.  Here both directions work on columns:
+
+Load (:func:`replay_framed_values`, which the QuorumController's snapshot load and standby
+commit call with a batch's record values):
+
+1. the values are joined into one buffer, their frame headers read (``_frame.read_frames``)
+   and the PartitionRecord bodies decoded by the generated columnar decoder
+   (:func:`kraft_storage.messages.columns.decode_bodies`): one numpy column per field;
+2. every other record is decoded the typed way, up front too, so a batch that does not decode
+   fails before any of it is applied, as the per-record path does;
+3. the records are applied in order: runs of other records through ``replay_many``, runs of
+   PartitionRecords by :func:`replay_partition_columns`, which builds the registrations
+   (tuples and objects made by the ``_bulk_objects`` kernel, no PartitionRecord object) and
+   the indexes with one bulk timeline put per (broker, run) and (directory, run).
+
+The state is exactly what ``ReplicationControlManager.replay_partitions`` leaves for the typed
+records (tests: the same registrations, the same index entries in the same order, the same
+snapshot bytes): a record for an existing partition, a repeated partition id, or a record
+``from_record`` refuses (directories that do not pair up with the replicas, an unknown
+leader recovery state) is replayed the typed way, at its place in the order, so its error is
+Kafka's message and names its index.  A batch whose values do not frame or decode as columns
+(or that has fewer than :data:`MIN_COLUMNAR_RECORDS` PartitionRecords) takes the per-record
+path whole, so its error is the per-record path's.  The collector is paused while a batch is
+applied (:func:`paused_gc`): the registrations hold no reference cycles, and full passes over
+a growing heap of millions of new objects were most of the old load's time.
+
+Logging differs from ``replay_partitions`` on purpose: one INFO line per bulk run of new
+partitions ("Replayed N PartitionRecord(s) for new partitions of K topic(s)"), the topics at
+DEBUG (a million-partition snapshot would otherwise log ten thousand INFO lines).
+
+Write (:func:`snapshot_records`, which ``ReplicationControlManager.snapshot_records`` yields
+from): per topic, sorted by name, its TopicRecord and then its partitions sorted by id, as
+before; the PartitionRecord values are encoded in bulk (:func:`encode_partition_records`),
+chunks of about :data:`WRITE_CHUNK` partitions at a time, straight from the registrations'
+fields into a numpy structured array per record shape (the body layout below), and yielded
+as :class:`FramedRecord` values (their ``encode()`` is the bytes; ``message`` decodes them on
+demand), so the snapshot generator's slices stay as short as before.  A registration with a
+tagged field to write (a RECOVERING leader, a non-empty ELR at v2) or a list of 127 or more
+entries is encoded the typed way; bytes are identical either way (tested against the typed
+encoder).
+
+PartitionRecord value layout of the bulk encoder (flexible versions; lists are compact
+arrays: a uvarint length + 1, here one byte since every list is shorter than 127)::
+
+    u8 frame version (1) | u8 apiKey (3) | u8 version (0-2)
+    int32 PartitionId | 16 bytes TopicId
+    u8 n+1 | int32[n] Replicas | u8 n+1 | int32[n] Isr
+    u8 n+1 | int32[n] RemovingReplicas | u8 n+1 | int32[n] AddingReplicas
+    int32 Leader | int32 LeaderEpoch | int32 PartitionEpoch
+    (v1+) u8 n+1 | 16 bytes[n] Directories
+    u8 0 (no tagged fields)
+
+(all integers big-endian).
+"""
+from __future__ import annotations
+
+import gc
+import logging
+from contextlib import contextmanager
+from itertools import chain
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from kraft_node.metadata.controller.errors import ReplayError
+from kraft_node.metadata.controller.replication_control import (
+    LEADER_FLAG,
+    NO_LEADER,
+    DirectoryId,
+    DirectoryPartitions,
+    LeaderRecoveryState,
+    PartitionRegistration,
+    PartitionReplayError,
+    TopicControlInfo,
+    TopicIdPartition,
+    _fmt,
+    as_metadata_version,
+)
+from kraft_node.metadata.controller.result import ApiMessageAndVersion
+from kraft_node.metadata.versions import MetadataVersion
+from kraft_storage.accel import load
+from kraft_storage.messages import metadata as m
+from kraft_storage.messages.columns import RecordTypeColumns, decode_bodies
+from kraft_storage.messages.framing import decode_metadata_record
+from kraft_storage.messages.runtime import Uuid
+from kraft_storage.timeline import LATEST_EPOCH, TimelineHashMap
+
+if TYPE_CHECKING:
+    from kraft_node.metadata.controller.replication_control import ReplicationControlManager
+
+log = logging.getLogger("kraft.controller.replication")
+
+_objects = load("_bulk_objects", "kraft_node")
+_frame = load("_frame")
+#: The kernel in use (native or the twin).
+IMPLEMENTATION: str = _objects.__name__
+
+__all__ = ["FramedRecord", "IMPLEMENTATION", "MIN_COLUMNAR_RECORDS", "RecordFailure", "WRITE_CHUNK",
+           "encode_partition_records", "frame_values", "paused_gc", "replay_framed_values",
+           "replay_partition_columns", "snapshot_records"]
+
+PARTITION_RECORD = int(m.PartitionRecord.API_KEY)
+TOPIC_RECORD = int(m.TopicRecord.API_KEY)
+#: PartitionRecords are replayed as columns only in runs of at least this many (TopicRecords
+#: between them are applied first, see ``_Batch.window``); fewer take the per-record path: the
+#: columnar call costs a few dozen numpy calls and about one timeline put per broker and
+#: directory its partitions name, ``replay_partitions`` about the same per topic.
+MIN_COLUMNAR_RECORDS = 1024
+#: About this many partitions are encoded per bulk call of the writer (a couple of ms): the
+#: snapshot generator's slice that pulls a chunk pays for it.
+WRITE_CHUNK = 2048
+
+#: PartitionRegistration's slots in the order new_objects is given them.
+_REG_SLOTS = ("replicas", "directories", "isr", "removing_replicas", "adding_replicas", "leader",
+              "leader_recovery_state", "leader_epoch", "partition_epoch", "elr", "last_known_elr")
+_RECOVERY = np.array([LeaderRecoveryState.RECOVERED, LeaderRecoveryState.RECOVERING], dtype=object)
+_RESERVED_DIRS = {d.bytes: d for d in (DirectoryId.MIGRATING, DirectoryId.UNASSIGNED, DirectoryId.LOST)}
+_EMPTY = np.zeros(0, np.int64)
+
+
+class RecordFailure(Exception):
+    """Record ``index`` of the values given to :func:`replay_framed_values` could not be
+    applied, or (``decoding``) decoded; ``cause`` is why.  The records before it were
+    applied; none was when a value did not decode."""
+
+    def __init__(self, index: int, cause: BaseException, *, decoding: bool = False):
+        super().__init__(f"record {index}: {cause}")
+        self.index = index
+        self.cause = cause
+        self.decoding = decoding
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic collector off for the block (restored as it was).  Bulk-built controller
+    state has no reference cycles; what the block allocates is freed by reference counting."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+# ---------------------------------------------------------------------------
+# Load: values -> frames -> columns
+# ---------------------------------------------------------------------------
+
+class Frames:
+    """A batch's record values joined into one buffer, with each value's frame header read:
+    ``api_key``/``version`` are -1 where a value is not a metadata frame."""
+
+    __slots__ = ("data", "end", "api_key", "version", "body_pos")
+
+    def __init__(self, data: bytes, end: np.ndarray, api_key: np.ndarray, version: np.ndarray,
+                 body_pos: np.ndarray):
+        self.data, self.end, self.api_key, self.version, self.body_pos = data, end, api_key, version, body_pos
+
+
+def frame_values(values: Sequence[bytes]) -> Frames:
+    n = len(values)
+    lens = np.fromiter(map(len, values), dtype=np.int64, count=n)
+    end = np.cumsum(lens)
+    pos = end - lens
+    data = b"".join(values)
+    k = np.empty(n, np.int16)
+    v = np.empty(n, np.int16)
+    b = np.empty(n, np.int64)
+    _frame.read_frames(data, pos, lens.astype(np.int32), k, v, b)
+    return Frames(data, end, k, v, b)
+
+
+def _runs(mask: np.ndarray) -> list[tuple[bool, int, int]]:
+    """Maximal runs of equal values of a boolean array: (value, start, end)."""
+    n = len(mask)
+    if n == 0:
+        return []
+    cuts = np.flatnonzero(mask[1:] != mask[:-1]) + 1
+    starts = [0, *cuts.tolist()]
+    ends = [*cuts.tolist(), n]
+    return [(bool(mask[s]), s, e) for s, e in zip(starts, ends)]
+
+
+def replay_framed_values(ctl: Any, values: Sequence[bytes], offset_of: Callable[[int], int]) -> None:
+    """Replay a batch's record values into ``ctl`` (a QuorumController) in order, its
+    PartitionRecords through :func:`replay_partition_columns` when the batch has enough of them
+    and ``ctl`` has the ReplicationControlManager's bulk replayer for them; else (or when the
+    values do not frame or decode as columns) decode every value and ``replay_many`` them, the
+    per-record path.  A record that cannot be decoded or applied raises :class:`RecordFailure`
+    with its index (as the per-record path: decoding fails before anything is applied)."""
+    rc = _columnar_target(ctl)
+    with paused_gc():
+        if rc is not None and len(values) >= MIN_COLUMNAR_RECORDS:
+            if _replay_columnar(ctl, rc, values, offset_of):
+                return
+        _replay_typed(ctl, values, offset_of)
+
+
+def _columnar_target(ctl: Any) -> "ReplicationControlManager | None":
+    """The controller's ReplicationControlManager when PartitionRecords are bulk-replayed by
+    its ``replay_partitions`` (a controller with other managers keeps its own path)."""
+    rc = getattr(ctl, "replication_control", None)
+    if rc is None:
+        return None
+    fn = getattr(ctl, "_bulk_replayers", {}).get(PARTITION_RECORD)
+    return rc if fn is not None and fn == rc.replay_partitions else None
+
+
+def _replay_typed(ctl: Any, values: Sequence[bytes], offset_of: Callable[[int], int]) -> None:
+    i = 0
+    try:
+        messages = []
+        for value in values:
+            messages.append(ctl._decode(value, offset_of(i)))
+            i += 1
+    except BaseException as exc:
+        raise RecordFailure(i, exc, decoding=True) from exc
+    _replay_messages(ctl, messages, offset_of, 0)
+
+
+def _replay_messages(ctl: Any, messages: Sequence[Any], offset_of: Callable[[int], int], base: int) -> None:
+    """``ctl.replay_many`` of ``messages`` (values ``base ..`` of the batch)."""
+    try:
+        ctl.replay_many(messages, lambda j: offset_of(base + j))
+    except BaseException as exc:
+        index = getattr(exc, "index", None)
+        cause = getattr(exc, "cause", None)
+        if index is None or cause is None:
+            raise
+        raise RecordFailure(base + int(index), cause) from exc
+
+
+def _replay_columnar(ctl: Any, rc: "ReplicationControlManager", values: Sequence[bytes],
+                     offset_of: Callable[[int], int]) -> bool:
+    """The columnar path; False (nothing applied) when the batch should take the typed one."""
+    fr = frame_values(values)
+    keys = fr.api_key
+    is_partition = keys == PARTITION_RECORD
+    rows = np.flatnonzero(is_partition)
+    if len(rows) < MIN_COLUMNAR_RECORDS:
+        return False
+    try:
+        table = decode_bodies(fr.data, fr.body_pos, fr.end, keys, fr.version, rows=rows,
+                              types=(PARTITION_RECORD,)).tables[PARTITION_RECORD]
+    except Exception:
+        return False  # the per-record path finds the first value that does not decode, and says why
+    others: dict[int, Any] = {}
+    try:
+        for i in np.flatnonzero(~is_partition).tolist():
+            others[i] = ctl._decode(values[i], offset_of(i))
+    except Exception:
+        return False
+    batch = _Batch(ctl, rc, values, offset_of, table, rows, others)
+    # table entry k is batch row rows[k]; a window is a run of TopicRecords and PartitionRecords
+    for windowed, start, end in _runs(is_partition | (keys == TOPIC_RECORD)):
+        if windowed:
+            batch.window(start, end, is_partition)
+        else:
+            batch.replay_rows(list(range(start, end)))
+    return True
+
+
+class _Batch:
+    """One batch on the columnar path: its decoded records, and how each part is applied."""
+
+    def __init__(self, ctl: Any, rc: "ReplicationControlManager", values: Sequence[bytes],
+                 offset_of: Callable[[int], int], table: RecordTypeColumns, rows: np.ndarray, others: dict[int, Any]):
+        self.ctl, self.rc, self.values, self.offset_of = ctl, rc, values, offset_of
+        self.table, self.rows, self.others = table, rows, others
+
+    def replay_rows(self, rows: list[int], messages: list[Any] | None = None) -> None:
+        """``replay_many`` of these rows' records (``messages``: theirs, when not decoded yet)."""
+        msgs = [self.others[r] for r in rows] if messages is None else messages
+        offset_of = self.offset_of
+        try:
+            self.ctl.replay_many(msgs, lambda j: offset_of(rows[j]))
+        except BaseException as exc:
+            index, cause = getattr(exc, "index", None), getattr(exc, "cause", None)
+            if index is None or cause is None:
+                raise
+            raise RecordFailure(rows[int(index)], cause) from exc
+
+    def window(self, start: int, end: int, is_partition: np.ndarray) -> None:
+        """Rows start..end-1: TopicRecords and PartitionRecords.  When every TopicRecord of
+        the window will apply (new names and ids) and no PartitionRecord comes before its
+        topic's TopicRecord, the TopicRecords go first and the PartitionRecords in one
+        columnar call (the same state, and the same first failure, as in order); else in
+        order, run by run."""
+        ta, tb = (int(x) for x in np.searchsorted(self.rows, [start, end]))
+        topic_rows = [r for r in range(start, end) if not is_partition[r]]
+        if tb - ta >= MIN_COLUMNAR_RECORDS and self._hoistable(ta, tb, topic_rows):
+            if topic_rows:
+                self.replay_rows(topic_rows)
+            self.partitions(ta, tb)
+            return
+        for partitions, s, e in _runs(is_partition[start:end]):
+            s, e = s + start, e + start
+            if not partitions:
+                self.replay_rows(list(range(s, e)))
+                continue
+            a, b = (int(x) for x in np.searchsorted(self.rows, [s, e]))
+            if b - a >= MIN_COLUMNAR_RECORDS:
+                self.partitions(a, b)
+            else:
+                rows = list(range(s, e))
+                self.replay_rows(rows, [self._typed_row(r) for r in rows])
+
+    def _typed_row(self, row: int) -> Any:
+        return self.ctl._decode(self.values[row], self.offset_of(row))
+
+    def _hoistable(self, ta: int, tb: int, topic_rows: list[int]) -> bool:
+        if not topic_rows:
+            return True
+        rc = self.rc
+        names = [self.others[r].name for r in topic_rows]
+        ids = [self.others[r].topic_id for r in topic_rows]
+        if len(set(names)) != len(names) or len(set(ids)) != len(ids):
+            return False
+        if any(rc.topics_by_name.contains_many(names)) or any(rc.topics_by_id.contains_many(ids)):
+            return False
+        created_at = {t.bytes: r for r, t in zip(topic_rows, ids)}
+        tid = self.table.columns["topic_id"].values[ta:tb]
+        starts = [0, *(np.flatnonzero((tid[1:] != tid[:-1]).any(axis=1)) + 1).tolist()]
+        rows = self.rows
+        for k in starts:
+            at = created_at.get(tid[k].tobytes())
+            if at is not None and at > rows[ta + k]:
+                return False
+        return True
+
+    def partitions(self, ta: int, tb: int) -> None:
+        rows = self.rows
+
+        def typed(k: int) -> Any:
+            return self._typed_row(int(rows[k]))
+        try:
+            replay_partition_columns(self.rc, self.table, ta, tb, typed)
+        except PartitionReplayError as exc:
+            raise RecordFailure(int(rows[ta + exc.index]), exc) from exc
+        self.ctl.records_replayed += tb - ta
+
+
+# ---------------------------------------------------------------------------
+# Load: PartitionRecord columns -> registrations and indexes
+# ---------------------------------------------------------------------------
+
+class _Csr:
+    """One list column of rows lo..hi-1: ``off`` int64[m + 1] from 0, ``vals`` its values."""
+
+    __slots__ = ("off", "vals", "lens")
+
+    def __init__(self, col: Any, lo: int, hi: int):
+        o = col.offsets[lo:hi + 1].astype(np.int64)
+        base = int(o[0])
+        self.vals = col.child.values[base:int(o[-1])]
+        self.off = o - base
+        self.lens = np.diff(self.off)
+
+    def tuples(self) -> list[tuple[Any, ...]]:
+        if not len(self.vals):
+            return [()] * (len(self.off) - 1)
+        result: list[tuple[Any, ...]] = _objects.tuples(self.off, self.vals.tolist(), True)
+        return result
+
+    def row(self, i: int) -> list[int]:
+        values: list[int] = self.vals[int(self.off[i]):int(self.off[i + 1])].tolist()
+        return values
+
+
+class _PartitionColumns:
+    """PartitionRecords lo..hi-1 of a decoded table, as the arrays the load works on."""
+
+    def __init__(self, table: RecordTypeColumns, lo: int, hi: int):
+        c = table.columns
+        self.m = hi - lo
+        self.pid = c["partition_id"].values[lo:hi].astype(np.int64)
+        self.tid = c["topic_id"].values[lo:hi]
+        self.leader = c["leader"].values[lo:hi]
+        self.lrs = c["leader_recovery_state"].values[lo:hi]
+        self.leader_epoch = c["leader_epoch"].values[lo:hi]
+        self.partition_epoch = c["partition_epoch"].values[lo:hi]
+        self.replicas = _Csr(c["replicas"], lo, hi)
+        self.isr = _Csr(c["isr"], lo, hi)
+        self.removing = _Csr(c["removing_replicas"], lo, hi)
+        self.adding = _Csr(c["adding_replicas"], lo, hi)
+        self.dirs = _Csr(c["directories"], lo, hi)
+        self.elr = _Csr(c["eligible_leader_replicas"], lo, hi)
+        self.last_known_elr = _Csr(c["last_known_elr"], lo, hi)
+        # what from_record refuses: directories that do not pair up, an unknown recovery state
+        dl, rl = self.dirs.lens, self.replicas.lens
+        self.bad = ((dl != 0) & (dl != rl)) | ((self.lrs != 0) & (self.lrs != 1))
+        self._regs: list[PartitionRegistration] | None = None
+        self._dir_ids: np.ndarray | None = None
+        self._dir_objs: list[Uuid] = []
+
+    # -- topic runs ------------------------------------------------------------------
+    def topic_runs(self) -> tuple[list[int], list[int]]:
+        """Starts and ends of the runs of consecutive rows with one topic id."""
+        t = self.tid
+        if self.m > 1:
+            cuts = (np.flatnonzero((t[1:] != t[:-1]).any(axis=1)) + 1).tolist()
+        else:
+            cuts = []
+        return [0, *cuts], [*cuts, self.m]
+
+    # -- directories -----------------------------------------------------------------
+    def directory_ids(self) -> tuple[np.ndarray, list[Uuid]]:
+        """Each directory entry's index into a list of distinct Uuid objects (the reserved
+        ids are DirectoryId's own objects)."""
+        if self._dir_ids is not None:
+            return self._dir_ids, self._dir_objs
+        raw = self.dirs.vals
+        n = len(raw)
+        if n == 0:
+            self._dir_ids = np.zeros(0, np.int64)
+            return self._dir_ids, self._dir_objs
+        ids = self._dir_ids_by_broker(raw)
+        if ids is None:
+            keys = np.ascontiguousarray(raw).view(np.dtype((np.void, 16))).ravel()
+            uniq, inverse = np.unique(keys, return_inverse=True)
+            self._dir_objs = [_directory(u.tobytes()) for u in uniq]
+            ids = inverse.astype(np.int64).ravel()
+        self._dir_ids = ids
+        return ids, self._dir_objs
+
+    def _dir_ids_by_broker(self, raw: np.ndarray) -> np.ndarray | None:
+        """The common case in O(n): every replica's directory is a function of its broker (one
+        directory per broker in the batch).  None when it is not, or the ids are too spread."""
+        if self.bad.any() or not len(self.replicas.vals):
+            return None
+        with_dirs = np.repeat(self.dirs.lens > 0, self.replicas.lens)
+        brokers = self.replicas.vals[with_dirs].astype(np.int64)
+        if len(brokers) != len(raw):
+            return None
+        lo, hi = int(brokers.min()), int(brokers.max())
+        if hi - lo >= 1 << 20:
+            return None
+        b = brokers - lo
+        d = np.ascontiguousarray(raw).view(np.uint64).reshape(-1, 2)
+        table = np.zeros((hi - lo + 1, 2), np.uint64)
+        table[b] = d
+        if not np.array_equal(table[b], d):
+            return None
+        present = np.flatnonzero(np.bincount(b, minlength=hi - lo + 1))
+        by_key: dict[bytes, int] = {}
+        dense = np.full(hi - lo + 1, -1, np.int64)
+        objs: list[Uuid] = []
+        for broker, key in zip(present.tolist(), (table[p].tobytes() for p in present.tolist())):
+            idx = by_key.get(key)
+            if idx is None:
+                idx = by_key[key] = len(objs)
+                objs.append(_directory(key))
+            dense[broker] = idx
+        self._dir_objs = objs
+        ids: np.ndarray = dense[b]
+        return ids
+
+    # -- registrations ---------------------------------------------------------------
+    def registrations(self) -> list[PartitionRegistration]:
+        """One PartitionRegistration per row (rows ``from_record`` refuses get one too, never
+        used: they are replayed the typed way)."""
+        if self._regs is not None:
+            return self._regs
+        m = self.m
+        replicas = self.replicas.tuples()
+        isr = self.isr.tuples()
+        empty: list[tuple[int, ...]] = [()] * m
+        removing = self.removing.tuples() if len(self.removing.vals) else empty
+        adding = self.adding.tuples() if len(self.adding.vals) else empty
+        elr = self.elr.tuples() if len(self.elr.vals) else empty
+        last_known = self.last_known_elr.tuples() if len(self.last_known_elr.vals) else empty
+        ids, objs = self.directory_ids()
+        if len(ids):
+            directories = _objects.tuples(self.dirs.off, np.array(objs, dtype=object)[ids].tolist(), True)
+        else:
+            directories = list(empty)
+        no_dirs = np.flatnonzero(self.dirs.lens == 0)
+        if len(no_dirs):  # a v0 record: every replica's directory is MIGRATING
+            rl = self.replicas.lens
+            for i in no_dirs.tolist():
+                directories[i] = DirectoryId.migrating_tuple(int(rl[i]))
+        lrs = _RECOVERY[np.clip(self.lrs, 0, 1)].tolist()
+        self._regs = _objects.new_objects(
+            PartitionRegistration, _REG_SLOTS,
+            (replicas, directories, isr, removing, adding, self.leader.tolist(), lrs,
+             self.leader_epoch.tolist(), self.partition_epoch.tolist(), elr, last_known), True)
+        return self._regs
+
+
+#: directory ids seen lately (16 bytes -> one Uuid object): a batch's directories are mostly
+#: the same few hundred, and one object per directory keeps the index's keys shared
+_DIRECTORIES: dict[bytes, Uuid] = dict(_RESERVED_DIRS)
+_MAX_CACHED_DIRECTORIES = 65_536
+
+
+def _directory(key: bytes) -> Uuid:
+    found = _DIRECTORIES.get(key)
+    if found is None:
+        if len(_DIRECTORIES) >= _MAX_CACHED_DIRECTORIES:
+            _DIRECTORIES.clear()
+            _DIRECTORIES.update(_RESERVED_DIRS)
+        found = _DIRECTORIES[key] = Uuid(key)
+    return found
+
+
+def replay_partition_columns(rc: "ReplicationControlManager", table: RecordTypeColumns, lo: int, hi: int,
+                             typed: Callable[[int], Any]) -> None:
+    """Replay PartitionRecords ``lo .. hi - 1`` of a decoded PartitionRecord ``table`` into
+    ``rc`` in order, with the resulting state of ``rc.replay_partitions`` on the typed records.
+    ``typed(k)``: table entry ``k``'s PartitionRecord object (decoded only for the records that
+    are replayed the typed way).  A record that cannot be applied raises
+    :class:`PartitionReplayError` with its index in ``lo .. hi - 1`` (0 for ``lo``), the ones
+    before it applied."""
+    if hi <= lo:
+        return
+    cols = _PartitionColumns(table, lo, hi)
+    plan = _plan(rc, cols)
+    for kind, a, b, topics in plan:
+        if kind == "typed":
+            try:
+                rc.replay(typed(lo + a), -1)
+            except ReplayError as exc:
+                raise PartitionReplayError(str(exc), a) from exc
+            continue
+        _apply_new(rc, cols, a, b, topics)
+
+
+#: (kind, start, end, pieces): "new" rows start..end-1, each piece (topic, start, end) of one
+#: topic; or one "typed" row.
+_Step = tuple[str, int, int, list[tuple[TopicControlInfo, int, int]]]
+
+
+def _plan(rc: "ReplicationControlManager", cols: _PartitionColumns) -> list[_Step]:
+    """Which rows create new partitions in bulk and which are replayed the typed way, in
+    order.  A row is new when its topic exists, its partition id is neither in the topic nor
+    in an earlier row of this call, and ``from_record`` takes it; a row whose topic does not
+    exist ends the plan (its typed replay raises)."""
+    starts, ends = cols.topic_runs()
+    pid = cols.pid.tolist()
+    bad = cols.bad
+    steps: list[_Step] = []
+    pending: list[tuple[TopicControlInfo, int, int]] = []
+    planned: dict[int, list[tuple[int, int]]] = {}  # id(topic) -> its runs planned so far
+
+    def flush() -> None:
+        if pending:
+            steps.append(("new", pending[0][1], pending[-1][2], list(pending)))
+            pending.clear()
+
+    # per run, in numpy: does it hold a record from_record refuses, or partition ids not
+    # strictly ascending (then a Python pass looks for repeats)
+    st = np.array(starts, np.int64)
+    bad_run = np.add.reduceat(bad.astype(np.int64), st) > 0
+    check_run = np.zeros(len(starts), bool)
+    descents = np.flatnonzero(cols.pid[1:] <= cols.pid[:-1]) + 1
+    if len(descents):
+        run_of = np.searchsorted(st, descents, side="right") - 1
+        inside = descents != st[run_of]
+        check_run[run_of[inside]] = True
+    bad_runs, check_runs = bad_run.tolist(), check_run.tolist()
+    tid_bytes = cols.tid[st].tobytes()
+    for r, (a, b) in enumerate(zip(starts, ends)):
+        topic: TopicControlInfo | None = rc.topics_by_id.get(Uuid(tid_bytes[16 * r:16 * r + 16]))
+        if topic is None:
+            flush()
+            steps.append(("typed", a, a + 1, []))
+            return steps
+        earlier = planned.setdefault(id(topic), [])
+        taken: set[int] = {p for s, e in earlier for p in pid[s:e]}
+        earlier.append((a, b))
+        parts = topic.parts
+        run = pid[a:b]
+        exists = None if parts.is_empty() else parts.contains_many(run)
+        unique = not check_runs[r] or len(set(run)) == b - a
+        if (exists is None or not any(exists)) and unique and not taken and not bad_runs[r]:
+            pending.append((topic, a, b))
+            continue
+        piece = a
+        for i in range(a, b):
+            p = pid[i]
+            if bad[i] or p in taken or (exists is not None and exists[i - a]):
+                if i > piece:
+                    pending.append((topic, piece, i))
+                flush()
+                steps.append(("typed", i, i + 1, []))
+                piece = i + 1
+            taken.add(p)
+        if b > piece:
+            pending.append((topic, piece, b))
+    flush()
+    return steps
+
+
+def _dense(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values ascending, each value's index among them) in O(n) for compact
+    ids, else by sorting."""
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo < 1 << 22:
+        shifted = values.astype(np.int64) - lo
+        present = np.bincount(shifted, minlength=hi - lo + 1) > 0
+        rank = np.cumsum(present) - 1
+        return np.flatnonzero(present) + lo, rank[shifted]
+    uniq, inverse = np.unique(values, return_inverse=True)
+    return uniq, inverse.ravel()
+
+
+def _without_repeats(row: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """Keep-mask of list entries grouped by row (``row`` non-decreasing): False for a value
+    an earlier entry of the same row already has (``dict.fromkeys`` per row)."""
+    n = len(vals)
+    keep = np.ones(n, bool)
+    if n < 2:
+        return keep
+    longest = int(np.bincount(row - row[0]).max())
+    if longest <= 16:  # compare each entry with the ones up to longest - 1 before it
+        for d in range(1, longest):
+            keep[d:] &= ~((vals[d:] == vals[:-d]) & (row[d:] == row[:-d]))
+        return keep
+    order = np.lexsort((np.arange(n), vals, row))
+    r, v = row[order], vals[order]
+    keep[order[np.flatnonzero((r[1:] == r[:-1]) & (v[1:] == v[:-1])) + 1]] = False
+    return keep
+
+
+def _apply_new(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int,
+               pieces: list[tuple[TopicControlInfo, int, int]]) -> None:
+    """Create partitions for rows a..b-1 (all new, see _plan), in pieces of one topic each:
+    what ``_add_new_partitions`` does per run, in bulk over every piece."""
+    regs = cols.registrations()
+    pid = cols.pid
+    topics: list[TopicControlInfo] = []
+    topic_index: dict[int, int] = {}
+    piece_topic = []
+    for topic, _s, _e in pieces:
+        t = topic_index.get(id(topic))
+        if t is None:
+            t = topic_index[id(topic)] = len(topics)
+            topics.append(topic)
+        piece_topic.append(t)
+    # a topic without partitions has no index entries: its groups are put without reading
+    fresh = np.array([t.parts.is_empty() for t in topics], bool)
+    for topic, s, e in pieces:
+        topic.parts.put_many(pid[s:e], regs[s:e])
+    row_topic = np.repeat(np.array(piece_topic, np.int64), [e - s for _t, s, e in pieces])
+    topic_ids = [t.topic_id for t in topics]
+    _index_isr(rc, cols, a, b, row_topic, topic_ids, fresh)
+    if len(cols.elr.vals):
+        _index_elr(rc, cols, a, b, row_topic, topics)
+    _index_directories(rc, cols, a, b, row_topic, topic_ids, fresh)
+    _track(rc, cols, a, b, row_topic, topics)
+    log.info("Replayed %d PartitionRecord(s) for new partitions of %d topic(s).", b - a, len(topics))
+    if log.isEnabledFor(logging.DEBUG):
+        for topic, s, e in pieces:
+            log.debug("Replayed %d PartitionRecord(s) for new partitions of %s with topic ID %s.", e - s,
+                      topic.name, topic.topic_id)
+            for i in range(s, e):
+                log.debug("New partition %s-%d: %s", topic.name, int(pid[i]), regs[i])
+
+
+def _entries_by_key(keys: np.ndarray, rows: np.ndarray, entries: np.ndarray, row_topic: np.ndarray,
+                    topic_ids: list[Uuid]) -> Iterator[tuple[int, list[Uuid], list[tuple[int, ...]]]]:
+    """Group list entries by (key, topic): per distinct key, the topic ids and the tuple of
+    entries of each, entries in row order.  ``rows``: each entry's row, relative to
+    ``row_topic``'s first."""
+    if not len(keys):
+        return
+    uniq, dense = _dense(keys)
+    topic_of = row_topic[rows]
+    groups = _objects.group_by_key(dense, topic_of, entries, len(uniq), topic_ids, True)
+    if groups is None:  # a topic comes back after another one: sort by (key, topic) instead
+        order = np.lexsort((topic_of, dense))
+        d, t = dense[order], topic_of[order]
+        cut = np.flatnonzero((d[1:] != d[:-1]) | (t[1:] != t[:-1])) + 1
+        starts = np.concatenate(([0], cut, [len(order)])).astype(np.int64)
+        tuples = _objects.tuples(starts, entries[order].tolist(), True)
+        g_key, g_topic = d[starts[:-1]], t[starts[:-1]]
+        bounds = [0, *(np.flatnonzero(g_key[1:] != g_key[:-1]) + 1).tolist(), len(g_key)]
+        for a, b in zip(bounds, bounds[1:]):
+            yield int(uniq[g_key[a]]), [topic_ids[i] for i in g_topic[a:b].tolist()], tuples[a:b]
+        return
+    for key, group in zip(uniq.tolist(), groups):
+        if group is not None:
+            yield key, group[0], group[1]
+
+
+def _index_isr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
+               topic_ids: list[Uuid], fresh: np.ndarray) -> None:
+    """BrokersToIsrs entries of rows a..b-1: each ISR member once (flagged if it leads), and
+    NO_LEADER (flagged) for a leaderless partition after them, in row order per (broker, topic)."""
+    isr = cols.isr
+    e0, e1 = int(isr.off[a]), int(isr.off[b])
+    lens = isr.lens[a:b]
+    row = np.repeat(np.arange(b - a), lens)  # relative to a
+    members = isr.vals[e0:e1].astype(np.int64)
+    keep = _without_repeats(row, members)
+    if not keep.all():
+        row, members = row[keep], members[keep]
+        lens = np.bincount(row, minlength=b - a)
+    leader = cols.leader[a:b].astype(np.int64)
+    leaderless = leader == NO_LEADER
+    if leaderless.any():  # interleave: each row's members, then its NO_LEADER entry
+        at = np.concatenate(([0], np.cumsum(lens + leaderless)))
+        first_member = np.cumsum(lens) - lens
+        pos = at[row] + (np.arange(len(row)) - first_member[row])
+        size = int(at[-1])
+        out_row, out_member = np.empty(size, np.int64), np.empty(size, np.int64)
+        out_row[pos], out_member[pos] = row, members
+        nl = np.flatnonzero(leaderless)
+        out_row[at[nl] + lens[nl]] = nl
+        out_member[at[nl] + lens[nl]] = NO_LEADER
+        row, members = out_row, out_member
+    entries = cols.pid[a:b][row] | np.where(members == leader[row], LEADER_FLAG, 0)
+    index = rc.brokers_to_isrs
+    all_fresh = bool(fresh.all())
+    for broker, ids, tuples in _entries_by_key(members, row, entries, row_topic, topic_ids):
+        _extend_broker(index, broker, ids, tuples, all_fresh)
+
+
+def _index_elr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
+               topics: list[TopicControlInfo]) -> None:
+    """BrokersToElrs entries (each ELR member once per partition), and the overlap error
+    ``_add_new_partitions`` logs."""
+    elr, isr = cols.elr, cols.isr
+    rows = np.flatnonzero(elr.lens[a:b] > 0) + a
+    by_broker: dict[int, dict[int, list[int]]] = {}
+    for i in rows.tolist():
+        members = elr.row(i)
+        t = int(row_topic[i - a])
+        p = int(cols.pid[i])
+        for broker in dict.fromkeys(members):
+            by_broker.setdefault(broker, {}).setdefault(t, []).append(p)
+        in_isr = isr.row(i)
+        if set(in_isr) & set(members):
+            log.error("%s-%d has overlapping ISR=%s and ELR=%s", topics[t].name, p, _fmt(in_isr), _fmt(members))
+    index = rc.brokers_to_elrs
+    for broker, per_topic in by_broker.items():
+        _extend_broker(index, broker, [topics[t].topic_id for t in per_topic],
+                       [tuple(v) for v in per_topic.values()], False)
+
+
+def _extend_broker(index: Any, broker: int, topic_ids: list[Uuid], tuples: list[tuple[int, ...]],
+                   fresh: bool) -> None:
+    """Append each topic's entries to ``broker``'s map in a BrokersToIsrs / BrokersToElrs
+    (what ``add_entries`` does per topic, as one bulk put; ``fresh``: none of the topics has
+    entries yet)."""
+    members = index._members
+    topic_map = members.get(broker)
+    if topic_map is None:
+        topic_map = TimelineHashMap(index._registry)
+        members.put(broker, topic_map)
+    elif not fresh and not topic_map.is_empty():
+        existing = topic_map.get_many(topic_ids)
+        if any(e is not None for e in existing):
+            tuples = [t if e is None else e + t for e, t in zip(existing, tuples)]
+    topic_map.put_many(topic_ids, tuples)
+
+
+def _index_directories(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int,
+                       row_topic: np.ndarray, topic_ids: list[Uuid], fresh: np.ndarray) -> None:
+    """``directories_to_partitions`` entries: each partition under each of its real
+    (non-reserved) directories, once."""
+    dirs = cols.dirs
+    e0, e1 = int(dirs.off[a]), int(dirs.off[b])
+    if e1 == e0:
+        return
+    ids, objs = cols.directory_ids()
+    dense = ids[e0:e1]
+    row = np.repeat(np.arange(b - a), dirs.lens[a:b])  # relative to a
+    real = np.array([not DirectoryId.reserved(d) for d in objs], bool)[dense]
+    keep = real & _without_repeats(row, dense)
+    if not keep.any():
+        return
+    row, dense = row[keep], dense[keep]
+    index = rc.directories_to_partitions
+    registry = rc.registry
+    all_fresh = bool(fresh.all())
+    for d, topics, tuples in _entries_by_key(dense, row, cols.pid[a:b][row], row_topic, topic_ids):
+        directory = objs[d]
+        members = index.get(directory)
+        if members is None:
+            members = DirectoryPartitions(registry)
+            index.put(directory, members)
+        _extend_directory(members, topics, tuples, all_fresh)
+
+
+def _extend_directory(members: DirectoryPartitions, topic_ids: list[Uuid], tuples: list[tuple[int, ...]],
+                      fresh: bool) -> None:
+    """``add_many`` per topic, as one bulk put (partitions already present are not added
+    twice; ``fresh``: none of the topics has partitions here yet)."""
+    table = members._topics
+    if not fresh and not table.is_empty():
+        existing = table.get_many(topic_ids)
+        if any(e is not None for e in existing):
+            merged = []
+            for e, t in zip(existing, tuples):
+                if e is not None:
+                    present = set(e)
+                    t = e + tuple(p for p in t if p not in present)
+                merged.append(t)
+            tuples = merged
+    table.put_many(topic_ids, tuples)
+
+
+def _track(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
+           topics: list[TopicControlInfo]) -> None:
+    """Reassigning topics (adding or removing replicas) and imbalanced partitions (leader not
+    the first replica)."""
+    pid = cols.pid
+    moving = np.flatnonzero((cols.removing.lens[a:b] > 0) | (cols.adding.lens[a:b] > 0))
+    if len(moving):
+        by_topic: dict[int, list[int]] = {}
+        for r in moving.tolist():
+            by_topic.setdefault(int(row_topic[r]), []).append(int(pid[a + r]))
+        for t, pids in by_topic.items():
+            topic_id = topics[t].topic_id
+            rc.reassigning_topics.put(topic_id, rc.reassigning_topics.get(topic_id, ()) + tuple(pids))
+    rep = cols.replicas
+    lens = rep.lens[a:b]
+    first_at = np.minimum(rep.off[a:b], max(len(rep.vals) - 1, 0))
+    first = np.where(lens > 0, rep.vals[first_at] if len(rep.vals) else NO_LEADER, NO_LEADER)
+    off = np.flatnonzero(cols.leader[a:b] != first)
+    if len(off):
+        rc.imbalanced_partitions.add_many([TopicIdPartition(topics[int(row_topic[r])].topic_id, int(pid[a + r]))
+                                           for r in off.tolist()])
+
+
+# ---------------------------------------------------------------------------
+# Write
+# ---------------------------------------------------------------------------
+
+class FramedRecord(ApiMessageAndVersion):
+    """A record already encoded: ``encode()`` is its framed value, ``message`` decodes it on
+    demand (the snapshot writer only needs the bytes).  Equal to an ApiMessageAndVersion of
+    the same message and version."""
+
+    __slots__ = ("_value",)
+    _value: bytes
+
+    def __init__(self, value: bytes, version: int):
+        object.__setattr__(self, "_value", value)
+        object.__setattr__(self, "version", version)
+
+    @property
+    def message(self) -> Any:
+        return decode_metadata_record(self._value, 0)[2]
+
+    def encode(self) -> bytes:
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FramedRecord):
+            return self._value == other._value
+        if isinstance(other, ApiMessageAndVersion):
+            return bool(self.version == other.version and self.message == other.message)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def encode_partition_records(topic_ids: Sequence[Uuid], pids: Sequence[int], regs: Sequence[PartitionRegistration],
+                             metadata_version: MetadataVersion | None, *,
+                             topic_id_bytes: Sequence[bytes] | None = None) -> list[bytes]:
+    """The framed PartitionRecord value of each (topic id, partition id, registration), as
+    ``reg.to_record(topic_id, pid, metadata_version).encode()`` gives it (and raising what it
+    raises: UnwritableMetadataError for real directories below 3.7-IV2), in bulk: the
+    ``_bulk_objects`` kernel writes the common shape (layout in the module doc), the typed
+    encoder the rest (a tagged field, a list of 127 or more, directories at v0).
+    ``topic_id_bytes``: the topic ids' 16 bytes, when the caller has them."""
+    version = 2 if metadata_version is None else metadata_version.partition_record_version()
+    header = bytes((1, PARTITION_RECORD, version))
+    tid = [t.bytes for t in topic_ids] if topic_id_bytes is None else topic_id_bytes
+    values: list[bytes | None] = _objects.encode_partition_records(PartitionRegistration, header, pids, tid, regs,
+                                                                   Uuid, version)
+    if None in values:
+        for i, v in enumerate(values):
+            if v is None:
+                values[i] = regs[i].to_record(topic_ids[i], pids[i], metadata_version).encode()
+    return values  # type: ignore[return-value]
+
+
+def snapshot_records(rc: "ReplicationControlManager", epoch: int = LATEST_EPOCH, *,
+                     metadata_version: MetadataVersion | None = None) -> Iterator[ApiMessageAndVersion]:
+    """``ReplicationControlManager.snapshot_records``: per topic (by name) its TopicRecord,
+    then its PartitionRecords (by partition id) as :class:`FramedRecord` values encoded in
+    bulk, about :data:`WRITE_CHUNK` partitions per encoding call.  Lazy: nothing is read
+    before the first record is asked for, and each chunk when its first record is."""
+    return chain.from_iterable(_chunks(rc, epoch, metadata_version))
+
+
+def _chunks(rc: "ReplicationControlManager", epoch: int,
+            metadata_version: MetadataVersion | None) -> Iterator[list[ApiMessageAndVersion]]:
+    if metadata_version is None and rc._metadata_version is not None:
+        metadata_version = as_metadata_version(rc._metadata_version(epoch))
+    chunk: list[tuple[str, Uuid, list[int], list[PartitionRegistration]]] = []
+    size = 0
+    for name, topic_id in sorted(rc.topics_by_name.items(epoch)):
+        parts = rc.topics_by_id.get(topic_id, epoch=epoch).parts
+        pids = sorted(parts.keys(epoch))
+        chunk.append((name, topic_id, pids, parts.get_many(pids, epoch=epoch)))
+        size += len(pids)
+        if size >= WRITE_CHUNK:
+            yield _chunk_records(chunk, metadata_version)
+            chunk, size = [], 0
+    if chunk:
+        yield _chunk_records(chunk, metadata_version)
+
+
+def _chunk_records(chunk: list[tuple[str, Uuid, list[int], list[PartitionRegistration]]],
+                   metadata_version: MetadataVersion | None) -> list[ApiMessageAndVersion]:
+    topic_ids: list[Uuid] = []
+    tid_bytes: list[bytes] = []
+    pids: list[int] = []
+    regs: list[PartitionRegistration] = []
+    for _name, topic_id, p, r in chunk:
+        topic_ids += [topic_id] * len(p)
+        tid_bytes += [topic_id.bytes] * len(p)
+        pids += p
+        regs += r
+    values = encode_partition_records(topic_ids, pids, regs, metadata_version, topic_id_bytes=tid_bytes)
+    n = len(values)
+    version = 2 if metadata_version is None else metadata_version.partition_record_version()
+    records: list[ApiMessageAndVersion] = _objects.new_objects(FramedRecord, ("version", "_value", "message"),
+                                                               ([version] * n, values, [None] * n), True)
+    out: list[ApiMessageAndVersion] = []
+    at = 0
+    for name, topic_id, p, _r in chunk:
+        out.append(ApiMessageAndVersion(m.TopicRecord(name=name, topic_id=topic_id), 0))
+        out += records[at:at + len(p)]
+        at += len(p)
+    return out
