@@ -5,8 +5,12 @@ invariants checked after every simulator event (``kraft_node.metadata.controller
 Scenarios re-stated from Kafka's QuorumControllerTest on a faulty quorum: a fresh cluster's
 log (testSnapshotSaveAndLoad's record list, at Kafka 4.2's bootstrap), fencing several
 brokers (testFenceMultipleBrokers), and a crash of the active controller in the middle of a
-write.  Then the seeded chaos runs (every seed names itself and how to rerun it), and
-mutation tests showing each invariant fails when the controller breaks its rule.
+write.  Topics: ReplicationControlManagerTest.testShrinkAndExpandIsr with the AlterPartitions
+a simulated leader sends, and a zonal outage over Kafka's rack-aware placement.  Then the
+seeded chaos runs (every seed names itself and how to rerun it; topics, AlterPartition and
+zonal outages included), and mutation tests showing each invariant fails when the
+controller breaks its rule (the partition invariants through bad records committed by the
+controller's own write path).
 
 ``KRAFT_CONTROLLER_SIM_SEEDS`` overrides the number of chaos seeds (default 500).
 """
@@ -17,25 +21,30 @@ import os
 
 import pytest
 
+from kraft_node.metadata.controller.alter_partition import AlterPartitionManager
 from kraft_node.metadata.controller.cluster_control import ClusterControlManager
 from kraft_node.metadata.controller.heartbeats import BrokerHeartbeatTracker
 from kraft_node.metadata.controller.offset_control import OffsetControlManager
 from kraft_node.metadata.controller.purgatory import Purgatory
 from kraft_node.metadata.controller.quorum_controller import QuorumController
-from kraft_node.metadata.controller.result import ControllerResult
+from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
 from kraft_node.metadata.controller.sim import (
     BrokerNetworkConfig,
     ControllerSim,
     ControllerSimConfig,
     SimSettings,
+    main,
     run_seed,
     state_digest,
 )
+from kraft_node.metadata.versions import MetadataVersion
+from kraft_node.protocol.generated.create_topics import CreateTopicsRequest
 from kraft_node.raft.sim.cluster import SimConfig
 from kraft_node.raft.sim.invariants import SafetyViolation
 from kraft_node.raft.sim.network import NetworkConfig
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.metadata import decode_metadata_record
+from kraft_storage.messages.runtime import Uuid
 from kraft_storage.timeline import LATEST_EPOCH
 
 SEEDS = int(os.environ.get("KRAFT_CONTROLLER_SIM_SEEDS", "500"))
@@ -54,13 +63,14 @@ def _quiet_controller_logs():
 
 
 def calm_sim(*, voters: int = 3, brokers: int = 3, seed: int = 1, session_ms: int = 1000,
-             heartbeat_ms: int = 250) -> ControllerSim:
+             heartbeat_ms: int = 250, racks: int = 0, replication: bool = False) -> ControllerSim:
     """A cluster on a network with 1-5 ms delays and no loss, brokers on 1-3 ms links."""
     cfg = ControllerSimConfig(
         raft=SimConfig(voters=voters, network=NetworkConfig(min_delay_ms=1, max_delay_ms=5)),
         settings=SimSettings(broker_session_timeout_ms=session_ms, broker_heartbeat_interval_ms=heartbeat_ms),
         brokers=brokers,
-        broker_network=BrokerNetworkConfig(min_delay_ms=1, max_delay_ms=3, request_timeout_ms=300))
+        broker_network=BrokerNetworkConfig(min_delay_ms=1, max_delay_ms=3, request_timeout_ms=300),
+        racks=racks, replication=replication)
     return ControllerSim(seed, cfg)
 
 
@@ -290,6 +300,137 @@ def test_a_sole_controller_is_active_again_after_renouncing():
               lambda: csim.active() is not None and csim.active().claim_epoch > epoch, limit_ms=5000)
 
 
+# ---------------------------------------------------------------- topics, AlterPartition, zonal outages
+def write(csim: ControllerSim, call, what: str, limit_ms: int = 5000):
+    """A write through the active controller's public API, run until answered; its result."""
+    future = call(csim.active())
+    run_until(csim, what, future.done, limit_ms)
+    return future.result()
+
+
+def create_topic(csim: ControllerSim, name: str, *, assignments=(), partitions: int = -1, rf: int = -1,
+                 configs: dict | None = None) -> Uuid:
+    T = CreateTopicsRequest
+    request = T(topics=[T.CreatableTopic(
+        name=name, num_partitions=partitions, replication_factor=rf,
+        assignments=[T.CreatableReplicaAssignment(partition_index=i, broker_ids=list(b))
+                     for i, b in enumerate(assignments)],
+        configs=[T.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])],
+        timeout_ms=60_000, validate_only=False)
+    result = write(csim, lambda c: c.create_topics(request, {name}), f"topic {name} created").topics[0]
+    assert result.error_code == 0, result
+    return result.topic_id
+
+
+def committed_partitions(csim: ControllerSim, topic_id: Uuid) -> dict:
+    act = csim.active()
+    return act.replication_control.partitions(topic_id, epoch=act.last_stable_offset)
+
+
+def started(csim: ControllerSim) -> None:
+    csim.start_all(brokers=False)
+    run_until(csim, "an active controller", lambda: bootstrapped(csim))
+    for b in csim.brokers:
+        start_broker(csim, b)
+
+
+def test_a_leader_shrinks_the_isr_of_a_lagging_follower_and_expands_it_once_caught_up():
+    """ReplicationControlManagerTest.testShrinkAndExpandIsr, with the AlterPartitions sent by
+    the simulated leader: foo-0 on [0, 1, 2]; broker 2 pauses past the replica lag (200 ms)
+    but within its session, so the leader, not the controller, takes it out of the ISR: ISR
+    [0, 1]; back and caught up (100 ms live), it is added again: [0, 1, 2].  Each change bumps
+    the partition epoch only (no leader epoch bump for ISR changes since 3.6-IV0, KAFKA-15021)."""
+    csim = calm_sim(voters=3, brokers=3, replication=True)
+    csim.config.replica_lag_ms, csim.config.caught_up_ms = 200, 100
+    started(csim)
+    foo = create_topic(csim, "foo", assignments=[[0, 1, 2]])
+    p = committed_partitions(csim, foo)[0]
+    assert (p.leader, p.isr, p.leader_epoch, p.partition_epoch) == (0, (0, 1, 2), 0, 0)
+    csim.brokers[2].pause(600)  # < session 1000 - heartbeat 250: never fenced
+    run_until(csim, "the ISR shrunk", lambda: committed_partitions(csim, foo)[0].isr == (0, 1), 2000)
+    run_until(csim, "the ISR expanded", lambda: committed_partitions(csim, foo)[0].isr == (0, 1, 2), 2000)
+    changes = [(r.isr, r.leader) for _, _, r in records(csim)
+               if isinstance(r, m.PartitionChangeRecord) and r.topic_id == foo]
+    assert changes == [([0, 1], -2), ([0, 1, 2], -2)]
+    p = committed_partitions(csim, foo)[0]
+    assert (p.leader, p.leader_epoch, p.partition_epoch) == (0, 0, 2)
+    assert unfenced(csim, 2) and csim.brokers[0].stats["isr_changes"] == 2
+    assert csim.invariants.stats["partitions_checked"] > 0
+
+
+def test_a_zonal_outage_keeps_every_partition_led_from_the_other_racks_and_heals():
+    """Six brokers in three racks; a topic placed by the controller (Kafka's rack-aware
+    StripedReplicaPlacer: with RF 3 and three racks, each partition has one replica per
+    rack).  The whole of rack-0 crashes: its brokers are fenced and leave every ISR, and every
+    partition keeps a leader from another rack.  They restart: registered again, unfenced, and
+    the leaders add them back to every ISR."""
+    csim = calm_sim(voters=3, brokers=6, racks=3, replication=True)
+    started(csim)
+    zones = create_topic(csim, "zones", partitions=6, rf=3)
+    racks = {b.id: b.rack for b in csim.brokers.values()}
+    assert all(sorted(racks[r] for r in p.replicas) == ["rack-0", "rack-1", "rack-2"]
+               for p in committed_partitions(csim, zones).values())
+    zone = [b for b in csim.brokers.values() if b.rack == "rack-0"]
+    assert [b.id for b in zone] == [0, 3]
+    for b in zone:
+        b.crash()
+
+    def out_of_service() -> bool:
+        parts = committed_partitions(csim, zones).values()
+        return all(fenced_in_committed_state(csim, b.id) for b in zone) and all(
+            p.leader not in (0, 3, -1) and not {0, 3} & set(p.isr) for p in parts)
+    run_until(csim, "rack-0 fenced and out of every ISR", out_of_service, 3000)
+    csim.run_for(400)  # (down longer than a request can be in flight)
+    for b in zone:
+        b.start()
+    run_until(csim, "every ISR whole again", lambda: all(unfenced(csim, b.id) for b in zone) and all(
+        set(p.isr) == set(p.replicas) for p in committed_partitions(csim, zones).values()), 5000)
+
+
+def _bogus_partition_write(csim: ControllerSim, record) -> None:
+    """Commit ``record`` through the active controller's write path (a controller bug that
+    writes it), then run on: the partition invariants must object."""
+    version = MetadataVersion.latest_production().partition_change_record_version()
+    act = csim.active()
+    act.append_write("bogus", lambda: ControllerResult.of([ApiMessageAndVersion(record, version)], None))
+    csim.run_for(500)
+
+
+def _cluster_with_foo() -> tuple[ControllerSim, Uuid]:
+    """Brokers 0-3, foo-0 on [0, 1, 2], broker 3 stopped and fenced."""
+    csim = calm_sim(voters=3, brokers=4)
+    started(csim)
+    foo = create_topic(csim, "foo", assignments=[[0, 1, 2]])
+    csim.brokers[3].stop()
+    run_until(csim, "broker 3 fenced", lambda: fenced_in_committed_state(csim, 3), 3000)
+    return csim, foo
+
+
+@pytest.mark.parametrize("fields, violation", [
+    ({"leader": 2, "isr": [0, 1]}, "is led by 2, outside its ISR"),
+    ({"isr": [0, 1, 3]}, "has an ISR that is not a subset of its replicas"),
+    ({"isr": [0, 1], "eligible_leader_replicas": [1]}, "has brokers in both its ISR and its ELR"),
+    ({"replicas": [0, 1, 3], "isr": [0, 3], "directories": None}, "has broker 3, fenced, in its ISR"),
+], ids=["leader-outside-isr", "isr-not-replicas", "elr-overlaps-isr", "fenced-in-isr"])
+def test_the_partition_invariants_catch_a_bad_partition_change(fields, violation):
+    csim, foo = _cluster_with_foo()
+    if fields.get("directories", ()) is None:
+        fields = dict(fields, directories=[csim.brokers[b].dir_id for b in fields["replicas"]])
+    with pytest.raises(SafetyViolation, match=violation):
+        _bogus_partition_write(csim, m.PartitionChangeRecord(topic_id=foo, partition_id=0, **fields))
+
+
+def test_the_partition_invariants_catch_epochs_going_back():
+    """A PartitionRecord for an existing partition replaces it (Kafka's replay does): one
+    carrying older epochs than the committed history's is reported."""
+    csim, foo = _cluster_with_foo()
+    p = committed_partitions(csim, foo)[0]
+    _bogus_partition_write(csim, m.PartitionChangeRecord(topic_id=foo, partition_id=0, isr=[0, 1]))
+    assert committed_partitions(csim, foo)[0].partition_epoch == p.partition_epoch + 1
+    with pytest.raises(SafetyViolation, match=r"\(leader epoch, partition epoch\) went from \(0, 1\) to \(0, 0\)"):
+        _bogus_partition_write(csim, p.to_record(foo, 0).message)
+
+
 # ---------------------------------------------------------------- seeded chaos
 def _run_chunk(start: int, stop: int) -> list[str]:
     failures = []
@@ -323,11 +464,15 @@ def test_a_seed_replays_identically():
 def test_the_chaos_reaches_the_interesting_paths():
     """Across some seeds the chaos must fail controllers over, fence and unfence, restart and
     shut brokers down, grant producer ids, load controller snapshots and check standbys after
-    a renounce; otherwise the seed sweep would prove little."""
+    a renounce; create, grow and delete topics and alter min.insync.replicas (some answers
+    refused, some lost and retried), shrink and expand ISRs by AlterPartition (some refused as
+    stale), take whole racks out, and check the partition invariants after fencings;
+    otherwise the seed sweep would prove little."""
     sims: list[ControllerSim] = []
+    results = []
     for s in range(40):
         try:
-            run_seed(s, observe=sims.append)
+            results.append(run_seed(s, observe=sims.append))
         except Exception:  # noqa: BLE001 - the counters are what this test reads
             pass
     total: dict[str, int] = {}
@@ -337,13 +482,31 @@ def test_the_chaos_reaches_the_interesting_paths():
         for b in csim.brokers.values():
             for k, v in b.stats.items():
                 total["broker_" + k] = total.get("broker_" + k, 0) + v
+        assert csim.admin is not None
+        for k, v in csim.admin.stats.items():
+            total["admin_" + k] = total.get("admin_" + k, 0) + v
         total["epochs"] = total.get("epochs", 0) + len(csim.raft.checker.leader_of_epoch)
         total["controlled_shutdowns"] = total.get("controlled_shutdowns", 0) + len(csim.invariants.fence_exempt)
+    total["zonal_outages"] = sum(r.zonal_outages for r in results)
+    total["partition_changes"] = sum(r.partition_changes for r in results)
     assert total["epochs"] > 1.5 * len(sims), total
     for key in ("fences_checked", "standby_checks", "registrations_verified", "writes_checked", "liveness_checks",
                 "snapshot_loads", "broker_restarts", "broker_pid_blocks", "broker_not_controller", "broker_timeouts",
-                "controlled_shutdowns"):
+                "controlled_shutdowns", "partitions_checked", "fenced_brokers_checked", "topics_verified",
+                "broker_alter_partitions", "broker_isr_changes", "broker_isr_refreshes", "admin_topics_created",
+                "admin_topics_deleted", "admin_partitions_created", "admin_configs_altered", "admin_refused",
+                "admin_not_controller", "admin_timeouts", "zonal_outages", "partition_changes"):
         assert total[key] > 0, (key, total)
+    assert total["admin_topics_created"] >= 2 * len(sims), total  # every seed gets topics
+
+
+def test_the_command_line_replays_a_seed_with_its_trace(capsys):
+    """``python -m kraft_node.metadata.controller.sim --seeds 11:12 --trace``: the seed's
+    admin operations, AlterPartitions and its result, then the summary, exit status 0."""
+    assert main(["--seeds", "11:12", "--trace"]) == 0
+    out = capsys.readouterr().out
+    assert "admin create topic-0" in out and "sends AlterPartition" in out and "RunResult(seed=11" in out
+    assert '"failures": []' in out
 
 
 # ---------------------------------------------------------------- the invariants catch real bugs (mutations)
@@ -394,6 +557,18 @@ def test_the_checker_catches_a_renounce_that_keeps_uncommitted_state(monkeypatch
         self.next_write_offset = -1  # forgets to revert to the stable offset
     monkeypatch.setattr(OffsetControlManager, "deactivate", deactivate)
     _first_violation("standby controller", seeds=range(60))
+
+
+def test_the_convergence_check_catches_isrs_that_never_recover(monkeypatch):
+    """An AlterPartition answered as applied but never written: the leaders stop asking until
+    their next metadata refresh, which shows the old ISR; after the heal the replicas the
+    controller removed (fencing) never come back, and convergence fails naming a partition."""
+    alter = AlterPartitionManager.alter_partition
+
+    def unwritten(self, request, version):
+        return ControllerResult.of([], alter(self, request, version).response)
+    monkeypatch.setattr(AlterPartitionManager, "alter_partition", unwritten)
+    assert "no convergence after healing" in _first_violation("has not recovered its whole ISR", seeds=range(12))
 
 
 def test_a_violation_names_its_seed_and_how_to_rerun_it(monkeypatch):
