@@ -318,6 +318,10 @@ class _Batch:
         return self.ctl._decode(self.values[row], self.offset_of(row))
 
     def _hoistable(self, ta: int, tb: int, topic_rows: list[int]) -> bool:
+        """Whether applying the window's TopicRecords first changes nothing: none of them can
+        fail (names and ids new and distinct), and no PartitionRecord can (its topic exists
+        before the window or is created before it, ``from_record`` takes it) -- so no record
+        of the window fails either way, and the state is the same."""
         if not topic_rows:
             return True
         rc = self.rc
@@ -327,13 +331,23 @@ class _Batch:
             return False
         if any(rc.topics_by_name.contains_many(names)) or any(rc.topics_by_id.contains_many(ids)):
             return False
+        c = self.table.columns
+        lrs = c["leader_recovery_state"].values[ta:tb]
+        dl = np.diff(c["directories"].offsets[ta:tb + 1])
+        rl = np.diff(c["replicas"].offsets[ta:tb + 1])
+        if ((lrs != 0) & (lrs != 1)).any() or ((dl != 0) & (dl != rl)).any():
+            return False
         created_at = {t.bytes: r for r, t in zip(topic_rows, ids)}
-        tid = self.table.columns["topic_id"].values[ta:tb]
+        tid = c["topic_id"].values[ta:tb]
         starts = [0, *(np.flatnonzero((tid[1:] != tid[:-1]).any(axis=1)) + 1).tolist()]
         rows = self.rows
         for k in starts:
-            at = created_at.get(tid[k].tobytes())
-            if at is not None and at > rows[ta + k]:
+            key = tid[k].tobytes()
+            at = created_at.get(key)
+            if at is None:
+                if not rc.topics_by_id.contains(Uuid(key)):
+                    return False
+            elif at > rows[ta + k]:
                 return False
         return True
 
