@@ -414,7 +414,8 @@ class ControllerSim:
         self.brokers: dict[int, SimBroker] = {b: SimBroker(self, b) for b in range(self.config.brokers)}
         self.admin: SimAdmin | None = SimAdmin(self) if self.config.admin else None
         self.digest_cache: DigestCache = {}
-        #: set by an event that changed nothing (:meth:`_after_event` skips the checks)
+        #: set by an event that changed no controller or Raft state (:meth:`_after_event`
+        #: skips the checks)
         self.quiet = False
         #: topic ids (``Uuid.random``) drawn from the seed while the simulation runs
         self.uuid_rng = random.Random(seed * 2_000_003 + 17)
@@ -475,9 +476,11 @@ class ControllerSim:
 
     def _after_event(self) -> None:
         if self.quiet:
-            # the event found nothing to do (a timeout of a request already answered, an
-            # answer for a request given up on, a superseded wake-up): no state changed, so
-            # every check would see what it saw after the previous event
+            # The event changed no controller and no Raft state: a client's own step (a
+            # request arriving is only queued for the controller's next run, an answer or a
+            # timeout reaches the client, a retry timer fires), or a superseded wake-up.
+            # Every check would see what it saw after the previous event; the client-side
+            # checks (unexpected errors, producer id blocks) ran inside it.
             self.quiet = False
             return
         self.raft.checker.check()
@@ -669,8 +672,8 @@ class _Client:
             return self.process == process and slot.corr == corr and slot.in_flight and self.state != "down"
 
         def on_timeout() -> None:
+            csim.quiet = True  # (client-side only)
             if not current():
-                csim.quiet = True
                 return
             slot.in_flight = False
             self.stats["timeouts"] += 1
@@ -679,8 +682,8 @@ class _Client:
             timed_out()
 
         def deliver_answer(f: ControllerFuture[Any]) -> None:
+            csim.quiet = True  # (client-side only)
             if not current():
-                csim.quiet = True
                 return
             slot.in_flight = False
             self.stats["answers"] += 1
@@ -693,6 +696,9 @@ class _Client:
             sched.at(sched.now + rng.randint(cfg.min_delay_ms, cfg.max_delay_ms), partial(deliver_answer, f))
 
         def arrive() -> None:
+            # (the controller only queues the request, or answers at once without an event;
+            # its run is an event of its own, checked)
+            csim.quiet = True
             sc = csim.controllers.get(target)
             if sc is None or not sc.alive:
                 return  # connection refused: the client's timeout handles it
@@ -740,10 +746,9 @@ class _Client:
         csim = self.csim
 
         def later() -> None:
+            csim.quiet = True  # (client-side only)
             if self.process == process:
                 fn()
-            else:
-                csim.quiet = True
         csim.scheduler.at(csim.now + ms, later)
 
 
@@ -1152,11 +1157,11 @@ class SimAdmin(_Client):
         self.stats.update({"ops": 0, "topics_created": 0, "topics_deleted": 0, "partitions_created": 0,
                            "configs_altered": 0, "gave_up": 0, "refused": 0})
 
-    def act(self) -> None:
-        """Start one operation on a free lane (none if every lane is busy)."""
+    def act(self) -> bool:
+        """Start one operation on a free lane; False if every lane is busy."""
         free = [i for i in range(self.LANES) if i not in self.busy]
         if not free:
-            return
+            return False
         lane = free[0]
         rng = self.rng
         r = rng.random()
@@ -1169,6 +1174,7 @@ class SimAdmin(_Client):
             self._create_partitions(lane, rng.choice(names))
         else:
             self._alter_min_isr(lane, rng.choice(names) if rng.random() < 0.85 else None)
+        return True
 
     # ---- operations
     def _create_topic(self, lane: int) -> None:
@@ -1938,6 +1944,7 @@ def run_seed(seed: int, chaos_ms: int = 3000, settle_ms: int = 10_000,
         if admin is None or (sched.now >= chaos_ms and (admin.stats["topics_created"] >= 2
                                                          or sched.now >= chaos_ms + 4000)):
             return
+        csim.quiet = True  # (client-side only)
         admin.act()
         sched.at(sched.now + admin.rng.randint(20, 200), admin_step)
 
