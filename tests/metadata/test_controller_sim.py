@@ -493,9 +493,9 @@ def test_the_chaos_reaches_the_interesting_paths():
     for key in ("fences_checked", "standby_checks", "registrations_verified", "writes_checked", "liveness_checks",
                 "snapshot_loads", "broker_restarts", "broker_pid_blocks", "broker_not_controller", "broker_timeouts",
                 "controlled_shutdowns", "partitions_checked", "fenced_brokers_checked", "topics_verified",
-                "broker_alter_partitions", "broker_isr_changes", "broker_isr_refreshes", "admin_topics_created",
-                "admin_topics_deleted", "admin_partitions_created", "admin_configs_altered", "admin_refused",
-                "admin_not_controller", "admin_timeouts", "zonal_outages", "partition_changes"):
+                "alters_verified", "broker_alter_partitions", "broker_isr_changes", "broker_isr_refreshes",
+                "admin_topics_created", "admin_topics_deleted", "admin_partitions_created", "admin_configs_altered",
+                "admin_refused", "admin_not_controller", "admin_timeouts", "zonal_outages", "partition_changes"):
         assert total[key] > 0, (key, total)
     assert total["admin_topics_created"] >= 2 * len(sims), total  # every seed gets topics
 
@@ -569,6 +569,24 @@ def test_the_convergence_check_catches_isrs_that_never_recover(monkeypatch):
         return ControllerResult.of([], alter(self, request, version).response)
     monkeypatch.setattr(AlterPartitionManager, "alter_partition", unwritten)
     assert "no convergence after healing" in _first_violation("has not recovered its whole ISR", seeds=range(12))
+
+
+def test_the_checker_catches_an_alter_partition_answer_that_is_not_the_committed_partition(monkeypatch):
+    """AlterPartition answers the partition as the record leaves it; one answering a leader
+    epoch it never had is caught against the committed history (which the leader, trusting
+    the answer, would otherwise only notice as a refusal later)."""
+    alter = AlterPartitionManager.alter_partition
+
+    def off_by_one(self, request, version):
+        result = alter(self, request, version)
+        for topic in result.response.topics:
+            for p in topic.partitions:
+                if p.error_code == 0:
+                    p.leader_epoch += 1
+        return result
+    monkeypatch.setattr(AlterPartitionManager, "alter_partition", off_by_one)
+    message = _first_violation("was answered (leader, ISR, leader epoch, recovery state)")
+    assert "but the committed partition then was" in message
 
 
 def test_a_violation_names_its_seed_and_how_to_rerun_it(monkeypatch):

@@ -57,7 +57,10 @@ simulator's own checker):
   committed history;
 * **answers are true**: a registration answer's epoch is the offset its atomic batch starts
   at (the previous incarnation's cleanup, then the RegisterBrokerRecord carrying that epoch);
-  a created topic's id is in a committed TopicRecord of its name; producer id blocks granted
+  a created topic's id is in a committed TopicRecord of its name; an AlterPartition success
+  answers the partition (leader, ISR, epochs, recovery state) as the committed history has it
+  at the answered partition epoch (a shadow folds every committed partition record in log
+  order, independently of the controllers); producer id blocks granted
   are disjoint; a broker or the admin never gets an unexpected error (UNKNOWN_SERVER_ERROR,
   STALE_BROKER_EPOCH for its current epoch, INVALID_REQUEST from AlterPartition...);
 * any controller fatal fault fails the run.
@@ -83,7 +86,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NoReturn
 
 from kraft_node.metadata.configs.resources import AlterConfigOp, ConfigResource
 from kraft_node.metadata.controller.bootstrap import BootstrapMetadata
@@ -1109,6 +1112,7 @@ class SimBroker(_Client):
                 part = self.view.get(key)
                 if code == Errors.NONE:
                     self.stats["isr_changes"] += 1
+                    self.csim.invariants.alter_partition_answered(topic.topic_id, p)
                     if part is not None and p.leader_id == self.id:
                         self.view[key] = replace(
                             part, isr=tuple(p.isr), leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch,
@@ -1368,11 +1372,22 @@ class ControllerInvariants:
         #: its state, so its digest is reused)
         self.noop: dict[tuple[int, int], bool] = {}
         self.unverified_topics: list[tuple[str, Uuid]] = []
+        #: (offset, epoch) -> each appended record that changes partitions, for the shadow
+        self.partition_records: dict[tuple[int, int], Any] = {}
+        #: the shadow: every committed partition change folded in log order, independently of
+        #: the controllers; each (topic id, partition, partition epoch) it passed through
+        self.shadow_scanned = -1
+        self.shadow_topics: dict[str, Uuid] = {}
+        self.shadow: dict[tuple[Uuid, int], PartitionRegistration] = {}
+        self.partition_states: dict[tuple[Uuid, int, int], PartitionRegistration] = {}
+        #: AlterPartition successes answered, not yet matched with the committed history
+        self.unverified_alters: list[tuple[Uuid, int, Any]] = []
         self.stats = {"digests": 0, "writes_checked": 0, "fences_checked": 0, "standby_checks": 0,
                       "registrations_verified": 0, "liveness_checks": 0, "snapshot_loads": 0,
-                      "partitions_checked": 0, "fenced_brokers_checked": 0, "topics_verified": 0}
+                      "partitions_checked": 0, "fenced_brokers_checked": 0, "topics_verified": 0,
+                      "alters_verified": 0}
 
-    def fail(self, msg: str) -> None:
+    def fail(self, msg: str) -> NoReturn:
         raise self._violation(msg)
 
     def report(self, msg: str) -> None:
@@ -1413,6 +1428,8 @@ class ControllerInvariants:
             touched = _touches(rec)
             if touched is not None:
                 self.touched.setdefault((base + i, epoch), []).append(touched)
+                if not isinstance(rec, _BROKER_RECORDS):
+                    self.partition_records[(base + i, epoch)] = rec
                 if isinstance(rec, m.TopicRecord):
                     self.topic_records.setdefault((rec.name, rec.topic_id), []).append((base + i, epoch))
             if isinstance(rec, m.BrokerRegistrationChangeRecord) and rec.fenced == _FENCE:
@@ -1464,6 +1481,67 @@ class ControllerInvariants:
             else:
                 keep.append((name, topic_id))
         self.unverified_topics = keep
+
+    def alter_partition_answered(self, topic_id: Uuid, answer: Any) -> None:
+        """An AlterPartition answered NONE for ``topic_id``-``answer.partition_index``: the
+        committed history must hold the partition at the answered partition epoch with the
+        answered leader, ISR, leader epoch and recovery state."""
+        self.unverified_alters.append((topic_id, answer.partition_index, answer))
+
+    def _advance_shadow(self, committed: list[tuple[int, bytes]]) -> None:
+        """Fold the newly committed partition records into the shadow (as
+        ReplicationControlManager's replay applies them)."""
+        shadow, states, topics = self.shadow, self.partition_states, self.shadow_topics
+        for off in range(self.shadow_scanned + 1, len(committed)):
+            rec = self.partition_records.get((off, committed[off][0]))
+            if rec is None:
+                continue
+            changed: list[tuple[tuple[Uuid, int], PartitionRegistration]] = []
+            if isinstance(rec, m.TopicRecord):
+                topics[rec.name] = rec.topic_id
+            elif isinstance(rec, m.PartitionRecord):
+                changed.append(((rec.topic_id, rec.partition_id), PartitionRegistration.from_record(rec)))
+            elif isinstance(rec, m.PartitionChangeRecord):
+                key = (rec.topic_id, rec.partition_id)
+                prev = shadow.get(key)
+                if prev is not None:  # (a record for no partition fails every controller's replay)
+                    changed.append((key, prev.merge(rec)))
+            elif isinstance(rec, m.RemoveTopicRecord):
+                for key in [k for k in shadow if k[0] == rec.topic_id]:
+                    del shadow[key]
+                for name in [n for n, t in topics.items() if t == rec.topic_id]:
+                    del topics[name]
+            elif isinstance(rec, m.ClearElrRecord):
+                ids = set(topics.values()) if not rec.topic_name else {topics.get(rec.topic_name)}
+                for key, part in list(shadow.items()):
+                    if key[0] in ids and (part.elr or part.last_known_elr):
+                        changed.append((key, part.merge(m.PartitionChangeRecord(
+                            topic_id=key[0], partition_id=key[1], eligible_leader_replicas=[], last_known_elr=[]))))
+            for key, part in changed:
+                shadow[key] = part
+                states[(key[0], key[1], part.partition_epoch)] = part
+        self.shadow_scanned = len(committed) - 1
+
+    def _verify_alters(self) -> None:
+        keep = []
+        for topic_id, pid, answer in self.unverified_alters:
+            state = self.partition_states.get((topic_id, pid, answer.partition_epoch))
+            if state is None:
+                current = self.shadow.get((topic_id, pid))
+                if current is not None and current.partition_epoch < answer.partition_epoch:
+                    keep.append((topic_id, pid, answer))  # not committed that far yet
+                    continue
+                self.fail(f"AlterPartition of {topic_id}-{pid} was answered at partition epoch "
+                          f"{answer.partition_epoch}, which the committed history of the partition never had "
+                          f"(it is at {current})")
+            got = (answer.leader_id, tuple(answer.isr), answer.leader_epoch, answer.leader_recovery_state)
+            want = (state.leader, state.isr, state.leader_epoch, int(state.leader_recovery_state))
+            if got != want:
+                self.fail(f"AlterPartition of {topic_id}-{pid} was answered (leader, ISR, leader epoch, recovery "
+                          f"state) {got} at partition epoch {answer.partition_epoch}, but the committed partition "
+                          f"then was {state}")
+            self.stats["alters_verified"] += 1
+        self.unverified_alters = keep
 
     def _verify_registrations(self) -> None:
         committed = self.csim.raft.checker.committed
@@ -1525,6 +1603,11 @@ class ControllerInvariants:
             self._verify_registrations()
         if self.unverified_topics:
             self._verify_topics()
+        committed = self.csim.raft.checker.committed
+        if self.shadow_scanned < len(committed) - 1:
+            self._advance_shadow(committed)
+        if self.unverified_alters:
+            self._verify_alters()
         if self.calm_since is not None and now >= self._next_fence_check:
             self._next_fence_check = now + 10
             self.check_fencing_liveness()
@@ -1739,6 +1822,10 @@ class ControllerInvariants:
                 self.fail(f"broker {b.id} (epoch {b.epoch}) stopped heartbeating at t={b.stopped_at}ms; controller "
                           f"{sc.node.id} (active since t={sc.claimed_at}ms, last heard it at t={heard}ms) has not "
                           f"fenced it by t={now}ms (budget {budget} ms from t={start}ms)")
+
+
+_BROKER_RECORDS = (m.RegisterBrokerRecord, m.BrokerRegistrationChangeRecord, m.UnregisterBrokerRecord,
+                   m.FenceBrokerRecord, m.UnfenceBrokerRecord)
 
 
 def _touches(rec: Any) -> tuple[Any, ...] | None:
