@@ -465,3 +465,61 @@ def test_the_stable_offset_stops_at_an_append_end_when_raft_splits_an_append(env
     raft.listener.handle_commit((Batch(base + 2, 1, tuple(v for off, _e, v in raft.log if off >= base + 2)),))
     queue.run_ready()
     assert ctl.last_stable_offset == base + 3
+
+
+def _controller(node_id: int, raft: "FakeRaft", queue: EventQueue) -> QuorumController:
+    from kraft_node.metadata.controller.sim import default_bootstrap
+    return QuorumController(node_id=node_id, cluster_id="c", raft=raft, queue=queue, clock_ms=lambda: 0,
+                            bootstrap=default_bootstrap())
+
+
+def _settle(raft: "FakeRaft", queue: EventQueue) -> None:
+    queue.run_ready()
+    raft.commit()
+    queue.run_ready()
+
+
+def test_a_big_creation_is_replayed_from_its_committed_bytes_on_the_leader_as_on_a_standby():
+    """A write of >= MIN_COLUMNAR_RECORDS PartitionRecords is replayed on the active controller
+    from the values it hands to Raft, through the columnar path standbys take; a standby fed the
+    same batches reaches the same state at the same offset, which holds every partition."""
+    from support.controller import broker_heartbeat, broker_registration
+
+    from kraft_node.metadata.controller import replication_snapshot
+    from kraft_node.metadata.controller.sim import state_digest
+    from kraft_node.protocol.generated.create_topics import CreateTopicsRequest
+    raft, queue = FakeRaft(), EventQueue(clock_ns=lambda: 0)
+    leader = _controller(1, raft, queue)
+    activate(leader, raft, queue)
+    reg = leader.register_broker(broker_registration(0, "c"))
+    _settle(raft, queue)
+    epoch = reg.result().epoch
+    leader.track_broker_heartbeat(0, epoch)
+    leader.process_broker_heartbeat(broker_heartbeat(0, epoch, epoch))
+    _settle(raft, queue)
+    calls = []
+    real = replication_snapshot.replay_partition_columns
+    replication_snapshot.replay_partition_columns = lambda *a, **k: (calls.append(a[2:4]), real(*a, **k))[1]
+    try:
+        T = CreateTopicsRequest
+        n = 2 * replication_snapshot.MIN_COLUMNAR_RECORDS
+        created = leader.create_topics(T(topics=[T.CreatableTopic(name="big", num_partitions=n, replication_factor=1)]))
+        _settle(raft, queue)
+        assert created.result().topics[0].error_code == 0
+        assert calls, "the leader did not take the columnar path"
+        # a standby fed the same log, batch by batch
+        sraft, squeue = FakeRaft(), EventQueue(clock_ns=lambda: 0)
+        standby = _controller(2, sraft, squeue)
+        sraft.leader = LeaderAndEpoch(1, 1)
+        for base, count, _atomic in raft.batches:
+            values = tuple(v for off, _e, v in raft.log if base <= off < base + count)
+            sraft.listener.handle_commit((Batch(base, 1, values),))
+        squeue.run_ready()
+    finally:
+        replication_snapshot.replay_partition_columns = real
+    at = leader.committed_epoch()
+    assert standby.committed_epoch() == at
+    assert state_digest(leader, at) == state_digest(standby, at)
+    rc = leader.replication_control
+    parts = rc.partitions(rc.topic_id("big", epoch=at), epoch=at)
+    assert len(parts) == n and all(p.replicas == (0,) and p.isr == (0,) and p.leader == 0 for p in parts.values())
