@@ -31,6 +31,16 @@ What is timed, each run:
 * the loaded state is checked against the written one: the same topics and partition count,
   and the second controller's snapshot records equal the first's byte for byte (not timed).
 
+What-ifs (proposed changes outside the snapshot code, measured here by patching them in;
+the default run measures the code as it is):
+
+* ``--what-if-reader-values``: ``KafkaSnapshotReader`` makes each batch's values with
+  ``RecordColumns.values()`` (one list comprehension over the value positions) instead of a
+  ``cols.value(i)`` call per record;
+* ``--what-if-bulk-slices``: the snapshot generator takes a slice's records with one
+  ``islice`` and hands the records writer one ``(data, offsets)`` buffer per slice (its bulk
+  form) instead of a list of values it re-frames one by one.
+
 Not timed: building the state, once (``build_s`` is reported); each run writes it again (a
 directory of its own) and loads it into a new controller.  Prints one JSON document: setup
 (load average before/after, commit, implementations), each run, the medians.
@@ -46,7 +56,10 @@ import statistics
 import sys
 import tempfile
 import time
+from itertools import islice
 from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -56,16 +69,17 @@ from kraft_node.metadata.controller.bootstrap import BootstrapMetadata  # noqa: 
 from kraft_node.metadata.controller.events import EventQueue  # noqa: E402
 from kraft_node.metadata.controller.quorum_controller import QuorumController  # noqa: E402
 from kraft_node.metadata.controller.result import ApiMessageAndVersion  # noqa: E402
+from kraft_node.metadata.controller.snapshot_generator import SnapshotGenerator  # noqa: E402
 from kraft_node.metadata.versions import MetadataVersion  # noqa: E402
 from kraft_node.protocol.generated.broker_heartbeat import BrokerHeartbeatRequest  # noqa: E402
 from kraft_node.protocol.generated.create_topics import CreateTopicsRequest  # noqa: E402
 from kraft_node.raft.io.kafka_log import KafkaSnapshotReader  # noqa: E402
-from kraft_node.raft.messages import LeaderAndEpoch, SnapshotId  # noqa: E402
+from kraft_node.raft.messages import Batch, LeaderAndEpoch, SnapshotId  # noqa: E402
 from kraft_storage import accel  # noqa: E402
 from kraft_storage.messages import columns  # noqa: E402
 from kraft_storage.messages import metadata as m  # noqa: E402
 from kraft_storage.messages.runtime import Uuid  # noqa: E402
-from kraft_storage.snapshot import RecordsSnapshotWriter  # noqa: E402
+from kraft_storage.snapshot import RecordsSnapshotReader, RecordsSnapshotWriter  # noqa: E402
 from kraft_storage.snapshot import SnapshotId as FileSnapshotId  # noqa: E402
 from kraft_storage.timeline import IMPLEMENTATION  # noqa: E402
 
@@ -128,6 +142,44 @@ class _Raft:
         w = _Writer(self.directory, sid)
         self.writers.append(w)
         return w
+
+
+class _ValuesReader(KafkaSnapshotReader):
+    """--what-if-reader-values: a batch's values from ``RecordColumns.values()``."""
+
+    def __iter__(self) -> Any:
+        if self._records is None:
+            self._records = RecordsSnapshotReader(self._raw, snapshot_id=self._raw.snapshot_id)
+        for row, cols in self._records.iter_batches():
+            vals = tuple(cols.values())
+            if None in vals:
+                vals = tuple(v or b"" for v in vals)
+            yield Batch(int(row["base_offset"]), int(row["partition_leader_epoch"]), vals,
+                        append_time_ms=int(row["max_timestamp"]))
+
+
+def _bulk_slice(self: SnapshotGenerator) -> None:
+    """--what-if-bulk-slices: SnapshotGenerator._slice taking up to ``records_per_slice``
+    records at once and appending them as one (data, offsets) buffer."""
+    if self._writer is None or self._records is None:
+        return
+    try:
+        if self._exhausted:
+            self._finish()
+            return
+        values = [r.encode() for r in islice(self._records, self.records_per_slice)]
+        if len(values) < self.records_per_slice:
+            self._exhausted = True
+        if values:
+            offsets = np.zeros(len(values) + 1, np.int64)
+            np.cumsum(np.fromiter(map(len, values), np.int64, len(values)), out=offsets[1:])
+            self._writer.append((b"".join(values), offsets))
+            self._count += len(values)
+            self._slices += 1
+        self._schedule_slice()
+    except BaseException:
+        self.abort("a write failed")
+        raise
 
 
 def _controller(directory: str) -> tuple[QuorumController, EventQueue, list[int]]:
@@ -218,11 +270,12 @@ def write_snapshot(ctl: QuorumController, queue: EventQueue, events: list[int]) 
             "bytes": writer.size, "snapshot": f"{sid.offset}-{sid.epoch}"}
 
 
-def load_snapshot(directory: str, sid: SnapshotId) -> tuple[QuorumController, dict[str, Any]]:
+def load_snapshot(directory: str, sid: SnapshotId, reader_cls: type = KafkaSnapshotReader
+                  ) -> tuple[QuorumController, dict[str, Any]]:
     ctl, queue, events = _controller(directory)
     gc.collect()
     t0 = time.perf_counter()
-    reader = KafkaSnapshotReader(directory, sid)
+    reader = reader_cls(directory, sid)
     try:
         ctl._listener.handle_load_snapshot(reader)
         t1 = time.perf_counter()
@@ -259,7 +312,8 @@ def one_run(args: argparse.Namespace, ctl: QuorumController, queue: EventQueue, 
         ctl.snapshot_generator.last_snapshot_offset = 0  # the same state, written again
         out: dict[str, Any] = write_snapshot(ctl, queue, events)
         sid = ctl.raft.writers[-1].snapshot_id
-        loaded, timing = load_snapshot(directory, sid)
+        loaded, timing = load_snapshot(directory, sid,
+                                       _ValuesReader if args.what_if_reader_values else KafkaSnapshotReader)
         out.update(timing)
         out["partitions"] = args.topics * args.partitions
         if args.check:
@@ -284,8 +338,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-check", dest="check", action="store_false",
                    help="skip the (untimed) byte comparison of the two controllers' snapshot records")
     p.add_argument("--dir", default=None, help="where the .checkpoint files go (default: the temp dir)")
+    p.add_argument("--what-if-reader-values", action="store_true",
+                   help="load with the proposed KafkaSnapshotReader batch values (see the module doc)")
+    p.add_argument("--what-if-bulk-slices", action="store_true",
+                   help="write with the proposed bulk generator slices (see the module doc)")
     p.add_argument("--json")
     args = p.parse_args(argv)
+    if args.what_if_bulk_slices:
+        SnapshotGenerator._slice = _bulk_slice  # type: ignore[method-assign]
     base = tempfile.mkdtemp(prefix="bench-controller-snapshot-", dir=args.dir)
     try:
         ctl, queue, events = _controller(base)

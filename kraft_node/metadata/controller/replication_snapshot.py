@@ -1,53 +1,66 @@
 """Topics and partitions in bulk: the columnar load of PartitionRecords and the bulk write of
 their snapshot records (issue 22: a 1M-partition snapshot written, and loaded into controller
-state, in about 2 s each).
+state, in about 2 s each; figures in benchmarks/results/s13/snapshot.md).
 
 Why a module of its own: a snapshot of a million partitions is a million PartitionRecords.
 Replayed the typed way (decode each value into a PartitionRecord object, then
-``PartitionRegistration.from_record``, then the indexes) that is tens of microseconds a record;
-written the typed way (``to_record`` builds a PartitionRecord, the generated codec encodes it)
-about ten.  Here both directions work on columns:
+``PartitionRegistration.from_record``, then the indexes) that was 65 µs a record; written the
+typed way (``to_record`` builds a PartitionRecord, the generated codec encodes it) about ten.
+Here both directions work on columns.
 
 Load (:func:`replay_framed_values`, which the QuorumController's snapshot load and standby
-commit call with a batch's record values):
+commit call with each batch's record values):
 
 1. the values are joined into one buffer, their frame headers read (``_frame.read_frames``)
    and the PartitionRecord bodies decoded by the generated columnar decoder
    (:func:`kraft_storage.messages.columns.decode_bodies`): one numpy column per field;
 2. every other record is decoded the typed way, up front too, so a batch that does not decode
    fails before any of it is applied, as the per-record path does;
-3. the records are applied in order: runs of other records through ``replay_many``, runs of
-   PartitionRecords by :func:`replay_partition_columns`, which builds the registrations
-   (tuples and objects made by the ``_bulk_objects`` kernel, no PartitionRecord object) and
-   the indexes with one bulk timeline put per (broker, run) and (directory, run).
+3. the records are applied in order, window by window: a window is a run of TopicRecords and
+   PartitionRecords (what a snapshot's topic section and a topic creation's batch are).  When
+   no record of the window can fail (its TopicRecords' names and ids are new, each partition's
+   topic exists before it, ``from_record`` takes every record: ``_Batch._hoistable``), its
+   TopicRecords are applied first and all its PartitionRecords in one call of
+   :func:`replay_partition_columns`; else run by run, in order.  Other records go through
+   ``replay_many``.  A run of fewer than :data:`MIN_COLUMNAR_RECORDS` PartitionRecords is
+   replayed the typed way (the columnar call's fixed cost is about one timeline put per
+   broker and directory its partitions name).
+
+:func:`replay_partition_columns` builds the registrations without a PartitionRecord object
+(tuples and objects made by the ``_bulk_objects`` kernel straight from the columns) and the
+indexes with one bulk timeline put per (broker, call) and (directory, call): entries grouped
+by (broker, topic) in the kernel (``group_by_key``), the (topic -> tuple) pairs put with
+``put_many`` into the broker's map (``_BrokerIndex._members``, ``DirectoryPartitions._topics``:
+this module writes those structures directly, in the layout their classes keep).  The kernel
+untracks what it makes from the cyclic collector (immutable values of ints and Uuids: no
+cycles), and the collector is paused while a batch is applied (:func:`paused_gc`), so a load
+does not walk its own millions of new objects.
 
 The state is exactly what ``ReplicationControlManager.replay_partitions`` leaves for the typed
 records (tests: the same registrations, the same index entries in the same order, the same
-snapshot bytes): a record for an existing partition, a repeated partition id, or a record
-``from_record`` refuses (directories that do not pair up with the replicas, an unknown
-leader recovery state) is replayed the typed way, at its place in the order, so its error is
-Kafka's message and names its index.  A batch whose values do not frame or decode as columns
-(or that has fewer than :data:`MIN_COLUMNAR_RECORDS` PartitionRecords) takes the per-record
-path whole, so its error is the per-record path's.  The collector is paused while a batch is
-applied (:func:`paused_gc`): the registrations hold no reference cycles, and full passes over
-a growing heap of millions of new objects were most of the old load's time.
+snapshot bytes; where ``replay_partitions`` lists a partition twice under a directory one
+record names twice, this and the one-by-one replay list it once): a record for an existing
+partition, a repeated partition id, or a record ``from_record`` refuses (directories that do
+not pair up with the replicas, an unknown leader recovery state) is replayed the typed way at
+its place in the order, so its error is Kafka's message and names its index.  A batch whose
+values do not frame or decode as columns takes the per-record path whole, so its error is the
+per-record path's.
 
-Logging differs from ``replay_partitions`` on purpose: one INFO line per bulk run of new
-partitions ("Replayed N PartitionRecord(s) for new partitions of K topic(s)"), the topics at
-DEBUG (a million-partition snapshot would otherwise log ten thousand INFO lines).
+Logging differs from ``replay_partitions`` on purpose: one INFO line per bulk call
+("Replayed N PartitionRecord(s) for new partitions of K topic(s)"), the topics at DEBUG (a
+million-partition snapshot would otherwise log ten thousand INFO lines).
 
-Write (:func:`snapshot_records`, which ``ReplicationControlManager.snapshot_records`` yields
-from): per topic, sorted by name, its TopicRecord and then its partitions sorted by id, as
-before; the PartitionRecord values are encoded in bulk (:func:`encode_partition_records`),
-chunks of about :data:`WRITE_CHUNK` partitions at a time, straight from the registrations'
-fields into a numpy structured array per record shape (the body layout below), and yielded
-as :class:`FramedRecord` values (their ``encode()`` is the bytes; ``message`` decodes them on
-demand), so the snapshot generator's slices stay as short as before.  A registration with a
-tagged field to write (a RECOVERING leader, a non-empty ELR at v2) or a list of 127 or more
-entries is encoded the typed way; bytes are identical either way (tested against the typed
-encoder).
+Write (:func:`snapshot_records`, which ``ReplicationControlManager.snapshot_records``
+returns): per topic, sorted by name, its TopicRecord and then its partitions sorted by id, as
+before; the PartitionRecord values are encoded in chunks of about :data:`WRITE_CHUNK`
+partitions by the kernel (:func:`encode_partition_records`: the registrations' slots read in
+C, the layout below) and yielded as :class:`FramedRecord` values (``encode()`` is the bytes;
+``message`` decodes them on demand), so the snapshot generator slices them as before.  A
+registration with a tagged field to write (a RECOVERING leader, a non-empty ELR at v2), a list
+of 127 or more entries, or real directories at v0 (Kafka's loss error) is encoded the typed
+way; the bytes are the typed encoder's either way (tested).
 
-PartitionRecord value layout of the bulk encoder (flexible versions; lists are compact
+PartitionRecord value layout of the kernel's encoder (flexible versions; lists are compact
 arrays: a uvarint length + 1, here one byte since every list is shorter than 127)::
 
     u8 frame version (1) | u8 apiKey (3) | u8 version (0-2)
