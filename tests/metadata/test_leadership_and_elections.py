@@ -1065,3 +1065,43 @@ def test_a_heartbeat_heard_before_the_fencing_continues_cancels_it():
     assert not ctx.cluster_control.registration(0).fenced
     assert not any(isinstance(r.message, m.BrokerRegistrationChangeRecord) and r.message.fenced == 1
                    for r in ctx.cluster_control.fence_stale_broker().records)
+
+
+def test_a_fencing_started_after_other_changes_of_its_result_sees_the_leaderships_they_give():
+    """Found by the controller simulator (seed 2868, two changes per result): one run of the
+    stale-broker task first continues broker 5's unclean-restart cleanup, whose change to
+    foo-0 (ISR [5], ELR [0, 4]) empties the ISR and elects broker 0 from the ELR; then, in the
+    same result, it starts fencing broker 0, whose session expired.  That fencing looked for
+    broker 0's partitions in the state before the result, where broker 0 is only in foo-0's
+    ELR, found none, and wrote the fence record at once: broker 0 was committed fenced while
+    leading foo-0.  Partitions the result's earlier records give the broker must be looked at
+    too; they are not replayed yet, so the fencing stops before them and goes on in the next
+    result, and its fence record comes only once broker 0 has left foo-0's ISR."""
+    ctx, ops = make(elr=True, n=2)
+    ctx.register_brokers(0, 1, 2, 3, 4, 5)
+    ctx.unfence_brokers(0, 1, 2, 3, 4, 5)
+    foo = ctx.create_test_topic("foo", [[5, 0, 4], [5, 1, 2], [5, 2, 3], [5, 3, 1]],
+                                configs={"min.insync.replicas": "3"}).topic_id
+    assert alter_isr(ctx, ops, 5, foo, 0, [5]).error_code == Errors.NONE  # 0 and 4 into the ELR
+    assert (part(ctx, foo, 0).isr, part(ctx, foo, 0).elr) == ((5,), (0, 4))
+    ctx.time.sleep(BROKER_SESSION_TIMEOUT_MS + 1)  # broker 0's session expires
+    for b in (1, 2, 3, 4):
+        ctx.replay(heartbeat(ctx, b).records)
+    ctx.cluster_control.heartbeat_manager.remove_session(5, default_broker_epoch(5))  # (lost in a failover)
+    with pytest.raises(ApiError) as refused:  # broker 5 restarts uncleanly: its cleanup does not fit one result
+        ctx.cluster_control.register_broker(broker_registration(5, CLUSTER_ID), ctx.next_offset,
+                                            ctx.feature_control.finalized_features())
+    assert refused.value.error == Errors.REQUEST_TIMED_OUT
+    first = ctx.cluster_control.fence_stale_broker()
+    foo0 = [r.message for r in first.records
+            if isinstance(r.message, m.PartitionChangeRecord) and r.message.partition_id == 0]
+    assert [(r.leader, r.isr) for r in foo0] == [(0, [0])]  # the cleanup elects broker 0 from the ELR
+    assert ops.lifecycle.has_pending(ChangeKind.FENCE, 0)  # broker 0's fencing started ...
+    assert not any(isinstance(r.message, m.BrokerRegistrationChangeRecord) and r.message.fenced == 1
+                   for r in first.records)  # ... but is not complete: foo-0 waits for the next result
+    ctx.replay(first.records)
+    while (task := ctx.cluster_control.fence_stale_broker()).records:
+        ctx.replay(task.records)
+    assert ctx.cluster_control.registration(0).fenced
+    for pid, p in snapshot(ctx, foo).items():
+        assert p.leader != 0 and 0 not in p.isr, (pid, p)

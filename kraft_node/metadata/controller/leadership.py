@@ -48,6 +48,12 @@ Order and safety -- the rule is Kafka's record order, kept across results:
   directory from the next heartbeat and redoes the moves).  Meanwhile the broker is excluded
   for partitions in those directories.
 
+One result may carry several changes (the stale-broker task continues the pending ones, then
+may start fencing another broker).  Each is built from the state before the result, so a
+change also looks at the partitions the result's earlier records give its broker (leadership,
+ISR or ELR membership) and stops before them (they are not replayed yet), and a finished
+change's broker stays excluded until its ending record is replayed.
+
 A pending change is a list of *phases* (e.g. "partitions with B in the ISR", then "with B in
 the ELR").  A phase scans its source once into a cursor and works through it across results,
 reading each partition as it is when reached; when the cursor runs out it rescans, skipping
@@ -484,6 +490,7 @@ class BrokerLifecycle:
         start = len(records)
         touched = {(r.message.topic_id, r.message.partition_id) for r in records
                    if isinstance(r.message, m.PartitionChangeRecord)}
+        given = self._given_in_result(change, records) if touched else []
         led_moved = False
         complete = True
         for phase in change.phases:
@@ -498,6 +505,9 @@ class BrokerLifecycle:
                         phase.done = True
                         break
                     candidates = phase.source(phase.scans == 0)
+                    if given:
+                        listed = set(candidates)
+                        candidates = [*candidates, *(tp for tp in given if tp not in listed)]
                     phase.scans += 1
                     if phase.seen or made_here:
                         candidates = [tp for tp in candidates if tp not in made_here and not self._settled(phase, tp)]
@@ -534,6 +544,26 @@ class BrokerLifecycle:
         if led_moved and change.kind is ChangeKind.CONTROLLED_SHUTDOWN:
             self._cs_offset_stale.add(change.broker_id)
         return complete
+
+    @staticmethod
+    def _given_in_result(change: PendingChange, records: Sequence[ApiMessageAndVersion]) -> list[TopicIdPartition]:
+        """Partitions that earlier records of this result (another change's) make the broker
+        this change takes out lead, or put in their ISR (or ELR): the phase's source reads the
+        state before the result, where the broker is not there yet (found by the simulator: a
+        fencing started after another change elected the broker completed without seeing it).
+        They are touched in this result, so the step stops before them and the change goes
+        on once they are replayed."""
+        if change.kind is ChangeKind.LEADERLESS:
+            return []
+        b = change.broker_id
+        out = []
+        for r in records:
+            rec = r.message
+            if isinstance(rec, m.PartitionChangeRecord) and (
+                    rec.leader == b or (rec.isr is not None and b in rec.isr)
+                    or (rec.eligible_leader_replicas is not None and b in rec.eligible_leader_replicas)):
+                out.append(TopicIdPartition(rec.topic_id, rec.partition_id))
+        return out
 
     def _settled(self, phase: _Phase, tp: TopicIdPartition) -> bool:
         """Whether ``tp`` is at the epoch this phase last left it (so needs no second look);
