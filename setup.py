@@ -94,6 +94,7 @@ EXTENSIONS = [
     ext("kraft_node._native._rpc_headers", "kraft_node/_native/_rpc_headers.pyx"),
     ext("kraft_node._native._rpc_fetch", "kraft_node/_native/_rpc_fetch.pyx"),
     ext("kraft_node._native._placement", "kraft_node/_native/_placement.pyx"),
+    ext("kraft_node._native._bulk_objects", "kraft_node/_native/_bulk_objects.pyx"),
 ]
 
 only = {s.strip() for s in os.environ.get("KRAFT_EXT_ONLY", "").split(",") if s.strip()}

@@ -2,7 +2,7 @@
 
 The Raft hot path's codecs (the request/response headers and Fetch) are
 generated twice by ``codegen``: a Cython build and its pure-Python twin (the
-replica placer's kernel, ``_placement``, is written twice by hand), each pair
+kernels ``_placement`` and ``_bulk_objects`` are written twice by hand), each pair
 chosen once per process by ``kraft_storage.accel.load(name,
 package="kraft_node")``.  As for the storage kernels (``kraft_storage/_contracts.py``,
 whose module doc says why these are ``typing.Protocol`` classes and not
@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from kraft_storage.messages.runtime import GeneratedMessage
 
-__all__ = ["TWINS", "PlacementKernel", "RpcFetchCodec", "RpcHeadersCodec"]
+__all__ = ["TWINS", "BulkObjectsKernel", "PlacementKernel", "RpcFetchCodec", "RpcHeadersCodec"]
 
 
 class ApiMessage(GeneratedMessage, Protocol):
@@ -64,8 +64,32 @@ class PlacementKernel(Protocol):
         """Place ``out.shape[0]`` partitions of ``out.shape[1]`` replicas; update the state arrays."""
 
 
+class BulkObjectsKernel(Protocol):
+    """``_bulk_objects``: Python objects and tuples made in bulk from columns, index groups,
+    and PartitionRecord values encoded from registrations (caller:
+    ``kraft_node.metadata.controller.replication_snapshot``; layout in ``kraft_node/_pure/_bulk_objects.py``)."""
+
+    def slot_names(self, cls: type) -> list[str]:
+        """Every slot of ``cls``, base classes first."""
+
+    def new_objects(self, cls: type, names: Any, columns: Any, untrack: bool = False) -> list[Any]:
+        """Instances of ``cls`` whose slot ``names[j]`` is ``columns[j][i]`` (no ``__init__``)."""
+
+    def tuples(self, offsets: Any, values: list[Any], untrack: bool = False) -> list[tuple[Any, ...]]:
+        """``tuple(values[offsets[i]:offsets[i + 1]])`` for each i."""
+
+    def encode_partition_records(self, cls: type, header: bytes, pids: Any, topic_ids: Any, regs: Any,
+                                 uuid_cls: type, version: int) -> list[bytes | None]:
+        """Each registration's PartitionRecord value, or None where the typed encoder must write it."""
+
+    def group_by_key(self, keys: Any, topics: Any, entries: Any, nkeys: int, topic_objs: list[Any],
+                     untrack: bool = False) -> Any:
+        """Entries grouped by key then topic, or None when a key's topics are not in order."""
+
+
 TWINS: dict[str, type] = {
     "_placement": PlacementKernel,
+    "_bulk_objects": BulkObjectsKernel,
     "_rpc_headers": RpcHeadersCodec,
     "_rpc_fetch": RpcFetchCodec,
 }

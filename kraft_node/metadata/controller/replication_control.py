@@ -864,7 +864,11 @@ class ReplicationControlManager(TopicCreationMixin):
         index = self.directories_to_partitions
         merged: dict[Uuid, list[int]] = {}  # equal directories held by different objects
         for d, dir_pids in by_dir.values():
-            merged.setdefault(d, []).extend(dir_pids)
+            have = merged.get(d)
+            if have is None:
+                merged[d] = dir_pids
+            else:  # one partition may name it through two objects: count it once
+                merged[d] = list(dict.fromkeys(have + dir_pids))
         for d, dir_pids in merged.items():
             if DirectoryId.reserved(d):
                 continue
