@@ -91,9 +91,8 @@ def dump(rc: ReplicationControlManager) -> dict[str, Any]:
         "parts": {n: sorted(rc.topics_by_id.get(t).parts.items()) for n, t in rc.topics_by_name.items()},
         "isr": raw(rc.brokers_to_isrs),
         "elr": raw(rc.brokers_to_elrs),
-        # replay_partitions may list a partition twice under a directory one record names
-        # twice (its grouping is by object): the one-by-one replay and the columnar load do not
-        "dirs": {d.bytes: {t.bytes: tuple(dict.fromkeys(ps)) for t, ps in dp._topics.items()}
+        # exact: a partition is listed once under a directory even when a record names it twice
+        "dirs": {d.bytes: {t.bytes: tuple(ps) for t, ps in dp._topics.items()}
                  for d, dp in rc.directories_to_partitions.items()},
         "reassigning": {t.bytes: ps for t, ps in rc.reassigning_topics.items()},
         "imbalanced": sorted((tp.topic_id.bytes, tp.partition_id) for tp in rc.imbalanced_partitions.keys()),
