@@ -465,7 +465,7 @@ class KafkaSnapshotReader:
                 raise ValueError(f"snapshot reader {self.name} is closed")
             self._records = RecordsSnapshotReader(self._raw, snapshot_id=self._raw.snapshot_id)
         for row, cols in self._records.iter_batches():
-            vals = tuple(bytes(cols.value(i) or b"") for i in range(len(cols)))
+            vals = tuple(b"" if v is None else v for v in cols.values())  # one call per batch
             yield Batch(int(row["base_offset"]), int(row["partition_leader_epoch"]), vals,
                         append_time_ms=int(row["max_timestamp"]))
 
