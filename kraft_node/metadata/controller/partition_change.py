@@ -89,6 +89,7 @@ from kraft_node.metadata.controller.replication_control import (
     PartitionRegistration,
 )
 from kraft_node.metadata.controller.result import ApiMessageAndVersion
+from kraft_node.metadata.placement.java_random import TreeNode, balance_insertion
 from kraft_node.metadata.versions import MetadataVersion
 from kraft_node.protocol.generated.alter_partition import AlterPartitionRequest
 from kraft_storage.messages import metadata as m
@@ -230,108 +231,13 @@ def _java_spread(key: int) -> int:
     return h ^ (h >> 16)
 
 
-class _Node:
-    """A HashMap node: ``next``/``prev`` chain a bucket in iteration order; ``parent``,
-    ``left``, ``right``, ``red`` are the red-black tree links of a tree bin."""
-    __slots__ = ("key", "hash", "next", "prev", "parent", "left", "right", "red")
-
-    def __init__(self, key: int, hash_: int, next_: _Node | None = None):
-        self.key = key
-        self.hash = hash_
-        self.next: _Node | None = next_
-        self.prev: _Node | None = None
-        self.parent: _Node | None = None
-        self.left: _Node | None = None
-        self.right: _Node | None = None
-        self.red = False
-
-
-def _rotate_left(root: _Node, p: _Node) -> _Node:
-    r = p.right
-    if r is not None:
-        rl = p.right = r.left
-        if rl is not None:
-            rl.parent = p
-        pp = r.parent = p.parent
-        if pp is None:
-            root = r
-            r.red = False
-        elif pp.left is p:
-            pp.left = r
-        else:
-            pp.right = r
-        r.left = p
-        p.parent = r
-    return root
-
-
-def _rotate_right(root: _Node, p: _Node) -> _Node:
-    left = p.left
-    if left is not None:
-        lr = p.left = left.right
-        if lr is not None:
-            lr.parent = p
-        pp = left.parent = p.parent
-        if pp is None:
-            root = left
-            left.red = False
-        elif pp.right is p:
-            pp.right = left
-        else:
-            pp.left = left
-        left.right = p
-        p.parent = left
-    return root
-
-
-def _balance_insertion(root: _Node, x: _Node) -> _Node:
-    """HashMap.TreeNode.balanceInsertion, step for step (the tree's shape decides where the
-    next insert lands in the bucket's iteration order)."""
-    x.red = True
-    while True:
-        xp = x.parent
-        if xp is None:
-            x.red = False
-            return x
-        xpp = xp.parent
-        if not xp.red or xpp is None:
-            return root
-        xppl = xpp.left
-        if xp is xppl:
-            xppr = xpp.right
-            if xppr is not None and xppr.red:
-                xppr.red = False
-                xp.red = False
-                xpp.red = True
-                x = xpp
-            else:
-                if x is xp.right:
-                    x = xp
-                    root = _rotate_left(root, x)
-                    xp = x.parent
-                    xpp = None if xp is None else xp.parent
-                if xp is not None:
-                    xp.red = False
-                    if xpp is not None:
-                        xpp.red = True
-                        root = _rotate_right(root, xpp)
-        else:
-            if xppl is not None and xppl.red:
-                xppl.red = False
-                xp.red = False
-                xpp.red = True
-                x = xpp
-            else:
-                if x is xp.left:
-                    x = xp
-                    root = _rotate_right(root, x)
-                    xp = x.parent
-                    xpp = None if xp is None else xp.parent
-                if xp is not None:
-                    xp.red = False
-                    if xpp is not None:
-                        xpp.red = True
-                        root = _rotate_left(root, xpp)
+def _Node(key: int, hash_: int, next_: TreeNode | None = None) -> TreeNode:
+    """A HashMap node of an int key, kept as its ``position`` too (the placer's
+    :class:`TreeNode`, whose tree steps --
+    :func:`balance_insertion`, :func:`rotate_left`, :func:`rotate_right` -- are Java's)."""
+    node = TreeNode(hash_, key, key)
+    node.next = next_
+    return node
 
 
 class _JavaHashMapModel:
@@ -346,7 +252,7 @@ class _JavaHashMapModel:
 
     def __init__(self, initial_capacity: int):
         capacity = _java_table_size_for(initial_capacity)
-        self._table: list[_Node | None] = [None] * capacity
+        self._table: list[TreeNode | None] = [None] * capacity
         self._tree: list[bool] = [False] * capacity
         self._threshold = int(capacity * _JAVA_LOAD_FACTOR)
         self._size = 0
@@ -384,14 +290,14 @@ class _JavaHashMapModel:
         for head in self._table:
             e = head
             while e is not None:
-                yield e.key
+                yield e.position  # the int key (see _Node)
                 e = e.next
 
     def _resize(self) -> None:
         old_table, old_tree = self._table, self._tree
         old_cap = len(old_table)
         new_cap = old_cap << 1
-        table: list[_Node | None] = [None] * new_cap
+        table: list[TreeNode | None] = [None] * new_cap
         tree = [False] * new_cap
         for j, e in enumerate(old_table):
             if e is None:
@@ -401,8 +307,8 @@ class _JavaHashMapModel:
             elif old_tree[j]:
                 self._split(table, tree, e, j, old_cap)
             else:
-                lo: list[_Node] = []
-                hi: list[_Node] = []
+                lo: list[TreeNode] = []
+                hi: list[TreeNode] = []
                 while e is not None:
                     (lo if e.hash & old_cap == 0 else hi).append(e)
                     e = e.next
@@ -412,8 +318,8 @@ class _JavaHashMapModel:
         self._threshold = int(new_cap * _JAVA_LOAD_FACTOR)
 
     @staticmethod
-    def _chain(nodes: list[_Node]) -> _Node | None:
-        prev: _Node | None = None
+    def _chain(nodes: list[TreeNode]) -> TreeNode | None:
+        prev: TreeNode | None = None
         for node in nodes:
             node.prev = prev
             node.next = None
@@ -422,10 +328,10 @@ class _JavaHashMapModel:
             prev = node
         return nodes[0] if nodes else None
 
-    def _split(self, table: list[_Node | None], tree: list[bool], first: _Node, index: int, bit: int) -> None:
-        lo: list[_Node] = []
-        hi: list[_Node] = []
-        e: _Node | None = first
+    def _split(self, table: list[TreeNode | None], tree: list[bool], first: TreeNode, index: int, bit: int) -> None:
+        lo: list[TreeNode] = []
+        hi: list[TreeNode] = []
+        e: TreeNode | None = first
         while e is not None:
             (lo if e.hash & bit == 0 else hi).append(e)
             e = e.next
@@ -449,7 +355,7 @@ class _JavaHashMapModel:
             return
         index = h & (len(self._table) - 1)
         self._tree[index] = True
-        nodes: list[_Node] = []
+        nodes: list[TreeNode] = []
         e = self._table[index]
         while e is not None:
             nodes.append(e)
@@ -458,7 +364,7 @@ class _JavaHashMapModel:
         self._treeify(self._table, index)
 
     @staticmethod
-    def _move_root_to_front(table: list[_Node | None], index: int, root: _Node) -> None:
+    def _move_root_to_front(table: list[TreeNode | None], index: int, root: TreeNode) -> None:
         first = table[index]
         if root is first:
             return
@@ -473,8 +379,8 @@ class _JavaHashMapModel:
         root.next = first
         root.prev = None
 
-    def _treeify(self, table: list[_Node | None], index: int) -> None:
-        root: _Node | None = None
+    def _treeify(self, table: list[TreeNode | None], index: int) -> None:
+        root: TreeNode | None = None
         x = table[index]
         while x is not None:
             nxt = x.next
@@ -494,14 +400,14 @@ class _JavaHashMapModel:
                             p.left = x
                         else:
                             p.right = x
-                        root = _balance_insertion(root, x)
+                        root = balance_insertion(root, x)
                         break
                     p = child
             x = nxt
         if root is not None:
             self._move_root_to_front(table, index, root)
 
-    def _put_tree_val(self, table: list[_Node | None], index: int, key: int, h: int) -> bool:
+    def _put_tree_val(self, table: list[TreeNode | None], index: int, key: int, h: int) -> bool:
         root = table[index]
         assert root is not None
         while root.parent is not None:
@@ -523,7 +429,7 @@ class _JavaHashMapModel:
                 x.parent = x.prev = p
                 if xpn is not None:
                     xpn.prev = x
-                self._move_root_to_front(table, index, _balance_insertion(root, x))
+                self._move_root_to_front(table, index, balance_insertion(root, x))
                 return True
             p = child
 

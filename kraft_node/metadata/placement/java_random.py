@@ -199,8 +199,12 @@ _UNTREEIFY_THRESHOLD = 6
 _MIN_TREEIFY_CAPACITY = 64
 
 
-class _Node:
-    """One map entry: the list link (``next``/``prev``) and, in a tree bucket, the tree links."""
+class TreeNode:
+    """One ``java.util.HashMap`` entry: the list link (``next``/``prev``) and, in a tree bucket,
+    the red-black tree links (``parent``/``left``/``right``/``red``).  Shared with the
+    partition-change builder's ``HashSet<Integer>`` order (``controller/partition_change.py``)
+    through :func:`balance_insertion`, :func:`rotate_left` and :func:`rotate_right`, Java's
+    ``TreeNode`` steps."""
 
     __slots__ = ("hash", "key", "position", "next", "prev", "parent", "left", "right", "red")
 
@@ -208,15 +212,15 @@ class _Node:
         self.hash = hash_  # the spread hash, as a signed int (the tree compares it signed)
         self.key = key
         self.position = position  # index of the key in the insertion sequence
-        self.next: _Node | None = None
-        self.prev: _Node | None = None
-        self.parent: _Node | None = None
-        self.left: _Node | None = None
-        self.right: _Node | None = None
+        self.next: TreeNode | None = None
+        self.prev: TreeNode | None = None
+        self.parent: TreeNode | None = None
+        self.left: TreeNode | None = None
+        self.right: TreeNode | None = None
         self.red = False
 
 
-def _chain(head: _Node | None) -> list[_Node]:
+def _chain(head: TreeNode | None) -> list[TreeNode]:
     out = []
     while head is not None:
         out.append(head)
@@ -224,9 +228,9 @@ def _chain(head: _Node | None) -> list[_Node]:
     return out
 
 
-def _link(nodes: list[_Node]) -> _Node | None:
+def _link(nodes: list[TreeNode]) -> TreeNode | None:
     """Link ``nodes`` as a list in this order (tree links cleared); answer its head."""
-    prev: _Node | None = None
+    prev: TreeNode | None = None
     for node in nodes:
         node.prev = prev
         node.next = None
@@ -241,7 +245,7 @@ class _JavaHashMap:
     (the placer never removes), resizes, and tree buckets with their red-black balancing."""
 
     def __init__(self) -> None:
-        self.table: list[_Node | None] = []
+        self.table: list[TreeNode | None] = []
         self.tree: list[bool] = []  # per bucket: a tree bucket?
         self.size = 0
         self.threshold = 0
@@ -288,7 +292,7 @@ class _JavaHashMap:
         n = len(self.table)
         i = hash_ & (n - 1)
         head = self.table[i]
-        node = _Node(_to_signed(hash_), key, position)
+        node = TreeNode(_to_signed(hash_), key, position)
         if head is None:
             self.table[i] = node
         elif self.tree[i]:
@@ -318,7 +322,7 @@ class _JavaHashMap:
 
     def _treeify(self, index: int) -> None:
         nodes = _chain(self.table[index])
-        root: _Node | None = None
+        root: TreeNode | None = None
         for x in nodes:
             x.left = x.right = None
             if root is None:
@@ -336,14 +340,14 @@ class _JavaHashMap:
                         p.left = x
                     else:
                         p.right = x
-                    root = _balance_insertion(root, x)
+                    root = balance_insertion(root, x)
                     break
                 p = child
         self.tree[index] = True
         assert root is not None
         self._move_root_to_front(index, root)
 
-    def _put_tree(self, index: int, x: _Node) -> None:
+    def _put_tree(self, index: int, x: TreeNode) -> None:
         root = self.table[index]
         assert root is not None and root.parent is None  # the root is kept at the front
         p = root
@@ -361,11 +365,11 @@ class _JavaHashMap:
                 x.next = after
                 if after is not None:
                     after.prev = x
-                self._move_root_to_front(index, _balance_insertion(root, x))
+                self._move_root_to_front(index, balance_insertion(root, x))
                 return
             p = child
 
-    def _move_root_to_front(self, index: int, root: _Node) -> None:
+    def _move_root_to_front(self, index: int, root: TreeNode) -> None:
         first = self.table[index]
         if root is first:
             return
@@ -394,7 +398,7 @@ def _goes_left(new_hash: int, node_hash: int) -> bool:
     return True
 
 
-def _rotate_left(root: _Node, p: _Node) -> _Node:
+def rotate_left(root: TreeNode, p: TreeNode) -> TreeNode:
     r = p.right
     if r is None:
         return root
@@ -414,7 +418,7 @@ def _rotate_left(root: _Node, p: _Node) -> _Node:
     return root
 
 
-def _rotate_right(root: _Node, p: _Node) -> _Node:
+def rotate_right(root: TreeNode, p: TreeNode) -> TreeNode:
     left = p.left
     if left is None:
         return root
@@ -434,7 +438,7 @@ def _rotate_right(root: _Node, p: _Node) -> _Node:
     return root
 
 
-def _balance_insertion(root: _Node, x: _Node) -> _Node:
+def balance_insertion(root: TreeNode, x: TreeNode) -> TreeNode:
     """Red-black fix-up after inserting ``x``; answers the (possibly new) root.  The same case
     analysis, in the same order, as the JDK's ``HashMap.TreeNode.balanceInsertion`` -- the root
     it ends with decides the bucket's iteration order."""
@@ -457,14 +461,14 @@ def _balance_insertion(root: _Node, x: _Node) -> _Node:
                 continue
             if x is xp.right:
                 x = xp
-                root = _rotate_left(root, x)
+                root = rotate_left(root, x)
                 xp = x.parent
                 xpp = None if xp is None else xp.parent
             if xp is not None:
                 xp.red = False
                 if xpp is not None:
                     xpp.red = True
-                    root = _rotate_right(root, xpp)
+                    root = rotate_right(root, xpp)
         else:
             uncle = xpp.left
             if uncle is not None and uncle.red:
@@ -475,14 +479,14 @@ def _balance_insertion(root: _Node, x: _Node) -> _Node:
                 continue
             if x is xp.left:
                 x = xp
-                root = _rotate_right(root, x)
+                root = rotate_right(root, x)
                 xp = x.parent
                 xpp = None if xp is None else xp.parent
             if xp is not None:
                 xp.red = False
                 if xpp is not None:
                     xpp.red = True
-                    root = _rotate_left(root, xpp)
+                    root = rotate_left(root, xpp)
 
 
 def _spread(h: int) -> int:
