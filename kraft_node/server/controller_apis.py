@@ -44,7 +44,7 @@ from kraft_node.protocol.generated.update_features import UpdateFeaturesResponse
 
 log = logging.getLogger("kraft.controller.apis")
 
-__all__ = ["ControllerApis", "error_of"]
+__all__ = ["ControllerApis", "answer_when_done", "error_of"]
 
 #: Kafka's ``broker.heartbeat.interval.ms`` default, when no settings are given.
 _DEFAULT_HEARTBEAT_INTERVAL_MS = 2000
@@ -56,6 +56,25 @@ def error_of(exc: BaseException) -> tuple[Errors, str | None]:
     if isinstance(exc, ApiError):
         return exc.error, exc.message
     return Errors.UNKNOWN_SERVER_ERROR, str(exc) or type(exc).__name__
+
+
+def answer_when_done(node_id: int, ctx: RequestContext, future: Any, ok: Callable[[Any], Any],
+                     failed: Callable[[Errors, str | None], Any]) -> object:
+    """Answer ``ctx`` when ``future`` (a ControllerFuture) completes: ``ok(result)`` or
+    ``failed(code, message)`` builds the response (a bug building it still answers, with the
+    failure's code).  Returns DEFERRED for the handler to return."""
+    def done(f: Any) -> None:
+        try:
+            exc = f.exception()
+            response = ok(f.result()) if exc is None else failed(*error_of(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug building the answer: still answer
+            log.exception("node %d: cannot build the answer to %s", node_id,
+                          ApiKeys(int(ctx.header.request_api_key)).name)
+            response = failed(*error_of(exc))
+        ctx.respond(response)
+
+    future.add_done_callback(done)
+    return DEFERRED
 
 
 class ControllerApis:
@@ -87,20 +106,7 @@ class ControllerApis:
     # ------------------------------------------------------------------ plumbing
     def _answer(self, ctx: RequestContext, future: Any, ok: Callable[[Any], Any],
                 failed: Callable[[Errors, str | None], Any]) -> object:
-        """Answer ``ctx`` when ``future`` (a ControllerFuture) completes: ``ok(result)`` or
-        ``failed(code, message)`` builds the response."""
-        def done(f: Any) -> None:
-            try:
-                exc = f.exception()
-                response = ok(f.result()) if exc is None else failed(*error_of(exc))
-            except Exception as exc:  # noqa: BLE001 - a bug building the answer: still answer
-                log.exception("node %d: cannot build the answer to %s", self.node_id,
-                              ApiKeys(int(ctx.header.request_api_key)).name)
-                response = failed(*error_of(exc))
-            ctx.respond(response)
-
-        future.add_done_callback(done)
-        return DEFERRED
+        return answer_when_done(self.node_id, ctx, future, ok, failed)
 
     # ------------------------------------------------------------------ handlers
     def handle_broker_registration(self, ctx: RequestContext, request: Any) -> object:

@@ -33,13 +33,12 @@ REQUEST_TIMED_OUT.
 """
 from __future__ import annotations
 
-import logging
 from typing import Any, Callable
 
 from kraft_node.metadata.controller.configuration_control import AlterConfigOp, ConfigResource, ConfigResourceType
 from kraft_node.metadata.controller.errors import ApiError
 from kraft_node.metadata.controller.quorum_controller import ControllerFuture
-from kraft_node.network.server import DEFERRED, RequestContext
+from kraft_node.network.server import RequestContext
 from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.alter_configs import AlterConfigsResponse
@@ -52,10 +51,8 @@ from kraft_node.protocol.generated.describe_configs import DescribeConfigsRespon
 from kraft_node.protocol.generated.elect_leaders import ElectLeadersResponse
 from kraft_node.protocol.generated.incremental_alter_configs import IncrementalAlterConfigsResponse
 from kraft_node.protocol.generated.list_partition_reassignments import ListPartitionReassignmentsResponse
-from kraft_node.server.controller_apis import error_of
+from kraft_node.server.controller_apis import answer_when_done
 from kraft_storage.messages.runtime import ZERO_UUID, Uuid
-
-log = logging.getLogger("kraft.controller.apis")
 
 __all__ = ["TopicApis"]
 
@@ -93,18 +90,7 @@ class TopicApis:
 
     def _answer(self, ctx: RequestContext, future: Any, ok: Callable[[Any], Any],
                 failed: Callable[[Errors, str | None], Any]) -> object:
-        def done(f: Any) -> None:
-            try:
-                exc = f.exception()
-                response = ok(f.result()) if exc is None else failed(*error_of(exc))
-            except Exception as exc:  # noqa: BLE001 - a bug building the answer: still answer
-                log.exception("node %d: cannot build the answer to %s", self.node_id,
-                              ApiKeys(int(ctx.header.request_api_key)).name)
-                response = failed(*error_of(exc))
-            ctx.respond(response)
-
-        future.add_done_callback(done)
-        return DEFERRED
+        return answer_when_done(self.node_id, ctx, future, ok, failed)
 
     # ------------------------------------------------------------------ topics
     def handle_create_topics(self, ctx: RequestContext, request: Any) -> object:
