@@ -756,7 +756,9 @@ class QuorumController:
     # started by then.
 
     def register_broker(self, request: Any, *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
-        """BrokerRegistration: the broker's epoch is the offset of its RegisterBrokerRecord."""
+        """BrokerRegistration: the broker's epoch is the offset where its registration's atomic
+        batch starts -- its RegisterBrokerRecord's, unless an unclean restart's cleanup records
+        go first in the batch (as in Kafka)."""
         def op() -> ControllerResult[Any]:
             finalized = dict(self.feature_control.finalized_features())
             finalized.setdefault("kraft.version", self._kraft_version())
