@@ -1111,9 +1111,17 @@ def main(argv: list[str] | None = None) -> None:
         emit_json({"setup": setup, "result": result}, args.json)
         return
     fn, headline = SCENARIOS[args.scenario]
+    run_repeated(fn, headline, args, f"controller-{args.scenario}-", setup, load_before)
+
+
+def run_repeated(fn: Callable[..., Any], headline: str, args: argparse.Namespace, prefix: str,
+                 setup: dict[str, Any], load_before: tuple[float, float, float]) -> None:
+    """``args.runs`` runs of scenario ``fn(args, base)`` (each in a fresh temp dir under
+    ``args.dir``), then one JSON document: the setup with the load averages, the headline's
+    median / min / max, every run (``args.json`` also gets it)."""
     runs = []
     for i in range(args.runs):
-        base = tempfile.mkdtemp(prefix=f"controller-{args.scenario}-", dir=args.dir)
+        base = tempfile.mkdtemp(prefix=prefix, dir=args.dir)
         try:
             r = event_loop.run(fn(args, base))
         finally:

@@ -39,10 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
-import statistics
 import sys
-import tempfile
 import time
 from array import array
 from typing import Any, Callable
@@ -50,9 +47,9 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _support import code_version, emit_json  # noqa: E402
+from _support import code_version  # noqa: E402
 from bench_controller import broker_features, heartbeat_request, ms_summary, registration_request  # noqa: E402
-from controller_tcp_bench import EventLog, GcPauses, LocalCluster  # noqa: E402
+from controller_tcp_bench import EventLog, GcPauses, LocalCluster, run_repeated  # noqa: E402
 from raft_tcp_bench import cpu_seconds  # noqa: E402
 
 from kraft_node import event_loop  # noqa: E402
@@ -356,19 +353,7 @@ def main(argv: list[str] | None = None) -> None:
              "fsync": True, "event_loop": event_loop.EVENT_LOOP, "cpus": os.cpu_count(),
              "python": sys.version.split()[0], "code": code_version()}
     fn, headline = SCENARIOS[args.scenario]
-    runs = []
-    for i in range(args.runs):
-        base = tempfile.mkdtemp(prefix=f"replication-{args.scenario}-", dir=args.dir)
-        try:
-            r = event_loop.run(fn(args, base))
-        finally:
-            shutil.rmtree(base, ignore_errors=True)
-        print(f"# {args.scenario} run {i + 1}: {headline} = {r[headline]}", file=sys.stderr, flush=True)
-        runs.append(r)
-    xs = [r[headline] for r in runs]
-    setup.update(loadavg_before=load_before, loadavg_after=os.getloadavg())
-    emit_json({"setup": setup, "headline": headline, "median": statistics.median(xs), "min": min(xs),
-               "max": max(xs), "runs": runs}, args.json)
+    run_repeated(fn, headline, args, f"replication-{args.scenario}-", setup, load_before)
 
 
 if __name__ == "__main__":
