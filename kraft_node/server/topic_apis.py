@@ -95,16 +95,13 @@ class TopicApis:
     # ------------------------------------------------------------------ topics
     def handle_create_topics(self, ctx: RequestContext, request: Any) -> object:
         R = CreateTopicsResponse
-        names: list[str] = []
         seen: set[str] = set()
         duplicates: set[str] = set()
         for topic in request.topics:
             if topic.name in seen:
                 duplicates.add(topic.name)
             seen.add(topic.name)
-        for topic in request.topics:
-            if topic.name not in duplicates and topic.name not in names:
-                names.append(topic.name)
+        names = [name for name in seen if name not in duplicates]  # the request's order is kept below
         extra: list[Any] = [R.CreatableTopicResult(name=n, error_code=int(Errors.INVALID_REQUEST),
                                                    error_message="Duplicate topic name.")
                             for n in sorted(duplicates)]
