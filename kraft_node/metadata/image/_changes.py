@@ -1,0 +1,55 @@
+"""Folding a delta's pending changes into a persistent map (the step every sub-delta's ``apply`` shares).
+
+Why one function: Kafka's deltas keep ``changes: key -> Optional<value>`` (empty: removed) and
+``apply`` copies the image's whole map, then patches it.  Here the image's maps are
+``immutables.Map`` (a HAMT), so ``apply`` patches only the changed keys, O(changes * log n), and
+everything else -- the untouched entries *and* the map itself when nothing really changed -- is
+shared with the previous image by identity.
+
+Invariant kept by :func:`apply_changes`: the result holds no ``None`` value (``None`` in
+``changes`` means "remove"), and it *is* ``base`` when applying ``changes`` leaves every entry as
+it was (an equal value replacing an entry keeps the old object, so readers comparing by identity
+see no change).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypeVar
+
+import immutables
+
+__all__ = ["apply_changes", "freeze"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_MISSING = object()
+
+
+def apply_changes(base: immutables.Map[K, V], changes: Mapping[K, V | None]) -> immutables.Map[K, V]:
+    """``base`` with each ``changes[k]`` set (``None``: ``k`` removed); ``base`` itself if nothing changes."""
+    if not changes:
+        return base
+    changed = False
+    with base.mutate() as mm:
+        for key, value in changes.items():
+            if value is None:
+                if key in mm:
+                    del mm[key]
+                    changed = True
+            else:
+                old = mm.get(key, _MISSING)
+                if old is not value and old != value:
+                    mm[key] = value
+                    changed = True
+        result = mm.finish()
+    return result if changed else base
+
+
+def freeze(data: Mapping[K, V] | None) -> immutables.Map[K, V]:
+    """An ``immutables.Map`` of ``data`` (the object itself when it already is one)."""
+    if data is None:
+        return immutables.Map()
+    if isinstance(data, immutables.Map):
+        return data
+    return immutables.Map(data)
