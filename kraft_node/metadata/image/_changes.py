@@ -10,6 +10,9 @@ Invariant kept by :func:`apply_changes`: the result holds no ``None`` value (``N
 ``changes`` means "remove"), and it *is* ``base`` when applying ``changes`` leaves every entry as
 it was (an equal value replacing an entry keeps the old object, so readers comparing by identity
 see no change).
+
+Readers beware: an ``immutables.Map`` never compares equal to a ``dict`` (``Map({1: 2}) == {1: 2}``
+is False); compare ``dict(m) == d``, or two Maps.
 """
 from __future__ import annotations
 
