@@ -1,0 +1,261 @@
+"""Committed batches into deltas, with metadata transactions (Kafka's ``MetadataBatchLoader``, KIP-866).
+
+Why a class apart from the loader: the loader hands over whole commits (many batches), and
+publishing once per commit rather than once per batch is what keeps publishers cheap; the
+folding, the transaction state machine and the offset bookkeeping are the part with rules
+worth testing alone.
+
+Folding: every record of every batch is decoded and replayed into one
+:class:`~kraft_node.metadata.image.metadata_image.MetadataDelta` over ``image``; at the end
+of the commit the loader calls :meth:`MetadataBatchLoader.maybe_flush_batches`, which applies
+the delta and hands ``(delta, image, LogDeltaManifest)`` to the callback -- unless a
+transaction is open.  A control batch (LeaderChange, voters, kraft.version) has no metadata
+record but moves the offset, counts as a batch and its bytes.
+
+Transactions (Begin/End/AbortTransactionRecord)::
+
+    NO ----Begin----> STARTED --record--> CONTINUED --End--> ENDED ---record--> NO
+                         |                    |                 \\--Begin--> STARTED
+                         +-------Abort--------+--> ABORTED --record--> NO
+
+* a delta is never published while a transaction is open (STARTED, CONTINUED);
+* a Begin that is not the first record since the last publication first publishes what came
+  before it (so the image under a transaction is exactly the state before it); when the Begin
+  is the first record of a batch that image is batch-aligned, otherwise it is not, and the
+  snapshot generator will not write it;
+* Begin inside a transaction, End or Abort outside one: a fault (Kafka's messages).
+
+Differences from Kafka, on purpose:
+
+* **Abort discards at once.**  Kafka discards the transaction's records only when the commit
+  ends in the ABORTED state; records that follow the Abort in the same commit (a new active
+  controller writes AbortTransaction then its own records in one batch) would publish the
+  aborted records with them.  Here the Abort replaces the delta by a fresh one over ``image``
+  (the state before the Begin), so only the records after the Abort remain.
+* **A fault stops the loader.**  Kafka reports a record that fails to decode or replay and goes
+  on with the next one (so the image silently misses it).  Here the fault handler gets Kafka's
+  message (``Error loading metadata log record from offset N``) and the batch loader stops: the
+  delta in progress is dropped, nothing more is applied or published, and :attr:`failure` says
+  where it stopped.  The image stays the last one published (a whole, consistent state).
+* **Seen records.**  ``has_seen_record`` becomes true when a metadata record is replayed or a
+  snapshot loaded (:meth:`reset_to_image` with ``seen_record``), never merely because a delta of
+  control batches was applied -- Kafka's ``resetToImage`` sets it on every publication, which
+  lets a log of control batches alone publish an empty image.
+* The epoch and time of a delta published just before a transaction that starts a batch are
+  those of the previous batch (whose last offset the delta ends at); Kafka takes the new batch's.
+* :meth:`load_batch` returns the batch's own processing time (Kafka returns the running total
+  since the last publication; the manifest's ``elapsed_ns`` is that total here too).
+"""
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+
+from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImage
+from kraft_node.metadata.image.provenance import MetadataProvenance
+from kraft_node.metadata.loader.faults import FaultHandler
+from kraft_node.metadata.loader.manifest import LogDeltaManifest
+from kraft_node.raft.messages import Batch, LeaderAndEpoch
+from kraft_storage.messages.metadata import (
+    AbortTransactionRecord,
+    BeginTransactionRecord,
+    EndTransactionRecord,
+    decode_metadata_record,
+)
+
+__all__ = ["MetadataBatchLoader", "TransactionState", "MetadataUpdater"]
+
+log = logging.getLogger("kraft.metadata.loader")
+
+#: ``callback(delta, new image, manifest)``: what the batch loader publishes through
+MetadataUpdater = Callable[[MetadataDelta, MetadataImage, LogDeltaManifest], None]
+
+_BEGIN = BeginTransactionRecord.API_KEY
+_END = EndTransactionRecord.API_KEY
+_ABORT = AbortTransactionRecord.API_KEY
+_TRANSACTION_KEYS = frozenset((_BEGIN, _END, _ABORT))
+
+
+class TransactionState(enum.Enum):
+    NO_TRANSACTION = "NO_TRANSACTION"
+    STARTED_TRANSACTION = "STARTED_TRANSACTION"
+    CONTINUED_TRANSACTION = "CONTINUED_TRANSACTION"
+    ENDED_TRANSACTION = "ENDED_TRANSACTION"
+    ABORTED_TRANSACTION = "ABORTED_TRANSACTION"
+
+
+_NO = TransactionState.NO_TRANSACTION
+_STARTED = TransactionState.STARTED_TRANSACTION
+_CONTINUED = TransactionState.CONTINUED_TRANSACTION
+_ENDED = TransactionState.ENDED_TRANSACTION
+_ABORTED = TransactionState.ABORTED_TRANSACTION
+_OPEN = (_STARTED, _CONTINUED)
+
+
+class MetadataBatchLoader:
+    """Folds batches into one delta over :attr:`image` and publishes it through ``callback``.
+
+    ``clock_ns``: monotonic nanoseconds (the manifests' ``elapsed_ns``).  Single-threaded: the
+    loader's thread owns it.
+    """
+
+    def __init__(self, *, clock_ns: Callable[[], int], fault_handler: FaultHandler,
+                 callback: MetadataUpdater) -> None:
+        self._clock_ns = clock_ns
+        self._fault_handler = fault_handler
+        self._callback = callback
+        self._has_seen_record = False
+        #: (offset, message) where loading stopped, or None while it runs
+        self.failure: tuple[int, str] | None = None
+        self.reset_to_image(MetadataImage.EMPTY)
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def image(self) -> MetadataImage:
+        """The image the delta in progress applies to (the last one published)."""
+        return self._image
+
+    @property
+    def has_seen_record(self) -> bool:
+        """A metadata record was replayed, or a snapshot loaded, since this loader was made."""
+        return self._has_seen_record
+
+    @property
+    def transaction_state(self) -> TransactionState:
+        return self._txn
+
+    def reset_to_image(self, image: MetadataImage, *, seen_record: bool = False) -> None:
+        """Start over from ``image``: whatever was folded and not published is dropped (an open
+        transaction included).  The loader calls it with ``seen_record`` after a snapshot load."""
+        self._image = image
+        self._delta = MetadataDelta(image)
+        self._txn = _NO
+        provenance = image.provenance
+        self._last_offset = provenance.last_contained_offset
+        self._last_epoch = provenance.last_contained_epoch
+        self._last_time_ms = provenance.last_contained_log_time_ms
+        self._num_bytes = 0
+        self._num_batches = 0
+        self._num_records = 0
+        self._elapsed_ns = 0
+        if seen_record:
+            self._has_seen_record = True
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def load_batch(self, batch: Batch, leader_and_epoch: LeaderAndEpoch) -> int:
+        """Fold one committed batch; returns the nanoseconds it took.  Does nothing once stopped."""
+        if self.failure is not None:
+            return 0
+        start = self._clock_ns()
+        base = batch.base_offset
+        #: records of this batch before ``counted`` were published with an earlier delta
+        counted = 0
+        records = () if batch.is_control else batch.records
+        replay = self._delta.replay
+        for index, value in enumerate(records):
+            try:
+                api_key, _version, message = decode_metadata_record(value, base + index)
+                if api_key in _TRANSACTION_KEYS:
+                    self._transaction_marker(api_key)
+                    replay = self._delta.replay  # an Abort starts a new delta
+                else:
+                    txn = self._txn
+                    if txn is not _NO and txn is not _CONTINUED:
+                        # STARTED -> CONTINUED; ENDED/ABORTED -> NO
+                        self._txn = _CONTINUED if txn is _STARTED else _NO
+                    self._has_seen_record = True
+                    replay(message)
+            except Exception as exc:
+                self.fail(base + index, f"Error loading metadata log record from offset {base + index}", exc)
+                return self._clock_ns() - start
+            if self._txn is _STARTED and (index > 0 or self._num_batches > 0):
+                self._publish_before_transaction(batch, index, index - counted, leader_and_epoch)
+                if self.failure is not None:
+                    return self._clock_ns() - start
+                counted = index
+                self._txn = _STARTED
+                replay = self._delta.replay
+        elapsed = self._clock_ns() - start
+        self._num_records += len(records) - counted
+        self._last_offset = batch.last_offset
+        self._last_epoch = batch.epoch
+        self._last_time_ms = batch.append_time_ms
+        self._num_bytes += batch.size_in_bytes
+        self._num_batches += 1
+        self._elapsed_ns += elapsed
+        return elapsed
+
+    def _transaction_marker(self, api_key: int) -> None:
+        txn = self._txn
+        if api_key == _BEGIN:
+            if txn in _OPEN:
+                raise RuntimeError("Encountered BeginTransactionRecord while already in a transaction")
+            self._txn = _STARTED
+        elif api_key == _END:
+            if txn not in _OPEN:
+                raise RuntimeError("Encountered EndTransactionRecord without having seen a BeginTransactionRecord")
+            self._txn = _ENDED
+        else:
+            if txn not in _OPEN:
+                raise RuntimeError("Encountered AbortTransactionRecord without having seen a BeginTransactionRecord")
+            self._txn = _ABORTED
+            # The transaction's records go now (see the module doc): the image under an open
+            # transaction is the state before its Begin.
+            self._delta = MetadataDelta(self._image)
+
+    def _publish_before_transaction(self, batch: Batch, index: int, records_before: int,
+                                    leader_and_epoch: LeaderAndEpoch) -> None:
+        """A Begin at ``index`` of ``batch`` with records before it (``records_before`` of them in
+        this batch, not yet published): publish those first."""
+        if index > 0:
+            provenance = MetadataProvenance(batch.base_offset + index - 1, batch.epoch, batch.append_time_ms, False)
+        else:
+            provenance = MetadataProvenance(self._last_offset, self._last_epoch, self._last_time_ms, True)
+        # this batch's batch count and bytes go with the delta that ends it, as Kafka
+        manifest = LogDeltaManifest(provenance, leader_and_epoch, self._num_batches, self._elapsed_ns,
+                                    self._num_bytes, self._num_records + records_before)
+        log.debug("Publishing the delta between %d and %d before a transaction (%s)", self._image.offset,
+                  provenance.last_contained_offset, "batch aligned" if index == 0 else "not batch aligned")
+        self._apply_and_publish(self._delta, manifest)
+
+    def maybe_flush_batches(self, leader_and_epoch: LeaderAndEpoch, is_offset_batch_aligned: bool = True) -> None:
+        """End of a commit: publish the delta unless a transaction is open (an aborted one publishes
+        the image as it was, at the new offset).  Nothing to do when no batch came since the last
+        publication, or once stopped."""
+        if self.failure is not None or self._num_batches == 0:
+            return
+        txn = self._txn
+        if txn in _OPEN:
+            log.debug("Not publishing: a transaction starting after offset %d is still open (%d batch(es) so far)",
+                      self._image.offset, self._num_batches)
+            return
+        provenance = MetadataProvenance(self._last_offset, self._last_epoch, self._last_time_ms,
+                                        is_offset_batch_aligned)
+        manifest = LogDeltaManifest(provenance, leader_and_epoch, self._num_batches, self._elapsed_ns,
+                                    self._num_bytes, self._num_records)
+        self._apply_and_publish(self._delta, manifest)
+
+    def _apply_and_publish(self, delta: MetadataDelta, manifest: LogDeltaManifest) -> None:
+        provenance = manifest.provenance
+        try:
+            image = delta.apply(provenance)
+        except Exception as exc:
+            self.fail(provenance.last_contained_offset,
+                       f"Error generating new metadata image from metadata delta between offset "
+                       f"{self._image.offset} and {provenance.last_contained_offset}", exc)
+            return
+        self.reset_to_image(image)
+        self._callback(delta, image, manifest)
+
+    def fail(self, offset: int, message: str, exc: BaseException | None) -> None:
+        """Report a fault at ``offset`` and stop: the unpublished delta is dropped and nothing more
+        is loaded or published (the loader also calls it for a snapshot that fails)."""
+        if self.failure is not None:
+            return
+        self.failure = (offset, message)
+        self._delta = MetadataDelta(self._image)
+        self._txn = _NO
+        self._fault_handler(message, exc)

@@ -1,0 +1,473 @@
+"""The MetadataLoader: committed Raft data into images, handed to publishers (Kafka's ``MetadataLoader``).
+
+Why: every broker and controller follows the metadata log the same way -- snapshots replace
+the state, committed batches fold into deltas, each new image goes to an ordered list of
+publishers -- so it is written once, here, as a :class:`~kraft_node.raft.api.RaftListener`.
+
+Threading.  Kafka runs the loader on its own event-queue thread and each listener callback
+only enqueues work.  kraft's Raft driver calls listeners on its single event loop, and the
+loader does its work *in* the callback: deterministic (a test drives it with plain calls),
+no copy of a snapshot reader that is valid only during the call, and nothing to lock.  The
+cost is Kafka's too: a slow publisher delays the next image.  The only deferred work is
+Kafka's retry of publisher initialization every 100 ms while the loader catches up; given an
+:class:`~kraft_node.metadata.controller.events.EventQueue` (``queue``), the loader schedules it
+there; without one the retry happens at the loader's next call (a commit, a snapshot, a leader
+change -- the active controller writes a NoOpRecord every few hundred ms, so one always comes)
+or when the node calls :meth:`MetadataLoader.initialize_new_publishers`.
+
+Catching up (Kafka's ``stillNeedToCatchUp``): nothing is published -- and
+:meth:`MetadataLoader.last_applied_offset` stays -1 -- while the high watermark is unknown, or
+``high watermark - 1 > offset`` of the image, or no metadata record nor snapshot was loaded yet
+(so an image is never published before the loader has seen any state: Kafka's
+testNoPublishEmptyImage).  Once caught up, the loader never goes back to catching up.  The
+image is still built while catching up: publishing starts from the latest one.
+
+Publishers (:class:`~kraft_node.metadata.loader.publisher.MetadataPublisher`): installed at any
+time, by unique name; a new one first gets the whole current image as a delta from the empty
+image (a SnapshotManifest) once the loader is caught up, then ``on_controller_change``; after
+that, every update, in install order.  :meth:`MetadataLoader.close` closes them all.
+
+Faults go to ``fault_handler`` with Kafka's messages.  A record or snapshot that cannot be
+loaded, or a delta that cannot be applied, stops the loader (see
+:mod:`kraft_node.metadata.loader.batch_loader`): :attr:`MetadataLoader.failure` says where,
+and later commits and snapshots are ignored (logged) -- the last published image stays, whole.
+A publisher that raises is reported and the others still get the update.
+
+Wiring (the node's job): ``loader = MetadataLoader(high_watermark=lambda: raft.high_watermark, ...)``,
+``raft.register_listener(loader)``, ``loader.install_publishers([...])``.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from kraft_node.metadata.controller.events import EventQueue
+from kraft_node.metadata.controller.result import ApiMessageAndVersion
+from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImage
+from kraft_node.metadata.image.provenance import MetadataProvenance
+from kraft_node.metadata.image.writer import ImageWriterOptions
+from kraft_node.metadata.loader.batch_loader import MetadataBatchLoader
+from kraft_node.metadata.loader.faults import FaultHandler, LoggingFaultHandler
+from kraft_node.metadata.loader.manifest import UNKNOWN_LEADER, LoaderManifest, SnapshotManifest
+from kraft_node.metadata.loader.metrics import MetadataLoaderMetrics
+from kraft_node.metadata.loader.publisher import MetadataPublisher
+from kraft_node.metadata.versions import KRAFT_VERSION, METADATA_VERSION_FEATURE_NAME, MetadataVersion
+from kraft_node.raft.api import SnapshotReader
+from kraft_node.raft.messages import Batch, KRaftVersionControl, LeaderAndEpoch
+from kraft_storage.messages.metadata import FeatureLevelRecord, decode_metadata_record
+
+__all__ = ["MetadataLoader", "INITIALIZE_NEW_PUBLISHERS", "INITIALIZE_RETRY_NS"]
+
+log = logging.getLogger("kraft.metadata.loader")
+
+#: The tag of the deferred initialization event (Kafka's ``INITIALIZE_NEW_PUBLISHERS``).
+INITIALIZE_NEW_PUBLISHERS = "InitializeNewPublishers"
+#: Kafka retries initializing new publishers every 100 ms while the loader catches up.
+INITIALIZE_RETRY_NS = 100_000_000
+
+
+def _snapshot_file_name(offset: int, epoch: int) -> str:
+    """Kafka's ``Snapshots.filenameFromSnapshotId``: the checkpoint's name without its suffix."""
+    return f"{offset:020d}-{epoch:010d}"
+
+
+class _InitializeEvent:
+    """The deferred initialization on an EventQueue."""
+
+    def __init__(self, loader: MetadataLoader) -> None:
+        self._loader = loader
+
+    def run(self) -> None:
+        self._loader.initialize_new_publishers()
+
+    def handle_exception(self, exc: BaseException) -> None:
+        # only "the queue is shutting down": the loader is closing as well
+        log.debug("%s not run: %s", INITIALIZE_NEW_PUBLISHERS, exc)
+
+
+class _ImageReWriter:
+    """Writes an image into a delta over the empty image (Kafka's ``ImageReWriter``): the
+    "everything changed" delta a new publisher starts from.  ``close`` finishes the snapshot;
+    the image itself is what the publisher gets, so nothing is applied.  An image with no
+    metadata.version yet is written with none (the features writer always names one)."""
+
+    def __init__(self, delta: MetadataDelta, has_metadata_version: bool) -> None:
+        self.delta = delta
+        self.records = 0
+        self._skip_mv = not has_metadata_version
+        self._closed = False
+
+    def write(self, record: ApiMessageAndVersion) -> None:
+        if self._closed:
+            raise RuntimeError("the image writer is closed")
+        message = record.message
+        if self._skip_mv and isinstance(message, FeatureLevelRecord) and message.name == METADATA_VERSION_FEATURE_NAME:
+            return
+        self.delta.replay(message)
+        self.records += 1
+
+    def close(self, complete: bool) -> None:
+        if not self._closed:
+            self._closed = True
+            if complete:
+                self.delta.finish_snapshot()
+
+
+class MetadataLoader:
+    """See the module doc.
+
+    ``high_watermark()``: the Raft high watermark, None while unknown (Kafka's
+    ``highWaterMarkAccessor``).  ``clock_ns``: monotonic nanoseconds (elapsed times, the retry
+    deadline).  ``metrics``: made without a registry when not given.  ``queue``: where the
+    initialization retry is scheduled (optional, see the module doc).
+    """
+
+    def __init__(self, *, high_watermark: Callable[[], int | None], node_id: int = -1,
+                 clock_ns: Callable[[], int] = time.monotonic_ns, fault_handler: FaultHandler | None = None,
+                 metrics: MetadataLoaderMetrics | None = None, queue: EventQueue | None = None) -> None:
+        self.node_id = node_id
+        self._high_watermark = high_watermark
+        self._clock_ns = clock_ns
+        self._metrics = metrics if metrics is not None else MetadataLoaderMetrics()
+        self._fault_handler: FaultHandler = fault_handler or LoggingFaultHandler("metadata loading")
+        self._queue = queue
+        #: name -> publisher, in install order; those waiting for their first (full) image
+        self._uninitialized: dict[str, MetadataPublisher] = {}
+        #: name -> publisher, in install order; those receiving updates
+        self._publishers: dict[str, MetadataPublisher] = {}
+        self._catching_up = True
+        self._leader: LeaderAndEpoch = UNKNOWN_LEADER
+        self._image = MetadataImage.EMPTY
+        self._closed = False
+        #: a call ignored after a fault was logged at ERROR (the next ones at DEBUG)
+        self._told_stopped = False
+        self._batch_loader = MetadataBatchLoader(clock_ns=clock_ns, fault_handler=self._load_fault,
+                                                 callback=self._maybe_publish)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    @property
+    def metrics(self) -> MetadataLoaderMetrics:
+        return self._metrics
+
+    @property
+    def image(self) -> MetadataImage:
+        """The latest image built (published, unless the loader is still catching up)."""
+        return self._image
+
+    @property
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        return self._leader
+
+    @property
+    def catching_up(self) -> bool:
+        return self._catching_up
+
+    @property
+    def failure(self) -> tuple[int, str] | None:
+        """(offset, message) of the fault that stopped the loader, or None."""
+        return self._batch_loader.failure
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def last_applied_offset(self) -> int:
+        """The offset of the last image every publisher has seen; -1 before the first (what a
+        broker reports in its heartbeats: Kafka's ``lastAppliedOffset``)."""
+        return self._metrics.last_applied_offset
+
+    def publisher_names(self) -> list[str]:
+        """Installed publishers, initialized ones first, each group in install order."""
+        return list(self._publishers) + list(self._uninitialized)
+
+    # -- faults ----------------------------------------------------------------------------------
+
+    def _fault(self, message: str, cause: BaseException | None) -> BaseException:
+        self._metrics.increment_load_errors()
+        return self._fault_handler(message, cause)
+
+    def _load_fault(self, message: str, cause: BaseException | None) -> BaseException:
+        """A fault that stops the loader (the batch loader reports them here)."""
+        exc = self._fault(message, cause)
+        self._disable_retry()
+        return exc
+
+    def _stopped(self, where: str) -> bool:
+        if self._closed:
+            log.debug("%s: the loader is closed; ignored", where)
+            return True
+        failure = self._batch_loader.failure
+        if failure is not None:
+            level = logging.DEBUG if self._told_stopped else logging.ERROR
+            self._told_stopped = True
+            log.log(level, "%s: ignored, the metadata loader stopped at offset %d after a fault: %s",
+                    where, failure[0], failure[1])
+            return True
+        return False
+
+    # -- catching up -----------------------------------------------------------------------------
+
+    def _still_need_to_catch_up(self, where: str, offset: int) -> bool:
+        if not self._catching_up:
+            return False
+        hwm = self._high_watermark()
+        if hwm is None:
+            log.info("%s: the loader is still catching up because we still don't know the high water mark yet.",
+                     where)
+            return True
+        if hwm - 1 > offset:
+            log.info("%s: The loader is still catching up because we have loaded up to offset %d, but the high "
+                     "water mark is %d", where, offset, hwm)
+            return True
+        if not self._batch_loader.has_seen_record:
+            log.info("%s: The loader is still catching up because we have not loaded a controller record as of "
+                     "offset %d and high water mark is %d", where, offset, hwm)
+            return True
+        log.info("%s: The loader finished catching up to the current high water mark of %d", where, hwm)
+        self._catching_up = False
+        return False
+
+    # -- publishing ----------------------------------------------------------------------------
+
+    def _maybe_publish(self, delta: MetadataDelta, image: MetadataImage, manifest: LoaderManifest) -> None:
+        """A new image (from the batch loader or a snapshot): publish it unless still catching up."""
+        self._image = image
+        offset = manifest.provenance.last_contained_offset
+        if self._still_need_to_catch_up(f"maybePublishMetadata({manifest.type})", offset):
+            return
+        for publisher in list(self._publishers.values()):
+            try:
+                publisher.on_metadata_update(delta, image, manifest)
+            except Exception as exc:
+                self._fault(f"Unhandled error publishing the new metadata image ending at {offset} with "
+                            f"publisher {publisher.name}", exc)
+        metrics = self._metrics
+        metrics.update_last_applied_image_provenance(image.provenance)
+        features = image.features
+        mv = features.metadata_version()
+        if mv is not None:
+            metrics.set_current_metadata_version(mv)
+        for name in set(metrics.finalized_levels).union(features.finalized_versions):
+            if name not in (METADATA_VERSION_FEATURE_NAME, KRAFT_VERSION.name):  # (kraft.version: the log's)
+                metrics.set_finalized_level(name, features.finalized_version(name))
+        if self._uninitialized:
+            self.initialize_new_publishers()
+
+    def initialize_new_publishers(self) -> None:
+        """Give each publisher installed since the last call the whole current image, once the
+        loader has caught up; while it has not, try again in 100 ms (on ``queue``, if any)."""
+        if self._closed or not self._uninitialized:
+            return
+        image = self._image
+        offset = image.offset
+        if self._still_need_to_catch_up("initializeNewPublishers", offset):
+            log.debug("InitializeNewPublishers: unable to initialize new publisher(s) %s because we are still "
+                      "catching up with quorum metadata. Rescheduling.", ", ".join(self._uninitialized))
+            self._schedule_retry(INITIALIZE_RETRY_NS)
+            return
+        start = self._clock_ns()
+        try:
+            delta, records = self._everything_delta(image)
+        except Exception as exc:
+            self._fault("Unhandled error initializing new publishers", exc)
+            return
+        manifest = SnapshotManifest(image.provenance, self._clock_ns() - start, records)
+        for name, publisher in list(self._uninitialized.items()):
+            del self._uninitialized[name]
+            try:
+                log.info("InitializeNewPublishers: initializing %s with a snapshot at offset %d", name, offset)
+                publisher.on_metadata_update(delta, image, manifest)
+                publisher.on_controller_change(self._leader)
+                self._publishers[name] = publisher
+            except Exception as exc:
+                self._fault(f"Unhandled error initializing {name} with a snapshot at offset {offset}", exc)
+
+    @staticmethod
+    def _everything_delta(image: MetadataImage) -> tuple[MetadataDelta, int]:
+        """``image`` written out into a delta over the empty image, and the number of records."""
+        delta = MetadataDelta(MetadataImage.EMPTY)
+        if image.is_empty():
+            return delta, 0
+        mv = image.metadata_version()
+        writer = _ImageReWriter(delta, mv is not None)
+        options = ImageWriterOptions(mv if mv is not None else MetadataVersion.LATEST_PRODUCTION,
+                                     image_metadata_version=mv)
+        image.write(writer, options)
+        writer.close(True)
+        return delta, writer.records
+
+    def _schedule_retry(self, delay_ns: int) -> None:
+        queue = self._queue
+        if queue is None or self._batch_loader.failure is not None:  # (stopped: it cannot catch up)
+            return
+        queue.schedule_deferred(INITIALIZE_NEW_PUBLISHERS, queue.now_ns() + delay_ns, _InitializeEvent(self),
+                                keep_earlier=True)
+
+    def _disable_retry(self) -> None:
+        if self._queue is not None:
+            self._queue.cancel_deferred(INITIALIZE_NEW_PUBLISHERS)
+
+    # -- RaftListener --------------------------------------------------------------------------
+
+    def handle_commit(self, batches: tuple[Batch, ...]) -> None:
+        """Committed batches, in offset order: folded into one delta, published at the end (unless
+        a transaction is still open)."""
+        if not batches or self._stopped(f"handleCommit[baseOffset={batches[0].base_offset}]"):
+            return
+        batch_loader = self._batch_loader
+        metrics = self._metrics
+        leader = self._leader
+        try:
+            for batch in batches:
+                elapsed = batch_loader.load_batch(batch, leader)
+                if batch_loader.failure is not None:
+                    return
+                if batch.is_control:
+                    control = batch.control
+                    if isinstance(control, KRaftVersionControl):
+                        metrics.set_finalized_level(KRAFT_VERSION.name, control.kraft_version)
+                    metrics.update_batch_size(0)
+                else:
+                    metrics.update_batch_size(len(batch.records))
+                metrics.update_batch_processing_time_ns(elapsed)
+            batch_loader.maybe_flush_batches(leader, True)
+        except Exception as exc:
+            # not expected: every step that can fail reports its own fault
+            batch_loader.fail(self._image.offset, f"Unhandled fault in MetadataLoader#handleCommit. Last image "
+                              f"offset was {self._image.offset}", exc)
+        if self._uninitialized and self._queue is None:
+            self.initialize_new_publishers()
+
+    def handle_load_snapshot(self, reader: SnapshotReader) -> None:
+        """A snapshot replaces everything: its records are replayed into a delta over the current
+        image, whatever they do not re-state is removed, and the result is published (with a
+        SnapshotManifest).  An open transaction is dropped.  The reader is read during the call."""
+        sid = reader.snapshot_id
+        name = _snapshot_file_name(sid.offset, sid.epoch)
+        if self._stopped(f"handleLoadSnapshot({name})"):
+            return
+        count = self._metrics.increment_handle_load_snapshot_count()
+        log.info("handleLoadSnapshot(%s): incrementing HandleLoadSnapshotCount to %d.", name, count)
+        delta = MetadataDelta(self._image)
+        try:
+            manifest = self._load_snapshot(delta, reader)
+            if manifest is None:
+                return
+            log.info("handleLoadSnapshot(%s): generated a metadata delta between offset %d and this snapshot in "
+                     "%d us.", name, self._image.offset, manifest.elapsed_ns // 1000)
+            self._metrics.update_snapshot_load_time_ns(manifest.elapsed_ns)
+            try:
+                image = delta.apply(manifest.provenance)
+            except Exception as exc:
+                self._batch_loader.fail(sid.offset - 1, f"Error generating new metadata image from metadata delta "
+                                        f"between offset {self._image.offset} and snapshot {name}", exc)
+                return
+            self._batch_loader.reset_to_image(image, seen_record=True)
+            self._maybe_publish(delta, image, manifest)
+        except Exception as exc:
+            self._batch_loader.fail(sid.offset - 1, f"Unhandled fault in MetadataLoader#handleLoadSnapshot. "
+                                    f"Snapshot offset was {sid.offset - 1}", exc)
+
+    def _load_snapshot(self, delta: MetadataDelta, reader: SnapshotReader) -> SnapshotManifest | None:
+        """Replay the snapshot's records into ``delta`` and finish it; None after a fault."""
+        start = self._clock_ns()
+        last_offset = reader.snapshot_id.offset - 1
+        index = 0
+        batches = 0
+        replay = delta.replay
+        for batch in reader:
+            if batch.is_control:
+                continue
+            batches += 1
+            for value in batch.records:
+                try:
+                    _api_key, _version, message = decode_metadata_record(value)
+                    replay(message)
+                except Exception as exc:
+                    self._batch_loader.fail(last_offset, f"Error loading metadata log record {index} in snapshot "
+                                            f"at offset {last_offset}", exc)
+                    return None
+                index += 1
+        delta.finish_snapshot()
+        time_ms = reader.last_contained_log_time_ms
+        provenance = MetadataProvenance(last_offset, reader.snapshot_id.epoch, time_ms if time_ms is not None else 0,
+                                        True)
+        return SnapshotManifest(provenance, self._clock_ns() - start, index, batches)
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        """The quorum's leader changed: every initialized publisher is told."""
+        if self._closed:
+            return
+        self._leader = leader
+        for publisher in list(self._publishers.values()):
+            try:
+                publisher.on_controller_change(leader)
+            except Exception as exc:
+                self._fault(f"Unhandled error publishing the new leader change to {leader} with publisher "
+                            f"{publisher.name}", exc)
+        self._metrics.set_current_controller_id(leader.leader_id)
+        if self._uninitialized and self._queue is None and self._batch_loader.failure is None:
+            self.initialize_new_publishers()
+
+    # -- publishers ----------------------------------------------------------------------------
+
+    def install_publishers(self, publishers: Sequence[MetadataPublisher]) -> None:
+        """Install ``publishers`` (in order); each gets the whole current image once the loader has
+        caught up.  A name already installed (or twice in ``publishers``) raises what the fault
+        handler returns, and installs none of them."""
+        if self._closed:
+            raise RuntimeError("The metadata loader is closed: no publisher can be installed")
+        if not publishers:
+            return
+        seen: dict[str, MetadataPublisher] = {}
+        for publisher in publishers:
+            name = publisher.name
+            prev = self._publishers.get(name) or self._uninitialized.get(name) or seen.get(name)
+            if prev is not None:
+                if prev is publisher:
+                    raise self._fault(f"Attempted to install publisher {name}, which is already installed.", None)
+                raise self._fault(f"Attempted to install a new publisher named {name}, but there is already a "
+                                  f"publisher with that name.", None)
+            seen[name] = publisher
+        self._uninitialized.update(seen)
+        self.initialize_new_publishers()
+
+    def remove_and_close_publisher(self, publisher: MetadataPublisher) -> None:
+        """Remove ``publisher`` (installed or still waiting for its first image) and close it."""
+        name = publisher.name
+        if self._publishers.get(name) is publisher:
+            del self._publishers[name]
+        elif self._uninitialized.get(name) is publisher:
+            del self._uninitialized[name]
+        else:
+            raise self._fault(f"Attempted to remove publisher {name}, which is not installed.", None)
+        self._close_publisher(publisher)
+
+    def _close_publisher(self, publisher: MetadataPublisher) -> None:
+        try:
+            publisher.close()
+        except Exception as exc:
+            self._fault(f"Got unexpected exception while closing publisher {publisher.name}", exc)
+
+    def close(self) -> None:
+        """Close every publisher (those still waiting first); later calls are ignored."""
+        if self._closed:
+            return
+        self._closed = True
+        self._disable_retry()
+        for group in (self._uninitialized, self._publishers):
+            for publisher in list(group.values()):
+                self._close_publisher(publisher)
+            group.clear()
+
+    def __enter__(self) -> MetadataLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"MetadataLoader(node_id={self.node_id}, offset={self._image.offset}, "
+                f"catching_up={self._catching_up}, publishers={self.publisher_names()})")
