@@ -134,4 +134,4 @@ def test_finalized_version_lookup_and_repr() -> None:
     assert repr(IMAGE1) == f"FeaturesImage(metadata_version={LATEST}, finalized_versions={{bar=1, foo=2}})"
     assert hash(IMAGE1) == hash(FeaturesImage({"bar": 1, "foo": 2}, LATEST))
     with pytest.raises(AttributeError):
-        IMAGE1._metadata_version = None  # type: ignore[misc]
+        IMAGE1.finalized_versions = {}  # type: ignore[misc]  # a read-only property

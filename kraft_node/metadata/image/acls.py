@@ -44,10 +44,7 @@ class AclsImage:
     _acls: immutables.Map[Uuid, StandardAcl]
 
     def __init__(self, acls: Mapping[Uuid, StandardAcl] | None = None) -> None:
-        object.__setattr__(self, "_acls", freeze(acls))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("AclsImage is immutable")
+        self._acls = freeze(acls)
 
     @property
     def acls(self) -> immutables.Map[Uuid, StandardAcl]:

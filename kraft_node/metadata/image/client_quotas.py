@@ -40,10 +40,7 @@ class ClientQuotaImage:
     _quotas: immutables.Map[str, float]
 
     def __init__(self, quotas: Mapping[str, float] | None = None) -> None:
-        object.__setattr__(self, "_quotas", freeze(quotas))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("ClientQuotaImage is immutable")
+        self._quotas = freeze(quotas)
 
     @property
     def quotas(self) -> immutables.Map[str, float]:
@@ -104,10 +101,7 @@ class ClientQuotasImage:
     _entities: immutables.Map[ClientQuotaEntity, ClientQuotaImage]
 
     def __init__(self, entities: Mapping[ClientQuotaEntity, ClientQuotaImage] | None = None) -> None:
-        object.__setattr__(self, "_entities", freeze(entities))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("ClientQuotasImage is immutable")
+        self._entities = freeze(entities)
 
     @property
     def entities(self) -> immutables.Map[ClientQuotaEntity, ClientQuotaImage]:

@@ -59,11 +59,8 @@ class ClusterImage:
 
     def __init__(self, brokers: Mapping[int, BrokerRegistration] | None = None,
                  controllers: Mapping[int, ControllerRegistration] | None = None) -> None:
-        object.__setattr__(self, "_brokers", freeze(brokers))
-        object.__setattr__(self, "_controllers", freeze(controllers))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("ClusterImage is immutable")
+        self._brokers = freeze(brokers)
+        self._controllers = freeze(controllers)
 
     @property
     def brokers(self) -> immutables.Map[int, BrokerRegistration]:

@@ -40,10 +40,7 @@ class DelegationTokenImage:
     _tokens: immutables.Map[str, DelegationTokenData]
 
     def __init__(self, tokens: Mapping[str, DelegationTokenData] | None = None) -> None:
-        object.__setattr__(self, "_tokens", freeze(tokens))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("DelegationTokenImage is immutable")
+        self._tokens = freeze(tokens)
 
     @property
     def tokens(self) -> immutables.Map[str, DelegationTokenData]:

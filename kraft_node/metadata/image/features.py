@@ -66,11 +66,8 @@ class FeaturesImage:
 
     def __init__(self, finalized_versions: Mapping[str, int] | None = None,
                  metadata_version: MetadataVersion | None = None) -> None:
-        object.__setattr__(self, "_finalized_versions", freeze(finalized_versions))
-        object.__setattr__(self, "_metadata_version", metadata_version)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("FeaturesImage is immutable")
+        self._finalized_versions = freeze(finalized_versions)
+        self._metadata_version = metadata_version
 
     # -- reads ----------------------------------------------------------------------------------
 

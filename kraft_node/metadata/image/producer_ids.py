@@ -36,10 +36,7 @@ class ProducerIdsImage:
     _next_producer_id: int
 
     def __init__(self, next_producer_id: int = -1) -> None:
-        object.__setattr__(self, "_next_producer_id", next_producer_id)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("ProducerIdsImage is immutable")
+        self._next_producer_id = next_producer_id
 
     @property
     def next_producer_id(self) -> int:

@@ -49,10 +49,7 @@ class ScramImage:
 
     def __init__(self, mechanisms: Mapping[ScramMechanism, Mapping[str, ScramCredentialValue]] | None = None) -> None:
         frozen = {mech: freeze(users) for mech, users in (mechanisms or {}).items()}
-        object.__setattr__(self, "_mechanisms", freeze(frozen))
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("ScramImage is immutable")
+        self._mechanisms = freeze(frozen)
 
     @property
     def mechanisms(self) -> immutables.Map[ScramMechanism, _Users]:
