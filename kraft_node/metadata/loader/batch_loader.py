@@ -37,10 +37,13 @@ Differences from Kafka, on purpose:
   message (``Error loading metadata log record from offset N``) and the batch loader stops: the
   delta in progress is dropped, nothing more is applied or published, and :attr:`failure` says
   where it stopped.  The image stays the last one published (a whole, consistent state).
-* **Seen records.**  ``has_seen_record`` becomes true when a metadata record is replayed or a
-  snapshot loaded (:meth:`reset_to_image` with ``seen_record``), never merely because a delta of
-  control batches was applied -- Kafka's ``resetToImage`` sets it on every publication, which
-  lets a log of control batches alone publish an empty image.
+* **Seen records.**  ``has_seen_record`` (the loader publishes nothing before it) becomes true
+  when a delta holding a metadata record is applied or a snapshot is loaded
+  (:meth:`reset_to_image` with ``seen_record``).  Kafka sets it when a record is replayed --
+  so a record inside a transaction still open, or aborted, lets the loader publish the empty
+  image under it -- and again on every publication (its ``resetToImage``), so a log of control
+  batches alone publishes an empty image too.  Here an image is published only once it holds a
+  record, or is a snapshot (an empty snapshot is a whole state: its empty image is published).
 * The epoch and time of a delta published just before a transaction that starts a batch are
   those of the previous batch (whose last offset the delta ends at); Kafka takes the new batch's.
 * :meth:`load_batch` returns the batch's own processing time (Kafka returns the running total
@@ -119,7 +122,7 @@ class MetadataBatchLoader:
 
     @property
     def has_seen_record(self) -> bool:
-        """A metadata record was replayed, or a snapshot loaded, since this loader was made."""
+        """A delta holding a metadata record was applied, or a snapshot loaded, since this loader was made."""
         return self._has_seen_record
 
     @property
@@ -140,6 +143,8 @@ class MetadataBatchLoader:
         self._num_batches = 0
         self._num_records = 0
         self._elapsed_ns = 0
+        #: a metadata record was replayed into ``_delta``
+        self._delta_has_records = False
         if seen_record:
             self._has_seen_record = True
 
@@ -166,7 +171,7 @@ class MetadataBatchLoader:
                     if txn is not _NO and txn is not _CONTINUED:
                         # STARTED -> CONTINUED; ENDED/ABORTED -> NO
                         self._txn = _CONTINUED if txn is _STARTED else _NO
-                    self._has_seen_record = True
+                    self._delta_has_records = True
                     replay(message)
             except Exception as exc:
                 self.fail(base + index, f"Error loading metadata log record from offset {base + index}", exc)
@@ -205,6 +210,7 @@ class MetadataBatchLoader:
             # The transaction's records go now (see the module doc): the image under an open
             # transaction is the state before its Begin.
             self._delta = MetadataDelta(self._image)
+            self._delta_has_records = False
 
     def _publish_before_transaction(self, batch: Batch, index: int, records_before: int,
                                     leader_and_epoch: LeaderAndEpoch) -> None:
@@ -247,7 +253,8 @@ class MetadataBatchLoader:
                        f"Error generating new metadata image from metadata delta between offset "
                        f"{self._image.offset} and {provenance.last_contained_offset}", exc)
             return
-        self.reset_to_image(image)
+        seen = self._delta_has_records
+        self.reset_to_image(image, seen_record=seen)
         self._callback(delta, image, manifest)
 
     def fail(self, offset: int, message: str, exc: BaseException | None) -> None:

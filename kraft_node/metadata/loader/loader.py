@@ -17,9 +17,10 @@ or when the node calls :meth:`MetadataLoader.initialize_new_publishers`.
 
 Catching up (Kafka's ``stillNeedToCatchUp``): nothing is published -- and
 :meth:`MetadataLoader.last_applied_offset` stays -1 -- while the high watermark is unknown, or
-``high watermark - 1 > offset`` of the image, or no metadata record nor snapshot was loaded yet
-(so an image is never published before the loader has seen any state: Kafka's
-testNoPublishEmptyImage).  Once caught up, the loader never goes back to catching up.  The
+``high watermark - 1 > offset`` of the image, or the loader has neither applied a delta holding a
+metadata record nor loaded a snapshot (so an image is never published before the loader has some
+state: Kafka's testNoPublishEmptyImage; an empty *snapshot* is a state, and its empty image is
+published).  Once caught up, the loader never goes back to catching up.  The
 image is still built while catching up: publishing starts from the latest one.
 
 Publishers (:class:`~kraft_node.metadata.loader.publisher.MetadataPublisher`): installed at any
