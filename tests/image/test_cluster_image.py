@@ -7,7 +7,12 @@ from types import MappingProxyType
 import pytest
 from support.images import check_all_intermediate_images, image_records, replay_all
 
-from kraft_node.metadata.controller.cluster_control import BrokerRegistration, ControllerRegistration, Endpoint
+from kraft_node.metadata.controller.cluster_control import (
+    BrokerRegistration,
+    ClusterControlManager,
+    ControllerRegistration,
+    Endpoint,
+)
 from kraft_node.metadata.controller.errors import ReplayError
 from kraft_node.metadata.controller.result import ApiMessageAndVersion
 from kraft_node.metadata.image.cluster import ClusterDelta, ClusterImage
@@ -15,6 +20,7 @@ from kraft_node.metadata.image.writer import UnwritableMetadataError
 from kraft_node.metadata.versions import MetadataVersion
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.runtime import Uuid
+from kraft_storage.timeline import LATEST_EPOCH, SnapshotRegistry
 
 MV = MetadataVersion
 U = Uuid.from_string
@@ -243,3 +249,28 @@ def test_repr() -> None:
     text = repr(ClusterImage({}, {1000: C1000}))
     assert text.startswith("ClusterImage(brokers=[], controllers=[ControllerRegistration(id=1000")
     assert "changed_brokers={2: None}" in repr(replay_all(ClusterDelta(IMAGE1), [DELTA1_RECORDS[3]]))
+
+
+class _FixedMetadataVersion:
+    def __init__(self, mv: MetadataVersion) -> None:
+        self.mv = mv
+
+    def metadata_version(self, *, epoch: int = -1) -> MetadataVersion:
+        return self.mv
+
+
+@pytest.mark.parametrize("mv", [MV.IBP_3_7_IV0, MV.latest_testing()])
+def test_same_records_as_the_controller(mv: MetadataVersion) -> None:
+    """The controller's ClusterControlManager writes the same registration records, byte for byte and
+    each kind in the same order; only the grouping differs (it writes controllers first, Kafka's image
+    brokers first)."""
+    records = image_records(IMAGE1) + DELTA2_RECORDS
+    manager = ClusterControlManager(SnapshotRegistry(), cluster_id="c", feature_control=_FixedMetadataVersion(mv))
+    for offset, r in enumerate(records):
+        manager.replay(r.message, offset)
+    image = replay_all(ClusterDelta(ClusterImage.EMPTY), records).apply()
+    assert image == IMAGE3
+    ours = [r.encode() for r in image_records(image, mv)]
+    theirs = [r.encode() for r in manager.snapshot_records(LATEST_EPOCH)]
+    controllers = len(image.controllers)
+    assert ours == theirs[controllers:] + theirs[:controllers]

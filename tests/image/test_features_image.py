@@ -6,10 +6,12 @@ import pytest
 from support.images import check_all_intermediate_images, image_records, replay_all
 
 from kraft_node.metadata.controller.errors import ReplayError
+from kraft_node.metadata.controller.features import FeatureControlManager
 from kraft_node.metadata.controller.result import ApiMessageAndVersion
 from kraft_node.metadata.image.features import FeaturesDelta, FeaturesImage, UnknownMetadataVersionError
-from kraft_node.metadata.versions import MetadataVersion
+from kraft_node.metadata.versions import MetadataVersion, bootstrap_records
 from kraft_storage.messages.metadata import FeatureLevelRecord, NoOpRecord
+from kraft_storage.timeline import LATEST_EPOCH, SnapshotRegistry
 
 LATEST = MetadataVersion.latest_testing()
 
@@ -135,3 +137,15 @@ def test_finalized_version_lookup_and_repr() -> None:
     assert hash(IMAGE1) == hash(FeaturesImage({"bar": 1, "foo": 2}, LATEST))
     with pytest.raises(AttributeError):
         IMAGE1.finalized_versions = {}  # type: ignore[misc]  # a read-only property
+
+
+def test_same_records_as_the_controller() -> None:
+    mv = MetadataVersion.LATEST_PRODUCTION
+    records = [ApiMessageAndVersion(r, v) for r, v in bootstrap_records(mv)] + [level("group.version", 0)]
+    manager = FeatureControlManager(SnapshotRegistry())
+    for offset, r in enumerate(records):
+        manager.replay(r.message, offset)
+    image = replay_all(FeaturesDelta(FeaturesImage.EMPTY), records).apply()
+    assert len(image.finalized_versions) >= 3 and "group.version" not in image.finalized_versions
+    theirs = [r.encode() for r in manager.snapshot_records(LATEST_EPOCH)]
+    assert [r.encode() for r in image_records(image, mv)] == theirs
