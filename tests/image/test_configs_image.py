@@ -3,6 +3,8 @@ the controller writing the same bytes, and structural sharing."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.images import check_all_intermediate_images, image_records, replay_all
 
 from kraft_node.metadata.configs.resources import ConfigResource, ConfigResourceType
@@ -148,3 +150,46 @@ def test_values_stay_out_of_repr() -> None:
     assert "hidden" not in repr(delta) and "sasl.jaas.config" in repr(delta)
     assert repr(ConfigurationDelta(image.resource_data[B0])) == (
         "ConfigurationDelta(ConfigResource(type=BROKER, name='0'), changed_keys=[])")
+
+
+# -- a model check: random ConfigRecords and topic deletions, cut into deltas anywhere ------------
+
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("set"), st.sampled_from([TOPIC, BROKER]), st.sampled_from(["a", "b", "0"]),
+              st.sampled_from(["k1", "k2"]), st.one_of(st.none(), st.sampled_from(["x", "y"]))),
+    st.tuples(st.just("delete_topic"), st.sampled_from(["a", "b"]))), max_size=25)
+
+
+def _replay_op(delta: ConfigurationsDelta, op: tuple) -> None:
+    if op[0] == "set":
+        _, type_, resource, name, value = op
+        delta.replay(ConfigRecord(resource_type=int(type_), resource_name=resource, name=name, value=value))
+    else:
+        delta.delete_topic(op[1])
+
+
+@settings(max_examples=150, deadline=None)
+@given(_OPS, st.lists(st.integers(min_value=0, max_value=25), max_size=4))
+def test_any_cut_gives_the_model(ops: list[tuple], cuts: list[int]) -> None:
+    model: dict[ConfigResource, dict[str, str]] = {}
+    for op in ops:
+        if op[0] == "set":
+            _, type_, resource, name, value = op
+            configs = model.setdefault(ConfigResource(type_, resource), {})
+            if value is None:
+                configs.pop(name, None)
+            else:
+                configs[name] = value
+            if not configs:
+                del model[ConfigResource(type_, resource)]
+        else:
+            model.pop(ConfigResource.topic(op[1]), None)
+    image = ConfigurationsImage.EMPTY
+    bounds = sorted({0, len(ops), *(c for c in cuts if c <= len(ops))})
+    for start, end in zip(bounds, bounds[1:]):
+        delta = ConfigurationsDelta(image)
+        for op in ops[start:end]:
+            _replay_op(delta, op)
+        image = delta.apply()
+    assert image == images(model)
+    assert all(not i.is_empty() for i in image.resource_data.values())

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.images import check_all_intermediate_images, image_records, replay_all
 
 from kraft_node.metadata.controller.errors import ReplayError
@@ -136,3 +138,30 @@ def test_structural_sharing_and_secrets_stay_out_of_repr() -> None:
     assert replay_all(ScramDelta(image), [upsert("u5", SHA256, image.credential("u5", SHA256))]).apply() is image
     text = repr(IMAGE2) + repr(replay_all(ScramDelta(IMAGE1), DELTA1_RECORDS))
     assert "alpha" in text and SECOND_ALPHA_256.salt.hex()[:16] not in text and "iterations=" not in text
+
+
+# -- a model check: random upserts and removals, cut into deltas anywhere ---------------------------
+
+_CREDS = [credential() for _ in range(3)]
+_OPS = st.lists(st.tuples(st.sampled_from([SHA256, SHA512]), st.sampled_from(["a", "b", "c"]),
+                          st.one_of(st.none(), st.sampled_from(range(3)))), max_size=20)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_OPS, st.lists(st.integers(min_value=0, max_value=20), max_size=4))
+def test_any_cut_gives_the_model(ops: list[tuple[ScramMechanism, str, int | None]], cuts: list[int]) -> None:
+    model: dict[ScramMechanism, dict[str, ScramCredentialValue]] = {}
+    records = []
+    for mech, user, which in ops:
+        if which is None:
+            model.get(mech, {}).pop(user, None)
+            records.append(remove(user, mech))
+        else:
+            model.setdefault(mech, {})[user] = _CREDS[which]
+            records.append(upsert(user, mech, _CREDS[which]))
+    model = {mech: users for mech, users in model.items() if users}
+    image = ScramImage.EMPTY
+    bounds = sorted({0, len(records), *(c for c in cuts if c <= len(records))})
+    for start, end in zip(bounds, bounds[1:]):
+        image = replay_all(ScramDelta(image), records[start:end]).apply()
+    assert image == ScramImage(model)
