@@ -194,7 +194,7 @@ class MetadataDelta:
 
     def replay(self, record: Any) -> None:
         """Fold one metadata record (a generated record object) into this delta."""
-        handler = _ROUTES.get(getattr(record, "API_KEY", None))
+        handler = _ROUTES.get(int(getattr(record, "API_KEY", -1)))
         if handler is None:
             raise UnknownRecordTypeError(f"Unknown metadata record type {type(record).__name__}")
         handler(self, record)
@@ -205,7 +205,7 @@ class MetadataDelta:
         for record in records:
             if isinstance(record, ApiMessageAndVersion):
                 record = record.message
-            handler = routes.get(getattr(record, "API_KEY", None))
+            handler = routes.get(int(getattr(record, "API_KEY", -1)))
             if handler is None:
                 raise UnknownRecordTypeError(f"Unknown metadata record type {type(record).__name__}")
             handler(self, record)
