@@ -118,7 +118,7 @@ class SegmentFile:
                 if scan.truncated and last:
                     self.torn_tail_at = scan.end
                 else:
-                    raise MetadataHistoryError(_scan_error(self.path, scan.error, len(scan.headers)))
+                    raise MetadataHistoryError(_scan_error(self.path, self._buf, scan.error, len(scan.headers)))
             self._headers = scan.headers
         return self._headers
 
@@ -139,11 +139,14 @@ def _map(path: Path) -> Any:
         raise MetadataHistoryError(f"{path}: {exc.strerror or exc}") from None
 
 
-def _scan_error(path: Path, exc: Any, good: int) -> str:
+def _scan_error(path: Path, buf: Any, exc: Any, good: int) -> str:
+    """The scan's error in one line: file, byte position, how many good batches came before; the
+    batch base offset only when the header there looks like a batch's (magic 2), since from
+    random bytes it is a garbage number."""
     pos = getattr(exc, "position", -1)
     where = f"byte position {pos}" if pos is not None and pos >= 0 else "an unknown position"
     base = getattr(exc, "base_offset", None)
-    if base is not None:
+    if base is not None and pos is not None and 0 <= pos and pos + 16 < len(buf) and buf[pos + 16] == 2:
         where += f" (batch base offset {base})"
     reason = getattr(exc, "reason", str(exc))
     if good == 0 and (pos is None or pos <= 0):
