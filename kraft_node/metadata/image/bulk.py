@@ -12,38 +12,48 @@ Uuid, a ``TopicImage``), never per partition.
 
 What is folded in columns, and what is not (:func:`fold_topics`):
 
-* The *prefix*: every record up to the first record that cannot be folded as columns.  In it,
-  TopicRecords and PartitionRecords are folded; records of other types are not topic records
-  and are skipped (:func:`load_image_bulk` replays them into their own sub-deltas).
-* The prefix ends at the first *relative* topic record (PartitionChangeRecord,
-  RemoveTopicRecord, ClearElrRecord: each needs the state before it), or earlier at the first
-  TopicRecord or PartitionRecord the columns cannot fold exactly as ``TopicsDelta`` would: a
-  TopicRecord whose id or name an earlier TopicRecord of the prefix (or, with a base image, a
-  topic of it) already has; a PartitionRecord whose topic no earlier TopicRecord of the
-  prefix created; a PartitionRecord ``PartitionRegistration.from_record`` refuses (directories
-  that do not pair up with the replicas, an unknown leader recovery state) or with a negative
-  partition id.
-* Every topic record from there on (the *suffix*) is decoded the typed way and replayed one at
-  a time by ``TopicsDelta.replay`` over the prefix's image: the hand-off.  So errors in the
-  suffix are ``TopicsDelta``'s own (wrapped in :class:`BulkLoadError`, naming the record's
-  index and offset).  A snapshot has no relative records: it folds whole; a generated log
+* The *prefix*: the records before the first *relative* topic record (PartitionChangeRecord,
+  RemoveTopicRecord, ClearElrRecord: each needs the state before it), or before the first
+  PartitionRecord the columns cannot hold as ``TopicsDelta`` would: one whose topic no
+  earlier TopicRecord of the prefix created, one ``PartitionRegistration.from_record``
+  refuses (directories that do not pair up with the replicas, an unknown leader recovery
+  state), one with a negative partition id.  In it, TopicRecords and PartitionRecords are
+  folded in columns; records of other types are skipped (:func:`load_image_bulk` replays them
+  into their own sub-deltas).
+* The *suffix*, every topic record from there on, is decoded the typed way and replayed one
+  at a time by ``TopicsDelta.replay`` over the prefix's image: the hand-off.  Errors there are
+  ``TopicsDelta``'s own, for the same record (wrapped in :class:`BulkLoadError`, naming its
+  index and offset).  A snapshot has no relative records: it folds whole.  A generated log
   folds its bootstrap topics and hands the rest over.
 
-Exactness (tests: every Kafka fixture and generated logs, bulk image == record-at-a-time
-image): the result equals ``TopicsDelta(image)`` with every topic record replayed, then
-``apply()`` (with ``snapshot=True``: ``finish_snapshot()`` before ``apply()``).  Two steps
-(prefix applied, then a delta over it) give what one delta gives because the prefix only
-*creates* topics nobody has yet, with partitions of their own; the one case where applying
-early would differ (a suffix TopicRecord re-using a prefix topic's id under another name: one
-delta never shows the first name, two steps would keep it in the by-name map) is detected and
-the whole input then takes the record-at-a-time path (:attr:`TopicsLoad.fell_back` says why).
+Exactness (tests: every Kafka fixture, generated logs, random record sequences): the result
+equals ``TopicsDelta(image)`` with every topic record replayed, then (``snapshot=True``)
+``finish_snapshot()``, then ``apply()`` -- or both raise the same error.  Applying the prefix
+first and replaying the suffix over it gives what one delta gives as long as the prefix only
+*creates* topics, each once, under ids and names nobody else has: one delta would meet the
+same creations, and ``TopicsDelta`` treats a topic it created and one of its image alike for
+every later record but three, which are detected.  The whole input takes the
+record-at-a-time path instead (:attr:`TopicsLoad.fell_back` says why) when
+
+* two TopicRecords of the prefix share an id or a name, or one has the id or name of a topic
+  of the base image (``TopicsDelta`` restarts the topic, or refuses it at ``apply``);
+* a suffix TopicRecord re-uses the id or name of a live prefix topic (one delta replaces a
+  topic it has not applied yet; over the applied prefix, ``apply`` would refuse the rename);
+* a suffix ClearElrRecord names a prefix topic the suffix removed (one delta no longer knows
+  the name and raises; over the applied prefix the name is found, deleted, and skipped).
+
 In the prefix, a later PartitionRecord for a partition replaces an earlier one, as in
 ``TopicDelta``; partitions need not follow their TopicRecord (they are grouped by topic and
 sorted by partition id, stably: the last record of a partition wins).
 
-A snapshot loaded over a non-empty image (``snapshot=True``) is folded as from the empty image
-(a snapshot re-states everything, ``finish_snapshot`` drops the rest) when it folds whole and
-re-states no topic id of the image under another name; else it takes the record-at-a-time path.
+A snapshot over a non-empty image (``snapshot=True``) is folded as from the empty image (a
+snapshot re-states everything, ``finish_snapshot`` drops the rest) when it folds whole and
+re-states no topic differently (an id of the image under another name, a name of the image
+under another id the snapshot also re-states); else it takes the record-at-a-time path.
+
+What the bulk path gives is an image, not a delta: a publisher that wants the
+``TopicsDelta`` of a snapshot load (Kafka's ``localChanges`` on the first image) needs the
+record-at-a-time path, or to compare the two images.
 
 Input (:func:`framed_records`): a sequence of framed record values (what a Raft batch's
 records are), or :class:`kraft_storage.record.RecordColumns` (a ``.checkpoint`` or a ``.log``
@@ -72,7 +82,7 @@ from kraft_storage.accel import load
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.columns import RecordTypeColumns, decode_bodies
 from kraft_storage.messages.framing import decode_metadata_record
-from kraft_storage.messages.runtime import Uuid
+from kraft_storage.messages.runtime import MessageError, Uuid
 from kraft_storage.record.columns import RecordColumns
 
 __all__ = ["BulkLoadError", "FramedRecords", "IMPLEMENTATION", "TopicsLoad", "fold_topics", "framed_records",
@@ -243,19 +253,22 @@ def _ids_bytes(ids: npt.NDArray[np.uint8]) -> list[bytes]:
 
 
 def _decode_prefix(fr: FramedRecords, end: int) -> dict[int, RecordTypeColumns]:
+    """The TopicRecord and PartitionRecord tables of records ``0 .. end - 1``.  A body that
+    does not decode raises BulkLoadError naming its record (the decoder is told each row's
+    index as its "offset" to find it, then the real offset, if any, is put back)."""
     rows = np.flatnonzero((fr.api_key[:end] == TOPIC_RECORD) | (fr.api_key[:end] == PARTITION_RECORD))
     if not len(rows):
         return {}
     try:
-        tables = decode_bodies(fr.data, fr.body_pos, fr.body_end, fr.api_key, fr.version, rows=rows,
-                               offsets=fr.offsets, types=(TOPIC_RECORD, PARTITION_RECORD)).tables
-    except Exception as exc:
-        # name the record: decode it alone, the typed way, to find which one
-        for r in rows.tolist():
-            fr.decode(r)
-        raise BulkLoadError(int(rows[0]), fr.offset(int(rows[0])), exc) from exc
-    result: dict[int, RecordTypeColumns] = tables
-    return result
+        tables: dict[int, RecordTypeColumns] = decode_bodies(
+            fr.data, fr.body_pos, fr.body_end, fr.api_key, fr.version, rows=rows,
+            offsets=np.arange(len(fr), dtype=np.int64), types=(TOPIC_RECORD, PARTITION_RECORD)).tables
+    except MessageError as exc:
+        row = exc.offset if isinstance(exc.offset, int) and 0 <= exc.offset < len(fr) else int(rows[0])
+        fr.decode(row)  # the typed decoder's error, when it refuses the record too
+        exc.offset = fr.offset(row)
+        raise BulkLoadError(row, fr.offset(row), exc) from exc
+    return tables
 
 
 def _bad_partition_rows(c: dict[str, Any], k: int) -> npt.NDArray[np.bool_]:
