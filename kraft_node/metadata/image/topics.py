@@ -86,6 +86,7 @@ from kraft_node.metadata.controller.replication_snapshot import FramedRecord, en
 from kraft_node.metadata.controller.result import ApiMessageAndVersion
 from kraft_node.metadata.image.partition_block import PartitionBlock
 from kraft_node.metadata.image.writer import ImageWriter, ImageWriterOptions
+from kraft_storage.accel import load
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.runtime import Uuid
 
@@ -111,6 +112,9 @@ _REMOVE_TOPIC = m.RemoveTopicRecord.API_KEY
 _CLEAR_ELR = m.ClearElrRecord.API_KEY
 _MIGRATING = DirectoryId.MIGRATING
 _new_object = object.__new__
+_objects = load("_bulk_objects", "kraft_node")
+_PARTITIONS_SLOTS = ("_block", "_start", "_stop", "_overrides", "_extra", "_dense")
+_TOPIC_SLOTS = ("_name", "_topic_id", "_partitions")
 _NO_OVERRIDES: dict[int, PartitionRegistration] = {}
 _EMPTY_BLOCK_ROWS = (None, 0, 0)
 
@@ -976,10 +980,11 @@ class TopicsDelta:
         image itself is returned when nothing changes.  The delta is not changed (it can be
         applied again, or replayed further and applied again).
 
-        A big delta is applied with the cyclic collector paused: it allocates two objects per
-        changed topic and the persistent maps' new nodes, none of them in a cycle, and with an
-        image of 100k topics in the heap the collections those allocations trigger cost more
-        than the apply itself (zonal outage at 100k topics: about half the time)."""
+        A big delta (more than a few topics) is applied with the cyclic collector paused and its
+        new TopicImage/TopicPartitions objects made untracked by the ``_bulk_objects`` kernel
+        (they hold no reference cycle): with 100k topics in the heap, the collections that an
+        apply's allocations trigger walk the whole image and cost more than the apply itself.
+        The persistent maps' new nodes stay tracked (immutables makes them)."""
         if not self._changed and not self._deleted:
             return self.image
         if len(self._changed) + len(self._deleted) <= _SMALL_APPLY:
@@ -992,15 +997,17 @@ class TopicsDelta:
         deleted = self._deleted
         created = self._created_ids
         new_topics: list[TopicImage] = []
-        for delta in self._changed.values():
-            # TopicDelta.apply, inlined: this loop is the zonal-outage benchmark's
-            changes = delta._changes
-            old = delta.image
-            if changes:
-                new_topics.append(_topic(old._name, old._topic_id,
-                                         old._partitions.with_changes(changes, delta._added)))
-            elif created and old._topic_id in created:
-                new_topics.append(old)
+        if len(self._changed) <= _SMALL_APPLY:
+            for delta in self._changed.values():
+                changes = delta._changes
+                old = delta.image
+                if changes:
+                    new_topics.append(_topic(old._name, old._topic_id,
+                                             old._partitions.with_changes(changes, delta._added)))
+                elif created and old._topic_id in created:
+                    new_topics.append(old)
+        else:
+            new_topics = self._new_topics_in_bulk()
         if not new_topics and not deleted:
             return image
         by_id, by_name = image._by_id, image._by_name
@@ -1029,6 +1036,49 @@ class TopicsDelta:
                 names[new._name] = new
             by_id, by_name = ids.finish(), names.finish()
         return TopicsImage(by_id, by_name)
+
+    def _new_topics_in_bulk(self) -> list[TopicImage]:
+        """The changed topics' new TopicImages (and created ones without partitions), made by the
+        ``_bulk_objects`` kernel and taken out of the cyclic collector's lists: they hold no
+        cycle (names, ids, a block, dicts of registrations), and an image of 100k topics whose
+        objects every collection walks costs more than the delta itself."""
+        created = self._created_ids
+        olds: list[TopicImage] = []
+        plain: list[TopicImage] = []
+        blocks: list[PartitionBlock | None] = []
+        starts: list[int] = []
+        stops: list[int] = []
+        overrides: list[dict[int, PartitionRegistration]] = []
+        extras: list[tuple[int, ...]] = []
+        dense: list[bool] = []
+        for delta in self._changed.values():
+            changes = delta._changes
+            old = delta.image
+            if not changes:
+                if created and old._topic_id in created:
+                    plain.append(old)
+                continue
+            parts = old._partitions
+            olds.append(old)
+            blocks.append(parts._block)
+            starts.append(parts._start)
+            stops.append(parts._stop)
+            ov = parts._overrides
+            overrides.append({**ov, **changes} if ov else dict(changes))
+            extra = parts._extra
+            if delta._added:
+                new = tuple(delta._added)
+                extra = tuple(sorted(extra + new)) if extra else tuple(sorted(new))
+            extras.append(extra)
+            dense.append(parts._dense)
+        made: list[TopicPartitions] = _objects.new_objects(
+            TopicPartitions, _PARTITIONS_SLOTS, (blocks, starts, stops, overrides, extras, dense), True)
+        for i, (tp, n) in enumerate(zip(made, overrides)):
+            if len(n) >= COMPACT_MIN_OVERRIDES and 2 * len(n) > tp._stop - tp._start:
+                made[i] = tp.compacted()
+        topics: list[TopicImage] = _objects.new_objects(
+            TopicImage, _TOPIC_SLOTS, ([o._name for o in olds], [o._topic_id for o in olds], made), True)
+        return topics + plain
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:
         """Kafka's ``TopicsDelta.localChanges``: every changed topic's, plus the partitions of
