@@ -3,7 +3,7 @@ queryable image in <= 1 s, in <= 400 B a partition), in process.
 
     python benchmarks/bench_image.py [--topics 12500,25000,50000,100000] [--runs 3]
         [--partition-record-version 0] [--reference-runs 1] [--reference-max-topics N]
-        [--no-memory] [--no-maps] [--json F]
+        [--no-checkpoint] [--dir D] [--no-memory] [--no-maps] [--json F]
 
 The layout is Kafka's TopicsImage*Benchmark (jmh-benchmarks/.../metadata/): T topics of 10
 partitions, replication factor 3, brokers = T*10*3/10000 rounded down to a multiple of 3, the
@@ -22,8 +22,10 @@ What is measured, per T:
   ``--reference-max-topics``): ``replay_s`` decodes each value and replays it into
   ``TopicsDelta(EMPTY)``, ``apply_s`` is ``apply()`` alone (what Kafka's
   TopicsImageSnapshotLoadBenchmark times: a delta with every record pre-replayed, applied).
-  The two images are checked equal (``--check``, on by default up to 12,500 topics: the
-  comparison makes every registration, it is slow).
+  The two images are checked equal (up to ``--check-max-topics``, 12,500 by default: the
+  comparison makes every registration, it is slow).  ``checkpoint_load``: the same records
+  written (untimed) as a ``.checkpoint`` file, then opened (batches scanned, CRC-checked), read
+  as columns over the file's mmap and folded: file to image, no bytes object per record.
 * (b) ``memory``: the image the bulk path built, per partition: ``tracemalloc`` of the build
   (retained after it, and the peak), the RSS growth of the process (``/proc/self/statm``) with
   the image alive and the input freed, and the PartitionBlock's own bytes.  The
@@ -45,8 +47,10 @@ import gc
 import importlib.metadata
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 import tracemalloc
 from typing import Any, Callable
@@ -65,6 +69,8 @@ from kraft_storage.messages import columns  # noqa: E402
 from kraft_storage.messages import metadata as m  # noqa: E402
 from kraft_storage.messages.framing import decode_metadata_record, encode_metadata_record  # noqa: E402
 from kraft_storage.messages.runtime import Uuid  # noqa: E402
+from kraft_storage.snapshot import RecordsSnapshotReader, RecordsSnapshotWriter, SnapshotId  # noqa: E402
+from kraft_storage.snapshot.files import snapshot_path  # noqa: E402
 
 PARTITIONS = 10
 RF = 3
@@ -170,6 +176,37 @@ def bulk_runs(values: list[bytes], runs: int) -> list[float]:
         times.append(s)
         del load
     return times
+
+
+def checkpoint_runs(values: list[bytes], runs: int, directory: str | None) -> dict[str, Any]:
+    """The same records as a ``.checkpoint`` file (written untimed, 8 MiB batches): opening it
+    (every batch scanned and CRC-checked), its records as columns over the file's mmap, and the
+    fold of those columns (no bytes object per record, no join)."""
+    base = tempfile.mkdtemp(prefix="bench-image-", dir=directory)
+    try:
+        sid = SnapshotId(len(values), 1)
+        with RecordsSnapshotWriter.create(base, sid) as writer:
+            writer.append_framed(values)
+            writer.freeze()
+        path = snapshot_path(base, sid)
+        read, fold = [], []
+        for _ in range(runs):
+            gc.collect()
+            t0 = time.perf_counter()
+            with RecordsSnapshotReader(path) as reader:
+                cols = reader.records()
+                t1 = time.perf_counter()
+                load = bulk.fold_topics(cols)
+                t2 = time.perf_counter()
+                assert load.replayed == 0 and load.bulk_partitions == len(values) * PARTITIONS // (PARTITIONS + 1)
+                del load, cols
+            read.append(t1 - t0)
+            fold.append(t2 - t1)
+        total = [a + b for a, b in zip(read, fold)]
+        return {"bytes": os.path.getsize(path), "read_s": [round(x, 4) for x in read],
+                "fold_s": [round(x, 4) for x in fold], "median_s": round(statistics.median(total), 4)}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def bulk_phases(values: list[bytes]) -> dict[str, float]:
@@ -357,6 +394,8 @@ def one_size(topics: int, args: argparse.Namespace) -> dict[str, Any]:
     runs = bulk_runs(values, args.runs)
     out["load"] = {"runs_s": [round(s, 4) for s in runs], "median_s": round(statistics.median(runs), 4),
                    "phases": {k: round(v, 4) for k, v in bulk_phases(values).items()}}
+    if args.checkpoint:
+        out["checkpoint_load"] = checkpoint_runs(values, args.runs, args.dir)
     if args.reference_runs and topics <= args.reference_max_topics:
         refs = []
         ref_image = None
@@ -388,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reference-max-topics", type=int, default=100_000)
     p.add_argument("--check-max-topics", type=int, default=12_500,
                    help="compare the two images up to this many topics (slow: every registration is made)")
+    p.add_argument("--no-checkpoint", dest="checkpoint", action="store_false",
+                   help="skip the load from a .checkpoint file")
+    p.add_argument("--dir", default=None, help="where the .checkpoint goes (default: the temp dir)")
     p.add_argument("--no-memory", dest="memory", action="store_false")
     p.add_argument("--no-maps", dest="maps", action="store_false")
     p.add_argument("--map-repeats", type=int, default=400)
@@ -403,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
                   "columns": columns.IMPLEMENTATION, "fallbacks": dict(accel.FALLBACKS), "code": code_version()},
         "sizes": results,
         "median": {str(r["topics"]): {"load_s": r["load"]["median_s"],
+                                      **({"checkpoint_load_s": r["checkpoint_load"]["median_s"]}
+                                         if "checkpoint_load" in r else {}),
                                       **({"reference_s": r["reference"]["median"]["total_s"],
                                           "reference_apply_s": r["reference"]["median"]["apply_s"]}
                                          if "reference" in r else {}),
