@@ -88,6 +88,14 @@ def _directory(raw: bytes) -> Uuid:
     return found
 
 
+def _one(offsets: Int32s, values: Int32s, row: int) -> tuple[int, ...]:
+    """Row ``row`` of a list column as a tuple."""
+    a, b = offsets.item(row), offsets.item(row + 1)
+    if a == b:
+        return ()
+    return tuple(values[a:b].tolist())
+
+
 def _int32s(values: Iterable[int]) -> Int32s:
     return np.fromiter(values, dtype=np.int32)
 
@@ -259,7 +267,28 @@ class PartitionBlock:
         valid (:meth:`check`): this does not re-check it."""
         if not 0 <= row < self._n:
             raise IndexError(f"PartitionBlock row {row} out of range (0..{self._n - 1})")
-        return self._registrations(row, row + 1)[0]
+        # one row: ``item`` reads of the offsets, a slice only for a non-empty list (most are
+        # empty), about half the cost of the bulk path's slicing for a single row
+        replicas = _one(self.replicas_offsets, self.replicas, row)
+        a, b = self.directories_offsets.item(row), self.directories_offsets.item(row + 1)
+        if a == b:
+            directories: tuple[Uuid, ...] = DirectoryId.migrating_tuple(len(replicas))
+        else:
+            raw = self.directories[a:b].tobytes()
+            directories = tuple(_directory(raw[k:k + 16]) for k in range(0, len(raw), 16))
+        reg = _new_object(PartitionRegistration)
+        _set(reg, "replicas", replicas)
+        _set(reg, "directories", directories)
+        _set(reg, "isr", _one(self.isr_offsets, self.isr, row))
+        _set(reg, "removing_replicas", _one(self.removing_offsets, self.removing, row))
+        _set(reg, "adding_replicas", _one(self.adding_offsets, self.adding, row))
+        _set(reg, "leader", self.leader.item(row))
+        _set(reg, "leader_recovery_state", _RECOVERY[self.leader_recovery_state.item(row)])
+        _set(reg, "leader_epoch", self.leader_epoch.item(row))
+        _set(reg, "partition_epoch", self.partition_epoch.item(row))
+        _set(reg, "elr", _one(self.elr_offsets, self.elr, row))
+        _set(reg, "last_known_elr", _one(self.last_known_elr_offsets, self.last_known_elr, row))
+        return reg
 
     def registrations(self, start: int = 0, stop: int | None = None) -> list[PartitionRegistration]:
         """Rows ``start .. stop - 1`` as registrations (see :meth:`registration`): one numpy
