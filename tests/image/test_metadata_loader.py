@@ -443,6 +443,28 @@ def test_no_publish_empty_image():
     faults.maybe_rethrow_first()
 
 
+def test_catching_up_logs_each_reason_once_at_info(caplog):
+    """Kafka logs the catching-up reason on every image and retry (an endless stream at startup);
+    here each reason is logged at INFO when it becomes the reason, then at DEBUG."""
+    hwm = HighWatermark(None)
+    loader, faults = new_loader("logs", hwm)
+    with caplog.at_level("INFO", logger="kraft.metadata.loader"):
+        loader.install_publishers([MockPublisher()])
+        for offset in range(0, 5):
+            loader.handle_commit((batch(offset, 1, [rec(m.NoOpRecord())]),))
+        hwm.value = 100
+        for offset in range(5, 10):
+            loader.handle_commit((batch(offset, 1, [rec(m.NoOpRecord())]),))
+        hwm.value = 11
+        loader.handle_commit((batch(10, 1, [rec(m.NoOpRecord())]),))
+    infos = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert sum("don't know the high water mark" in t for t in infos) == 1
+    assert sum("we have loaded up to offset 5, but the high water mark is 100" in t for t in infos) == 1
+    assert sum("still catching up" in t for t in infos) == 2
+    assert any("finished catching up to the current high water mark of 11" in t for t in infos)
+    faults.maybe_rethrow_first()
+
+
 def test_control_batches_alone_publish_nothing():
     """A log that starts with LeaderChange batches: no image before the first metadata record."""
     publisher = MockPublisher()

@@ -138,6 +138,8 @@ class MetadataLoader:
         #: name -> publisher, in install order; those receiving updates
         self._publishers: dict[str, MetadataPublisher] = {}
         self._catching_up = True
+        #: why the loader was last found catching up (its log line is at INFO only when this changes)
+        self._catch_up_reason = ""
         self._leader: LeaderAndEpoch = UNKNOWN_LEADER
         self._image = MetadataImage.EMPTY
         self._closed = False
@@ -211,24 +213,32 @@ class MetadataLoader:
     # -- catching up -----------------------------------------------------------------------------
 
     def _still_need_to_catch_up(self, where: str, offset: int) -> bool:
+        """Kafka's ``stillNeedToCatchUp``, with Kafka's log lines -- each reason at INFO once, then at
+        DEBUG while it stays the reason (Kafka logs it on every image and every 100 ms retry, which
+        operators see as an endless stream at startup)."""
         if not self._catching_up:
             return False
         hwm = self._high_watermark()
         if hwm is None:
-            log.info("%s: the loader is still catching up because we still don't know the high water mark yet.",
-                     where)
+            self._catch_up_log("unknown", "%s: the loader is still catching up because we still don't know the high "
+                               "water mark yet.", where)
             return True
         if hwm - 1 > offset:
-            log.info("%s: The loader is still catching up because we have loaded up to offset %d, but the high "
-                     "water mark is %d", where, offset, hwm)
+            self._catch_up_log("behind", "%s: The loader is still catching up because we have loaded up to offset "
+                               "%d, but the high water mark is %d", where, offset, hwm)
             return True
         if not self._batch_loader.has_seen_record:
-            log.info("%s: The loader is still catching up because we have not loaded a controller record as of "
-                     "offset %d and high water mark is %d", where, offset, hwm)
+            self._catch_up_log("no record", "%s: The loader is still catching up because we have not loaded a "
+                               "controller record as of offset %d and high water mark is %d", where, offset, hwm)
             return True
         log.info("%s: The loader finished catching up to the current high water mark of %d", where, hwm)
         self._catching_up = False
         return False
+
+    def _catch_up_log(self, reason: str, message: str, *args: object) -> None:
+        level = logging.DEBUG if reason == self._catch_up_reason else logging.INFO
+        self._catch_up_reason = reason
+        log.log(level, message, *args)
 
     # -- publishing ----------------------------------------------------------------------------
 
