@@ -109,7 +109,20 @@ def assert_same_topics(values: list[bytes], image: TopicsImage = TopicsImage.EMP
     load = bulk.fold_topics(values, image, snapshot=snapshot)
     assert load.image == expected
     assert list(load.removed) == removed
+    check_blocks(load.image)
     return load
+
+
+def check_blocks(image: TopicsImage) -> None:
+    """Every block the bulk path built passes PartitionBlock.check with its topics' row ranges
+    (the bulk path builds blocks without calling it: the invariants hold by construction)."""
+    ranges: dict[int, tuple[Any, list[tuple[int, int]]]] = {}
+    for t in image.topics_by_id.values():
+        block = t.partitions.block
+        if block is not None:
+            ranges.setdefault(id(block), (block, []))[1].append((t.partitions.start, t.partitions.stop))
+    for block, spans in ranges.values():
+        block.check(spans)
 
 
 def reference_image(values: list[bytes], image: MetadataImage = MetadataImage.EMPTY,
@@ -316,6 +329,7 @@ def test_partitions_out_of_order_are_grouped_and_the_last_record_wins() -> None:
     values = [encode(r) for r in records + parts]
     load = assert_same_topics(values)
     assert load is not None and load.replayed == 0
+    check_blocks(load.image)
     assert load.image.get_partition(uid(2), 5).replicas == (7, 8, 9)
     assert len(load.image.get_topic(uid(3)).partitions) == 0
     assert list(load.image.get_topic(uid(1)).partitions) == [0, 1, 2, 5, 9]
