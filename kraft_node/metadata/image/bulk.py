@@ -223,11 +223,6 @@ class _Prefix:
     fallback: str | None            # why the input must take the record-at-a-time path
 
 
-def _first_not_frame(fr: FramedRecords, lo: int, hi: int) -> int:
-    bad = np.flatnonzero(fr.api_key[lo:hi] == NOT_A_FRAME)
-    return lo + int(bad[0]) if len(bad) else hi
-
-
 def _names(table: RecordTypeColumns, fr: FramedRecords) -> list[str]:
     """Every TopicRecord's name as a str (one decode of the whole buffer when it is ASCII)."""
     col = table["name"]
