@@ -367,14 +367,14 @@ class MetadataHistory:
     def _check_offset(self, offset: int, latest: int) -> None:
         """A clear error unless a snapshot is at ``offset`` or the log covers everything from the
         newest snapshot at or below it (or from offset 0) through ``offset``."""
+        snap = self._snapshot_at_or_below(offset)
+        if snap is not None and snap.last_offset == offset:
+            return  # (offset -1 too: a bootstrap snapshot, 0-0, is the state before any record)
         if offset < 0:
             raise MetadataHistoryError(f"offset {offset} is negative")
         if offset > latest:
             raise MetadataHistoryError(
                 f"offset {offset} is beyond the end of {self.name}: its last offset is {latest}")
-        snap = self._snapshot_at_or_below(offset)
-        if snap is not None and snap.last_offset == offset:
-            return
         start = snap.end_offset if snap is not None else 0
         bounds = self.log_bounds()
         if bounds is None or bounds[1] <= bounds[0]:
@@ -383,10 +383,14 @@ class MetadataHistory:
                 f"offset {offset} is not in {self.name}: it has no log records, only snapshot(s) at offset(s) {have}")
         log_start, log_end = bounds
         if log_start > start:
-            if snap is None:
+            if snap is None and offset < log_start:
                 raise MetadataHistoryError(
                     f"offset {offset} is below the log start offset {log_start} of {self.name} and no snapshot "
                     f"is at or below it")
+            if snap is None:
+                raise MetadataHistoryError(
+                    f"offset {offset} cannot be read: the log of {self.name} starts at offset {log_start}, not 0, "
+                    f"and no snapshot is at or below offset {offset} to start from")
             raise MetadataHistoryError(
                 f"offset {offset}: the log of {self.name} starts at offset {log_start}, after the newest snapshot "
                 f"at or below it (offset {snap.last_offset}): offsets {snap.end_offset}..{log_start - 1} are missing")
@@ -700,8 +704,7 @@ def iter_offsets(history: MetadataHistory) -> Iterator[int]:
     and tools that walk a whole history."""
     seen: set[int] = set()
     for s in history.snapshots:
-        if s.last_offset >= 0:
-            seen.add(s.last_offset)
+        seen.add(s.last_offset)
     bounds = history.log_bounds()
     if bounds is not None:
         seen.update(range(bounds[0], bounds[1]))

@@ -52,7 +52,14 @@ class InteractiveShell:
 
     # -- what commands ask of the shell --------------------------------------------------------
 
-    def screen_width(self) -> int:
+    def screen_width(self) -> int | None:
+        """The terminal's width for ``ls`` columns; None (one entry a line) when the output is not
+        a terminal, so piped output stays one name a line."""
+        try:
+            if not self.stdout.isatty():
+                return None
+        except (AttributeError, ValueError):
+            return None
         return shutil.get_terminal_size().columns
 
     def history(self, entries: int) -> list[tuple[int, str]]:
