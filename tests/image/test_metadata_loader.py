@@ -561,6 +561,21 @@ def test_a_bad_snapshot_record_is_a_fault_naming_its_index():
     assert loader.image is MetadataImage.EMPTY and loader.last_applied_offset() == -1
 
 
+def test_a_snapshot_reader_that_fails_stops_the_loader():
+    """A damaged snapshot (the reader raises while iterating) is Kafka's "unhandled fault"."""
+    class Damaged(MockSnapshotReader):
+        def __iter__(self):
+            yield batch(0, 3, [mv_record(MV_A)])
+            raise OSError("corrupt snapshot 00000000000000000100-0000000003: truncated frame at position 90")
+
+    loader, faults = new_loader("damaged", 0)
+    loader.handle_load_snapshot(Damaged(MetadataProvenance(99, 3, 0, True), []))
+    assert str(faults.first) == ("damaged: Unhandled fault in MetadataLoader#handleLoadSnapshot. Snapshot offset "
+                                 "was 99: corrupt snapshot 00000000000000000100-0000000003: truncated frame at "
+                                 "position 90")
+    assert loader.failure[0] == 99 and loader.image is MetadataImage.EMPTY
+
+
 def test_retry_of_initialization_on_an_event_queue():
     """Kafka retries initializing new publishers every 100 ms while catching up; with a queue the loader
     schedules the retry there, so a publisher is initialized when the high watermark becomes known even
