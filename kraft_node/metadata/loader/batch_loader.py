@@ -29,8 +29,8 @@ Differences from Kafka, on purpose:
 
 * **Abort discards at once.**  Kafka discards the transaction's records only when the commit
   ends in the ABORTED state; records that follow the Abort in the same commit (a new active
-  controller writes AbortTransaction then its own records in one batch) would publish the
-  aborted records with them.  Here the Abort replaces the delta by a fresh one over ``image``
+  controller may write AbortTransaction and then its activation records in one batch) would
+  publish the aborted records with them.  Here the Abort replaces the delta by a fresh one over ``image``
   (the state before the Begin), so only the records after the Abort remain.
 * **A fault stops the loader.**  Kafka reports a record that fails to decode or replay and goes
   on with the next one (so the image silently misses it).  Here the fault handler gets Kafka's
