@@ -33,7 +33,7 @@ from kraft_storage.messages import metadata as m
 from kraft_storage.messages.framing import decode_metadata_record, encode_metadata_record
 from kraft_storage.messages.runtime import MessageError, Uuid
 from kraft_storage.record import decode_records
-from kraft_storage.snapshot import RecordsSnapshotReader
+from kraft_storage.snapshot import BOOTSTRAP_SNAPSHOT_ID, RecordsSnapshotReader
 from kraft_storage.tools.gen_metadata_log import write_log
 
 FIXTURE_FILES = fixture_params("*.log", "*.checkpoint")
@@ -248,6 +248,20 @@ def test_kafka_fixture_image_written_back_loads_the_same(path: Path) -> None:
     assert load.replayed == 0 and load.cut == len(written)
     assert load.image == image.topics
     assert bulk.load_image_bulk(written, provenance=PROVENANCE, snapshot=True) == image
+
+
+@pytest.mark.parametrize("path", fixture_params("*.checkpoint"), ids=fixture_id)
+def test_a_checkpoint_file_loads_with_its_provenance(path: Path) -> None:
+    with RecordsSnapshotReader(Path(path)) as reader:
+        sid, ts = reader.snapshot_id or BOOTSTRAP_SNAPSHOT_ID, reader.last_contained_log_timestamp
+    values, _ = fixture_values(Path(path))
+    delta = MetadataDelta(MetadataImage.EMPTY)
+    for value in values:
+        delta.replay(decode_metadata_record(value)[2])
+    delta.finish_snapshot()
+    expected = delta.apply(MetadataProvenance(sid.end_offset - 1, sid.epoch, ts, True))
+    image = bulk.load_snapshot_file(path)
+    assert image == expected and image.provenance == expected.provenance
 
 
 def _image_records(image: MetadataImage) -> list[Any]:

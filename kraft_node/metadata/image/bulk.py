@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -84,9 +85,10 @@ from kraft_storage.messages.columns import RecordTypeColumns, decode_bodies
 from kraft_storage.messages.framing import decode_metadata_record
 from kraft_storage.messages.runtime import MessageError, Uuid
 from kraft_storage.record.columns import RecordColumns
+from kraft_storage.snapshot import BOOTSTRAP_SNAPSHOT_ID, RecordsSnapshotReader, SnapshotId
 
 __all__ = ["BulkLoadError", "FramedRecords", "IMPLEMENTATION", "TopicsLoad", "fold_topics", "framed_records",
-           "load_image_bulk", "load_topics_bulk"]
+           "load_image_bulk", "load_snapshot_file", "load_topics_bulk"]
 
 _frame = load("_frame")
 _objects = load("_bulk_objects", "kraft_node")
@@ -699,3 +701,18 @@ def load_image_bulk(source: Sequence[bytes] | RecordColumns | FramedRecords,
         # the topics are the fold's: the delta must neither apply nor (finish_snapshot) drop them
         delta.topics_delta = None
         return dataclasses.replace(delta.apply(provenance), topics=load.image)
+
+
+def load_snapshot_file(path: str | os.PathLike[str], image: MetadataImage = MetadataImage.EMPTY, *,
+                       snapshot_id: SnapshotId | None = None) -> MetadataImage:
+    """The image a ``.checkpoint`` file holds, loaded over ``image`` as a snapshot (what
+    ``handle_load_snapshot`` does with its records): the file's batches scanned and CRC-checked,
+    its records read as columns over the file's mmap (no bytes object per record), folded by
+    :func:`load_image_bulk`.  The provenance is the snapshot's: its end offset - 1, its epoch
+    (``snapshot_id``, else the file name's; a ``bootstrap.checkpoint`` is (0, 0)), the
+    header's last contained log timestamp, batch-aligned.  The image keeps nothing of the file
+    (the columns are decoded copies), so the file is closed on return."""
+    with RecordsSnapshotReader(path, snapshot_id=snapshot_id) as reader:
+        sid = reader.snapshot_id if reader.snapshot_id is not None else BOOTSTRAP_SNAPSHOT_ID
+        provenance = MetadataProvenance(sid.end_offset - 1, sid.epoch, reader.last_contained_log_timestamp, True)
+        return load_image_bulk(reader.records(), image, provenance=provenance, snapshot=True)
