@@ -18,8 +18,8 @@ What the log holds (a cluster's history, as a KRaft controller writes it):
   incarnation id and broker epoch), topic config changes (ConfigRecord), and
   new topics with their partitions.  Every event refers to a topic and
   partition that exist at that point, ISRs are subsets of the partition's
-  replicas, a broker epoch is the offset of the record that set it (as in
-  Kafka).
+  replicas, a broker epoch is the offset of the RegisterBrokerRecord that set
+  it (as in Kafka), and a fence or unfence names the broker's current epoch.
 * Raft leader elections: at some chunk boundaries the partition leader epoch
   of the batches goes up and a LeaderChange control batch is written.
 
@@ -42,6 +42,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 
 import numpy as np
 
@@ -189,6 +190,8 @@ class ClusterState:
     next_offset: int = 0
     epoch: int = 1            # Raft leader epoch
     time_ms: int = BASE_TIME_MS
+    #: each broker's epoch: the offset of its latest RegisterBrokerRecord (-1 before it registers)
+    broker_epochs: np.ndarray = dc_field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 class Patcher:
@@ -327,6 +330,21 @@ class Generator:
                     pt.put(tp, rows, "leader", reps[0][rows])
             else:
                 pt.put(tp, rows, "leader", np.choose(drop[rows], [r[rows] for r in reps]))
+        # broker epochs: a registration's is its own offset; a fence or unfence names the epoch of
+        # the broker's latest registration (Kafka's ClusterDelta refuses any other).  In log order:
+        # registrations are rare (0.4% of events), so a plain loop over these rows is cheap.
+        if len(s.broker_epochs) < s.brokers:
+            s.broker_epochs = np.concatenate([s.broker_epochs,
+                                              np.full(s.brokers - len(s.broker_epochs), -1, np.int64)])
+        life = np.flatnonzero(np.isin(tmpl, [tix["fence"], tix["unfence"], tix["register"]]))
+        life_epochs = np.empty(len(life), np.int64)
+        register = tix["register"]
+        for k, (row, t, b) in enumerate(zip(life.tolist(), tmpl[life].tolist(), brokers[ev[life]].tolist())):
+            if t == register:
+                s.broker_epochs[b] = offsets[row]
+            life_epochs[k] = s.broker_epochs[b]
+        epoch_of_row = np.zeros(n, np.int64)
+        epoch_of_row[life] = life_epochs
         for name in ("fence", "unfence", "register"):
             rows = np.flatnonzero(tmpl == tix[name])
             if not len(rows):
@@ -334,7 +352,7 @@ class Generator:
             tp = T[name]
             b = brokers[ev[rows]]
             pt.put(tp, rows, "broker", b)
-            pt.put(tp, rows, "epoch", offsets[rows])
+            pt.put(tp, rows, "epoch", epoch_of_row[rows])
             if name == "register":
                 pt.put(tp, rows, "incarnation", _uuid_bytes(offsets[rows], self.seed + 1))
                 pt.put(tp, rows, "log_dir", _uuid_bytes(b, self.seed + 2))

@@ -50,6 +50,7 @@ def test_history_is_valid_and_consistent(tmp_path):
     assert (np.diff(epochs) >= 0).all()
     replicas: dict = {}
     topics = {}
+    broker_epochs: dict = {}
     kinds = set()
     first_change = None
     for i in range(n):
@@ -72,9 +73,12 @@ def test_history_is_valid_and_consistent(tmp_path):
                 assert set(msg.isr) <= reps and len(msg.isr) >= 2
             if msg.leader != -2:
                 assert msg.leader in reps
-        elif msg.NAME in ("RegisterBrokerRecord", "BrokerRegistrationChangeRecord"):
+        elif msg.NAME == "RegisterBrokerRecord":
             assert 0 <= msg.broker_id < 6
             assert msg.broker_epoch == int(cols.offset[i])  # Kafka: the epoch is the record's offset
+            broker_epochs[msg.broker_id] = msg.broker_epoch
+        elif msg.NAME == "BrokerRegistrationChangeRecord":
+            assert broker_epochs[msg.broker_id] == msg.broker_epoch  # the broker's current epoch
         elif msg.NAME == "ConfigRecord":
             assert msg.resource_name in topics.values()
     assert {"NoOpRecord", "PartitionChangeRecord", "PartitionRecord", "TopicRecord", "ConfigRecord",
