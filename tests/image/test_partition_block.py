@@ -212,6 +212,27 @@ def test_check_names_the_bad_row() -> None:
         block.check([(2, 7)])
 
 
+def test_registrations_at_any_rows() -> None:
+    block = PartitionBlock.from_columns(decode(RECORDS), 1, 8)
+    one_by_one = [block.registration(i) for i in range(len(block))]
+    rows = [6, 0, 3, 3, 5, 1]
+    assert block.registrations_at(np.array(rows)) == [one_by_one[r] for r in rows]
+    assert block.registrations_at(np.zeros(0, np.int64)) == []
+    assert block.registrations(2, 5) == one_by_one[2:5]
+    with pytest.raises(IndexError, match="rows out of range"):
+        block.registrations_at(np.array([0, 7]))
+    with pytest.raises(ValueError, match="rows must be 1-d"):
+        block.registrations_at(np.zeros((2, 2), np.int64))
+
+
+def test_an_unchecked_bad_recovery_state_is_not_read_as_another() -> None:
+    cols = good_columns()
+    cols["leader_recovery_state"][1] = -1
+    block = PartitionBlock(**cols)
+    with pytest.raises(ValueError, match="leader_recovery_state other than 0 or 1"):
+        block.registrations()
+
+
 def test_row_index_out_of_range() -> None:
     block = PartitionBlock.from_registrations([0], expected(RECORDS[:1]))
     with pytest.raises(IndexError, match="row 1 out of range"):
@@ -262,6 +283,10 @@ def test_random_records_read_back_exactly(records, data) -> None:
     block.check([(0, len(block))])
     regs = expected(records[lo:hi])
     assert block.registrations() == regs
+    assert [block.registration(i) for i in range(len(block))] == regs
+    if regs:
+        rows = data.draw(st.lists(st.integers(0, len(regs) - 1), max_size=10))
+        assert block.registrations_at(np.array(rows, np.int64)) == [regs[r] for r in rows]
     again = PartitionBlock.from_registrations(block.partition_id.tolist(), regs)
     assert again.registrations() == regs
 

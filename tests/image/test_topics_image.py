@@ -624,6 +624,27 @@ def test_write_crosses_chunks() -> None:
     assert replay_all(TopicsDelta(TopicsImage.EMPTY), writer.records).apply() == image
 
 
+def test_write_a_block_backed_image_with_overrides() -> None:
+    """Block rows of many topics made in one call per chunk, merged with each topic's overrides
+    and new partitions, in partition-id order; two blocks in one image."""
+    image = big_image(topics=700, partitions=5)
+    other = TopicsImage.of([TopicImage(f"other-{t}", Uuid((t + 5000) << 64),
+                                       {p: new_partition([p, p + 1]) for p in (0, 3, 8)})
+                            for t in range(40)]).compacted()
+    for t in other.topics_by_id.values():
+        image = image.including(t)
+    records = [amv(m.PartitionChangeRecord(topic_id=Uuid(3 << 64), partition_id=1, isr=[1]), 2),
+               amv(m.PartitionRecord(topic_id=Uuid(3 << 64), partition_id=7, replicas=[1], isr=[1], leader=1), 2),
+               amv(m.PartitionRecord(topic_id=Uuid(5003 << 64), partition_id=5, replicas=[2], isr=[2], leader=2), 2)]
+    image = replay_all(TopicsDelta(image), records).apply()
+    for mv in (MetadataVersion.LATEST_PRODUCTION, MetadataVersion.IBP_3_7_IV1):
+        losses: list[str] = []
+        written = image_records(image, mv, losses.append)
+        assert written == expected_records(image, mv)
+        assert len(losses) == (3 * 40 if mv == MetadataVersion.IBP_3_7_IV1 else 0)
+    assert replay_all(TopicsDelta(TopicsImage.EMPTY), image_records(image)).apply() == image
+
+
 # ---------------------------------------------------------------------------------------------
 # Structural sharing and the two backings
 # ---------------------------------------------------------------------------------------------

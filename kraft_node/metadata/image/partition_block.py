@@ -46,6 +46,7 @@ from kraft_node.metadata.controller.replication_control import (
     LeaderRecoveryState,
     PartitionRegistration,
 )
+from kraft_storage.accel import load
 from kraft_storage.messages.runtime import Uuid
 
 __all__ = ["PartitionBlock", "LIST_COLUMNS", "SCALAR_COLUMNS"]
@@ -74,6 +75,13 @@ _RESERVED = {d.bytes: d for d in (DirectoryId.MIGRATING, DirectoryId.UNASSIGNED,
 #: registrations share them (bounded; cleared when full)
 _DIRECTORIES: dict[bytes, Uuid] = dict(_RESERVED)
 _MAX_CACHED_DIRECTORIES = 65_536
+#: MIGRATING per replica, by replica count (one shared tuple each)
+_MIGRATING_TUPLES: dict[int, tuple[Uuid, ...]] = {}
+_RECOVERY_OBJECTS = np.array(_RECOVERY, dtype=object)
+#: PartitionRegistration's slots in the order ``_registrations`` hands the kernel its columns
+_REG_SLOTS = ("replicas", "directories", "isr", "removing_replicas", "adding_replicas", "leader",
+              "leader_recovery_state", "leader_epoch", "partition_epoch", "elr", "last_known_elr")
+_objects = load("_bulk_objects", "kraft_node")
 _new_object = object.__new__
 _set = object.__setattr__
 
@@ -85,6 +93,13 @@ def _directory(raw: bytes) -> Uuid:
             _DIRECTORIES.clear()
             _DIRECTORIES.update(_RESERVED)
         found = _DIRECTORIES[raw] = Uuid(raw)
+    return found
+
+
+def _migrating(n: int) -> tuple[Uuid, ...]:
+    found = _MIGRATING_TUPLES.get(n)
+    if found is None:
+        found = _MIGRATING_TUPLES[n] = DirectoryId.migrating_tuple(n)
     return found
 
 
@@ -291,57 +306,75 @@ class PartitionBlock:
         return reg
 
     def registrations(self, start: int = 0, stop: int | None = None) -> list[PartitionRegistration]:
-        """Rows ``start .. stop - 1`` as registrations (see :meth:`registration`): one numpy
-        call per column for the whole range, so a topic's partitions cost a few µs each."""
+        """Rows ``start .. stop - 1`` as registrations (see :meth:`registration`), made in bulk
+        (:meth:`registrations_at`)."""
         stop = self._n if stop is None else stop
         if not 0 <= start <= stop <= self._n:
             raise IndexError(f"PartitionBlock rows {start}..{stop} out of range (0..{self._n})")
-        return self._registrations(start, stop)
+        return self._registrations(None, start, stop)
 
-    def _lists(self, name: str, start: int, stop: int) -> list[tuple[int, ...]]:
-        offsets: list[int] = getattr(self, name + "_offsets")[start:stop + 1].tolist()
-        lo, hi = offsets[0], offsets[-1]
-        if lo == hi:
-            return [()] * (stop - start)
-        values: list[int] = getattr(self, name)[lo:hi].tolist()
-        return [tuple(values[a - lo:b - lo]) for a, b in zip(offsets, offsets[1:])]
+    def registrations_at(self, rows: npt.NDArray[np.integer[Any]]) -> list[PartitionRegistration]:
+        """The given rows (any order, repeats allowed) as registrations: a few numpy calls per
+        column for all of them, the tuples and the objects made by the ``_bulk_objects`` kernel
+        (about a microsecond a registration, whatever the number of topics the rows belong to).
+        The registrations are untracked by the cyclic collector (immutable ints and Uuids)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.ndim != 1:
+            raise ValueError(f"PartitionBlock.registrations_at: rows must be 1-d, got shape {rows.shape}")
+        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= self._n):
+            raise IndexError(f"PartitionBlock rows out of range (0..{self._n - 1})")
+        return self._registrations(rows, 0, 0)
 
-    def _registrations(self, start: int, stop: int) -> list[PartitionRegistration]:
-        replicas = self._lists("replicas", start, stop)
-        isr = self._lists("isr", start, stop)
-        removing = self._lists("removing", start, stop)
-        adding = self._lists("adding", start, stop)
-        elr = self._lists("elr", start, stop)
-        last_known = self._lists("last_known_elr", start, stop)
-        doffs: list[int] = self.directories_offsets[start:stop + 1].tolist()
-        dirs = self.directories
-        leaders: list[int] = self.leader[start:stop].tolist()
-        leader_epochs: list[int] = self.leader_epoch[start:stop].tolist()
-        partition_epochs: list[int] = self.partition_epoch[start:stop].tolist()
-        states: list[int] = self.leader_recovery_state[start:stop].tolist()
-        out: list[PartitionRegistration] = []
-        for i in range(stop - start):
-            reps = replicas[i]
-            a, b = doffs[i], doffs[i + 1]
-            if a == b:
-                directories: tuple[Uuid, ...] = DirectoryId.migrating_tuple(len(reps))
-            else:
-                raw = dirs[a:b].tobytes()
-                directories = tuple(_directory(raw[k:k + 16]) for k in range(0, len(raw), 16))
-            reg = _new_object(PartitionRegistration)
-            _set(reg, "replicas", reps)
-            _set(reg, "directories", directories)
-            _set(reg, "isr", isr[i])
-            _set(reg, "removing_replicas", removing[i])
-            _set(reg, "adding_replicas", adding[i])
-            _set(reg, "leader", leaders[i])
-            _set(reg, "leader_recovery_state", _RECOVERY[states[i]])
-            _set(reg, "leader_epoch", leader_epochs[i])
-            _set(reg, "partition_epoch", partition_epochs[i])
-            _set(reg, "elr", elr[i])
-            _set(reg, "last_known_elr", last_known[i])
-            out.append(reg)
-        return out
+    def _gather(self, name: str, rows: Any, start: int, stop: int) -> tuple[np.ndarray, Any]:
+        """(offsets from 0 of the selected rows' lists, the positions of their values): a slice
+        for a contiguous range, an index array otherwise."""
+        offsets = getattr(self, name + "_offsets")
+        if rows is None:
+            o = offsets[start:stop + 1].astype(np.int64)
+            return o - o[0], slice(int(o[0]), int(o[-1]))
+        lo = offsets[rows].astype(np.int64)
+        lens = offsets[rows + 1].astype(np.int64) - lo
+        new = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(lens, out=new[1:])
+        return new, np.arange(int(new[-1]), dtype=np.int64) - np.repeat(new[:-1] - lo, lens)
+
+    def _tuples(self, name: str, rows: Any, start: int, stop: int, m: int) -> list[tuple[Any, ...]]:
+        new, where = self._gather(name, rows, start, stop)
+        if new[-1] == 0:
+            return [()] * m
+        values: list[Any] = getattr(self, name)[where].tolist()
+        result: list[tuple[Any, ...]] = _objects.tuples(new, values, True)
+        return result
+
+    def _registrations(self, rows: Any, start: int, stop: int) -> list[PartitionRegistration]:
+        m = stop - start if rows is None else len(rows)
+        if m == 0:
+            return []
+        pick: Any = slice(start, stop) if rows is None else rows
+        replicas = self._tuples("replicas", rows, start, stop, m)
+        new, where = self._gather("directories", rows, start, stop)
+        if new[-1] == 0:
+            directories: list[tuple[Uuid, ...]] = [_migrating(len(r)) for r in replicas]
+        else:
+            raw = np.ascontiguousarray(self.directories[where])
+            keys = raw.view(np.dtype((np.void, 16))).ravel()
+            uniq, inverse = np.unique(keys, return_inverse=True)
+            objs = np.array([_directory(u.tobytes()) for u in uniq] + [None], dtype=object)[:-1]
+            directories = _objects.tuples(new, objs[inverse.ravel()].tolist(), True)
+            lens = np.diff(new)
+            for i in np.flatnonzero(lens == 0).tolist():
+                directories[i] = _migrating(len(replicas[i]))
+        states = self.leader_recovery_state[pick]
+        if int(states.min()) < 0 or int(states.max()) > 1:
+            raise ValueError("PartitionBlock: a leader_recovery_state other than 0 or 1 among the rows read "
+                             "(check() names it)")
+        columns = (replicas, directories, self._tuples("isr", rows, start, stop, m),
+                   self._tuples("removing", rows, start, stop, m), self._tuples("adding", rows, start, stop, m),
+                   self.leader[pick].tolist(), _RECOVERY_OBJECTS[states].tolist(),
+                   self.leader_epoch[pick].tolist(), self.partition_epoch[pick].tolist(),
+                   self._tuples("elr", rows, start, stop, m), self._tuples("last_known_elr", rows, start, stop, m))
+        result: list[PartitionRegistration] = _objects.new_objects(PartitionRegistration, _REG_SLOTS, columns, True)
+        return result
 
     def iter_rows(self, start: int = 0, stop: int | None = None,
                   chunk: int = 4096) -> Iterator[tuple[int, PartitionRegistration]]:
@@ -350,7 +383,7 @@ class PartitionBlock:
         stop = self._n if stop is None else stop
         for a in range(start, stop, chunk):
             b = min(stop, a + chunk)
-            yield from zip(self.partition_id[a:b].tolist(), self._registrations(a, b))
+            yield from zip(self.partition_id[a:b].tolist(), self._registrations(None, a, b))
 
     # -- validation ----------------------------------------------------------------------
     def check(self, ranges: Iterable[tuple[int, int]] | None = None) -> None:

@@ -115,6 +115,8 @@ _new_object = object.__new__
 _objects = load("_bulk_objects", "kraft_node")
 _PARTITIONS_SLOTS = ("_block", "_start", "_stop", "_overrides", "_extra", "_dense")
 _TOPIC_SLOTS = ("_name", "_topic_id", "_partitions")
+#: FramedRecord's slots (ApiMessageAndVersion's, and its encoded value), as the controller's writer makes them
+_FRAMED_SLOTS = ("version", "_value", "message")
 _NO_OVERRIDES: dict[int, PartitionRegistration] = {}
 _EMPTY_BLOCK_ROWS = (None, 0, 0)
 
@@ -267,11 +269,16 @@ class TopicPartitions(Mapping[int, PartitionRegistration]):
 
     def items(self) -> Iterator[tuple[int, PartitionRegistration]]:  # type: ignore[override]
         """(partition id, registration) in partition-id order; block rows made in bulk."""
+        regs = [] if self._block is None else self._block.registrations(self._start, self._stop)
+        return self._items_over(regs)
+
+    def _items_over(self, block_regs: list[PartitionRegistration]) -> Iterator[tuple[int, PartitionRegistration]]:
+        """``items()`` given the block rows' registrations (made by the caller, maybe in bulk
+        with other topics')."""
         overrides = self._overrides
-        block_items: Iterable[tuple[int, PartitionRegistration]] = ()
-        if self._block is not None:
-            regs = self._block.registrations(self._start, self._stop)
-            block_items = ((p, overrides.get(p) or r) for p, r in zip(self._block_pids(), regs))
+        block_items: Iterable[tuple[int, PartitionRegistration]] = zip(self._block_pids(), block_regs)
+        if overrides:
+            block_items = ((p, overrides.get(p) or r) for p, r in block_items)
         if not self._extra:
             return iter(block_items)
         return heapq.merge(block_items, ((p, overrides[p]) for p in self._extra), key=_first)
@@ -601,23 +608,12 @@ class _TranslatedView(Mapping[Any, Any]):
 # ---------------------------------------------------------------------------------------------
 
 def _write_topics(topics: Iterable[TopicImage], writer: ImageWriter, options: ImageWriterOptions) -> None:
-    mv = options.metadata_version
-    version = mv.partition_record_version()
-    chunk: list[tuple[TopicImage, list[int], list[PartitionRegistration]]] = []
+    version = options.metadata_version.partition_record_version()
+    chunk: list[TopicImage] = []
     size = 0
     for topic in topics:
-        pids: list[int] = []
-        regs: list[PartitionRegistration] = []
-        for pid, reg in topic.partitions.items():
-            if version == 0 and reg.directories[0:1] and any(d != _MIGRATING for d in reg.directories):
-                options.handle_loss(DIRECTORY_LOSS)
-                reg = dataclasses.replace(reg, directories=DirectoryId.migrating_tuple(len(reg.replicas)))
-            if version < 2 and (reg.elr or reg.last_known_elr):
-                options.handle_loss(ELR_LOSS)
-            pids.append(pid)
-            regs.append(reg)
-        chunk.append((topic, pids, regs))
-        size += len(pids) + 1
+        chunk.append(topic)
+        size += len(topic._partitions) + 1
         if size >= WRITE_CHUNK:
             _write_chunk(chunk, writer, options, version)
             chunk, size = [], 0
@@ -625,24 +621,58 @@ def _write_topics(topics: Iterable[TopicImage], writer: ImageWriter, options: Im
         _write_chunk(chunk, writer, options, version)
 
 
-def _write_chunk(chunk: list[tuple[TopicImage, list[int], list[PartitionRegistration]]], writer: ImageWriter,
-                 options: ImageWriterOptions, version: int) -> None:
+def _block_registrations(chunk: list[TopicImage]) -> list[list[PartitionRegistration]]:
+    """Each topic's block rows as registrations, made with one ``registrations_at`` call per block
+    for the whole chunk (a call per topic costs more than its ten rows)."""
+    out: list[list[PartitionRegistration]] = [[] for _ in chunk]
+    by_block: dict[int, tuple[PartitionBlock, list[int]]] = {}
+    for i, topic in enumerate(chunk):
+        parts = topic._partitions
+        if parts._block is not None and parts._stop > parts._start:
+            by_block.setdefault(id(parts._block), (parts._block, []))[1].append(i)
+    for block, members in by_block.values():
+        spans = [(chunk[i]._partitions._start, chunk[i]._partitions._stop) for i in members]
+        lens = np.array([e - s for s, e in spans], np.int64)
+        firsts = np.array([s for s, _ in spans], np.int64)
+        ends = np.cumsum(lens)
+        rows = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(firsts - (ends - lens), lens)
+        regs = block.registrations_at(rows)
+        at = 0
+        for i, n in zip(members, lens.tolist()):
+            out[i] = regs[at:at + n]
+            at += n
+    return out
+
+
+def _write_chunk(chunk: list[TopicImage], writer: ImageWriter, options: ImageWriterOptions, version: int) -> None:
     topic_ids: list[Uuid] = []
     tid_bytes: list[bytes] = []
     pids: list[int] = []
     regs: list[PartitionRegistration] = []
-    for topic, p, r in chunk:
-        topic_ids += [topic.topic_id] * len(p)
-        tid_bytes += [topic.topic_id.bytes] * len(p)
-        pids += p
-        regs += r
+    counts: list[int] = []
+    for topic, block_regs in zip(chunk, _block_registrations(chunk)):
+        n = 0
+        for pid, reg in topic._partitions._items_over(block_regs):
+            if version == 0 and reg.directories[0:1] and any(d != _MIGRATING for d in reg.directories):
+                options.handle_loss(DIRECTORY_LOSS)
+                reg = dataclasses.replace(reg, directories=DirectoryId.migrating_tuple(len(reg.replicas)))
+            if version < 2 and (reg.elr or reg.last_known_elr):
+                options.handle_loss(ELR_LOSS)
+            pids.append(pid)
+            regs.append(reg)
+            n += 1
+        counts.append(n)
+        topic_ids += [topic._topic_id] * n
+        tid_bytes += [topic._topic_id.bytes] * n
     values = encode_partition_records(topic_ids, pids, regs, options.metadata_version, topic_id_bytes=tid_bytes)
+    records: list[FramedRecord] = _objects.new_objects(FramedRecord, _FRAMED_SLOTS,
+                                                       ([version] * len(values), values, [None] * len(values)), True)
     at = 0
-    for topic, p, _r in chunk:
-        writer.write(ApiMessageAndVersion(m.TopicRecord(name=topic.name, topic_id=topic.topic_id), 0))
-        for value in values[at:at + len(p)]:
-            writer.write(FramedRecord(value, version))
-        at += len(p)
+    for topic, n in zip(chunk, counts):
+        writer.write(ApiMessageAndVersion(m.TopicRecord(name=topic._name, topic_id=topic._topic_id), 0))
+        for record in records[at:at + n]:
+            writer.write(record)
+        at += n
 
 
 # ---------------------------------------------------------------------------------------------
