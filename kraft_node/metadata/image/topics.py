@@ -240,10 +240,16 @@ class TopicPartitions(Mapping[int, PartitionRegistration]):
         return self._block.registration(row)
 
     def get(self, pid: int, default: Any = None) -> Any:
-        try:
-            return self[pid]
-        except KeyError:
+        reg = self._overrides.get(pid)
+        if reg is not None:
+            return reg
+        if type(pid) is not int:
             return default
+        row = self._row(pid)
+        if row < 0:
+            return default
+        assert self._block is not None
+        return self._block.registration(row)
 
     def __contains__(self, pid: object) -> bool:
         if pid in self._overrides:
