@@ -50,8 +50,18 @@ Replay semantics follow Kafka 4.x (``TopicsDelta.java``/``TopicDelta.java``):
 
 ``local_changes(broker_id)`` is Kafka's ``localChanges``: the partitions this broker stops
 hosting, leads (newly or with a new partition epoch), follows, and the directory each changed
-local replica is in.  One deliberate difference: a directory counts as changed when its value
-changes (Kafka compares the Uuid objects by reference, so it also reports restated equal ids).
+local replica is in.
+
+Where this differs from Kafka, on purpose (each on input Kafka's controller never writes, or
+where Kafka's behaviour is an accident):
+
+* a PartitionRecord or PartitionChangeRecord for a topic nobody has, or that this delta deleted,
+  is a :class:`ReplayError` naming the record's topic id and partition (Kafka fails with a
+  NullPointerException, or brings the deleted topic back);
+* a TopicRecord taking a live topic's name, or renaming a live id, fails at ``apply`` (above);
+* a directory counts as changed in ``local_changes`` when its value changes (Kafka compares the
+  Uuid objects by reference, so it also reports a restated equal id);
+* ELR written below 4.0-IV1 is a loss (below), not dropped silently.
 
 Writing (``TopicsImage.write``): topics sorted by name, each its TopicRecord (v0) then its
 PartitionRecords sorted by partition id, at ``metadata_version.partition_record_version()``:
