@@ -695,6 +695,7 @@ def test_interactive_session(session):
     assert command(c, "history").splitlines()[0] == "    0  ls"
     # Ctrl-C abandons the line; Ctrl-D or exit ends the shell
     c.send("ls /ima")
+    c.expect_exact("ls /ima")  # typed (readline is back waiting for a key, as for a person)
     c.sendcontrol("c")
     c.expect_exact("^C")
     c.expect_exact(">> ")
