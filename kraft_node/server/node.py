@@ -48,6 +48,7 @@ from kraft_node.raft.io.driver import DriverError, RaftDriver, dir_uuid
 from kraft_node.raft.messages import Endpoint, ReplicaKey
 from kraft_node.server.config import NodeConfig
 from kraft_node.server.controller import ControllerRegistrationManager, ControllerServer, NodeControllerSettings
+from kraft_node.server.metadata import NodeMetadata
 from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
 from kraft_storage.meta_properties import is_kafka_uuid, read_meta_properties
@@ -59,7 +60,8 @@ class KraftNode:
     """One KRaft node: the Raft driver behind the node's listener.  See the module doc."""
 
     def __init__(self, config: NodeConfig, driver: RaftDriver, *, dir_locks: DirLocks | None = None,
-                 controller: ControllerServer | None = None, metrics: NodeMetrics | None = None):
+                 controller: ControllerServer | None = None, metrics: NodeMetrics | None = None,
+                 metadata: NodeMetadata | None = None):
         self.config = config
         self.driver = driver
         self.node_id = config.node_id
@@ -75,6 +77,10 @@ class KraftNode:
         #: ``kraft.metrics.listener`` when set; ``metrics_address`` is the bound address
         self.metrics = metrics if metrics is not None else NodeMetrics(driver)
         self.metrics_address: tuple[str, int] | None = None
+        #: the metadata loader and its publishers (the image), when the node runs the metadata system
+        self.metadata = metadata
+        if metadata is not None:
+            metadata.set_on_fatal(self._controller_fault)
         self.register(driver.handlers())
         self.register({int(ApiKeys.DESCRIBE_CLUSTER): self._handle_describe_cluster})
         if controller is not None:
@@ -125,10 +131,21 @@ class KraftNode:
                                 advertise=config.is_controller, client_ssl_context=client_ssl, rng=rng,
                                 leader_flush=leader_flush, follower_flush=follower_flush)
             ctl = None
+            metadata = None
             metrics = NodeMetrics(driver)
-            if controller and config.is_controller:
+            if controller:
                 try:
-                    ctl = _build_controller(config, driver, ControllerMetrics(metrics.registry))
+                    if _holds_opaque_records(driver.log):
+                        log.info("node %d: %s holds records that are not metadata records (written by "
+                                 "--demo-writer); running Raft only, without the controller", config.node_id,
+                                 config.metadata_partition_dir)
+                    else:
+                        if config.is_controller:
+                            ctl = _build_controller(config, driver, ControllerMetrics(metrics.registry))
+                        # after the controller: the loader is the driver's second listener
+                        metadata = NodeMetadata(driver, metrics.registry, node_id=config.node_id,
+                                                is_controller=config.is_controller,
+                                                is_broker="broker" in config.roles)
                 except BaseException:
                     driver.log.close()  # the driver opened it; nothing else is running yet
                     raise
@@ -136,7 +153,7 @@ class KraftNode:
             if own is not None:
                 own.release()
             raise
-        return cls(config, driver, dir_locks=own, controller=ctl, metrics=metrics)
+        return cls(config, driver, dir_locks=own, controller=ctl, metrics=metrics, metadata=metadata)
 
     def register(self, handlers: dict[int, Callable]) -> None:
         """Add ``api key -> handler`` routes before :meth:`start` (the listener serves, and
@@ -162,6 +179,8 @@ class KraftNode:
                 await self.server.start()
             if self.controller is not None:
                 self.controller.start()  # on this loop, before the driver's first poll
+            if self.metadata is not None:
+                self.metadata.start()
             await self.driver.start()
             self.metrics_address = await self.metrics.start(self.config.metrics_listener)
             if self.metrics_address is not None:
@@ -239,6 +258,8 @@ class KraftNode:
         finally:
             try:
                 try:
+                    if self.metadata is not None:
+                        self.metadata.close()
                     await self.metrics.close()
                 finally:
                     if self.server is not None:
@@ -312,12 +333,8 @@ _CONTROLLER_ENDPOINT = 2
 
 def _build_controller(config: NodeConfig, driver: RaftDriver,
                       metrics: ControllerMetrics | None = None) -> ControllerServer | None:
-    """The node's controller, or None when the metadata log holds records that are not
-    metadata records (a Raft-only log, see the module doc)."""
-    if _holds_opaque_records(driver.log):
-        log.info("node %d: %s holds records that are not metadata records (written by --demo-writer); "
-                 "running Raft only, without the controller", config.node_id, config.metadata_partition_dir)
-        return None
+    """The node's controller (the caller has checked that the metadata log holds only
+    metadata records: a Raft-only log runs no controller, see the module doc)."""
     settings = NodeControllerSettings(config.controller_settings, [v.id for v in config.voters],
                                       static_config=config.props)
     server = ControllerServer(node_id=config.node_id, cluster_id=driver.cluster_id, raft=driver,
