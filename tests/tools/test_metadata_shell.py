@@ -595,6 +595,21 @@ def test_bad_input_is_one_line_and_non_zero(tmp_path, fixtures_dir):
     assert rc == 1 and "not a directory (use --snapshot for a file)" in err
 
 
+def test_log_dir_of_and_separator(tmp_path, fixtures_dir):
+    """Kafka's testParentParent: the lock lives two levels above a snapshot file (the root's is the root)."""
+    assert shell_main._log_dir_of(Path("/")) == Path("/")
+    f = tmp_path / "__cluster_metadata-0" / "x.checkpoint"
+    f.parent.mkdir()
+    f.write_bytes(b"")
+    assert shell_main._log_dir_of(f) == tmp_path.resolve()
+    assert shell_main._log_dir_of(f.parent) == tmp_path.resolve()
+    assert shell_main._log_dir_of(tmp_path) == tmp_path.resolve()
+    d = str(fixtures_dir / "kafka-4.0.0-combined-single-node")
+    assert shell("-d", d, "--", "ls", "/") == (0, "image\nlocal\n", "")
+    rc, out, err = shell("-d", d, "ls", "-l")
+    assert (rc, out, err) == (1, "", "ls: unrecognized arguments: -l\n")
+
+
 def test_corrupt_segment_end_to_end(tmp_path, fixtures_dir):
     """A real process: one line on stderr naming the file and position, exit 1, no traceback."""
     src = fixtures_dir / "kafka-3.7.0-combined-single-node" / "__cluster_metadata-0" / f"{0:020d}.log"

@@ -123,6 +123,8 @@ def run(args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO |
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command[:1] == ["--"]:  # ``kraft-metadata-shell -d D -- ls -x``: the separator is not a word
+        args.command = args.command[1:]
     try:
         rc = run(args)
         sys.stdout.flush()
