@@ -16,16 +16,11 @@ Modes (each run in a fresh subprocess, so the kernels' choice and the heap start
 A run times the whole replay, from the segment files (mmap'd, in the page cache after the first
 run) to the final image: batch scan, columnar decode, the fold, ``apply``.  It reports records/s
 (every record of the log, control records and NoOps included, as the target counts them) and,
-for ``native``, the split between reading+decoding and folding+applying.  The JSON holds each
+for the fold modes, the split between the fold (read, decode, fold: ``fold_log``) and ``apply``.  The JSON holds each
 run, the median per (size, mode), the machine's load and the commit.
 
-The logs: ``kraft-gen-metadata-log --records N --seed 1`` writes BrokerRegistrationChange
-records whose broker epoch is their own offset, where Kafka's ``ClusterDelta`` (and the image's)
-checks the epoch of the broker's registration, so no image replays those logs (the
-record-at-a-time path stops at offset 14).  Until the generator is fixed, this benchmark writes
-the same log with that one field corrected (:class:`ValidEpochGenerator`: each fence/unfence
-names the epoch of the broker's current registration), into ``/tmp/kraft-replay-<N>`` unless
-``--log-dir`` says otherwise; everything else is the generator's, byte for byte.
+The logs: ``kraft-gen-metadata-log --records N --seed 1 --out /tmp/gen<N>`` (``/tmp/gen1m``,
+``/tmp/gen10m``), written when missing (``--log-dir`` names another).
 """
 from __future__ import annotations
 
@@ -39,8 +34,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -48,52 +41,16 @@ if str(REPO) not in sys.path:
 from kraft_storage.tools import gen_metadata_log as gen  # noqa: E402
 
 
-class ValidEpochGenerator(gen.Generator):
-    """The generator with one fix: a fence/unfence record (BrokerRegistrationChangeRecord) names
-    the epoch of the broker's current registration (the offset of its last RegisterBrokerRecord),
-    as a controller writes it, instead of its own offset."""
-
-    def __init__(self, seed: int = 0, brokers: int = 12, initial_topics: int = 100) -> None:
-        super().__init__(seed, brokers, initial_topics)
-        self._epochs: dict[int, int] = {}
-
-    def chunk(self, n_events: int, rng: Any, bootstrap: bool = False) -> Any:
-        data, off, ts, names = super().chunk(n_events, rng, bootstrap)
-        first = self.state.next_offset           # chunk() is called with the chunk's first offset here
-        broker_at = self.templates["register"].patches["broker"][0]
-        epoch_at = {n: self.templates[n].patches["epoch"][0] for n in ("fence", "unfence")}
-        rows = np.flatnonzero(np.isin(names, ["register", "fence", "unfence"]))
-        if not len(rows):
-            return data, off, ts, names
-        starts = off[rows].astype(np.int64)
-        raw = np.stack([data[starts + broker_at + k] for k in range(4)], axis=1).astype(np.uint8)
-        brokers = raw.view(">i4").reshape(-1).tolist()
-        epochs = self._epochs
-        for row, start, broker, name in zip(rows.tolist(), starts.tolist(), brokers, names[rows].tolist()):
-            if name == "register":
-                epochs[broker] = first + row
-            else:
-                at = start + epoch_at[name]
-                data[at:at + 8] = np.frombuffer(epochs[broker].to_bytes(8, "big"), np.uint8)
-        return data, off, ts, names
-
-
-def write_valid_log(out: str, records: int, seed: int = 1) -> list[str]:
-    """``gen.write_log`` with :class:`ValidEpochGenerator` (same arguments, same layout)."""
-    original = gen.Generator
-    gen.Generator = ValidEpochGenerator  # type: ignore[misc]
-    try:
-        return gen.write_log(out, records, seed=seed)
-    finally:
-        gen.Generator = original  # type: ignore[misc]
+def _default_dir(records: int) -> str:
+    return f"/tmp/gen{records // 1_000_000}m" if records % 1_000_000 == 0 else f"/tmp/gen{records}"
 
 
 def ensure_log(records: int, log_dir: str | None, seed: int = 1) -> str:
-    path = log_dir or f"/tmp/kraft-replay-{records}"
-    done = Path(path) / ".complete"
-    if not done.exists():
-        write_valid_log(path, records, seed)
-        done.write_text(f"{records} records, seed {seed}, fence/unfence epochs corrected\n")
+    """The log of ``records`` records (written by the generator when its directory has no segment)."""
+    path = log_dir or _default_dir(records)
+    segments = Path(path) / "__cluster_metadata-0"
+    if not (segments.is_dir() and any(segments.glob("*.log"))):
+        gen.write_log(path, records, seed=seed)
     return path
 
 
