@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from kraft_storage.messages.runtime import GeneratedMessage
 
-__all__ = ["TWINS", "BulkObjectsKernel", "PlacementKernel", "RpcFetchCodec", "RpcHeadersCodec"]
+__all__ = ["TWINS", "BulkObjectsKernel", "ImageBulkKernel", "PlacementKernel", "RpcFetchCodec", "RpcHeadersCodec"]
 
 
 class ApiMessage(GeneratedMessage, Protocol):
@@ -87,9 +87,18 @@ class BulkObjectsKernel(Protocol):
         """Entries grouped by key then topic, or None when a key's topics are not in order."""
 
 
+class ImageBulkKernel(Protocol):
+    """``_image_bulk``: record values joined into one buffer for the columnar decoder (caller:
+    ``kraft_node.metadata.image.bulk``; contract in ``kraft_node/_pure/_image_bulk.py``)."""
+
+    def join_values(self, values: Any) -> tuple[bytes, Any, Any]:
+        """``(data, value_pos int64[n], value_len int32[n])`` of a list or tuple of bytes-like values."""
+
+
 TWINS: dict[str, type] = {
     "_placement": PlacementKernel,
     "_bulk_objects": BulkObjectsKernel,
+    "_image_bulk": ImageBulkKernel,
     "_rpc_headers": RpcHeadersCodec,
     "_rpc_fetch": RpcFetchCodec,
 }
