@@ -64,7 +64,6 @@ The cyclic collector is paused while the image is built (the objects made have n
 """
 from __future__ import annotations
 
-import dataclasses
 import gc
 import os
 from collections.abc import Iterator, Sequence
@@ -87,8 +86,8 @@ from kraft_storage.messages.runtime import MessageError, Uuid
 from kraft_storage.record.columns import RecordColumns
 from kraft_storage.snapshot import BOOTSTRAP_SNAPSHOT_ID, RecordsSnapshotReader, SnapshotId
 
-__all__ = ["BulkLoadError", "FramedRecords", "IMPLEMENTATION", "TopicsLoad", "fold_topics", "framed_records",
-           "load_image_bulk", "load_snapshot_file", "load_topics_bulk"]
+__all__ = ["BulkLoadError", "FramedRecords", "IMPLEMENTATION", "TopicsLoad", "bulk_delta", "fold_topics",
+           "framed_records", "load_image_bulk", "load_snapshot_file", "load_topics_bulk"]
 
 _frame = load("_frame")
 _objects = load("_bulk_objects", "kraft_node")
@@ -672,15 +671,24 @@ def load_image_bulk(source: Sequence[bytes] | RecordColumns | FramedRecords,
                     snapshot: bool = False) -> MetadataImage:
     """The image after every record of ``source``: equal to ``MetadataDelta(image)`` with each
     record replayed in order, then (``snapshot``) ``finish_snapshot()``, then
-    ``apply(provenance)`` (tests: every Kafka fixture, generated logs).  The topics come from
-    :func:`fold_topics`; every other record is decoded the typed way and replayed into the
-    MetadataDelta (a snapshot's thousands of configs and brokers cost little next to its
-    partitions), and where a RemoveTopicRecord was, the topic's configs are dropped, as
-    ``MetadataDelta`` routes it.  The caller gives whole transactions (the loader's business,
-    as for ``MetadataDelta.replay``)."""
+    ``apply(provenance)`` (tests: every Kafka fixture, generated logs).  See :func:`bulk_delta`."""
+    return bulk_delta(source, image, snapshot=snapshot).apply(provenance)
+
+
+def bulk_delta(source: Sequence[bytes] | RecordColumns | FramedRecords,
+               image: MetadataImage = MetadataImage.EMPTY, *, snapshot: bool = False) -> MetadataDelta:
+    """The MetadataDelta of every record of ``source`` over ``image`` (finished as a snapshot when
+    ``snapshot``), ready to ``apply``: what the loader hands its publishers.  The topics come from
+    :func:`fold_topics`, taken by :meth:`MetadataDelta.replace_topics`; every other record is
+    decoded the typed way and replayed into the delta (a snapshot's thousands of configs and
+    brokers cost little next to its partitions), and where a RemoveTopicRecord was, the topic's
+    configs are dropped, as ``MetadataDelta`` routes it.  The caller gives whole transactions
+    (the loader's business, as for ``MetadataDelta.replay``).  Errors: :class:`BulkLoadError`
+    naming the record's index (and offset when known)."""
     fr = framed_records(source)
     load = fold_topics(fr, image.topics, snapshot=snapshot)
     delta = MetadataDelta(image)
+    delta.replace_topics(load.image)
     removed = dict(load.removed)
     keys = fr.api_key
     others = (keys != CONTROL) & ~np.isin(keys, list(TOPIC_TYPES - {REMOVE_TOPIC_RECORD}))
@@ -698,9 +706,7 @@ def load_image_bulk(source: Sequence[bytes] | RecordColumns | FramedRecords,
                 raise BulkLoadError(r, fr.offset(r), exc) from exc
         if snapshot:
             delta.finish_snapshot()
-        # the topics are the fold's: the delta must neither apply nor (finish_snapshot) drop them
-        delta.topics_delta = None
-        return dataclasses.replace(delta.apply(provenance), topics=load.image)
+    return delta
 
 
 def load_snapshot_file(path: str | os.PathLike[str], image: MetadataImage = MetadataImage.EMPTY, *,

@@ -129,7 +129,7 @@ class MetadataDelta:
 
     __slots__ = ("image", "features_delta", "cluster_delta", "topics_delta", "configs_delta",
                  "client_quotas_delta", "producer_ids_delta", "acls_delta", "scram_delta",
-                 "delegation_token_delta")
+                 "delegation_token_delta", "replaced_topics")
 
     def __init__(self, image: MetadataImage) -> None:
         self.image = image
@@ -142,6 +142,10 @@ class MetadataDelta:
         self.acls_delta: AclsDelta | None = None
         self.scram_delta: ScramDelta | None = None
         self.delegation_token_delta: DelegationTokenDelta | None = None
+        #: the topics image the bulk path folded (``kraft_node.metadata.image.bulk``): ``apply``
+        #: takes it as it is, and ``topics_delta`` stays None -- a publisher that needs per-topic
+        #: changes compares ``image.topics`` with the new image's topics (Kafka has no bulk path)
+        self.replaced_topics: TopicsImage | None = None
 
     # -- sub-deltas, made on first use ----------------------------------------------------------
 
@@ -221,7 +225,8 @@ class MetadataDelta:
         (a snapshot is the whole state, not a change)."""
         self.get_or_create_features_delta().finish_snapshot()
         self.get_or_create_cluster_delta().finish_snapshot()
-        self.get_or_create_topics_delta().finish_snapshot()
+        if self.replaced_topics is None:  # a folded topics image is a whole state already
+            self.get_or_create_topics_delta().finish_snapshot()
         self.get_or_create_configs_delta().finish_snapshot()
         self.get_or_create_client_quotas_delta().finish_snapshot()
         self.get_or_create_producer_ids_delta().finish_snapshot()
@@ -229,14 +234,26 @@ class MetadataDelta:
         self.get_or_create_scram_delta().finish_snapshot()
         self.get_or_create_delegation_token_delta().finish_snapshot()
 
+    def replace_topics(self, topics: TopicsImage) -> None:
+        """Take ``topics`` (folded in bulk from this delta's topic records) as the next topics image:
+        the bulk path's hand-over (its records must not also be replayed into ``topics_delta``)."""
+        if self.topics_delta is not None:
+            raise ValueError("MetadataDelta: topic records were replayed record at a time; cannot also take "
+                             "a folded topics image")
+        self.replaced_topics = topics
+
     def apply(self, provenance: MetadataProvenance) -> MetadataImage:
         """The next image: each sub-image with a delta is applied, every other one reused as it is."""
         img = self.image
+        if self.replaced_topics is not None:
+            topics = self.replaced_topics
+        else:
+            topics = img.topics if self.topics_delta is None else self.topics_delta.apply()
         return MetadataImage(
             provenance,
             img.features if self.features_delta is None else self.features_delta.apply(),
             img.cluster if self.cluster_delta is None else self.cluster_delta.apply(),
-            img.topics if self.topics_delta is None else self.topics_delta.apply(),
+            topics,
             img.configs if self.configs_delta is None else self.configs_delta.apply(),
             img.client_quotas if self.client_quotas_delta is None else self.client_quotas_delta.apply(),
             img.producer_ids if self.producer_ids_delta is None else self.producer_ids_delta.apply(),

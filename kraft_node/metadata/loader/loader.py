@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 
 from kraft_node.metadata.controller.events import EventQueue
 from kraft_node.metadata.controller.result import ApiMessageAndVersion
+from kraft_node.metadata.image.bulk import BulkLoadError, bulk_delta
 from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImage
 from kraft_node.metadata.image.provenance import MetadataProvenance
 from kraft_node.metadata.image.writer import ImageWriterOptions
@@ -56,7 +57,7 @@ from kraft_node.metadata.loader.publisher import MetadataPublisher
 from kraft_node.metadata.versions import KRAFT_VERSION, METADATA_VERSION_FEATURE_NAME, MetadataVersion
 from kraft_node.raft.api import SnapshotReader
 from kraft_node.raft.messages import Batch, KRaftVersionControl, LeaderAndEpoch
-from kraft_storage.messages.metadata import FeatureLevelRecord, decode_metadata_record
+from kraft_storage.messages.metadata import FeatureLevelRecord
 
 __all__ = ["MetadataLoader", "INITIALIZE_NEW_PUBLISHERS", "INITIALIZE_RETRY_NS"]
 
@@ -361,11 +362,11 @@ class MetadataLoader:
             return
         count = self._metrics.increment_handle_load_snapshot_count()
         log.info("handleLoadSnapshot(%s): incrementing HandleLoadSnapshotCount to %d.", name, count)
-        delta = MetadataDelta(self._image)
         try:
-            manifest = self._load_snapshot(delta, reader)
-            if manifest is None:
+            loaded = self._load_snapshot(reader)
+            if loaded is None:
                 return
+            delta, manifest = loaded
             log.info("handleLoadSnapshot(%s): generated a metadata delta between offset %d and this snapshot in "
                      "%d us.", name, self._image.offset, manifest.elapsed_ns // 1000)
             self._metrics.update_snapshot_load_time_ns(manifest.elapsed_ns)
@@ -381,31 +382,35 @@ class MetadataLoader:
             self._batch_loader.fail(sid.offset - 1, f"Unhandled fault in MetadataLoader#handleLoadSnapshot. "
                                     f"Snapshot offset was {sid.offset - 1}", exc)
 
-    def _load_snapshot(self, delta: MetadataDelta, reader: SnapshotReader) -> SnapshotManifest | None:
-        """Replay the snapshot's records into ``delta`` and finish it; None after a fault."""
+    def _load_snapshot(self, reader: SnapshotReader) -> tuple[MetadataDelta, SnapshotManifest] | None:
+        """The snapshot's records folded into a delta over the current image, finished as a
+        snapshot; None after a fault.
+
+        The records are gathered first (the reader hands one batch at a time), then folded by
+        the bulk path (``kraft_node.metadata.image.bulk.bulk_delta``): topics and partitions
+        in columns, every other record replayed as ``MetadataDelta.replay`` would -- the same
+        image, tested against the record-at-a-time path on every fixture.  A 1M-partition
+        snapshot loads in about a second this way, against tens of seconds record by record."""
         start = self._clock_ns()
         last_offset = reader.snapshot_id.offset - 1
-        index = 0
         batches = 0
-        replay = delta.replay
+        values: list[bytes] = []
         for batch in reader:
             if batch.is_control:
                 continue
             batches += 1
-            for value in batch.records:
-                try:
-                    _api_key, _version, message = decode_metadata_record(value)
-                    replay(message)
-                except Exception as exc:
-                    self._batch_loader.fail(last_offset, f"Error loading metadata log record {index} in snapshot "
-                                            f"at offset {last_offset}", exc)
-                    return None
-                index += 1
-        delta.finish_snapshot()
+            values.extend(batch.records)
+        try:
+            delta = bulk_delta(values, self._image, snapshot=True)
+        except BulkLoadError as exc:
+            index = exc.index if exc.index is not None else len(values)
+            self._batch_loader.fail(last_offset, f"Error loading metadata log record {index} in snapshot "
+                                    f"at offset {last_offset}", exc.cause)
+            return None
         time_ms = reader.last_contained_log_time_ms
         provenance = MetadataProvenance(last_offset, reader.snapshot_id.epoch, time_ms if time_ms is not None else 0,
                                         True)
-        return SnapshotManifest(provenance, self._clock_ns() - start, index, batches)
+        return delta, SnapshotManifest(provenance, self._clock_ns() - start, len(values), batches)
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         """The quorum's leader changed: every initialized publisher is told."""
