@@ -7,7 +7,8 @@ at ``--segment-bytes``, 1 GiB by default), or one file with ``--file``.
 What the log holds (a cluster's history, as a KRaft controller writes it):
 
 * offset 0: a LeaderChange control record (the first Raft leader), then the
-  bootstrap: FeatureLevelRecord ``metadata.version``, every broker's
+  bootstrap: FeatureLevelRecord ``metadata.version`` 3.7-IV2 (the first with the log
+  directories a v3 registration carries), every broker's
   RegisterBrokerRecord (v3: endpoint, features, log dir) and its unfencing;
   the initial topics, each a TopicRecord, its PartitionRecords (replication
   factor 3, leader = first replica) and a ConfigRecord.
@@ -400,7 +401,7 @@ class Generator:
                 left -= 1
             if chunk_no == 0 and left > 0:
                 fb = build_batch([(None, encode_metadata_record(
-                    m.FeatureLevelRecord(name="metadata.version", feature_level=14), 0), s.time_ms)],
+                    m.FeatureLevelRecord(name="metadata.version", feature_level=17), 0), s.time_ms)],
                     base_offset=s.next_offset, partition_leader_epoch=s.epoch)
                 s.next_offset += 1
                 parts.append((fb, np.zeros(1, np.int64), 1))

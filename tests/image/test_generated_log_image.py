@@ -7,7 +7,7 @@ path, or nothing.
 """
 from __future__ import annotations
 
-from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImage
+from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImage, image_records
 from kraft_node.metadata.image.provenance import MetadataProvenance
 from kraft_storage.messages.framing import decode_metadata_record
 from kraft_storage.record import decode_records
@@ -34,3 +34,6 @@ def test_every_generated_record_replays_into_the_image(tmp_path):
     assert len(image.topics.topics_by_id) >= 20
     # every broker's epoch is the offset of its latest registration
     assert all(b.epoch >= 0 for b in image.cluster.brokers.values())
+    # and the image can be written at its own metadata.version with nothing lost (what a loader
+    # does to initialize a publisher, and what a snapshot of it would hold)
+    assert len(image_records(image)) > 20

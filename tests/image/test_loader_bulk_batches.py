@@ -1,0 +1,111 @@
+"""Big committed batches go through the bulk path and publish the same images.
+
+The loader folds a batch of at least ``BULK_MIN_RECORDS`` records, met with nothing pending
+and no transaction record in it, by ``bulk_delta`` (topics in columns) and publishes it at
+once.  What must hold: the images are those of record-at-a-time replay; the publishers see
+every image in offset order; a batch with a transaction marker or a bad record takes the
+record path (and the fault names its offset).
+"""
+from __future__ import annotations
+
+import pytest
+
+from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImage
+from kraft_node.metadata.image.provenance import MetadataProvenance
+from kraft_node.metadata.loader import MetadataLoader, RecordingFaultHandler
+from kraft_node.metadata.loader import batch_loader as bl
+from kraft_node.raft.messages import Batch
+from kraft_storage.messages import metadata as m
+from kraft_storage.messages.framing import decode_metadata_record, encode_metadata_record
+from kraft_storage.messages.runtime import Uuid
+from kraft_storage.record import decode_records
+from kraft_storage.tools import gen_metadata_log as gen
+
+
+class Recorder:
+    name = "recorder"
+
+    def __init__(self):
+        self.images = []
+
+    def on_metadata_update(self, delta, image, manifest):
+        self.images.append((delta, image, manifest))
+
+    def on_controller_change(self, leader):
+        pass
+
+    def close(self):
+        pass
+
+
+def _generated_values(tmp_path, n: int) -> list[bytes]:
+    (path,) = gen.write_log(str(tmp_path / "g.log"), n, seed=9, single_file=True, brokers=6, initial_topics=40)
+    cols = decode_records(open(path, "rb").read())
+    control = cols.is_control()
+    return [cols.value(i) for i in range(len(cols)) if not control[i]]
+
+
+def _reference(values: list[bytes]) -> MetadataImage:
+    delta = MetadataDelta(MetadataImage.EMPTY)
+    for v in values:
+        delta.replay(decode_metadata_record(v)[2])
+    return delta.apply(MetadataProvenance(len(values) - 1, 1, 0, True))
+
+
+@pytest.mark.parametrize("batch_size", [bl.BULK_MIN_RECORDS, 1777, 5000])
+def test_generated_log_in_big_batches_gives_the_record_at_a_time_image(tmp_path, monkeypatch, batch_size):
+    values = _generated_values(tmp_path, 12_000)
+    calls = []
+    real = bl.bulk_delta
+    monkeypatch.setattr(bl, "bulk_delta", lambda *a, **k: calls.append(1) or real(*a, **k))
+    loader = MetadataLoader(high_watermark=lambda: len(values))
+    rec = Recorder()
+    loader.install_publishers([rec])
+    for base in range(0, len(values), batch_size):
+        loader.handle_commit((Batch(base, 1, tuple(values[base:base + batch_size])),))
+    assert loader.failure is None
+    assert calls, "no batch took the bulk path"
+    ref = _reference(values)
+    for part in ("features", "cluster", "topics", "configs", "client_quotas", "producer_ids", "acls", "scram",
+                 "delegation_tokens"):
+        assert getattr(loader.image, part) == getattr(ref, part), part
+    offsets = [img.offset for _d, img, _m in rec.images]
+    assert offsets == sorted(offsets) and offsets[-1] == len(values) - 1
+
+
+def _topic_batch(base: int, n: int, *, begin: bool = False, bad_at: int | None = None) -> Batch:
+    tid = Uuid.random()
+    out = []
+    if begin:
+        out.append(encode_metadata_record(m.BeginTransactionRecord(name="t"), 0))
+    out.append(encode_metadata_record(m.TopicRecord(name=f"t{base}", topic_id=tid), 0))
+    for p in range(n):
+        owner = Uuid.random() if bad_at == p else tid
+        out.append(encode_metadata_record(m.PartitionRecord(partition_id=p, topic_id=owner, replicas=[1, 2],
+                                                            isr=[1, 2], leader=1), 0))
+    return Batch(base, 1, tuple(out))
+
+
+def test_a_big_batch_with_a_transaction_marker_goes_record_at_a_time(monkeypatch):
+    calls = []
+    monkeypatch.setattr(bl, "bulk_delta", lambda *a, **k: calls.append(1))
+    loader = MetadataLoader(high_watermark=lambda: 10_000)
+    mv = Batch(0, 1, (encode_metadata_record(m.FeatureLevelRecord(name="metadata.version", feature_level=22), 0),))
+    loader.handle_commit((mv,))
+    b = _topic_batch(1, bl.BULK_MIN_RECORDS, begin=True)
+    loader.handle_commit((b,))
+    assert not calls
+    # the transaction is open: its topic is not visible yet
+    assert loader.image.topics.get_topic_by_name("t1") is None
+
+
+def test_a_bad_record_in_a_bulk_batch_is_a_fault_naming_its_offset():
+    faults = RecordingFaultHandler("loader")
+    loader = MetadataLoader(high_watermark=lambda: 10_000, fault_handler=faults)
+    mv = Batch(0, 1, (encode_metadata_record(m.FeatureLevelRecord(name="metadata.version", feature_level=22), 0),))
+    loader.handle_commit((mv,))
+    loader.handle_commit((_topic_batch(1, bl.BULK_MIN_RECORDS, bad_at=300),))
+    assert loader.failure is not None
+    offset, message = loader.failure
+    assert offset == 1 + 1 + 300 and message == f"Error loading metadata log record from offset {offset}"
+    assert loader.image.topics.get_topic_by_name("t1") is None
