@@ -335,7 +335,11 @@ class PartialDelta:
             merged, fail = _compose_pieces(pieces[-1], rest[0])
             pieces[-1] = merged
             rest = rest[1:]
-            error = _first(error, fail)
+            if fail is not None:
+                # a record of ``later``'s first piece is refused: what follows it is not replayed
+                # (and the error must be the last piece's, where apply looks for it)
+                rest = []
+                error = _first(error, fail)
         pieces.extend(rest)
         provenance = later.provenance if later.provenance is not None else self.provenance
         return PartialDelta(pieces, self.records + later.records, provenance, error)
