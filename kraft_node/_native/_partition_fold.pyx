@@ -208,9 +208,12 @@ cdef extern from *:
     """
     void kpf_prefetch(const void* p) noexcept nogil
 
-#: the distance, in changes, between the stages of fetching ahead (topic slot at 4x, entry slot
-#: at 3x, entry at 2x, ISR at 1x)
+#: fetching ahead, for raw changes: the topic slot 2 * LOOKAHEAD changes ahead, the incarnation
+#: (kept in a ring) and the entry slot LOOKAHEAD ahead, the entry (kept too) LOOKAHEAD / 2 ahead,
+#: its ISR in the arena LOOKAHEAD / 4 ahead; a change then finds its incarnation and entry in the
+#: ring when no topic changed in between (``tgen``) -- one lookup per change, not one per stage
 DEF LOOKAHEAD = 8
+DEF RING = 64
 
 
 cdef inline void _steps_none(Steps* s) noexcept nogil:
@@ -377,6 +380,7 @@ cdef class PartitionFold:
     cdef int64_t nua, cap_ua
     cdef uint8_t* na          # name arena
     cdef int64_t nna, cap_na
+    cdef int64_t tgen         # bumped when a topic id's current incarnation or its state changes
 
     def __cinit__(self):
         self.ents = NULL
@@ -394,6 +398,7 @@ cdef class PartitionFold:
         self.nia = self.cap_ia = self.nua = self.cap_ua = self.nna = self.cap_na = 0
         self.etab_cap = 0
         self.ttab_cap = 0
+        self.tgen = 0
         self._rehash_entries(1024)
         self._rehash_topics(256)
 
@@ -504,6 +509,7 @@ cdef class PartitionFold:
         """Incarnation ``i``'s state (and its slot's copy, when it is the current one)."""
         cdef TSlot* slot = self._topic_slot(self.incs[i].tid)
         self.incs[i].state = state
+        self.tgen += 1
         if slot != NULL and slot.inc == i:
             slot.state = state
 
@@ -576,6 +582,7 @@ cdef class PartitionFold:
         inc.remove = remove
         inc.name_off = self.nna
         inc.name_len = <int32_t>name_len
+        self.tgen += 1
         if name_len:
             memcpy(self.na + self.nna, name, <size_t>name_len)
         self.nna += name_len
@@ -814,6 +821,14 @@ cdef class PartitionFold:
         cdef bint raw = False
         cdef int32_t r_leader
         cdef int8_t r_lrs
+        cdef int64_t ring_ci[RING]
+        cdef int64_t ring_gen[RING]
+        cdef int64_t ring_inc[RING]
+        cdef int64_t ring_ei[RING]
+        cdef int64_t j, q
+        cdef TSlot* slot
+        for q in range(RING):
+            ring_ci[q] = -1
         cdef const int32_t[::1] c_pid, c_leader
         cdef const int8_t[::1] c_lrs
         cdef const uint8_t[::1] c_ids
@@ -961,12 +976,33 @@ cdef class PartitionFold:
                 break
             offset = offs[row]
             if kind == 3 and raw:
-                if ci + 4 * LOOKAHEAD < nc and rc_end[ci + 4 * LOOKAHEAD] - rc_pos[ci + 4 * LOOKAHEAD] >= 20:
-                    self._prefetch_topic(rcp + rc_pos[ci + 4 * LOOKAHEAD] + 4)
-                for k in range(3):
-                    lo = ci + (3 - k) * LOOKAHEAD
-                    if lo < nc and rc_end[lo] - rc_pos[lo] >= 20:
-                        self._prefetch_entry(rcp + rc_pos[lo] + 4, <int32_t>_be32(rcp + rc_pos[lo]), k)
+                j = ci + 2 * LOOKAHEAD
+                if j < nc and rc_end[j] - rc_pos[j] >= 20:
+                    self._prefetch_topic(rcp + rc_pos[j] + 4)
+                j = ci + LOOKAHEAD
+                if j < nc and rc_end[j] - rc_pos[j] >= 20:
+                    q = j & (RING - 1)
+                    ring_ci[q] = j
+                    ring_gen[q] = self.tgen
+                    ring_ei[q] = -1
+                    slot = self._topic_slot(rcp + rc_pos[j] + 4)
+                    if slot == NULL or slot.state != C_LIVE:
+                        ring_inc[q] = -1
+                    else:
+                        ring_inc[q] = slot.inc
+                        kpf_prefetch(&self.etab[_mix(_entry_key(<int32_t>slot.inc, <int32_t>_be32(rcp + rc_pos[j])))
+                                                & <uint64_t>(self.etab_cap - 1)])
+                j = ci + LOOKAHEAD // 2
+                q = j & (RING - 1)
+                if j < nc and ring_ci[q] == j and ring_inc[q] >= 0:
+                    ring_ei[q] = self._find_entry(<int32_t>ring_inc[q], <int32_t>_be32(rcp + rc_pos[j]))
+                    if ring_ei[q] >= 0:
+                        kpf_prefetch(&self.ents[ring_ei[q]])
+                        kpf_prefetch(<char*>&self.ents[ring_ei[q]] + 63)
+                j = ci + LOOKAHEAD // 4
+                q = j & (RING - 1)
+                if j < nc and ring_ci[q] == j and ring_ei[q] >= 0:
+                    kpf_prefetch(&self.ia[self.ents[ring_ei[q]].hot[1].off])
                 v.flags = 0
                 v.list_set = 0
                 v.need = -1
@@ -981,11 +1017,20 @@ cdef class PartitionFold:
                     _set_err(&err, 7, offset, row, -1, 0, _ZERO16)
                     break
                 tid = rcp + rc_pos[ci] + 4
-                inc = self._base_inc(tid, offset, C_KCHANGE, pid)
-                if inc < 0:
-                    _set_err(&err, 1, offset, row, pid, C_KCHANGE, tid)
-                    break
-                ei = self._find_entry(<int32_t>inc, pid)
+                q = ci & (RING - 1)
+                ei = -1
+                if ring_ci[q] == ci and ring_gen[q] == self.tgen and ring_inc[q] >= 0:
+                    inc = ring_inc[q]       # looked up ahead, and no topic changed since
+                    ei = ring_ei[q]
+                    if ei >= 0 and (self.ents[ei].inc != inc or self.ents[ei].pid != pid):
+                        ei = -1
+                else:
+                    inc = self._base_inc(tid, offset, C_KCHANGE, pid)
+                    if inc < 0:
+                        _set_err(&err, 1, offset, row, pid, C_KCHANGE, tid)
+                        break
+                if ei < 0:
+                    ei = self._find_entry(<int32_t>inc, pid)
                 if ei < 0:
                     if self.incs[inc].kind == C_CREATED:
                         _set_err(&err, 2, offset, row, pid, 0, tid)

@@ -123,6 +123,8 @@ _IS_KNOWN = np.zeros(1 << 16, bool)
 _IS_KNOWN[[k + 1 for k in _KNOWN]] = True
 _IS_TYPED = np.zeros(1 << 16, bool)
 _IS_TYPED[[k + 1 for k in _TYPED]] = True
+_IS_DECODED = np.zeros(1 << 16, bool)
+_IS_DECODED[[k + 1 for k in _DECODED]] = True
 _BIG = np.iinfo(np.int64).max
 #: PartitionRecord/PartitionChangeRecord list fields in the kernel's LIST_FIELDS order.
 _LIST_SOURCES = ("replicas", "directories", "isr", "removing_replicas", "adding_replicas", "eligible_leader_replicas",
@@ -856,18 +858,29 @@ class _ConfigBuffer:
             keys = mat.view(np.dtype((np.void, width))).reshape(n)
             _u, first = np.unique(keys[::-1], return_index=True)
             last = np.sort(n - 1 - first)            # each key's last write, in log order
-            part_of = np.repeat(np.arange(len(self.parts)), [len(p[0]) for p in self.parts])
-            starts = np.r_[0, np.cumsum([len(p[0]) for p in self.parts])]
             offsets = np.concatenate([p[1] for p in self.parts])
-            for g in last.tolist():
-                row = mat[g].tobytes()
-                lr = int.from_bytes(row[1:5], "big")
-                ln = int.from_bytes(row[5 + lr:9 + lr], "big")
-                _mat, _offs, v_off, v_data, valid = self.parts[int(part_of[g])]
-                i = g - int(starts[part_of[g]])
-                value = None if valid is not None and not valid[i] else v_data[v_off[i]:v_off[i + 1]].tobytes()
-                out[(row[0] if row[0] < 128 else row[0] - 256, row[5:5 + lr], row[9 + lr:9 + lr + ln])] = (
-                    value, int(offsets[g]))
+            # the values, as one buffer with global offsets (each part's relative to its data)
+            v_lens = np.concatenate([np.diff(p[2]) for p in self.parts])
+            v_data = np.concatenate([p[3] for p in self.parts])
+            v_start = np.zeros(n, np.int64)
+            np.cumsum(v_lens[:-1], out=v_start[1:])
+            v_valid = np.concatenate([np.ones(len(p[0]), bool) if p[4] is None else p[4] for p in self.parts])
+            sel = mat[last]
+            lr = (sel[:, 1:5].astype(np.int64) << np.array([24, 16, 8, 0])).sum(axis=1)
+            rows = np.arange(len(last))
+            ln = np.zeros(len(last), np.int64)
+            for k in range(4):
+                ln = (ln << 8) | sel[rows, 5 + lr + k]
+            raw = sel.tobytes()
+            vraw = v_data.tobytes()
+            types = sel[:, 0].astype(np.int8).tolist()
+            for j, (g, t, a, b, va, vl, ok, off) in enumerate(zip(
+                    last.tolist(), types, lr.tolist(), ln.tolist(), v_start[last].tolist(), v_lens[last].tolist(),
+                    v_valid[last].tolist(), offsets[last].tolist())):
+                base = j * width
+                out[(t, raw[base + 5:base + 5 + a], raw[base + 9 + a:base + 9 + a + b])] = (
+                    vraw[va:va + vl] if ok else None, off)
+                del g
         out.update(self.slow)  # the dict path takes the piece's later records
         return out
 
@@ -1105,8 +1118,11 @@ class LogFolder:
         self._records += n
         keys = np.where(control, -1, api_key).astype(np.int16)
         changes = np.flatnonzero(keys == _CHANGE)
+        index = keys.astype(np.int32) + 1
         try:
-            tables = decode_bodies(data, body_pos, body_end, keys, version, offsets=offsets, types=_DECODED)
+            # only the rows of the decoded types (a tenth of a controller's log): NoOps and changes are not walked
+            tables = decode_bodies(data, body_pos, body_end, keys, version, offsets=offsets, types=_DECODED,
+                                   rows=np.flatnonzero(_IS_DECODED[index]))
             bad_version = len(changes) and bool(np.any((version[changes] < 0) | (version[changes] > 2)))
         except MessageError:
             bad_version = True
@@ -1117,7 +1133,7 @@ class LogFolder:
                        changes)
         # rows that stop the fold: a frame of no type this process knows, a value that is no frame
         stop = _BIG
-        bad = ~control & ~_IS_KNOWN[keys.astype(np.int32) + 1]
+        bad = ~control & ~_IS_KNOWN[index]
         if bad.any():
             stop = int(np.argmax(bad))
         cuts = tables.tables[_CLEAR_ELR].rows.tolist() if _CLEAR_ELR in tables else []
