@@ -292,8 +292,8 @@ def _compose_broker(a: _Broker | None, b: _Broker) -> tuple[_Broker, _Failure | 
 class FoldPiece:
     """Records folded without a cut: the partition fold's arrays and the folded other types."""
     topics: dict[str, np.ndarray]
-    #: (resource type id, resource name, key) as bytes -> (value or None, offset of the last write)
-    configs: dict[tuple[int, bytes, bytes], tuple[bytes | None, int]] = field(default_factory=dict)
+    #: (resource type id, resource name) -> key -> (value or None, offset of the key's last write)
+    configs: dict[tuple[int, str], dict[str, tuple[str | None, int]]] = field(default_factory=dict)
     brokers: dict[int, _Broker] = field(default_factory=dict)
     #: controller id -> (offset, its last RegisterControllerRecord)
     controllers: dict[int, tuple[int, Any]] = field(default_factory=dict)
@@ -379,7 +379,9 @@ def _compose_pieces(a: FoldPiece, b: FoldPiece) -> tuple[FoldPiece, _Failure | N
     err = fold.absorb(b.topics)
     fail = None if err is None else _kernel_failure(err, -1)
     configs = dict(a.configs)
-    configs.update(b.configs)
+    for resource, keys in b.configs.items():
+        mine = configs.get(resource)
+        configs[resource] = keys if mine is None else {**mine, **keys}
     brokers = dict(a.brokers)
     for bid, state in b.brokers.items():
         brokers[bid], f = _compose_broker(brokers.get(bid), state)
@@ -595,9 +597,9 @@ def _apply_topics(topics: TopicsImage, fold: dict[str, np.ndarray]) -> tuple[Top
     return TopicsImage(by_id, by_name), final, None
 
 
-def _deletions(topics: TopicsImage, fold: dict[str, np.ndarray]) -> dict[bytes, int]:
-    """Topic name (UTF-8) -> offset of its last removal in the fold."""
-    out: dict[bytes, int] = {}
+def _deletions(topics: TopicsImage, fold: dict[str, np.ndarray]) -> dict[str, int]:
+    """Topic name -> offset of its last removal in the fold."""
+    out: dict[str, int] = {}
     removes = fold["inc_remove_offset"]
     hit = np.flatnonzero(removes >= 0)
     if not len(hit):
@@ -606,20 +608,20 @@ def _deletions(topics: TopicsImage, fold: dict[str, np.ndarray]) -> dict[bytes, 
     data = fold["inc_name_data"].tobytes()
     for i in hit.tolist():
         if fold["inc_kind"][i] == _k.INC_CREATED:
-            name = data[int(noffs[i]):int(noffs[i + 1])]
+            name = data[int(noffs[i]):int(noffs[i + 1])].decode("utf-8")
         else:
             topic = topics.topics_by_id.get(Uuid(fold["inc_topic_id"][i].tobytes()))
             if topic is None:
                 continue
-            name = topic.name.encode("utf-8")
+            name = topic.name
         off = int(removes[i])
         if out.get(name, -1) < off:
             out[name] = off
     return out
 
 
-def _apply_configs(image: ConfigurationsImage, configs: dict[tuple[int, bytes, bytes], tuple[bytes | None, int]],
-                   deleted: dict[bytes, int]) -> ConfigurationsImage:
+def _apply_configs(image: ConfigurationsImage, configs: dict[tuple[int, str], dict[str, tuple[str | None, int]]],
+                   deleted: dict[str, int]) -> ConfigurationsImage:
     """``image`` with the configs written (and the deleted topics' configs removed).  Exactly what
     ``ConfigurationsDelta`` gives (``delete_topic`` at each removal, then the later writes), built
     per resource: a resource the image does not have, or whose topic was deleted, is made from
@@ -628,37 +630,39 @@ def _apply_configs(image: ConfigurationsImage, configs: dict[tuple[int, bytes, b
         return image
     types: dict[int, ConfigResourceType] = {}
     topic_type = ConfigResourceType.TOPIC
-    # resource -> key -> (value, offset): type ids Kafka does not define all read as UNKNOWN, so
-    # two records may name one key (the later write wins)
-    per: dict[ConfigResource, dict[str, tuple[bytes | None, int]]] = {}
-    for (rtype, rname, key), (value, offset) in configs.items():
+    per: dict[ConfigResource, dict[str, tuple[str | None, int]]] = {}
+    for (rtype, rname), keys in configs.items():
         ctype = types.get(rtype)
         if ctype is None:
             ctype = types[rtype] = ConfigResourceType.for_id(rtype)
-        if ctype is topic_type and deleted.get(rname, -1) > offset:
-            continue  # written before the topic's removal: gone with it
-        resource = ConfigResource(ctype, rname.decode("utf-8"))
-        keys = per.get(resource)
-        if keys is None:
-            keys = per[resource] = {}
-        k = key.decode("utf-8")
-        prev = keys.get(k)
-        if prev is None or prev[1] < offset:
-            keys[k] = (value, offset)
+        if ctype is topic_type:
+            gone = deleted.get(rname, -1)
+            if gone >= 0:   # written before the topic's removal: gone with it
+                keys = {k: w for k, w in keys.items() if w[1] > gone}
+        resource = ConfigResource(ctype, rname)
+        mine = per.get(resource)
+        if mine is None:
+            per[resource] = keys
+        else:   # type ids Kafka does not define all read as UNKNOWN: the later write of a key wins
+            merged = dict(mine)
+            for k, w in keys.items():
+                if k not in merged or merged[k][1] < w[1]:
+                    merged[k] = w
+            per[resource] = merged
     data = image.resource_data
     updates: dict[ConfigResource, ConfigurationImage | None] = {}
     for name in deleted:
-        resource = ConfigResource.topic(name.decode("utf-8"))
+        resource = ConfigResource.topic(name)
         if resource in data:
             updates[resource] = None
     for resource, keys in per.items():
         base = data.get(resource)
         if base is None or resource in updates:
-            new = {k: v.decode("utf-8") for k, (v, _o) in keys.items() if v is not None}
+            new = {k: w[0] for k, w in keys.items() if w[0] is not None}
             updates[resource] = ConfigurationImage(resource, new) if new else None
-        else:
+        elif keys:
             delta = ConfigurationDelta(base)
-            delta.changes = {k: None if v is None else v.decode("utf-8") for k, (v, _o) in keys.items()}
+            delta.changes = {k: w[0] for k, w in keys.items()}
             img = delta.apply()
             updates[resource] = None if img.is_empty() else img
     new_data = apply_changes(data, updates)
@@ -809,8 +813,7 @@ class _ConfigBuffer:
 
     def __init__(self) -> None:
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]] = []
-        self.slow: dict[tuple[int, bytes, bytes], tuple[bytes | None, int]] = {}
-        self.order: list[int] = []   # 0: a part (in self.parts order), 1: the dict (slow) path, per add
+        self.slow: dict[tuple[int, str], dict[str, tuple[str | None, int]]] = {}
 
     def add(self, t: RecordTypeColumns, a: int, b: int, offsets: np.ndarray) -> None:
         m = b - a
@@ -825,8 +828,10 @@ class _ConfigBuffer:
             # rare: one dict for the rest of the piece, so the two paths never interleave
             names = cast("list[bytes]", _strings(rn, a, b))   # neither is nullable
             config_keys = cast("list[bytes]", _strings(nm, a, b))
-            keys = zip(t["resource_type"].values[a:b].tolist(), names, config_keys)
-            self.slow.update(zip(keys, zip(_strings(val, a, b), offsets.tolist())))
+            for rtype, rname, key, value, offset in zip(t["resource_type"].values[a:b].tolist(), names, config_keys,
+                                                        _strings(val, a, b), offsets.tolist()):
+                keys = self.slow.setdefault((rtype, rname.decode("utf-8")), {})
+                keys[key.decode("utf-8")] = (None if value is None else value.decode("utf-8"), offset)
             return
         mat = np.zeros((m, width), np.uint8)
         idx = np.arange(m)
@@ -848,8 +853,8 @@ class _ConfigBuffer:
         valid = None if val.valid is None else val.valid[a:b].copy()
         self.parts.append((mat, np.asarray(offsets, np.int64), v_off - v_off[0], v_data, valid))
 
-    def result(self) -> dict[tuple[int, bytes, bytes], tuple[bytes | None, int]]:
-        out: dict[tuple[int, bytes, bytes], tuple[bytes | None, int]] = {}
+    def result(self) -> dict[tuple[int, str], dict[str, tuple[str | None, int]]]:
+        out: dict[tuple[int, str], dict[str, tuple[str | None, int]]] = {}
         if self.parts:
             width = max(p[0].shape[1] for p in self.parts)
             mats = [np.pad(p[0], ((0, 0), (0, width - p[0].shape[1]))) for p in self.parts]
@@ -874,14 +879,19 @@ class _ConfigBuffer:
             raw = sel.tobytes()
             vraw = v_data.tobytes()
             types = sel[:, 0].astype(np.int8).tolist()
-            for j, (g, t, a, b, va, vl, ok, off) in enumerate(zip(
-                    last.tolist(), types, lr.tolist(), ln.tolist(), v_start[last].tolist(), v_lens[last].tolist(),
+            for j, (t, a, b, va, vl, ok, off) in enumerate(zip(
+                    types, lr.tolist(), ln.tolist(), v_start[last].tolist(), v_lens[last].tolist(),
                     v_valid[last].tolist(), offsets[last].tolist())):
                 base = j * width
-                out[(t, raw[base + 5:base + 5 + a], raw[base + 9 + a:base + 9 + a + b])] = (
-                    vraw[va:va + vl] if ok else None, off)
-                del g
-        out.update(self.slow)  # the dict path takes the piece's later records
+                resource = (t, raw[base + 5:base + 5 + a].decode("utf-8"))
+                written = out.get(resource)
+                if written is None:
+                    written = out[resource] = {}
+                written[raw[base + 9 + a:base + 9 + a + b].decode("utf-8")] = (
+                    vraw[va:va + vl].decode("utf-8") if ok else None, off)
+        for resource, later in self.slow.items():   # the dict path took the piece's later records
+            mine = out.get(resource)
+            out[resource] = later if mine is None else {**mine, **later}
         return out
 
 
