@@ -13,9 +13,10 @@ and folded per record type without a Python object per record:
   tables merged in log order over a table of partitions in C; its module doc says how an entry
   folded without knowing the state before it stays exact (relative fields, added epochs,
   pending checks);
-* ConfigRecords: last writer wins per (resource, key); a RemoveTopicRecord deletes the topic's
-  configs written before it (and the base image's): the deletions are read off the topic
-  incarnations' removal offsets, so configs compose by a dict update;
+* ConfigRecords: last writer wins per (resource, key), found with one ``np.unique`` over the
+  piece's keys; a RemoveTopicRecord deletes the topic's configs written before it (and the base
+  image's): the deletions are read off the topic incarnations' removal offsets, so configs
+  compose by merging the per-resource dicts;
 * broker registrations (Register/Unregister, Fence/Unfence, BrokerRegistrationChange): one
   numpy pass per chunk finds, per broker, the last (un)registration and the last value of each
   changed field after it; the epoch checks ``ClusterDelta`` makes ("did not match the current
@@ -71,6 +72,7 @@ from kraft_node.metadata.controller.cluster_control import (
     ControllerRegistration,
 )
 from kraft_node.metadata.controller.errors import ReplayError
+from kraft_node.metadata.controller.replication_snapshot import paused_gc
 from kraft_node.metadata.image._changes import apply_changes
 from kraft_node.metadata.image.cluster import ClusterDelta, ClusterImage
 from kraft_node.metadata.image.configs import ConfigurationDelta, ConfigurationImage, ConfigurationsImage
@@ -349,7 +351,13 @@ class PartialDelta:
     def apply(self, image: MetadataImage = MetadataImage.EMPTY,
               provenance: MetadataProvenance | None = None) -> MetadataImage:
         """The image after this delta's records, starting from ``image`` (LogFoldError for a
-        record the image cannot take)."""
+        record the image cannot take).  The cyclic collector is paused meanwhile: the topic and
+        config images made hold no reference cycle, and with a big image in the heap the
+        collections their allocations would trigger cost more than the apply."""
+        with paused_gc():
+            return self._apply(image, provenance)
+
+    def _apply(self, image: MetadataImage, provenance: MetadataProvenance | None) -> MetadataImage:
         prov = provenance or self.provenance or image.provenance
         last = len(self.pieces) - 1
         for i, piece in enumerate(self.pieces):
@@ -1291,7 +1299,9 @@ def iter_chunks(path: str | os.PathLike[str], chunk_records: int = DEFAULT_CHUNK
 
 def fold_log(path: str | os.PathLike[str], chunk_records: int = DEFAULT_CHUNK_RECORDS) -> PartialDelta:
     """Every segment of a metadata log (a file, a ``__cluster_metadata-0`` directory or its
-    parent) folded into one partial delta."""
+    parent) folded into one partial delta, from the log's first record: a log whose start was
+    deleted after a snapshot is a delta over that snapshot's image (load it first, e.g. with
+    :mod:`kraft_node.metadata.image.bulk`, and apply this on top)."""
     folder = LogFolder()
     for cols in iter_chunks(path, chunk_records):
         folder.add_record_columns(cols)
