@@ -819,3 +819,28 @@ def test_a_log_of_several_segments(tmp_path: Path) -> None:
     assert lf.replay_log(tmp_path).topics == want.topics
     with pytest.raises(FileNotFoundError):
         lf.fold_log(tmp_path / "nothing-here")
+
+
+@pytest.mark.parametrize("kind", ["unknown_partition", "broker_epoch", "replicas_vs_dirs"])
+def test_a_refusal_in_a_log_of_many_chunks(tmp_path: Path, kind: str) -> None:
+    """fold_log stops at the refused record: chunks after it are not folded, and apply names it."""
+    from support.metadata_history import Batch, leader_change
+    for seed in range(40):
+        records = history_with_error(seed, kind, events=60)
+        offsets = list(range(1, 1 + len(records)))
+        _img, want = one_at_a_time(records, offsets)
+        if want is not None and want[0] > 20:
+            break
+    else:
+        pytest.fail(f"no history refused a record of kind {kind} late enough")
+    batches = [leader_change(1)] + [Batch(records[i:i + 3], False, 1) for i in range(0, len(records), 3)]
+    write_log(tmp_path, batches, records_per_segment=25)
+    delta = lf.fold_log(tmp_path, chunk_records=4)
+    # when the refusal is decided while folding (the state it needs is in the same fold piece: no
+    # ClearElr cut in between), the chunks after the refused one are not read
+    if delta.error is not None:
+        assert delta.error.offset == want[0]
+        assert delta.records < len(records) + 1
+    with pytest.raises(lf.LogFoldError) as info:
+        delta.apply(MetadataImage.EMPTY, PROV)
+    assert (info.value.offset, info.value.reason) == want
