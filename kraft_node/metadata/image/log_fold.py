@@ -575,8 +575,7 @@ def _apply_topics(topics: TopicsImage, fold: dict[str, np.ndarray]) -> tuple[Top
     noffs = final["inc_name_offsets"].tolist()
     ndata = final["inc_name_data"].tobytes()
     nbase = len(base_topics)
-    by_id, by_name = topics.topics_by_id, topics.topics_by_name
-    with by_id.mutate() as ids, by_name.mutate() as names:
+    with topics.topics_by_id.mutate() as ids, topics.topics_by_name.mutate() as names:
         # the image's topics the fold touched: the first incarnations (absorbed first)
         for i, topic in enumerate(base_topics):
             if states[i] != _k.LIVE:
@@ -601,8 +600,8 @@ def _apply_topics(topics: TopicsImage, fold: dict[str, np.ndarray]) -> tuple[Top
             new = TopicImage(name, tid, parts)
             ids[tid] = new
             names[name] = new
-        by_id, by_name = ids.finish(), names.finish()
-    return TopicsImage(by_id, by_name), final, None
+        new_ids, new_names = ids.finish(), names.finish()
+    return TopicsImage(new_ids, new_names), final, None
 
 
 def _deletions(topics: TopicsImage, fold: dict[str, np.ndarray]) -> dict[str, int]:
