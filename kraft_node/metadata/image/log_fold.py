@@ -49,10 +49,14 @@ Errors: a record the one-at-a-time path refuses makes :meth:`PartialDelta.apply`
 ``ClusterDelta`` give for it.  Which error comes first is only known once the state before the
 piece is: a fold stops at the first error it can decide alone and keeps what it folded before
 it (and the failing record's own requirements on the state below), and ``apply`` raises the
-lowest offset among that and the pending checks that fail against the base.  Two known
-differences from one ``TopicsDelta``: a TopicRecord taking a live topic's name or id under
-another id or name is reported at its TopicRecord's offset (``TopicsDelta.apply`` has none to
-give), and when one record breaks two rules at once the message may name the other rule.
+lowest offset among that and the pending checks that fail against the base.  Known differences
+from one ``TopicsDelta`` over the whole log, all on logs a controller does not write: a
+TopicRecord taking a live topic's name or id under another id or name is reported at its
+TopicRecord's offset (``TopicsDelta.apply`` has none to give); a ClearElrRecord naming a topic
+deleted earlier in the log is replayed over the image as it is just before it ("no such topic
+found"), where one delta skips it when that topic was in the delta's base image (Kafka's
+ClearElr depends on where the loader cut its deltas, too); and when one record breaks two rules
+at once the message may name the other rule.
 """
 from __future__ import annotations
 
