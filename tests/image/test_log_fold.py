@@ -844,3 +844,22 @@ def test_a_refusal_in_a_log_of_many_chunks(tmp_path: Path, kind: str) -> None:
     with pytest.raises(lf.LogFoldError) as info:
         delta.apply(MetadataImage.EMPTY, PROV)
     assert (info.value.offset, info.value.reason) == want
+
+
+def test_the_spark_reader_batches_fold_alike(tmp_path: Path) -> None:
+    """The image-apply stage (``ArrowApplier``) folds the Spark reader's replay columns into the
+    image ``fold_log`` makes from the files."""
+    from kraft_storage.spark import reader as kr
+    (path,) = gen.write_log(str(tmp_path / "00000000000000000000.log"), 20_000, seed=9, single_file=True, brokers=5,
+                            initial_topics=10)
+    applier = lf.make_applier()
+    columns = ("offset", "timestamp", "partition_leader_epoch", "record_type", "record_version", "value")
+    batches = 0
+    for batch in kr.read_arrow(path, kr.ReadOptions(columns=columns, batch_rows=3_000)):
+        applier.apply(batch)
+        batches += 1
+    assert batches > 3
+    image = applier.finish()
+    want = lf.fold_log(path).apply()
+    assert image == want
+    assert image.provenance.last_contained_offset == want.provenance.last_contained_offset == 19_999

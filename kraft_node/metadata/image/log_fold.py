@@ -1115,6 +1115,32 @@ class LogFolder:
         self._provenance = MetadataProvenance(int(last["base_offset"]) + int(last["last_offset_delta"]),
                                               int(last["partition_leader_epoch"]), int(last["max_timestamp"]), True)
 
+    def add_arrow_batch(self, batch: Any) -> None:
+        """A ``pyarrow.RecordBatch`` of the Spark reader's replay columns (at least ``offset``,
+        ``partition_leader_epoch``, ``timestamp``, ``record_type`` -- null for a control record --
+        and ``value``): the values are read in place from the Arrow buffers."""
+        n = batch.num_rows
+        if not n:
+            return
+        values = batch.column("value")
+        _validity, voffs, vdata = values.buffers()
+        offs = np.frombuffer(voffs, np.int32, n + 1, values.offset * 4).astype(np.int64)
+        data = np.frombuffer(vdata, np.uint8) if vdata is not None else np.zeros(0, np.uint8)
+        pos = offs[:-1]
+        lens = (offs[1:] - pos).astype(np.int32)
+        if values.null_count:
+            lens[np.asarray(values.is_null())] = -1
+        control = np.asarray(batch.column("record_type").is_null())
+        k = np.empty(n, np.int16)
+        v = np.empty(n, np.int16)
+        b = np.empty(n, np.int64)
+        _frame.read_frames(data, pos, lens, k, v, b)
+        offsets = np.asarray(batch.column("offset"), np.int64)
+        self._add(data, offsets, pos, lens, k, v, b, pos + np.maximum(lens, 0), control)
+        epoch = int(np.asarray(batch.column("partition_leader_epoch")).max())
+        self._provenance = MetadataProvenance(int(offsets[-1]), epoch,
+                                              int(np.asarray(batch.column("timestamp")).max()), True)
+
     def add_values(self, values: Sequence[bytes], offsets: Sequence[int] | np.ndarray) -> None:
         """Framed metadata record values at ``offsets`` (a batch's records, or a test's)."""
         n = len(values)
@@ -1243,6 +1269,28 @@ class LogFolder:
 # Entry points
 # ---------------------------------------------------------------------------------------------
 
+class ArrowApplier:
+    """The image-apply stage of ``benchmarks/spark/stages.py`` (``--apply
+    kraft_node.metadata.image.log_fold:make_applier``): the replay columns' Arrow batches folded
+    as they come, the image made by :meth:`finish` (kept in :attr:`image`)."""
+
+    def __init__(self, image: MetadataImage = MetadataImage.EMPTY) -> None:
+        self.base = image
+        self.folder = LogFolder()
+        self.image: MetadataImage | None = None
+
+    def apply(self, batch: Any) -> None:
+        self.folder.add_arrow_batch(batch)
+
+    def finish(self) -> MetadataImage:
+        self.image = self.folder.finish().apply(self.base)
+        return self.image
+
+
+def make_applier() -> ArrowApplier:
+    return ArrowApplier()
+
+
 def fold_values(values: Sequence[bytes], offsets: Sequence[int] | np.ndarray | None = None,
                 provenance: MetadataProvenance | None = None) -> PartialDelta:
     """Framed record values (offsets 0.. by default) folded into a partial delta."""
@@ -1328,5 +1376,5 @@ def compose_all(deltas: Iterable[PartialDelta]) -> PartialDelta:
     return out if out is not None else PartialDelta([])
 
 
-__all__ += ["CutPiece", "FoldPiece", "compose_all", "iter_chunks"]
+__all__ += ["ArrowApplier", "CutPiece", "FoldPiece", "compose_all", "iter_chunks", "make_applier"]
 _unused = immutables  # the topics image's maps are immutables.Map (mutated through their own API above)
