@@ -66,7 +66,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import immutables
 import numpy as np
 
 from kraft_node.metadata.configs.resources import ConfigResource, ConfigResourceType
@@ -90,8 +89,8 @@ from kraft_storage.messages.columns import MetadataColumns, RecordTypeColumns, d
 from kraft_storage.messages.framing import decode_metadata_record
 from kraft_storage.messages.runtime import MessageError, Uuid
 
-__all__ = ["DEFAULT_CHUNK_RECORDS", "LogFoldError", "LogFolder", "PartialDelta", "fold_log", "fold_values",
-           "replay_log"]
+__all__ = ["DEFAULT_CHUNK_RECORDS", "ArrowApplier", "CutPiece", "FoldPiece", "LogFoldError", "LogFolder", "PartialDelta",
+           "compose_all", "fold_log", "fold_values", "iter_chunks", "make_applier", "replay_log"]
 
 _k = load("_partition_fold", package="kraft_node")
 _frame = load("_frame")
@@ -969,7 +968,7 @@ def _broker_chunk(chunk: _Chunk, lo: int, hi: int, acc: dict[int, _Broker]) -> t
     is_abs = kind <= 1
     idx = np.arange(n)
     starts = np.flatnonzero(np.r_[True, ev.broker[1:] != ev.broker[:-1]])
-    group = np.cumsum(np.r_[False, ev.broker[1:] != ev.broker[:-1]])
+    group = np.cumsum(np.r_[False, ev.broker[1:] != ev.broker[:-1]])   # each event's broker group
     last_abs = np.maximum.accumulate(np.where(is_abs, idx, -1))
     last_abs = np.where(last_abs >= starts[group], last_abs, -1)
     change = ~is_abs
@@ -1017,7 +1016,7 @@ def _broker_chunk(chunk: _Chunk, lo: int, hi: int, acc: dict[int, _Broker]) -> t
             failures.append(_Failure(int(chunk.offsets[row]), 2, text))
     log_dirs = chunk.tables.tables[_BROKER_CHANGE]["log_dirs"] if _BROKER_CHANGE in chunk.tables else None
     ends = np.r_[starts[1:], n]
-    for g, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
+    for s, e in zip(starts.tolist(), ends.tolist()):
         bid = int(ev.broker[s])
         state = _Broker(bid)
         grp_abs = np.flatnonzero(is_abs[s:e])
@@ -1058,7 +1057,6 @@ def _broker_chunk(chunk: _Chunk, lo: int, hi: int, acc: dict[int, _Broker]) -> t
         if prev is not None and prev.state != 0:
             failures.append(_check_against(state, prev.state, prev.epoch if prev.state == 1 else -1))
         out[bid] = state
-        del g
     return out, _first(*failures)
 
 
@@ -1375,6 +1373,3 @@ def compose_all(deltas: Iterable[PartialDelta]) -> PartialDelta:
         out = d if out is None else out.compose(d)
     return out if out is not None else PartialDelta([])
 
-
-__all__ += ["ArrowApplier", "CutPiece", "FoldPiece", "compose_all", "iter_chunks", "make_applier"]
-_unused = immutables  # the topics image's maps are immutables.Map (mutated through their own API above)
