@@ -89,8 +89,8 @@ from kraft_storage.messages.columns import MetadataColumns, RecordTypeColumns, d
 from kraft_storage.messages.framing import decode_metadata_record
 from kraft_storage.messages.runtime import MessageError, Uuid
 
-__all__ = ["DEFAULT_CHUNK_RECORDS", "ArrowApplier", "CutPiece", "FoldPiece", "LogFoldError", "LogFolder", "PartialDelta",
-           "compose_all", "fold_log", "fold_values", "iter_chunks", "make_applier", "replay_log"]
+__all__ = ["DEFAULT_CHUNK_RECORDS", "ArrowApplier", "CutPiece", "FoldPiece", "LogFoldError", "LogFolder",
+           "PartialDelta", "compose_all", "fold_log", "fold_values", "iter_chunks", "make_applier", "replay_log"]
 
 _k = load("_partition_fold", package="kraft_node")
 _frame = load("_frame")
