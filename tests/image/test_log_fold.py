@@ -863,3 +863,25 @@ def test_the_spark_reader_batches_fold_alike(tmp_path: Path) -> None:
     want = lf.fold_log(path).apply()
     assert image == want
     assert image.provenance.last_contained_offset == want.provenance.last_contained_offset == 19_999
+
+
+def test_splits_folded_as_spark_tasks_compose_to_the_whole_log(tmp_path: Path) -> None:
+    """Issue 23's Spark design: each task folds its split (bytes of a segment) alone, the driver
+    composes the partial deltas in offset order (after pickling them back)."""
+    from kraft_storage.spark.files import plan_splits
+    part = tmp_path / "__cluster_metadata-0"
+    part.mkdir()
+    gen.write_log(str(part / "00000000000000000000.log"), 40_000, seed=4, single_file=True, brokers=6,
+                  initial_topics=15)
+    splits = plan_splits(str(tmp_path), max_split_bytes=150_000)
+    assert len(splits) > 5
+    deltas = [pickle.loads(pickle.dumps(lf.fold_range(s.path, s.start, s.end, chunk_records=5_000)))
+              for s in splits]
+    whole = lf.fold_log(tmp_path)
+    composed = lf.compose_all(deltas)
+    assert composed.records == whole.records == 40_000
+    assert composed.provenance == whole.provenance
+    assert composed.apply() == whole.apply()
+    # every relative piece holds no Python object per partition
+    assert all(isinstance(x, np.ndarray) for d in deltas for p in d.pieces if isinstance(p, lf.FoldPiece)
+               for x in p.topics.values())

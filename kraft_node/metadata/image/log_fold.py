@@ -90,7 +90,8 @@ from kraft_storage.messages.framing import decode_metadata_record
 from kraft_storage.messages.runtime import MessageError, Uuid
 
 __all__ = ["DEFAULT_CHUNK_RECORDS", "ArrowApplier", "CutPiece", "FoldPiece", "LogFoldError", "LogFolder",
-           "PartialDelta", "compose_all", "fold_log", "fold_values", "iter_chunks", "make_applier", "replay_log"]
+           "PartialDelta", "compose_all", "fold_log", "fold_range", "fold_values", "iter_chunks", "make_applier",
+           "replay_log"]
 
 _k = load("_partition_fold", package="kraft_node")
 _frame = load("_frame")
@@ -1344,6 +1345,32 @@ def iter_chunks(path: str | os.PathLike[str], chunk_records: int = DEFAULT_CHUNK
                 mm.close()
             except BufferError:  # a caller still holds a view: the GC closes it
                 pass
+
+
+def fold_range(path: str | os.PathLike[str], start: int = 0, end: int | None = None,
+               chunk_records: int = DEFAULT_CHUNK_RECORDS) -> PartialDelta:
+    """The record batches in bytes [start, end) of one segment folded into a partial delta: what
+    a Spark task does with its split (``kraft_storage.spark.files.Split``: ``path``, ``start``,
+    ``end``); the driver composes the tasks' deltas in offset order (:func:`compose_all`)."""
+    from kraft_storage.record import decode_record_columns, scan_batches
+    name = os.fspath(path)
+    folder = LogFolder()
+    with open(name, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            return folder.finish()
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        headers = scan_batches(mm, start, end, source=name).headers
+        for a, b in _batch_ranges(headers, chunk_records):
+            folder.add_record_columns(decode_record_columns(mm, headers[a:b], source=name))
+            if folder.failed:
+                break
+        return folder.finish()
+    finally:
+        try:
+            mm.close()
+        except BufferError:  # a caller still holds a view: the GC closes it
+            pass
 
 
 def fold_log(path: str | os.PathLike[str], chunk_records: int = DEFAULT_CHUNK_RECORDS) -> PartialDelta:
