@@ -334,23 +334,7 @@ class PartialDelta:
 
     def compose(self, later: PartialDelta) -> PartialDelta:
         """This delta then ``later`` (``later`` folds the records after this one's)."""
-        if self.error is not None:
-            return self
-        pieces = list(self.pieces)
-        error = later.error
-        rest = list(later.pieces)
-        if pieces and rest and isinstance(pieces[-1], FoldPiece) and isinstance(rest[0], FoldPiece):
-            merged, fail = _compose_pieces(pieces[-1], rest[0])
-            pieces[-1] = merged
-            rest = rest[1:]
-            if fail is not None:
-                # a record of ``later``'s first piece is refused: what follows it is not replayed
-                # (and the error must be the last piece's, where apply looks for it)
-                rest = []
-                error = _first(error, fail)
-        pieces.extend(rest)
-        provenance = later.provenance if later.provenance is not None else self.provenance
-        return PartialDelta(pieces, self.records + later.records, provenance, error)
+        return compose_all([self, later])
 
     def apply(self, image: MetadataImage = MetadataImage.EMPTY,
               provenance: MetadataProvenance | None = None) -> MetadataImage:
@@ -385,24 +369,36 @@ def _with_provenance(image: MetadataImage, prov: MetadataProvenance) -> Metadata
                          image.producer_ids, image.acls, image.scram, image.delegation_tokens)
 
 
-def _compose_pieces(a: FoldPiece, b: FoldPiece) -> tuple[FoldPiece, _Failure | None]:
+def _compose_run(pieces: list[FoldPiece]) -> tuple[FoldPiece, _Failure | None]:
+    """Consecutive fold pieces as one: each absorbed in order into one PartitionFold (O(entries)
+    for the run, not per pair).  A refusal found composing ends the run there: the pieces after
+    the one it is in are not composed (what follows a refused record is not replayed)."""
     fold = _k.PartitionFold()
-    fold.absorb(a.topics)
-    err = fold.absorb(b.topics)
-    fail = None if err is None else _kernel_failure(err, -1)
-    configs = dict(a.configs)
-    for resource, keys in b.configs.items():
-        mine = configs.get(resource)
-        configs[resource] = keys if mine is None else {**mine, **keys}
-    brokers = dict(a.brokers)
-    for bid, state in b.brokers.items():
-        brokers[bid], f = _compose_broker(brokers.get(bid), state)
-        fail = _first(fail, f)
-    controllers = dict(a.controllers)
-    controllers.update(b.controllers)
-    return FoldPiece(fold.export(), configs, brokers, controllers, a.records + b.records,
-                     a.first_offset if a.first_offset >= 0 else b.first_offset,
-                     b.last_offset if b.last_offset >= 0 else a.last_offset), fail
+    configs: dict[tuple[int, str], dict[str, tuple[str | None, int]]] = {}
+    brokers: dict[int, _Broker] = {}
+    controllers: dict[int, tuple[int, Any]] = {}
+    records: list[tuple[int, Any]] = []
+    fail: _Failure | None = None
+    first = last = -1
+    for piece in pieces:
+        err = fold.absorb(piece.topics)
+        if err is not None:
+            fail = _first(fail, _kernel_failure(err, -1))
+        for resource, keys in piece.configs.items():
+            mine = configs.get(resource)
+            configs[resource] = keys if mine is None else {**mine, **keys}
+        for bid, state in piece.brokers.items():
+            brokers[bid], f = _compose_broker(brokers.get(bid), state)
+            fail = _first(fail, f)
+        controllers.update(piece.controllers)
+        records.extend(piece.records)
+        if first < 0:
+            first = piece.first_offset
+        if piece.last_offset >= 0:
+            last = piece.last_offset
+        if fail is not None:
+            break
+    return FoldPiece(fold.export(), configs, brokers, controllers, records, first, last), fail
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1394,9 +1390,41 @@ def replay_log(path: str | os.PathLike[str], image: MetadataImage = MetadataImag
 
 
 def compose_all(deltas: Iterable[PartialDelta]) -> PartialDelta:
-    """Partial deltas of consecutive pieces of log, in offset order, as one."""
-    out: PartialDelta | None = None
-    for d in deltas:
-        out = d if out is None else out.compose(d)
-    return out if out is not None else PartialDelta([])
+    """Partial deltas of consecutive pieces of log, in offset order, as one (a run of fold pieces
+    between cuts is composed in one pass).  After a refused record -- a delta's own error, or one
+    found composing -- nothing later is kept: the result ends with the piece that holds it."""
+    out: list[Piece] = []
+    run: list[FoldPiece] = []
+    records = 0
+    provenance: MetadataProvenance | None = None
+    error: _Failure | None = None
+
+    def flush() -> _Failure | None:
+        if not run:
+            return None
+        merged, fail = _compose_run(run)
+        out.append(merged)
+        run.clear()
+        return fail
+
+    for delta in deltas:
+        records += delta.records
+        if delta.provenance is not None:
+            provenance = delta.provenance
+        for piece in delta.pieces:
+            if isinstance(piece, FoldPiece):
+                run.append(piece)
+                continue
+            error = flush()
+            if error is not None:
+                break
+            out.append(piece)
+        if error is not None:
+            break
+        if delta.error is not None:
+            error = _first(flush(), delta.error)
+            break
+    else:
+        error = flush()
+    return PartialDelta(out, records, provenance, error)
 
