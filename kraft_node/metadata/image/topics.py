@@ -82,7 +82,6 @@ import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar, NamedTuple
 
-import immutables
 import numpy as np
 
 from kraft_node.metadata.controller.errors import ReplayError
@@ -95,14 +94,15 @@ from kraft_node.metadata.controller.replication_control import (
 from kraft_node.metadata.controller.replication_snapshot import FramedRecord, encode_partition_records, paused_gc
 from kraft_node.metadata.controller.result import ApiMessageAndVersion
 from kraft_node.metadata.image.partition_block import PartitionBlock
+from kraft_node.metadata.image.topic_map import TopicMap, TopicPlan, apply_topics_delta
 from kraft_node.metadata.image.writer import ImageWriter, ImageWriterOptions
 from kraft_storage.accel import load
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.runtime import Uuid
 
 __all__ = ["COMPACT_MIN_OVERRIDES", "DIRECTORY_LOSS", "ELR_LOSS", "LocalReplicaChanges", "PartitionInfo",
-           "TopicDelta", "TopicIdPartition", "TopicImage", "TopicPartition", "TopicPartitions", "TopicsDelta",
-           "TopicsImage"]
+           "TopicDelta", "TopicIdPartition", "TopicImage", "TopicPartition", "TopicPartitions", "TopicsByName",
+           "TopicsByNameMutation", "TopicsDelta", "TopicsImage"]
 
 #: Kafka's loss text for real directories written below 3.7-IV2.
 DIRECTORY_LOSS = "the directory assignment state of one or more replicas"
@@ -123,8 +123,6 @@ _CLEAR_ELR = m.ClearElrRecord.API_KEY
 _MIGRATING = DirectoryId.MIGRATING
 _new_object = object.__new__
 _objects = load("_bulk_objects", "kraft_node")
-_PARTITIONS_SLOTS = ("_block", "_start", "_stop", "_overrides", "_extra", "_dense")
-_TOPIC_SLOTS = ("_name", "_topic_id", "_partitions")
 #: FramedRecord's slots (ApiMessageAndVersion's, and its encoded value), as the controller's writer makes them
 _FRAMED_SLOTS = ("version", "_value", "message")
 _NO_OVERRIDES: dict[int, PartitionRegistration] = {}
@@ -473,61 +471,92 @@ def _topic(name: str, topic_id: Uuid, partitions: TopicPartitions) -> TopicImage
 
 
 class TopicsImage:
-    """Every topic, by id and by name (two ``immutables.Map`` holding the same TopicImage objects)."""
+    """Every topic: topic id -> TopicImage, and topic name -> topic id (two
+    :class:`~kraft_node.metadata.image.topic_map.TopicMap`, persistent maps).
 
-    __slots__ = ("_by_id", "_by_name")
+    Kafka maps a name to the TopicImage itself; here the name map holds the id, so that a delta
+    changing a topic's partitions writes one map, not two (only a created, deleted or restated
+    topic touches the name map).  ``topics_by_name`` is the view Kafka has, name -> TopicImage
+    (:class:`TopicsByName`), resolved through both maps.
 
-    _by_id: immutables.Map[Uuid, TopicImage]
-    _by_name: immutables.Map[str, TopicImage]
+    Invariant: ``topic_ids_by_name[t.name] == t.topic_id`` for every topic ``t`` of
+    ``topics_by_id``, and the name map has no other entry (kept by the delta's apply; the
+    constructor takes the two maps as given)."""
+
+    __slots__ = ("_by_id", "_ids_by_name")
+
+    _by_id: TopicMap[Uuid, TopicImage]
+    _ids_by_name: TopicMap[str, Uuid]
 
     EMPTY: ClassVar[TopicsImage]
 
-    def __init__(self, topics_by_id: immutables.Map[Uuid, TopicImage],
-                 topics_by_name: immutables.Map[str, TopicImage]) -> None:
-        if not isinstance(topics_by_id, immutables.Map) or not isinstance(topics_by_name, immutables.Map):
-            raise ValueError("TopicsImage: topics_by_id and topics_by_name must be immutables.Map")
-        self._by_id = topics_by_id
-        self._by_name = topics_by_name
+    def __init__(self, topics_by_id: Mapping[Uuid, TopicImage],
+                 topic_ids_by_name: Mapping[str, Uuid] | Mapping[str, TopicImage]) -> None:
+        """``topic_ids_by_name``: name -> topic id -- what ``topics_by_name.update(...)`` and
+        ``topics_by_name.mutate()...finish()`` give -- or a :class:`TopicsByName`, or name ->
+        TopicImage (Kafka's layout: converted, O(n); told apart by its first value).  TopicMaps
+        are taken as they are; any other mapping is copied into one (O(n))."""
+        self._by_id = _as_topic_map(topics_by_id, "topics_by_id")
+        if isinstance(topic_ids_by_name, TopicsByName):
+            self._ids_by_name = topic_ids_by_name._ids
+            return
+        names: TopicMap[str, Any] = _as_topic_map(topic_ids_by_name, "topic_ids_by_name")
+        first = next(iter(names.values()), None)
+        if isinstance(first, TopicImage):
+            names = TopicMap((n, t.topic_id) for n, t in names.items())
+        elif first is not None and not isinstance(first, Uuid):
+            raise ValueError(f"TopicsImage: the name map's values are topic ids, not {type(first).__name__}")
+        self._ids_by_name = names
 
     @property
-    def topics_by_id(self) -> immutables.Map[Uuid, TopicImage]:
+    def topics_by_id(self) -> TopicMap[Uuid, TopicImage]:
         return self._by_id
 
     @property
-    def topics_by_name(self) -> immutables.Map[str, TopicImage]:
-        return self._by_name
+    def topics_by_name(self) -> TopicsByName:
+        """name -> TopicImage (a view of both maps; see :class:`TopicsByName`)."""
+        return TopicsByName(self._ids_by_name, self._by_id)
+
+    @property
+    def topic_ids_by_name(self) -> TopicMap[str, Uuid]:
+        return self._ids_by_name
 
     @classmethod
     def of(cls, topics: Iterable[TopicImage]) -> TopicsImage:
-        """An image of ``topics`` (ValueError when two share a name or an id)."""
-        by_id: immutables.Map[Uuid, TopicImage] = immutables.Map()
-        by_name: immutables.Map[str, TopicImage] = immutables.Map()
-        with by_id.mutate() as ids, by_name.mutate() as names:
-            for t in topics:
-                if t.topic_id in ids:
+        """An image of ``topics`` (ValueError when two share a name or an id).  Both maps are
+        built in bulk (sorted by key hash, bottom-up: the layout later deltas copy cheapest)."""
+        listed = list(topics)
+        by_id: TopicMap[Uuid, TopicImage] = TopicMap((t.topic_id, t) for t in listed)
+        names: TopicMap[str, Uuid] = TopicMap((t.name, t.topic_id) for t in listed)
+        if len(by_id) != len(listed) or len(names) != len(listed):
+            ids_seen: set[Uuid] = set()
+            names_seen: set[str] = set()
+            for t in listed:
+                if t.topic_id in ids_seen:
                     raise ValueError(f"TopicsImage: topic id {t.topic_id} is given twice")
-                if t.name in names:
+                if t.name in names_seen:
                     raise ValueError(f"TopicsImage: topic name {t.name} is given twice")
-                ids[t.topic_id] = t
-                names[t.name] = t
-            by_id, by_name = ids.finish(), names.finish()
-        return cls(by_id, by_name)
+                ids_seen.add(t.topic_id)
+                names_seen.add(t.name)
+        return _topics_image(by_id, names)
 
     def including(self, topic: TopicImage) -> TopicsImage:
         """This image with ``topic`` put in (Kafka's ``including``; replaces a topic of that id and name)."""
-        return TopicsImage(self.topics_by_id.set(topic.topic_id, topic), self.topics_by_name.set(topic.name, topic))
+        return _topics_image(self._by_id.set(topic.topic_id, topic),
+                             self._ids_by_name.set(topic.name, topic.topic_id))
 
     def is_empty(self) -> bool:
-        return len(self.topics_by_id) == 0 and len(self.topics_by_name) == 0
+        return len(self._by_id) == 0 and len(self._ids_by_name) == 0
 
     def get_topic(self, topic_id: Uuid) -> TopicImage | None:
-        return self.topics_by_id.get(topic_id)
+        return self._by_id.get(topic_id)
 
     def get_topic_by_name(self, name: str) -> TopicImage | None:
-        return self.topics_by_name.get(name)
+        tid = self._ids_by_name.get(name)
+        return None if tid is None else self._by_id.get(tid)
 
     def get_partition(self, topic_id: Uuid, partition_id: int) -> PartitionRegistration | None:
-        topic = self.topics_by_id.get(topic_id)
+        topic = self._by_id.get(topic_id)
         if topic is None:
             return None
         reg: PartitionRegistration | None = topic.partitions.get(partition_id)
@@ -539,30 +568,31 @@ class TopicsImage:
         return [] if reg is None else list(reg.replicas)
 
     def topic_name_to_id_view(self) -> Mapping[str, Uuid]:
-        """name -> topic id, a read-only view (Kafka's ``topicNameToIdView``)."""
-        return _TranslatedView(self.topics_by_name, _topic_id)
+        """name -> topic id, read-only (Kafka's ``topicNameToIdView``): the name map itself."""
+        return self._ids_by_name
 
     def topic_id_to_name_view(self) -> Mapping[Uuid, str]:
         """topic id -> name, a read-only view (Kafka's ``topicIdToNameView``)."""
-        return _TranslatedView(self.topics_by_id, _topic_name)
+        return _TranslatedView(self._by_id, _topic_name)
 
     def num_partitions(self) -> int:
-        return sum(len(t.partitions) for t in self.topics_by_id.values())
+        return sum(len(t.partitions) for t in self._by_id.values())
+
+    def _by_sorted_name(self) -> Iterator[TopicImage]:
+        by_id, ids = self._by_id, self._ids_by_name
+        return (by_id[ids[n]] for n in sorted(ids.keys()))
 
     def write(self, writer: ImageWriter, options: ImageWriterOptions) -> None:
         """Every topic, sorted by name (see the module doc)."""
-        by_name = self.topics_by_name
-        _write_topics((by_name[n] for n in sorted(by_name.keys())), writer, options)
+        _write_topics(self._by_sorted_name(), writer, options)
 
     def compacted(self) -> TopicsImage:
         """An equal image whose partitions are all rows of one new block, with no overrides
         (O(partitions); the topic order of the block is by name)."""
-        names = sorted(self.topics_by_name.keys())
         pids: list[int] = []
         regs: list[PartitionRegistration] = []
         bounds: list[tuple[TopicImage, int, int]] = []
-        for name in names:
-            topic = self.topics_by_name[name]
+        for topic in self._by_sorted_name():
             start = len(pids)
             for p, r in topic.partitions.items():
                 pids.append(p)
@@ -578,22 +608,129 @@ class TopicsImage:
             return True
         if not isinstance(other, TopicsImage):
             return NotImplemented
-        return self.topics_by_id == other.topics_by_id and self.topics_by_name == other.topics_by_name
+        return self._by_id == other._by_id and self._ids_by_name == other._ids_by_name
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        if len(self.topics_by_id) <= 8:
-            inner = ", ".join(repr(self.topics_by_name[n]) for n in sorted(self.topics_by_name.keys()))
+        if len(self._by_id) <= 8:
+            inner = ", ".join(repr(t) for t in self._by_sorted_name())
             return f"TopicsImage([{inner}])"
-        return f"TopicsImage({len(self.topics_by_id)} topics)"
+        return f"TopicsImage({len(self._by_id)} topics)"
 
 
-TopicsImage.EMPTY = TopicsImage(immutables.Map(), immutables.Map())
+class TopicsByName(Mapping[str, TopicImage]):
+    """name -> TopicImage: a read-only view of an image's two maps (name -> id -> topic; Kafka's
+    ``topicsByName``).  O(1) to make; each read is two map lookups.
+
+    For the callers that built an image's name map as Kafka lays it out, ``update`` and
+    ``mutate`` take (name, TopicImage) and give what :class:`TopicsImage` takes: a name -> topic
+    id :class:`~kraft_node.metadata.image.topic_map.TopicMap`."""
+
+    __slots__ = ("_ids", "_by_id")
+
+    def __init__(self, ids: TopicMap[str, Uuid], by_id: TopicMap[Uuid, TopicImage]) -> None:
+        self._ids = ids
+        self._by_id = by_id
+
+    def __getitem__(self, name: str) -> TopicImage:
+        return self._by_id[self._ids[name]]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        tid = self._ids.get(name)
+        return default if tid is None else self._by_id.get(tid, default)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids)
+
+    def update(self, items: Iterable[tuple[str, TopicImage]]) -> TopicMap[str, Uuid]:
+        """The name map with each (name, topic) put in (as name -> topic id)."""
+        return self._ids.update((name, topic.topic_id) for name, topic in items)
+
+    def mutate(self) -> TopicsByNameMutation:
+        return TopicsByNameMutation(self._ids, self._by_id)
+
+    def __repr__(self) -> str:
+        return f"TopicsByName({len(self._ids)} topics)"
 
 
-def _topic_id(t: TopicImage) -> Uuid:
-    return t.topic_id
+class TopicsByNameMutation:
+    """:meth:`TopicsByName.mutate`: name -> TopicImage being changed (the topics put here are
+    read back from here, the others through the image's id map); ``finish()`` gives the name ->
+    topic id map."""
+
+    __slots__ = ("_names", "_by_id", "_put")
+
+    def __init__(self, ids: TopicMap[str, Uuid], by_id: TopicMap[Uuid, TopicImage]) -> None:
+        self._names = ids.mutate()
+        self._by_id = by_id
+        self._put: dict[str, TopicImage] = {}
+
+    def get(self, name: str, default: Any = None) -> Any:
+        topic = self._put.get(name)
+        if topic is not None:
+            return topic
+        tid = self._names.get(name)
+        return default if tid is None else self._by_id.get(tid, default)
+
+    def __getitem__(self, name: str) -> TopicImage:
+        topic = self.get(name)
+        if topic is None:
+            raise KeyError(name)
+        result: TopicImage = topic
+        return result
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __setitem__(self, name: str, topic: TopicImage) -> None:
+        self._names[name] = topic.topic_id
+        self._put[name] = topic
+
+    def set(self, name: str, topic: TopicImage) -> None:
+        self[name] = topic
+
+    def __delitem__(self, name: str) -> None:
+        del self._names[name]
+        self._put.pop(name, None)
+
+    def finish(self) -> TopicMap[str, Uuid]:
+        return self._names.finish()
+
+    def __enter__(self) -> TopicsByNameMutation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
+
+
+def _topics_image(by_id: TopicMap[Uuid, TopicImage], ids_by_name: TopicMap[str, Uuid]) -> TopicsImage:
+    """A TopicsImage of two TopicMaps, without the constructor's checks (the apply path)."""
+    out: TopicsImage = _new_object(TopicsImage)
+    out._by_id = by_id
+    out._ids_by_name = ids_by_name
+    return out
+
+
+def _as_topic_map(m: Mapping[Any, Any], what: str) -> TopicMap[Any, Any]:
+    if type(m) is TopicMap:
+        return m
+    if not isinstance(m, Mapping):
+        raise ValueError(f"TopicsImage: {what} must be a mapping, not a {type(m).__name__}")
+    return TopicMap(m)
+
+
+TopicsImage.EMPTY = _topics_image(TopicMap(), TopicMap())
+
 
 
 def _topic_name(t: TopicImage) -> str:
@@ -605,7 +742,7 @@ class _TranslatedView(Mapping[Any, Any]):
 
     __slots__ = ("_base", "_fn")
 
-    def __init__(self, base: immutables.Map[Any, TopicImage], fn: Any) -> None:
+    def __init__(self, base: Mapping[Any, TopicImage], fn: Any) -> None:
         self._base = base
         self._fn = fn
 
@@ -929,8 +1066,8 @@ class TopicsDelta:
 
     def topic_was_deleted(self, name: str) -> bool:
         """Whether the image's topic of that name is deleted (even if a new one took the name)."""
-        topic = self.image.topics_by_name.get(name)
-        return topic is not None and topic.topic_id in self._deleted
+        tid = self.image._ids_by_name.get(name)
+        return tid is not None and tid in self._deleted
 
     # -- replay --------------------------------------------------------------------------
     def replay(self, record: Any) -> str | None:
@@ -990,10 +1127,9 @@ class TopicsDelta:
         if name:
             tid = self._created.get(name)
             if tid is None:
-                topic = self.image.topics_by_name.get(name)
-                if topic is None:
+                tid = self.image._ids_by_name.get(name)
+                if tid is None:
                     raise ReplayError(f"Unable to clear elr for topic with name {name}: no such topic found.")
-                tid = topic.topic_id
             if tid not in self._deleted:
                 self._topic_delta(tid).clear_elr()
             return
@@ -1026,11 +1162,14 @@ class TopicsDelta:
         image itself is returned when nothing changes.  The delta is not changed (it can be
         applied again, or replayed further and applied again).
 
-        A big delta (more than a few topics) is applied with the cyclic collector paused and its
-        new TopicImage/TopicPartitions objects made untracked by the ``_bulk_objects`` kernel
-        (they hold no reference cycle): with 100k topics in the heap, the collections that an
-        apply's allocations trigger walk the whole image and cost more than the apply itself.
-        The persistent maps' new nodes stay tracked (immutables makes them)."""
+        The work is the ``_topics_map`` kernel's
+        (:func:`~kraft_node.metadata.image.topic_map.apply_topics_delta`: deletions, then each
+        changed topic's new TopicPartitions and TopicImage, the created topics' name and id
+        checks, both maps written in one transient tree each).  A big delta runs with the
+        cyclic collector paused, and the kernel makes its new objects untracked (they hold no
+        reference cycle): with 100k topics in the heap, the collections that an apply's
+        allocations trigger would walk the whole image and cost more than the apply itself.
+        The maps' nodes are C memory that no collection walks."""
         if not self._changed and not self._deleted:
             return self.image
         if len(self._changed) + len(self._deleted) <= _SMALL_APPLY:
@@ -1040,91 +1179,11 @@ class TopicsDelta:
 
     def _apply(self) -> TopicsImage:
         image = self.image
-        deleted = self._deleted
-        created = self._created_ids
-        new_topics: list[TopicImage] = []
-        if len(self._changed) <= _SMALL_APPLY:
-            for delta in self._changed.values():
-                changes = delta._changes
-                old = delta.image
-                if changes:
-                    new_topics.append(_topic(old._name, old._topic_id,
-                                             old._partitions.with_changes(changes, delta._added)))
-                elif created and old._topic_id in created:
-                    new_topics.append(old)
-        else:
-            new_topics = self._new_topics_in_bulk()
-        if not new_topics and not deleted:
+        by_id, ids_by_name = apply_topics_delta(self._changed, self._deleted, self._created_ids, image._by_id,
+                                                image._ids_by_name, _PLAN)
+        if by_id is image._by_id and ids_by_name is image._ids_by_name:
             return image
-        by_id, by_name = image._by_id, image._by_name
-        if len(new_topics) + len(deleted) <= _SMALL_APPLY:
-            # a few topics: Map.set is cheaper than a mutation's setup
-            for tid in deleted:
-                name = by_id[tid]._name
-                by_id = by_id.delete(tid)
-                by_name = by_name.delete(name)
-            for new in new_topics:
-                if created and new._topic_id in created:
-                    _check_new_topic(by_id, by_name, new)
-                by_id = by_id.set(new._topic_id, new)
-                by_name = by_name.set(new._name, new)
-            return TopicsImage(by_id, by_name)
-        with by_id.mutate() as ids, by_name.mutate() as names:
-            for tid in deleted:
-                old = by_id[tid]
-                del ids[tid]
-                del names[old._name]
-            for new in new_topics:
-                tid = new._topic_id
-                if created and tid in created:
-                    _check_new_topic(ids, names, new)
-                ids[tid] = new
-                names[new._name] = new
-            by_id, by_name = ids.finish(), names.finish()
-        return TopicsImage(by_id, by_name)
-
-    def _new_topics_in_bulk(self) -> list[TopicImage]:
-        """The changed topics' new TopicImages (and created ones without partitions), made by the
-        ``_bulk_objects`` kernel and taken out of the cyclic collector's lists: they hold no
-        cycle (names, ids, a block, dicts of registrations), and an image of 100k topics whose
-        objects every collection walks costs more than the delta itself."""
-        created = self._created_ids
-        olds: list[TopicImage] = []
-        plain: list[TopicImage] = []
-        blocks: list[PartitionBlock | None] = []
-        starts: list[int] = []
-        stops: list[int] = []
-        overrides: list[dict[int, PartitionRegistration]] = []
-        extras: list[tuple[int, ...]] = []
-        dense: list[bool] = []
-        for delta in self._changed.values():
-            changes = delta._changes
-            old = delta.image
-            if not changes:
-                if created and old._topic_id in created:
-                    plain.append(old)
-                continue
-            parts = old._partitions
-            olds.append(old)
-            blocks.append(parts._block)
-            starts.append(parts._start)
-            stops.append(parts._stop)
-            ov = parts._overrides
-            overrides.append({**ov, **changes} if ov else dict(changes))
-            extra = parts._extra
-            if delta._added:
-                new = tuple(delta._added)
-                extra = tuple(sorted(extra + new)) if extra else tuple(sorted(new))
-            extras.append(extra)
-            dense.append(parts._dense)
-        made: list[TopicPartitions] = _objects.new_objects(
-            TopicPartitions, _PARTITIONS_SLOTS, (blocks, starts, stops, overrides, extras, dense), True)
-        for i, (tp, n) in enumerate(zip(made, overrides)):
-            if len(n) >= COMPACT_MIN_OVERRIDES and 2 * len(n) > tp._stop - tp._start:
-                made[i] = tp.compacted()
-        topics: list[TopicImage] = _objects.new_objects(
-            TopicImage, _TOPIC_SLOTS, ([o._name for o in olds], [o._topic_id for o in olds], made), True)
-        return topics + plain
+        return _topics_image(by_id, ids_by_name)
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:
         """Kafka's ``TopicsDelta.localChanges``: every changed topic's, plus the partitions of
@@ -1143,14 +1202,8 @@ class TopicsDelta:
                 f"createdTopics={self._created!r})")
 
 
-def _check_new_topic(ids: Any, names: Any, new: TopicImage) -> None:
-    """A topic created by this delta may replace a topic of the same id and name (a snapshot
-    restating it) but not take a live topic's name or id under another id or name."""
-    holder = names.get(new.name)
-    if holder is not None and holder.topic_id != new.topic_id:
-        raise ReplayError(f"Topic name {new.name} is taken by topic id {holder.topic_id}: it cannot also name "
-                          f"topic id {new.topic_id}")
-    prev = ids.get(new.topic_id)
-    if prev is not None and prev.name != new.name:
-        raise ReplayError(f"Topic id {new.topic_id} is topic {prev.name}: a TopicRecord cannot rename it to "
-                          f"{new.name}")
+#: What the ``_topics_map`` kernel reads and makes.  A created topic may replace a topic of the
+#: same id and name (a snapshot restating it) but not take a live topic's name or id under
+#: another id or name: the kernel raises a ReplayError then.
+_PLAN = TopicPlan(TopicDelta, TopicImage, TopicPartitions, TopicPartitions.EMPTY, COMPACT_MIN_OVERRIDES,
+                  TopicPartitions.compacted, ReplayError)
