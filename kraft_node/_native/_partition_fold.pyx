@@ -1266,6 +1266,26 @@ cdef class PartitionFold:
                 _check_offsets(x[name + "_offsets"], tmp32.shape[0], name)
         starts_arr = np.searchsorted(x["inc"], np.arange(ninc + 1)).astype(np.int64)
         cdef const int64_t[::1] starts = starts_arr
+        cdef Cols cols
+        memset(&cols, 0, sizeof(Cols))
+        if nent:
+            cols.flags = &e_flags[0]
+            cols.list_set = &e_set[0]
+            cols.leader = &e_leader[0]
+            cols.le = &e_le[0]
+            cols.pe = &e_pe[0]
+            cols.lrs = &e_lrs[0]
+            cols.need = &e_need[0]
+            cols.alen = &e_alen[0]
+            cols.aoff = &e_aoff[0]
+            cols.a2 = &e_a2[0]
+            cols.blen = &e_blen[0]
+            cols.boff = &e_boff[0]
+            cols.b2 = &e_b2[0]
+        for k in range(NLISTS):
+            cols.loffs[k] = loffs[k]
+            cols.lvals[k] = lvals[k]
+        cols.dvals = dvals
         cdef Err err, e2
         cdef View v
         cdef Steps run_a, run_b
@@ -1283,8 +1303,7 @@ cdef class PartitionFold:
                 inc = self._new_inc(tid, C_CREATED, states[k2], firsts[k2], fkinds[k2], fpids[k2], removes[k2],
                                     &ndata[lo] if hi > lo else NULL, hi - lo)
                 for j in range(starts[k2], starts[k2 + 1]):
-                    _view(&v, j, e_flags, e_set, e_leader, e_le, e_pe, e_lrs, e_need, e_alen, e_aoff, e_a2,
-                          e_blen, e_boff, e_b2, loffs, lvals, dvals)
+                    _view(&v, j, &cols)
                     ei = self._find_entry(<int32_t>inc, e_pid[j])
                     if ei < 0:
                         self._insert(<int32_t>inc, e_pid[j], &v)
@@ -1300,8 +1319,7 @@ cdef class PartitionFold:
                 _keep_min(&err, &e2)
                 continue
             for j in range(starts[k2], starts[k2 + 1]):
-                _view(&v, j, e_flags, e_set, e_leader, e_le, e_pe, e_lrs, e_need, e_alen, e_aoff, e_a2,
-                      e_blen, e_boff, e_b2, loffs, lvals, dvals)
+                _view(&v, j, &cols)
                 ei = self._find_entry(<int32_t>cur, e_pid[j])
                 if ei < 0:
                     if self.incs[cur].kind == C_CREATED and v.need >= 0:
@@ -1458,39 +1476,54 @@ cdef class PartitionFold:
         return out
 
 
-cdef inline void _view(View* v, int64_t j, const uint8_t[::1] e_flags, const uint8_t[::1] e_set,
-                       const int32_t[::1] e_leader, const int32_t[::1] e_le, const int32_t[::1] e_pe,
-                       const int8_t[::1] e_lrs, const int64_t[::1] e_need, const int32_t[::1] e_alen,
-                       const int64_t[::1] e_aoff, const int64_t[::1] e_a2, const int32_t[::1] e_blen,
-                       const int64_t[::1] e_boff, const int64_t[::1] e_b2, const int32_t** loffs,
-                       const int32_t** lvals, const uint8_t* dvals) noexcept:
+# the columns of an exported piece, as pointers (what absorb reads per entry)
+cdef struct Cols:
+    const uint8_t* flags
+    const uint8_t* list_set
+    const int32_t* leader
+    const int32_t* le
+    const int32_t* pe
+    const int8_t* lrs
+    const int64_t* need
+    const int32_t* alen
+    const int64_t* aoff
+    const int64_t* a2
+    const int32_t* blen
+    const int64_t* boff
+    const int64_t* b2
+    const int32_t* loffs[NLISTS]
+    const int32_t* lvals[NLISTS]
+    const uint8_t* dvals
+
+
+cdef inline void _view(View* v, int64_t j, Cols* c) noexcept nogil:
     cdef int k
     cdef int64_t lo, hi
-    v.flags = e_flags[j]
-    v.list_set = e_set[j]
-    v.leader = e_leader[j]
-    v.le = e_le[j]
-    v.pe = e_pe[j]
-    v.lrs = e_lrs[j]
-    v.need = e_need[j]
-    v.a.len = e_alen[j]
-    v.a.off = e_aoff[j]
-    v.a.off2 = e_a2[j]
-    v.b.len = e_blen[j]
-    v.b.off = e_boff[j]
-    v.b.off2 = e_b2[j]
+    v.flags = c.flags[j]
+    v.list_set = c.list_set[j]
+    v.leader = c.leader[j]
+    v.le = c.le[j]
+    v.pe = c.pe[j]
+    v.lrs = c.lrs[j]
+    v.need = c.need[j]
+    v.a.len = c.alen[j]
+    v.a.off = c.aoff[j]
+    v.a.off2 = c.a2[j]
+    v.b.len = c.blen[j]
+    v.b.off = c.boff[j]
+    v.b.off2 = c.b2[j]
     v.dp = NULL
     v.be = 0
     for k in range(NLISTS):
-        lo = loffs[k][j]
-        hi = loffs[k][j + 1]
+        lo = c.loffs[k][j]
+        hi = c.loffs[k][j + 1]
         v.ln[k] = <int32_t>(hi - lo)
         v.lp[k] = NULL
         if hi > lo:
             if k == 1:
-                v.dp = dvals + 16 * lo
+                v.dp = c.dvals + 16 * lo
             else:
-                v.lp[k] = lvals[k] + lo
+                v.lp[k] = c.lvals[k] + lo
 
 
 cdef uint8_t _ZERO16[16]
