@@ -96,6 +96,7 @@ EXTENSIONS = [
     ext("kraft_node._native._placement", "kraft_node/_native/_placement.pyx"),
     ext("kraft_node._native._bulk_objects", "kraft_node/_native/_bulk_objects.pyx"),
     ext("kraft_node._native._image_bulk", "kraft_node/_native/_image_bulk.pyx"),
+    ext("kraft_node._native._partition_fold", "kraft_node/_native/_partition_fold.pyx"),
 ]
 
 only = {s.strip() for s in os.environ.get("KRAFT_EXT_ONLY", "").split(",") if s.strip()}

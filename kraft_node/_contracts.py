@@ -21,7 +21,8 @@ from typing import Any, Protocol
 
 from kraft_storage.messages.runtime import GeneratedMessage
 
-__all__ = ["TWINS", "BulkObjectsKernel", "ImageBulkKernel", "PlacementKernel", "RpcFetchCodec", "RpcHeadersCodec"]
+__all__ = ["TWINS", "BulkObjectsKernel", "ImageBulkKernel", "PartitionFoldKernel", "PartitionFoldLike",
+           "PlacementKernel", "RpcFetchCodec", "RpcHeadersCodec"]
 
 
 class ApiMessage(GeneratedMessage, Protocol):
@@ -95,10 +96,87 @@ class ImageBulkKernel(Protocol):
         """``(data, value_pos int64[n], value_len int32[n])`` of a list or tuple of bytes-like values."""
 
 
+class PartitionFoldLike(Protocol):
+    """A partition fold's state (layout and rules in ``kraft_node/_pure/_partition_fold.py``)."""
+
+    @property
+    def entries(self) -> int:
+        """Partitions held (of every incarnation)."""
+
+    @property
+    def incarnations(self) -> int:
+        """Topic incarnations held."""
+
+    def __init__(self) -> None:
+        """An empty fold."""
+
+    def fold(self, offsets: Any, topics: Any, removes: Any, partitions: Any, changes: Any,
+             raw_changes: Any = None) -> tuple[int, int, int, bytes, int, int] | None:
+        """Fold four record tables in row order; None, or the first error (offset, row, code, topic id,
+        partition id, detail)."""
+
+    def absorb(self, other: Any) -> tuple[int, int, int, bytes, int, int] | None:
+        """Fold an exported piece on top of this state; the lowest-offset error found, or None."""
+
+    def export(self, live_only: bool = False) -> dict[str, Any]:
+        """The state as numpy arrays (``EXPORT_FIELDS``)."""
+
+
+class PartitionFoldKernel(Protocol):
+    """``_partition_fold``: topic and partition records folded in log order into a composable partial
+    delta (caller: ``kraft_node.metadata.image.log_fold``; layout in ``kraft_node/_pure/_partition_fold.py``)."""
+
+    LIST_FIELDS: tuple[str, ...]
+    """List fields of an entry, in the order of their ``list_set`` bits (PartitionBlock's list columns)."""
+    NO_LEADER_CHANGE: int
+    """PartitionChangeRecord's leader meaning "unchanged" (-2)."""
+    F_ABSOLUTE: int
+    """``flags`` bit: the entry's state is whole (a PartitionRecord was folded), not relative."""
+    F_LEADER: int
+    """``flags`` bit: a change named a leader."""
+    INC_BASE: int
+    """``inc_kind``: a topic incarnation of the state below the piece."""
+    INC_CREATED: int
+    """``inc_kind``: a topic incarnation created by a TopicRecord of the piece."""
+    LIVE: int
+    """``inc_state``: the incarnation is live."""
+    REMOVED: int
+    """``inc_state``: a RemoveTopicRecord removed it."""
+    SUPERSEDED: int
+    """``inc_state``: a later TopicRecord replaced it."""
+    K_PARTITION: int
+    """``inc_first_kind``: a PartitionRecord first required the BASE incarnation."""
+    K_CHANGE: int
+    """``inc_first_kind``: a PartitionChangeRecord first required it."""
+    K_REMOVE: int
+    """``inc_first_kind``: a RemoveTopicRecord first required it."""
+    E_UNKNOWN_TOPIC: int
+    """Error: a PartitionRecord/PartitionChangeRecord for a topic that is not there."""
+    E_UNKNOWN_PARTITION: int
+    """Error: a PartitionChangeRecord for a partition that is not there."""
+    E_REMOVE_UNKNOWN_TOPIC: int
+    """Error: a RemoveTopicRecord for a topic that is not there."""
+    E_RECORD_DIRECTORIES: int
+    """Error: a record's own directories and replicas differ in count."""
+    E_RECOVERY_STATE: int
+    """Error: a leader recovery state other than 0, 1 (or -1 in a change)."""
+    E_DIRECTORIES: int
+    """Error: the merged registration's directories and replicas differ in count."""
+    E_UNDECODABLE: int
+    """Error: a raw PartitionChangeRecord body the generated decoder would refuse."""
+    EXPORT_FIELDS: dict[str, str]
+    """The arrays of ``export`` (and what ``absorb`` takes) with their dtypes."""
+
+    @property
+    def PartitionFold(self) -> type[PartitionFoldLike]:
+        """The fold state class."""
+
+
 TWINS: dict[str, type] = {
     "_placement": PlacementKernel,
     "_bulk_objects": BulkObjectsKernel,
     "_image_bulk": ImageBulkKernel,
+    "_partition_fold": PartitionFoldKernel,
     "_rpc_headers": RpcHeadersCodec,
     "_rpc_fetch": RpcFetchCodec,
 }

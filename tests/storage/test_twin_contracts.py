@@ -182,6 +182,7 @@ SAMPLES: dict[tuple[str, str], typing.Callable[[ModuleType], dict]] = {
     ("_fdsync", "AsyncFdatasync"): lambda m: {"depth": 4},
     ("_index", "IndexSearcher"): lambda m: {"buf": bytearray(32), "base_offset": 100, "kind": "offset", "n": 0},
     ("_logappend", "Appender"): lambda m: {},
+    ("_partition_fold", "PartitionFold"): lambda m: {},
     ("_timeline", "Snapshot"): lambda m: {"epoch": 5},
     ("_timeline", "SnapshotRegistry"): lambda m: {},
     ("_timeline", "TimelineHashMap"): lambda m: {"registry": _registry(m), "expected_size": 4},
