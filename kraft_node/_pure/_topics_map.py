@@ -214,9 +214,11 @@ class TopicMapMutation:
     def __len__(self) -> int:
         return len(self._mm)
 
+    # A value a write drops is held until the write is over: its finalizer may use this mutation.
     def set(self, key: Any, value: Any) -> None:
         self._check()
         _check_key(key)
+        dropped = self._mm.get(key)  # noqa: F841 -- held past the write
         self._mm[key] = value
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -226,11 +228,14 @@ class TopicMapMutation:
         self._check()
         if not _is_key(key):
             raise KeyError(key)
+        dropped = self._mm.get(key)  # noqa: F841 -- held past the write
         del self._mm[key]
 
     def update(self, items: Any) -> None:
         self._check()
+        dropped = []
         for key, value in _pairs(items):
+            dropped.append(self._mm.get(key))
             self._mm[key] = value
 
     def finish(self) -> TopicMap:

@@ -10,7 +10,10 @@ every intermediate image written as records and read back is itself.
 from __future__ import annotations
 
 import dataclasses
+import gc
+import importlib
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -18,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.images import check_all_intermediate_images, image_records, replay_all
 
+import kraft_node._pure._topics_map as pure_kernel
 from kraft_node.metadata.controller.errors import ReplayError
 from kraft_node.metadata.controller.replication_control import (
     DirectoryId,
@@ -26,6 +30,7 @@ from kraft_node.metadata.controller.replication_control import (
     UnwritableMetadataError,
 )
 from kraft_node.metadata.controller.result import ApiMessageAndVersion
+from kraft_node.metadata.image import topic_map
 from kraft_node.metadata.image.partition_block import PartitionBlock
 from kraft_node.metadata.image.topics import (
     COMPACT_MIN_OVERRIDES,
@@ -37,6 +42,7 @@ from kraft_node.metadata.image.topics import (
     TopicImage,
     TopicPartition,
     TopicPartitions,
+    TopicsByName,
     TopicsDelta,
     TopicsImage,
 )
@@ -879,7 +885,13 @@ def apply_in_batches(base: TopicsImage, records: Sequence[ApiMessageAndVersion],
     bounds = [0, *sorted(set(cuts)), len(records)]
     for a, b in zip(bounds, bounds[1:]):
         image = replay_all(TopicsDelta(image), records[a:b]).apply()
+        check_name_map(image)
     return image
+
+
+def check_name_map(image: TopicsImage) -> None:
+    """The name map is exactly name -> id of the id map's topics."""
+    assert dict(image.topic_ids_by_name.items()) == {t.name: t.topic_id for t in image.topics_by_id.values()}
 
 
 @settings(max_examples=120, deadline=None)
@@ -888,6 +900,7 @@ def test_delta_boundaries_do_not_matter(records: list[ApiMessageAndVersion], dat
     expected = oracle(records)
     one = replay_all(TopicsDelta(TopicsImage.EMPTY), records).apply()
     assert one == expected
+    check_name_map(one)
     cuts = data.draw(st.lists(st.integers(0, len(records)), max_size=6))
     assert apply_in_batches(TopicsImage.EMPTY, records, cuts) == expected
     # from a block-backed image of the first part: the same end
@@ -946,3 +959,160 @@ def test_local_changes_match_the_images(records: list[ApiMessageAndVersion], dat
             assert (now.leader == broker) == (tp in changes.leaders)
         assert set(changes.elected_leaders) <= set(changes.leaders)
     assert results[0] == results[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel's apply: both twins, the name map and its view
+# ---------------------------------------------------------------------------------------------
+
+#: The native twin is built in either mode; the image uses the one accel chose.
+NATIVE_KERNEL: ModuleType = importlib.import_module("kraft_node._native._topics_map")
+KERNELS = [pure_kernel, NATIVE_KERNEL]
+
+
+def kernel_apply(kernel: ModuleType, delta: TopicsDelta) -> tuple[dict[Uuid, TopicImage], dict[str, Uuid]]:
+    """``delta`` applied by ``kernel`` to maps of that twin made from the delta's image."""
+    plan = kernel.TopicPlan(TopicDelta, TopicImage, TopicPartitions, TopicPartitions.EMPTY, COMPACT_MIN_OVERRIDES,
+                            TopicPartitions.compacted, ReplayError)
+    image = delta.image
+    by_id = kernel.TopicMap(image.topics_by_id.items())
+    names = kernel.TopicMap(image.topic_ids_by_name.items())
+    new_ids, new_names = kernel.apply_topics_delta(delta._changed, delta._deleted, delta._created_ids, by_id, names,
+                                                   plan)
+    return dict(new_ids.items()), dict(new_names.items())
+
+
+@settings(max_examples=100, deadline=None)
+@given(record_sequences(), st.data())
+def test_both_kernels_apply_a_delta_alike(records: list[ApiMessageAndVersion], data: Any) -> None:
+    """The twins' apply on the same delta: equal topics, the base's unchanged topics shared by
+    both, the same name map; and what TopicsDelta.apply gives."""
+    split = data.draw(st.integers(0, len(records)))
+    base = replay_all(TopicsDelta(TopicsImage.EMPTY), records[:split]).apply()
+    if data.draw(st.booleans()):
+        base = base.compacted()
+    delta = replay_all(TopicsDelta(base), records[split:])
+    (pure_ids, pure_names), (native_ids, native_names) = [kernel_apply(k, delta) for k in KERNELS]
+    assert pure_ids == native_ids and pure_names == native_names
+    after = delta.apply()
+    assert dict(after.topics_by_id.items()) == pure_ids and dict(after.topic_ids_by_name.items()) == pure_names
+    for tid, t in base.topics_by_id.items():
+        if tid not in delta.changed_topics() and tid not in delta.deleted_topic_ids():
+            assert pure_ids[tid] is t and native_ids[tid] is t and after.topics_by_id[tid] is t
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=["pure", "native"])
+def test_a_kernel_refuses_what_is_not_a_delta(kernel: ModuleType) -> None:
+    plan = kernel.TopicPlan(TopicDelta, TopicImage, TopicPartitions, TopicPartitions.EMPTY, 4,
+                            TopicPartitions.compacted, ReplayError)
+    ids, names = kernel.TopicMap(), kernel.TopicMap()
+    assert kernel.apply_topics_delta({}, set(), set(), ids, names, plan) == (ids, names)
+    assert kernel.apply_topics_delta({}, set(), set(), ids, names, plan)[0] is ids
+    with pytest.raises(TypeError, match="apply_topics_delta: changed is a list, not a dict"):
+        kernel.apply_topics_delta([], set(), set(), ids, names, plan)
+    with pytest.raises(TypeError, match="apply_topics_delta: a delta is a str, not a TopicDelta"):
+        kernel.apply_topics_delta({FOO_UUID: "x"}, set(), set(), ids, names, plan)
+    delta = TopicDelta(IMAGE1.topics_by_id[FOO_UUID])
+    delta._changes = []  # type: ignore[assignment]
+    with pytest.raises(TypeError, match="apply_topics_delta: a delta's changes is a list, not a dict"):
+        kernel.apply_topics_delta({FOO_UUID: delta}, set(), set(), ids, names, plan)
+    with pytest.raises(ValueError, match="deleted topic id .* is not in by_id"):
+        kernel.apply_topics_delta({}, {FOO_UUID}, set(), ids, names, plan)
+    with pytest.raises(ValueError, match="slots not found"):
+        kernel.TopicPlan(TopicDelta, TopicPartitions, TopicPartitions, TopicPartitions.EMPTY, 4,
+                         TopicPartitions.compacted, ReplayError)
+    with pytest.raises(ValueError, match="compact_min"):
+        kernel.TopicPlan(TopicDelta, TopicImage, TopicPartitions, TopicPartitions.EMPTY, -1,
+                         TopicPartitions.compacted, ReplayError)
+    with pytest.raises(ValueError, match="the empty partitions are a dict"):
+        kernel.TopicPlan(TopicDelta, TopicImage, TopicPartitions, {}, 4, TopicPartitions.compacted, ReplayError)
+
+
+def test_a_delta_past_half_a_topic_compacts_it() -> None:
+    """Overrides reaching COMPACT_MIN_OVERRIDES and half a topic's block rows are folded into a
+    new block, in a big apply (the kernel) as in a small one; a created topic with that many
+    partitions gets a block too."""
+    n = 2 * COMPACT_MIN_OVERRIDES
+    image = big_image(topics=6, partitions=n)
+    records = [amv(m.PartitionChangeRecord(topic_id=t.topic_id, partition_id=p, isr=[(p + 1) % 7]), 2)
+               for t in list(image.topics_by_id.values())[:5] for p in range(n // 2 + 1)]
+    new_id = Uuid(77 << 64)
+    records += [amv(m.TopicRecord(name="created", topic_id=new_id))]
+    records += [new_partition_record(new_id, p, [p % 5, (p + 1) % 5]) for p in range(COMPACT_MIN_OVERRIDES)]
+    after = replay_all(TopicsDelta(image), records).apply()
+    assert after == oracle(records, image)
+    for t in list(after.topics_by_id.values()):
+        parts = t.partitions
+        if t.topic_id == new_id or parts.block is not image.topics_by_id[t.topic_id].partitions.block:
+            assert parts.block is not None and len(parts.overrides) == 0
+    assert sum(t.partitions.block is image.topics_by_id[t.topic_id].partitions.block
+               for t in after.topics_by_id.values() if t.topic_id != new_id) == 1
+    assert after.topics_by_id[new_id].partitions.block is not None
+
+
+def test_topics_by_name_is_a_view_of_both_maps() -> None:
+    view = IMAGE1.topics_by_name
+    assert isinstance(view, TopicsByName)
+    assert view["foo"] is IMAGE1.topics_by_id[FOO_UUID] and view.get("foo") is IMAGE1.get_topic_by_name("foo")
+    assert view.get("nope") is None and view.get("nope", 3) == 3 and "nope" not in view
+    assert sorted(view) == sorted(t.name for t in IMAGE1.topics_by_id.values()) == sorted(view.keys())
+    assert len(view) == len(IMAGE1.topics_by_id)
+    assert dict(view.items()) == {t.name: t for t in IMAGE1.topics_by_id.values()}
+    assert IMAGE1.topic_ids_by_name["foo"] == FOO_UUID
+    with pytest.raises(KeyError):
+        view["nope"]
+
+
+def test_callers_of_kafkas_layout_keep_working() -> None:
+    """What bulk loaders written for name -> TopicImage maps do: ``topics_by_name.update`` and
+    ``topics_by_name.mutate()`` take (name, TopicImage) and give the name -> id map the
+    constructor takes; a name -> TopicImage map given to the constructor is converted."""
+    extra = TopicImage("extra", Uuid(99 << 64))
+    by_id = IMAGE1.topics_by_id.set(extra.topic_id, extra)
+    updated = TopicsImage(by_id, IMAGE1.topics_by_name.update([("extra", extra)]))
+    assert updated == IMAGE1.including(extra)
+    check_name_map(updated)
+    with IMAGE1.topics_by_id.mutate() as ids, IMAGE1.topics_by_name.mutate() as names:
+        foo = names.get("foo")
+        assert foo is IMAGE1.get_topic_by_name("foo") and "foo" in names and len(names) == len(IMAGE1.topics_by_id)
+        del ids[foo.topic_id]
+        del names["foo"]
+        assert names.get("foo") is None and "foo" not in names
+        ids[extra.topic_id] = extra
+        names["extra"] = extra
+        assert names.get("extra") is extra and names["extra"] is extra
+        with pytest.raises(KeyError):
+            names["foo"]
+    mutated = TopicsImage(ids.finish(), names.finish())
+    check_name_map(mutated)
+    assert mutated.get_topic_by_name("extra") is extra and mutated.get_topic_by_name("foo") is None
+    # Kafka's layout given to the constructor: converted (and equal)
+    legacy = TopicsImage(dict(IMAGE1.topics_by_id.items()), {t.name: t for t in IMAGE1.topics_by_id.values()})
+    assert legacy == IMAGE1
+    assert TopicsImage(IMAGE1.topics_by_id, IMAGE1.topics_by_name) == IMAGE1
+    with pytest.raises(ValueError, match="the name map's values are topic ids, not int"):
+        TopicsImage(IMAGE1.topics_by_id, {"foo": 1})
+    with pytest.raises(ValueError, match="topics_by_id must be a mapping"):
+        TopicsImage([], {})  # type: ignore[arg-type]
+
+
+def test_of_refuses_a_name_or_an_id_given_twice() -> None:
+    a = TopicImage("a", FOO_UUID)
+    with pytest.raises(ValueError, match="topic id .* is given twice"):
+        TopicsImage.of([a, TopicImage("b", FOO_UUID)])
+    with pytest.raises(ValueError, match="topic name a is given twice"):
+        TopicsImage.of([a, TopicImage("a", BAR_UUID)])
+    assert len(TopicsImage.of([a, TopicImage("b", BAR_UUID)]).topics_by_id) == 2
+
+
+def test_a_big_apply_makes_untracked_objects() -> None:
+    """The native kernel takes the objects it makes out of the cyclic collector (the pure twin
+    cannot): with 100k topics in the heap, collections would otherwise walk them all."""
+    image = big_image(topics=40, partitions=3)
+    records = [amv(m.PartitionChangeRecord(topic_id=t.topic_id, partition_id=0, isr=[t.partitions[0].replicas[0]]),
+                   2) for t in image.topics_by_id.values()]
+    after = replay_all(TopicsDelta(image), records).apply()
+    changed = [t for t in after.topics_by_id.values() if t is not image.topics_by_id[t.topic_id]]
+    assert len(changed) == 40
+    native = topic_map.TopicMap is NATIVE_KERNEL.TopicMap
+    assert all(gc.is_tracked(t) != native and gc.is_tracked(t.partitions) != native for t in changed)
