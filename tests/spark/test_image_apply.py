@@ -225,6 +225,23 @@ def test_nothing_to_fold_is_refused(tmp_path: Path) -> None:
         sa.plan_fold(_one_segment(tmp_path), splits=0)
 
 
+def test_a_brokers_log_dir_folds_its_metadata_partition(tmp_path: Path) -> None:
+    src = _one_segment(tmp_path)
+    (segment,) = log_fold._segment_files(src)
+    logdir = tmp_path / "logdir"
+    for part in ("__cluster_metadata-0", "orders-0"):
+        (logdir / part).mkdir(parents=True)
+        (logdir / part / "00000000000000000000.log").write_bytes(Path(segment).read_bytes())
+    plan = sa.plan_fold(logdir, splits=2)
+    assert plan.splits and all("__cluster_metadata-0" in s.path for s in plan.splits)
+    assert sa.fold_splits(plan) == log_fold.replay_log(src)
+    (logdir / "__cluster_metadata-0" / "00000000000000000000.log").rename(logdir / "orders-0" / "x.txt")
+    (logdir / "payments-0").mkdir()
+    (logdir / "payments-0" / "00000000000000000000.log").write_bytes(Path(segment).read_bytes())
+    with pytest.raises(sa.SparkFoldError, match="segments of 2 logs"):
+        sa.plan_fold(logdir)
+
+
 def _one_segment(tmp_path: Path) -> Path:
     d = tmp_path / "one"
     write_log(str(d), 2_000, seed=1)

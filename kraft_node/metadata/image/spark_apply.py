@@ -100,6 +100,10 @@ def plan_fold(path: str | os.PathLike[str], *, max_split_bytes: int = DEFAULT_MA
     if not logs:
         raise SparkFoldError(f"{p}: no log segment (<20-digit offset>.log) to fold")
     dirs = {os.path.dirname(f.path) for f in logs}
+    metadata = {d for d in dirs if os.path.basename(d) == "__cluster_metadata-0"}
+    if len(dirs) > 1 and len(metadata) == 1:  # a broker's log dir: its other partitions are not metadata
+        dirs = metadata
+        logs = [f for f in logs if os.path.dirname(f.path) in dirs]
     if len(dirs) > 1:
         raise SparkFoldError(f"{p}: segments of {len(dirs)} logs ({', '.join(sorted(dirs))}); fold one at a time")
     total = sum(f.size for f in logs)
@@ -201,16 +205,18 @@ def _base_image(plan: FoldPlan) -> MetadataImage:
 
 
 def _task(items: Iterable[tuple[int, Split]], start_offset: int, chunk_records: int) -> Iterator[Any]:
-    """Spark's mapPartitions body: (index, pickled delta or None, error text or None, seconds)."""
+    """Spark's mapPartitions body: (index, pickled delta or None, error text or None, wall seconds,
+    CPU seconds).  Wall well above CPU means the task waited for a core (a shared machine)."""
     for index, split in items:
         t = time.perf_counter()
+        c = time.process_time()
         try:
             delta = fold_split(split, start_offset, chunk_records)
             payload: bytes | None = pickle.dumps(delta, protocol=5)
             error = None
         except Exception as exc:  # returned, not raised: the driver names the split in one clear error
             payload, error = None, f"{type(exc).__name__}: {exc}"
-        yield index, payload, error, time.perf_counter() - t
+        yield index, payload, error, time.perf_counter() - t, time.process_time() - c
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,7 +225,8 @@ def _task(items: Iterable[tuple[int, Split]], start_offset: int, chunk_records: 
 
 @dataclass
 class SparkFoldResult:
-    """The image and where the time went (seconds; ``task_seconds`` per split, measured in the task)."""
+    """The image and where the time went (seconds; ``task_seconds`` / ``task_cpu_seconds`` per
+    split, wall and CPU, measured in the task)."""
     image: MetadataImage
     records: int
     splits: int
@@ -229,6 +236,7 @@ class SparkFoldResult:
     load_snapshot_seconds: float
     apply_seconds: float
     task_seconds: list[float] = field(default_factory=list)
+    task_cpu_seconds: list[float] = field(default_factory=list)
 
     @property
     def seconds(self) -> float:
@@ -258,7 +266,7 @@ def spark_fold(spark: Any, path: str | os.PathLike[str] | FoldPlan, *, splits: i
     rows.sort(key=lambda r: r[0])
     deltas: list[PartialDelta] = []
     nbytes = 0
-    for index, payload, error, _s in rows:
+    for index, payload, error, _wall, _cpu in rows:
         split = plan.splits[index]
         if error is not None:
             raise SparkFoldError(f"split {index} ({split.path} bytes [{split.start}, {split.end})): {error}")
@@ -273,7 +281,7 @@ def spark_fold(spark: Any, path: str | os.PathLike[str] | FoldPlan, *, splits: i
     image = composed.apply(base)
     t4 = time.perf_counter()
     return SparkFoldResult(image, composed.records, len(plan.splits), nbytes, t1 - t0, t2 - t1, t3 - t2, t4 - t3,
-                           [r[3] for r in rows])
+                           [r[3] for r in rows], [r[4] for r in rows])
 
 
 # ---------------------------------------------------------------------------------------------
