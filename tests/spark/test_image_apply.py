@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import REPO, fixture_params
+from support.metadata_history import random_history
+from support.metadata_history import write_log as write_history
 
 from kraft_node.metadata.image import log_fold
 from kraft_node.metadata.image import spark_apply as sa
@@ -97,6 +99,20 @@ def test_the_default_plan_gives_each_core_two_tasks(spark: Any, gen_dir: Path) -
 @pytest.mark.parametrize("splits", [1, 2, 5, 16])
 def test_every_split_count_composes_exactly_without_spark(gen_dir: Path, splits: int) -> None:
     assert sa.fold_splits(sa.plan_fold(gen_dir, splits=splits)) == log_fold.replay_log(gen_dir)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_controller_histories_cut_into_many_splits(spark: Any, tmp_path: Path, seed: int) -> None:
+    """Histories with every kind of operation (topic deletions, reassignments, ELR, fencing,
+    transactions, leader changes), in several segments cut into small byte ranges."""
+    batches = random_history(seed, events=300)
+    write_history(tmp_path, batches, records_per_segment=400)
+    plan = sa.plan_fold(tmp_path, splits=12)
+    assert len(plan.splits) >= 6
+    result = sa.spark_fold(spark, plan)
+    whole = log_fold.replay_log(tmp_path)
+    assert result.image == whole
+    assert result.image == one_at_a_time(tmp_path, provenance=whole.provenance)
 
 
 @pytest.mark.parametrize("path", fixture_params("*.log"))
