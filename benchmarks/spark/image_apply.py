@@ -201,6 +201,9 @@ def cmd_run(a: argparse.Namespace) -> None:
         for part in ("fold_s", "apply_s", "tasks_s", "compose_s"):
             if part in r["runs"][0]:
                 row[f"median_{part}"] = statistics.median(run[part] for run in r["runs"])
+        if "task_seconds" in r["runs"][0]:  # wall well above CPU: the tasks waited for a core
+            row["median_task_wall_sum_s"] = statistics.median(sum(run["task_seconds"]) for run in r["runs"])
+            row["median_task_cpu_sum_s"] = statistics.median(sum(run["task_cpu_seconds"]) for run in r["runs"])
         report["results"].append(row)
         bar.update(1)
         bar.write(f"{_label(n):>4} {mode:7} {row['records_per_s'] / 1e6:6.2f}M records/s  (median {med:.3f} s)")
@@ -220,8 +223,12 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
     """Medians per size and mode, and the targets' ratios."""
     out: dict[str, Any] = {}
     for r in report["results"]:
-        out.setdefault(_label(r["size"]), {})[r["mode"]] = {"records_per_s": round(r["records_per_s"]),
-                                                            "median_s": round(r["median_s"], 3)}
+        entry = {"records_per_s": round(r["records_per_s"]), "median_s": round(r["median_s"], 3)}
+        for key in ("median_tasks_s", "median_compose_s", "median_apply_s", "median_task_wall_sum_s",
+                    "median_task_cpu_sum_s"):
+            if key in r:
+                entry[key.removeprefix("median_")] = round(r[key], 3)
+        out.setdefault(_label(r["size"]), {})[r["mode"]] = entry
     for modes in out.values():
         t: dict[str, Any] = {}
         if "native" in modes:
