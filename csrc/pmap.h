@@ -173,6 +173,9 @@ static uint32_t pm_rec_new(uint64_t hash, PyObject *key, PyObject *value) {
     uint32_t r = pm_t.rec_free;
     if (r != 0) {
         pm_t.rec_free = (uint32_t)pm_t.recs[r].hash;
+        /* the next record made comes from there: start loading it now */
+        __builtin_prefetch(&pm_t.recs[pm_t.rec_free], 1, 3);
+        __builtin_prefetch(&pm_t.rec_refs[pm_t.rec_free], 1, 3);
     } else {
         if (pm_t.rec_top >= pm_t.rec_cap) {
             uint32_t want = pm_t.rec_cap ? pm_t.rec_cap * 2 : 1024;
@@ -205,6 +208,9 @@ static pm_node *pm_node_new(uint32_t ndata, uint32_t nchild) {
     }
     if (id != 0) {
         pm_t.node_free = pm_t.node_refs[id];
+        /* the next node made takes that id: start loading its table entries now */
+        __builtin_prefetch(&pm_t.nodes[pm_t.node_free], 1, 3);
+        __builtin_prefetch(&pm_t.node_refs[pm_t.node_free], 1, 3);
     } else {
         if (pm_t.node_top >= pm_t.node_cap) {
             uint32_t want = pm_t.node_cap ? pm_t.node_cap * 2 : 1024;
@@ -346,20 +352,55 @@ static void pm_free_node_now(uint32_t id) {
     pm_node_discard(n);
 }
 
+static int pm_u32_desc(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? 1 : (x > y ? -1 : 0);
+}
+
+static int pm_u32_asc(const void *a, const void *b) {
+    return pm_u32_desc(b, a);
+}
+
 /* Free what the operation let go of: first every unheld node (what it held is released in
  * turn), then every unheld record, then the Python references.  Finalizers run only in the
- * last step, when every tree is consistent and the lists are this function's own. */
+ * last step, when every tree is consistent and the lists are this function's own.
+ *
+ * Freed ids go back on their free list sorted, the smallest on top: the next operation then
+ * takes ids in ascending order, so its table writes (and its free-list reads) walk the tables
+ * a cache line at a time rather than one line per id -- freeing an image and applying the
+ * next delta churn thousands of ids. */
 static void pm_garbage_flush(pm_garbage *g) {
+    uint32_t *freed = NULL, nfreed = 0, cap = 0, i, id;
     while (g->nnodes > 0) {
-        uint32_t id = g->nodes[--g->nnodes];
-        pm_node *n = pm_t.nodes[id];
-        uint32_t i, *items = pm_items(n);
+        pm_node *n;
+        uint32_t *items;
+        id = g->nodes[--g->nnodes];
+        n = pm_t.nodes[id];
+        items = pm_items(n);
         for (i = 0; i < n->ndata; i++) pm_rec_release(items[i], g);
         for (i = 0; i < n->nchild; i++) pm_node_release(items[n->ndata + i], g);
-        pm_node_discard(n);
+        if (nfreed == cap) {
+            uint32_t want = cap ? cap * 2 : 64, *p = (uint32_t *)PyMem_Realloc(freed, want * sizeof(uint32_t));
+            if (p == NULL) {  /* no memory to sort: free it unsorted */
+                pm_node_discard(n);
+                continue;
+            }
+            freed = p;
+            cap = want;
+        }
+        pm_t.nodes[id] = NULL;
+        PyMem_Free(n);
+        freed[nfreed++] = id;
     }
+    if (nfreed > 1) qsort(freed, nfreed, sizeof(uint32_t), pm_u32_desc);
+    for (i = 0; i < nfreed; i++) {
+        id = freed[i];
+        pm_t.node_refs[id] = pm_t.node_free;
+        pm_t.node_free = id;
+    }
+    if (g->nrecs > 1) qsort(g->recs, (size_t)g->nrecs, sizeof(uint32_t), pm_u32_asc);
     while (g->nrecs > 0) {
-        uint32_t r = g->recs[--g->nrecs];
+        uint32_t r = g->recs[--g->nrecs];  /* the largest first: the smallest ends on top */
         pm_rec *x = &pm_t.recs[r];
         pm_defer_obj(g, x->key);
         pm_defer_obj(g, x->value);
@@ -368,9 +409,10 @@ static void pm_garbage_flush(pm_garbage *g) {
         x->hash = pm_t.rec_free;
         pm_t.rec_free = r;
     }
+    PyMem_Free(freed);
     {
         PyObject **objs = g->objs;
-        Py_ssize_t i, n = g->nobjs;
+        Py_ssize_t k, n = g->nobjs;
         uint32_t *nodes = g->nodes, *recs = g->recs;
         int inline_objs = objs == g->obj_buf;
         PyObject *copy[16];
@@ -381,7 +423,7 @@ static void pm_garbage_flush(pm_garbage *g) {
         if (nodes != g->node_buf) PyMem_Free(nodes);
         if (recs != g->rec_buf) PyMem_Free(recs);
         pm_garbage_init(g);
-        for (i = 0; i < n; i++) Py_DECREF(objs[i]);
+        for (k = 0; k < n; k++) Py_DECREF(objs[k]);
         if (!inline_objs) PyMem_Free(objs);
     }
 }
@@ -905,15 +947,24 @@ static inline void pm_prefetch_node(const pm_node *n) {
     __builtin_prefetch((const char *)n + 64, 1, 3);
 }
 
-/* One step of a walk toward the slot of ``hash``, for a group of keys walked side by side (the
- * node ``id`` was prefetched by the step before): prefetch the child on the path and return its
- * id, or at the slot's entry prefetch its record and return 0 (0 too at an empty slot or a
- * collision node).  Reads only; the tree may be anyone's. */
-static inline uint32_t pm_walk_step(uint32_t id, int *shift, uint64_t hash) {
+/* One step of a walk toward the slot of ``hash``, for keys walked side by side (a group, or a
+ * software pipeline), each step touching only what the step before prefetched.  ``*phase`` 0:
+ * node ``id``'s table entries are in the cache: prefetch its memory.  ``*phase`` 1: its memory
+ * is in the cache: if it is shared (the write will copy it, bumping the counts of everything it
+ * holds) prefetch those counts; then on a child prefetch the child's table entries and return
+ * its id (phase 0 again), on the key's entry prefetch its record and return 0 (0 too at an
+ * empty slot or a collision node).  Reads only; a stale id (freed since) ends the walk. */
+static inline uint32_t pm_walk_step(uint32_t id, int *phase, int *shift, uint64_t hash) {
     pm_node *n = pm_t.nodes[id];
-    uint32_t bit, kid, r, i, *items = pm_items(n);
+    uint32_t bit, kid, r, i, *items;
+    if (n == NULL) return 0;
+    if (*phase == 0) {
+        pm_prefetch_node(n);
+        *phase = 1;
+        return id;
+    }
+    items = pm_items(n);
     if (pm_t.node_refs[id] != 1) {
-        /* shared: the write will copy it, bumping the counts of all it holds */
         for (i = 0; i < n->ndata; i++) __builtin_prefetch(&pm_t.rec_refs[items[i]], 1, 3);
         for (; i < n->ndata + n->nchild; i++) __builtin_prefetch(&pm_t.node_refs[items[i]], 1, 3);
     }
@@ -921,12 +972,14 @@ static inline uint32_t pm_walk_step(uint32_t id, int *shift, uint64_t hash) {
     bit = pm_bit(hash, *shift);
     if (n->nodemap & bit) {
         kid = pm_kids(n)[pm_index(n->nodemap, bit)];
-        pm_prefetch_node(pm_t.nodes[kid]);
+        __builtin_prefetch(&pm_t.nodes[kid], 0, 3);
+        __builtin_prefetch(&pm_t.node_refs[kid], 1, 3);
         *shift += 5;
+        *phase = 0;
         return kid;
     }
     if (n->datamap & bit) {
-        r = pm_items(n)[pm_index(n->datamap, bit)];
+        r = items[pm_index(n->datamap, bit)];
         __builtin_prefetch(&pm_t.recs[r], 0, 3);
     }
     return 0;

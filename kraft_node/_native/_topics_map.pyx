@@ -56,7 +56,6 @@ cdef extern from "pmap.h":
     void pm_iter_init(pm_iter* it, uint32_t root)
     pm_rec* pm_iter_next(pm_iter* it)
     int pm_equal(uint32_t a, uint32_t b, int shift) except -1
-    uint32_t pm_walk_step(uint32_t id, int* shift, uint64_t hash)
     void pm_stats(Py_ssize_t* nodes, Py_ssize_t* recs, Py_ssize_t* node_bytes)
     uint32_t pm_root_incref(uint32_t id)
     void pm_root_drop(uint32_t id)
@@ -120,7 +119,7 @@ cdef extern from *:
      * issued in the same step.  Reads only; everything read is held by the deltas list (which
      * must not change during the call); a node id read may be stale by the time its step
      * comes (freed ids read as NULL and end the walk). */
-    #define TM_STAGES 9
+    #define TM_STAGES 13
     #define TM_AHEAD 2
     #define TM_RING 32
     typedef struct {
@@ -132,6 +131,7 @@ cdef extern from *:
         uint64_t hash[TM_RING];
         uint32_t at[TM_RING];
         int shift[TM_RING];
+        int phase[TM_RING];
     } tm_pipe;
 
     static void tm_stage(tm_pipe *p, int stage, Py_ssize_t j, uint32_t root) {
@@ -182,13 +182,11 @@ cdef extern from *:
         case 4:
             p->at[r] = 0;
             p->shift[r] = 0;
+            p->phase[r] = 1;  /* the root is in the cache */
             if (p->tid[r] != NULL && root != 0 && pm_hash_quiet(p->tid[r], &p->hash[r]) == 0) p->at[r] = root;
-            /* fall through: the root is in the cache */
+            /* fall through */
         default:
-            if (p->at[r] != 0 && pm_t.nodes[p->at[r]] != NULL)
-                p->at[r] = pm_walk_step(p->at[r], &p->shift[r], p->hash[r]);
-            else
-                p->at[r] = 0;
+            if (p->at[r] != 0) p->at[r] = pm_walk_step(p->at[r], &p->phase[r], &p->shift[r], p->hash[r]);
             break;
         }
     }
