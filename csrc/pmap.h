@@ -392,13 +392,13 @@ static void pm_garbage_flush(pm_garbage *g) {
         PyMem_Free(n);
         freed[nfreed++] = id;
     }
-    if (nfreed > 1) qsort(freed, nfreed, sizeof(uint32_t), pm_u32_desc);
+    if (nfreed > 64) qsort(freed, nfreed, sizeof(uint32_t), pm_u32_desc);  /* a few ids: not worth it */
     for (i = 0; i < nfreed; i++) {
         id = freed[i];
         pm_t.node_refs[id] = pm_t.node_free;
         pm_t.node_free = id;
     }
-    if (g->nrecs > 1) qsort(g->recs, (size_t)g->nrecs, sizeof(uint32_t), pm_u32_asc);
+    if (g->nrecs > 64) qsort(g->recs, (size_t)g->nrecs, sizeof(uint32_t), pm_u32_asc);
     while (g->nrecs > 0) {
         uint32_t r = g->recs[--g->nrecs];  /* the largest first: the smallest ends on top */
         pm_rec *x = &pm_t.recs[r];
