@@ -24,7 +24,13 @@ Each under ``--gc`` modes: ``default`` (the collector as the process has it), ``
 (``gc.freeze()`` after the base image is built: what a loader that freezes its long-lived image
 sees -- collections never walk the image), ``off`` (``gc.disable()``: the CPU of the apply
 alone).  Also: the partitions and topics the zonal delta touches, that the result shares the
-block and every untouched topic by identity, and the replay time of each delta (not a target).
+block, every untouched topic and the name map (name -> topic id: no topic is created or
+deleted) by identity, the replay time of each delta (not a target), and which ``_topics_map``
+twin did the work (``kernel``; ``KRAFT_NO_EXTENSIONS=1`` measures the pure one).
+
+The machine's noise: on a shared 2-CPU VM one process can run the same apply 1.5-2x slower
+than the next (the apply is bound by cache and TLB misses, which neighbours inflate); compare
+runs made back to back.
 
 Prints one JSON document; ``--json F`` writes it too.
 """
@@ -45,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _support import code_version, emit_json  # noqa: E402
 
+from kraft_node.metadata.image import topic_map  # noqa: E402
 from kraft_node.metadata.image.partition_block import PartitionBlock  # noqa: E402
 from kraft_node.metadata.image.topics import TopicImage, TopicPartitions, TopicsDelta, TopicsImage  # noqa: E402
 from kraft_storage.messages import metadata as m  # noqa: E402
@@ -139,12 +146,14 @@ def run(topics: int, args: argparse.Namespace) -> dict[str, Any]:
     out = zonal.apply()
     shares_block = all(out.topics_by_id[t].partitions.block is block for t in touched)
     shares_rest = all(out.topics_by_id[t] is image.topics_by_id[t] for t in ids if t not in touched)
+    shares_names = out.topic_ids_by_name is image.topic_ids_by_name
     del out
     result: dict[str, Any] = {
         "topics": topics, "partitions": topics * PARTITIONS, "brokers": brokers_for(topics),
         "build_s": round(built, 3), "block_bytes_per_partition": round(block.nbytes / (topics * PARTITIONS), 1),
         "zonal_partitions": count, "zonal_topics": len(touched),
         "zonal_shares_block": shares_block, "zonal_shares_untouched_topics": shares_rest,
+        "zonal_shares_name_map": shares_names,
         "single_replay_us": round(single_replay * 1e6, 1), "zonal_replay_s": round(zonal_replay, 3),
     }
     for mode in args.gc:
@@ -181,6 +190,7 @@ def main() -> None:
         "benchmark": "bench_image_topics", "code": code_version(), "python": platform.python_version(),
         "machine": platform.machine(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
         "directories": args.directories, "repeats": args.repeats, "inner": args.inner,
+        "kernel": topic_map.TopicMap.__module__,
         "targets": {"single_us": 5, "zonal_ms_at_100k": 10},
         "runs": [run(int(t), args) for t in args.topics.split(",")],
     }

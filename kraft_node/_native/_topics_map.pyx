@@ -838,7 +838,6 @@ def apply_topics_delta(changed, deleted, created, TopicMap by_id not None, Topic
     cdef uint32_t ids = pm_root_incref(by_id.root)
     cdef uint32_t names = pm_root_incref(ids_by_name.root)
     cdef Py_ssize_t nids = by_id.count, nnames = ids_by_name.count, n = len(deltas), i
-    cdef bint wrote = False
     cdef tm_pipe pipe
     pipe.items = tm_list_items(<PyObject*>deltas)
     pipe.n = n
@@ -853,23 +852,29 @@ def apply_topics_delta(changed, deleted, created, TopicMap by_id not None, Topic
         if deleted:
             for tid in deleted:
                 _remove_topic(tid, &ids, &nids, &names, &nnames, plan, &g)
-                wrote = True
         if n > 1:
             for i in range(-TM_STAGES * TM_AHEAD, 0):
                 tm_pipe_steps(&pipe, i, ids)
         for i in range(n):
             if n > 1:
                 tm_pipe_steps(&pipe, i, ids)
-            if _apply_one(<object>pipe.items[i], created, &ids, &nids, &names, &nnames, plan, &g):
-                wrote = True
+            _apply_one(<object>pipe.items[i], created, &ids, &nids, &names, &nnames, plan, &g)
     except BaseException:
         pm_root_drop(ids)
         pm_root_drop(names)
         raise
     finally:
         pm_garbage_flush(&g)
-    if not wrote:
+    # a map whose root did not change is returned itself (a delta that creates and deletes no
+    # topic leaves the name map as it was, by identity)
+    if ids == by_id.root:
         pm_root_drop(ids)
+        new_ids = by_id
+    else:
+        new_ids = _new_map(ids, nids)
+    if names == ids_by_name.root:
         pm_root_drop(names)
-        return by_id, ids_by_name
-    return _new_map(ids, nids), _new_map(names, nnames)
+        new_names = ids_by_name
+    else:
+        new_names = _new_map(names, nnames)
+    return new_ids, new_names

@@ -52,8 +52,9 @@ over its own hash trie (``csrc/pmap.h``).  This twin gives the same values with
      <id>")`` / ``error_cls("Topic id <id> is topic <name>: a TopicRecord cannot rename it to
      <name>")``, against the maps as they are at that point.
 
-  The maps come back unchanged (the same objects) when nothing was removed or put; on an
-  error nothing changes (the maps are persistent).  TypeError when ``changed`` is not a dict,
+  A map nothing was removed from or put in comes back itself (the same object: a delta that
+  creates and deletes no topic leaves the name map as it was); on an error nothing changes (the
+  maps are persistent).  TypeError when ``changed`` is not a dict,
   a delta or what it holds is not of the plan's classes, or the changes are not dicts.  The
   native kernel takes the new objects out of the cyclic collector (they hold no cycle; the
   twin cannot, so only the collector's work differs) and prefetches each group of topics'
@@ -345,8 +346,10 @@ def apply_topics_delta(changed: Any, deleted: Any, created: Any, by_id: TopicMap
     new = object.__new__
     ids: TopicMapMutation | None = None
     names: TopicMapMutation | None = None
+    touched_ids = touched_names = False
     if deleted:
         ids, names = by_id.mutate(), ids_by_name.mutate()
+        touched_ids = touched_names = True
         for tid in deleted:
             gone = ids.get(tid)
             if gone is None:
@@ -396,7 +399,11 @@ def apply_topics_delta(changed: Any, deleted: Any, created: Any, by_id: TopicMap
                 raise plan.error_cls(f"Topic id {tid} is topic {g_name(prev)}: a TopicRecord cannot rename it "
                                      f"to {name}")
             names[name] = tid
+            touched_names = True
         ids[tid] = topic
+        touched_ids = True
     if ids is None or names is None:
         return by_id, ids_by_name
-    return ids.finish(), names.finish()
+    new_ids, new_names = ids.finish(), names.finish()
+    # a map nothing was written to is returned itself
+    return (new_ids if touched_ids else by_id), (new_names if touched_names else ids_by_name)

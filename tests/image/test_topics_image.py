@@ -675,6 +675,7 @@ def test_apply_shares_unchanged_topics_and_the_block() -> None:
     assert dict(changed.partitions.overrides) == {2: image.get_partition(t5, 2).merge(  # type: ignore[union-attr]
         m.PartitionChangeRecord(topic_id=t5, partition_id=2, isr=[2]))}
     assert after.get_topic_by_name("topic-5") is changed
+    assert after.topic_ids_by_name is image.topic_ids_by_name  # no topic created or deleted: not written
     for tid, t in image.topics_by_id.items():
         if tid != t5:
             assert after.topics_by_id[tid] is t and after.topics_by_name[t.name] is t
@@ -702,7 +703,8 @@ def test_zonal_outage_on_a_block_backed_image() -> None:
     delta = replay_all(TopicsDelta(image), records)
     after = delta.apply()
     changed = {r.message.topic_id for r in records}
-    assert len(changed) > 4  # the mutation path
+    assert len(changed) > 4  # the pipelined path
+    assert after.topic_ids_by_name is image.topic_ids_by_name
     for tid, t in after.topics_by_id.items():
         if tid in changed:
             assert t.partitions.block is image.topics_by_id[tid].partitions.block

@@ -4,10 +4,18 @@ Why this shape: the image must hold a million partitions in at most 400 B each, 
 second, add a topic in microseconds at 100k topics and apply a zonal outage (10,000 partitions
 of 6,667 topics) in milliseconds.  So:
 
-* :class:`TopicsImage` keeps two persistent maps (``immutables.Map``, a HAMT): topic id ->
-  :class:`TopicImage` and name -> the same :class:`TopicImage`.  ``apply`` patches only the
-  changed keys inside one ``mutate()``; every unchanged :class:`TopicImage` is the previous
-  image's object (shared by identity).
+* :class:`TopicsImage` keeps two persistent maps
+  (:class:`~kraft_node.metadata.image.topic_map.TopicMap`: a C hash trie keyed by topic id or
+  name, from the ``_topics_map`` kernel; its pure twin wraps ``immutables.Map``): topic id ->
+  :class:`TopicImage`, and name -> topic id.  Kafka's second map is name -> TopicImage; holding
+  the id instead means a delta that only changes partitions writes one map, not two (only a
+  created, deleted or restated topic touches the name map); ``topics_by_name`` is Kafka's view
+  (:class:`TopicsByName`).  ``apply`` is the kernel's
+  (:func:`~kraft_node.metadata.image.topic_map.apply_topics_delta`): every changed topic's new
+  objects are made and written into one transient tree in a C loop that prefetches the next
+  topics' objects and trie paths (at 100k topics the loop is bound by cache misses, a dozen
+  cold objects a topic); every unchanged :class:`TopicImage` is the previous image's object
+  (shared by identity), and a map node is copied once per delta, never the map.
 * a topic's partitions are a :class:`TopicPartitions`: an immutable ``Mapping[int,
   PartitionRegistration]`` over rows ``start .. stop - 1`` of a columnar
   :class:`~kraft_node.metadata.image.partition_block.PartitionBlock` (what a snapshot load
@@ -22,10 +30,10 @@ of 6,667 topics) in milliseconds.  So:
 Invariants (kept by the constructors here; the bulk loader builds blocks and calls the same
 constructors):
 
-* ``topics_by_id[t].topic_id == t``, ``topics_by_name[n].name == n``, and the two maps hold the
-  same TopicImage objects (checked by :meth:`TopicsDelta.apply` for every topic a delta
-  creates: a TopicRecord whose name or id is taken by another live topic is refused, where
-  Kafka would leave the two maps disagreeing);
+* ``topics_by_id[t].topic_id == t``, and ``topic_ids_by_name`` is exactly ``{t.name:
+  t.topic_id}`` over ``topics_by_id`` (checked by :meth:`TopicsDelta.apply` for every topic a
+  delta creates: a TopicRecord whose name or id is taken by another live topic is refused,
+  where Kafka would leave the two maps disagreeing);
 * a TopicPartitions' block rows are sorted by partition id, ``extra`` holds exactly the
   override ids that are not rows of the block, sorted, so ``len`` and iteration in partition-id
   order need no lookup;
