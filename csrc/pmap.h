@@ -352,55 +352,20 @@ static void pm_free_node_now(uint32_t id) {
     pm_node_discard(n);
 }
 
-static int pm_u32_desc(const void *a, const void *b) {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? 1 : (x > y ? -1 : 0);
-}
-
-static int pm_u32_asc(const void *a, const void *b) {
-    return pm_u32_desc(b, a);
-}
-
 /* Free what the operation let go of: first every unheld node (what it held is released in
  * turn), then every unheld record, then the Python references.  Finalizers run only in the
- * last step, when every tree is consistent and the lists are this function's own.
- *
- * Freed ids go back on their free list sorted, the smallest on top: the next operation then
- * takes ids in ascending order, so its table writes (and its free-list reads) walk the tables
- * a cache line at a time rather than one line per id -- freeing an image and applying the
- * next delta churn thousands of ids. */
+ * last step, when every tree is consistent and the lists are this function's own. */
 static void pm_garbage_flush(pm_garbage *g) {
-    uint32_t *freed = NULL, nfreed = 0, cap = 0, i, id;
+    uint32_t i;
     while (g->nnodes > 0) {
-        pm_node *n;
-        uint32_t *items;
-        id = g->nodes[--g->nnodes];
-        n = pm_t.nodes[id];
-        items = pm_items(n);
+        pm_node *n = pm_t.nodes[g->nodes[--g->nnodes]];
+        uint32_t *items = pm_items(n);
         for (i = 0; i < n->ndata; i++) pm_rec_release(items[i], g);
         for (i = 0; i < n->nchild; i++) pm_node_release(items[n->ndata + i], g);
-        if (nfreed == cap) {
-            uint32_t want = cap ? cap * 2 : 64, *p = (uint32_t *)PyMem_Realloc(freed, want * sizeof(uint32_t));
-            if (p == NULL) {  /* no memory to sort: free it unsorted */
-                pm_node_discard(n);
-                continue;
-            }
-            freed = p;
-            cap = want;
-        }
-        pm_t.nodes[id] = NULL;
-        PyMem_Free(n);
-        freed[nfreed++] = id;
+        pm_node_discard(n);
     }
-    if (nfreed > 64) qsort(freed, nfreed, sizeof(uint32_t), pm_u32_desc);  /* a few ids: not worth it */
-    for (i = 0; i < nfreed; i++) {
-        id = freed[i];
-        pm_t.node_refs[id] = pm_t.node_free;
-        pm_t.node_free = id;
-    }
-    if (g->nrecs > 64) qsort(g->recs, (size_t)g->nrecs, sizeof(uint32_t), pm_u32_asc);
     while (g->nrecs > 0) {
-        uint32_t r = g->recs[--g->nrecs];  /* the largest first: the smallest ends on top */
+        uint32_t r = g->recs[--g->nrecs];
         pm_rec *x = &pm_t.recs[r];
         pm_defer_obj(g, x->key);
         pm_defer_obj(g, x->value);
@@ -409,7 +374,6 @@ static void pm_garbage_flush(pm_garbage *g) {
         x->hash = pm_t.rec_free;
         pm_t.rec_free = r;
     }
-    PyMem_Free(freed);
     {
         PyObject **objs = g->objs;
         Py_ssize_t k, n = g->nobjs;
