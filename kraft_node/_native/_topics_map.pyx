@@ -106,7 +106,10 @@ cdef extern from *:
     static inline void tm_prefetch_uuid_bytes(PyObject* key) {
         if (key != NULL && pm_uuid_type != NULL && Py_TYPE(key) == pm_uuid_type) {
             PyObject* b = *(PyObject**)((char*)key + pm_uuid_offset);
-            if (b != NULL) __builtin_prefetch(PyBytes_AS_STRING(b), 0, 3);
+            if (b != NULL) {  /* header and data: a pool block need not sit on one cache line */
+                __builtin_prefetch(b, 0, 3);
+                __builtin_prefetch(PyBytes_AS_STRING(b) + 15, 0, 3);
+            }
         }
     }
     /* pm_hash without an exception: 0 and *out set, else nonzero */
