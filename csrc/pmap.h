@@ -9,8 +9,9 @@
  * Python call and ``Uuid.__hash__`` per key: about a microsecond per write at 100,000 keys.
  *
  * So here nodes and entries are named by 32-bit indexes into process-wide tables, and their
- * reference counts live in dense arrays beside those tables (``node_refs``, ``rec_refs``): copying
- * a node is a memcpy of its index array plus increments in arrays that stay in cache.  Python
+ * reference counts live in the tables, beside what they count (``slots[id].refs``,
+ * ``recs[r].refs``): copying a node is a memcpy of its index array plus increments in dense
+ * tables, never a touch of the children's or the entries' own memory.  Python
  * objects are touched only when an entry record is made or freed.  A batch of writes is one
  * transient tree: a node is copied once, then changed in place.
  *
@@ -25,8 +26,8 @@
  *   - canonical shape: a key sits at the shallowest level where no other key shares its slot
  *     path, so a node other than the root holds at least two keys below it, and two maps with
  *     the same keys have the same shape (a delete pulls a lone entry back up into its parent);
- *   - ``node_refs[id]`` counts the parents, maps and mutations holding node ``id``;
- *     ``rec_refs[r]`` the nodes holding record ``r``.  A node is changed in place only when its
+ *   - ``slots[id].refs`` counts the parents, maps and mutations holding node ``id``;
+ *     ``recs[r].refs`` the nodes holding record ``r``.  A node is changed in place only when its
  *     count is 1 and it was reached from a root the operation owns through nodes whose counts
  *     are all 1: nothing else can see it.  A record is changed in place only when its count is
  *     1 and its node is changeable.  Anything else is copied first (copy on write), so a reader
@@ -56,33 +57,42 @@ typedef struct {
     uint64_t hash;     /* free record: the next free index */
     PyObject *key;     /* free record: NULL */
     PyObject *value;
+    uint32_t refs;     /* the nodes holding it */
+    uint32_t unused;
 } pm_rec;
 
+typedef struct pm_node pm_node;
+
+/* A node's entry in the id table: its memory and its count (beside it: one cache line for both). */
 typedef struct {
+    pm_node *node;     /* free id: NULL */
+    uint32_t refs;     /* free id: 0 */
+    uint32_t next;     /* free id: the next free id */
+} pm_slot;
+
+struct pm_node {
     uint32_t datamap;
     uint32_t nodemap;
     uint32_t id;
     uint32_t ndata;
     uint32_t nchild;
     /* uint32_t items[ndata + nchild]: record indexes, then child node ids */
-} pm_node;
+};
 
 typedef struct {
     pm_rec *recs;
-    uint32_t *rec_refs;
     uint32_t rec_cap, rec_top, rec_free;
-    pm_node **nodes;       /* free id: NULL */
-    uint32_t *node_refs;   /* free id: the next free id */
+    pm_slot *slots;
     uint32_t node_cap, node_top, node_free;
 } pm_tables;
 
-static pm_tables pm_t = {NULL, NULL, 0, 1, 0, NULL, NULL, 0, 1, 0};
+static pm_tables pm_t = {NULL, 0, 1, 0, NULL, 0, 1, 0};
 static PyTypeObject *pm_uuid_type = NULL;
 static Py_ssize_t pm_uuid_offset = -1;
 
 static inline uint32_t *pm_items(pm_node *n) { return (uint32_t *)(n + 1); }
 static inline uint32_t *pm_kids(pm_node *n) { return pm_items(n) + n->ndata; }
-static inline pm_node *pm_node_at(uint32_t id) { return pm_t.nodes[id]; }
+static inline pm_node *pm_node_at(uint32_t id) { return pm_t.slots[id].node; }
 static inline pm_rec *pm_rec_at(uint32_t r) { return &pm_t.recs[r]; }
 /* The slot bit of a hash at a level: 5 bits from the top (bits 63-59 at the root, 58-54 below,
  * ..., 3-0 at level 12, as an even slot), so that the trie's order is the hashes' numeric
@@ -175,13 +185,11 @@ static uint32_t pm_rec_new(uint64_t hash, PyObject *key, PyObject *value) {
         pm_t.rec_free = (uint32_t)pm_t.recs[r].hash;
         /* the next record made comes from there: start loading it now */
         __builtin_prefetch(&pm_t.recs[pm_t.rec_free], 1, 3);
-        __builtin_prefetch(&pm_t.rec_refs[pm_t.rec_free], 1, 3);
     } else {
         if (pm_t.rec_top >= pm_t.rec_cap) {
             uint32_t want = pm_t.rec_cap ? pm_t.rec_cap * 2 : 1024;
             if (pm_t.rec_cap >= PM_MAX_INDEX / 2) want = PM_MAX_INDEX;
-            if (pm_t.rec_top >= want || pm_grow_table((void **)&pm_t.recs, pm_t.rec_cap, want, sizeof(pm_rec)) < 0
-                    || pm_grow_table((void **)&pm_t.rec_refs, pm_t.rec_cap, want, sizeof(uint32_t)) < 0) {
+            if (pm_t.rec_top >= want || pm_grow_table((void **)&pm_t.recs, pm_t.rec_cap, want, sizeof(pm_rec)) < 0) {
                 PyErr_NoMemory();
                 return 0;
             }
@@ -194,7 +202,7 @@ static uint32_t pm_rec_new(uint64_t hash, PyObject *key, PyObject *value) {
     pm_t.recs[r].hash = hash;
     pm_t.recs[r].key = key;
     pm_t.recs[r].value = value;
-    pm_t.rec_refs[r] = 1;
+    pm_t.recs[r].refs = 1;
     return r;
 }
 
@@ -207,17 +215,15 @@ static pm_node *pm_node_new(uint32_t ndata, uint32_t nchild) {
         return NULL;
     }
     if (id != 0) {
-        pm_t.node_free = pm_t.node_refs[id];
-        /* the next node made takes that id: start loading its table entries now */
-        __builtin_prefetch(&pm_t.nodes[pm_t.node_free], 1, 3);
-        __builtin_prefetch(&pm_t.node_refs[pm_t.node_free], 1, 3);
+        pm_t.node_free = pm_t.slots[id].next;
+        /* the next node made takes that id: start loading its table entry now */
+        __builtin_prefetch(&pm_t.slots[pm_t.node_free], 1, 3);
     } else {
         if (pm_t.node_top >= pm_t.node_cap) {
             uint32_t want = pm_t.node_cap ? pm_t.node_cap * 2 : 1024;
             if (pm_t.node_cap >= PM_MAX_INDEX / 2) want = PM_MAX_INDEX;
             if (pm_t.node_top >= want
-                    || pm_grow_table((void **)&pm_t.nodes, pm_t.node_cap, want, sizeof(pm_node *)) < 0
-                    || pm_grow_table((void **)&pm_t.node_refs, pm_t.node_cap, want, sizeof(uint32_t)) < 0) {
+                    || pm_grow_table((void **)&pm_t.slots, pm_t.node_cap, want, sizeof(pm_slot)) < 0) {
                 PyMem_Free(n);
                 PyErr_NoMemory();
                 return NULL;
@@ -231,16 +237,17 @@ static pm_node *pm_node_new(uint32_t ndata, uint32_t nchild) {
     n->id = id;
     n->ndata = ndata;
     n->nchild = nchild;
-    pm_t.nodes[id] = n;
-    pm_t.node_refs[id] = 1;
+    pm_t.slots[id].node = n;
+    pm_t.slots[id].refs = 1;
     return n;
 }
 
 /* Free a node's memory and its id, without touching what it held (moved elsewhere, or released). */
 static void pm_node_discard(pm_node *n) {
     uint32_t id = n->id;
-    pm_t.nodes[id] = NULL;
-    pm_t.node_refs[id] = pm_t.node_free;
+    pm_t.slots[id].node = NULL;
+    pm_t.slots[id].refs = 0;
+    pm_t.slots[id].next = pm_t.node_free;
     pm_t.node_free = id;
     PyMem_Free(n);
 }
@@ -254,7 +261,7 @@ static void pm_rec_unmake(uint32_t r) {
     x->key = NULL;
     x->value = NULL;
     x->hash = pm_t.rec_free;
-    pm_t.rec_refs[r] = 0;
+    x->refs = 0;
     pm_t.rec_free = r;
 }
 
@@ -313,7 +320,7 @@ static void pm_defer_obj(pm_garbage *g, PyObject *o) {
 
 /* Drop one reference to a record / a node; what nobody holds any more is freed at the flush. */
 static void pm_rec_release(uint32_t r, pm_garbage *g) {
-    if (--pm_t.rec_refs[r] > 0) return;
+    if (--pm_t.recs[r].refs > 0) return;
     if (g->nrecs == g->caprecs && pm_grow_list((void **)&g->recs, &g->caprecs, g->rec_buf, sizeof(uint32_t)) < 0) {
         pm_free_rec_now(r);
         return;
@@ -322,7 +329,7 @@ static void pm_rec_release(uint32_t r, pm_garbage *g) {
 }
 
 static void pm_node_release(uint32_t id, pm_garbage *g) {
-    if (--pm_t.node_refs[id] > 0) return;
+    if (--pm_t.slots[id].refs > 0) return;
     if (g->nnodes == g->capnodes
             && pm_grow_list((void **)&g->nodes, &g->capnodes, g->node_buf, sizeof(uint32_t)) < 0) {
         pm_free_node_now(id);
@@ -343,12 +350,12 @@ static void pm_free_rec_now(uint32_t r) {
 }
 
 static void pm_free_node_now(uint32_t id) {
-    pm_node *n = pm_t.nodes[id];
+    pm_node *n = pm_t.slots[id].node;
     uint32_t i, *items = pm_items(n);
     for (i = 0; i < n->ndata; i++)
-        if (--pm_t.rec_refs[items[i]] == 0) pm_free_rec_now(items[i]);
+        if (--pm_t.recs[items[i]].refs == 0) pm_free_rec_now(items[i]);
     for (i = 0; i < n->nchild; i++)
-        if (--pm_t.node_refs[items[n->ndata + i]] == 0) pm_free_node_now(items[n->ndata + i]);
+        if (--pm_t.slots[items[n->ndata + i]].refs == 0) pm_free_node_now(items[n->ndata + i]);
     pm_node_discard(n);
 }
 
@@ -358,7 +365,7 @@ static void pm_free_node_now(uint32_t id) {
 static void pm_garbage_flush(pm_garbage *g) {
     uint32_t i;
     while (g->nnodes > 0) {
-        pm_node *n = pm_t.nodes[g->nodes[--g->nnodes]];
+        pm_node *n = pm_t.slots[g->nodes[--g->nnodes]].node;
         uint32_t *items = pm_items(n);
         for (i = 0; i < n->ndata; i++) pm_rec_release(items[i], g);
         for (i = 0; i < n->nchild; i++) pm_node_release(items[n->ndata + i], g);
@@ -394,7 +401,7 @@ static void pm_garbage_flush(pm_garbage *g) {
 
 /* A root id with one more holder (0 stays 0). */
 static inline uint32_t pm_root_incref(uint32_t id) {
-    if (id != 0) pm_t.node_refs[id]++;
+    if (id != 0) pm_t.slots[id].refs++;
     return id;
 }
 
@@ -414,9 +421,9 @@ static void pm_root_drop(uint32_t id) {
  * changeable already, or ``slot`` is the operation's own root).  NULL: no memory. */
 static pm_node *pm_editable(uint32_t *slot, pm_garbage *g) {
     uint32_t id = *slot, i, nitems;
-    pm_node *n = pm_t.nodes[id], *c;
+    pm_node *n = pm_t.slots[id].node, *c;
     uint32_t *src, *dst;
-    if (pm_t.node_refs[id] == 1) return n;
+    if (pm_t.slots[id].refs == 1) return n;
     c = pm_node_new(n->ndata, n->nchild);
     if (c == NULL) return NULL;
     c->datamap = n->datamap;
@@ -425,8 +432,8 @@ static pm_node *pm_editable(uint32_t *slot, pm_garbage *g) {
     src = pm_items(n);
     dst = pm_items(c);
     memcpy(dst, src, (size_t)nitems * sizeof(uint32_t));
-    for (i = 0; i < n->ndata; i++) pm_t.rec_refs[src[i]]++;
-    for (; i < nitems; i++) pm_t.node_refs[src[i]]++;
+    for (i = 0; i < n->ndata; i++) pm_t.recs[src[i]].refs++;
+    for (; i < nitems; i++) pm_t.slots[src[i]].refs++;
     *slot = c->id;
     pm_node_release(id, g);  /* it was held elsewhere too: never freed here */
     return c;
@@ -438,7 +445,7 @@ static int pm_set_value(uint32_t *item, PyObject *value, pm_garbage *g) {
     uint32_t r = *item, nr;
     pm_rec *x = &pm_t.recs[r];
     if (x->value == value) return 0;
-    if (pm_t.rec_refs[r] == 1) {
+    if (pm_t.recs[r].refs == 1) {
         PyObject *old = x->value;
         Py_INCREF(value);
         x->value = value;
@@ -457,7 +464,7 @@ static int pm_set_value(uint32_t *item, PyObject *value, pm_garbage *g) {
 static pm_rec *pm_find(uint32_t root, uint64_t hash, PyObject *key) {
     int shift = 0;
     uint32_t bit, i;
-    pm_node *n = root ? pm_t.nodes[root] : NULL;
+    pm_node *n = root ? pm_t.slots[root].node : NULL;
     while (n != NULL) {
         uint32_t *items = pm_items(n);
         if (shift > PM_MAX_SHIFT) {
@@ -473,7 +480,7 @@ static pm_rec *pm_find(uint32_t root, uint64_t hash, PyObject *key) {
             return (x->hash == hash && pm_key_eq(x->key, key)) ? x : NULL;
         }
         if (!(n->nodemap & bit)) return NULL;
-        n = pm_t.nodes[pm_kids(n)[pm_index(n->nodemap, bit)]];
+        n = pm_t.slots[pm_kids(n)[pm_index(n->nodemap, bit)]].node;
         shift += 5;
     }
     return NULL;
@@ -638,7 +645,7 @@ static int pm_item_cmp(const void *a, const void *b) {
 
 /* Free the nodes of a subtree built by pm_build_node, leaving its records alone. */
 static void pm_discard_built(uint32_t id) {
-    pm_node *n = pm_t.nodes[id];
+    pm_node *n = pm_t.slots[id].node;
     uint32_t i;
     for (i = 0; i < n->nchild; i++) pm_discard_built(pm_kids(n)[i]);
     pm_node_discard(n);
@@ -795,7 +802,7 @@ static int pm_dissoc(uint32_t *slot, int shift, uint64_t hash, PyObject *key, pm
             }
             return 0;
         }
-        c = pm_t.nodes[cid];
+        c = pm_t.slots[cid].node;
         if (c->nchild == 0 && c->ndata == 1) {
             /* pull the lone entry up into this node's slot (c is changeable: it was just edited) */
             r = pm_node_new(n->ndata + 1, n->nchild - 1);
@@ -830,7 +837,7 @@ typedef struct {
 
 static void pm_iter_init(pm_iter *it, uint32_t root) {
     it->depth = root == 0 ? -1 : 0;
-    it->node[0] = root == 0 ? NULL : pm_t.nodes[root];
+    it->node[0] = root == 0 ? NULL : pm_t.slots[root].node;
     it->pos[0] = 0;
 }
 
@@ -847,7 +854,7 @@ static pm_rec *pm_iter_next(pm_iter *it) {
         if (p < n->ndata + n->nchild) {
             it->pos[it->depth] = p + 1;
             it->depth++;
-            it->node[it->depth] = pm_t.nodes[pm_items(n)[p]];
+            it->node[it->depth] = pm_t.slots[pm_items(n)[p]].node;
             it->pos[it->depth] = 0;
             continue;
         }
@@ -878,8 +885,8 @@ static int pm_equal(uint32_t a, uint32_t b, int shift) {
     pm_node *x, *y;
     if (a == b) return 1;
     if (a == 0 || b == 0) return 0;
-    x = pm_t.nodes[a];
-    y = pm_t.nodes[b];
+    x = pm_t.slots[a].node;
+    y = pm_t.slots[b].node;
     if (x->ndata != y->ndata || x->nchild != y->nchild || x->datamap != y->datamap || x->nodemap != y->nodemap)
         return 0;
     for (i = 0; i < x->ndata; i++) {
@@ -919,7 +926,7 @@ static inline void pm_prefetch_node(const pm_node *n) {
  * its id (phase 0 again), on the key's entry prefetch its record and return 0 (0 too at an
  * empty slot or a collision node).  Reads only; a stale id (freed since) ends the walk. */
 static inline uint32_t pm_walk_step(uint32_t id, int *phase, int *shift, uint64_t hash) {
-    pm_node *n = pm_t.nodes[id];
+    pm_node *n = pm_t.slots[id].node;
     uint32_t bit, kid, r, i, *items;
     if (n == NULL) return 0;
     if (*phase == 0) {
@@ -928,16 +935,15 @@ static inline uint32_t pm_walk_step(uint32_t id, int *phase, int *shift, uint64_
         return id;
     }
     items = pm_items(n);
-    if (pm_t.node_refs[id] != 1) {
-        for (i = 0; i < n->ndata; i++) __builtin_prefetch(&pm_t.rec_refs[items[i]], 1, 3);
-        for (; i < n->ndata + n->nchild; i++) __builtin_prefetch(&pm_t.node_refs[items[i]], 1, 3);
+    if (pm_t.slots[id].refs != 1) {
+        for (i = 0; i < n->ndata; i++) __builtin_prefetch(&pm_t.recs[items[i]].refs, 1, 3);
+        for (; i < n->ndata + n->nchild; i++) __builtin_prefetch(&pm_t.slots[items[i]].refs, 1, 3);
     }
     if (*shift > PM_MAX_SHIFT) return 0;
     bit = pm_bit(hash, *shift);
     if (n->nodemap & bit) {
         kid = pm_kids(n)[pm_index(n->nodemap, bit)];
-        __builtin_prefetch(&pm_t.nodes[kid], 0, 3);
-        __builtin_prefetch(&pm_t.node_refs[kid], 1, 3);
+        __builtin_prefetch(&pm_t.slots[kid], 1, 3);
         *shift += 5;
         *phase = 0;
         return kid;
@@ -954,7 +960,7 @@ static void pm_stats(Py_ssize_t *nodes, Py_ssize_t *recs, Py_ssize_t *node_bytes
     uint32_t i;
     Py_ssize_t n = 0, r = 0, b = 0;
     for (i = 1; i < pm_t.node_top; i++) {
-        pm_node *x = pm_t.nodes[i];
+        pm_node *x = pm_t.slots[i].node;
         if (x != NULL) {
             n++;
             b += (Py_ssize_t)(sizeof(pm_node) + (size_t)(x->ndata + x->nchild) * sizeof(uint32_t));
