@@ -2,7 +2,8 @@
 ``kraft_node._native._topics_map`` (and its oracle in the tests).
 
 Why a kernel: a zonal outage delta (10,000 partitions of 6,667 topics, at 100,000 topics) must
-apply in under 10 ms, and the image keeps every topic in two persistent maps (by id, by name).
+apply in under 10 ms, and the image keeps every topic in persistent maps (topic id -> topic,
+name -> topic id).
 With ``immutables.Map`` and a Python loop per changed topic that costs about 25 ms: a
 microsecond per map write (a Python call, ``Uuid.__hash__`` in Python, a node copied per level)
 and as much again to make each topic's new objects.  The native kernel does the whole loop in C
@@ -23,7 +24,8 @@ over its own hash trie (``csrc/pmap.h``).  This twin gives the same values with
   API): ``m[k] = v`` / ``set``, ``del m[k]`` (KeyError when absent), ``update(items)``, reads
   (``get``, ``[]``, ``in``, ``len``; no iteration), ``finish()`` -> the ``TopicMap`` (the
   mutation then refuses changes: ValueError); a ``with`` block finishes it.  What it changes is
-  never seen by ``base`` or by any map an earlier ``finish()`` returned.
+  never seen by ``base`` or by any map an earlier ``finish()`` returned.  A value a write drops
+  is let go only once the write is over (its finalizer may use the mutation).
 * ``TopicPlan(delta_cls, topic_cls, partitions_cls, empty_partitions, compact_min, compact,
   error_cls)``: what ``apply_topics_delta`` reads and makes, checked once: ``topic_cls`` has
   exactly the slots :data:`TOPIC_SLOTS`, ``partitions_cls`` exactly :data:`PARTITIONS_SLOTS`,
