@@ -97,6 +97,7 @@ EXTENSIONS = [
     ext("kraft_node._native._bulk_objects", "kraft_node/_native/_bulk_objects.pyx"),
     ext("kraft_node._native._image_bulk", "kraft_node/_native/_image_bulk.pyx"),
     ext("kraft_node._native._partition_fold", "kraft_node/_native/_partition_fold.pyx"),
+    ext("kraft_node._native._topics_map", "kraft_node/_native/_topics_map.pyx", depends=["csrc/pmap.h"]),
 ]
 
 only = {s.strip() for s in os.environ.get("KRAFT_EXT_ONLY", "").split(",") if s.strip()}

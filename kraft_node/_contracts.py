@@ -22,7 +22,8 @@ from typing import Any, Protocol
 from kraft_storage.messages.runtime import GeneratedMessage
 
 __all__ = ["TWINS", "BulkObjectsKernel", "ImageBulkKernel", "PartitionFoldKernel", "PartitionFoldLike",
-           "PlacementKernel", "RpcFetchCodec", "RpcHeadersCodec"]
+           "PlacementKernel", "RpcFetchCodec", "RpcHeadersCodec", "TopicMapLike", "TopicMapMutationLike",
+           "TopicPlanLike", "TopicsMapKernel"]
 
 
 class ApiMessage(GeneratedMessage, Protocol):
@@ -172,11 +173,132 @@ class PartitionFoldKernel(Protocol):
         """The fold state class."""
 
 
+class TopicMapLike(Protocol):
+    """An immutable map keyed by exact ``str`` or ``Uuid`` (topic names or ids); writes give new maps."""
+
+    def __init__(self, items: Any = None) -> None:
+        """``items``: a mapping or (key, value) pairs (a later pair of a key wins); TypeError for another key type."""
+
+    def __getitem__(self, key: Any) -> Any:
+        """The value (KeyError when absent; a key of another type is absent)."""
+
+    def __contains__(self, key: Any) -> bool:
+        """Whether the key is there."""
+
+    def __len__(self) -> int:
+        """The number of keys."""
+
+    def __iter__(self) -> Any:
+        """The keys, in an unspecified order."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The value, or ``default``."""
+
+    def keys(self) -> Any:
+        """The keys (iterable again, with a length)."""
+
+    def values(self) -> Any:
+        """The values."""
+
+    def items(self) -> Any:
+        """The (key, value) pairs."""
+
+    def set(self, key: Any, value: Any) -> Any:
+        """A map with key -> value (this map itself when that value object is there already)."""
+
+    def delete(self, key: Any) -> Any:
+        """A map without the key (KeyError when absent)."""
+
+    def update(self, items: Any) -> Any:
+        """A map with each pair of ``items`` put in."""
+
+    def mutate(self) -> Any:
+        """A TopicMapMutation starting from this map."""
+
+
+class TopicMapMutationLike(Protocol):
+    """A TopicMap being changed in place (``immutables.MapMutation``'s API)."""
+
+    def __init__(self, base: Any = None) -> None:
+        """Starting from the TopicMap ``base`` (None: empty)."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The value, or ``default``."""
+
+    def __getitem__(self, key: Any) -> Any:
+        """The value (KeyError when absent)."""
+
+    def __contains__(self, key: Any) -> bool:
+        """Whether the key is there."""
+
+    def __len__(self) -> int:
+        """The number of keys."""
+
+    def set(self, key: Any, value: Any) -> None:
+        """Put key -> value (ValueError once finished)."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``set``."""
+
+    def __delitem__(self, key: Any) -> None:
+        """Remove the key (KeyError when absent, ValueError once finished)."""
+
+    def update(self, items: Any) -> None:
+        """Put each pair of ``items``."""
+
+    def finish(self) -> Any:
+        """The TopicMap as it stands; the mutation refuses changes from then on."""
+
+    def __enter__(self) -> Any:
+        """The mutation."""
+
+    def __exit__(self, *exc: object) -> Any:
+        """``finish()``."""
+
+
+class TopicPlanLike(Protocol):
+    """The classes ``apply_topics_delta`` reads and makes, checked once (ValueError otherwise)."""
+
+    def __init__(self, delta_cls: Any, topic_cls: Any, partitions_cls: Any, empty_partitions: Any,
+                 compact_min: int, compact: Any, error_cls: Any) -> None:
+        """TopicDelta, TopicImage, TopicPartitions, the empty partitions, the compaction threshold,
+        the compaction function and the error a name or id conflict raises."""
+
+
+class TopicsMapKernel(Protocol):
+    """``_topics_map``: the topics image's persistent maps and its delta's apply (caller:
+    ``kraft_node.metadata.image.topic_map`` / ``topics``; contract in ``kraft_node/_pure/_topics_map.py``)."""
+
+    DELTA_SLOTS: tuple[str, ...]
+    """The slots of a topic delta the apply reads."""
+    TOPIC_SLOTS: tuple[str, ...]
+    """Every slot of a topic image."""
+    PARTITIONS_SLOTS: tuple[str, ...]
+    """Every slot of a topic's partitions."""
+
+    @property
+    def TopicMap(self) -> type[TopicMapLike]:
+        """The persistent map."""
+
+    @property
+    def TopicMapMutation(self) -> type[TopicMapMutationLike]:
+        """A map being changed."""
+
+    @property
+    def TopicPlan(self) -> type[TopicPlanLike]:
+        """What the apply reads and makes."""
+
+    def apply_topics_delta(self, changed: Any, deleted: Any, created: Any, by_id: Any, ids_by_name: Any,
+                           plan: Any) -> tuple[Any, Any]:
+        """A topics delta applied to an image's two maps (topic id -> topic, name -> topic id)."""
+
+
 TWINS: dict[str, type] = {
     "_placement": PlacementKernel,
     "_bulk_objects": BulkObjectsKernel,
     "_image_bulk": ImageBulkKernel,
     "_partition_fold": PartitionFoldKernel,
+    "_topics_map": TopicsMapKernel,
     "_rpc_headers": RpcHeadersCodec,
     "_rpc_fetch": RpcFetchCodec,
 }

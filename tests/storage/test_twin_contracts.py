@@ -176,6 +176,14 @@ def _registry(m):
 
 #: (kernel, class) -> kwargs of a call with the contract's documented arguments (every
 #: parameter named, in the contract's order); the module is the twin under test.
+def _topic_plan_args(m):
+    from kraft_node.metadata.controller.errors import ReplayError
+    from kraft_node.metadata.image.topics import COMPACT_MIN_OVERRIDES, TopicDelta, TopicImage, TopicPartitions
+    return {"delta_cls": TopicDelta, "topic_cls": TopicImage, "partitions_cls": TopicPartitions,
+            "empty_partitions": TopicPartitions.EMPTY, "compact_min": COMPACT_MIN_OVERRIDES,
+            "compact": TopicPartitions.compacted, "error_cls": ReplayError}
+
+
 SAMPLES: dict[tuple[str, str], typing.Callable[[ModuleType], dict]] = {
     ("_batch", "Record"): lambda m: {"offset": 7, "timestamp": 1, "key": None, "value": b"v", "headers": (),
                                      "attributes": 0},
@@ -183,6 +191,9 @@ SAMPLES: dict[tuple[str, str], typing.Callable[[ModuleType], dict]] = {
     ("_index", "IndexSearcher"): lambda m: {"buf": bytearray(32), "base_offset": 100, "kind": "offset", "n": 0},
     ("_logappend", "Appender"): lambda m: {},
     ("_partition_fold", "PartitionFold"): lambda m: {},
+    ("_topics_map", "TopicMap"): lambda m: {"items": {"a": 1}},
+    ("_topics_map", "TopicMapMutation"): lambda m: {"base": m.TopicMap()},
+    ("_topics_map", "TopicPlan"): _topic_plan_args,
     ("_timeline", "Snapshot"): lambda m: {"epoch": 5},
     ("_timeline", "SnapshotRegistry"): lambda m: {},
     ("_timeline", "TimelineHashMap"): lambda m: {"registry": _registry(m), "expected_size": 4},
