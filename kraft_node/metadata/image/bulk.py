@@ -64,16 +64,15 @@ The cyclic collector is paused while the image is built (the objects made have n
 """
 from __future__ import annotations
 
-import gc
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from kraft_node.metadata.controller.replication_snapshot import paused_gc
 from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImage
 from kraft_node.metadata.image.partition_block import PartitionBlock
 from kraft_node.metadata.image.provenance import MetadataProvenance
@@ -126,19 +125,6 @@ class BulkLoadError(ValueError):
         self.index = index
         self.offset = offset
         self.cause = cause
-
-
-@contextmanager
-def _paused_gc() -> Iterator[None]:
-    """The cyclic collector off for the block, restored as it was: a load makes hundreds of
-    thousands of acyclic objects, each allocation would count towards a collection."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -538,7 +524,7 @@ def fold_topics(source: Sequence[bytes] | RecordColumns | FramedRecords,
     time (see the module doc).  Records of other types are skipped.  A record that does not
     decode, or that ``TopicsDelta`` refuses, raises :class:`BulkLoadError` naming it."""
     fr = framed_records(source)
-    with _paused_gc():
+    with paused_gc():
         bad = np.flatnonzero(fr.api_key == NOT_A_FRAME)
         if len(bad):
             fr.decode(int(bad[0]))  # raises, naming the record
@@ -692,7 +678,7 @@ def bulk_delta(source: Sequence[bytes] | RecordColumns | FramedRecords,
     removed = dict(load.removed)
     keys = fr.api_key
     others = (keys != CONTROL) & ~np.isin(keys, list(TOPIC_TYPES - {REMOVE_TOPIC_RECORD}))
-    with _paused_gc():
+    with paused_gc():
         for r in np.flatnonzero(others).tolist():
             if keys[r] == REMOVE_TOPIC_RECORD:
                 name = removed.get(r)
