@@ -198,14 +198,18 @@ class MetadataBatchLoader:
                 self._txn = _STARTED
                 replay = self._delta.replay
         elapsed = self._clock_ns() - start
-        self._num_records += len(records) - counted
+        self._count_batch(batch, len(records) - counted, elapsed)
+        return elapsed
+
+    def _count_batch(self, batch: Batch, new_records: int, elapsed: int) -> None:
+        """The batch is folded: the pending delta now ends with it (what its manifest will say)."""
+        self._num_records += new_records
         self._last_offset = batch.last_offset
         self._last_epoch = batch.epoch
         self._last_time_ms = batch.append_time_ms
         self._num_bytes += batch.size_in_bytes
         self._num_batches += 1
         self._elapsed_ns += elapsed
-        return elapsed
 
     def _load_batch_bulk(self, batch: Batch, start: int, leader_and_epoch: LeaderAndEpoch) -> int | None:
         """A big batch with nothing pending: fold it by the bulk path and publish it at once (a
@@ -228,13 +232,7 @@ class MetadataBatchLoader:
         elapsed = self._clock_ns() - start
         self._delta = delta
         self._delta_has_records = True
-        self._num_records += len(batch.records)
-        self._last_offset = batch.last_offset
-        self._last_epoch = batch.epoch
-        self._last_time_ms = batch.append_time_ms
-        self._num_bytes += batch.size_in_bytes
-        self._num_batches += 1
-        self._elapsed_ns += elapsed
+        self._count_batch(batch, len(batch.records), elapsed)
         provenance = MetadataProvenance(self._last_offset, self._last_epoch, self._last_time_ms, True)
         manifest = LogDeltaManifest(provenance, leader_and_epoch, self._num_batches, self._elapsed_ns,
                                     self._num_bytes, self._num_records)
