@@ -19,8 +19,8 @@ run) to the final image: batch scan, columnar decode, the fold, ``apply``.  It r
 for the fold modes, the split between the fold (read, decode, fold: ``fold_log``) and ``apply``.  The JSON holds each
 run, the median per (size, mode), the machine's load and the commit.
 
-The logs: ``kraft-gen-metadata-log --records N --seed 1 --out /tmp/gen<N>`` (``/tmp/gen1m``,
-``/tmp/gen10m``), written when missing (``--log-dir`` names another).
+The logs: ``kraft-gen-metadata-log --records N --seed 1 --out <temp dir>/gen<N>`` (``gen1m``,
+``gen10m`` under the system temp dir), written when missing (``--log-dir`` names another).
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,9 @@ from kraft_storage.tools import gen_metadata_log as gen  # noqa: E402
 
 
 def _default_dir(records: int) -> str:
-    return f"/tmp/gen{records // 1_000_000}m" if records % 1_000_000 == 0 else f"/tmp/gen{records}"
+    """``gen1m``, ``gen10m``... under the system temp dir (shared with benchmarks/spark/image_apply.py)."""
+    name = f"gen{records // 1_000_000}m" if records % 1_000_000 == 0 else f"gen{records}"
+    return os.path.join(tempfile.gettempdir(), name)
 
 
 def ensure_log(records: int, log_dir: str | None, seed: int = 1) -> str:

@@ -28,7 +28,7 @@ Outputs under ``--out`` (``benchmarks/spark/results/image_apply/`` by default):
 ``stages_<size>.png`` (where the time goes per mode) and ``breakdown_by_type.png`` (each
 record type's share of the records and of the bytes of the first size's log).
 
-The logs are ``kraft-gen-metadata-log --records N --seed 1`` in ``/tmp/gen1m``, ``/tmp/gen10m``
+The logs are ``kraft-gen-metadata-log --records N --seed 1`` in ``gen1m``, ``gen10m`` under the system temp dir
 (``--data-dir`` names another parent; written when missing, tens of seconds at 10M).
 """
 from __future__ import annotations
@@ -39,6 +39,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--repeats", type=int, default=3)
     r.add_argument("--seed", type=int, default=1)
     r.add_argument("--splits-per-core", type=int, default=2, help="Spark tasks per core of the master")
-    r.add_argument("--data-dir", default="/tmp")
+    r.add_argument("--data-dir", default=tempfile.gettempdir())
     r.add_argument("--out", default=os.path.join(HERE, "results", "image_apply"))
     o = sub.add_parser("one")
     o.add_argument("--path", required=True)

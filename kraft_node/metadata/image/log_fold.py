@@ -77,6 +77,7 @@ from kraft_node.metadata.controller.cluster_control import (
 from kraft_node.metadata.controller.errors import ReplayError
 from kraft_node.metadata.controller.replication_snapshot import paused_gc
 from kraft_node.metadata.image._changes import apply_changes
+from kraft_node.metadata.image.bulk import framed_records
 from kraft_node.metadata.image.cluster import ClusterDelta, ClusterImage
 from kraft_node.metadata.image.configs import ConfigurationDelta, ConfigurationImage, ConfigurationsImage
 from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImage, UnknownRecordTypeError
@@ -1141,16 +1142,9 @@ class LogFolder:
         n = len(values)
         if len(offsets) != n:
             raise ValueError(f"{n} values but {len(offsets)} offsets")
-        lens = np.fromiter(map(len, values), dtype=np.int64, count=n)
-        end = np.cumsum(lens)
-        pos = end - lens
-        data = b"".join(values)
-        k = np.empty(n, np.int16)
-        v = np.empty(n, np.int16)
-        b = np.empty(n, np.int64)
-        _frame.read_frames(data, pos, lens.astype(np.int32), k, v, b)
-        self._add(data, np.asarray(offsets, np.int64), pos, lens.astype(np.int32), k, v, b, end,
-                  np.zeros(n, bool))
+        fr = framed_records(values)  # the bulk loader's join kernel and frame headers
+        self._add(fr.data, np.asarray(offsets, np.int64), fr.value_pos, fr.value_len, fr.api_key, fr.version,
+                  fr.body_pos, fr.body_end, np.zeros(n, bool))
 
     def _add(self, data: Any, offsets: np.ndarray, value_pos: np.ndarray, value_len: np.ndarray, api_key: np.ndarray,
              version: np.ndarray, body_pos: np.ndarray, body_end: np.ndarray, control: np.ndarray) -> None:
