@@ -44,9 +44,13 @@ CONTROL = ["LeaderChangeMessage", "SnapshotHeaderRecord", "SnapshotFooterRecord"
 
 #: Schemas taken from ``more-messages/`` (the RPCs kraft does not generate by default) because
 #: kraft serves them: UnregisterBroker (the controller's, KIP-631) and the legacy AlterConfigs
-#: (the controller's ``legacyAlterConfigs``).
+#: (the controller's ``legacyAlterConfigs``); and for the broker (issue 24): Envelope (apiKey 58,
+#: how a broker forwards admin writes to the active controller) and DescribeTopicPartitions
+#: (KIP-966, the paginated describe served from the broker's image).
 MORE_MESSAGES = ["UnregisterBrokerRequest", "UnregisterBrokerResponse",
-                 "AlterConfigsRequest", "AlterConfigsResponse"]
+                 "AlterConfigsRequest", "AlterConfigsResponse",
+                 "EnvelopeRequest", "EnvelopeResponse",
+                 "DescribeTopicPartitionsRequest", "DescribeTopicPartitionsResponse"]
 
 
 def default_schemas_dir() -> Path | None:

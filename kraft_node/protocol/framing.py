@@ -11,6 +11,7 @@ API and version the request had.
 """
 from __future__ import annotations
 
+import logging
 import struct
 
 from kraft_node.protocol.api_keys import (
@@ -24,6 +25,8 @@ from kraft_storage.messages.runtime import Message, MessageError, Writer
 
 __all__ = ["MAX_FRAME_SIZE", "encode_request", "decode_request", "decode_request_header", "encode_response",
            "decode_response", "split_frame", "UnsupportedApiError"]
+
+log = logging.getLogger(__name__)
 
 #: Largest payload accepted (Kafka's default socket.request.max.bytes).
 MAX_FRAME_SIZE = 100 * 1024 * 1024
@@ -107,7 +110,13 @@ def decode_request_header(payload) -> tuple[RequestHeader, int]:
 
 
 def decode_request(payload):
-    """``(RequestHeader, request body)`` from a payload (frame without its size)."""
+    """``(RequestHeader, request body)`` from a payload (frame without its size).
+
+    Bytes after the body's last field are ignored, as Kafka's ``RequestContext.parseRequest``
+    ignores them (it reads the fields it knows and leaves the buffer's remainder): librdkafka
+    2.16 sends its all-topics Metadata v12/v13 with 3 trailing bytes, and a server that refused
+    them would close every such client's connection (issue 24).  They are logged at DEBUG.
+    Responses (:func:`decode_response`) stay strict: kraft's own client reads them."""
     header, pos = decode_request_header(payload)
     info = API_INFO[header.request_api_key]
     if not info.supports(header.request_api_version):
@@ -116,7 +125,8 @@ def decode_request(payload):
             f"(supported {info.lowest}-{info.highest})", header)
     body, end = info.request.read_prefix(payload, pos, header.request_api_version)
     if end != len(payload):
-        raise MessageError(f"{len(payload) - end} unexpected trailing bytes after {info.request.NAME}", end)
+        log.debug("ignoring %d trailing bytes after %s v%d (correlation id %d)", len(payload) - end,
+                  info.request.NAME, header.request_api_version, header.correlation_id)
     return header, body
 
 

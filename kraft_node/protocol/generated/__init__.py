@@ -20,8 +20,10 @@ from .delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
 from .describe_cluster import DescribeClusterRequest, DescribeClusterResponse
 from .describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
 from .describe_quorum import DescribeQuorumRequest, DescribeQuorumResponse
+from .describe_topic_partitions import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
 from .elect_leaders import ElectLeadersRequest, ElectLeadersResponse
 from .end_quorum_epoch import EndQuorumEpochRequest, EndQuorumEpochResponse
+from .envelope import EnvelopeRequest, EnvelopeResponse
 from .fetch import FetchRequest, FetchResponse
 from .fetch_snapshot import FetchSnapshotRequest, FetchSnapshotResponse
 from .incremental_alter_configs import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
@@ -52,6 +54,7 @@ APIS = (
     ('DescribeQuorum', 55, DescribeQuorumRequest, DescribeQuorumResponse, 0, 2, 0, ('broker', 'controller')),
     ('AlterPartition', 56, AlterPartitionRequest, AlterPartitionResponse, 2, 3, 2, ('controller',)),
     ('UpdateFeatures', 57, UpdateFeaturesRequest, UpdateFeaturesResponse, 0, 2, 0, ('broker', 'controller')),
+    ('Envelope', 58, EnvelopeRequest, EnvelopeResponse, 0, 0, 0, ('controller',)),
     ('FetchSnapshot', 59, FetchSnapshotRequest, FetchSnapshotResponse, 0, 1, 0, ('controller',)),
     ('DescribeCluster', 60, DescribeClusterRequest, DescribeClusterResponse, 0, 2, 0, ('broker', 'controller')),
     ('BrokerRegistration', 62, BrokerRegistrationRequest, BrokerRegistrationResponse, 0, 4, 0, ('controller',)),
@@ -59,6 +62,7 @@ APIS = (
     ('UnregisterBroker', 64, UnregisterBrokerRequest, UnregisterBrokerResponse, 0, 0, 0, ('broker', 'controller')),
     ('AllocateProducerIds', 67, AllocateProducerIdsRequest, AllocateProducerIdsResponse, 0, 0, 0, ('controller',)),
     ('ControllerRegistration', 70, ControllerRegistrationRequest, ControllerRegistrationResponse, 0, 0, 0, ('controller',)),
+    ('DescribeTopicPartitions', 75, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse, 0, 0, 0, ('broker',)),
     ('AddRaftVoter', 80, AddRaftVoterRequest, AddRaftVoterResponse, 0, 1, 0, ('broker', 'controller')),
     ('RemoveRaftVoter', 81, RemoveRaftVoterRequest, RemoveRaftVoterResponse, 0, 0, 0, ('broker', 'controller')),
     ('UpdateRaftVoter', 82, UpdateRaftVoterRequest, UpdateRaftVoterResponse, 0, 0, 0, ('controller',)),
