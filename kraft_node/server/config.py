@@ -21,6 +21,13 @@ Keys understood (Kafka's meaning):
   ``leader.imbalance.check.interval.seconds``, ``num.partitions``, ``default.replication.factor``,
   ``controller.performance.sample.period.ms``, ``controller.performance.always.log.threshold.ms``:
   see :class:`ControllerSettings` (``NodeConfig.controller_settings``).
+* the broker's keys (``process.roles`` with ``broker``): ``advertised.listeners`` (default:
+  ``listeners``; the controller listeners are never advertised to clients),
+  ``inter.broker.listener.name`` (or ``security.inter.broker.protocol``, Kafka's fallback:
+  the listener named after the protocol, PLAINTEXT by default), ``broker.rack``,
+  ``auto.create.topics.enable``: see :class:`BrokerSettings` (``NodeConfig.broker_settings``) and
+  the broker checks of :meth:`NodeConfig.from_properties`, which are Kafka's
+  (``KafkaConfig.validateValues``) with Kafka's messages.
 * ``kraft.metrics.listener`` (kraft's own, not Kafka's): ``host:port`` of the Prometheus
   endpoint (``NodeConfig.metrics_listener``); unset or empty: no endpoint.
 * ``listener.security.protocol.map`` (Kafka's default and Kafka's rule that a KRaft
@@ -44,8 +51,9 @@ Ports: port 0 (any free port) is refused where peers need a fixed address:
 ``controller.quorum.voters``, ``controller.quorum.bootstrap.servers`` and the
 controller listener of a node that is, or may become, a voter.
 
-``DEFAULT_CONFIG`` is the embedded single-node controller used when
-``kraft-server-start`` is run without a file.
+``DEFAULT_CONFIG`` is the embedded single combined node (broker and controller) used when
+``kraft-server-start`` is run without a file: Kafka's client listener on 127.0.0.1:9092, the
+controller listener on 127.0.0.1:9093, as Kafka's ``config/server.properties`` has them.
 """
 from __future__ import annotations
 
@@ -63,14 +71,17 @@ from kraft_storage.meta_properties import parse_properties
 
 METADATA_TOPIC_DIR = "__cluster_metadata-0"
 
-#: The embedded default: one controller on loopback, data under the system temp dir.
+#: The embedded default: one combined node (broker and controller) on loopback, Kafka's ports
+#: (clients on 9092, the controller quorum on 9093), data under the system temp dir.
 DEFAULT_CONFIG = """\
-# kraft's embedded default: a single-node KRaft controller quorum on loopback.
-process.roles=controller
+# kraft's embedded default: a single combined KRaft node (broker and controller) on loopback.
+process.roles=broker,controller
 node.id=1
-controller.quorum.voters=1@127.0.0.1:19093
-listeners=CONTROLLER://127.0.0.1:19093
+controller.quorum.voters=1@127.0.0.1:9093
+listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093
+advertised.listeners=PLAINTEXT://127.0.0.1:9092
 controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
 log.dirs={tmp}/kraft-default-node-1
 """
 
@@ -110,7 +121,6 @@ UNSUPPORTED: dict[str, tuple[tuple[str, ...], str]] = {
     "ssl.trustmanager.algorithm": (("", "pkix"), "only the default trust manager exists here"),
     "ssl.allow.dn.changes": (("", "false"), "keystores are never reloaded"),
     "ssl.allow.san.changes": (("", "false"), "keystores are never reloaded"),
-    "security.inter.broker.protocol": (("", "plaintext"), "kraft has no broker yet, so no inter-broker traffic"),
     "delegation.token.secret.key": (("",), "delegation tokens need SASL, which kraft does not implement"),
     "delegation.token.master.key": (("",), "delegation tokens need SASL, which kraft does not implement"),
 }
@@ -253,6 +263,53 @@ class ControllerSettings:
         return settings
 
 
+_BOOLEANS = {"true": True, "false": False}
+
+
+def _config_bool(props: dict[str, str], key: str, default: bool, source: str) -> bool:
+    """A Kafka BOOLEAN key (``true``/``false``, any case, as Kafka's ConfigDef parses it)."""
+    text = props.get(key, "").strip()
+    if not text:
+        return default
+    if text.lower() not in _BOOLEANS:
+        raise ConfigError(f"{source}: {key}: Expected value to be either true or false, not {text!r}")
+    return _BOOLEANS[text.lower()]
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """The broker role's own keys (Kafka's names and defaults); ``NodeConfig.broker_settings``.
+
+    ``broker.heartbeat.interval.ms`` is read by :class:`ControllerSettings` (the controller
+    uses it too: its half-session rule) and taken from there by the broker."""
+    #: ``broker.rack``: the rack the broker registers with (None: no rack)
+    rack: str | None = None
+    #: ``auto.create.topics.enable`` (Kafka: true): Metadata for an unknown topic creates it
+    #: through the controller when the client allows it
+    auto_create_topics_enable: bool = True
+    #: ``controlled.shutdown.enable`` (Kafka: true): SIGTERM asks the controller to move the
+    #: broker's leaders away before the process stops
+    controlled_shutdown_enable: bool = True
+    #: ``initial.broker.registration.timeout.ms`` (Kafka: 60 s): how long a starting broker
+    #: may take to register, catch up and be unfenced before its start fails
+    initial_registration_timeout_ms: int = 60_000
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str], source: str = "config") -> "BrokerSettings":
+        rack = props.get("broker.rack", "").strip() or None
+        timeout = _config_number(props, "initial.broker.registration.timeout.ms", "INT", 1, None, 60_000, source)
+        return cls(rack=rack,
+                   auto_create_topics_enable=_config_bool(props, "auto.create.topics.enable", True, source),
+                   controlled_shutdown_enable=_config_bool(props, "controlled.shutdown.enable", True, source),
+                   initial_registration_timeout_ms=timeout)
+
+
+#: The broker keys kraft reads (see BrokerSettings and NodeConfig's broker checks).
+BROKER_KEYS = frozenset({"advertised.listeners", "inter.broker.listener.name", "security.inter.broker.protocol",
+                         "broker.rack", "auto.create.topics.enable", "controlled.shutdown.enable",
+                         "initial.broker.registration.timeout.ms"})
+
+
 def parse_metrics_listener(props: dict[str, str], source: str = "config") -> tuple[str, int] | None:
     """``kraft.metrics.listener`` as ``(host, port)``, or None when unset or empty (no
     endpoint).  Port 0 takes any free port (the bound one is logged at start)."""
@@ -270,7 +327,7 @@ USED_KEYS = frozenset({
     # read by the checks above: set to their "off" values they are used (and harmless)
     *UNSUPPORTED,
     # ControllerSettings and the metrics endpoint
-    *CONTROLLER_KEYS, METRICS_LISTENER_KEY,
+    *CONTROLLER_KEYS, METRICS_LISTENER_KEY, *BROKER_KEYS,
 })
 
 _LISTENER_KEY = re.compile(r"^listener\.name\.([^.]+)\.(.+)$")
@@ -350,17 +407,17 @@ def parse_voters(text: str, key: str = "controller.quorum.voters", source: str =
     return voters
 
 
-def parse_listeners(text: str, source: str = "config") -> list[Endpoint]:
+def parse_listeners(text: str, source: str = "config", key: str = "listeners") -> list[Endpoint]:
     out = []
     for entry in filter(None, (e.strip() for e in text.split(","))):
         name, sep, hp = entry.partition("://")
         if not sep or not name:
-            raise ConfigError(f"{source}: listeners: {entry!r} is not NAME://host:port")
-        host, port = _host_port(hp, "listeners", source)
+            raise ConfigError(f"{source}: {key}: {entry!r} is not NAME://host:port")
+        host, port = _host_port(hp, key, source)
         out.append(Endpoint(name.upper(), host, port))
     names = [e.name for e in out]
     if len(set(names)) != len(names):
-        raise ConfigError(f"{source}: listeners: duplicate listener names in {text!r}")
+        raise ConfigError(f"{source}: {key}: duplicate listener names in {text!r}")
     return out
 
 
@@ -384,6 +441,15 @@ class NodeConfig:
     controller_settings: ControllerSettings = field(default_factory=ControllerSettings)
     #: ``kraft.metrics.listener``: where the Prometheus endpoint listens, None for no endpoint
     metrics_listener: tuple[str, int] | None = None
+    #: the broker's advertised listeners (Kafka's effectiveAdvertisedBrokerListeners:
+    #: ``advertised.listeners`` or ``listeners``, without the controller listeners); empty on a
+    #: controller-only node.  Port 0 is replaced by the bound port when the broker starts.
+    advertised_listeners: list[Endpoint] = field(default_factory=list)
+    #: the listener other brokers (and the broker's registration) use: ``inter.broker.listener.name``
+    #: or the listener named after ``security.inter.broker.protocol`` (PLAINTEXT); None off brokers
+    inter_broker_listener_name: str | None = None
+    #: the broker role's keys
+    broker_settings: BrokerSettings = field(default_factory=BrokerSettings)
 
     def security_protocol(self, listener: str) -> str:
         return self.protocol_map.get(listener.upper(), "PLAINTEXT")
@@ -469,6 +535,18 @@ class NodeConfig:
     @property
     def is_controller(self) -> bool:
         return "controller" in self.roles
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def broker_listeners(self) -> list[Endpoint]:
+        """The listeners this node serves clients on (``listeners`` minus the controller ones);
+        empty on a controller-only node."""
+        if not self.is_broker:
+            return []
+        return [e for e in self.listeners if e.name not in self.controller_listener_names]
 
     @property
     def metadata_partition_dir(self) -> str:
@@ -557,6 +635,8 @@ class NodeConfig:
                 raise ConfigError(f"{source}: listeners: the controller listener {ep} of a voter needs a fixed "
                                   "port (other voters connect to it), not port 0")
         cfg.protocol_map = _protocol_map(props, listeners, cl_names, source)
+        if cfg.is_broker:
+            _check_broker(cfg, props, source)
         # Build the TLS contexts now: a bad keystore or truststore fails the start here,
         # naming the key, not at the first connection.
         for e in listeners:
@@ -613,6 +693,57 @@ def _protocol_map(props: dict[str, str], listeners: list[Endpoint], cl_names: li
             raise ConfigError(f"{source}: {key} maps listener {n} to {pmap[n]}, but kraft does not implement SASL "
                               "(use PLAINTEXT or SSL)")
     return pmap
+
+
+def _check_broker(cfg: NodeConfig, props: dict[str, str], source: str) -> None:
+    """The broker role's listener rules, Kafka's (``KafkaConfig.validateValues`` for a KRaft
+    broker-only or combined node) with Kafka's messages, and its keys (:class:`BrokerSettings`)."""
+    cl_names = cfg.controller_listener_names
+    if cfg.roles == {"broker"} and any(e.name in cl_names for e in cfg.listeners):
+        raise ConfigError(f"{source}: controller.listener.names must not contain a value appearing in the "
+                          "'listeners' configuration when running KRaft with just the broker role")
+    if "advertised.listeners" in props and props["advertised.listeners"].strip():
+        advertised = parse_listeners(props["advertised.listeners"], source, "advertised.listeners")
+        for e in advertised:
+            if e.name not in cfg.protocol_map:
+                raise ConfigError(f"{source}: advertised.listeners: No security protocol defined for listener "
+                                  f"{e.name} (add it to listener.security.protocol.map)")
+    else:
+        advertised = list(cfg.listeners)
+    advertised = [e for e in advertised if e.name not in cl_names]
+    names = [e.name for e in advertised]
+    if not advertised:
+        raise ConfigError(f"{source}: There must be at least one broker advertised listener. Perhaps all listeners "
+                          "appear in controller.listener.names?")
+    if "inter.broker.listener.name" in props and props["inter.broker.listener.name"].strip():
+        if "security.inter.broker.protocol" in props:
+            raise ConfigError(f"{source}: Only one of inter.broker.listener.name and security.inter.broker.protocol "
+                              "should be set.")
+        ibl = props["inter.broker.listener.name"].strip().upper()
+        if ibl not in cfg.protocol_map:
+            raise ConfigError(f"{source}: Listener with name {ibl} defined in inter.broker.listener.name not found "
+                              "in listener.security.protocol.map.")
+    else:
+        proto = props.get("security.inter.broker.protocol", "").strip().upper() or "PLAINTEXT"
+        if proto not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"{source}: Invalid security protocol `{proto}` defined in "
+                              "security.inter.broker.protocol")
+        ibl = proto
+    if ibl not in names:
+        raise ConfigError(f"{source}: inter.broker.listener.name must be a listener name defined in "
+                          f"advertised.listeners. The valid options based on currently configured listeners are "
+                          f"{','.join(names)}")
+    listener_names = {e.name for e in cfg.listeners}
+    if not set(names) <= listener_names:
+        raise ConfigError(f"{source}: advertised.listeners listener names must be equal to or a subset of the ones "
+                          f"defined in listeners. Found {','.join(names)}. The valid options based on the current "
+                          f"configuration are {','.join(sorted(listener_names))}")
+    if any(e.host == "0.0.0.0" for e in advertised):
+        raise ConfigError(f"{source}: advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. "
+                          "Use a routable IP address.")
+    cfg.advertised_listeners = advertised
+    cfg.inter_broker_listener_name = ibl
+    cfg.broker_settings = BrokerSettings.from_properties(props, source)
 
 
 def read_properties_file(path: str) -> dict[str, str]:

@@ -38,7 +38,6 @@ from kraft_node.server.config import ConfigError, kafka_config_names, warn_unuse
     ("listener.name.controller.ssl.keystore.type", "JKS"),
     ("ssl.keystore.password", "changeit"),
     ("ssl.cipher.suites", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"),
-    ("security.inter.broker.protocol", "SSL"),
     ("delegation.token.secret.key", "k"),
 ])
 def test_unimplemented_security_settings_refuse_the_start_naming_the_key(key, value):
