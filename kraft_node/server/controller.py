@@ -437,6 +437,10 @@ class ControllerServer:
             node_id=node_id, cluster_id=cluster_id, raft=raft, queue=self.queue,
             clock_ms=lambda: clock_ns() // 1_000_000, bootstrap=bootstrap, settings=settings, metrics=metrics,
             fatal_fault_handler=self._fatal, managers=install_managers)
+        # Kafka 3.5+: the QuorumController writes no snapshots; the node's metadata loader does, from
+        # its published image (server/metadata.py).  The controller's own generator stays for the
+        # simulator, whose controllers have no loader (metadata/controller/snapshot_generator.py).
+        self.controller.snapshot_generator = None
         self.apis = ControllerApis(self.controller, node_id=node_id, settings=settings,
                                    clock_ns=clock_ns)
         self.topic_apis = TopicApis(self.controller, node_id=node_id, clock_ns=clock_ns)

@@ -14,10 +14,19 @@ Wiring (what Kafka's SharedServer and ControllerServer/BrokerServer install):
   event queue, run on the node's asyncio loop like the controller's;
 * publishers: the metadata cache hook (:class:`MetadataCachePublisher`, read from any
   thread with no lock) and the finalized features on every node, the controller
-  registrations on controller nodes.  Snapshots: on a controller node the
-  QuorumController writes them (kraft's ``controller/snapshot_generator.py``), so the
-  loader's SnapshotGenerator is installed only on broker-only nodes -- two writers of
-  one log would race for the same snapshot id;
+  registrations on controller nodes;
+* snapshots: on every node -- broker, controller or both -- the loader's
+  :class:`SnapshotGenerator` decides when (``metadata.log.max.record.bytes.between.snapshots``
+  and ``metadata.log.max.snapshot.interval.ms``, the node's config) and its
+  :class:`SnapshotEmitter` writes the published image with the image writer, in slices on
+  the loader's queue so that no event holds the shared loop for long (publishers.py's module
+  doc).  As in Kafka 3.5+, the QuorumController writes none (``ControllerServer`` leaves it
+  without a snapshot generator): one writer per log, so no race for a snapshot id, and a
+  snapshot is always of a committed image -- the loader never publishes half a metadata
+  transaction, and an image is immutable, so the loader goes on publishing while one is
+  written.  A metadata loading fault disables snapshots (Kafka's SharedServer: a snapshot of a
+  suspect image would outlive the fault), and so may the node (:meth:`NodeMetadata.disable_snapshots`,
+  e.g. on a fatal controller fault);
 * a load fault (a committed record the image refuses) is fatal on a controller node, as
   Kafka's controller fault handler is (the controller replaying the same record has
   failed too, or the two disagree: either way the node must not go on), and logged on a
@@ -65,13 +74,12 @@ class NodeMetadata:
         self.node_id = node_id
         self.runner = ControllerRunner("metadata-loader")
         self.metrics = MetadataLoaderMetrics(registry, broker=is_broker)
-        self._emitter_metrics: SnapshotEmitterMetrics | None = None
         self._on_fatal = on_fatal
-        action = self._fatal if is_controller else None
         core = driver.core  # type: ignore[attr-defined]
         self.loader = MetadataLoader(high_watermark=lambda: core.high_watermark, node_id=node_id,
-                                     fault_handler=LoggingFaultHandler("metadata loading", action),
+                                     fault_handler=LoggingFaultHandler("metadata loading", self._load_fault),
                                      metrics=self.metrics, queue=self.runner.queue)
+        self._is_controller = is_controller
         #: the latest published image, readable from any thread
         self.cache = MetadataCachePublisher()
         self.features = FeaturesPublisher()
@@ -80,14 +88,14 @@ class NodeMetadata:
         if is_controller:
             self.controller_registrations = ControllerRegistrationsPublisher()
             publishers.append(self.controller_registrations)
-        self.snapshot_generator: SnapshotGenerator | None = None
-        if not is_controller:
-            self._emitter_metrics = SnapshotEmitterMetrics(registry)
-            emitter = SnapshotEmitter(driver, node_id=node_id, metrics=self._emitter_metrics)  # type: ignore[arg-type]
-            self.snapshot_generator = SnapshotGenerator(
-                emitter, node_id=node_id, max_bytes_since_last_snapshot=max_bytes_between_snapshots,
-                max_time_since_last_snapshot_ns=max_snapshot_interval_ms * 1_000_000, queue=self.runner.queue)
-            publishers.append(self.snapshot_generator)
+        self._emitter_metrics = SnapshotEmitterMetrics(registry)
+        #: writes the snapshots of this node's metadata log (see the module doc)
+        self.snapshot_emitter = SnapshotEmitter(driver, node_id=node_id,  # type: ignore[arg-type]
+                                                metrics=self._emitter_metrics, queue=self.runner.queue)
+        self.snapshot_generator = SnapshotGenerator(
+            self.snapshot_emitter, node_id=node_id, max_bytes_since_last_snapshot=max_bytes_between_snapshots,
+            max_time_since_last_snapshot_ns=max_snapshot_interval_ms * 1_000_000, queue=self.runner.queue)
+        publishers.append(self.snapshot_generator)
         driver.register_listener(self.loader)  # type: ignore[attr-defined]
         self.loader.install_publishers(publishers)
         self._closed = False
@@ -95,6 +103,15 @@ class NodeMetadata:
     def set_on_fatal(self, on_fatal: Callable[[BaseException], None]) -> None:
         """What a controller node does with a load fault (the node stops)."""
         self._on_fatal = on_fatal
+
+    def disable_snapshots(self, reason: str) -> None:
+        """No more snapshots from this node (the first reason is kept and logged when one is due)."""
+        self.snapshot_generator.disable(reason)
+
+    def _load_fault(self) -> None:
+        self.disable_snapshots("metadata loading fault")
+        if self._is_controller:
+            self._fatal()
 
     def _fatal(self) -> None:
         failure = self.loader.failure
@@ -117,5 +134,4 @@ class NodeMetadata:
         self.loader.close()
         self.runner.close()
         self.metrics.close()
-        if self._emitter_metrics is not None:
-            self._emitter_metrics.close()
+        self._emitter_metrics.close()

@@ -7,8 +7,10 @@ core publishers a node starts with).
   does not end on a batch boundary, never while disabled (the reason is logged).  A snapshot
   loaded, or one generated, resets both counters.  It hands the image to an :class:`Emitter`.
 * :class:`SnapshotEmitter` -- the emitter that writes the image through the Raft client's
-  ``create_snapshot`` writer (:class:`RaftSnapshotWriter`: records framed with
-  ``ApiMessageAndVersion.encode()``, ``batch_size`` per append).
+  ``create_snapshot`` writer, with the image writer (``MetadataImage.write``: features,
+  cluster, topics, configs, quotas, producer ids, ACLs, SCRAM, delegation tokens -- Kafka's
+  order).  At once (:meth:`SnapshotEmitter.maybe_emit`), or in slices on an event queue
+  (:meth:`SnapshotEmitter.begin_emit`, see below).
 * :class:`FeaturesPublisher` -- the finalized features (:class:`FinalizedFeatures`) for the node's
   ApiVersions answers and feature checks.
 * :class:`DynamicConfigPublisher` -- hands each changed topic / broker / client-metrics / group
@@ -19,10 +21,29 @@ core publishers a node starts with).
 * :class:`ControllerRegistrationsPublisher` -- the registered controllers (for DescribeCluster
   answered by a controller).
 
-Publishers run on the loader's thread.  The emission of a snapshot is the one long task (it
-writes the whole image): :class:`SnapshotGenerator` runs it at once, or, given an
-:class:`~kraft_node.metadata.controller.events.EventQueue`, as an event on it (Kafka runs it on
-the generator's own thread); while one is queued, no other is scheduled.
+Snapshots on a node (Kafka 3.5+: the loader's SnapshotGenerator on brokers *and* controllers;
+the QuorumController writes none).  Publishers run on the loader's event queue, on the node's
+asyncio loop, which the Raft driver and the network share: an event that runs for long stalls
+all of them.  Writing a 1M-partition image takes seconds, so with a ``queue`` the emission is
+cut in events:
+
+1. the generator's start event (the image chosen: an immutable value, so the loader goes on
+   publishing newer images meanwhile; one emission in flight at a time, the next one is
+   considered on a later publish);
+2. slice events: each runs the image writer for at most ``records_per_slice`` records or
+   ``slice_budget_ns`` of clock time (checked every 16 records) and appends what it wrote to
+   the Raft snapshot writer as one batch;
+3. the freeze (the last batch, the footer, the fsync, the log prefix dropped): an event of its own.
+
+How a push writer (``image.write(writer)`` calls ``writer.write(record)`` all the way down)
+is cut in slices without rewriting every sub-image as a generator: the image writer runs on a
+helper thread in strict alternation with the loop thread (:class:`_ImageWriterThread`, a
+coroutine made of two semaphores).  A slice event hands control to the helper and waits; the
+helper writes until the slice is full, hands control back and waits.  Exactly one of the two
+runs at any time, so nothing is shared unguarded; the Raft writer is only touched on the loop
+thread.  Aborting (a failure, the generator closed, the queue shut down) wakes the helper with
+a flag that makes its next ``write`` raise, so it unwinds and exits; the partial snapshot is
+closed without a freeze (deleted).
 """
 from __future__ import annotations
 
@@ -32,7 +53,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from kraft_node.metadata.configs.resources import ConfigResource, ConfigResourceType
 from kraft_node.metadata.configs.schema import KAFKA_CONFIG_SCHEMA, KafkaConfigSchema
@@ -54,6 +75,7 @@ __all__ = [
     "Emitter", "SnapshotGenerator", "SnapshotEmitter", "RaftSnapshotWriter", "SnapshotCreator",
     "FinalizedFeatures", "FeaturesPublisher", "DynamicConfigPublisher", "ConfigHandler", "DEFAULT_CONFIG_NAME",
     "MetadataCachePublisher", "ControllerRegistrationsPublisher", "DEFAULT_SNAPSHOT_BATCH_SIZE",
+    "SlicedEmitter", "EmissionRecord", "DEFAULT_RECORDS_PER_SLICE", "DEFAULT_SLICE_BUDGET_NS",
 ]
 
 log = logging.getLogger("kraft.metadata.loader")
@@ -64,6 +86,11 @@ DEFAULT_SNAPSHOT_BATCH_SIZE = 1024
 #: Kafka's SnapshotGenerator.Builder defaults (a node passes its metadata.log.max.* configs).
 DEFAULT_MAX_BYTES_SINCE_LAST_SNAPSHOT = 100 * 1024 * 1024
 DEFAULT_MAX_TIME_SINCE_LAST_SNAPSHOT_NS = 24 * 3600 * 1_000_000_000
+#: A sliced emission's slice: at most this many records (one Raft snapshot batch each) ...
+DEFAULT_RECORDS_PER_SLICE = DEFAULT_SNAPSHOT_BATCH_SIZE
+#: ... or this much clock time, whichever comes first (BENCHMARKS.md: the longest event while a
+#: 10k-broker snapshot is written must stay <= 10 ms)
+DEFAULT_SLICE_BUDGET_NS = 5_000_000
 
 
 # ------------------------------------------------------------------ snapshot generation
@@ -72,6 +99,21 @@ class Emitter(Protocol):
     """Writes an image as a snapshot; does nothing when that snapshot (offset and epoch) exists."""
 
     def maybe_emit(self, image: MetadataImage) -> None: ...
+
+
+@runtime_checkable
+class SlicedEmitter(Emitter, Protocol):
+    """An emitter that can also write in slices on an event queue (see the module doc)."""
+
+    def begin_emit(self, image: MetadataImage, on_done: Callable[[BaseException | None], None]) -> bool:
+        """Start writing ``image``; False when nothing is to be written (the snapshot exists, or
+        the emitter has no queue) and ``on_done`` is never called; else ``on_done(None)`` once the
+        snapshot is frozen, or ``on_done(exc)`` once it was abandoned."""
+        ...
+
+    def abort(self, reason: str) -> None:
+        """Abandon the emission in flight, if any (its ``on_done`` gets the reason as an error)."""
+        ...
 
 
 class _EmitEvent:
@@ -177,20 +219,47 @@ class SnapshotGenerator(MetadataPublisher):
             self._queue.append(_EmitEvent(self, reason, image))
 
     def _emit(self, reason: str, image: MetadataImage) -> None:
-        self._pending = False
         self.reset_snapshot_counters()
         log.info("Creating new KRaft snapshot file %s because %s.", image.provenance.snapshot_name(), reason)
+        emitter = self._emitter
         try:
-            self._emitter.maybe_emit(image)
+            if self._queue is not None and isinstance(emitter, SlicedEmitter):
+                # _pending stays set until the emitter reports the snapshot frozen or abandoned
+                if not emitter.begin_emit(image, self._emit_done):
+                    self._pending = False
+                return
+            self._pending = False
+            emitter.maybe_emit(image)
         except Exception as exc:
+            self._pending = False
             self._fault_handler("KRaft snapshot file generation error", exc)
+
+    def _emit_done(self, exc: BaseException | None) -> None:
+        self._pending = False
+        if exc is None:
+            return
+        if self._closed:
+            log.info("Abandoned a KRaft snapshot file on close: %s", exc)
+        else:
+            self._fault_handler("KRaft snapshot file generation error", exc)
+
+    @property
+    def emitting(self) -> bool:
+        """An emission is queued or being written."""
+        return self._pending
 
     def begin_shutdown(self) -> None:
         self.disable("we are shutting down")
 
     def close(self) -> None:
-        """No new emission is scheduled; one already queued still runs (as Kafka's queue drains)."""
+        """No new emission is scheduled; one already queued still starts (as Kafka's queue drains),
+        but one being written in slices is abandoned, its partial file deleted: a node going down
+        does not wait for a snapshot it can write again later (and its queue, closing too, takes
+        no more slice events)."""
         self._closed = True
+        emitter = self._emitter
+        if isinstance(emitter, SlicedEmitter):
+            emitter.abort("the snapshot generator is closed")
 
 
 class SnapshotCreator(Protocol):
@@ -245,44 +314,252 @@ class RaftSnapshotWriter:
             self._writer.close()
 
 
+class _Aborted(Exception):
+    """Raised inside the helper thread's ``write`` to unwind an abandoned image write."""
+
+
+class _ImageWriterThread:
+    """``image.write`` on a helper thread, run one slice at a time by the loop thread (see the
+    module doc).  It is the :class:`~kraft_node.metadata.image.writer.ImageWriter` the image
+    writes into: each record encoded (framed as ``ApiMessageAndVersion.encode()``) into the
+    slice's list of values.
+
+    Invariant (strict alternation): the helper runs only between ``_go.release()`` in
+    :meth:`next_slice` / :meth:`abort` and its own ``_yielded.release()``, and the loop thread
+    is blocked in ``_yielded.acquire()`` all that time; so ``_values``, ``_deadline_ns`` and the
+    flags are never touched by both at once."""
+
+    def __init__(self, image: MetadataImage, options: ImageWriterOptions, *, records_per_slice: int,
+                 slice_budget_ns: int, clock_ns: Callable[[], int], name: str) -> None:
+        self._image = image
+        self._options = options
+        self._records_per_slice = records_per_slice
+        self._slice_budget_ns = slice_budget_ns
+        self._clock_ns = clock_ns
+        self._go = threading.Semaphore(0)
+        self._yielded = threading.Semaphore(0)
+        self._values: list[bytes] = []
+        self._deadline_ns = 0
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._started = False
+        self._aborted = False
+        #: the image writer returned (or raised): no more slices
+        self.done = False
+        #: ``image.write`` closed the writer with complete=True (it wrote every sub-image)
+        self.complete = False
+        self.error: BaseException | None = None
+        self.bytes_written = 0
+
+    # -- the ImageWriter, on the helper thread ----------------------------------------------------
+
+    def write(self, record: ApiMessageAndVersion) -> None:
+        if self._aborted:
+            raise _Aborted()
+        value = record.encode()
+        values = self._values
+        values.append(value)
+        self.bytes_written += len(value)
+        n = len(values)
+        if n >= self._records_per_slice or (n & 15 == 0 and self._clock_ns() >= self._deadline_ns):
+            self._yielded.release()
+            self._go.acquire()
+            if self._aborted:
+                raise _Aborted()
+
+    def close(self, complete: bool) -> None:
+        self.complete = complete
+
+    def _main(self) -> None:
+        self._go.acquire()
+        try:
+            if not self._aborted:
+                self._image.write(self, self._options)
+        except _Aborted:
+            pass
+        except BaseException as exc:  # handed to the loop thread, which reports it
+            self.error = exc
+        finally:
+            self.done = True
+            self._yielded.release()
+
+    # -- the loop thread ---------------------------------------------------------------------------
+
+    def next_slice(self) -> list[bytes]:
+        """Run the image writer for one slice; the values it wrote (empty once it is done).
+        Raises what the image writer raised."""
+        if self.done:
+            return []
+        self._values = []
+        self._deadline_ns = self._clock_ns() + self._slice_budget_ns
+        if not self._started:
+            self._started = True
+            self._thread.start()
+        self._go.release()
+        self._yielded.acquire()
+        if self.error is not None:
+            raise self.error
+        if self.done and not self.complete:
+            raise RuntimeError("the image writer returned without closing the snapshot")
+        return self._values
+
+    def abort(self) -> None:
+        """Make the helper unwind and exit (at once if it never started)."""
+        if self.done:
+            return
+        self._aborted = True
+        if not self._started:
+            self.done = True
+            return
+        self._go.release()
+        self._yielded.acquire()
+        self._thread.join()
+
+
+@dataclass(frozen=True)
+class EmissionRecord:
+    """One snapshot written: its id, records, batches appended (slices), and bytes (framed values)."""
+    snapshot_id: SnapshotId
+    records: int
+    slices: int
+    bytes: int
+
+
+class _SliceEvent:
+    def __init__(self, emission: _Emission) -> None:
+        self._emission = emission
+
+    def run(self) -> None:
+        self._emission.step()
+
+    def handle_exception(self, exc: BaseException) -> None:
+        self._emission.fail(exc)
+
+
+class _Emission:
+    """One snapshot being written in slices (see the module doc): ``step`` is one event."""
+
+    def __init__(self, emitter: SnapshotEmitter, image: MetadataImage, writer: SnapshotWriter,
+                 snapshot_id: SnapshotId, on_done: Callable[[BaseException | None], None]) -> None:
+        self.emitter = emitter
+        self.name = image.provenance.snapshot_name()
+        self.snapshot_id = snapshot_id
+        self._writer = writer
+        self._on_done = on_done
+        self._image_writer = _ImageWriterThread(
+            image, emitter.writer_options(image), records_per_slice=emitter.records_per_slice,
+            slice_budget_ns=emitter.slice_budget_ns, clock_ns=emitter.clock_ns, name=f"snapshot-writer-{self.name}")
+        self.records = 0
+        self.slices = 0
+        self.finished = False
+
+    def schedule(self) -> None:
+        queue = self.emitter.queue
+        assert queue is not None
+        queue.append(_SliceEvent(self))
+
+    def step(self) -> None:
+        if self.finished:
+            return
+        if self._image_writer.done:
+            self._freeze()  # an event of its own: the last batch, the footer, the fsync
+            return
+        values = self._image_writer.next_slice()
+        if values:
+            self._writer.append(values)
+            self.records += len(values)
+            self.slices += 1
+        self.schedule()
+
+    def _freeze(self) -> None:
+        self._writer.freeze()  # a failure reaches fail(), which closes (deletes) the partial snapshot
+        self.finished = True
+        self._writer.close()
+        self.emitter._emitted(self)
+        self._on_done(None)
+
+    def fail(self, exc: BaseException) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        try:
+            self._image_writer.abort()
+        finally:
+            try:
+                self._writer.close()
+            finally:
+                self.emitter._abandoned(self, exc)
+                self._on_done(exc)
+
+
 class SnapshotEmitter:
     """Writes an image as a Raft snapshot at its provenance's snapshot id (Kafka's ``SnapshotEmitter``).
 
     ``raft.create_snapshot`` returning None means the snapshot exists (Kafka's empty Optional):
-    nothing is written.  The records are written for the image's own metadata.version."""
+    nothing is written.  The records are written for the image's own metadata.version.
+    :meth:`maybe_emit` writes the whole image at once; with a ``queue``, :meth:`begin_emit`
+    writes it in slices of at most ``records_per_slice`` records or ``slice_budget_ns`` of
+    ``clock_ns`` (see the module doc), one emission at a time."""
 
     def __init__(self, raft: SnapshotCreator, *, node_id: int = 0, batch_size: int = DEFAULT_SNAPSHOT_BATCH_SIZE,
-                 metrics: SnapshotEmitterMetrics | None = None, clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+                 metrics: SnapshotEmitterMetrics | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
+                 queue: EventQueue | None = None, records_per_slice: int = DEFAULT_RECORDS_PER_SLICE,
+                 slice_budget_ns: int = DEFAULT_SLICE_BUDGET_NS,
+                 clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
         if batch_size < 1:
             raise ValueError(f"SnapshotEmitter: batch_size must be >= 1, not {batch_size}")
+        if records_per_slice < 1:
+            raise ValueError(f"SnapshotEmitter: records_per_slice must be >= 1, not {records_per_slice}")
+        if slice_budget_ns < 0:
+            raise ValueError(f"SnapshotEmitter: slice_budget_ns must be >= 0, not {slice_budget_ns}")
         self.node_id = node_id
         self._raft = raft
         self._batch_size = batch_size
         self._clock_ms = clock_ms
         self._metrics = metrics if metrics is not None else SnapshotEmitterMetrics(clock_ms=clock_ms)
+        self.queue = queue
+        self.records_per_slice = records_per_slice
+        self.slice_budget_ns = slice_budget_ns
+        self.clock_ns = clock_ns
+        self._in_flight: _Emission | None = None
         #: snapshot ids written, in order (for logs and tests)
         self.emitted: list[SnapshotId] = []
+        #: what each snapshot written by :meth:`begin_emit` held (for logs, tests and benchmarks)
+        self.history: list[EmissionRecord] = []
 
     @property
     def metrics(self) -> SnapshotEmitterMetrics:
         return self._metrics
 
-    def maybe_emit(self, image: MetadataImage) -> None:
+    @property
+    def in_flight(self) -> bool:
+        """A sliced emission has started and is not frozen or abandoned yet."""
+        return self._in_flight is not None
+
+    @staticmethod
+    def writer_options(image: MetadataImage) -> ImageWriterOptions:
+        """The image's own metadata.version (the newest production one for an image with none)."""
+        mv = image.metadata_version()
+        return ImageWriterOptions(mv if mv is not None else MetadataVersion.LATEST_PRODUCTION,
+                                  image_metadata_version=mv)
+
+    def _create(self, image: MetadataImage) -> tuple[SnapshotWriter | None, SnapshotId]:
         provenance = image.provenance
-        name = provenance.snapshot_name()
         offset, epoch = provenance.snapshot_id()
         snapshot_id = SnapshotId(offset, epoch)
         snapshot_writer = self._raft.create_snapshot(
             snapshot_id, last_contained_log_time_ms=provenance.last_contained_log_time_ms)
         if snapshot_writer is None:
-            log.error("Not generating %s because it already exists.", name)
+            log.error("Not generating %s because it already exists.", provenance.snapshot_name())
+        return snapshot_writer, snapshot_id
+
+    def maybe_emit(self, image: MetadataImage) -> None:
+        name = image.provenance.snapshot_name()
+        snapshot_writer, snapshot_id = self._create(image)
+        if snapshot_writer is None:
             return
         writer = RaftSnapshotWriter(snapshot_writer, self._batch_size)
-        mv = image.metadata_version()
-        options = ImageWriterOptions(mv if mv is not None else MetadataVersion.LATEST_PRODUCTION,
-                                     image_metadata_version=mv)
         try:
-            image.write(writer, options)
+            image.write(writer, self.writer_options(image))
             writer.close(True)
         except BaseException:
             log.exception("Encountered error while writing %s", name)
@@ -292,6 +569,40 @@ class SnapshotEmitter:
         self._metrics.latest_snapshot_generated_bytes = writer.frozen_size or 0
         self.emitted.append(snapshot_id)
         log.info("Successfully wrote %s", name)
+
+    def begin_emit(self, image: MetadataImage, on_done: Callable[[BaseException | None], None]) -> bool:
+        """See :class:`SlicedEmitter`.  Raises (nothing started) when one is in flight already or
+        ``create_snapshot`` fails."""
+        if self.queue is None:
+            return False
+        if self._in_flight is not None:
+            raise RuntimeError(f"SnapshotEmitter: {self._in_flight.name} is still being written")
+        snapshot_writer, snapshot_id = self._create(image)
+        if snapshot_writer is None:
+            return False
+        emission = _Emission(self, image, snapshot_writer, snapshot_id, on_done)
+        self._in_flight = emission
+        emission.schedule()
+        return True
+
+    def abort(self, reason: str) -> None:
+        emission = self._in_flight
+        if emission is not None:
+            emission.fail(RuntimeError(f"{emission.name} abandoned: {reason}"))
+
+    def _emitted(self, emission: _Emission) -> None:
+        self._in_flight = None
+        size = emission._image_writer.bytes_written
+        self._metrics.latest_snapshot_generated_time_ms = self._clock_ms()
+        self._metrics.latest_snapshot_generated_bytes = size
+        self.emitted.append(emission.snapshot_id)
+        self.history.append(EmissionRecord(emission.snapshot_id, emission.records, emission.slices, size))
+        log.info("Successfully wrote %s: %d records in %d slices.", emission.name, emission.records,
+                 emission.slices)
+
+    def _abandoned(self, emission: _Emission, exc: BaseException) -> None:
+        self._in_flight = None
+        log.warning("Abandoned %s after %d records: %s", emission.name, emission.records, exc)
 
 
 # ------------------------------------------------------------------ features
