@@ -14,8 +14,11 @@ controller, retries on NOT_CONTROLLER (the envelope's own code, which the contro
 whenever the inner answer carries it) and on lost connections, and gives up at its timeout.
 What the client gets when forwarding fails, as Kafka's ``ForwardingManagerImpl``:
 
-* the channel raised (no controller answered before the timeout, whatever the reason) -> the
-  API's error response with REQUEST_TIMED_OUT for every item (Kafka's ``onTimeout``);
+* the channel gave up (no controller answered before the timeout: ControllerUnavailableError, a
+  TimeoutError or OSError) -> the API's error response with REQUEST_TIMED_OUT for every item
+  (Kafka's ``onTimeout``); the controller shares no version of Envelope with kraft
+  (UnsupportedControllerVersionError, Kafka's ``versionMismatch``) or any other failure ->
+  UNKNOWN_SERVER_ERROR;
 * envelope error UNSUPPORTED_VERSION (the controller cannot parse the client's version) -> the
   client's connection is closed, so that it reconnects and asks ApiVersions again;
 * envelope error NOT_CONTROLLER (the channel gave up retrying) -> NOT_CONTROLLER for every item.
@@ -46,6 +49,7 @@ import ipaddress
 import logging
 from typing import Any, Awaitable, Callable, Iterable, Protocol
 
+from kraft_node.broker.controller_channel import ControllerChannelError, UnsupportedControllerVersionError
 from kraft_node.network.server import RequestContext
 from kraft_node.protocol.api_keys import API_INFO, ApiKeys
 from kraft_node.protocol.errors import Errors
@@ -139,12 +143,16 @@ class ForwardingManager:
         self.in_flight += 1
         try:
             answer = await self.channel.send(envelope, 0, timeout_s=self.timeout_s)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - no controller answered: the client sees a timeout
+        except UnsupportedControllerVersionError as exc:  # Kafka's versionMismatch
+            log.warning("forwarding %s v%d: %s", name, version, exc)
+            return error_response(key, request, version, Errors.UNKNOWN_SERVER_ERROR)
+        except (ControllerChannelError, TimeoutError, OSError) as exc:  # no controller answered in time
             log.warning("forwarding %s v%d (correlation id %d) failed: %s", name, version, header.correlation_id,
-                        exc or type(exc).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
+                        exc or type(exc).__name__)
             return error_response(key, request, version, Errors.REQUEST_TIMED_OUT)
+        except Exception:  # noqa: BLE001 - a bug below: the client still gets an answer
+            log.exception("forwarding %s v%d failed", name, version)
+            return error_response(key, request, version, Errors.UNKNOWN_SERVER_ERROR)
         finally:
             self.in_flight -= 1
         code = int(answer.error_code)
