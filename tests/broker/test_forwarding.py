@@ -442,3 +442,21 @@ def test_no_controller_answers_request_timed_out_over_tcp():
 
     asyncio.run(asyncio.wait_for(go(), 30))
 
+
+
+def test_unsupported_version_from_the_controller_closes_the_client_connection_over_tcp():
+    from kraft_node.network.client import ConnectionClosed
+
+    async def go():
+        fm = ForwardingManager(FakeChannel(_envelope_answer(E.UNSUPPORTED_VERSION)))
+        broker = KafkaServer("127.0.0.1", 0, fm.forwarding_handlers(), listener="PLAINTEXT", listener_type="broker")
+        port = await broker.start()
+        client = await KafkaConnection.open("127.0.0.1", port, timeout=5)
+        try:
+            with pytest.raises(ConnectionClosed):
+                await client.request(_create("x"), 7, timeout=5)
+        finally:
+            await client.close()
+            await broker.close()
+
+    asyncio.run(asyncio.wait_for(go(), 30))
