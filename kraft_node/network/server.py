@@ -113,14 +113,20 @@ class KafkaServer:
         """What ApiVersions lists: the keys with a handler, and ApiVersions itself."""
         return {int(k) for k in self.handlers} | {int(ApiKeys.API_VERSIONS)}
 
-    async def start(self) -> int:
+    async def start(self, *, serving: bool = True) -> int:
         """Listen; returns the bound port (useful with port 0).  Raises OSError with a message
-        naming the listener, host:port and config key when the address cannot be used."""
+        naming the listener, host:port and config key when the address cannot be used.
+
+        ``serving=False`` binds the port without accepting connections until
+        :meth:`start_serving` (Kafka's broker binds its sockets first, to register the ports,
+        and enables request processing only once it is unfenced); clients wait in the
+        kernel's accept backlog meanwhile."""
         loop = asyncio.get_running_loop()
         where = f"{self.listener}://{self.host}:{self.port} ({self.config_key})"
         try:
             self._server = await loop.create_server(lambda: _ServerConnection(self), self.host or None, self.port,
-                                                    reuse_address=True, ssl=self.ssl_context)
+                                                    reuse_address=True, ssl=self.ssl_context,
+                                                    start_serving=serving)
         except socket.gaierror as exc:  # (a one-part OSError: its str() is the message, no "[Errno n]")
             raise OSError(f"cannot listen on {where}: host {self.host!r} does not resolve ({exc.strerror})") \
                 from None
@@ -128,6 +134,12 @@ class KafkaServer:
             raise OSError(f"cannot listen on {where}: {exc.strerror or exc}") from None
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
+
+    async def start_serving(self) -> None:
+        """Accept connections on a port bound by ``start(serving=False)``."""
+        if self._server is None:
+            raise RuntimeError(f"{self.listener}: start() binds the port before start_serving()")
+        await self._server.start_serving()
 
     async def close(self) -> None:
         if self._server is not None:

@@ -46,8 +46,10 @@ from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterResponse
 from kraft_node.raft.io.driver import DriverError, RaftDriver, dir_uuid
 from kraft_node.raft.messages import Endpoint, ReplicaKey
+from kraft_node.server.broker import BrokerServer
 from kraft_node.server.config import NodeConfig
 from kraft_node.server.controller import ControllerRegistrationManager, ControllerServer, NodeControllerSettings
+from kraft_node.server.envelope import envelope_handler
 from kraft_node.server.metadata import NodeMetadata
 from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError
@@ -61,7 +63,7 @@ class KraftNode:
 
     def __init__(self, config: NodeConfig, driver: RaftDriver, *, dir_locks: DirLocks | None = None,
                  controller: ControllerServer | None = None, metrics: NodeMetrics | None = None,
-                 metadata: NodeMetadata | None = None):
+                 metadata: NodeMetadata | None = None, log_dir_ids: list | None = None):
         self.config = config
         self.driver = driver
         self.node_id = config.node_id
@@ -90,6 +92,16 @@ class KraftNode:
                 active_address=self._active_controller_address, ssl_context=config.client_ssl_context())
             self.register(controller.handlers())
             self.register({int(ApiKeys.API_VERSIONS): self._handle_api_versions})
+            # brokers forward their clients' admin writes inside Envelopes (KIP-590); the inner
+            # request is served by this same table
+            self.register({int(ApiKeys.ENVELOPE): envelope_handler(self.routes)})
+        #: the broker role (its listeners, lifecycle and client APIs), when this node runs the
+        #: metadata system and ``process.roles`` has ``broker``
+        self.broker: BrokerServer | None = None
+        if metadata is not None and config.is_broker:
+            self.broker = BrokerServer(config, metadata, cluster_id=self.cluster_id, log_dir_ids=log_dir_ids or [],
+                                       active_controller=self._active_controller_address,
+                                       registry=self.metrics.registry)
         self._closed = False
 
     # ------------------------------------------------------------ construction from a config
@@ -153,7 +165,8 @@ class KraftNode:
             if own is not None:
                 own.release()
             raise
-        return cls(config, driver, dir_locks=own, controller=ctl, metrics=metrics, metadata=metadata)
+        return cls(config, driver, dir_locks=own, controller=ctl, metrics=metrics, metadata=metadata,
+                   log_dir_ids=_log_dir_ids(config))
 
     def register(self, handlers: dict[int, Callable]) -> None:
         """Add ``api key -> handler`` routes before :meth:`start` (the listener serves, and
@@ -177,11 +190,17 @@ class KraftNode:
                                           listener_type="controller",
                                           ssl_context=self.config.server_ssl_context(ep.name))
                 await self.server.start()
+            if self.broker is not None:
+                await self.broker.bind()  # a port in use fails the start before Raft runs
             if self.controller is not None:
                 self.controller.start()  # on this loop, before the driver's first poll
             if self.metadata is not None:
                 self.metadata.start()
             await self.driver.start()
+            if self.broker is not None:
+                # register, catch up, be unfenced, then serve clients (bounded by
+                # initial.broker.registration.timeout.ms); the node is not started before that
+                await self.broker.start()
             self.metrics_address = await self.metrics.start(self.config.metrics_listener)
             if self.metrics_address is not None:
                 log.info("node %d: metrics on http://%s:%d/metrics", self.node_id, *self.metrics_address)
@@ -236,6 +255,10 @@ class KraftNode:
         if it leads and waits up to ``timeout_s`` for a successor; then everything is
         closed.  True if it completed in time."""
         try:
+            if self.broker is not None:
+                # Kafka stops the broker before the controller: its controlled shutdown needs
+                # the active controller (maybe this node's) to move its leaders away
+                await self.broker.shutdown(timeout_s)
             if self.controller is not None:
                 self.controller.close()
             return await self.driver.shutdown(timeout_s)
@@ -250,6 +273,8 @@ class KraftNode:
         self._closed = True
         try:
             try:
+                if self.broker is not None:
+                    await self.broker.close()
                 if self.controller is not None:
                     self.controller.close()  # queued events run while Raft is still open
                     await self.controller.wait_closed()
@@ -418,6 +443,21 @@ def _check_meta_properties(config: NodeConfig):
                 raise DriverError(f"log directory {d} belongs to cluster {other.cluster_id} node "
                                   f"{other.node_id}, not cluster {meta.cluster_id} node {meta.node_id}")
     return meta.cluster_id, dir_uuid(meta.directory_id)
+
+
+def _log_dir_ids(config: NodeConfig) -> list:
+    """The directory ids (meta.properties ``directory.id``) of the node's log dirs, what a broker
+    registers with (KIP-858); dirs without one are left out."""
+    from kraft_storage.messages.runtime import Uuid
+    out = []
+    for d in config.log_dirs:
+        try:
+            meta = read_meta_properties(d, check_cluster_id=False).meta
+        except KraftStorageError:
+            continue
+        if meta.directory_id:
+            out.append(Uuid.from_string(meta.directory_id) if isinstance(meta.directory_id, str) else meta.directory_id)
+    return out
 
 
 #: the cluster ids other tools wrote that an existing cluster may keep (see _check_meta_properties)

@@ -827,10 +827,15 @@ class QuorumController:
         return self.append_write("updateFeatures", op, deadline_ns=deadline_ns)
 
     def finalized_features(self, *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
-        """(finalized levels, the offset they are read at) of the committed state."""
-        return self.append_read("finalizedFeatures",
-                                lambda e: (self.feature_control.finalized_features(epoch=e), e),
-                                deadline_ns=deadline_ns)
+        """(finalized levels, the offset they are read at) of the committed state; ``({}, -1)``
+        (Kafka's "unknown" features epoch) before the bootstrap records have committed.  Why
+        not an error: ApiVersions asks this of every connection, and brokers connect while the
+        new controller is still activating; an error in an event renounces leadership."""
+        def read(epoch: int) -> tuple[dict[str, int], int]:
+            if self.feature_control.metadata_version_or_none(epoch=epoch) is None:
+                return {}, -1
+            return self.feature_control.finalized_features(epoch=epoch), epoch
+        return self.append_read("finalizedFeatures", read, deadline_ns=deadline_ns)
 
     # -- topics, partitions and configs (issue 22): Kafka's Controller methods of the same names.
     # An empty request is answered at once, without an event (Kafka's testEarlyControllerResults);

@@ -1,0 +1,84 @@
+"""A node with the broker role (issue 24): it registers, catches up, is unfenced, then serves
+real Kafka clients from its metadata image, forwarding admin writes to the controller.
+
+In process: the node runs on the test's asyncio loop and kafka-python's (blocking) admin
+client runs in a thread beside it.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from support.brokers import broker_port, cluster_with_brokers
+
+from kraft_node.broker.lifecycle import BrokerState
+from kraft_node.server.config import NodeConfig
+from kraft_node.server.node import KraftNode
+
+kafka_admin = pytest.importorskip("kafka.admin")
+
+
+async def _start(path: str) -> KraftNode:
+    node = KraftNode.from_config(NodeConfig.from_file(path), controller=True)
+    await asyncio.wait_for(node.start(), 30)
+    return node
+
+
+def _admin(port: int):
+    return kafka_admin.KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}", client_id="kraft-test",
+                                        request_timeout_ms=10_000)
+
+
+async def _eventually(check, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await asyncio.to_thread(check)
+        if result:
+            return result
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.1)
+
+
+def test_combined_node_serves_kafka_python_admin(tmp_path):
+    paths = cluster_with_brokers(str(tmp_path), controllers=1, combined=True)
+    port = broker_port(paths[1])
+
+    async def main():
+        node = await _start(paths[1])
+        try:
+            assert node.broker is not None and node.broker.state == BrokerState.RUNNING
+            image = node.metadata.image()
+            reg = image.cluster.brokers[1]
+            assert not reg.fenced and reg.incarnation_id == node.broker.lifecycle.incarnation_id
+            admin = await asyncio.to_thread(_admin, port)
+            try:
+                topics = [kafka_admin.NewTopic("orders", 3, 1, topic_configs={"cleanup.policy": "compact"}),
+                          kafka_admin.NewTopic("events", 2, 1)]
+                await asyncio.to_thread(admin.create_topics, topics, 10_000)
+                listed = await _eventually(lambda: {"orders", "events"} <= set(admin.list_topics())
+                                           and admin.list_topics())
+                assert "__cluster_metadata" not in listed
+                described = await asyncio.to_thread(admin.describe_topics, ["orders"])
+                (orders,) = described
+                assert orders["error_code"] == 0 and orders["name"] == "orders", orders
+                parts = orders["partitions"]
+                assert sorted(p["partition_index"] for p in parts) == [0, 1, 2], parts
+                assert all(p["leader_id"] == 1 and p["replica_nodes"] == [1] and p["isr_nodes"] == [1]
+                           for p in parts), parts
+                cluster = await asyncio.to_thread(admin.describe_cluster)
+                assert cluster["cluster_id"] == node.cluster_id and cluster["controller_id"] == 1
+                assert [(b["broker_id"], b["port"]) for b in cluster["brokers"]] == [(1, port)], cluster
+                res = kafka_admin.ConfigResource(kafka_admin.ConfigResourceType.TOPIC, "orders")
+                configs = await asyncio.to_thread(admin.describe_configs, [res])
+                (by_type,) = configs.values()
+                entries = by_type["orders"]
+                assert entries["cleanup.policy"]["value"] == "compact", entries
+                await asyncio.to_thread(admin.delete_topics, ["events"], 10_000)
+                await _eventually(lambda: "events" not in admin.list_topics())
+            finally:
+                await asyncio.to_thread(admin.close)
+        finally:
+            await asyncio.wait_for(node.shutdown(5), 30)
+
+    asyncio.run(main())
