@@ -181,6 +181,7 @@ class ControllerChannel:
             else:
                 where = f"controller {target[0]} at {target[1]}:{target[2]}"
                 remaining = deadline - loop.time()
+                conn: KafkaConnection | None = None
                 try:
                     conn = await self._connection(target, remaining)
                     v = version if version is not None else await self._pick_version(conn, target, info.name,
@@ -192,7 +193,7 @@ class ControllerChannel:
                 except (OSError, ConnectionError, RequestTimeout, MessageError) as exc:
                     # ConnectFailed/ConnectionClosed are ConnectionErrors, RequestTimeout a TimeoutError
                     last = f"{where}: {exc}"
-                    await self._forget(target)
+                    await self._forget(conn)
                 else:
                     if not response_has_error(response, int(Errors.NOT_CONTROLLER)):
                         return response
@@ -200,7 +201,7 @@ class ControllerChannel:
                     last = f"{where} answered NOT_CONTROLLER"
                     log.debug("%s answered %s with NOT_CONTROLLER: disconnecting and asking for the active one",
                               where, info.name)
-                    await self._forget(target)
+                    await self._forget(conn)
             left = deadline - loop.time()
             if left <= 0:
                 raise ControllerUnavailableError(
@@ -274,11 +275,14 @@ class ControllerChannel:
             raise ConnectionClosed(f"ApiVersions to {conn.host}:{conn.port} answered {error_name(resp.error_code)}")
         return {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in resp.api_keys}
 
-    async def _forget(self, target: tuple[int, str, int]) -> None:
-        """Close the connection to ``target`` (if it is still the open one), so the next
-        attempt asks ``active_controller()`` afresh and reconnects."""
+    async def _forget(self, conn: KafkaConnection | None) -> None:
+        """Close ``conn`` if it is still the open connection, so the next attempt asks
+        ``active_controller()`` afresh and reconnects.  (None: the connection was never made;
+        one that another send has replaced already is left alone.)"""
+        if conn is None:
+            return
         async with self._lock:
-            if self._conn_target == target:
+            if self._conn is conn:
                 await self._drop()
 
     async def _drop(self) -> None:
