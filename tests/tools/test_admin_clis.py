@@ -306,3 +306,222 @@ def test_connection_errors_are_one_line(tmp_path, capsys):
     code, out, err = _run(capsys, configs, "--bootstrap-server", f"127.0.0.1:{port}", "--command-config", str(cfg),
                           "--entity-type", "topics", "--describe")
     assert code == 1 and err == f"Properties file {cfg} does not exist.\n"
+
+
+# ---------------------------------------------------------------------- kraft-configs
+def test_configs_describe_and_alter_topics_and_brokers(kc, capsys):
+    b, ctl = kc.broker, kc.controller
+    assert _run(capsys, topics, "--bootstrap-server", b, "--create", "--topic", "cfg", "--partitions", "1",
+                "--replication-factor", "1")[0] == 0
+    code, out, err = _run(capsys, configs, "--bootstrap-server", b, "--entity-type", "topics", "--entity-name", "cfg",
+                          "--alter", "--add-config", "retention.ms=1000,cleanup.policy=[compact,delete]")
+    assert (code, out, err) == (0, "Completed updating config for topic cfg.\n", "")
+    code, out, err = _run(capsys, configs, "--bootstrap-server", b, "--entity-type", "topics", "--entity-name", "cfg",
+                          "--describe")
+    assert (code, err) == (0, "")
+    assert out == ("Dynamic configs for topic cfg are:\n"
+                   "  cleanup.policy=compact,delete sensitive=false "
+                   "synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact,delete}\n"
+                   "  retention.ms=1000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=1000}\n")
+    # the same through the controller listener (--bootstrap-controller), and --topic, the short form
+    code, out2, _ = _run(capsys, configs, "--bootstrap-controller", ctl, "--topic", "cfg", "--describe")
+    assert (code, out2) == (0, out)
+    code, out, _ = _run(capsys, configs, "--bootstrap-server", b, "--entity-type", "topics", "--entity-name", "cfg",
+                        "--describe", "--all")
+    assert code == 0 and out.startswith("All configs for topic cfg are:\n")
+    entries = [line.split(" ")[2] for line in out.splitlines()[1:]]
+    assert entries == sorted(entries) and len(entries) > 20
+    assert "\n  min.insync.replicas=1 sensitive=false synonyms={" in out  # a default: listed only with --all
+
+    code, out, err = _run(capsys, configs, "--bootstrap-server", b, "--entity-type", "topics", "--entity-name", "cfg",
+                          "--alter", "--delete-config", "retention.ms")
+    assert (code, out) == (0, "Completed updating config for topic cfg.\n")
+    code, out, _ = _run(capsys, configs, "--bootstrap-server", b, "--entity-type", "topics", "--entity-name", "cfg",
+                        "--describe")
+    assert [line.split("=")[0] for line in out.splitlines()] == ["Dynamic configs for topic cfg are:",
+                                                                 "  cleanup.policy"]
+    code, out, err = _run(capsys, configs, "--bootstrap-server", b, "--entity-type", "topics", "--entity-name", "cfg",
+                          "--alter", "--delete-config", "retention.ms,nope")
+    assert (code, out, err) == (1, "", "Invalid config(s): retention.ms,nope\n")
+    args = ["--bootstrap-server", b, "--entity-type", "topics", "--entity-name", "cfg", "--alter", "--add-config",
+            "bogus.key=1"]
+    code, out, err = _run(capsys, configs, *args)
+    assert (code, out) == (1, "")
+    assert err == f"Error while executing config command with args '{' '.join(args)}': Unknown topic config name: " \
+                  "bogus.key\n"
+    args = ["--bootstrap-server", b, "--entity-type", "topics", "--entity-name", "nope", "--describe"]
+    code, out, err = _run(capsys, configs, *args)
+    assert (code, err) == (1, f"Error while executing config command with args '{' '.join(args)}': "
+                              "The topic 'nope' does not exist.\n")
+
+    # brokers: the cluster default and one broker (routed to that broker)
+    code, out, err = _run(capsys, configs, "--bootstrap-server", b, "--entity-type", "brokers", "--entity-default",
+                          "--alter", "--add-config", "log.retention.ms=5000")
+    assert (code, out, err) == (0, "Completed updating default config for brokers in the cluster.\n", "")
+    code, out, err = _run(capsys, configs, "--bootstrap-server", b, "--broker", "1", "--alter", "--add-config",
+                          "log.cleaner.threads=2")
+    assert (code, out, err) == (0, "Completed updating config for broker 1.\n", "")
+    code, out, err = _run(capsys, configs, "--bootstrap-server", b, "--entity-type", "brokers", "--describe")
+    assert (code, err) == (0, "")
+    assert out == ("Dynamic configs for broker 0 are:\n"
+                   "Dynamic configs for broker 1 are:\n"
+                   "  log.cleaner.threads=2 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:log.cleaner.threads=2, "
+                   "DEFAULT_CONFIG:log.cleaner.threads=1}\n"
+                   "Dynamic configs for broker 2 are:\n"
+                   "Default configs for brokers in the cluster are:\n"
+                   "  log.retention.ms=5000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:"
+                   "log.retention.ms=5000}\n")
+
+
+def test_configs_argument_errors(kc, capsys, tmp_path):
+    b = kc.broker
+    bad_file = tmp_path / "add.properties"
+    bad_file.write_text("ok.key=1\n")
+    cases = [
+        (["--bootstrap-server", b, "--entity-type", "topics"],
+         "kraft-configs: Command must include exactly one action: --describe, --alter"),
+        (["--bootstrap-server", b, "--entity-type", "topics", "--describe", "--add-config", "a=b"],
+         'kraft-configs: Option "[describe]" can\'t be used with option "[add-config]"'),
+        (["--bootstrap-server", b, "--describe"], "At least one entity type must be specified"),
+        (["--bootstrap-server", b, "--entity-type", "users", "--describe"],
+         "Entity type users is not supported by kraft-configs yet (topics and brokers are)"),
+        (["--bootstrap-server", b, "--entity-type", "widgets", "--describe"],
+         "Invalid entity type widgets, the entity type must be one of topics, clients, users, brokers, ips, "
+         "broker-loggers, client-metrics, groups with a --bootstrap-server or --bootstrap-controller argument"),
+        (["--bootstrap-server", b, "--entity-type", "topics", "--entity-type", "topics", "--describe"],
+         "Duplicate entity type(s) specified: topics"),
+        (["--entity-type", "topics", "--describe"],
+         "One of the required --bootstrap-server or --bootstrap-controller arguments must be specified"),
+        (["--bootstrap-server", b, "--entity-type", "brokers", "--entity-name", "x", "--describe"],
+         "The entity name for brokers must be a valid integer broker id, but it is: x"),
+        (["--bootstrap-server", b, "--entity-type", "topics", "--entity-default", "--describe"],
+         "--entity-default must not be specified with --describe of topics"),
+        (["--bootstrap-server", b, "--entity-type", "topics", "--alter", "--add-config", "a=1"],
+         "An entity name must be specified with --alter of topics"),
+        (["--bootstrap-server", b, "--entity-type", "brokers", "--alter", "--add-config", "a=1"],
+         "An entity-name or default entity must be specified with --alter of users, clients, brokers or ips"),
+        (["--bootstrap-server", b, "--topic", "cfg", "--alter"],
+         "At least one of --add-config, --add-config-file, or --delete-config must be specified with --alter"),
+        (["--bootstrap-server", b, "--topic", "cfg", "--alter", "--add-config", "a=1", "--add-config-file",
+          str(bad_file)], "Only one of --add-config or --add-config-file must be specified"),
+        (["--bootstrap-server", b, "--topic", "cfg", "--entity-type", "topics", "--describe"],
+         "Duplicate entity type(s) specified: topics"),
+        (["--bootstrap-server", b, "--topic", "cfg", "--alter", "--add-config", "a=1,b"],
+         'requirement failed: Invalid entity config: all configs to be added must be in the format "key=val".'),
+        (["--bootstrap-server", b, "--topic", "cfg", "--alter", "--add-config", "a$b=1"],
+         "Invalid character found for config key: a$b"),
+        (["--bootstrap-server", b, "--topic", "bad/name", "--describe"],
+         "Topic name is invalid: 'bad/name' contains one or more characters other than ASCII alphanumerics, '.', "
+         "'_' and '-'"),
+    ]
+    for args, expected in cases:
+        code, out, err = _run(capsys, configs, *args)
+        assert (code, out, err) == (1, "", expected + "\n"), args
+
+
+# ---------------------------------------------------------------------- kraft-features
+def test_features_describe_and_changes(kc, capsys):
+    b, ctl = kc.broker, kc.controller
+    from kraft_node.metadata.versions import MetadataVersion, supported_features
+    image = kc.image()
+    finalized = dict(image.features.finalized_versions)
+    code, out, err = _run(capsys, features, "--bootstrap-controller", ctl, "describe")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    names = [line.split("\t")[0] for line in lines]
+    assert names == [f"Feature: {n}" for n in sorted(supported_features())] and len(names) > 1
+    mv = next(line for line in lines if line.startswith("Feature: metadata.version\t"))
+    fields = mv.split("\t")
+    assert fields[1:3] == [f"SupportedMinVersion: {MetadataVersion.MINIMUM_VERSION.name}",
+                           f"SupportedMaxVersion: {MetadataVersion.LATEST_PRODUCTION.name}"]
+    level = image.features.metadata_version().name
+    assert fields[3] == f"FinalizedVersionLevel: {level}"
+    assert fields[4].startswith("Epoch: ") and int(fields[4][7:]) >= 0
+    for line in lines:
+        name = line.split("\t")[0][len("Feature: "):]
+        if name != "metadata.version":
+            assert line.split("\t")[3] == f"FinalizedVersionLevel: {finalized.get(name, 0)}"
+    # the same lines (but the epoch) through the broker stand-in
+    code, out2, _ = _run(capsys, features, "--bootstrap-server", b, "describe")
+    assert code == 0
+    assert [line.rsplit("\t", 1)[0] for line in out2.splitlines()] == [line.rsplit("\t", 1)[0] for line in lines]
+
+    code, out, err = _run(capsys, features, "--bootstrap-server", b, "downgrade", "--metadata", "3.3-IV3", "--dry-run")
+    assert code == 1 and err == "1 out of 1 operation(s) failed.\n"
+    assert out.splitlines()[0] == " `metadata` flag is deprecated and may be removed in a future release."
+    assert out.splitlines()[1].startswith("Can not downgrade metadata.version to 7. ")
+    assert "Refusing to perform the requested downgrade" in out
+    code, out, err = _run(capsys, features, "--bootstrap-controller", ctl, "upgrade", "--feature", "group.version=1",
+                          "--dry-run")
+    assert (code, out, err) == (0, "group.version can be upgraded to 1.\n", "")
+    code, out, err = _run(capsys, features, "--bootstrap-controller", ctl, "upgrade", "--feature", "foo.bar=1")
+    assert code == 1 and out.startswith("Could not upgrade foo.bar to 1. ") and out.count("\n") == 1
+    assert err == "1 out of 1 operation(s) failed.\n"
+    for args, expected in [
+        (["upgrade", "--feature", "x"], "Can't parse feature=level string x: equals sign not found."),
+        (["upgrade", "--feature", "x=y"], "Can't parse feature=level string x=y: unable to parse y as a short."),
+        (["upgrade", "--feature", "a=1", "--feature", "a=2"], "Feature a was specified more than once."),
+        (["upgrade", "--release-version", "3.9", "--feature", "a=1"],
+         "Can not specify `release-version` with other feature flags."),
+        (["upgrade"], "You must specify at least one feature to upgrade"),
+        (["upgrade", "--metadata", "9.9"], "Unknown metadata.version 9.9. Supported metadata.version are "
+         + MetadataVersion.metadata_versions_to_string(MetadataVersion.MINIMUM_VERSION,
+                                                       MetadataVersion.LATEST_PRODUCTION)),
+    ]:
+        code, out, err = _run(capsys, features, "--bootstrap-controller", ctl, *args)
+        assert (code, err) == (1, expected + "\n"), args
+    code, out, err = _run(capsys, features, "--bootstrap-server", b, "--bootstrap-controller", ctl, "describe")
+    assert (code, err) == (1, "You cannot specify both --bootstrap-controller and --bootstrap-server.\n")
+    code, out, _ = _run(capsys, features, "--bootstrap-server", b, "version-mapping", "--release-version", "3.9-IV0")
+    assert code == 0 and out.splitlines()[0] == "metadata.version=21 (3.9-IV0)"
+
+
+# ---------------------------------------------------------------------- kraft-cluster
+def test_cluster_id_and_unregister(kc, capsys):
+    b, ctl = kc.broker, kc.controller
+    want = f"Cluster ID: {kc.node.cluster_id}\n"
+    assert _run(capsys, cluster, "--bootstrap-server", b, "cluster-id") == (0, want, "")
+    assert _run(capsys, cluster, "cluster-id", "--bootstrap-controller", ctl) == (0, want, "")
+    assert _run(capsys, cluster, "cluster-id", "-b", b) == (0, want, "")
+
+    async def register() -> None:
+        reg = await kc.upstream.request(broker_registration(3, kc.node.cluster_id, port=9095), 4, timeout=5)
+        assert reg.error_code == 0
+    kc.run(register())
+    kc.wait_image(lambda im: im.cluster.broker(3) is not None)
+    assert _run(capsys, cluster, "unregister", "--bootstrap-server", b, "--id", "3") == \
+        (0, "Broker 3 is no longer registered.\n", "")
+    kc.wait_image(lambda im: im.cluster.broker(3) is None)
+    code, out, err = _run(capsys, cluster, "unregister", "--bootstrap-controller", ctl, "--id", "9")
+    assert (code, out, err) == (1, "", "BrokerIdNotRegisteredException: The given broker ID was not registered.\n")
+    code, out, err = _run(capsys, cluster, "cluster-id")
+    assert (code, err) == (1, "You must specify either --bootstrap-controller or --bootstrap-server.\n")
+
+
+def test_command_config(kc, capsys, tmp_path):
+    cfg = tmp_path / "admin.properties"
+    cfg.write_text("request.timeout.ms=5000\ndefault.api.timeout.ms=8000\nlinger.ms=5\n")
+    code, out, err = _run(capsys, cluster, "--bootstrap-server", kc.broker, "--config", str(cfg), "cluster-id")
+    assert code == 0 and out == f"Cluster ID: {kc.node.cluster_id}\n"
+    assert err == f"WARNING: {cfg}: linger.ms is not used by kraft's admin client (ignored)\n"
+    cfg.write_text("security.protocol=SASL_SSL\n")
+    code, out, err = _run(capsys, topics, "--bootstrap-server", kc.broker, "--command-config", str(cfg), "--list")
+    assert code == 1
+    assert err == (f"Error while executing topic command : {cfg}: security.protocol=SASL_SSL is not supported: "
+                   "kraft does not implement SASL\n")
+    cfg.write_text("request.timeout.ms=soon\n")
+    code, out, err = _run(capsys, features, "--bootstrap-server", kc.broker, "--command-config", str(cfg), "describe")
+    assert (code, err) == (1, f"{cfg}: request.timeout.ms='soon' is not a number of milliseconds\n")
+
+
+def test_topics_through_a_controller_listener(kc, capsys):
+    """A controller listener serves the writes but no Metadata: create works, list says why it cannot."""
+    ctl = kc.controller
+    code, out, err = _run(capsys, topics, "--bootstrap-server", ctl, "--create", "--topic", "viactl",
+                          "--partitions", "2", "--replication-factor", "2")
+    assert (code, out, err) == (0, "Created topic viactl.\n", "")
+    kc.wait_image(lambda im: im.topics.get_topic_by_name("viactl") is not None)
+    code, out, err = _run(capsys, topics, "--bootstrap-server", ctl, "--list")
+    assert code == 1 and err == (f"Error while executing topic command : {ctl} is a listener without Metadata: "
+                                 "listing or describing topics needs a broker (--bootstrap-server of a broker "
+                                 "listener)\n")
