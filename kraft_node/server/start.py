@@ -1,10 +1,11 @@
-"""``kraft-server-start``: run one KRaft controller-quorum member (or observer) until SIGTERM.
+"""``kraft-server-start``: run one KRaft node (controller, broker, or both) until SIGTERM.
 
     kraft-server-start [server.properties] [--exit-after-seconds N]
                        [--demo-writer] [--writer-interval-ms MS] [--writer-batch N]
 
-Without a file, the embedded default config is used (one controller on
-127.0.0.1:19093, data under the temp dir); if that log dir is not formatted
+Without a file, the embedded default config is used (one combined broker and
+controller: Kafka clients on 127.0.0.1:9092, the controller quorum on
+127.0.0.1:9093, data under the temp dir); if that log dir is not formatted
 yet it is formatted with a fresh cluster id first, so the command alone runs
 a node on a fresh machine.  With a file, the log dirs must have been
 formatted with ``kraft-storage format`` (same node id; the cluster id comes
@@ -21,8 +22,13 @@ shutdown marker kept, the indexes trimmed) and the next start sees the same
 problem instead of silently recovering past it.  How the metadata log was
 loaded is logged once at start (what recovery dropped, at WARNING).
 
-Role changes are logged to stderr ("node 1 became leader of epoch 3").
-SIGTERM or SIGINT starts a graceful shutdown: a leader resigns with
+Role changes are logged to stderr ("node 1 became leader of epoch 3").  A node with
+the broker role reports itself started only once the controller has unfenced it
+(Kafka's BrokerServer start; bounded by ``initial.broker.registration.timeout.ms``,
+after which the start fails with exit code 1 and says what it waited for).
+SIGTERM or SIGINT starts a graceful shutdown: a broker first runs a controlled
+shutdown (the controller moves its leaders away; bounded by
+``--shutdown-timeout-seconds``, after which it stops anyway and says so), then a leader resigns with
 EndQuorumEpoch and waits (up to ``--shutdown-timeout-seconds``) until a
 successor is known, the log is closed cleanly, and the process exits 0.
 
@@ -47,6 +53,7 @@ import sys
 from kraft_node import event_loop
 from kraft_node.raft.errors import BufferFullError, NotLeaderError, RaftError
 from kraft_node.raft.io.driver import FOLLOWER_FLUSH_MODES, LEADER_FLUSH_MODES, DriverError, RaftDriver, describe_error
+from kraft_node.server.broker import BrokerStartError
 from kraft_node.server.config import ConfigError, NodeConfig
 from kraft_node.server.node import KraftNode
 from kraft_storage.dirlock import DirLocks, lock_dirs
@@ -163,10 +170,16 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
     loop.add_signal_handler(signal.SIGUSR1, writer_stop.set)  # tests: stop writing, keep serving
     # A failed start (port in use, a bad quorum-state...) closes what it opened (the node
     # does): closing the log cleanly keeps the clean-shutdown marker and trims the indexes.
-    await node.start()
+    try:
+        await node.start()
+    except BrokerStartError as exc:
+        log.critical("%s", exc)
+        return 1
     freeze_startup_heap()
     kind = "a voter" if driver.is_voter else "an observer"
     where = f" on {node.endpoint}" if node.endpoint is not None else ""
+    if node.broker is not None:
+        where += ", serving Kafka clients on " + ", ".join(str(e) for e in node.broker.advertised_endpoints())
     quorum = "dynamic quorum, kraft.version 1" if driver.dynamic else "static quorum"
     log.info("node %d started as %s of cluster %s%s (%s, %s)", cfg.node_id, kind, driver.cluster_id, where,
              quorum, cfg.metadata_partition_dir)
@@ -193,7 +206,8 @@ async def run(cfg: NodeConfig, *, exit_after: float | None = None, demo_writer: 
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="kraft-server-start", description="Run a KRaft controller quorum member.")
+    p = argparse.ArgumentParser(prog="kraft-server-start",
+                                description="Run a KRaft node: a controller, a broker, or both.")
     p.add_argument("config", nargs="?", help="server.properties (default: the embedded single-node config)")
     p.add_argument("--exit-after-seconds", type=float, default=None,
                    help="stop gracefully after this many seconds (default: $KRAFT_EXIT_AFTER_SECONDS, else never)")

@@ -104,29 +104,54 @@ def test_kill_leader_in_a_loop_loses_no_acknowledged_write(tmp_path, voters):
 
 
 def test_server_start_without_config_formats_and_runs_the_default_node(tmp_path):
-    """``kraft-server-start`` alone: the embedded config (127.0.0.1:19093, data under the
-    temp dir -- here TMPDIR=tmp_path) is formatted on first use, the node leads, exits 0."""
+    """``kraft-server-start`` alone: the embedded config (a combined broker and controller:
+    Kafka clients on 127.0.0.1:9092, the controller on 127.0.0.1:9093, data under the temp dir
+    -- here TMPDIR=tmp_path) is formatted on first use, the node leads, is unfenced as a
+    broker, answers kafka-python's admin client at once, and exits 0 on SIGTERM."""
+    import re
+    import signal
     import socket
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", 19093))
-    except OSError:
-        pytest.skip("port 19093 of the embedded default config is in use on this machine")
-    finally:
-        s.close()
+
+    from kafka.admin import KafkaAdminClient, NewTopic
+    for port in (9092, 9093):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            pytest.fail(f"port {port} of the embedded default config is in use on this machine")
+        finally:
+            s.close()
     env = dict(os.environ, PYTHONPATH=REPO, TMPDIR=str(tmp_path))
-    r = subprocess.run([sys.executable, "-m", "kraft_node.server.start", "--exit-after-seconds", "2"],
-                       capture_output=True, text=True, timeout=30, cwd=REPO, env=env)
-    assert r.returncode == 0, r.stderr
-    assert "formatting it with the embedded default config" in r.stderr
-    assert "node 1 became leader of epoch 1" in r.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "kraft_node.server.start"], stderr=subprocess.PIPE, text=True,
+                            cwd=REPO, env=env)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not any("serving Kafka clients on PLAINTEXT://127.0.0.1:9092" in ln for ln in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            lines.append(proc.stderr.readline())
+        admin = KafkaAdminClient(bootstrap_servers="127.0.0.1:9092", request_timeout_ms=10_000)
+        try:
+            admin.create_topics([NewTopic("first", 2, 1)], timeout_ms=10_000)
+            assert "first" in admin.list_topics()
+        finally:
+            admin.close()
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=30)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = "".join(lines) + rest
+    assert proc.returncode == 0, err
+    assert "formatting it with the embedded default config" in err
+    assert "node 1 became leader of epoch 1" in err
     assert os.path.exists(tmp_path / "kraft-default-node-1" / "meta.properties")
     # second start: already formatted, no new cluster id, epoch moves on (a restarted leader
     # starts Resigned and waits one election timeout, 1-2 s by default, before leading again)
     r2 = subprocess.run([sys.executable, "-m", "kraft_node.server.start", "--exit-after-seconds", "4"],
                         capture_output=True, text=True, timeout=30, cwd=REPO, env=env)
     assert r2.returncode == 0, r2.stderr
-    import re
     assert "formatting it" not in r2.stderr
     assert re.search(r"node 1 became leader of epoch ([2-9]|\d\d)", r2.stderr), r2.stderr
 
