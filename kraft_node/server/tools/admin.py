@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from kraft_node.network import ConnectFailed, ConnectionClosed, KafkaConnection, RequestTimeout
-from kraft_node.protocol.api_keys import API_INFO, ApiKeys
+from kraft_node.protocol.api_keys import API_INFO
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.api_versions import ApiVersionsRequest
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest
@@ -260,7 +260,7 @@ class AdminClient:
         return peer
 
     async def _ask_api_versions(self, conn: KafkaConnection) -> Any:
-        top = API_INFO[ApiKeys.API_VERSIONS].highest
+        top = API_INFO[ApiVersionsRequest.API_KEY].highest
         timeout = max(0.05, min(self._left(), self.settings.request_timeout_s))
         body = ApiVersionsRequest(client_software_name="kraft-admin", client_software_version="1")
         try:
@@ -307,7 +307,7 @@ class AdminClient:
         """A Metadata answer from the bootstrap node: all topics (``topics=None``) or those named.
         Not available in controller mode (controllers do not serve Metadata)."""
         peer = await self.bootstrap()
-        version = peer.version_for(ApiKeys.METADATA)
+        version = peer.version_for(MetadataRequest.API_KEY)
         if topics is None:
             req_topics: list[Any] | None = [] if version == 0 else None
         else:
@@ -318,13 +318,13 @@ class AdminClient:
         return resp
 
     def _serves_metadata(self, peer: _Peer) -> bool:
-        return not self.settings.controller_mode and int(ApiKeys.METADATA) in peer.versions
+        return not self.settings.controller_mode and int(MetadataRequest.API_KEY) in peer.versions
 
     async def describe_cluster(self) -> Any:
         """DescribeCluster from the bootstrap node: brokers (broker mode) or controllers."""
         peer = await self.bootstrap()
         endpoint = CONTROLLER_ENDPOINT if not self._serves_metadata(peer) else BROKER_ENDPOINT
-        version = peer.version_for(ApiKeys.DESCRIBE_CLUSTER)
+        version = peer.version_for(DescribeClusterRequest.API_KEY)
         if version == 0 and endpoint == CONTROLLER_ENDPOINT:
             raise AdminError(f"{peer.where} speaks DescribeCluster v0 only: it cannot describe controllers")
         resp = await self._request(peer, DescribeClusterRequest(endpoint_type=endpoint) if version >= 1

@@ -16,7 +16,6 @@ import argparse
 import sys
 from typing import Any, Sequence
 
-from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.unregister_broker import UnregisterBrokerRequest
 from kraft_node.server.tools.admin import (
@@ -63,7 +62,7 @@ async def cluster_id(admin: AdminClient) -> list[str]:
 
 async def unregister(admin: AdminClient, broker_id: int) -> list[str]:
     try:
-        resp = await admin.call(lambda v: UnregisterBrokerRequest(broker_id=broker_id), ApiKeys.UNREGISTER_BROKER,
+        resp = await admin.call(lambda v: UnregisterBrokerRequest(broker_id=broker_id), UnregisterBrokerRequest.API_KEY,
                                 "controller")
     except AdminError as exc:
         if exc.code == Errors.UNSUPPORTED_VERSION:

@@ -27,7 +27,6 @@ import re
 import sys
 from typing import Any, Sequence
 
-from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.protocol.generated.describe_configs import DescribeConfigsRequest
 from kraft_node.protocol.generated.incremental_alter_configs import IncrementalAlterConfigsRequest
 from kraft_node.server.tools.admin import (
@@ -231,9 +230,10 @@ async def resource_configs(admin: AdminClient, entity_type: str, name: str, syno
         validate_topic_name(name)
     dynamic = 1 if entity_type == TOPICS else (2 if name else 3)
     D = DescribeConfigsRequest
-    body = D(resources=[D.DescribeConfigsResource(resource_type=RESOURCE_TYPE[entity_type], resource_name=name,
-                                                  configuration_keys=None)], include_synonyms=synonyms)
-    resp = await admin.call(lambda v: body, ApiKeys.DESCRIBE_CONFIGS, _route(entity_type, name))
+    resource = D.DescribeConfigsResource(resource_type=RESOURCE_TYPE[entity_type], resource_name=name,
+                                         configuration_keys=None)
+    body = DescribeConfigsRequest(resources=[resource], include_synonyms=synonyms)
+    resp = await admin.call(lambda v: body, DescribeConfigsRequest.API_KEY, _route(entity_type, name))
     result = next((r for r in resp.results if r.resource_name == name), None)
     if result is None:
         raise ConfigCommandFailed(f"the DescribeConfigs answer has no result for {entity_type} {name!r}")
@@ -279,9 +279,9 @@ async def alter(admin: AdminClient, entity_type: str, name: str, to_add: dict[st
     Inc = IncrementalAlterConfigsRequest
     ops = [Inc.AlterableConfig(name=k, config_operation=SET, value=v) for k, v in to_add.items()] + \
           [Inc.AlterableConfig(name=k, config_operation=DELETE, value="") for k in to_delete]
-    body = Inc(resources=[Inc.AlterConfigsResource(resource_type=RESOURCE_TYPE[entity_type], resource_name=name,
-                                                   configs=ops)], validate_only=False)
-    resp = await admin.call(lambda v: body, ApiKeys.INCREMENTAL_ALTER_CONFIGS, _route(entity_type, name))
+    resource = Inc.AlterConfigsResource(resource_type=RESOURCE_TYPE[entity_type], resource_name=name, configs=ops)
+    body = IncrementalAlterConfigsRequest(resources=[resource], validate_only=False)
+    resp = await admin.call(lambda v: body, IncrementalAlterConfigsRequest.API_KEY, _route(entity_type, name))
     for r in resp.responses:
         if r.error_code:
             raise ConfigCommandFailed(error_message(r.error_code, r.error_message))

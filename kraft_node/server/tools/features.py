@@ -22,7 +22,6 @@ import sys
 from typing import Any, Sequence
 
 from kraft_node.metadata.versions import METADATA_VERSION_FEATURE_NAME, PRODUCTION_FEATURES, MetadataVersion
-from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.protocol.generated.update_features import UpdateFeaturesRequest
 from kraft_node.server.tools.admin import (
     AdminClient,
@@ -168,9 +167,10 @@ async def update(admin: AdminClient, op: str, updates: dict[str, int], utype: in
                                    **({"allow_downgrade": utype != UPGRADE} if version == 0 else
                                       {"upgrade_type": utype}))
                 for f, lvl in sorted(updates.items())]
-        return U(timeout_ms=timeout_ms, feature_updates=keys, **({"validate_only": dry_run} if version else {}))
+        return UpdateFeaturesRequest(timeout_ms=timeout_ms, feature_updates=keys,
+                                     **({"validate_only": dry_run} if version else {}))
 
-    resp = await admin.call(make, ApiKeys.UPDATE_FEATURES, "controller")
+    resp = await admin.call(make, UpdateFeaturesRequest.API_KEY, "controller")
     per_feature = {r.feature: (r.error_code, r.error_message) for r in resp.results}
     lines, failures = [], 0
     for feature in sorted(updates):

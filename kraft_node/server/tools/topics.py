@@ -30,7 +30,6 @@ import re
 import sys
 from typing import Any, Sequence
 
-from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.create_partitions import CreatePartitionsRequest
 from kraft_node.protocol.generated.create_topics import CreateTopicsRequest
@@ -264,8 +263,8 @@ async def create_topic(admin: AdminClient, ns: Any) -> list[str]:
         assignments=[C.CreatableReplicaAssignment(partition_index=i, broker_ids=b) for i, b in assignment.items()],
         configs=[C.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()])
     timeout_ms = int(admin.settings.request_timeout_s * 1000)
-    resp = await admin.call(lambda v: C(topics=[topic], timeout_ms=timeout_ms, validate_only=False),
-                            ApiKeys.CREATE_TOPICS, "controller", lambda r: [t.error_code for t in r.topics])
+    resp = await admin.call(lambda v: CreateTopicsRequest(topics=[topic], timeout_ms=timeout_ms, validate_only=False),
+                            CreateTopicsRequest.API_KEY, "controller", lambda r: [t.error_code for t in r.topics])
     result = next((t for t in resp.topics if t.name == name), None)
     if result is None:
         raise AdminError(f"the CreateTopics answer has no result for topic {name!r}")
@@ -291,12 +290,13 @@ async def delete_topics(admin: AdminClient, ns: Any) -> list[str]:
     timeout_ms = int(admin.settings.request_timeout_s * 1000)
 
     def make(version: int) -> Any:
-        D = DeleteTopicsRequest
         if version >= 6:
-            return D(topics=[D.DeleteTopicState(name=n) for n in names], timeout_ms=timeout_ms)
-        return D(topic_names=names, timeout_ms=timeout_ms)
+            return DeleteTopicsRequest(topics=[DeleteTopicsRequest.DeleteTopicState(name=n) for n in names],
+                                       timeout_ms=timeout_ms)
+        return DeleteTopicsRequest(topic_names=names, timeout_ms=timeout_ms)
 
-    resp = await admin.call(make, ApiKeys.DELETE_TOPICS, "controller", lambda r: [t.error_code for t in r.responses])
+    resp = await admin.call(make, DeleteTopicsRequest.API_KEY, "controller",
+                            lambda r: [t.error_code for t in r.responses])
     for r in sorted(resp.responses, key=lambda r: r.name or ""):
         _raise_for(r.error_code, r.error_message)
     return []
@@ -317,8 +317,9 @@ async def alter_topics(admin: AdminClient, ns: Any) -> list[str]:
             name=t.name, count=ns.partitions,
             assignments=None if new is None else [P.CreatePartitionsAssignment(broker_ids=b) for b in new]))
     timeout_ms = int(admin.settings.request_timeout_s * 1000)
-    resp = await admin.call(lambda v: P(topics=entries, timeout_ms=timeout_ms, validate_only=False),
-                            ApiKeys.CREATE_PARTITIONS, "controller", lambda r: [x.error_code for x in r.results])
+    body = CreatePartitionsRequest(topics=entries, timeout_ms=timeout_ms, validate_only=False)
+    resp = await admin.call(lambda v: body, CreatePartitionsRequest.API_KEY, "controller",
+                            lambda r: [x.error_code for x in r.results])
     for r in sorted(resp.results, key=lambda r: r.name):
         _raise_for(r.error_code, r.error_message)
     return []
@@ -328,10 +329,11 @@ async def _topic_configs(admin: AdminClient, names: Sequence[str]) -> dict[str, 
     if not names:
         return {}
     D = DescribeConfigsRequest
-    resp = await admin.call(lambda v: D(resources=[D.DescribeConfigsResource(resource_type=TOPIC_RESOURCE,
-                                                                             resource_name=n, configuration_keys=None)
-                                                   for n in names], include_synonyms=False),
-                            ApiKeys.DESCRIBE_CONFIGS, "any")
+    body = DescribeConfigsRequest(resources=[D.DescribeConfigsResource(resource_type=TOPIC_RESOURCE, resource_name=n,
+                                                                       configuration_keys=None) for n in names],
+                                  include_synonyms=False)
+    resp = await admin.call(lambda v: body,
+                            DescribeConfigsRequest.API_KEY, "any")
     out = {}
     for r in resp.results:
         _raise_for(r.error_code, r.error_message)
@@ -343,15 +345,15 @@ async def _reassignments(admin: AdminClient, topics: Sequence[Any]) -> dict[tupl
     """Ongoing reassignments of these partitions, or none when the cluster cannot say (Kafka
     ignores UnsupportedVersion there too)."""
     peer = await admin.bootstrap()
-    if int(ApiKeys.LIST_PARTITION_REASSIGNMENTS) not in peer.versions or not topics:
+    if int(ListPartitionReassignmentsRequest.API_KEY) not in peer.versions or not topics:
         return {}
     L = ListPartitionReassignmentsRequest
-    body = L(timeout_ms=int(admin.settings.request_timeout_s * 1000),
+    body = ListPartitionReassignmentsRequest(timeout_ms=int(admin.settings.request_timeout_s * 1000),
              topics=[L.ListPartitionReassignmentsTopics(name=t.name,
                                                         partition_indexes=[p.partition_index for p in t.partitions])
                      for t in topics])
     try:
-        resp = await admin.call(lambda v: body, ApiKeys.LIST_PARTITION_REASSIGNMENTS, "controller")
+        resp = await admin.call(lambda v: body, ListPartitionReassignmentsRequest.API_KEY, "controller")
     except AdminError:
         return {}
     if resp.error_code:
