@@ -66,7 +66,7 @@ from kraft_node.protocol.framing import encode_response
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterResponse
 from kraft_node.protocol.generated.describe_topic_partitions import DescribeTopicPartitionsResponse
 from kraft_node.protocol.generated.metadata import MetadataResponse
-from kraft_storage.messages.runtime import ZERO_UUID, Uuid, Writer, uvarint_bytes
+from kraft_storage.messages.runtime import ZERO_UUID, Writer, uvarint_bytes
 
 __all__ = ["BrokerApis", "Handler", "TOPIC_AUTHORIZED_OPERATIONS", "CLUSTER_AUTHORIZED_OPERATIONS",
            "AUTHORIZED_OPERATIONS_OMITTED", "splice_metadata_topics", "MAX_REQUEST_PARTITION_SIZE_LIMIT"]
@@ -153,15 +153,17 @@ def _encode_topic(topic: Any, version: int) -> bytes:
 
 
 class _TopicBytes:
-    """Encoded topics of one answer shape, valid for one ClusterImage (see the module doc);
-    ``blocks``: id(block) -> (block, its rows encoded, row offsets)."""
+    """Encoded topics of one answer shape, valid for one ClusterImage (see the module doc).
+    ``by_id``: id(TopicImage) -> (that TopicImage, its bytes) -- the entry holds the object, so
+    its id cannot be reused while the entry lives; ``blocks``: id(block) -> (block, its rows
+    encoded, row offsets), likewise."""
 
     __slots__ = ("cluster", "by_id", "all_topics", "all_bytes", "all_count", "blocks", "table")
 
     def __init__(self, cluster: ClusterImage, listener: str) -> None:
         self.cluster = cluster
         self.table = BrokerTable.of(cluster, listener)
-        self.by_id: dict[Uuid, tuple[TopicImage, bytes]] = {}
+        self.by_id: dict[int, tuple[TopicImage, bytes]] = {}
         self.blocks: dict[int, tuple[PartitionBlock, bytes, Any]] = {}
         self.all_topics: TopicsImage | None = None
         self.all_bytes: list[bytes] = []
@@ -294,11 +296,11 @@ class BrokerApis:
 
     def _cached_topic_bytes(self, shape: _TopicBytes, image: MetadataImage, topic: TopicImage, version: int,
                             listener: str, body: Any) -> bytes:
-        hit = shape.by_id.get(topic.topic_id)
-        if hit is not None and hit[0] is topic:
+        hit = shape.by_id.get(id(topic))
+        if hit is not None:
             return hit[1]
         data = self._encode_topic(shape, image, topic, version, listener, body)
-        shape.by_id[topic.topic_id] = (topic, data)
+        shape.by_id[id(topic)] = (topic, data)
         return data
 
     def _encode_topic(self, shape: _TopicBytes, image: MetadataImage, topic: TopicImage, version: int,
@@ -332,13 +334,15 @@ class BrokerApis:
         if shape.all_topics is topics:
             return shape.all_bytes, shape.all_count
         by_id = shape.by_id
-        fresh: dict[Uuid, tuple[TopicImage, bytes]] = {}
+        fresh: dict[int, tuple[TopicImage, bytes]] = {}
         parts = []
+        get = by_id.get
         for topic in topics.topics_by_id.values():
-            hit = by_id.get(topic.topic_id)
-            if hit is None or hit[0] is not topic:
+            key = id(topic)
+            hit = get(key)
+            if hit is None:
                 hit = (topic, self._encode_topic(shape, image, topic, version, listener, body))
-            fresh[topic.topic_id] = hit
+            fresh[key] = hit
             parts.append(hit[1])
         # the new dict holds exactly the live topics: deleted topics' bytes are dropped here
         shape.by_id = fresh
