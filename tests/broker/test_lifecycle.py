@@ -599,3 +599,63 @@ def test_the_lifecycle_against_a_controller_node_over_tcp(tmp_path):
             await channel.close()
             await node.close()
     run(go, 60)
+
+
+def test_a_restarted_broker_is_a_new_incarnation_refused_until_the_old_session_expires(tmp_path, caplog):
+    """kill -9 of a RUNNING broker (its manager stops without a word), then a new process with
+    the same id: the controller refuses the new incarnation while the old session lives
+    (DUPLICATE_BROKER_REGISTRATION, logged with Kafka's words and retried with backoff), fences
+    the old one when its session expires, then accepts the new one with a new, higher epoch."""
+    caplog.set_level(logging.INFO, logger="kraft_node.broker.lifecycle")
+    (path,) = cluster_properties(str(tmp_path), 1, extra={"broker.session.timeout.ms": "1500",
+                                                          "broker.heartbeat.interval.ms": "100"})
+
+    async def go():
+        node = KraftNode.from_config(NodeConfig.from_file(path), controller=True)
+        await node.start()
+        channels, managers = [], []
+        log_dir = Uuid.random()
+
+        def broker() -> BrokerLifecycleManager:
+            channel = ControllerChannel(node._active_controller_address, client_id="broker-7-heartbeat",
+                                        retry_backoff_ms=20, request_timeout_ms=2000)
+            manager = BrokerLifecycleManager(7, heartbeat_interval_ms=100, session_timeout_ms=1500)
+            channels.append(channel)
+            managers.append(manager)
+            manager.start(node.metadata.loader.last_applied_offset, channel, cluster_id=CLUSTER_ID,
+                          listeners=[("PLAINTEXT", "127.0.0.1", 19092, "PLAINTEXT")], features=supported_features(),
+                          log_dir_ids=[log_dir])  # a restarted process keeps its log dir's id
+            return manager
+
+        try:
+            first = broker()
+            await asyncio.wait_for(asyncio.shield(first.initial_catch_up), 15)
+            await asyncio.wait_for(first.set_ready_to_unfence(), 10)
+            old_epoch, old_incarnation = first.broker_epoch, first.incarnation_id
+            first.close()  # kill -9: no more heartbeats, no controlled shutdown
+            killed_at = time.monotonic()
+
+            second = broker()
+            assert second.incarnation_id != old_incarnation
+            await asyncio.wait_for(asyncio.shield(second.initial_catch_up), 15)
+            registered_after = time.monotonic() - killed_at
+            assert "because the controller returned error DUPLICATE_BROKER_REGISTRATION" in caplog.text
+            assert second.broker_epoch > old_epoch
+            assert registered_after > 0.5  # the old session (1.5 s) had to lapse first
+            await asyncio.wait_for(second.set_ready_to_unfence(), 10)
+            deadline = time.monotonic() + 5
+            while True:
+                reg = node.metadata.image().cluster.brokers[7]
+                if reg.incarnation_id == second.incarnation_id and not reg.fenced:
+                    break
+                assert time.monotonic() < deadline, reg
+                await asyncio.sleep(0.02)
+            assert reg.epoch == second.broker_epoch
+            print(f"new incarnation registered {registered_after * 1000:.0f} ms after the kill")
+        finally:
+            for m in managers:
+                m.close()
+            for c in channels:
+                await c.close()
+            await node.close()
+    run(go, 60)
