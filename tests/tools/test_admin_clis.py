@@ -26,6 +26,7 @@ from kraft_node.network import KafkaConnection, KafkaServer
 from kraft_node.protocol.api_keys import ApiKeys, answer_api_versions
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.api_versions import ApiVersionsRequest
+from kraft_node.protocol.generated.create_topics import CreateTopicsRequest, CreateTopicsResponse
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterResponse
 from kraft_node.protocol.generated.metadata import MetadataResponse
 from kraft_node.server.config import NodeConfig
@@ -49,6 +50,10 @@ class Cluster:
         self.node: Any = None
         self.proxy: Any = None
         self.upstream: Any = None
+        #: the stand-in answers the next CreateTopics with NOT_CONTROLLER (a broker whose
+        #: controller moved), or leaves every request unanswered (a hung broker)
+        self.not_controller_once = False
+        self.stall = False
 
     def run(self, coro: Any, timeout: float = TIMEOUT_S) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -120,6 +125,13 @@ class Cluster:
 
     # ------------------------------------------------------------ the broker stand-in
     async def _forward(self, ctx: Any, body: Any) -> Any:
+        if self.stall:
+            await asyncio.sleep(30)
+        if self.not_controller_once and isinstance(body, CreateTopicsRequest):
+            self.not_controller_once = False
+            R = CreateTopicsResponse
+            return R(topics=[R.CreatableTopicResult(name=t.name, error_code=int(Errors.NOT_CONTROLLER))
+                             for t in body.topics])
         return await self.upstream.request(body, ctx.api_version, 20)
 
     async def _api_versions(self, ctx: Any, body: Any) -> Any:
@@ -525,3 +537,31 @@ def test_topics_through_a_controller_listener(kc, capsys):
     assert code == 1 and err == (f"Error while executing topic command : {ctl} is a listener without Metadata: "
                                  "listing or describing topics needs a broker (--bootstrap-server of a broker "
                                  "listener)\n")
+
+
+def test_retries_and_timeouts(kc, capsys, tmp_path):
+    b = kc.broker
+    kc.not_controller_once = True
+    code, out, err = _run(capsys, topics, "--bootstrap-server", b, "--create", "--topic", "retried",
+                          "--partitions", "1")
+    assert (code, out, err) == (0, "Created topic retried.\n", "")
+    assert not kc.not_controller_once  # the first answer was NOT_CONTROLLER: the client asked again
+    cfg = tmp_path / "fast.properties"
+    cfg.write_text("request.timeout.ms=300\ndefault.api.timeout.ms=1000\n")
+    kc.stall = True
+    try:
+        start = time.monotonic()
+        code, out, err = _run(capsys, topics, "--bootstrap-server", b, "--command-config", str(cfg), "--create",
+                              "--topic", "stalled")
+        assert time.monotonic() - start < 5
+    finally:
+        kc.stall = False
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert err.startswith("Error while executing topic command : timed out after 1s: CreateTopicsRequest to "), err
+
+
+def test_help_exits_zero(capsys):
+    for tool in (topics, configs, features, cluster):
+        assert tool.main(["--help"]) == 0
+        out, err = capsys.readouterr()
+        assert out.startswith("usage: kraft-") and err == ""

@@ -18,7 +18,8 @@ Why not a general client library: these tools need a handful of admin RPCs, sent
   DescribeCluster; an ``int`` -- that node id (DescribeConfigs/IncrementalAlterConfigs of
   one broker's configs go to that broker, as Kafka routes them).
 * **Retries**: ``NOT_CONTROLLER``, ``LEADER_NOT_AVAILABLE``, ``BROKER_NOT_AVAILABLE``, a lost
-  connection or a request timeout make it forget the routing, wait ``retry.backoff.ms``
+  connection or a request timeout (which also closes that connection: a peer answers in order,
+  so a retry on it would wait behind the stuck request) make it forget the routing, wait ``retry.backoff.ms``
   (100 ms) and send again, until the call's deadline (``default.api.timeout.ms``, 60 s by
   default; each request is bounded by ``request.timeout.ms``, 30 s).
 
@@ -302,6 +303,13 @@ class AdminClient:
                 raise AdminError(f"timed out after {self.settings.api_timeout_s:g}s: {last}")
             await asyncio.sleep(min(0.2, max(0.0, self._left())))
 
+    async def _drop(self, peer: _Peer) -> None:
+        if self._peers.get(peer.address) is peer:
+            del self._peers[peer.address]
+        if self._bootstrap is peer:
+            self._bootstrap = None
+        await peer.conn.close()
+
     # ------------------------------------------------------------------ routing
     async def metadata(self, topics: Sequence[str] | None = None) -> Any:
         """A Metadata answer from the bootstrap node: all topics (``topics=None``) or those named.
@@ -375,6 +383,7 @@ class AdminClient:
         self._start()
         last = ""
         while True:
+            peer = None
             try:
                 peer = await self._route(route)
                 version = peer.version_for(api_key)
@@ -391,6 +400,8 @@ class AdminClient:
                 last = str(exc)
             except (ConnectionClosed, RequestTimeout, asyncio.TimeoutError, OSError) as exc:
                 last = str(exc) or type(exc).__name__
+                if peer is not None:  # as Kafka's NetworkClient: a timed-out connection is dropped, since the
+                    await self._drop(peer)  # peer answers in order and would make the retry wait behind it
             self._metadata = None
             self._active = None
             if self._left() <= 0:
