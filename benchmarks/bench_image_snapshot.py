@@ -48,8 +48,8 @@ from kraft_node.metadata.versions import MetadataVersion  # noqa: E402
 from kraft_node.raft.messages import SnapshotId  # noqa: E402
 from kraft_storage.messages import metadata as m  # noqa: E402
 from kraft_storage.messages.runtime import Uuid  # noqa: E402
-from kraft_storage.snapshot.records import RecordsSnapshotReader, RecordsSnapshotWriter  # noqa: E402
 from kraft_storage.snapshot import SnapshotId as FileSnapshotId  # noqa: E402
+from kraft_storage.snapshot.records import RecordsSnapshotReader, RecordsSnapshotWriter  # noqa: E402
 
 MV = MetadataVersion.latest_production()
 

@@ -1,4 +1,12 @@
-"""Snapshots of the controller's committed state (Kafka's ``metadata.log.max.*`` snapshot policy).
+"""Snapshots of the controller's committed state (Kafka's ``metadata.log.max.*`` snapshot policy),
+for a QuorumController that runs without a metadata loader.
+
+Who uses it (issue 23 item 5): on a node, snapshots are written by the metadata loader's
+SnapshotGenerator from the published image (``kraft_node/metadata/loader/publishers.py``), as Kafka
+3.5+ does, and ``ControllerServer`` leaves the QuorumController without this generator.  It is kept
+for the controller simulator (``sim.py``), whose controllers have no loader and whose seeds rely
+on small-threshold snapshots to exercise standby snapshot loads, and for the unit tests and
+benchmarks that drive a QuorumController alone (tests/metadata, bench_controller_snapshot.py).
 
 When ``max_bytes_between_snapshots`` of records (Kafka's
 ``metadata.log.max.record.bytes.between.snapshots``, 20 MiB) have committed since the last
