@@ -260,11 +260,7 @@ class BrokerApis:
             return self.metadata_response(body, ctx.api_version, ctx.listener)
         frame = self.encode_metadata(body, ctx.api_version, ctx.header.correlation_id,  # type: ignore[attr-defined]
                                      ctx.listener)
-        # A pre-encoded frame: the server has no public way to send one yet (see the report:
-        # a RawResponse type in network/server.py); this marks the request answered the same
-        # way RequestContext.respond does and hands the bytes to the connection.
-        ctx._answered = True
-        conn.answered(frame)
+        ctx.respond_frame(frame)  # a pre-encoded frame (see the module doc)
         return DEFERRED
 
     def encode_metadata(self, body: Any, version: int, correlation_id: int, listener: str | None = None,

@@ -86,6 +86,17 @@ class RequestContext:
         conn.answered(out)
 
 
+    def respond_frame(self, out) -> None:
+        """Send an already framed response (bytes, or a list of buffers): the broker's cached
+        Metadata answers, spliced from bytes encoded once per image.  Only the first answer
+        counts, as with :meth:`respond`."""
+        if self._answered:
+            return
+        self._answered = True
+        if self._conn is not None:
+            self._conn.answered(out)
+
+
 Handler = Callable[[RequestContext, object], Any]
 
 

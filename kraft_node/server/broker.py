@@ -29,6 +29,7 @@ controller says it may go; after the budget it stops anyway and says so (WARNING
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import time
@@ -204,7 +205,7 @@ class BrokerServer:
                   registry.callback_gauge("kafka.server", "KafkaServer", "TimeSinceLastHeartbeatAckMs",
                                           "Milliseconds since the controller last acknowledged a heartbeat.",
                                           lifecycle.time_since_last_heartbeat_ack_ms)]
-        self._metrics_closers = [lambda g=g: registry.unregister(g) for g in gauges]
+        self._metrics_closers = [functools.partial(registry.unregister, g) for g in gauges]
 
     # ------------------------------------------------------------------ stop
     async def shutdown(self, timeout_s: float) -> bool:
@@ -215,9 +216,11 @@ class BrokerServer:
         try:
             if lifecycle is not None and self.config.broker_settings.controlled_shutdown_enable \
                     and lifecycle.state == BrokerState.RUNNING:
-                fut = lifecycle.begin_controlled_shutdown()
+                # the manager's own timer ends the wait (and logs it at WARNING); the outer bound
+                # only guards against a manager that never completes its future
+                fut = lifecycle.begin_controlled_shutdown(timeout_ms=max(1, int(timeout_s * 1000)))
                 try:
-                    approved = bool(await asyncio.wait_for(asyncio.shield(fut), timeout_s))
+                    approved = bool(await asyncio.wait_for(asyncio.shield(fut), timeout_s + 1))
                 except asyncio.TimeoutError:
                     approved = False
                     log.error("broker %d: timed out after %.1f s waiting for the controller to approve the "
@@ -231,7 +234,6 @@ class BrokerServer:
             return
         self._closed = True
         if self.lifecycle is not None:
-            self.lifecycle.begin_shutdown()
             self.lifecycle.close()
         for close in self._metrics_closers:
             close()

@@ -155,9 +155,12 @@ class KraftNode:
                         if config.is_controller:
                             ctl = _build_controller(config, driver, ControllerMetrics(metrics.registry))
                         # after the controller: the loader is the driver's second listener
-                        metadata = NodeMetadata(driver, metrics.registry, node_id=config.node_id,
-                                                is_controller=config.is_controller,
-                                                is_broker="broker" in config.roles)
+                        settings = config.controller_settings
+                        metadata = NodeMetadata(
+                            driver, metrics.registry, node_id=config.node_id, is_controller=config.is_controller,
+                            is_broker="broker" in config.roles,
+                            max_bytes_between_snapshots=settings.metadata_log_max_record_bytes_between_snapshots,
+                            max_snapshot_interval_ms=settings.metadata_log_max_snapshot_interval_ms)
                 except BaseException:
                     driver.log.close()  # the driver opened it; nothing else is running yet
                     raise
@@ -246,6 +249,9 @@ class KraftNode:
         """The controller's fatal path (already logged): stop the Raft driver with ``exc`` --
         it polls no more and answers nothing, so another voter takes over -- and let whoever
         waits on :meth:`wait_closed_or_fatal` (``kraft-server-start``) close the node."""
+        if self.metadata is not None:
+            # Kafka's SharedServer: no snapshot from a node whose state may be wrong
+            self.metadata.disable_snapshots("quorum controller fatal fault")
         if self.driver.fatal is None:
             self.driver.fatal = exc
 
