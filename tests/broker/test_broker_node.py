@@ -82,3 +82,43 @@ def test_combined_node_serves_kafka_python_admin(tmp_path):
             await asyncio.wait_for(node.shutdown(5), 30)
 
     asyncio.run(main())
+
+
+def test_a_broker_only_node_observes_the_quorum_registers_and_shuts_down_in_a_controlled_way(tmp_path):
+    """Controller 1 and broker 101 in one process: the broker is a Raft observer, registers
+    (fenced), catches up, is unfenced, reports its state in Kafka's BrokerState gauge; on
+    shutdown it asks for a controlled shutdown, which the controller approves and records by
+    fencing it; a restart is a new incarnation with a higher broker epoch."""
+    paths = cluster_with_brokers(str(tmp_path), controllers=1, brokers=1)
+
+    async def main():
+        controller = await _start(paths[1])
+        try:
+            broker = await _start(paths[101])
+            assert not broker.driver.is_voter and broker.controller is None
+            assert broker.node_id == 101 and broker.broker.state == BrokerState.RUNNING
+            first = broker.broker.lifecycle.incarnation_id
+            epoch = broker.broker.lifecycle.broker_epoch
+            registry = broker.metrics.registry
+            assert registry.value("kafka_server_KafkaServer_BrokerState") == BrokerState.RUNNING.value
+            assert 0 <= registry.value("kafka_server_KafkaServer_TimeSinceLastHeartbeatAckMs") < 5_000
+
+            def reg():
+                return controller.metadata.image().cluster.brokers.get(101)
+            assert reg() is not None and reg().incarnation_id == first and not reg().fenced
+            assert await asyncio.wait_for(broker.shutdown(5), 30)
+            assert reg().fenced  # the controlled shutdown fenced it (Kafka: shut down, not just gone)
+            broker = await _start(paths[101])
+            try:
+                assert broker.broker.lifecycle.incarnation_id != first
+                assert broker.broker.lifecycle.broker_epoch > epoch
+                deadline = time.monotonic() + 10
+                while reg().fenced or reg().incarnation_id == first:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.02)
+            finally:
+                await asyncio.wait_for(broker.shutdown(5), 30)
+        finally:
+            await asyncio.wait_for(controller.shutdown(5), 30)
+
+    asyncio.run(main())
