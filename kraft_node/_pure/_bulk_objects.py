@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["new_objects", "slot_names", "tuples"]
+__all__ = ["encode_partition_rows", "new_objects", "slot_names", "tuples"]
 
 
 def slot_names(cls: type) -> list[str]:
@@ -180,6 +180,105 @@ def _encode_one(cls: type, header: bytes, pid: Any, tid: Any, reg: Any, uuid_cls
     body += [v.to_bytes(4, "big", signed=True) for v in scalars]
     if version >= 1:
         body.append(bytes((len(raw) + 1,)) + b"".join(raw))
+    body.append(b"\x00")
+    return b"".join(body)
+
+
+# ---------------------------------------------------------------------------
+# PartitionRecord values straight from columns (a PartitionBlock's rows)
+# ---------------------------------------------------------------------------
+
+#: The arrays ``encode_partition_rows`` takes, in this order.
+PARTITION_ROW_COLUMNS = ("partition_id", "leader", "leader_epoch", "partition_epoch", "leader_recovery_state",
+                         "replicas_offsets", "replicas", "isr_offsets", "isr", "removing_offsets", "removing",
+                         "adding_offsets", "adding", "directories_offsets", "directories", "elr_offsets",
+                         "last_known_elr_offsets")
+
+
+def _row_span(offsets: list[int], row: int, nvalues: int, name: str) -> tuple[int, int]:
+    a, b = offsets[row], offsets[row + 1]
+    if a < 0 or b < a or b > nvalues:
+        raise ValueError(f"encode_partition_rows: row {row}: {name} offsets {a}..{b} outside 0..{nvalues}")
+    return a, b
+
+
+def encode_partition_rows(header: bytes, columns: Sequence[Any], starts: Any, stops: Any, topic_ids: list[bytes],
+                          version: int) -> list[bytes | None]:
+    """The framed PartitionRecord value of each row of each span, or None where the caller must
+    write that row another way.  Why: a snapshot of an image writes its partitions from the
+    image's columns (``kraft_node.metadata.image.partition_block``), with no registration
+    object per partition.
+
+    ``columns``: the arrays named by :data:`PARTITION_ROW_COLUMNS`, in that order (a
+    PartitionBlock's layout: int32 scalars, int8 leader recovery states, int32 offsets of
+    ``rows + 1`` entries addressing their values -- not necessarily from 0 --, directories as
+    ``uint8[k, 16]``; the ELR columns are only looked at for being empty).  Span ``k`` is
+    rows ``starts[k] .. stops[k] - 1``, all of topic ``topic_ids[k]`` (16 bytes); the result
+    lists the spans' rows in order.  Each value is ``header`` (the 3 frame bytes) and the body
+    at ``version`` (layout in ``kraft_node.metadata.controller.replication_snapshot``); a row
+    with no directories stands for MIGRATING (all zero) per replica, written as such at
+    version 1+.
+
+    None for a row whose record has a tagged field or whose writing is a loss: a leader
+    recovery state other than 0, a non-empty ELR or last known ELR (tagged at version 2, a
+    loss below it), a list of 127 or more entries, directories that do not pair up with the
+    replicas, or a directory other than MIGRATING at version 0.  ValueError for spans outside
+    the rows, offsets outside their values, columns of the wrong lengths, or a topic id that
+    is not 16 bytes."""
+    if len(header) != 3:
+        raise ValueError("header must be the 3 frame bytes")
+    if len(columns) != len(PARTITION_ROW_COLUMNS):
+        raise ValueError(f"columns must be the {len(PARTITION_ROW_COLUMNS)} arrays {PARTITION_ROW_COLUMNS}")
+    cols = dict(zip(PARTITION_ROW_COLUMNS, columns))
+    dirs_array = np.ascontiguousarray(cols["directories"], dtype=np.uint8)
+    if dirs_array.ndim != 2 or dirs_array.shape[1] != 16:
+        raise ValueError(f"encode_partition_rows: directories must be uint8[k, 16], not shape {dirs_array.shape}")
+    dirs = dirs_array.tobytes()
+    nrows = len(cols["partition_id"])
+    lists: dict[str, list[int]] = {name: np.asarray(cols[name], dtype=np.int32).tolist()
+                                   for name in PARTITION_ROW_COLUMNS if name != "directories"}
+    s = np.asarray(starts, dtype=np.int64).tolist()
+    e = np.asarray(stops, dtype=np.int64).tolist()
+    if len(e) != len(s) or len(topic_ids) != len(s):
+        raise ValueError("starts, stops and topic_ids must have the same length")
+    for name in PARTITION_ROW_COLUMNS[1:5]:
+        if len(lists[name]) != nrows:
+            raise ValueError(f"encode_partition_rows: {name} has {len(lists[name])} rows, partition_id {nrows}")
+    for name in ("replicas", "isr", "removing", "adding", "directories", "elr", "last_known_elr"):
+        if len(lists[name + "_offsets"]) != nrows + 1:
+            raise ValueError(f"encode_partition_rows: {name}_offsets has {len(lists[name + '_offsets'])} entries "
+                             f"for {nrows} rows")
+    for k, (a, b) in enumerate(zip(s, e)):
+        if a < 0 or b < a or b > nrows:
+            raise ValueError(f"encode_partition_rows: span {k} is rows {a}..{b}, outside 0..{nrows}")
+        if type(topic_ids[k]) is not bytes or len(topic_ids[k]) != 16:
+            raise ValueError(f"encode_partition_rows: topic id {k} is not 16 bytes")
+    out: list[bytes | None] = []
+    for k, (a, b) in enumerate(zip(s, e)):
+        for row in range(a, b):
+            out.append(_encode_row(header, lists, dirs, len(dirs_array), row, topic_ids[k], version))
+    return out
+
+
+def _encode_row(header: bytes, c: dict[str, list[int]], dirs: bytes, ndirs: int, row: int, tid: bytes,
+                version: int) -> bytes | None:
+    spans = {name: _row_span(c[name + "_offsets"], row, len(c[name]), name)
+             for name in ("replicas", "isr", "removing", "adding")}
+    da, db = _row_span(c["directories_offsets"], row, ndirs, "directories")
+    nr = spans["replicas"][1] - spans["replicas"][0]
+    empty_elr = all(c[n][row] == c[n][row + 1] for n in ("elr_offsets", "last_known_elr_offsets"))
+    if c["leader_recovery_state"][row] != 0 or not empty_elr or any(b - a > 126 for a, b in spans.values()):
+        return None
+    if db - da not in (0, nr):
+        return None
+    raw = dirs[16 * da:16 * db]
+    if version == 0 and any(raw):
+        return None
+    body = [header, c["partition_id"][row].to_bytes(4, "big", signed=True), tid]
+    body += [_compact_ints(c[name][a:b]) for name, (a, b) in spans.items()]
+    body += [c[name][row].to_bytes(4, "big", signed=True) for name in ("leader", "leader_epoch", "partition_epoch")]
+    if version >= 1:
+        body.append(bytes((nr + 1,)) + (raw or bytes(16 * nr)))
     body.append(b"\x00")
     return b"".join(body)
 
