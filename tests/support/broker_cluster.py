@@ -19,8 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-
-from conftest import REPO
+from pathlib import Path
 
 from kraft_node.network import KafkaConnection
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest
@@ -28,6 +27,10 @@ from kraft_node.protocol.generated.metadata import MetadataRequest
 from kraft_node.server.config import NodeConfig
 from kraft_node.server.tools import metadata_quorum
 from support.brokers import broker_port, cluster_with_brokers
+
+#: the repository (the processes run there with it on PYTHONPATH); not conftest's, so that
+#: ``benchmarks/broker_bench.py`` can use this module outside pytest
+REPO = Path(__file__).resolve().parents[2]
 
 #: the line kraft-server-start logs once a node has started (a broker: once unfenced)
 STARTED_MARK = " started as "

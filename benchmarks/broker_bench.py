@@ -1,0 +1,353 @@
+"""Issue 24's broker targets, measured on real processes (``kraft-server-start`` on 127.0.0.1).
+
+    python benchmarks/broker_bench.py propagation [--controllers 3] [--brokers 3] [--topics 200] [--runs 3]
+                                                  [--poll-ms 1] [--linger-ms 5] [--out F]
+    python benchmarks/broker_bench.py shutdown    [--partitions 10000] [--runs 3] [--out F]
+    python benchmarks/broker_bench.py start       [--partitions 1000000] [--runs 3] [--out F]
+
+``propagation`` (target p99 <= 50 ms): topics (1 partition, RF 3) are created one at a time through
+broker 101 with CreateTopics v7 on kraft's own connection; from the moment its answer arrives,
+every broker is asked Metadata v12 for that topic every ``--poll-ms`` (one connection per broker,
+the three polls concurrent) until it answers the topic without error.  Per topic, the time until
+the *last* broker shows it; p50/p99 over ``--topics`` topics per run.
+
+``shutdown`` (target <= 2 s): 1 controller, 3 brokers; ``--partitions`` partitions (RF 3,
+replicas ``[101, 102, 103]``, so broker 101 is the preferred leader of every one) are created
+through the controller listener; then broker 101 gets SIGTERM: timed until its process exits
+(the controlled shutdown moves its leaderships to 102 and 103, approved only once committed).
+Each run creates a fresh set and restarts broker 101 first (the moved leaders stay moved).
+
+``start`` (target <= 3 s at 1M partitions): 1 controller, 3 brokers; ``--partitions``
+partitions (RF 3) created in CreateTopics batches through the controller listener; then broker
+103 is stopped (SIGTERM, controlled shutdown) and started again: timed from the process start to
+its "serving Kafka clients" line (unfenced; ``kraft-server-start`` reports a broker started only
+then), and to the broker's own "unfenced" line (its log timestamps, ms resolution).
+
+Each writes a Markdown report (``--out``; default ``benchmarks/results/s15/broker_<name>.md``) with
+the command, the setup, every run and the median, and prints it.  Every wait has a deadline;
+the processes this script started are killed at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "tests"))  # support.broker_cluster, support.brokers
+sys.path.insert(0, REPO)
+
+from _support import code_version  # noqa: E402
+from support.broker_cluster import BrokerCluster, ServerProcess, leaders, metadata, run  # noqa: E402
+
+from kraft_node.network import KafkaConnection  # noqa: E402
+from kraft_node.protocol.generated.create_topics import CreateTopicsRequest  # noqa: E402
+from kraft_node.protocol.generated.metadata import MetadataRequest  # noqa: E402
+
+CT = CreateTopicsRequest
+MR = MetadataRequest
+#: the most records one CreateTopics may write (the controller's per-request limit is 10,000)
+MAX_RECORDS_PER_REQUEST = 9_999
+
+
+def percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(q / 100 * len(s) + 0.5)) - 1))]
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def header(title: str, argv: list[str], setup: dict[str, Any]) -> list[str]:
+    cv = code_version()
+    lines = [f"# {title}", "",
+             f"Command: `python benchmarks/broker_bench.py {' '.join(argv)}`  ",
+             f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared with other sessions), "
+             f"Python {platform.python_version()}; commit {cv.get('commit')}"
+             + (f", uncommitted: {', '.join(cv['uncommitted'])}" if cv.get("uncommitted") else "") + "  ",
+             "Setup: " + ", ".join(f"{k} {v}" for k, v in setup.items()), ""]
+    return lines
+
+
+def write_report(lines: list[str], out: str) -> None:
+    text = "\n".join(lines) + "\n"
+    print(text)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        f.write(text)
+
+
+async def create(port: int, topics: list[Any], timeout_s: float = 120.0) -> None:
+    """One CreateTopics v7 (answered once committed); every topic must be created."""
+    conn = await KafkaConnection.open("127.0.0.1", port, timeout=10)
+    try:
+        resp = await conn.request(CT(topics=topics, timeout_ms=int(timeout_s * 1000)), 7, timeout=timeout_s)
+    finally:
+        await conn.close()
+    bad = [(t.name, t.error_code, t.error_message) for t in resp.topics if t.error_code]
+    if bad:
+        raise SystemExit(f"CreateTopics failed: {bad[:3]}")
+
+
+async def create_partitions(port: int, prefix: str, partitions: int, per_topic: int,
+                            replicas: list[int] | None = None, inflight: int = 2) -> float:
+    """``partitions`` partitions in topics of ``per_topic``, RF 3 (``replicas`` for every partition,
+    else the controller's placement), in requests of at most 9,999 records, ``inflight`` at a time.
+    Returns the seconds taken."""
+    topics = []
+    left, i = partitions, 0
+    while left > 0:
+        n = min(per_topic, left)
+        if replicas is None:
+            topics.append(CT.CreatableTopic(name=f"{prefix}{i}", num_partitions=n, replication_factor=3))
+        else:
+            topics.append(CT.CreatableTopic(name=f"{prefix}{i}", num_partitions=-1, replication_factor=-1,
+                                            assignments=[CT.CreatableReplicaAssignment(partition_index=p,
+                                                                                       broker_ids=replicas)
+                                                         for p in range(n)]))
+        left -= n
+        i += 1
+    per_request = max(1, MAX_RECORDS_PER_REQUEST // (per_topic + 1))
+    batches = [topics[j:j + per_request] for j in range(0, len(topics), per_request)]
+    t0 = time.monotonic()
+    sem = asyncio.Semaphore(inflight)
+
+    async def one(batch: list[Any]) -> None:
+        async with sem:
+            await create(port, batch)
+
+    await asyncio.gather(*(one(b) for b in batches))
+    return time.monotonic() - t0
+
+
+async def wait_everywhere(create_port: int, ports: list[int], sentinel: str, timeout_s: float) -> None:
+    """Create topic ``sentinel`` (after every earlier create was answered, so its record follows
+    theirs in the log) and wait until every broker's Metadata shows it: each has then applied
+    everything created before.  (An all-topics Metadata at 1M partitions would be ~45 MB.)"""
+    await create(create_port, [CT.CreatableTopic(name=sentinel, num_partitions=1, replication_factor=3)])
+    deadline = time.monotonic() + timeout_s
+    for port in ports:
+        while True:
+            resp = await metadata(port, [sentinel], 12, timeout=60)
+            if resp.topics and resp.topics[0].error_code == 0:
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"broker on port {port} does not show {sentinel} after {timeout_s} s")
+            await asyncio.sleep(0.2)
+
+
+# ------------------------------------------------------------------ propagation
+async def propagation_run(c: BrokerCluster, run_no: int, topics: int, poll_s: float) -> list[float]:
+    ports = [b.port for b in c.brokers]
+    polls = [await KafkaConnection.open("127.0.0.1", p, timeout=10) for p in ports]
+    creator = await KafkaConnection.open("127.0.0.1", ports[0], timeout=10)
+    lags: list[float] = []
+    try:
+        for i in range(topics):
+            name = f"prop-{run_no}-{i}"
+            resp = await creator.request(CT(topics=[CT.CreatableTopic(name=name, num_partitions=1,
+                                                                      replication_factor=3)], timeout_ms=10_000),
+                                         7, timeout=15)
+            t0 = time.perf_counter()
+            if resp.topics[0].error_code:
+                raise SystemExit(f"creating {name}: error {resp.topics[0].error_code} {resp.topics[0].error_message}")
+
+            async def visible(conn: KafkaConnection) -> float:
+                req = MR(topics=[MR.MetadataRequestTopic(name=name)], allow_auto_topic_creation=False)
+                deadline = t0 + 10
+                while True:
+                    r = await conn.request(req, 12, timeout=5)
+                    if r.topics and r.topics[0].error_code == 0 and r.topics[0].partitions:
+                        return time.perf_counter() - t0
+                    if time.perf_counter() > deadline:
+                        raise SystemExit(f"{name} not visible on {conn} within 10 s")
+                    await asyncio.sleep(poll_s)
+
+            seen = await asyncio.gather(*(visible(conn) for conn in polls))
+            lags.append(max(seen) * 1000)
+    finally:
+        for conn in polls + [creator]:
+            await conn.close()
+    return lags
+
+
+def cmd_propagation(args: argparse.Namespace, argv: list[str]) -> None:
+    base = tempfile.mkdtemp(prefix="broker-bench-")
+    extra = {"controller.quorum.append.linger.ms": str(args.linger_ms)}
+    c = BrokerCluster(base, controllers=args.controllers, brokers=args.brokers, extra=extra)
+    setup = {"controllers": args.controllers, "brokers": args.brokers, "topics per run": args.topics,
+             "poll every": f"{args.poll_ms} ms", "controller.quorum.append.linger.ms": args.linger_ms,
+             "load before": load()}
+    runs = []
+    try:
+        c.start(timeout=120)
+        for r in range(args.runs):
+            lags = run(propagation_run(c, r, args.topics, args.poll_ms / 1000), timeout=600)
+            runs.append({"p50": statistics.median(lags), "p99": percentile(lags, 99), "max": max(lags),
+                         "min": min(lags), "n": len(lags),
+                         "slow": sum(1 for x in lags if x > 100)})
+            print(f"run {r}: {runs[-1]}", file=sys.stderr)
+    finally:
+        c.close()
+    setup["load after"] = load()
+    lines = header(f"Propagation: CreateTopics answer to visibility in every broker's Metadata "
+                   f"({args.brokers} brokers, {args.controllers} controller(s), loopback)", argv, setup)
+    lines += ["| run | topics | p50 ms | p99 ms | min ms | max ms | topics > 100 ms |",
+              "|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(runs):
+        lines.append(f"| {i} | {r['n']} | {r['p50']:.2f} | {r['p99']:.2f} | {r['min']:.2f} | {r['max']:.2f} | "
+                     f"{r['slow']} |")
+    lines += ["", f"Median over runs: p50 {statistics.median(r['p50'] for r in runs):.2f} ms, "
+              f"p99 {statistics.median(r['p99'] for r in runs):.2f} ms.  Target (issue 24): p99 <= 50 ms."]
+    write_report(lines, args.out or os.path.join(HERE, "results", "s15", "broker_propagation.md"))
+
+
+# ------------------------------------------------------------------ shutdown
+def log_time(line_re: str, text: str) -> float | None:
+    """The wall-clock time (epoch seconds) of the first log line matching ``line_re``."""
+    for line in text.splitlines():
+        if re.search(line_re, line):
+            m = re.match(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\]", line)
+            if m:
+                return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1000
+    return None
+
+
+def cmd_shutdown(args: argparse.Namespace, argv: list[str]) -> None:
+    base = tempfile.mkdtemp(prefix="broker-bench-")
+    c = BrokerCluster(base, controllers=1, brokers=3, shutdown_timeout_s=args.shutdown_timeout)
+    ctl_port = c.controllers[0].controller_port
+    assert ctl_port is not None
+    victim = c.nodes[101]
+    setup = {"controllers": 1, "brokers": 3, "partitions led by broker 101": args.partitions,
+             "replicas": "[101, 102, 103]", "--shutdown-timeout-seconds": args.shutdown_timeout,
+             "load before": load()}
+    runs = []
+    try:
+        c.start(timeout=120)
+        for r in range(args.runs):
+            if not victim.alive:
+                victim.start()
+                victim.wait_started(120)
+            took = run(create_partitions(ctl_port, f"sd{r}-", args.partitions, 1000, replicas=[101, 102, 103]),
+                       timeout=600)
+            run(wait_everywhere(ctl_port, [b.port for b in c.brokers], f"sd{r}-sentinel", 300), timeout=400)
+            led = sum(1 for v in leaders(run(metadata(c.nodes[102].port), timeout=120)).values() if v == 101)
+            t0, wall0 = time.monotonic(), time.time()
+            victim.terminate()
+            code = victim.wait_exit(60)
+            took_s = time.monotonic() - t0
+            log = victim.log()
+            approved = "The controller has asked us to exit controlled shutdown." in log
+            approved_at = log_time("The controller has asked us to exit controlled shutdown", log)
+            after = leaders(run(metadata(c.nodes[102].port), timeout=120))
+            still = sum(1 for v in after.values() if v == 101)
+            runs.append({"exit_s": took_s, "code": code, "led": led, "approved": approved, "still_led": still,
+                         "create_s": took, "approved_s": None if approved_at is None else approved_at - wall0})
+            print(f"run {r}: {runs[-1]}", file=sys.stderr)
+    finally:
+        c.close()
+    setup["load after"] = load()
+    lines = header("Controlled shutdown: SIGTERM to process exit of a broker leading "
+                   f"{args.partitions:,} partitions", argv, setup)
+    lines += ["| run | partitions led | SIGTERM to approval s (its log) | SIGTERM to exit s | exit code | "
+              "still led after |", "|---|---|---|---|---|---|"]
+    for i, r in enumerate(runs):
+        ap = "not approved" if r["approved_s"] is None else f"{r['approved_s']:.2f}"
+        lines.append(f"| {i} | {r['led']:,} | {ap} | {r['exit_s']:.2f} | {r['code']} | {r['still_led']} |")
+    lines += ["", f"Median SIGTERM to exit: {statistics.median(r['exit_s'] for r in runs):.2f} s.  "
+              "Target (issue 24): <= 2 s."]
+    write_report(lines, args.out or os.path.join(HERE, "results", "s15", "broker_shutdown.md"))
+
+
+# ------------------------------------------------------------------ start
+def cmd_start(args: argparse.Namespace, argv: list[str]) -> None:
+    base = tempfile.mkdtemp(prefix="broker-bench-")
+    c = BrokerCluster(base, controllers=1, brokers=3, shutdown_timeout_s=30)
+    ctl_port = c.controllers[0].controller_port
+    assert ctl_port is not None
+    victim: ServerProcess = c.nodes[103]
+    setup = {"controllers": 1, "brokers": 3, "partitions": f"{args.partitions:,}", "RF": 3,
+             "partitions per topic": args.per_topic, "load before": load()}
+    runs = []
+    try:
+        c.start(timeout=120)
+        build_s = run(create_partitions(ctl_port, "st-", args.partitions, args.per_topic, inflight=2),
+                      timeout=3600)
+        run(wait_everywhere(ctl_port, [b.port for b in c.brokers], "st-sentinel", 1800), timeout=2000)
+        setup["created in"] = f"{build_s:.1f} s ({args.partitions / build_s:,.0f} partitions/s)"
+        print(f"created {args.partitions} partitions in {build_s:.1f} s", file=sys.stderr)
+        for r in range(args.runs):
+            code = victim.stop(120)
+            wall0 = time.time()
+            victim.start()
+            started_s = victim.wait_started(300)
+            log = victim.log()
+            unfenced = log_time(r"unfenced with broker epoch", log)
+            first_line = log_time(r".", log)
+            loaded = log_time(r"finished waiting for the initial broker metadata update", log)
+            runs.append({"started_s": started_s, "unfenced_s": None if unfenced is None else unfenced - wall0,
+                         "first_log_s": None if first_line is None else first_line - wall0,
+                         "image_s": None if loaded is None else loaded - wall0, "stop_code": code})
+            print(f"run {r}: {runs[-1]}", file=sys.stderr)
+    finally:
+        c.close()
+    setup["load after"] = load()
+
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
+    lines = header(f"Broker start: a restarted broker unfenced, {args.partitions:,} partitions in the metadata",
+                   argv, setup)
+    lines += ["| run | first log line s | image published s | unfenced (its log) s | 'serving Kafka clients' s |",
+              "|---|---|---|---|---|"]
+    for i, r in enumerate(runs):
+        lines.append(f"| {i} | {fmt(r['first_log_s'])} | {fmt(r['image_s'])} | {fmt(r['unfenced_s'])} | "
+                     f"{r['started_s']:.2f} |")
+    lines += ["", "Times from the process start (Popen).  'first log line' is roughly the interpreter and "
+              "import cost; 'serving Kafka clients' is kraft-server-start's started line, seen by polling "
+              "its stderr every 5 ms.",
+              "", f"Median to 'serving Kafka clients': {statistics.median(r['started_s'] for r in runs):.2f} s.  "
+              "Target (issue 24): <= 3 s at 1M partitions."]
+    write_report(lines, args.out or os.path.join(HERE, "results", "s15", f"broker_start_{args.partitions}.md"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="broker_bench", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("propagation")
+    s.add_argument("--controllers", type=int, default=3)
+    s.add_argument("--brokers", type=int, default=3)
+    s.add_argument("--topics", type=int, default=200)
+    s.add_argument("--poll-ms", type=float, default=1.0)
+    s.add_argument("--linger-ms", type=int, default=5, help="controller.quorum.append.linger.ms (Kafka: 25)")
+    s = sub.add_parser("shutdown")
+    s.add_argument("--partitions", type=int, default=10_000)
+    s.add_argument("--shutdown-timeout", type=float, default=30.0, help="the broker's --shutdown-timeout-seconds")
+    s = sub.add_parser("start")
+    s.add_argument("--partitions", type=int, default=1_000_000)
+    s.add_argument("--per-topic", type=int, default=1000)
+    for s in sub.choices.values():
+        s.add_argument("--runs", type=int, default=3)
+        s.add_argument("--out", default=None, help="the Markdown report (default: results/s15/broker_<name>.md)")
+    args = p.parse_args(argv)
+    for name in ("runs", "partitions", "topics", "controllers", "brokers"):
+        if getattr(args, name, 1) < 1:
+            p.error(f"--{name} must be at least 1")
+    {"propagation": cmd_propagation, "shutdown": cmd_shutdown, "start": cmd_start}[args.cmd](args, argv)
+
+
+if __name__ == "__main__":
+    main()
