@@ -9,6 +9,7 @@ the wire.
     python benchmarks/controller_tcp_bench.py writes     [--inflight 2000] [--records-per-write 1] ...
     python benchmarks/controller_tcp_bench.py heartbeats-local [--brokers 1000] [--inflight 400] ...
     python benchmarks/controller_tcp_bench.py snapshot   [--brokers 10000] [--records-per-slice N] ...
+        (node 1's loader writes a snapshot of its image in slices while the brokers heartbeat)
     (each takes --json F; the in-process figures they are compared with: bench_controller.py)
 
 Diagnosis: ``--profile DIR`` (heartbeats: every node under cProfile, the active one's top
@@ -988,13 +989,19 @@ async def run_heartbeats_local(args: argparse.Namespace, base: str) -> dict[str,
 
 
 async def run_snapshot(args: argparse.Namespace, base: str) -> dict[str, Any]:
-    """10k brokers registered through node 1's controller (the real driver commits them),
-    then a snapshot of the committed state while the brokers keep heartbeating; the figure is
-    the longest event meanwhile (the slices included)."""
+    """10k brokers registered through node 1's controller (the real driver commits them), then a
+    snapshot of node 1's latest image written by its metadata loader -- the SnapshotEmitter in
+    slices on the loader's queue, as the SnapshotGenerator starts it (a node's QuorumController
+    writes no snapshot) -- while the brokers keep heartbeating.  The figures: the longest event
+    meanwhile on the loader's queue (the slices and the freeze) and on the controller's queue
+    (what the slices delay: both queues run on the node's one asyncio loop)."""
     cluster = LocalCluster(base)
     try:
         node = await cluster.start()
         ctl = node.controller.controller
+        metadata = node.metadata
+        if metadata is None:
+            raise SystemExit("node 1 runs no metadata loader")
         events = EventLog(node.controller)
         n = args.brokers
         failures: list[BaseException] = []
@@ -1004,43 +1011,67 @@ async def run_snapshot(args: argparse.Namespace, base: str) -> dict[str, Any]:
                 failures.append(f.exception())
 
         epochs, hbs, setup_s = await register_local(ctl, n)
-        gen = ctl.snapshot_generator
-        if args.records_per_slice:
-            gen.records_per_slice = args.records_per_slice
-        deadline = time.monotonic() + 10
-        while not gen.maybe_begin(reason="benchmark"):
+        deadline = time.monotonic() + 30
+        while len(metadata.image().cluster.brokers) < n:
             if time.monotonic() > deadline:
-                raise SystemExit("the snapshot generator would not start within 10 s")
-            await asyncio.sleep(0.005)
+                raise SystemExit(f"the loader's image has {len(metadata.image().cluster.brokers)} of {n} brokers "
+                                 "after 30 s")
+            await asyncio.sleep(0.01)
+        emitter = metadata.snapshot_emitter
+        if args.records_per_slice:
+            emitter.records_per_slice = args.records_per_slice
+        loader_queue = metadata.runner.queue
+        slices_ns = array("q")
+        chained = loader_queue.on_event_timing
+
+        def on_loader_event(queue_ns: int, processing_ns: int) -> None:
+            slices_ns.append(processing_ns)
+            if chained is not None:
+                chained(queue_ns, processing_ns)
+
         tg = time.perf_counter()
         gc.collect()  # the registrations' garbage; its length: a full collection of this heap
         full_collect_ms = (time.perf_counter() - tg) * 1000
+        done: list[BaseException | None] = []
+        # the image's own snapshot id: none exists at a fresh offset (no-ops advance it every 500 ms)
+        while emitter.in_flight or not emitter.begin_emit(metadata.image(), done.append):
+            if time.monotonic() > deadline + 10:
+                raise SystemExit("the loader's snapshot emitter would not start within 10 s")
+            await asyncio.sleep(0.005)
+        image = metadata.image()
         events.clear()
+        loader_queue.on_event_timing = on_loader_event
         pauses = GcPauses()
         t1 = time.perf_counter()
         b = 0
         beats = 0
-        while gen.in_progress:
-            for _ in range(args.inflight):
-                ctl.track_broker_heartbeat(b, epochs[b])
-                ctl.process_broker_heartbeat(hbs[b]).add_done_callback(check)
-                b = (b + 1) % n
-            beats += args.inflight
-            await asyncio.sleep(0.001)
+        try:
+            while not done:
+                for _ in range(args.inflight):
+                    ctl.track_broker_heartbeat(b, epochs[b])
+                    ctl.process_broker_heartbeat(hbs[b]).add_done_callback(check)
+                    b = (b + 1) % n
+                beats += args.inflight
+                await asyncio.sleep(0.001)
+        finally:
+            loader_queue.on_event_timing = chained
         wall = time.perf_counter() - t1
         pauses.remove()
         await asyncio.sleep(0.05)
+        if done[0] is not None:
+            raise SystemExit(f"the snapshot was abandoned: {done[0]!r}")
         if failures:
             raise SystemExit(f"a heartbeat failed during the snapshot: {failures[0]!r}")
-        slices = events.by_name(lambda s: s == "writeSnapshotSlice")
-        others = events.by_name(lambda s: s != "writeSnapshotSlice")
-        sid, records, nslices = gen.history[-1]
-        return {"brokers": n, "setup_s": round(setup_s, 2), "snapshot": f"{sid.offset}-{sid.epoch}",
-                "records": records, "slices": nslices, "records_per_slice": gen.records_per_slice,
+        record = emitter.history[-1]
+        sid = record.snapshot_id
+        loader_ms = [round(ns / 1e6, 2) for ns in slices_ns]
+        return {"brokers": n, "image_brokers": len(image.cluster.brokers), "setup_s": round(setup_s, 2),
+                "snapshot": f"{sid.offset}-{sid.epoch}", "records": record.records, "slices": record.slices,
+                "bytes": record.bytes, "records_per_slice": emitter.records_per_slice,
                 "snapshot_wall_s": round(wall, 4), "heartbeats_meanwhile": beats,
-                "max_event_ms": round(max(events.processing_ns) / 1e6, 3),
-                "slice_events": ms_summary(slices), "slice_ms": [round(ns / 1e6, 2) for ns in slices],
-                "other_events": ms_summary(others), "longest_events": events.longest(),
+                "max_event_ms": round(max(max(slices_ns, default=0), max(events.processing_ns, default=0)) / 1e6, 3),
+                "loader_events": ms_summary(list(slices_ns)), "loader_event_ms": loader_ms,
+                "controller_events": ms_summary(list(events.processing_ns)), "longest_events": events.longest(),
                 "gc_pauses": pauses.summary(), "full_gc_collect_ms": round(full_collect_ms, 1)}
     finally:
         await cluster.stop()
@@ -1072,7 +1103,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="writes: no-op writes outstanding (default 2000); heartbeats-local: heartbeats "
                          "outstanding (default 400); snapshot: heartbeats queued per ms (default 20)")
     ap.add_argument("--linger-ms", type=int, default=None, help="writes: controller.quorum.append.linger.ms")
-    ap.add_argument("--records-per-slice", type=int, default=None, help="snapshot: override the generator's")
+    ap.add_argument("--records-per-slice", type=int, default=None,
+                    help="snapshot: override the loader's snapshot emitter's")
     ap.add_argument("--records-per-write", type=int, default=1, help="writes: NoOpRecords per write")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--runs", type=int, default=3)
