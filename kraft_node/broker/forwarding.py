@@ -7,7 +7,7 @@ id, client id) and body, encoded at the client's version -- in an EnvelopeReques
 client's principal and IP address, sends it over the controller channel, and hands the
 controller's answer back to the client.  The controller answers a write only once its records
 are committed (:mod:`kraft_node.server.topic_apis`), so a success the client sees is durable.
-Byte layouts of the envelope: :mod:`kraft_node.server.envelope`.
+Byte layouts of the envelope: :mod:`kraft_node.network.envelope`.
 
 The channel (``kraft_node.broker.controller_channel.ControllerChannel``) finds the active
 controller, retries on NOT_CONTROLLER (the envelope's own code, which the controller sets
@@ -50,6 +50,7 @@ import logging
 from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 from kraft_node.broker.controller_channel import ControllerChannelError, UnsupportedControllerVersionError
+from kraft_node.network.envelope import error_response, request_payload, serialize_principal
 from kraft_node.network.server import RequestContext
 from kraft_node.protocol.api_keys import API_INFO, ApiKeys
 from kraft_node.protocol.errors import Errors
@@ -57,7 +58,6 @@ from kraft_node.protocol.framing import decode_response
 from kraft_node.protocol.generated.create_topics import CreateTopicsRequest
 from kraft_node.protocol.generated.envelope import EnvelopeRequest
 from kraft_node.protocol.headers import RequestHeader
-from kraft_node.server.envelope import error_response, request_payload, serialize_principal
 from kraft_storage.messages.runtime import MessageError
 
 log = logging.getLogger("kraft.broker.forwarding")

@@ -40,6 +40,7 @@ from typing import Callable
 
 from kraft_node.metrics import ControllerMetrics, NodeMetrics
 from kraft_node.network import KafkaServer
+from kraft_node.network.envelope import envelope_handler
 from kraft_node.network.server import DEFERRED
 from kraft_node.protocol.api_keys import ApiKeys, answer_api_versions
 from kraft_node.protocol.errors import Errors
@@ -49,7 +50,6 @@ from kraft_node.raft.messages import Endpoint, ReplicaKey
 from kraft_node.server.broker import BrokerServer
 from kraft_node.server.config import NodeConfig
 from kraft_node.server.controller import ControllerRegistrationManager, ControllerServer, NodeControllerSettings
-from kraft_node.server.envelope import envelope_handler
 from kraft_node.server.metadata import NodeMetadata
 from kraft_storage.dirlock import DirLocks, lock_dirs
 from kraft_storage.errors import KraftStorageError

@@ -32,6 +32,7 @@ from kraft_node.broker.controller_channel import (
 from kraft_node.broker.forwarding import FORWARDED_APIS, ForwardedVersionMismatch, ForwardingManager
 from kraft_node.metadata.controller.configuration_control import ConfigResource
 from kraft_node.network import KafkaConnection
+from kraft_node.network.envelope import envelope_handler, parse_principal
 from kraft_node.network.server import KafkaServer, RequestContext
 from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.protocol.errors import Errors
@@ -46,7 +47,6 @@ from kraft_node.protocol.generated.incremental_alter_configs import (
 )
 from kraft_node.protocol.headers import RequestHeader
 from kraft_node.server.config import NodeConfig
-from kraft_node.server.envelope import envelope_handler, parse_principal
 from kraft_node.server.node import KraftNode
 
 CT = CreateTopicsRequest

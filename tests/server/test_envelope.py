@@ -1,4 +1,4 @@
-"""The controller's Envelope handler (``kraft_node/server/envelope.py``; issue 24 item 6).
+"""The controller's Envelope handler (``kraft_node/network/envelope.py``; issue 24 item 6).
 
 Unit level: the inner request is decoded and routed with its own header and version, the answer
 comes back as the inner response header + body, whether the route answers at once, from a
@@ -21,6 +21,15 @@ from support.controller import broker_heartbeat, broker_registration
 from support.raft import cluster_properties
 
 from kraft_node.network import KafkaConnection
+from kraft_node.network.envelope import (
+    FORWARDABLE_APIS,
+    envelope_handler,
+    error_response,
+    parse_principal,
+    request_payload,
+    response_error_codes,
+    serialize_principal,
+)
 from kraft_node.network.server import DEFERRED, RequestContext
 from kraft_node.protocol.api_keys import API_INFO, ApiKeys
 from kraft_node.protocol.errors import Errors
@@ -36,15 +45,6 @@ from kraft_node.protocol.generated.incremental_alter_configs import IncrementalA
 from kraft_node.protocol.generated.unregister_broker import UnregisterBrokerRequest
 from kraft_node.protocol.headers import RequestHeader
 from kraft_node.server.config import NodeConfig
-from kraft_node.server.envelope import (
-    FORWARDABLE_APIS,
-    envelope_handler,
-    error_response,
-    parse_principal,
-    request_payload,
-    response_error_codes,
-    serialize_principal,
-)
 from kraft_node.server.node import KraftNode
 
 CT = CreateTopicsRequest
