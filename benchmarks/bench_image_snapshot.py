@@ -3,7 +3,8 @@ a 1M-partition snapshot written in <= 2 s; BENCHMARKS.md: the longest event whil
 snapshot is written <= 10 ms), in process.
 
     python benchmarks/bench_image_snapshot.py [--topics 100000] [--brokers 10000] [--runs 3]
-        [--records-per-slice 1024] [--slice-budget-ms 5] [--dir D] [--json F]
+        [--records-per-slice 1024] [--slice-budget-ms 5] [--gc-freeze] [--what-if-fast-append]
+        [--dir D] [--json F]
 
 Two images, each written ``--runs`` times by the loader's ``SnapshotEmitter`` given an event
 queue (what every node runs): the image writer on its helper thread, one slice per event, the
@@ -16,9 +17,21 @@ fsync at freeze) -- the writer ``RaftCore.create_snapshot`` hands out, without t
 
 Timed: ``write_s`` (the first slice event's start to the freeze event's end: the queue is
 driven back to back, so this is the CPU cost of the emission), ``max_event_ms`` (the longest
-event, from the queue's timing hook), ``slices``, ``bytes`` (the file).  The snapshot is checked
-to hold exactly ``image_records(image)`` for the brokers image (not timed; the partitions image is
-checked by record count).  Prints one JSON document.
+event, from the queue's timing hook) and which event it was (``longest_events``: (index, ms),
+index 0 is the first slice, the last one the freeze), ``first_event_ms`` and
+``max_event_after_first_ms`` (the first slice of the partitions image sorts the 100k topic
+names), ``gc`` (the collections during the write, by generation: count and longest, from
+``gc.callbacks``), ``slices``, ``bytes`` (the file).  ``image_write_s`` (partitions only): the
+image writer alone into a writer that only frames each record (no emitter, no file).  The
+snapshot is checked to hold exactly ``image_records(image)`` for the brokers image (not timed;
+the partitions image is checked by record count).  Prints one JSON document.
+
+Options measured, not made: ``--gc-freeze`` moves the heap alive once the images are built out of
+the collector's reach (``gc.freeze()``, what ``kraft-server-start`` does with its startup heap),
+so a full collection during the write does not walk the image; ``--what-if-fast-append`` runs the
+Raft snapshot writer with a proposed fast path for framed values (``_as_arrow`` in
+``kraft_storage/snapshot/records.py`` joins a list of ``bytes`` directly instead of calling
+``_framed`` per value: see :func:`_fast_as_arrow`).
 """
 from __future__ import annotations
 
@@ -49,9 +62,47 @@ from kraft_node.raft.messages import SnapshotId  # noqa: E402
 from kraft_storage.messages import metadata as m  # noqa: E402
 from kraft_storage.messages.runtime import Uuid  # noqa: E402
 from kraft_storage.snapshot import SnapshotId as FileSnapshotId  # noqa: E402
+from kraft_storage.snapshot import records as snapshot_records  # noqa: E402
 from kraft_storage.snapshot.records import RecordsSnapshotReader, RecordsSnapshotWriter  # noqa: E402
 
 MV = MetadataVersion.latest_production()
+
+
+def _fast_as_arrow(values: Any) -> tuple[object, Any]:
+    """The proposed ``records._as_arrow``: framed values that are all ``bytes`` are joined as
+    they are (one C call, and their lengths by ``map(len)``); anything else goes the existing way."""
+    if isinstance(values, list) and all(type(v) is bytes for v in values):
+        import numpy as np
+        lens = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+        off = np.zeros(len(values) + 1, dtype=np.int64)
+        np.cumsum(lens, out=off[1:])
+        return b"".join(values), off
+    return _ORIGINAL_AS_ARROW(values)
+
+
+_ORIGINAL_AS_ARROW = snapshot_records._as_arrow
+
+
+class GcLog:
+    """The collections while installed: generation -> [count, longest ms]."""
+
+    def __init__(self) -> None:
+        self.by_gen: dict[int, list[float]] = {}
+        self._t0 = 0.0
+        gc.callbacks.append(self._hook)
+
+    def _hook(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        ms = (time.perf_counter() - self._t0) * 1e3
+        entry = self.by_gen.setdefault(info["generation"], [0, 0.0])
+        entry[0] += 1
+        entry[1] = max(entry[1], ms)
+
+    def remove(self) -> dict[str, Any]:
+        gc.callbacks.remove(self._hook)
+        return {f"gen{g}": {"n": int(n), "max_ms": round(ms, 2)} for g, (n, ms) in sorted(self.by_gen.items())}
 
 
 class _FileRaft:
@@ -96,19 +147,47 @@ def write_once(image: MetadataImage, directory: str, args: argparse.Namespace) -
                               slice_budget_ns=int(args.slice_budget_ms * 1e6))
     done: list[BaseException | None] = []
     gc.collect()
+    collections = GcLog()
     t0 = time.perf_counter()
     assert emitter.begin_emit(image, done.append)
     while not done:
         queue.run_ready()
     wall = time.perf_counter() - t0
+    gcs = collections.remove()
     if done[0] is not None:
         raise done[0]
     record = emitter.history[-1]
     name = f"{record.snapshot_id.offset:020d}-{record.snapshot_id.epoch:010d}.checkpoint"
+    top = sorted(range(len(events)), key=lambda k: -events[k])[:5]
     return {"write_s": round(wall, 4), "max_event_ms": round(max(events) / 1e6, 3),
-            "median_event_ms": round(statistics.median(events) / 1e6, 3), "events": len(events),
+            "longest_events": [(k, round(events[k] / 1e6, 2)) for k in top],
+            "first_event_ms": round(events[0] / 1e6, 2),
+            "max_event_after_first_ms": round(max(events[1:], default=0) / 1e6, 2),
+            "median_event_ms": round(statistics.median(events) / 1e6, 3), "events": len(events), "gc": gcs,
             "records": record.records, "slices": record.slices,
             "bytes": os.path.getsize(os.path.join(directory, name)), "file": name}
+
+
+class _FramingWriter:
+    """An image writer that only frames each record (what the emitter's writer does first)."""
+
+    def __init__(self) -> None:
+        self.records = 0
+
+    def write(self, record: Any) -> None:
+        record.encode()
+        self.records += 1
+
+    def close(self, complete: bool) -> None:
+        pass
+
+
+def image_write_once(image: MetadataImage) -> float:
+    writer = _FramingWriter()
+    gc.collect()
+    t0 = time.perf_counter()
+    image.write(writer, SnapshotEmitter.writer_options(image))
+    return round(time.perf_counter() - t0, 4)
 
 
 def measure(what: str, image: MetadataImage, args: argparse.Namespace, check: bool) -> dict[str, Any]:
@@ -125,8 +204,18 @@ def measure(what: str, image: MetadataImage, args: argparse.Namespace, check: bo
             runs.append(run)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
-    return {"runs": runs, "median_write_s": statistics.median(r["write_s"] for r in runs),
-            "median_max_event_ms": statistics.median(r["max_event_ms"] for r in runs)}
+    out = {"runs": runs, "median_write_s": statistics.median(r["write_s"] for r in runs),
+           "median_max_event_ms": statistics.median(r["max_event_ms"] for r in runs),
+           "median_max_event_after_first_ms": statistics.median(r["max_event_after_first_ms"] for r in runs)}
+    if what == "partitions":
+        writes = [image_write_once(image) for _ in range(args.runs)]
+        out.update(image_write_s=writes, median_image_write_s=statistics.median(writes))
+    return out
+
+
+def _kernel_name() -> str:
+    from kraft_node.metadata.image import topics
+    return str(topics._objects.__name__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,16 +225,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--records-per-slice", type=int, default=1024)
     parser.add_argument("--slice-budget-ms", type=float, default=5.0)
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() once the images are built (as kraft-server-start freezes its startup heap)")
+    parser.add_argument("--what-if-fast-append", action="store_true",
+                        help="the Raft snapshot writer with the proposed fast path for framed values")
     parser.add_argument("--dir", default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     out: dict[str, Any] = {"setup": {"python": platform.python_version(), "load_before": os.getloadavg(),
                                      "records_per_slice": args.records_per_slice,
-                                     "slice_budget_ms": args.slice_budget_ms}}
-    if args.brokers:
-        out["brokers"] = {"brokers": args.brokers, **measure("brokers", brokers_image(args.brokers), args, True)}
-    if args.topics:
-        image = partitions_image(args.topics)
+                                     "slice_budget_ms": args.slice_budget_ms, "gc_freeze": args.gc_freeze,
+                                     "what_if_fast_append": args.what_if_fast_append,
+                                     "bulk_objects": _kernel_name()}}
+    if args.what_if_fast_append:
+        snapshot_records._as_arrow = _fast_as_arrow
+    brokers = brokers_image(args.brokers) if args.brokers else None
+    partitions = partitions_image(args.topics) if args.topics else None
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
+    if brokers is not None:
+        out["brokers"] = {"brokers": args.brokers, **measure("brokers", brokers, args, True)}
+    if partitions is not None:
+        image = partitions
         res = measure("partitions", image, args, False)
         assert all(r["records"] == 1 + args.topics * 11 for r in res["runs"]), res["runs"]
         out["partitions"] = {"topics": args.topics, "partitions": args.topics * 10, **res}
