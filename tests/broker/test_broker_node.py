@@ -13,6 +13,7 @@ import pytest
 from support.brokers import broker_port, cluster_with_brokers
 
 from kraft_node.broker.lifecycle import BrokerState
+from kraft_node.metadata.configs.resources import ConfigResource, ConfigResourceType
 from kraft_node.server.config import NodeConfig
 from kraft_node.server.node import KraftNode
 
@@ -120,5 +121,47 @@ def test_a_broker_only_node_observes_the_quorum_registers_and_shuts_down_in_a_co
                 await asyncio.wait_for(broker.shutdown(5), 30)
         finally:
             await asyncio.wait_for(controller.shutdown(5), 30)
+
+    asyncio.run(main())
+
+
+def test_aiokafka_admin_on_the_same_loop_as_a_combined_node(tmp_path):
+    """aiokafka's admin client (asyncio, so on the node's own loop): create, list, describe,
+    alter configs, add partitions and delete, each visible through the broker's image."""
+    aiokafka_admin = pytest.importorskip("aiokafka.admin")
+    paths = cluster_with_brokers(str(tmp_path), controllers=1, combined=True)
+    port = broker_port(paths[1])
+
+    async def main():
+        node = await _start(paths[1])
+        admin = aiokafka_admin.AIOKafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}", request_timeout_ms=10_000)
+        try:
+            await admin.start()
+            await admin.create_topics([aiokafka_admin.NewTopic("clicks", 4, 1)], timeout_ms=10_000)
+
+            async def until(pred):
+                deadline = time.monotonic() + 10
+                while not pred(node.metadata.image()):
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.02)
+            await until(lambda im: im.topics.get_topic_by_name("clicks") is not None)
+            assert "clicks" in await admin.list_topics()
+            (described,) = await admin.describe_topics(["clicks"])
+            assert described["error_code"] == 0 and len(described["partitions"]) == 4
+            from aiokafka.admin.config_resource import ConfigResource as AioResource
+            from aiokafka.admin.config_resource import ConfigResourceType as AioType
+            res = AioResource(AioType.TOPIC, "clicks", {"retention.ms": "60000"})
+            await admin.alter_configs([res])
+            clicks = ConfigResource(ConfigResourceType.TOPIC, "clicks")
+            await until(lambda im: im.configs.config_map_for_resource(clicks).get("retention.ms") == "60000")
+            await admin.create_partitions({"clicks": aiokafka_admin.NewPartitions(6)})
+            await until(lambda im: len(im.topics.get_topic_by_name("clicks").partitions) == 6)
+            cluster = await admin.describe_cluster()
+            assert cluster["cluster_id"] == node.cluster_id
+            await admin.delete_topics(["clicks"])
+            await until(lambda im: im.topics.get_topic_by_name("clicks") is None)
+        finally:
+            await admin.close()
+            await asyncio.wait_for(node.shutdown(5), 30)
 
     asyncio.run(main())
