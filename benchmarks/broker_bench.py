@@ -274,11 +274,14 @@ def cmd_shutdown(args: argparse.Namespace, argv: list[str]) -> None:
 # ------------------------------------------------------------------ start
 def cmd_start(args: argparse.Namespace, argv: list[str]) -> None:
     base = tempfile.mkdtemp(prefix="broker-bench-")
-    c = BrokerCluster(base, controllers=1, brokers=3, shutdown_timeout_s=30)
+    # Kafka's heartbeat and session defaults: with the tests' 200 ms / 2 s, building 100k partitions
+    # on two shared cores overloaded the controller's queue until it fenced healthy brokers.
+    extra = {"broker.heartbeat.interval.ms": str(args.heartbeat_ms), "broker.session.timeout.ms": str(args.session_ms)}
+    c = BrokerCluster(base, controllers=1, brokers=3, shutdown_timeout_s=30, extra=extra)
     ctl_port = c.controllers[0].controller_port
     assert ctl_port is not None
     victim: ServerProcess = c.nodes[103]
-    setup = {"controllers": 1, "brokers": 3, "partitions": f"{args.partitions:,}", "RF": 3,
+    setup = {"controllers": 1, "brokers": 3, "partitions": f"{args.partitions:,}", "RF": 3, **extra,
              "partitions per topic": args.per_topic, "load before": load()}
     runs = []
     try:
@@ -339,6 +342,8 @@ def main(argv: list[str] | None = None) -> None:
     s = sub.add_parser("start")
     s.add_argument("--partitions", type=int, default=1_000_000)
     s.add_argument("--per-topic", type=int, default=1000)
+    s.add_argument("--heartbeat-ms", type=int, default=2000, help="broker.heartbeat.interval.ms (Kafka's default)")
+    s.add_argument("--session-ms", type=int, default=9000, help="broker.session.timeout.ms (Kafka's default)")
     for s in sub.choices.values():
         s.add_argument("--runs", type=int, default=3)
         s.add_argument("--out", default=None, help="the Markdown report (default: results/s15/broker_<name>.md)")
