@@ -89,9 +89,10 @@ class BulkObjectsKernel(Protocol):
         """Entries grouped by key then topic, or None when a key's topics are not in order."""
 
     def encode_partition_rows(self, header: bytes, columns: Any, starts: Any, stops: Any, topic_ids: list[bytes],
-                              version: int) -> list[bytes | None]:
-        """Each row's PartitionRecord value from a PartitionBlock's columns, span by span, or None
-        where the caller must write it another way (caller: ``kraft_node.metadata.image.topics``)."""
+                              version: int, prefixes: list[Any] | None = None) -> list[Any]:
+        """Each row's PartitionRecord value from a PartitionBlock's columns, span by span (each
+        after its prefix when given), or None where the caller must write it another way
+        (caller: ``kraft_node.metadata.image.topics``)."""
 
 
 class ImageBulkKernel(Protocol):

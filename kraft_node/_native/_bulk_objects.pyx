@@ -472,9 +472,9 @@ cdef inline const int32_t* _ints(const int32_t[::1] a) noexcept:
     return &a[0] if a.shape[0] else NULL
 
 
-def encode_partition_rows(bytes header, columns, starts, stops, list topic_ids, int version):
+def encode_partition_rows(bytes header, columns, starts, stops, list topic_ids, int version, list prefixes=None):
     """The PartitionRecord value of each row of each span, or None where the caller must
-    write that row another way (see the twin for the contract and when)."""
+    write that row another way, each span after its prefix when given (see the twin)."""
     if len(header) != 3:
         raise ValueError("header must be the 3 frame bytes")
     if len(columns) != len(PARTITION_ROW_COLUMNS):
@@ -503,8 +503,8 @@ def encode_partition_rows(bytes header, columns, starts, stops, list topic_ids, 
     cdef const int64_t[::1] e = np.ascontiguousarray(stops, dtype=np.int64)
     cdef Py_ssize_t nrows = pid.shape[0], nspans = s.shape[0], k, row, total = 0, at = 0, j
     cdef Py_ssize_t ndirs = dirs_array.shape[0]
-    if e.shape[0] != nspans or len(topic_ids) != nspans:
-        raise ValueError("starts, stops and topic_ids must have the same length")
+    if e.shape[0] != nspans or len(topic_ids) != nspans or (prefixes is not None and len(prefixes) != nspans):
+        raise ValueError("starts, stops, topic_ids (and prefixes) must have the same length")
     for name, col in zip(PARTITION_ROW_COLUMNS[1:5], (leader, le, pe, lrs)):
         if col.shape[0] != nrows:
             raise ValueError(f"encode_partition_rows: {name} has {col.shape[0]} rows, partition_id {nrows}")
@@ -518,6 +518,9 @@ def encode_partition_rows(bytes header, columns, starts, stops, list topic_ids, 
         if not kb_is_bytes16(<PyObject*>topic_ids[k]):
             raise ValueError(f"encode_partition_rows: topic id {k} is not 16 bytes")
         total += e[k] - s[k]
+    if prefixes is not None:
+        total += nspans
+    cdef PyObject** pre = kb_items(<PyObject*>prefixes) if prefixes is not None else NULL
     cdef const int32_t* rep_op = _ints(rep_o)
     cdef const int32_t* isr_op = _ints(isr_o)
     cdef const int32_t* rem_op = _ints(rem_o)
@@ -541,6 +544,9 @@ def encode_partition_rows(bytes header, columns, starts, stops, list topic_ids, 
     cdef PyObject* raw = <PyObject*>result
     for k in range(nspans):
         tid = <const unsigned char*>kb_bytes_data(tids[k])
+        if pre != NULL:
+            kb_list_set_incref(raw, at, pre[k])
+            at += 1
         for row in range(s[k], e[k]):
             value = NULL
             nr = _span(rep_op, row, n_rep, "replicas")

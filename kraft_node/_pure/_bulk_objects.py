@@ -203,7 +203,7 @@ def _row_span(offsets: list[int], row: int, nvalues: int, name: str) -> tuple[in
 
 
 def encode_partition_rows(header: bytes, columns: Sequence[Any], starts: Any, stops: Any, topic_ids: list[bytes],
-                          version: int) -> list[bytes | None]:
+                          version: int, prefixes: list[Any] | None = None) -> list[Any]:
     """The framed PartitionRecord value of each row of each span, or None where the caller must
     write that row another way.  Why: a snapshot of an image writes its partitions from the
     image's columns (``kraft_node.metadata.image.partition_block``), with no registration
@@ -214,10 +214,12 @@ def encode_partition_rows(header: bytes, columns: Sequence[Any], starts: Any, st
     ``rows + 1`` entries addressing their values -- not necessarily from 0 --, directories as
     ``uint8[k, 16]``; the ELR columns are only looked at for being empty).  Span ``k`` is
     rows ``starts[k] .. stops[k] - 1``, all of topic ``topic_ids[k]`` (16 bytes); the result
-    lists the spans' rows in order.  Each value is ``header`` (the 3 frame bytes) and the body
-    at ``version`` (layout in ``kraft_node.metadata.controller.replication_snapshot``); a row
-    with no directories stands for MIGRATING (all zero) per replica, written as such at
-    version 1+.
+    lists the spans' rows in order, each span preceded by ``prefixes[k]`` (any object, put in
+    as it is) when ``prefixes`` is given -- the snapshot writer's TopicRecord before its
+    partitions, so a chunk of topics comes out as one list in record order.  Each value is
+    ``header`` (the 3 frame bytes) and the body at ``version`` (layout in
+    ``kraft_node.metadata.controller.replication_snapshot``); a row with no directories stands
+    for MIGRATING (all zero) per replica, written as such at version 1+.
 
     None for a row whose record has a tagged field or whose writing is a loss: a leader
     recovery state other than 0, a non-empty ELR or last known ELR (tagged at version 2, a
@@ -239,8 +241,8 @@ def encode_partition_rows(header: bytes, columns: Sequence[Any], starts: Any, st
                                    for name in PARTITION_ROW_COLUMNS if name != "directories"}
     s = np.asarray(starts, dtype=np.int64).tolist()
     e = np.asarray(stops, dtype=np.int64).tolist()
-    if len(e) != len(s) or len(topic_ids) != len(s):
-        raise ValueError("starts, stops and topic_ids must have the same length")
+    if len(e) != len(s) or len(topic_ids) != len(s) or (prefixes is not None and len(prefixes) != len(s)):
+        raise ValueError("starts, stops, topic_ids (and prefixes) must have the same length")
     for name in PARTITION_ROW_COLUMNS[1:5]:
         if len(lists[name]) != nrows:
             raise ValueError(f"encode_partition_rows: {name} has {len(lists[name])} rows, partition_id {nrows}")
@@ -253,8 +255,10 @@ def encode_partition_rows(header: bytes, columns: Sequence[Any], starts: Any, st
             raise ValueError(f"encode_partition_rows: span {k} is rows {a}..{b}, outside 0..{nrows}")
         if type(topic_ids[k]) is not bytes or len(topic_ids[k]) != 16:
             raise ValueError(f"encode_partition_rows: topic id {k} is not 16 bytes")
-    out: list[bytes | None] = []
+    out: list[Any] = []
     for k, (a, b) in enumerate(zip(s, e)):
+        if prefixes is not None:
+            out.append(prefixes[k])
         for row in range(a, b):
             out.append(_encode_row(header, lists, dirs, len(dirs_array), row, topic_ids[k], version))
     return out

@@ -299,6 +299,16 @@ def test_kernel_twins_agree_and_match_the_typed_encoder(version: int) -> None:
                 [t.partitions.stop for t in mine], [t.topic_id.bytes for t in mine], version)
         results = [twin.encode_partition_rows(*args) for twin in _twins()]
         assert all(r == results[0] for r in results)
+        marks = [("topic", k) for k in range(len(mine))]
+        with_prefixes = [twin.encode_partition_rows(*args, marks) for twin in _twins()]
+        assert all(r == with_prefixes[0] for r in with_prefixes)
+        expect: list[Any] = []
+        at = 0
+        for k, t in enumerate(mine):
+            expect.append(marks[k])
+            expect += results[0][at:at + len(t.partitions)]
+            at += len(t.partitions)
+        assert with_prefixes[0] == expect
         flat = [(t, p, r) for t in mine for p, r in t.partitions.items()]
         assert len(flat) == len(results[0])
         assert None in results[0] and any(v is not None for v in results[0])
@@ -321,6 +331,8 @@ def test_kernel_refuses_bad_input_naming_it() -> None:
             twin.encode_partition_rows(header, cols, [0], [2], [bytes(15)], 2)
         with pytest.raises(ValueError, match="same length"):
             twin.encode_partition_rows(header, cols, [0], [2], [], 2)
+        with pytest.raises(ValueError, match="same length"):
+            twin.encode_partition_rows(header, cols, [0], [2], [bytes(16)], 2, [])
         with pytest.raises(ValueError, match="3 frame bytes"):
             twin.encode_partition_rows(b"\x01", cols, [0], [2], [bytes(16)], 2)
         bad = list(cols)
