@@ -79,9 +79,24 @@ controller write the same snapshot bytes.  Losses go to ``options.handle_loss``,
 partition as Kafka's ``PartitionRegistration.toRecord``: real directories below 3.7-IV2 ("the
 directory assignment state of one or more replicas"), and ELR below 4.0-IV1 ("the eligible
 leader replicas of one or more partitions" -- Kafka drops those silently; a loss is never
-silent here).  PartitionRecords are encoded in bulk chunks by the controller's encoder and
-handed to the writer as :class:`~kraft_node.metadata.controller.replication_snapshot.FramedRecord`
-(an ApiMessageAndVersion whose ``message`` is decoded on demand).
+silent here).
+
+How (issue 22's target: a 1M-partition snapshot written in <= 2 s, through the loader's
+sliced emitter): topics go in chunks of about :data:`WRITE_CHUNK` partitions, each chunk made
+into a list of :class:`~kraft_node.metadata.controller.replication_snapshot.FramedRecord`
+(an ApiMessageAndVersion whose ``encode()`` is its value and whose ``message`` is decoded on
+demand; made by the ``_bulk_objects`` kernel, untracked by the cyclic collector) and then
+handed to ``writer.write`` one record at a time, so the emitter can cut a slice after any
+record.  A topic whose partitions are all rows of a block (no overrides: what a snapshot load
+leaves) has its PartitionRecord values encoded straight from the block's columns by the
+kernel's ``encode_partition_rows`` (no registration object; when a whole chunk is rows of one
+block, one call gives the chunk's values in record order, each TopicRecord value -- framed
+here by hand, :func:`_topic_record_value` -- before its rows).  The rest goes the
+per-partition way: topics with overrides, and the rows the kernel leaves out (a tagged field:
+a RECOVERING leader, an ELR at v2; a loss; a list of 127 or more) are made into registrations,
+their losses reported in topic and partition order before any record of the chunk is written,
+and encoded by :func:`~kraft_node.metadata.controller.replication_snapshot.encode_partition_records`.
+Both ways give the typed encoder's bytes (``tests/image/test_topics_image_write.py``).
 """
 from __future__ import annotations
 
