@@ -649,6 +649,9 @@ def test_appends_within_the_linger_wake_the_leader_once_not_per_append(tmp_path)
         try:
             leader = await wait_leader(ds)
             await leader.append([b"warm-up"], leader.leader_and_epoch.epoch)
+            # let the followers learn the warm-up's high watermark (Fetch v18 tells the leader
+            # theirs, so their next Fetch is answered at once) and park again before counting
+            await asyncio.sleep(0.1)
             polls = []
             real_poll = leader.core.poll
 

@@ -110,12 +110,24 @@ def test_fetch_response_roundtrip(e1, e2, hwm, cl, lso, div, sid, spec, base, nd
 
 
 def test_fetch_request_uses_metadata_topic_id_and_replica_state():
-    req = m.FetchRequest("c", 3, 500, 7, 10, 6, 0, None)
+    req = m.FetchRequest("c", 3, 500, 7, 10, 6, 0, None, 9)
     body, v = wire.request_to_wire(req)
-    assert v == 17
+    assert v == 18
     assert body.topics[0].topic_id == METADATA_TOPIC_ID and str(METADATA_TOPIC_ID) == "AAAAAAAAAAAAAAAAAAAAAQ"
     assert body.replica_state.replica_id == 3
     assert body.topics[0].partitions[0].last_fetched_epoch == 6
+
+
+def test_fetch_carries_the_fetchers_high_watermark_to_the_leader():
+    """KIP-1166 (Fetch v18): the fetcher's known high watermark crosses the wire, so the leader
+    answers at once a Fetch whose high watermark is behind its own instead of parking it (at
+    v17 it reads as Long.MAX_VALUE, "not supported": issue 24's 500 ms propagation stalls)."""
+    for hwm in (-1, 0, 41):
+        body, v = wire.request_to_wire(m.FetchRequest("c", 3, 500, 7, 10, 6, 0, None, hwm))
+        back = wire.request_from_wire(_bytes_roundtrip(body, v, g_fetch.FetchRequest), v)
+        assert back.high_watermark == hwm
+    body, _ = wire.request_to_wire(m.FetchRequest("c", 3, 500, 7, 10, 6, 0, None, 41))
+    assert wire.request_from_wire(_bytes_roundtrip(body, 17, g_fetch.FetchRequest), 17).high_watermark == 2 ** 63 - 1
 
 
 def test_control_batch_travels_as_leader_change():
