@@ -109,3 +109,60 @@ def test_a_bad_record_in_a_bulk_batch_is_a_fault_naming_its_offset():
     offset, message = loader.failure
     assert offset == 1 + 1 + 300 and message == f"Error loading metadata log record from offset {offset}"
     assert loader.image.topics.get_topic_by_name("t1") is None
+
+
+# -- a node catching up folds a run of small batches at once (MetadataBatchLoader.load_run_bulk)
+
+def _in_batches(values: list[bytes], size: int, base: int = 0) -> tuple[Batch, ...]:
+    return tuple(Batch(base + i, 1, tuple(values[i:i + size])) for i in range(0, len(values), size))
+
+
+def test_catching_up_a_run_of_small_batches_folds_them_at_once_into_the_same_image(tmp_path, monkeypatch):
+    values = _generated_values(tmp_path, 6_000)
+    calls = []
+    real = bl.bulk_delta
+    monkeypatch.setattr(bl, "bulk_delta", lambda fr, *a, **k: calls.append(len(fr.api_key)) or real(fr, *a, **k))
+    loader = MetadataLoader(high_watermark=lambda: len(values))
+    rec = Recorder()
+    loader.install_publishers([rec])
+    batches = _in_batches(values, 37)  # every batch under BULK_MIN_RECORDS
+    half = len(batches) // 2
+    loader.handle_commit(batches[:half])  # still catching up: one fold, not published
+    assert calls == [sum(len(b.records) for b in batches[:half])] and rec.images == []
+    loader.handle_commit(batches[half:])  # reaches the high watermark: published
+    assert loader.failure is None and len(calls) == 2
+    ref = _reference(values)
+    for part in ("features", "cluster", "topics", "configs", "client_quotas", "producer_ids", "acls", "scram",
+                 "delegation_tokens"):
+        assert getattr(loader.image, part) == getattr(ref, part), part
+    (_delta, image, _manifest), = rec.images  # one publication, at the high watermark
+    assert image.offset == len(values) - 1
+    # caught up: later runs go batch by batch (each commit published as it comes)
+    calls.clear()
+    more = _in_batches([encode_metadata_record(m.NoOpRecord(), 0)] * 40, 20, base=len(values))
+    loader.handle_commit(more)
+    assert calls == [] and rec.images[-1][1].offset == len(values) + 39
+
+
+def test_catching_up_a_run_with_a_transaction_marker_goes_batch_by_batch(monkeypatch):
+    calls = []
+    real = bl.bulk_delta
+    monkeypatch.setattr(bl, "bulk_delta", lambda *a, **k: calls.append(1) or real(*a, **k))
+    loader = MetadataLoader(high_watermark=lambda: 100_000)
+    mv = Batch(0, 1, (encode_metadata_record(m.FeatureLevelRecord(name="metadata.version", feature_level=22), 0),))
+    run = (mv, _topic_batch(1, 300), _topic_batch(302, 300, begin=True))
+    loader.handle_commit(run)
+    assert calls == [] and loader.failure is None
+    assert loader.image.topics.get_topic_by_name("t302") is None  # inside the open transaction
+
+
+def test_a_bad_record_in_a_caught_up_run_is_a_fault_naming_its_offset():
+    faults = RecordingFaultHandler("loader")
+    loader = MetadataLoader(high_watermark=lambda: 100_000, fault_handler=faults)
+    mv = Batch(0, 1, (encode_metadata_record(m.FeatureLevelRecord(name="metadata.version", feature_level=22), 0),))
+    run = (mv, _topic_batch(1, 300), _topic_batch(302, 300, bad_at=17))
+    loader.handle_commit(run)
+    assert loader.failure is not None
+    offset, message = loader.failure
+    assert offset == 302 + 1 + 17 and message == f"Error loading metadata log record from offset {offset}"
+    assert loader.image.topics.get_topic_by_name("t1") is None  # nothing of the run was published

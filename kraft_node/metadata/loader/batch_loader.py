@@ -51,9 +51,10 @@ Differences from Kafka, on purpose:
 """
 from __future__ import annotations
 
+import bisect
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -233,6 +234,52 @@ class MetadataBatchLoader:
         self._delta = delta
         self._delta_has_records = True
         self._count_batch(batch, len(batch.records), elapsed)
+        provenance = MetadataProvenance(self._last_offset, self._last_epoch, self._last_time_ms, True)
+        manifest = LogDeltaManifest(provenance, leader_and_epoch, self._num_batches, self._elapsed_ns,
+                                    self._num_bytes, self._num_records)
+        self._apply_and_publish(delta, manifest)
+        return elapsed
+
+    def load_run_bulk(self, batches: Sequence[Batch], leader_and_epoch: LeaderAndEpoch) -> int | None:
+        """Fold a run of committed batches at once by the bulk path and publish the image at its
+        end; the nanoseconds it took, or None (nothing done) when the run does not qualify: a
+        transaction open or a delta pending, fewer than :data:`BULK_MIN_RECORDS` records in all,
+        or a transaction marker among them (those go batch by batch, record at a time).
+
+        Why: a node catching up (a restarted broker reading its log tail, an observer fetching
+        a long log) gets many batches per commit, most of them small -- a topic creation of 100
+        partitions is one batch of ~101 records, under the single-batch bulk threshold -- and
+        record at a time they cost ~15 us a record (BENCHMARKS.md, the loader row).  While
+        catching up nothing is published before the high watermark anyway, so folding the run
+        into one delta changes no image a publisher sees; the run ends at a batch boundary."""
+        if self.failure is not None or self._txn is not _NO or self._delta_has_records:
+            return None
+        values: list[bytes] = []
+        owners: list[int] = []  # the first record index of each batch, for error offsets
+        for b in batches:
+            owners.append(len(values))
+            if not b.is_control:
+                values.extend(b.records)
+        if len(values) < BULK_MIN_RECORDS:
+            return None
+        start = self._clock_ns()
+        fr = framed_records(values)
+        if np.isin(fr.api_key, _TRANSACTION_KEY_LIST).any():
+            return None
+        try:
+            delta = bulk_delta(fr, self._image)
+        except BulkLoadError as exc:
+            index = exc.index if exc.index is not None else 0
+            k = bisect.bisect_right(owners, index) - 1
+            offset = batches[k].base_offset + index - owners[k]
+            self.fail(offset, f"Error loading metadata log record from offset {offset}", exc.cause)
+            return self._clock_ns() - start
+        elapsed = self._clock_ns() - start
+        self._delta = delta
+        self._delta_has_records = True
+        for k, b in enumerate(batches):
+            n = 0 if b.is_control else (owners[k + 1] if k + 1 < len(owners) else len(values)) - owners[k]
+            self._count_batch(b, n, elapsed if k == len(batches) - 1 else 0)
         provenance = MetadataProvenance(self._last_offset, self._last_epoch, self._last_time_ms, True)
         manifest = LogDeltaManifest(provenance, leader_and_epoch, self._num_batches, self._elapsed_ns,
                                     self._num_bytes, self._num_records)

@@ -332,8 +332,18 @@ class MetadataLoader:
         metrics = self._metrics
         leader = self._leader
         try:
+            run_elapsed = None
+            if self._catching_up and len(batches) > 1:
+                # catching up: the whole run in one bulk fold (see load_run_bulk); nothing is
+                # published before the high watermark anyway
+                run_elapsed = batch_loader.load_run_bulk(batches, leader)
             for batch in batches:
-                elapsed = batch_loader.load_batch(batch, leader)
+                if run_elapsed is None:
+                    elapsed = batch_loader.load_batch(batch, leader)
+                elif batch is batches[-1]:
+                    elapsed = run_elapsed  # (counted once, with the run's last batch)
+                else:
+                    elapsed = 0
                 if batch_loader.failure is not None:
                     return
                 if batch.is_control:
@@ -344,7 +354,8 @@ class MetadataLoader:
                 else:
                     metrics.update_batch_size(len(batch.records))
                 metrics.update_batch_processing_time_ns(elapsed)
-            batch_loader.maybe_flush_batches(leader, True)
+            if run_elapsed is None:
+                batch_loader.maybe_flush_batches(leader, True)
         except Exception as exc:
             # not expected: every step that can fail reports its own fault
             batch_loader.fail(self._image.offset, f"Unhandled fault in MetadataLoader#handleCommit. Last image "
