@@ -174,8 +174,12 @@ def _as_arrow(values: Any) -> tuple[object, np.ndarray]:
         if len(off) > 1 and (off[0] < 0 or off[-1] > n or bool(np.any(off[1:] < off[:-1]))):
             raise ValueError(f"offsets must be non-decreasing positions within the {n}-byte buffer")
         return data, off
-    parts = [_framed(v) for v in values]
-    lens = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
+    if isinstance(values, list) and all(type(v) is bytes for v in values):
+        parts = values  # framed already (the image writer's records): joined as they are
+        lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    else:
+        parts = [_framed(v) for v in values]
+        lens = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
     off = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum(lens, out=off[1:])
     return b"".join(parts), off
