@@ -71,11 +71,11 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from kraft_node.metadata.controller.errors import ApiError
 from kraft_node.metadata.controller.partition_changes import PartitionChangeContext, partition_change_count
-from kraft_node.metadata.controller.replication_control import NO_LEADER, TopicIdPartition
+from kraft_node.metadata.controller.replication_control import LEADER_FLAG, NO_LEADER, TopicIdPartition
 from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
 from kraft_node.protocol.errors import Errors
 from kraft_storage.messages import metadata as m
@@ -106,19 +106,106 @@ class ChangeKind(enum.Enum):
 _EXCLUDING = (ChangeKind.FENCE, ChangeKind.SHUTDOWN, ChangeKind.UNREGISTER)
 
 
+_REPLICA_MASK = LEADER_FLAG - 1
+
+#: Index groups: ``(topic id, raw entries)`` as the reverse indexes hold them.
+_Groups = Sequence[tuple[Uuid, tuple[int, ...]]]
+
+
+class _Cursor:
+    """What a phase's scan found, handed out one partition at a time (``peek``, ``advance``).
+
+    Why not a list: the first scan of a broker in the ISR of 30k partitions built 30k
+    TopicIdPartitions (and a set to put its leaderships first) inside the event that starts the
+    change, ~50 ms in process and 140-160 ms on a loaded node, above the 50 ms an event may
+    take.  A cursor over a copy of the broker's index groups (``(topic id, entries)``, an
+    O(topics) copy whose entry tuples replays never change) costs O(topics) to take and
+    O(1) a partition to advance, so the scan's cost is spread over the bounded steps.
+
+    ``passes`` lists which entries each pass over the groups hands out: ``True`` the ones
+    flagged as led, ``False`` the others, ``None`` all (a partition is in exactly one of a
+    pass's groups, so "leaders first" is the passes ``(True, False)``).  A cursor made with
+    :meth:`of` hands out a list instead (a rescan's filtered remainder)."""
+
+    __slots__ = ("_groups", "_passes", "_pass", "_group", "_items", "_pos")
+
+    def __init__(self, groups: _Groups, passes: tuple[bool | None, ...] = (None,)):
+        self._groups = groups
+        self._passes = passes
+        self._pass = 0
+        self._group = -1
+        #: the current group's partitions (or the whole list of :meth:`of`), and the position
+        self._items: Sequence[TopicIdPartition] = ()
+        self._pos = 0
+
+    @classmethod
+    def of(cls, items: Sequence[TopicIdPartition]) -> "_Cursor":
+        cursor = cls((), ())
+        cursor._items = items
+        return cursor
+
+    def copy(self) -> "_Cursor":
+        """An independent cursor at the same place (the groups and item tuples are shared:
+        neither is ever changed)."""
+        other = _Cursor(self._groups, self._passes)
+        other._pass, other._group, other._items, other._pos = self._pass, self._group, self._items, self._pos
+        return other
+
+    def peek(self) -> TopicIdPartition | None:
+        """The next partition, None once every pass is through."""
+        while self._pos >= len(self._items):
+            if not self._next_group():
+                return None
+        return self._items[self._pos]
+
+    def advance(self) -> None:
+        self._pos += 1
+
+    def rest(self) -> list[TopicIdPartition]:
+        """Every partition not handed out yet (the cursor is left exhausted)."""
+        out: list[TopicIdPartition] = []
+        while True:
+            out.extend(self._items[self._pos:])
+            self._pos = len(self._items)
+            if not self._next_group():
+                return out
+
+    def _next_group(self) -> bool:
+        """Move to the next group of the current pass (or the next pass); False at the end."""
+        groups, passes = self._groups, self._passes
+        while self._pass < len(passes):
+            self._group += 1
+            if self._group >= len(groups):
+                self._pass += 1
+                self._group = -1
+                continue
+            topic_id, entries = groups[self._group]
+            led = passes[self._pass]
+            if led is None:
+                picked = [TopicIdPartition(topic_id, e & _REPLICA_MASK) for e in entries]
+            else:
+                picked = [TopicIdPartition(topic_id, e & _REPLICA_MASK) for e in entries
+                          if bool(e & LEADER_FLAG) is led]
+            if picked:
+                self._items = picked
+                self._pos = 0
+                return True
+        self._items, self._pos = (), 0
+        return False
+
+
 @dataclass(eq=False)
 class _Phase:
-    """One pass of Kafka's generateLeaderAndIsrUpdates, resumable: ``source(first)`` lists the
-    partitions (``first``: the initial scan), ``seen`` the partition epoch each one is expected
-    at once this phase's records are replayed."""
+    """One pass of Kafka's generateLeaderAndIsrUpdates, resumable: ``source(first)`` gives a
+    cursor over the partitions (``first``: the initial scan), ``seen`` the partition epoch each
+    one is expected at once this phase's records are replayed."""
     context: str
     broker_to_remove: int
     broker_to_add: int
     broker_with_unclean_shutdown: int
-    source: Callable[[bool], Sequence[TopicIdPartition]]
+    source: Callable[[bool], _Cursor]
     seen: dict[TopicIdPartition, int] = field(default_factory=dict)
-    queue: list[TopicIdPartition] = field(default_factory=list)
-    pos: int = 0
+    queue: _Cursor = field(default_factory=lambda: _Cursor.of(()))
     scans: int = 0
     done: bool = False
 
@@ -142,7 +229,42 @@ class PendingChange:
 
     def copy(self) -> "PendingChange":
         """A copy whose progress can be advanced without touching this one."""
-        return replace(self, phases=[replace(p, seen=dict(p.seen), queue=list(p.queue)) for p in self.phases])
+        return replace(self, phases=[replace(p, seen=dict(p.seen), queue=p.queue.copy()) for p in self.phases])
+
+
+class _PendingChanges(dict[tuple[ChangeKind, int], PendingChange]):
+    """The pending changes by ``(kind, broker)``, oldest first, and who they exclude: the
+    brokers an excluding kind names (``excluding``) and those with offline directories being
+    moved (``offline``).  :meth:`BrokerLifecycle.excluded` asks once per candidate leader of
+    every partition change (30k times in a controlled shutdown), so it reads two sets instead
+    of probing the map per kind; every mutation goes through the methods below, which rebuild
+    both (changes start and end rarely; the map holds a handful)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.excluding: frozenset[int] = frozenset()
+        self.offline: frozenset[int] = frozenset()
+
+    def _reindex(self) -> None:
+        self.excluding = frozenset(b for (kind, b) in self if kind in _EXCLUDING)
+        self.offline = frozenset(b for (kind, b) in self if kind is ChangeKind.OFFLINE_DIRS)
+
+    def __setitem__(self, key: tuple[ChangeKind, int], value: PendingChange) -> None:
+        super().__setitem__(key, value)
+        self._reindex()
+
+    def __delitem__(self, key: tuple[ChangeKind, int]) -> None:
+        super().__delitem__(key)
+        self._reindex()
+
+    def pop(self, key: tuple[ChangeKind, int], *default: Any) -> Any:
+        value = super().pop(key, *default)
+        self._reindex()
+        return value
+
+    def clear(self) -> None:
+        super().clear()
+        self._reindex()
 
 
 class BrokerLifecycle:
@@ -156,7 +278,7 @@ class BrokerLifecycle:
     def __init__(self, ctx: PartitionChangeContext):
         self.ctx = ctx
         ctx.exclusions = self
-        self._pending: dict[tuple[ChangeKind, int], PendingChange] = {}
+        self._pending = _PendingChanges()
         #: finished changes whose ending record (a fence, an unregistration, directories
         #: offline) was written into a result that may not be replayed yet: the broker stays
         #: excluded until its registration shows that record (see :meth:`excluded`)
@@ -196,14 +318,13 @@ class BrokerLifecycle:
         another change, whose records are built from the state before that fence record, where
         the broker is still unfenced (found by the simulator: it was elected from an ELR after
         its own fence record)."""
-        pending = self._pending
         if self._ending and self._still_ending(broker_id, directory):
             return True
-        if not pending:
+        pending = self._pending
+        if broker_id in pending.excluding:
+            return True
+        if broker_id not in pending.offline:
             return False
-        for kind in _EXCLUDING:
-            if (kind, broker_id) in pending:
-                return True
         offline = pending.get((ChangeKind.OFFLINE_DIRS, broker_id))
         return offline is not None and directory is not None and directory in offline.directories
 
@@ -349,12 +470,9 @@ class BrokerLifecycle:
         then the UnregisterBrokerRecord (when the changes are complete)."""
         self._cancel(broker_id, ChangeKind.FENCE, ChangeKind.CONTROLLED_SHUTDOWN, ChangeKind.SHUTDOWN,
                      ChangeKind.OFFLINE_DIRS)
-        replication = self.ctx.replication
         self._start(PendingChange(ChangeKind.UNREGISTER, broker_id, broker_epoch, [
-            _Phase("handleBrokerUnregistered", broker_id, NO_LEADER, NO_LEADER,
-                   lambda first: replication.partitions_with_broker_in_isr(broker_id)),
-            _Phase("handleBrokerUnregistered", broker_id, NO_LEADER, NO_LEADER,
-                   lambda first: replication.partitions_with_broker_in_elr(broker_id)),
+            _Phase("handleBrokerUnregistered", broker_id, NO_LEADER, NO_LEADER, self._in_isr(broker_id)),
+            _Phase("handleBrokerUnregistered", broker_id, NO_LEADER, NO_LEADER, self._in_elr(broker_id)),
         ]), records)
 
     def directories_offline(self, broker_id: int, broker_epoch: int, offline_dirs: Sequence[Uuid],
@@ -422,38 +540,38 @@ class BrokerLifecycle:
 
     def _isr_change(self, kind: ChangeKind, context: str, broker_id: int, broker_epoch: int) -> PendingChange:
         """Out of every ISR the broker is in, the partitions it leads first."""
-        replication = self.ctx.replication
-
-        def leaders_first(first: bool) -> list[TopicIdPartition]:
-            led = replication.partitions_led_by_broker(broker_id)
-            led_set = set(led)
-            return led + [tp for tp in replication.partitions_with_broker_in_isr(broker_id) if tp not in led_set]
         return PendingChange(kind, broker_id, broker_epoch,
-                             [_Phase(context, broker_id, NO_LEADER, NO_LEADER, leaders_first)])
+                             [_Phase(context, broker_id, NO_LEADER, NO_LEADER, self._in_isr(broker_id, (True, False)))])
+
+    def _in_isr(self, broker_id: int, passes: tuple[bool | None, ...] = (None,)) -> Callable[[bool], _Cursor]:
+        """A source: the partitions with ``broker_id`` in their ISR (``passes``: see
+        :class:`_Cursor`; ``(True, False)``: the ones it leads first)."""
+        replication = self.ctx.replication
+        return lambda first: _Cursor(replication.isr_entries_by_topic(broker_id), passes)
+
+    def _in_elr(self, broker_id: int) -> Callable[[bool], _Cursor]:
+        replication = self.ctx.replication
+        return lambda first: _Cursor(replication.elr_entries_by_topic(broker_id))
 
     def _shutdown_change(self, broker_id: int, broker_epoch: int, clean: bool) -> PendingChange:
-        replication = self.ctx.replication
         if not clean:
             phases = [
-                _Phase("handleBrokerUncleanShutdown", NO_LEADER, NO_LEADER, broker_id,
-                       lambda first: replication.partitions_with_broker_in_isr(broker_id)),
-                _Phase("handleBrokerUncleanShutdown", NO_LEADER, NO_LEADER, broker_id,
-                       lambda first: replication.partitions_with_broker_in_elr(broker_id)),
+                _Phase("handleBrokerUncleanShutdown", NO_LEADER, NO_LEADER, broker_id, self._in_isr(broker_id)),
+                _Phase("handleBrokerUncleanShutdown", NO_LEADER, NO_LEADER, broker_id, self._in_elr(broker_id)),
             ]
         else:
-            phases = [_Phase("handleBrokerShutdown", broker_id, NO_LEADER, NO_LEADER,
-                             lambda first: replication.partitions_with_broker_in_isr(broker_id))]
+            phases = [_Phase("handleBrokerShutdown", broker_id, NO_LEADER, NO_LEADER, self._in_isr(broker_id))]
         return PendingChange(ChangeKind.SHUTDOWN, broker_id, broker_epoch, phases, clean=clean)
 
-    def _partitions_in_directory(self, directory: Uuid) -> Callable[[bool], Sequence[TopicIdPartition]]:
+    def _partitions_in_directory(self, directory: Uuid) -> Callable[[bool], _Cursor]:
         replication = self.ctx.replication
-        return lambda first: list(replication.partitions_in_directory(directory))
+        return lambda first: _Cursor.of(list(replication.partitions_in_directory(directory)))
 
     def _leaderless_change(self, broker_to_add: int) -> PendingChange:
-        replication = self.ctx.replication
+        # the leaderless partitions are the NO_LEADER broker's entries, all flagged as led
         return PendingChange(ChangeKind.LEADERLESS, NO_LEADER, -1, [
             _Phase("handleBrokerUnfenced" if broker_to_add != NO_LEADER else "electLeaderlessPartitions",
-                   NO_LEADER, broker_to_add, NO_LEADER, lambda first: replication.partitions_with_no_leader())])
+                   NO_LEADER, broker_to_add, NO_LEADER, self._in_isr(NO_LEADER, (True,)))])
 
     def _still_current(self, change: PendingChange) -> bool:
         """Whether the registration the change was started for is still the broker's."""
@@ -498,29 +616,35 @@ class BrokerLifecycle:
                 continue
             made_here: set[TopicIdPartition] = set()
             while True:
-                if phase.pos >= len(phase.queue):
+                tp = phase.queue.peek()
+                if tp is None:
                     if phase.scans >= MAX_SCANS:
                         log.error("%s: the partitions kept changing over %d scans; finishing with what is written.",
                                   phase.context, phase.scans)
                         phase.done = True
                         break
-                    candidates = phase.source(phase.scans == 0)
-                    if given:
-                        listed = set(candidates)
-                        candidates = [*candidates, *(tp for tp in given if tp not in listed)]
+                    cursor = phase.source(phase.scans == 0)
                     phase.scans += 1
-                    if phase.seen or made_here:
-                        candidates = [tp for tp in candidates if tp not in made_here and not self._settled(phase, tp)]
-                    phase.queue = list(candidates)
-                    phase.pos = 0
-                    if not phase.queue:
+                    if given or phase.seen or made_here:
+                        # a rescan (or a scan missing what this result gives the broker): the
+                        # partitions left, listed and filtered now
+                        candidates = cursor.rest()
+                        if given:
+                            listed = set(candidates)
+                            candidates.extend(tp for tp in given if tp not in listed)
+                        if phase.seen or made_here:
+                            candidates = [tp for tp in candidates
+                                          if tp not in made_here and not self._settled(phase, tp)]
+                        cursor = _Cursor.of(candidates)
+                    phase.queue = cursor
+                    tp = cursor.peek()
+                    if tp is None:
                         phase.done = True
                         break
-                tp = phase.queue[phase.pos]
                 if made >= limit or examined >= max_examined or (tp in touched and tp not in made_here):
                     complete = False
                     break
-                phase.pos += 1
+                phase.queue.advance()
                 examined += 1
                 topic = replication.topic(tp.topic_id)
                 partition = None if topic is None else topic.parts.get(tp.partition_id)

@@ -216,13 +216,15 @@ class PartitionChangeContext:
 
     def builder(self, topic: TopicControlInfo, partition_id: int, partition: PartitionRegistration, *,
                 accept: Callable[[int], bool] | None = None,
-                election: Election | None = None) -> PartitionChangeBuilder:
+                election: Election | None = None,
+                acceptor: Callable[[int], bool] | None = None) -> PartitionChangeBuilder:
         """A PartitionChangeBuilder set up as every Kafka call site does: metadata.version,
         effective min ISR, ELR on/off, the default directory provider, and (if given) the
-        election type."""
+        election type.  ``acceptor``: a complete LeaderAcceptor (what :meth:`leader_acceptor`
+        would make of ``accept``), for a caller that builds one more cheaply."""
         builder = PartitionChangeBuilder(partition, topic.topic_id, partition_id,
-                                         self.leader_acceptor(partition, accept), self.metadata_version(),
-                                         self.effective_min_isr(topic))
+                                         acceptor if acceptor is not None else self.leader_acceptor(partition, accept),
+                                         self.metadata_version(), self.effective_min_isr(topic))
         builder.set_eligible_leader_replicas_enabled(self.elr_enabled())
         builder.set_default_dir_provider(self.default_dirs)
         if election is not None:
@@ -240,13 +242,29 @@ class PartitionChangeContext:
         says fenced (unfencing), and elect (uncleanly where the topic allows it).  The record,
         or None if nothing changes."""
         cluster = self.cluster
+        is_active = cluster.is_active
+        excluded = self.exclusions.excluded
+        replicas = partition.replicas
+        directories = partition.directories
 
         def acceptable(r: int) -> bool:
+            # leader_acceptor(partition, accept) with the accept below, in one closure and
+            # without its replica -> directory dict: this runs for every partition a broker
+            # lifecycle change touches (replicas are distinct, so index finds r's directory)
             if r == broker_to_remove or r == broker_with_unclean_shutdown:
                 return False
-            return r == broker_to_add or cluster.is_active(r)
+            if r != broker_to_add and not is_active(r):
+                return False
+            if r in replicas:
+                i = replicas.index(r)
+                directory = directories[i] if i < len(directories) else None
+            else:
+                directory = None
+            if excluded(r, directory):
+                return False
+            return directory is None or cluster.has_online_dir(r, directory)
 
-        builder = self.builder(topic, partition_id, partition, accept=acceptable)
+        builder = self.builder(topic, partition_id, partition, acceptor=acceptable)
         if self.unclean_enabled(topic.name):
             builder.set_election(Election.UNCLEAN)
         if broker_with_unclean_shutdown != NO_LEADER:

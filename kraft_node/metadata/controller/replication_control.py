@@ -493,6 +493,14 @@ class _BrokerIndex:
                 if not leaders_only or e & LEADER_FLAG:
                     yield TopicIdPartition(topic_id, e & _REPLICA_MASK)
 
+    def entries_by_topic(self, broker_id: int, *, epoch: int = LATEST_EPOCH) -> list[tuple[Uuid, tuple[int, ...]]]:
+        """``(topic id, raw entries)`` of every topic ``broker_id`` has entries for: a copy
+        taken in O(topics), not O(partitions).  It stays as of now however much is replayed
+        later, because a replay replaces an entry tuple and never changes one (the broker
+        lifecycle changes walk it across many events, see ``leadership.py``)."""
+        topic_map = self._members.get(broker_id, epoch=epoch)
+        return [] if topic_map is None else list(topic_map.items(epoch))
+
     def brokers(self, *, epoch: int = LATEST_EPOCH) -> list[int]:
         """The broker ids (NO_LEADER included) that have entries at ``epoch``."""
         return list(self._members.keys(epoch))
@@ -1072,6 +1080,17 @@ class ReplicationControlManager(TopicCreationMixin):
 
     def partitions_with_broker_in_elr(self, broker_id: int, *, epoch: int = LATEST_EPOCH) -> list[TopicIdPartition]:
         return list(self.brokers_to_elrs.partitions_with_broker_in_elr(broker_id, epoch=epoch))
+
+    def isr_entries_by_topic(self, broker_id: int) -> list[tuple[Uuid, tuple[int, ...]]]:
+        """The ISR index of ``broker_id`` (``NO_LEADER``: the leaderless partitions) as
+        ``(topic id, entries)``, an entry being ``partition id | LEADER_FLAG`` where the broker
+        leads: what a fencing or a controlled shutdown walks (an O(topics) copy, see
+        :meth:`_BrokerIndex.entries_by_topic`)."""
+        return self.brokers_to_isrs.entries_by_topic(broker_id)
+
+    def elr_entries_by_topic(self, broker_id: int) -> list[tuple[Uuid, tuple[int, ...]]]:
+        """The ELR index of ``broker_id`` as ``(topic id, partition ids)`` (an O(topics) copy)."""
+        return self.brokers_to_elrs.entries_by_topic(broker_id)
 
     def imbalanced(self, *, epoch: int = LATEST_EPOCH) -> set[TopicIdPartition]:
         """Partitions whose leader is not their preferred replica."""
