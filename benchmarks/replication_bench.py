@@ -6,9 +6,9 @@ QuorumController, every record committed by the quorum and replayed by the two s
                                                     [--brokers 100] [--racks 3] [--topics-per-request 99]
                                                     [--inflight 4] [--runs 3] [--json F]
     python benchmarks/replication_bench.py zonal    [--brokers 300] [--racks 3] [--topics 10000]
-                                                    [--partitions 100] [--runs 1]
-    python benchmarks/replication_bench.py shutdown [--brokers 100] [--racks 3] [--topics 100]
-                                                    [--partitions 100] [--runs 3]
+                                                    [--partitions 100] [--runs 1] [--changes-per-result N]
+    python benchmarks/replication_bench.py shutdown [--brokers 3] [--racks 3] [--topics 300]
+                                                    [--partitions 100] [--runs 3] [--changes-per-result N]
 
 ``create`` (target >= 200k partitions/s end to end; below 50k/s issue 22 is not done):
 ``--brokers`` brokers in ``--racks`` racks register and heartbeat until unfenced; then
@@ -29,7 +29,15 @@ changes written, the largest single append, the longest controller event.
 ``shutdown`` (target <= 1 s): of ``--brokers`` brokers, broker 0 (leading about
 ``--topics`` x ``--partitions`` / ``--brokers`` partitions) asks for a controlled shutdown (a
 heartbeat with wantShutDown every 10 ms, at the committed offset); timed until a heartbeat
-answer says shouldShutDown (its leaderships moved and committed).
+answer says shouldShutDown (its leaderships moved and committed).  Also reported: the
+longest gap between two of its heartbeats (an answer waits for the commit of everything
+written before it) and ``session_expired`` when that gap passed the session, i.e. the
+stale-broker task fenced it and the run timed a fencing, not a controlled shutdown.
+
+``zonal`` and ``shutdown`` also report each node's CPU seconds over the timed part (node 1,
+this process, first), the controller's busy time, and take ``--changes-per-result N`` (node
+1's bound on one lifecycle result) and ``--profile FILE`` (cProfile of node 1 over the timed
+part).
 
 Each prints one JSON document (setup with the load average before and after, the runs, the
 median of the headline).
@@ -38,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import os
 import sys
 import time
@@ -217,6 +226,35 @@ class BatchSizes:
         self._raft.schedule_append = self._orig
 
 
+class TimedProfile:
+    """cProfile of this process (node 1: its controller, Raft driver and metadata loader) over
+    the timed part only, written to ``path`` (nothing when ``path`` is None); the setup (topic
+    creation) would otherwise dominate a whole-run profile."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+        self._prof: cProfile.Profile | None = None
+        if path is not None:
+            self._prof = cProfile.Profile()
+            self._prof.enable()
+
+    def stop(self) -> None:
+        if self._prof is not None and self.path is not None:
+            self._prof.disable()
+            self._prof.dump_stats(self.path)
+            self._prof = None
+
+
+def set_changes_per_result(ctl: Any, n: int | None) -> None:
+    """Node 1's bound on the partition changes of one broker lifecycle result (None: the
+    controller's default), for measuring the bound's effect; only the active controller writes
+    them, so the standbys need not know."""
+    if n is not None:
+        if n < 1:
+            raise SystemExit(f"--changes-per-result must be positive, not {n}")
+        ctl.partition_ops.context.max_partition_changes_per_result = n
+
+
 #: the session settings of the zonal and shutdown scenarios: a short session so the outage is
 #: detected quickly (the time from the sessions' expiry is what is reported)
 SESSION_MS, HEARTBEAT_MS = 2000, 500
@@ -228,6 +266,7 @@ async def run_zonal(args: argparse.Namespace, base: str) -> dict[str, Any]:
     try:
         node = await cluster.start()
         ctl = node.controller.controller
+        set_changes_per_result(ctl, args.changes_per_result)
         epochs, _ = await register_racked(ctl, args.brokers, args.racks)
         keeper = HeartbeatKeeper(ctl, epochs, list(range(args.brokers)), HEARTBEAT_MS / 2000)
         keeper.start()
@@ -243,6 +282,8 @@ async def run_zonal(args: argparse.Namespace, base: str) -> dict[str, Any]:
         sizes = BatchSizes(ctl)
         pauses = GcPauses()
         records_before = ctl.records_replayed
+        cpu0 = [cpu_seconds([p]) for p in cluster.pids]
+        profiler = TimedProfile(args.profile)
         # the rack goes dark: its brokers stop heartbeating; their sessions expire SESSION_MS
         # after their last heartbeat, which is where the clock starts
         keeper.brokers = [b for b in keeper.brokers if b not in set(rack0)]
@@ -257,6 +298,8 @@ async def run_zonal(args: argparse.Namespace, base: str) -> dict[str, Any]:
                 raise SystemExit("the rack was not fenced within 600 s")
             await asyncio.sleep(0.002)
         seconds = time.perf_counter() - expiry
+        profiler.stop()
+        cpu = [round(cpu_seconds([p]) - c, 2) for p, c in zip(cluster.pids, cpu0)]
         pauses.remove()
         sizes.remove()
         keeper.stop()
@@ -267,7 +310,8 @@ async def run_zonal(args: argparse.Namespace, base: str) -> dict[str, Any]:
                 "records_written": ctl.records_replayed - records_before,
                 "largest_batch": max(sizes.sizes, default=0), "appends": len(sizes.sizes),
                 "max_event_ms": round(max(rest, default=0) / 1e6, 3), "event_processing": ms_summary(rest),
-                "longest_events": events.longest(), "gc_pauses": pauses.summary()}
+                "longest_events": events.longest(), "gc_pauses": pauses.summary(),
+                "controller_busy_s": round(sum(rest) / 1e9, 3), "cpu_seconds_by_node": cpu}
     finally:
         await cluster.stop()
 
@@ -278,6 +322,7 @@ async def run_shutdown(args: argparse.Namespace, base: str) -> dict[str, Any]:
     try:
         node = await cluster.start()
         ctl = node.controller.controller
+        set_changes_per_result(ctl, args.changes_per_result)
         epochs, _ = await register_racked(ctl, args.brokers, args.racks)
         victim = 0
         keeper = HeartbeatKeeper(ctl, epochs, list(range(args.brokers)), HEARTBEAT_MS / 2000)
@@ -289,13 +334,19 @@ async def run_shutdown(args: argparse.Namespace, base: str) -> dict[str, Any]:
         events = EventLog(node.controller)
         sizes = BatchSizes(ctl)
         records_before = ctl.records_replayed
+        cpu0 = [cpu_seconds([p]) for p in cluster.pids]
+        profiler = TimedProfile(args.profile)
         keeper.brokers.remove(victim)  # from now on the victim's heartbeats ask to shut down
         t0 = time.perf_counter()
         deadline = time.monotonic() + 120
+        last_sent, longest_gap = t0, 0.0
         while True:
             # the broker's heartbeats, wantShutDown, at the offset it has seen, every 10 ms
+            # after the previous answer (an answer waits for the commit of everything written)
             req = heartbeat_request(victim, epochs[victim], ctl.committed_epoch())
             req.want_shut_down = True
+            now = time.perf_counter()
+            longest_gap, last_sent = max(longest_gap, now - last_sent), now
             ctl.track_broker_heartbeat(victim, epochs[victim])
             f = ctl.process_broker_heartbeat(req)
             while not f.done():
@@ -308,6 +359,8 @@ async def run_shutdown(args: argparse.Namespace, base: str) -> dict[str, Any]:
                 raise SystemExit("the broker was not released within 120 s")
             await asyncio.sleep(0.01)
         seconds = time.perf_counter() - t0
+        profiler.stop()
+        cpu = [round(cpu_seconds([p]) - c, 2) for p, c in zip(cluster.pids, cpu0)]
         sizes.remove()
         keeper.stop()
         still = len(rc.partitions_led_by_broker(victim, epoch=ctl.committed_epoch()))
@@ -316,7 +369,11 @@ async def run_shutdown(args: argparse.Namespace, base: str) -> dict[str, Any]:
                 "leading_after": still, "records_written": ctl.records_replayed - records_before,
                 "seconds": round(seconds, 3), "create_s": round(create_s, 2),
                 "largest_batch": max(sizes.sizes, default=0), "appends": len(sizes.sizes),
-                "max_event_ms": round(max(rest, default=0) / 1e6, 3), "longest_events": events.longest()}
+                "max_event_ms": round(max(rest, default=0) / 1e6, 3), "longest_events": events.longest(),
+                "controller_busy_s": round(sum(rest) / 1e9, 3), "events": len(rest), "cpu_seconds_by_node": cpu,
+                "longest_heartbeat_gap_ms": round(longest_gap * 1e3, 1),
+                # past the session the stale-broker task fenced the broker: not a controlled shutdown
+                "session_expired": longest_gap * 1000 > SESSION_MS}
     finally:
         await cluster.stop()
 
@@ -344,6 +401,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--changes-per-result", type=int, default=None, metavar="N",
+                    help="zonal, shutdown: node 1's bound on one lifecycle result's partition changes "
+                         "(default: the controller's)")
+    ap.add_argument("--profile", default=None, metavar="FILE",
+                    help="zonal, shutdown: cProfile of node 1 over the timed part (the last run's) to FILE")
     args = ap.parse_args(argv)
     for k, v in DEFAULTS[args.scenario].items():
         if getattr(args, k) is None:
