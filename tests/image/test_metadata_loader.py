@@ -498,9 +498,12 @@ def test_new_publisher_gets_everything_then_the_leader_then_deltas_in_install_or
     loader.handle_load_snapshot(test_snapshot(10))
     loader.install_publishers([a, b])
     assert calls == [("a", "SNAPSHOT"), ("a", "leader 3"), ("b", "SNAPSHOT"), ("b", "leader 3")]
-    # the new publishers' delta states the whole image (a topic and metadata.version)
-    assert a.latest_delta.topics_delta is not None and a.latest_delta.features_delta is not None
-    assert a.latest_snapshot_manifest.num_records == 2
+    # the new publishers' delta states the whole image: metadata.version written out, the topics
+    # handed over whole (replaced_topics: the image's own topics, not rewritten record by record)
+    delta = a.latest_delta
+    assert delta.features_delta is not None and delta.topics_delta is None
+    assert delta.replaced_topics is loader.image.topics and len(delta.replaced_topics.topics_by_id) == 1
+    assert a.latest_snapshot_manifest.num_records == 1
     calls.clear()
     loader.handle_commit((batch(11, 7, [rec(m.NoOpRecord())]),))
     loader.handle_leader_change(LeaderAndEpoch(-1, 8))

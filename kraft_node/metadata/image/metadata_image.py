@@ -236,7 +236,11 @@ class MetadataDelta:
 
     def replace_topics(self, topics: TopicsImage) -> None:
         """Take ``topics`` (folded in bulk from this delta's topic records) as the next topics image:
-        the bulk path's hand-over (its records must not also be replayed into ``topics_delta``)."""
+        the bulk path's hand-over (its records must not also be replayed into ``topics_delta``).
+
+        A publisher reading a delta must expect it: after a bulk fold, and in the "everything"
+        delta a newly installed publisher starts from (the loader's SnapshotManifest), the
+        topics are ``replaced_topics`` (a whole TopicsImage) and ``topics_delta`` is None."""
         if self.topics_delta is not None:
             raise ValueError("MetadataDelta: topic records were replayed record at a time; cannot also take "
                              "a folded topics image")

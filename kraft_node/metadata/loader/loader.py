@@ -116,6 +116,11 @@ class _ImageReWriter:
                 self.delta.finish_snapshot()
 
 
+#: What the everything-delta writes out record by record (the topics are handed over whole).
+_SUB_IMAGES_BUT_TOPICS = ("features", "cluster", "configs", "client_quotas", "producer_ids", "acls", "scram",
+                          "delegation_tokens")
+
+
 class MetadataLoader:
     """See the module doc.
 
@@ -298,7 +303,13 @@ class MetadataLoader:
 
     @staticmethod
     def _everything_delta(image: MetadataImage) -> tuple[MetadataDelta, int]:
-        """``image`` written out into a delta over the empty image, and the number of records."""
+        """``image`` written out into a delta over the empty image, and the number of records.
+
+        The topics are handed over whole (``MetadataDelta.replace_topics``, the bulk path's
+        hand-over) rather than written out and replayed: that rewrite cost 1.8 s at 100k
+        partitions (a registration object per partition, replayed), on the path of every
+        broker's start (measured, session 15), and the topics image *is* the whole state.  The
+        count is of the records written out (the topics' are not: nothing counts them now)."""
         delta = MetadataDelta(MetadataImage.EMPTY)
         if image.is_empty():
             return delta, 0
@@ -306,7 +317,9 @@ class MetadataLoader:
         writer = _ImageReWriter(delta, mv is not None)
         options = ImageWriterOptions(mv if mv is not None else MetadataVersion.LATEST_PRODUCTION,
                                      image_metadata_version=mv)
-        image.write(writer, options)
+        for name in _SUB_IMAGES_BUT_TOPICS:
+            getattr(image, name).write(writer, options)
+        delta.replace_topics(image.topics)
         writer.close(True)
         return delta, writer.records
 
