@@ -120,8 +120,8 @@ def _in_batches(values: list[bytes], size: int, base: int = 0) -> tuple[Batch, .
 def test_catching_up_a_run_of_small_batches_folds_them_at_once_into_the_same_image(tmp_path, monkeypatch):
     values = _generated_values(tmp_path, 6_000)
     calls = []
-    real = bl.bulk_delta
-    monkeypatch.setattr(bl, "bulk_delta", lambda fr, *a, **k: calls.append(len(fr.api_key)) or real(fr, *a, **k))
+    real = bl.fold_values
+    monkeypatch.setattr(bl, "fold_values", lambda vs, *a, **k: calls.append(len(vs)) or real(vs, *a, **k))
     loader = MetadataLoader(high_watermark=lambda: len(values))
     rec = Recorder()
     loader.install_publishers([rec])
@@ -146,8 +146,8 @@ def test_catching_up_a_run_of_small_batches_folds_them_at_once_into_the_same_ima
 
 def test_catching_up_a_run_with_a_transaction_marker_goes_batch_by_batch(monkeypatch):
     calls = []
-    real = bl.bulk_delta
-    monkeypatch.setattr(bl, "bulk_delta", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = bl.fold_values
+    monkeypatch.setattr(bl, "fold_values", lambda *a, **k: calls.append(1) or real(*a, **k))
     loader = MetadataLoader(high_watermark=lambda: 100_000)
     mv = Batch(0, 1, (encode_metadata_record(m.FeatureLevelRecord(name="metadata.version", feature_level=22), 0),))
     run = (mv, _topic_batch(1, 300), _topic_batch(302, 300, begin=True))
@@ -166,3 +166,21 @@ def test_a_bad_record_in_a_caught_up_run_is_a_fault_naming_its_offset():
     offset, message = loader.failure
     assert offset == 302 + 1 + 17 and message == f"Error loading metadata log record from offset {offset}"
     assert loader.image.topics.get_topic_by_name("t1") is None  # nothing of the run was published
+
+
+def test_catching_up_the_batches_after_the_last_transaction_marker_are_folded_at_once(monkeypatch):
+    """The bootstrap transaction at the head of a log does not send the whole chunk record at a
+    time: batches up to the one that ends the transaction go one by one, the rest in one fold."""
+    calls = []
+    real = bl.fold_values
+    monkeypatch.setattr(bl, "fold_values", lambda vs, *a, **k: calls.append(len(vs)) or real(vs, *a, **k))
+    loader = MetadataLoader(high_watermark=lambda: 100_000)
+    mv = encode_metadata_record(m.FeatureLevelRecord(name="metadata.version", feature_level=22), 0)
+    begin = encode_metadata_record(m.BeginTransactionRecord(name="bootstrap"), 0)
+    end = encode_metadata_record(m.EndTransactionRecord(), 0)
+    run = (Batch(0, 1, (begin, mv)), Batch(2, 1, (end,)), _topic_batch(3, 300), _topic_batch(304, 300))
+    assert bl.MetadataBatchLoader.after_last_transaction_marker(run) == 2
+    loader.handle_commit(run)
+    assert loader.failure is None and calls == [602]
+    assert loader.image.topics.get_topic_by_name("t3") is not None and loader.image.offset == 604
+    assert len(loader.image.topics.get_topic_by_name("t304").partitions) == 300

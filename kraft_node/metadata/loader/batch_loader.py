@@ -53,12 +53,14 @@ from __future__ import annotations
 
 import bisect
 import enum
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from kraft_node.metadata.image.bulk import BulkLoadError, bulk_delta, framed_records
+from kraft_node.metadata.image.log_fold import LogFoldError, fold_values
 from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImage
 from kraft_node.metadata.image.provenance import MetadataProvenance
 from kraft_node.metadata.loader.faults import FaultHandler
@@ -240,50 +242,70 @@ class MetadataBatchLoader:
         self._apply_and_publish(delta, manifest)
         return elapsed
 
-    def load_run_bulk(self, batches: Sequence[Batch], leader_and_epoch: LeaderAndEpoch) -> int | None:
-        """Fold a run of committed batches at once by the bulk path and publish the image at its
-        end; the nanoseconds it took, or None (nothing done) when the run does not qualify: a
-        transaction open or a delta pending, fewer than :data:`BULK_MIN_RECORDS` records in all,
-        or a transaction marker among them (those go batch by batch, record at a time).
+    @staticmethod
+    def after_last_transaction_marker(batches: Sequence[Batch]) -> int:
+        """The index just after the last batch of ``batches`` that holds a transaction marker, 0
+        when none does: where a catching-up run may start (see :meth:`load_run_bulk`)."""
+        values: list[bytes] = []
+        ends: list[int] = []
+        for b in batches:
+            if not b.is_control:
+                values.extend(b.records)
+            ends.append(len(values))
+        if not values:
+            return 0
+        marked = np.flatnonzero(np.isin(framed_records(values).api_key, _TRANSACTION_KEY_LIST))
+        if not len(marked):
+            return 0
+        return bisect.bisect_right(ends, int(marked[-1])) + 1
 
-        Why: a node catching up (a restarted broker reading its log tail, an observer fetching
-        a long log) gets many batches per commit, most of them small -- a topic creation of 100
-        partitions is one batch of ~101 records, under the single-batch bulk threshold -- and
-        record at a time they cost ~15 us a record (BENCHMARKS.md, the loader row).  While
-        catching up nothing is published before the high watermark anyway, so folding the run
-        into one delta changes no image a publisher sees; the run ends at a batch boundary."""
+    def load_run_bulk(self, batches: Sequence[Batch], leader_and_epoch: LeaderAndEpoch) -> int | None:
+        """Fold a run of committed batches at once (the log fold, :mod:`~kraft_node.metadata.image.log_fold`:
+        partitions and their changes in C, configs and brokers in numpy) and publish the image at its
+        end; the nanoseconds it took, or None (nothing done) when the run does not qualify: a
+        transaction open or a delta pending, fewer than :data:`BULK_MIN_RECORDS` records in all, or
+        a transaction marker among them (those go batch by batch, record at a time).
+
+        Why: a node catching up (a restarted broker reading its log tail, an observer fetching a
+        long log) gets many batches per commit, most of them small -- a topic creation of 100
+        partitions is one batch of ~101 records, a broker's controlled shutdown batches of ~200
+        PartitionChangeRecords -- and record at a time they cost ~15 us a record (BENCHMARKS.md,
+        the loader row); :func:`bulk_delta` folds topic and partition records in columns but
+        replays changes one by one (~60-90 us each).  The log fold takes both in bulk.
+
+        Only while catching up, before any publisher was initialized (the loader's guard): the
+        callback then gets an empty delta over the new image, not the change from the old one --
+        nobody reads it (the publishers installed meanwhile start from the whole image), and
+        computing that delta is what this path avoids."""
         if self.failure is not None or self._txn is not _NO or self._delta_has_records:
             return None
         values: list[bytes] = []
-        owners: list[int] = []  # the first record index of each batch, for error offsets
+        offsets: list[range] = []
         for b in batches:
-            owners.append(len(values))
             if not b.is_control:
                 values.extend(b.records)
+                offsets.append(range(b.base_offset, b.base_offset + len(b.records)))
         if len(values) < BULK_MIN_RECORDS:
             return None
         start = self._clock_ns()
         fr = framed_records(values)
         if np.isin(fr.api_key, _TRANSACTION_KEY_LIST).any():
             return None
+        last = batches[-1]
+        provenance = MetadataProvenance(last.last_offset, last.epoch, last.append_time_ms, True)
         try:
-            delta = bulk_delta(fr, self._image)
-        except BulkLoadError as exc:
-            index = exc.index if exc.index is not None else 0
-            k = bisect.bisect_right(owners, index) - 1
-            offset = batches[k].base_offset + index - owners[k]
-            self.fail(offset, f"Error loading metadata log record from offset {offset}", exc.cause)
+            folded = fold_values(values, np.fromiter(itertools.chain.from_iterable(offsets), np.int64, len(values)))
+            image = folded.apply(self._image, provenance)
+        except LogFoldError as exc:
+            self.fail(exc.offset, f"Error loading metadata log record from offset {exc.offset}", exc)
             return self._clock_ns() - start
         elapsed = self._clock_ns() - start
-        self._delta = delta
-        self._delta_has_records = True
         for k, b in enumerate(batches):
-            n = 0 if b.is_control else (owners[k + 1] if k + 1 < len(owners) else len(values)) - owners[k]
-            self._count_batch(b, n, elapsed if k == len(batches) - 1 else 0)
-        provenance = MetadataProvenance(self._last_offset, self._last_epoch, self._last_time_ms, True)
+            self._count_batch(b, 0 if b.is_control else len(b.records), elapsed if k == len(batches) - 1 else 0)
         manifest = LogDeltaManifest(provenance, leader_and_epoch, self._num_batches, self._elapsed_ns,
                                     self._num_bytes, self._num_records)
-        self._apply_and_publish(delta, manifest)
+        self.reset_to_image(image, seen_record=True)
+        self._callback(MetadataDelta(image), image, manifest)
         return elapsed
 
     def _transaction_marker(self, api_key: int) -> None:

@@ -342,32 +342,26 @@ class MetadataLoader:
         if not batches or self._stopped(f"handleCommit[baseOffset={batches[0].base_offset}]"):
             return
         batch_loader = self._batch_loader
-        metrics = self._metrics
         leader = self._leader
         try:
-            run_elapsed = None
-            if self._catching_up and len(batches) > 1:
-                # catching up: the whole run in one bulk fold (see load_run_bulk); nothing is
-                # published before the high watermark anyway
-                run_elapsed = batch_loader.load_run_bulk(batches, leader)
-            for batch in batches:
-                if run_elapsed is None:
-                    elapsed = batch_loader.load_batch(batch, leader)
-                elif batch is batches[-1]:
-                    elapsed = run_elapsed  # (counted once, with the run's last batch)
-                else:
-                    elapsed = 0
-                if batch_loader.failure is not None:
+            rest = batches
+            if self._catching_up and len(batches) > 1 and not self._publishers:
+                # catching up: whatever follows the chunk's last transaction marker is folded in
+                # one go (see load_run_bulk; nothing is published before the high watermark)
+                cut = batch_loader.after_last_transaction_marker(batches)
+                if cut:
+                    if not self._load_each(batches[:cut], leader):
+                        return
+                    batch_loader.maybe_flush_batches(leader, True)
+                rest = batches[cut:]
+                run_elapsed = batch_loader.load_run_bulk(rest, leader) if rest else None
+                if run_elapsed is not None:
+                    if batch_loader.failure is None:
+                        self._count_metrics(rest, run_elapsed)
+                    rest = ()
+            if rest:
+                if not self._load_each(rest, leader):
                     return
-                if batch.is_control:
-                    control = batch.control
-                    if isinstance(control, KRaftVersionControl):
-                        metrics.set_finalized_level(KRAFT_VERSION.name, control.kraft_version)
-                    metrics.update_batch_size(0)
-                else:
-                    metrics.update_batch_size(len(batch.records))
-                metrics.update_batch_processing_time_ns(elapsed)
-            if run_elapsed is None:
                 batch_loader.maybe_flush_batches(leader, True)
         except Exception as exc:
             # not expected: every step that can fail reports its own fault
@@ -375,6 +369,30 @@ class MetadataLoader:
                               f"offset was {self._image.offset}", exc)
         if self._uninitialized and self._queue is None:
             self.initialize_new_publishers()
+
+    def _load_each(self, batches: Sequence[Batch], leader: LeaderAndEpoch) -> bool:
+        """Batch by batch through the batch loader; False once it stopped on a fault."""
+        batch_loader = self._batch_loader
+        for batch in batches:
+            elapsed = batch_loader.load_batch(batch, leader)
+            if batch_loader.failure is not None:
+                return False
+            self._count_metrics((batch,), elapsed)
+        return True
+
+    def _count_metrics(self, batches: Sequence[Batch], elapsed_ns: int) -> None:
+        """Per batch: its size (0 for a control batch, whose kraft.version is noted); the time
+        once, for the last of them."""
+        metrics = self._metrics
+        for batch in batches:
+            if batch.is_control:
+                control = batch.control
+                if isinstance(control, KRaftVersionControl):
+                    metrics.set_finalized_level(KRAFT_VERSION.name, control.kraft_version)
+                metrics.update_batch_size(0)
+            else:
+                metrics.update_batch_size(len(batch.records))
+            metrics.update_batch_processing_time_ns(elapsed_ns if batch is batches[-1] else 0)
 
     def handle_load_snapshot(self, reader: SnapshotReader) -> None:
         """A snapshot replaces everything: its records are replayed into a delta over the current
