@@ -20,7 +20,7 @@ from kraft_node.metadata.controller.cluster_control import (
 from kraft_node.metadata.controller.errors import ApiError, ReplayError
 from kraft_node.metadata.controller.features import FeatureControlManager
 from kraft_node.metadata.controller.heartbeats import UsableBroker
-from kraft_node.metadata.controller.result import ApiMessageAndVersion
+from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
 from kraft_node.metadata.versions import MetadataVersion
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.broker_heartbeat import BrokerHeartbeatRequest
@@ -731,3 +731,35 @@ def test_snapshot_records_rebuild_the_state():
     for r in records:
         copy.replay(r.message, 103)
     assert copy.brokers() == env.cluster.brokers() and copy.controllers() == env.cluster.controllers()
+
+
+def test_fence_stale_broker_holds_pending_changes_back_while_the_commits_lag():
+    """Back-pressure (session 15): above ``max_uncommitted_for_continuation`` records written and
+    not committed, the stale-broker task continues no pending partition change (it reports more
+    to do, and writes nothing); expired sessions are still fenced."""
+    env = Env(session_timeout_ms=1000)
+    calls = []
+
+    class Pending:
+        def continue_pending(self, limit=None):
+            calls.append(limit)
+            return ControllerResult.of([], False)
+
+        def __getattr__(self, name):
+            return getattr(lifecycle, name)
+    lifecycle = env.cluster.lifecycle
+    env.cluster._lifecycle = Pending()
+    backlog = [0]
+    env.cluster.uncommitted_records = lambda: backlog[0]
+    assert env.cluster.fence_stale_broker().response is False and calls == [None]
+    backlog[0] = env.cluster.max_uncommitted_for_continuation + 1
+    result = env.cluster.fence_stale_broker()
+    assert result.response is True and result.records == [] and calls == [None]  # held back
+    epoch = env.register(0, 100)
+    env.replay(env.heartbeat(0, epoch, 100).records, 101)
+    env.clock.now += 1500
+    result = env.cluster.fence_stale_broker()  # an expired session is fenced all the same
+    assert [r.message.broker_id for r in result.records] == [0] and calls == [None]
+    backlog[0] = 0
+    env.cluster.fence_stale_broker()
+    assert calls == [None, None]

@@ -135,6 +135,9 @@ def install_default_managers(ctl: "QuorumController") -> None:
                                     session_timeout_ms=session_ms,
                                     has_leaderships=lambda b: ctl.replication_control.has_leaderships(b))
     features.cluster_support = cluster
+    oc = ctl.offset_control
+    cluster.uncommitted_records = lambda: max(0, oc.next_write_offset - 1 - oc.last_committed_offset) \
+        if oc.active else 0
     configs = ConfigurationControlManager(
         reg, static_config=static_config(ctl), node_id=ctl.node_id, feature_control=features,
         existence_checker=config_resource_existence_checker(
