@@ -21,7 +21,7 @@ import logging
 import time
 
 import pytest
-from support.controller import broker_heartbeat, broker_registration
+from support.controller import broker_heartbeat, broker_registration, until_controller_active
 from support.raft import cluster_properties
 
 from kraft_node.broker.controller_channel import (
@@ -323,12 +323,6 @@ def test_auto_create_topics_fire_and_forget_once_per_topic():
 
 
 # ---------------------------------------------------------------------- over TCP
-async def _until_active(node: KraftNode, timeout: float = 15.0) -> None:
-    ctl = node.controller.controller
-    deadline = time.monotonic() + timeout
-    while not (ctl.active and ctl.feature_control.metadata_version_or_none(epoch=ctl.last_stable_offset)):
-        assert time.monotonic() < deadline, "the controller did not become active"
-        await asyncio.sleep(0.02)
 
 
 async def _unfence(conn, cluster_id: str, broker_id: int) -> None:
@@ -357,7 +351,7 @@ def test_admin_writes_through_a_broker_listener_to_a_real_controller(tmp_path):
         broker = KafkaServer("127.0.0.1", 0, fm.forwarding_handlers(), listener="PLAINTEXT", listener_type="broker")
         port = await broker.start()
         try:
-            await _until_active(node)
+            await until_controller_active(node)
             ctl = node.controller.controller
             rc = ctl.replication_control
             admin = await KafkaConnection.open("127.0.0.1", node.port, timeout=5)

@@ -25,7 +25,7 @@ import logging
 import os
 import time
 
-from support.controller import broker_heartbeat, broker_registration
+from support.controller import broker_heartbeat, broker_registration, until_controller_active
 from support.raft import CLUSTER_ID, cluster_properties
 from support.server import run_cli, run_server
 
@@ -166,13 +166,6 @@ async def _connection(port: int):
         await conn.close()
 
 
-async def _until_active(node: KraftNode, timeout: float = 15.0) -> None:
-    """Until the node's controller has claimed and its bootstrap records are committed."""
-    ctl = node.controller.controller
-    deadline = time.monotonic() + timeout
-    while not (ctl.active and ctl.feature_control.metadata_version_or_none(epoch=ctl.last_stable_offset)):
-        assert time.monotonic() < deadline, "the controller did not become active"
-        await asyncio.sleep(0.02)
 
 
 def test_a_controller_node_registers_unfences_and_serves_a_broker_over_the_wire(tmp_path):
@@ -186,7 +179,7 @@ def test_a_controller_node_registers_unfences_and_serves_a_broker_over_the_wire(
         assert CONTROLLER_APIS <= set(node.routes)
         await node.start()
         try:
-            await _until_active(node)
+            await until_controller_active(node)
             conn = await KafkaConnection.open("127.0.0.1", node.port, timeout=5)
             try:
                 # registration: a new incarnation gets the offset of its record as its epoch
@@ -314,7 +307,7 @@ def test_a_standby_answers_not_controller_naming_the_active_one(tmp_path):
                 await asyncio.sleep(0.02)
             active = next(n for n in nodes if n.controller.controller.active)
             standby = next(n for n in nodes if n is not active)
-            await _until_active(active)
+            await until_controller_active(active)
             conn = await KafkaConnection.open("127.0.0.1", standby.port, timeout=5)
             try:
                 reg = await conn.request(_registration(3), 4, timeout=5)

@@ -17,7 +17,7 @@ import struct
 import time
 
 import pytest
-from support.controller import broker_heartbeat, broker_registration
+from support.controller import broker_heartbeat, broker_registration, until_controller_active
 from support.raft import cluster_properties
 
 from kraft_node.network import KafkaConnection
@@ -303,12 +303,6 @@ def test_request_payload_is_the_client_frame():
 
 
 # ---------------------------------------------------------------------- over TCP, a real controller
-async def _until_active(node: KraftNode, timeout: float = 15.0) -> None:
-    ctl = node.controller.controller
-    deadline = time.monotonic() + timeout
-    while not (ctl.active and ctl.feature_control.metadata_version_or_none(epoch=ctl.last_stable_offset)):
-        assert time.monotonic() < deadline, "the controller did not become active"
-        await asyncio.sleep(0.02)
 
 
 async def _unfenced_broker(conn, cluster_id: str, broker_id: int = 0) -> None:
@@ -334,7 +328,7 @@ def test_envelope_over_tcp_on_a_controller_node(tmp_path):
             node.register({int(ApiKeys.ENVELOPE): envelope_handler(node.routes)})
         await node.start()
         try:
-            await _until_active(node)
+            await until_controller_active(node)
             ctl = node.controller.controller
             conn = await KafkaConnection.open("127.0.0.1", node.port, timeout=5)
             try:

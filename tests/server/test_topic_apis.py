@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from support.controller import broker_heartbeat, broker_registration
+from support.controller import broker_heartbeat, broker_registration, until_controller_active
 from support.raft import cluster_properties
 
 from kraft_node.network import KafkaConnection
@@ -45,12 +45,6 @@ def _topic(name, partitions=-1, rf=-1, configs=None, assignments=None):
         configs=[CT.CreatableTopicConfig(name=k, value=v) for k, v in (configs or {}).items()])
 
 
-async def _until_active(node: KraftNode, timeout: float = 15.0) -> None:
-    ctl = node.controller.controller
-    deadline = time.monotonic() + timeout
-    while not (ctl.active and ctl.feature_control.metadata_version_or_none(epoch=ctl.last_stable_offset)):
-        assert time.monotonic() < deadline, "the controller did not become active"
-        await asyncio.sleep(0.02)
 
 
 async def _unfenced_brokers(conn, cluster_id: str, racks: dict[int, str]) -> None:
@@ -79,7 +73,7 @@ def test_topics_partitions_and_configs_over_the_wire(tmp_path):
         node = KraftNode.from_config(cfg, controller=True)
         await node.start()
         try:
-            await _until_active(node)
+            await until_controller_active(node)
             ctl = node.controller.controller
             conn = await KafkaConnection.open("127.0.0.1", node.port, timeout=5)
             try:

@@ -25,8 +25,8 @@ from kraft_node.network import KafkaConnection
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest
 from kraft_node.protocol.generated.metadata import MetadataRequest
 from kraft_node.server.config import NodeConfig
-from kraft_node.server.tools import metadata_quorum
 from support.brokers import broker_port, cluster_with_brokers
+from support.cluster import describe_leader as cluster_describe_leader
 
 #: the repository (the processes run there with it on PYTHONPATH); not conftest's, so that
 #: ``benchmarks/broker_bench.py`` can use this module outside pytest
@@ -182,20 +182,7 @@ def run(coro, timeout: float = 30.0):
 
 async def describe_leader(port: int | None) -> int | None:
     """The leader id the controller on ``port`` reports if it is the leader itself, else None."""
-    if port is None:
-        return None
-    try:
-        conn = await KafkaConnection.open("127.0.0.1", port, timeout=1)
-    except OSError:
-        return None
-    try:
-        q = await conn.request(metadata_quorum.describe_request(), 2, timeout=1)
-        p = q.topics[0].partitions[0]
-        return p.leader_id if q.error_code == 0 and p.error_code == 0 else None
-    except Exception:
-        return None
-    finally:
-        await conn.close()
+    return None if port is None else await cluster_describe_leader(port)
 
 
 async def metadata(port: int, topics: list[str] | None = None, version: int = 12, timeout: float = 5.0):

@@ -92,7 +92,7 @@ class Node:
         return "".join(open(os.path.join(d, f"stderr.{i}")).read() for i in range(1, self.starts + 1))
 
 
-async def _describe_leader(port) -> int | None:
+async def describe_leader(port) -> int | None:
     """Node id of the leader if the node on ``port`` is the leader (DescribeQuorum succeeds)."""
     try:
         conn = await KafkaConnection.open("127.0.0.1", port, timeout=1)
@@ -112,7 +112,7 @@ def find_leader(nodes, exclude=None, timeout=15.0) -> Node:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for n in nodes:
-            if n.alive and n is not exclude and asyncio.run(_describe_leader(n.port)) == n.id:
+            if n.alive and n is not exclude and asyncio.run(describe_leader(n.port)) == n.id:
                 return n
         time.sleep(0.02)
     raise AssertionError(f"no leader within {timeout}s\n" + "\n".join(n.stderr()[-2000:] for n in nodes))
