@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+from support.controller import until_controller_active
 from support.raft import cluster_properties
-from test_topic_apis import CT, _results, _topic, _unfenced_brokers, _until_active
+from test_topic_apis import CT, _results, _topic, _unfenced_brokers
 
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.delete_topics import DeleteTopicsRequest
@@ -38,7 +39,7 @@ def test_the_published_image_follows_the_controller(tmp_path):
         assert node.controller is not None and node.controller.controller.snapshot_generator is None
         await node.start()
         try:
-            await _until_active(node)
+            await until_controller_active(node)
             ctl = node.controller.controller
             md = node.metadata
             await _until(lambda: md.image().metadata_version() is not None, "the first image")
