@@ -41,6 +41,7 @@ from kraft_node.broker.controller_channel import ControllerChannel
 from kraft_node.broker.forwarding import ForwardingManager
 from kraft_node.broker.lifecycle import BrokerLifecycleManager, BrokerLifecycleShutdownError, BrokerState
 from kraft_node.broker.metadata_cache import KRaftMetadataCache
+from kraft_node.broker.registration_tracker import BrokerRegistrationTracker
 from kraft_node.metadata.versions import supported_features
 from kraft_node.network import KafkaServer
 from kraft_node.raft.messages import Endpoint
@@ -148,6 +149,8 @@ class BrokerServer:
             initial_registration_timeout_ms=settings.initial_registration_timeout_ms)
         self._track_metrics()
         loader = self.metadata.loader
+        # re-register when a metadata.version upgrade needs the directories this registration lacks
+        loader.install_publishers([BrokerRegistrationTracker(self.node_id, self.lifecycle.resend_broker_registration)])
         listeners = [(e.name, e.host, e.port, cfg.security_protocol(e.name)) for e in self.advertised_endpoints()]
         self.lifecycle.start(loader.last_applied_offset, heartbeat_channel, cluster_id=self.cluster_id,
                              listeners=listeners, features=features, rack=settings.rack,
