@@ -46,11 +46,20 @@ CONTROL = ["LeaderChangeMessage", "SnapshotHeaderRecord", "SnapshotFooterRecord"
 #: kraft serves them: UnregisterBroker (the controller's, KIP-631) and the legacy AlterConfigs
 #: (the controller's ``legacyAlterConfigs``); and for the broker (issue 24): Envelope (apiKey 58,
 #: how a broker forwards admin writes to the active controller) and DescribeTopicPartitions
-#: (KIP-966, the paginated describe served from the broker's image).
+#: (KIP-966, the paginated describe served from the broker's image); and for partitions on
+#: brokers (issue 25): Produce, ListOffsets, OffsetForLeaderEpoch, InitProducerId, DeleteRecords,
+#: DescribeLogDirs and FindCoordinator (answered COORDINATOR_NOT_AVAILABLE: no groups yet).
 MORE_MESSAGES = ["UnregisterBrokerRequest", "UnregisterBrokerResponse",
                  "AlterConfigsRequest", "AlterConfigsResponse",
                  "EnvelopeRequest", "EnvelopeResponse",
-                 "DescribeTopicPartitionsRequest", "DescribeTopicPartitionsResponse"]
+                 "DescribeTopicPartitionsRequest", "DescribeTopicPartitionsResponse",
+                 "ProduceRequest", "ProduceResponse",
+                 "ListOffsetsRequest", "ListOffsetsResponse",
+                 "OffsetForLeaderEpochRequest", "OffsetForLeaderEpochResponse",
+                 "InitProducerIdRequest", "InitProducerIdResponse",
+                 "DeleteRecordsRequest", "DeleteRecordsResponse",
+                 "DescribeLogDirsRequest", "DescribeLogDirsResponse",
+                 "FindCoordinatorRequest", "FindCoordinatorResponse"]
 
 
 def default_schemas_dir() -> Path | None:

@@ -16,9 +16,11 @@ from .broker_registration import BrokerRegistrationRequest, BrokerRegistrationRe
 from .controller_registration import ControllerRegistrationRequest, ControllerRegistrationResponse
 from .create_partitions import CreatePartitionsRequest, CreatePartitionsResponse
 from .create_topics import CreateTopicsRequest, CreateTopicsResponse
+from .delete_records import DeleteRecordsRequest, DeleteRecordsResponse
 from .delete_topics import DeleteTopicsRequest, DeleteTopicsResponse
 from .describe_cluster import DescribeClusterRequest, DescribeClusterResponse
 from .describe_configs import DescribeConfigsRequest, DescribeConfigsResponse
+from .describe_log_dirs import DescribeLogDirsRequest, DescribeLogDirsResponse
 from .describe_quorum import DescribeQuorumRequest, DescribeQuorumResponse
 from .describe_topic_partitions import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
 from .elect_leaders import ElectLeadersRequest, ElectLeadersResponse
@@ -26,9 +28,14 @@ from .end_quorum_epoch import EndQuorumEpochRequest, EndQuorumEpochResponse
 from .envelope import EnvelopeRequest, EnvelopeResponse
 from .fetch import FetchRequest, FetchResponse
 from .fetch_snapshot import FetchSnapshotRequest, FetchSnapshotResponse
+from .find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from .incremental_alter_configs import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+from .init_producer_id import InitProducerIdRequest, InitProducerIdResponse
+from .list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from .list_partition_reassignments import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse
 from .metadata import MetadataRequest, MetadataResponse
+from .offset_for_leader_epoch import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+from .produce import ProduceRequest, ProduceResponse
 from .remove_raft_voter import RemoveRaftVoterRequest, RemoveRaftVoterResponse
 from .unregister_broker import UnregisterBrokerRequest, UnregisterBrokerResponse
 from .update_features import UpdateFeaturesRequest, UpdateFeaturesResponse
@@ -36,13 +43,20 @@ from .update_raft_voter import UpdateRaftVoterRequest, UpdateRaftVoterResponse
 from .vote import VoteRequest, VoteResponse
 
 APIS = (
+    ('Produce', 0, ProduceRequest, ProduceResponse, 3, 13, 9, ('broker',)),
     ('Fetch', 1, FetchRequest, FetchResponse, 4, 18, 12, ('broker', 'controller')),
+    ('ListOffsets', 2, ListOffsetsRequest, ListOffsetsResponse, 1, 11, 6, ('broker',)),
     ('Metadata', 3, MetadataRequest, MetadataResponse, 0, 13, 9, ('broker',)),
+    ('FindCoordinator', 10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 6, 3, ('broker',)),
     ('ApiVersions', 18, ApiVersionsRequest, ApiVersionsResponse, 0, 4, 3, ('broker', 'controller')),
     ('CreateTopics', 19, CreateTopicsRequest, CreateTopicsResponse, 2, 7, 5, ('broker', 'controller')),
     ('DeleteTopics', 20, DeleteTopicsRequest, DeleteTopicsResponse, 1, 6, 4, ('broker', 'controller')),
+    ('DeleteRecords', 21, DeleteRecordsRequest, DeleteRecordsResponse, 0, 2, 2, ('broker',)),
+    ('InitProducerId', 22, InitProducerIdRequest, InitProducerIdResponse, 0, 6, 2, ('broker',)),
+    ('OffsetForLeaderEpoch', 23, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 2, 4, 4, ('broker',)),
     ('DescribeConfigs', 32, DescribeConfigsRequest, DescribeConfigsResponse, 1, 4, 4, ('broker', 'controller')),
     ('AlterConfigs', 33, AlterConfigsRequest, AlterConfigsResponse, 0, 2, 2, ('broker', 'controller')),
+    ('DescribeLogDirs', 35, DescribeLogDirsRequest, DescribeLogDirsResponse, 1, 4, 2, ('broker',)),
     ('CreatePartitions', 37, CreatePartitionsRequest, CreatePartitionsResponse, 0, 3, 2, ('broker', 'controller')),
     ('ElectLeaders', 43, ElectLeadersRequest, ElectLeadersResponse, 0, 2, 2, ('broker', 'controller')),
     ('IncrementalAlterConfigs', 44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1, 1, ('broker', 'controller')),
