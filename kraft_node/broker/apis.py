@@ -158,13 +158,18 @@ class _TopicBytes:
     its id cannot be reused while the entry lives; ``blocks``: id(block) -> (block, its rows
     encoded, row offsets), likewise."""
 
-    __slots__ = ("cluster", "by_id", "all_topics", "all_bytes", "all_count", "blocks", "table")
+    __slots__ = ("cluster", "by_id", "all_topics", "all_bytes", "all_count", "blocks", "table", "prefixes")
 
-    def __init__(self, cluster: ClusterImage, listener: str) -> None:
+    def __init__(self, cluster: ClusterImage, listener: str,
+                 prefixes: dict[int, tuple[TopicImage, bytes]] | None = None) -> None:
         self.cluster = cluster
         self.table = BrokerTable.of(cluster, listener)
         self.by_id: dict[int, tuple[TopicImage, bytes]] = {}
-        self.blocks: dict[int, tuple[PartitionBlock, bytes, Any]] = {}
+        self.blocks: dict[int, tuple[PartitionBlock, bytes, list[int] | None]] = {}
+        # id(TopicImage) -> (it, its bytes before the partitions): they do not depend on the
+        # cluster, so a new ClusterImage (a broker fenced) hands them to the next shape and only
+        # the partitions are encoded again (issue 24: the first answer after a cluster change)
+        self.prefixes: dict[int, tuple[TopicImage, bytes]] = {} if prefixes is None else prefixes
         self.all_topics: TopicsImage | None = None
         self.all_bytes: list[bytes] = []
         self.all_count = 0
@@ -287,7 +292,8 @@ class BrokerApis:
         key = (version, listener, include_ops)
         cached = self._topic_bytes.get(key)
         if cached is None or cached.cluster is not cluster:
-            cached = self._topic_bytes[key] = _TopicBytes(cluster, listener)
+            cached = self._topic_bytes[key] = _TopicBytes(cluster, listener,
+                                                          None if cached is None else cached.prefixes)
         return cached
 
     def _cached_topic_bytes(self, shape: _TopicBytes, image: MetadataImage, topic: TopicImage, version: int,
@@ -309,19 +315,21 @@ class BrokerApis:
             enc = shape.blocks.get(id(block))
             if enc is None or enc[0] is not block:
                 try:
-                    buf, offsets = encode_block_partitions(block, shape.table, version)
+                    buf, row_offsets = encode_block_partitions(block, shape.table, version)
+                    enc = (block, buf, row_offsets.tolist())
                 except ValueError:
-                    buf, offsets = b"", None
-                enc = shape.blocks[id(block)] = (block, buf, offsets)
+                    enc = (block, b"", None)
+                shape.blocks[id(block)] = enc
             offsets = enc[2]
             if offsets is not None:
+                hit = shape.prefixes.get(id(topic))
+                if hit is None or hit[0] is not topic:
+                    name = topic.name
+                    hit = shape.prefixes[id(topic)] = (topic, topic_prefix(
+                        name, topic.topic_id.bytes, is_internal_topic(name), parts.stop - parts.start, version))
                 ops = TOPIC_AUTHORIZED_OPERATIONS if version >= 8 and body.include_topic_authorized_operations \
                     else AUTHORIZED_OPERATIONS_OMITTED
-                name = topic.name
-                return b"".join((
-                    topic_prefix(name, topic.topic_id.bytes, is_internal_topic(name), parts.stop - parts.start,
-                                 version),
-                    enc[1][int(offsets[parts.start]):int(offsets[parts.stop])], topic_suffix(version, ops)))
+                return hit[1] + enc[1][offsets[parts.start]:offsets[parts.stop]] + topic_suffix(version, ops)
         return _encode_topic(self._topic_message(image, topic, version, listener, body), version)
 
     def _all_topic_bytes(self, shape: _TopicBytes, image: MetadataImage, version: int, listener: str,
@@ -333,15 +341,44 @@ class BrokerApis:
         fresh: dict[int, tuple[TopicImage, bytes]] = {}
         parts = []
         get = by_id.get
+        # after a cluster change every topic misses: the loop below is _encode_topic's block
+        # path inlined (one block's rows encoded once, each topic a slice between its cached
+        # prefix and the suffix); anything else goes through _encode_topic
+        get_prefix = shape.prefixes.get
+        suffix = topic_suffix(version, TOPIC_AUTHORIZED_OPERATIONS if version >= 8
+                              and body.include_topic_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED)
+        last_block: PartitionBlock | None = None
+        buf = b""
+        offsets: list[int] | None = None
         for topic in topics.topics_by_id.values():
             key = id(topic)
             hit = get(key)
             if hit is None:
-                hit = (topic, self._encode_topic(shape, image, topic, version, listener, body))
+                tparts = topic.partitions
+                block = tparts.block
+                prefix = get_prefix(key)
+                if block is None or tparts.overrides or prefix is None or prefix[0] is not topic:
+                    hit = (topic, self._encode_topic(shape, image, topic, version, listener, body))
+                    last_block = None
+                else:
+                    if block is not last_block:
+                        enc = shape.blocks.get(id(block))
+                        if enc is None or enc[0] is not block:
+                            hit = (topic, self._encode_topic(shape, image, topic, version, listener, body))
+                            enc = shape.blocks.get(id(block))
+                        last_block = block
+                        buf, offsets = (enc[1], enc[2]) if enc is not None else (b"", None)
+                    if hit is None:
+                        if offsets is None:
+                            hit = (topic, self._encode_topic(shape, image, topic, version, listener, body))
+                        else:
+                            hit = (topic, prefix[1] + buf[offsets[tparts.start]:offsets[tparts.stop]] + suffix)
             fresh[key] = hit
             parts.append(hit[1])
         # the new dict holds exactly the live topics: deleted topics' bytes are dropped here
         shape.by_id = fresh
+        if len(shape.prefixes) > 2 * len(fresh):
+            shape.prefixes = {k: v for k, v in shape.prefixes.items() if k in fresh}
         shape.all_topics, shape.all_bytes, shape.all_count = topics, parts, len(parts)
         return parts, len(parts)
 

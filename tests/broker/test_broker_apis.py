@@ -138,6 +138,29 @@ def test_cached_bytes_follow_new_images():
     assert "fresh" not in {t.name for t in decode_response(frame[4:], 3, 12)[1].topics}
 
 
+@pytest.mark.parametrize("version", [0, 5, 9, 12, 13])
+def test_cluster_change_reencodes_partitions_and_keeps_topic_prefixes(version):
+    """A broker fenced, then unfenced, with no topic changed: every topic's partitions are
+    encoded again (offline replicas, errors), their prefixes (name, id, count) carried over
+    from the previous cluster's cache, and the bytes are still the generated encoder's."""
+    images = [sample_image(brokers=3, topics=6, partitions=4, rf=3)]
+    apis = make_apis(images)
+    fast_equals_object_path(apis, all_request(version), version)
+    before = {k: v[1] for k, v in apis._topic_bytes[(version, "PLAINTEXT", False)].prefixes.items()}
+    assert len(before) == 6
+    images.append(apply_records(images[-1], [m.FenceBrokerRecord(id=1, epoch=101)]))
+    fenced = fast_equals_object_path(apis, all_request(version), version)
+    prefixes = apis._topic_bytes[(version, "PLAINTEXT", False)].prefixes
+    assert all(prefixes[k][1] is v for k, v in before.items()), "prefixes not carried over"
+    _, resp = decode_response(fenced[4:], 3, version)
+    if version >= 5:
+        assert all(1 in p.offline_replicas for t in resp.topics for p in t.partitions if 1 in p.replica_nodes)
+    images.append(apply_records(images[-1], [m.UnfenceBrokerRecord(id=1, epoch=101)]))
+    back = fast_equals_object_path(apis, all_request(version), version)
+    _, resp = decode_response(back[4:], 3, version)
+    assert not any(p.offline_replicas for t in resp.topics for p in t.partitions) if version >= 5 else True
+
+
 def test_metadata_named_topics_errors_and_ids():
     img = sample_image(topics=3, partitions=2)
     apis = make_apis([img])
