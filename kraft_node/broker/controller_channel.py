@@ -172,12 +172,14 @@ class ControllerChannel:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + total
         last = "no attempt was made"
+        answered = False
         while True:
             if self.closed:
                 raise ControllerUnavailableError(f"{info.name} not sent: the controller channel is closed ({last})")
             target = self._active_controller()
             if target is None:
                 last = "no active controller is known"
+                answered = False
             else:
                 where = f"controller {target[0]} at {target[1]}:{target[2]}"
                 remaining = deadline - loop.time()
@@ -191,14 +193,21 @@ class ControllerChannel:
                 except UnsupportedControllerVersionError:
                     raise
                 except (OSError, ConnectionError, RequestTimeout, MessageError) as exc:
-                    # ConnectFailed/ConnectionClosed are ConnectionErrors, RequestTimeout a TimeoutError
-                    last = f"{where}: {exc}"
+                    # ConnectFailed/ConnectionClosed are ConnectionErrors, RequestTimeout a TimeoutError.
+                    # An attempt the deadline cut short says nothing new: the error keeps naming
+                    # the controller's last answer (a loaded host's retry may start with ~1 ms left)
+                    if answered and loop.time() >= deadline:
+                        last = f"{last} (a later attempt ran out of time: {exc})"
+                    else:
+                        last = f"{where}: {exc}"
+                        answered = False
                     await self._forget(conn)
                 else:
                     if not response_has_error(response, int(Errors.NOT_CONTROLLER)):
                         return response
                     self.not_controller_responses += 1
                     last = f"{where} answered NOT_CONTROLLER"
+                    answered = True
                     log.debug("%s answered %s with NOT_CONTROLLER: disconnecting and asking for the active one",
                               where, info.name)
                     await self._forget(conn)
