@@ -8,7 +8,9 @@ Served on a broker listener (``BrokerApis.handlers()`` is a ``KafkaServer`` hand
 * Metadata v0-13 (KafkaApis.handleTopicMetadataRequest over KRaftMetadataCache);
 * DescribeCluster v0-2 as a BROKER endpoint;
 * DescribeConfigs v1-4 for TOPIC and BROKER resources (:mod:`.describe_configs`);
-* DescribeTopicPartitions v0 (KIP-966, paginated).
+* DescribeTopicPartitions v0 (KIP-966, paginated);
+* Produce, Fetch, ListOffsets and FindCoordinator when given ``partition_handlers``
+  (:mod:`.partition_apis`, over the ReplicaManager).
 
 Each handler reads ``cache.image()`` ONCE and answers from that image only.
 
@@ -189,7 +191,8 @@ class BrokerApis:
     def __init__(self, node_id: int, cluster_id: str, cache: KRaftMetadataCache, listener_name: str,
                  config_props: Mapping[str, str], supported_features: Mapping[str, tuple[int, int]],
                  forwarded: Mapping[int, Handler] | None = None, *,
-                 auto_create: Callable[[list[str]], None] | None = None) -> None:
+                 auto_create: Callable[[list[str]], None] | None = None,
+                 partition_handlers: Mapping[int, Handler] | None = None) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.cache = cache
@@ -197,6 +200,8 @@ class BrokerApis:
         self.config_props = dict(config_props)
         self.supported_features = dict(supported_features)
         self.forwarded = dict(forwarded or {})
+        #: Produce, Fetch, ListOffsets, FindCoordinator (issue 25: ``partition_apis.PartitionApis``)
+        self.partition_handlers = dict(partition_handlers or {})
         self.auto_create = auto_create
         enabled = _bool_config(self.config_props, "auto.create.topics.enable", True)
         if enabled and auto_create is None:
@@ -219,6 +224,7 @@ class BrokerApis:
             int(_KEYS.DESCRIBE_TOPIC_PARTITIONS): self.handle_describe_topic_partitions,
         }
         table.update(self.forwarded)
+        table.update(self.partition_handlers)
         table[int(_KEYS.API_VERSIONS)] = self.handle_api_versions
         return table
 

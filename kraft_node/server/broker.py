@@ -5,13 +5,19 @@ What a broker is here (issue 24): a member of ``__cluster_metadata`` (a Raft obs
 broker-only node, a voter on a combined one) whose MetadataLoader publishes images into the
 metadata cache; it registers with the active controller, heartbeats, and answers Kafka
 clients on its own listeners from that cache; admin writes are forwarded to the active
-controller inside Envelopes.  No partition data is served yet (issue 25): Produce and Fetch
-are not advertised, so a client that tries them gets Kafka's UNSUPPORTED_VERSION answer
-(ApiVersions lists only what has a handler), not a hang.
+controller inside Envelopes.  Partition data (issue 25): the :class:`LogManager` keeps the
+partition logs in ``log.dirs`` (Kafka's layout and checkpoints), the :class:`ReplicaManager`
+makes this broker the leader or a follower of its partitions from each published image, and
+Produce, Fetch, ListOffsets and FindCoordinator are served from them
+(``kraft_node/broker/partition_apis.py``).  Replication between brokers (the follower's
+fetchers, AlterPartition) plugs into the ReplicaManager's hooks (H5).
 
 Start order (Kafka's ``BrokerServer.startup``, each wait bounded by
 ``initial.broker.registration.timeout.ms``):
 
+0. load the partition logs (recovering the ones not shut down cleanly from their checkpointed
+   recovery points) and install the ReplicaManager's publisher, so the first image makes the
+   partitions leaders/followers before any client is served;
 1. bind every broker listener without serving (the registration carries the bound ports;
    port 0 becomes the bound port in the advertised endpoints);
 2. start the :class:`BrokerLifecycleManager`: register with the active controller (retried
@@ -24,7 +30,9 @@ Start order (Kafka's ``BrokerServer.startup``, each wait bounded by
 
 Stop (``shutdown``): with ``controlled.shutdown.enable`` (Kafka's default) a RUNNING broker
 asks the controller to move its leaders away and waits, up to the shutdown budget, until the
-controller says it may go; after the budget it stops anyway and says so (WARNING).
+controller says it may go; after the budget it stops anyway and says so (WARNING).  Then the parked produce and fetch
+requests are answered, every partition log is closed cleanly (flushed, clean-shutdown marker)
+and the recovery-point, log-start-offset and high-watermark checkpoints are written.
 """
 from __future__ import annotations
 
@@ -40,8 +48,11 @@ from kraft_node.broker.apis import BrokerApis
 from kraft_node.broker.controller_channel import ControllerChannel
 from kraft_node.broker.forwarding import ForwardingManager
 from kraft_node.broker.lifecycle import BrokerLifecycleManager, BrokerLifecycleShutdownError, BrokerState
+from kraft_node.broker.log_manager import LogManager
 from kraft_node.broker.metadata_cache import KRaftMetadataCache
+from kraft_node.broker.partition_apis import PartitionApis
 from kraft_node.broker.registration_tracker import BrokerRegistrationTracker
+from kraft_node.broker.replica_manager import ReplicaManager, ReplicaManagerPublisher
 from kraft_node.metadata.versions import supported_features
 from kraft_node.network import KafkaServer
 from kraft_node.raft.messages import Endpoint
@@ -89,6 +100,9 @@ class BrokerServer:
         self._serving = False
         self._closed = False
         self._metrics_closers: list[Callable[[], None]] = []
+        #: the partition logs and replicas (issue 25), made in :meth:`start`
+        self.log_manager: LogManager | None = None
+        self.replica_manager: ReplicaManager | None = None
 
     # ------------------------------------------------------------------ addresses
     def bound_port(self, listener: str) -> int | None:
@@ -137,10 +151,20 @@ class BrokerServer:
         self.forwarding = ForwardingManager(forwarding_channel, node_id=self.node_id,
                                             client_id=f"broker-{self.node_id}-forwarding")
         features = supported_features()
+        # the partition logs before anything is served (Kafka's LogManager.startup), and the
+        # ReplicaManager's publisher before the first image is awaited below
+        self.log_manager = LogManager(cfg.log_dirs, broker_props=cfg.props)
+        await asyncio.to_thread(self.log_manager.startup)
+        self.replica_manager = ReplicaManager(self.node_id, self.log_manager, props=cfg.props)
+        self.metadata.loader.install_publishers([ReplicaManagerPublisher(self.replica_manager)])
+        self.log_manager.start_background()
+        self.replica_manager.start()
+        partition_apis = PartitionApis(self.node_id, self.cache, self.replica_manager, props=cfg.props)
         auto_create = self._auto_create if settings.auto_create_topics_enable else None
         for name, server in self.servers.items():
             apis = BrokerApis(self.node_id, self.cluster_id, self.cache, name, cfg.props, features,
-                              self.forwarding.forwarding_handlers(), auto_create=auto_create)
+                              self.forwarding.forwarding_handlers(), auto_create=auto_create,
+                              partition_handlers=partition_apis.handlers())
             server.handlers = apis.handlers()
         controller = cfg.controller_settings
         self.lifecycle = BrokerLifecycleManager(
@@ -246,3 +270,7 @@ class BrokerServer:
             await self.forwarding.close()
         for channel in self._channels:
             await channel.close()
+        if self.replica_manager is not None:
+            await self.replica_manager.shutdown()
+        if self.log_manager is not None:
+            await self.log_manager.shutdown()

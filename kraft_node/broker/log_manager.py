@@ -1,0 +1,490 @@
+"""``LogManager``: the broker's partition logs in ``log.dirs`` (Kafka's ``LogManager``).
+
+On-disk layout (Kafka's; one tree per log dir, next to ``meta.properties``)::
+
+    <log dir>/
+      meta.properties                      written by ``kraft-storage format``
+      recovery-point-offset-checkpoint     "<topic> <partition> <offset>" lines (Kafka's text format:
+      log-start-offset-checkpoint          version 0, entry count, entries; kraft_storage.log.checkpoint)
+      replication-offset-checkpoint        (the high watermarks)
+      <topic>-<partition>/                 a KafkaLog: segments, indexes, leader-epoch-checkpoint,
+                                           partition.metadata (the topic id), .kafka_cleanshutdown
+      <topic>-<partition>.<uuid hex>-delete/   a deleted log, removed after ``file.delete.delay.ms``
+      <topic>-<partition>.<uuid hex>-stray/    a log the image does not assign here: kept for the operator
+      __cluster_metadata-0/                the Raft log: never touched here
+
+Why the checkpoints: a log opened without its clean-shutdown marker is validated batch by
+batch from its recovery point on (``KafkaLog.open(recovery_point=...)``); the recovery points
+say how much is known flushed, so a crash costs the recovery of the unflushed tail only.  The
+log start offsets survive DeleteRecords/retention, and the high watermarks let a restarted
+leader answer consumers before its followers have fetched.  Every checkpoint file is replaced
+atomically (``atomic_write``: temp file, fsync, rename, fsync of the directory), on a schedule
+(``log.flush.offset.checkpoint.interval.ms``, ``log.flush.start.offset.checkpoint.interval.ms``,
+``replica.high.watermark.checkpoint.interval.ms``) and at shutdown after every log is closed.
+
+Placement: a new log goes to the log dir holding the fewest partition directories (Kafka's
+``nextLogDirs`` without the JBOD directory assignment: the controller's directory for the
+replica is not consulted yet).
+
+Deletion (Kafka's ``asyncDelete``): the directory is renamed to ``<tp>.<uuid>-delete`` at
+once (so a topic re-created with the same name gets a fresh directory), the log is closed, and
+the renamed directory is removed after ``file.delete.delay.ms`` (the broker default
+``log.segment.delete.delay.ms``, 60 s).  ``-delete`` directories found at start are removed
+the same way.
+
+Stray logs (Kafka 3.7+, ``LogManager`` with ``isStray``): a log found at start that the first
+image does not assign to this broker (its topic is gone, was re-created with another id, or the
+replica moved away while the broker was down) is closed and renamed to ``<tp>.<uuid>-stray``,
+not deleted: an operator may still want its data.  ``-stray`` directories are skipped at start.
+
+Threading: everything here runs on the broker's asyncio loop except the removal of deleted
+directories (``shutil.rmtree`` in a worker thread).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from kraft_node.metadata.image.topics import TopicPartition
+from kraft_storage.fileio import atomic_write, fsync_dir
+from kraft_storage.log.checkpoint import CheckpointFileError, format_checkpoint, parse_checkpoint
+from kraft_storage.log.config import LONG_MAX, LogConfig
+from kraft_storage.log.log import KafkaLog
+from kraft_storage.log.partition_metadata import PARTITION_METADATA, read_partition_metadata, write_partition_metadata
+
+log = logging.getLogger("kraft.broker.logs")
+
+__all__ = ["LogManager", "LogManagerSettings", "RECOVERY_POINT_CHECKPOINT", "LOG_START_OFFSET_CHECKPOINT",
+           "REPLICATION_OFFSET_CHECKPOINT", "DELETE_DIR_SUFFIX", "parse_topic_partition_dir", "topic_log_config",
+           "UNSUPPORTED_TOPIC_CONFIGS"]
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+DELETE_DIR_SUFFIX = "-delete"
+STRAY_DIR_SUFFIX = "-stray"
+METADATA_PARTITION_DIR = "__cluster_metadata-0"
+_DELETE_DIR = re.compile(r"^(.+)-(\d+)\.([0-9a-f]{32})-delete$")
+_STRAY_DIR = re.compile(r"^(.+)-(\d+)\.([0-9a-f]{32})-stray$")
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+#: topic config -> (broker default key, LogConfig attribute, unit multiplier of the broker key)
+_TOPIC_TO_LOG = {
+    "segment.bytes": ("log.segment.bytes", "segment_bytes"),
+    "segment.ms": ("log.roll.ms", "segment_ms"),
+    "segment.jitter.ms": ("log.roll.jitter.ms", "segment_jitter_ms"),
+    "segment.index.bytes": ("log.index.size.max.bytes", "segment_index_bytes"),
+    "index.interval.bytes": ("log.index.interval.bytes", "index_interval_bytes"),
+    "retention.bytes": ("log.retention.bytes", "retention_bytes"),
+    "retention.ms": ("log.retention.ms", "retention_ms"),
+    "flush.messages": ("log.flush.interval.messages", "flush_messages"),
+    "flush.ms": ("log.flush.interval.ms", "flush_ms"),
+}
+#: Topic configs read elsewhere (the Partition), so not warned about.
+_USED_ELSEWHERE = frozenset({"min.insync.replicas", "max.message.bytes", "file.delete.delay.ms"})
+#: Topic configs whose non-default values kraft does not implement yet: warned about by name
+#: once per topic (the log behaves as with Kafka's default).
+UNSUPPORTED_TOPIC_CONFIGS = {
+    "cleanup.policy": "delete",
+    "compression.type": "producer",
+    "message.timestamp.type": "CreateTime",
+    "unclean.leader.election.enable": "false",
+    "preallocate": "false",
+    "min.compaction.lag.ms": "0",
+    "max.compaction.lag.ms": str(LONG_MAX),
+    "min.cleanable.dirty.ratio": "0.5",
+    "delete.retention.ms": "86400000",
+    "local.retention.ms": "-2",
+    "local.retention.bytes": "-2",
+    "remote.storage.enable": "false",
+    "message.downconversion.enable": "true",
+}
+
+
+def parse_topic_partition_dir(name: str) -> TopicPartition | None:
+    """``orders-3`` -> TopicPartition('orders', 3); None for anything else (Kafka's
+    ``UnifiedLog.parseTopicPartitionName`` for live logs)."""
+    m = _PARTITION_DIR.match(name)
+    if m is None or name.startswith("."):
+        return None
+    return TopicPartition(m.group(1), int(m.group(2)))
+
+
+def _int_prop(props: Mapping[str, str], key: str, default: int, minimum: int | None = None) -> int:
+    raw = props.get(key)
+    if raw is None or not str(raw).strip():
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"{key}: expected an integer, got {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{key}: must be at least {minimum}, got {value}")
+    return value
+
+
+def broker_log_defaults(props: Mapping[str, str]) -> dict[str, int]:
+    """The broker's ``log.*`` defaults as topic-config values (``log.retention.hours`` and
+    ``log.retention.minutes`` apply when ``log.retention.ms`` is unset, as in Kafka; same for
+    ``log.roll.hours``)."""
+    base = LogConfig()
+    out: dict[str, int] = {}
+    for topic_key, (broker_key, attr) in _TOPIC_TO_LOG.items():
+        out[topic_key] = _int_prop(props, broker_key, getattr(base, attr))
+    if "log.retention.ms" not in props:
+        if "log.retention.minutes" in props:
+            out["retention.ms"] = _int_prop(props, "log.retention.minutes", 0) * 60_000
+        elif "log.retention.hours" in props:
+            out["retention.ms"] = _int_prop(props, "log.retention.hours", 0) * 3_600_000
+    if "log.roll.ms" not in props and "log.roll.hours" in props:
+        out["segment.ms"] = _int_prop(props, "log.roll.hours", 0) * 3_600_000
+    return out
+
+
+def topic_log_config(topic: str, overrides: Mapping[str, str], defaults: Mapping[str, int],
+                     warned: set[tuple[str, str]] | None = None) -> LogConfig:
+    """The LogConfig of a topic: its overrides (from the image's configs) over the broker's
+    defaults.  A topic config kraft does not implement with a non-default value is warned about
+    by name (once per topic and key when ``warned`` is given)."""
+    values = dict(defaults)
+    for key, raw in overrides.items():
+        if key in _TOPIC_TO_LOG:
+            try:
+                values[key] = int(raw)
+            except ValueError:
+                log.warning("topic %s: config %s=%r is not an integer; using %d", topic, key, raw, values[key])
+            continue
+        if key in _USED_ELSEWHERE:
+            continue
+        default = UNSUPPORTED_TOPIC_CONFIGS.get(key)
+        if default is not None and raw.strip().lower() == default.lower():
+            continue
+        if warned is not None:
+            if (topic, key) in warned:
+                continue
+            warned.add((topic, key))
+        log.warning("topic %s: config %s=%s is not implemented by kraft's broker yet; the log behaves as with "
+                    "Kafka's default%s", topic, key, raw, f" ({default})" if default is not None else "")
+    # segment.bytes below LogConfig's floor would refuse the log: clamp, as a topic config was validated
+    try:
+        return LogConfig.from_properties(values)
+    except ValueError as exc:
+        log.warning("topic %s: invalid log config (%s); using the broker defaults", topic, exc)
+        return LogConfig.from_properties(dict(defaults))
+
+
+@dataclass(frozen=True)
+class LogManagerSettings:
+    """The broker keys the LogManager reads (Kafka's names and defaults)."""
+    recovery_point_checkpoint_interval_ms: int = 60_000   # log.flush.offset.checkpoint.interval.ms
+    start_offset_checkpoint_interval_ms: int = 60_000     # log.flush.start.offset.checkpoint.interval.ms
+    high_watermark_checkpoint_interval_ms: int = 5_000    # replica.high.watermark.checkpoint.interval.ms
+    flush_check_interval_ms: int = LONG_MAX               # log.flush.scheduler.interval.ms
+    retention_check_interval_ms: int = 300_000            # log.retention.check.interval.ms
+    file_delete_delay_ms: int = 60_000                    # log.segment.delete.delay.ms
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> "LogManagerSettings":
+        return cls(
+            recovery_point_checkpoint_interval_ms=_int_prop(props, "log.flush.offset.checkpoint.interval.ms",
+                                                            60_000, 1),
+            start_offset_checkpoint_interval_ms=_int_prop(props, "log.flush.start.offset.checkpoint.interval.ms",
+                                                          60_000, 1),
+            high_watermark_checkpoint_interval_ms=_int_prop(props, "replica.high.watermark.checkpoint.interval.ms",
+                                                            5_000, 1),
+            flush_check_interval_ms=_int_prop(props, "log.flush.scheduler.interval.ms", LONG_MAX, 1),
+            retention_check_interval_ms=_int_prop(props, "log.retention.check.interval.ms", 300_000, 1),
+            file_delete_delay_ms=_int_prop(props, "log.segment.delete.delay.ms", 60_000, 0))
+
+
+def _read_offsets(path: str) -> dict[TopicPartition, int]:
+    """A ``<topic> <partition> <offset>`` checkpoint; a missing file is empty, a malformed one
+    is logged and ignored (Kafka logs and recovers from offset 0: safe, only slower)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {}
+    try:
+        rows = parse_checkpoint(text, path, 3)
+        return {TopicPartition(t, int(p)): int(o) for t, p, o in rows}
+    except (CheckpointFileError, ValueError) as exc:
+        log.error("ignoring the malformed checkpoint %s (logs recover from their start): %s", path, exc)
+        return {}
+
+
+class LogManager:
+    """Opens, creates, checkpoints and deletes the partition logs of ``log_dirs``.
+
+    ``loaded`` after :meth:`startup`: every log found, by topic partition, with the topic id
+    of its ``partition.metadata`` (None when missing).  The ReplicaManager takes the ones the
+    image assigns to this broker and deletes the rest (stray logs)."""
+
+    def __init__(self, log_dirs: Iterable[str], *, broker_props: Mapping[str, str] | None = None,
+                 settings: LogManagerSettings | None = None, clock: Callable[[], int] | None = None) -> None:
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        if not self.log_dirs:
+            raise ValueError("log.dirs: at least one log directory is needed")
+        props = dict(broker_props or {})
+        self.settings = settings or LogManagerSettings.from_properties(props)
+        self.defaults = broker_log_defaults(props)
+        self._clock = clock or (lambda: int(time.time() * 1000))
+        #: topic partition -> (log, its log dir)
+        self.logs: dict[TopicPartition, KafkaLog] = {}
+        self._dir_of: dict[TopicPartition, str] = {}
+        #: the topic id of each log (from partition.metadata or the image)
+        self.topic_ids: dict[TopicPartition, bytes | None] = {}
+        self._warned: set[tuple[str, str]] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._deletions: set[asyncio.Task[None]] = set()
+        #: (recovery point, start offset) restored at start, for logs not yet handed out
+        self._started = False
+        self._closed = False
+        #: high watermarks from replication-offset-checkpoint (read at start)
+        self.checkpointed_high_watermarks: dict[TopicPartition, int] = {}
+        #: the current high watermark of each partition (set by the ReplicaManager), checkpointed
+        self.high_watermark_of: Callable[[TopicPartition], int | None] = lambda tp: None
+
+    # ------------------------------------------------------------------ start
+    def startup(self) -> None:
+        """Load every partition log in every log dir (Kafka's ``loadLogs``): recovery from the
+        checkpointed recovery point when the log was not shut down cleanly.  Also removes the
+        ``-delete`` directories left by a previous run (after the delete delay)."""
+        for d in self.log_dirs:
+            os.makedirs(d, exist_ok=True)
+            recovery = _read_offsets(os.path.join(d, RECOVERY_POINT_CHECKPOINT))
+            starts = _read_offsets(os.path.join(d, LOG_START_OFFSET_CHECKPOINT))
+            self.checkpointed_high_watermarks.update(_read_offsets(os.path.join(d, REPLICATION_OFFSET_CHECKPOINT)))
+            for name in sorted(os.listdir(d)):
+                path = os.path.join(d, name)
+                if not os.path.isdir(path) or name == METADATA_PARTITION_DIR:
+                    continue
+                if _DELETE_DIR.match(name):
+                    self._schedule_removal(path)
+                    continue
+                if _STRAY_DIR.match(name):
+                    log.warning("skipping the stray log %s (not assigned to this broker; remove it by hand once "
+                                "its data is not needed)", path)
+                    continue
+                tp = parse_topic_partition_dir(name)
+                if tp is None:
+                    continue
+                if tp in self.logs:
+                    raise RuntimeError(f"Duplicate log directories for {tp} are found in both "
+                                       f"{self._dir_of[tp]} and {path}. It is likely because log directory "
+                                       "failure happened while broker was replacing current replica with "
+                                       "future replica. Recover broker from this failure by manually deleting "
+                                       "one of the two directories for this partition.")
+                topic_id: bytes | None = None
+                meta = os.path.join(path, PARTITION_METADATA)
+                if os.path.exists(meta):
+                    topic_id = read_partition_metadata(meta)
+                kl = KafkaLog.open(path, self._config_for(tp.topic, {}), recovery_point=recovery.get(tp, 0),
+                                   log_start_offset=starts.get(tp, 0), clock=self._clock)
+                self.logs[tp] = kl
+                self._dir_of[tp] = d
+                self.topic_ids[tp] = topic_id
+        self._started = True
+        if self.logs:
+            log.info("loaded %d partition logs from %s", len(self.logs), ", ".join(self.log_dirs))
+
+    def start_background(self) -> None:
+        """The periodic tasks on the running loop: checkpoints, flushes and retention."""
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        jobs: list[tuple[int, Callable[[], None]]] = [
+            (s.recovery_point_checkpoint_interval_ms, self.checkpoint_recovery_points),
+            (s.start_offset_checkpoint_interval_ms, self.checkpoint_log_start_offsets),
+            (s.high_watermark_checkpoint_interval_ms, self.checkpoint_high_watermarks),
+            (s.retention_check_interval_ms, self.cleanup_logs),
+        ]
+        if s.flush_check_interval_ms != LONG_MAX:
+            jobs.append((s.flush_check_interval_ms, self.flush_dirty_logs))
+        for interval, job in jobs:
+            self._tasks.append(loop.create_task(self._every(interval, job)))
+
+    async def _every(self, interval_ms: int, job: Callable[[], None]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                job()
+            except Exception:  # noqa: BLE001 - a failed checkpoint is retried at the next interval
+                log.exception("log manager task %s failed", getattr(job, "__name__", job))
+
+    # ------------------------------------------------------------------ logs
+    def _config_for(self, topic: str, overrides: Mapping[str, str]) -> LogConfig:
+        return topic_log_config(topic, overrides, self.defaults, self._warned)
+
+    def get_log(self, tp: TopicPartition) -> KafkaLog | None:
+        return self.logs.get(tp)
+
+    def _next_log_dir(self) -> str:
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] = counts.get(d, 0) + 1
+        return min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+
+    def get_or_create_log(self, tp: TopicPartition, topic_id: bytes, overrides: Mapping[str, str]) -> KafkaLog:
+        """The log of ``tp``, created (with its ``partition.metadata``) when missing.  A log whose
+        ``partition.metadata`` names another topic id is refused: it belongs to a deleted topic
+        of the same name and must be deleted first (Kafka's InconsistentTopicIdException)."""
+        existing = self.logs.get(tp)
+        if existing is not None:
+            known = self.topic_ids.get(tp)
+            if known is not None and known != topic_id:
+                raise ValueError(f"Tried to assign topic ID {uuid.UUID(bytes=topic_id)} to log for topic partition "
+                                 f"{tp}, but log already contained topic ID {uuid.UUID(bytes=known)}")
+            if known is None:
+                write_partition_metadata(existing.directory, topic_id)
+                self.topic_ids[tp] = topic_id
+            self.update_config(tp, overrides)
+            return existing
+        d = self._next_log_dir()
+        kl = KafkaLog.open(os.path.join(d, f"{tp.topic}-{tp.partition}"), self._config_for(tp.topic, overrides),
+                           topic_id=topic_id, clock=self._clock)
+        self.logs[tp] = kl
+        self._dir_of[tp] = d
+        self.topic_ids[tp] = topic_id
+        log.info("created log for partition %s in %s with topic id %s", tp, kl.directory,
+                 uuid.UUID(bytes=topic_id))
+        return kl
+
+    def update_config(self, tp: TopicPartition, overrides: Mapping[str, str]) -> None:
+        kl = self.logs.get(tp)
+        if kl is None:
+            return
+        cfg = self._config_for(tp.topic, overrides)
+        if cfg != kl.config:
+            kl.config = cfg
+
+    def async_delete(self, tp: TopicPartition) -> str | None:
+        """Kafka's ``asyncDelete``: close the log, rename its directory to
+        ``<tp>.<uuid>-delete`` and remove it after the delete delay.  Returns the new path."""
+        kl = self.logs.pop(tp, None)
+        d = self._dir_of.pop(tp, None)
+        self.topic_ids.pop(tp, None)
+        if kl is None or d is None:
+            return None
+        kl.close()
+        target = os.path.join(d, f"{tp.topic}-{tp.partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        os.rename(kl.directory, target)
+        fsync_dir(d)
+        log.info("log for partition %s is renamed to %s and is scheduled for deletion", tp, target)
+        self._schedule_removal(target)
+        return target
+
+    def mark_stray(self, tp: TopicPartition) -> str | None:
+        """Close the log of ``tp`` and rename its directory to ``<tp>.<uuid>-stray`` (kept)."""
+        kl = self.logs.pop(tp, None)
+        d = self._dir_of.pop(tp, None)
+        self.topic_ids.pop(tp, None)
+        if kl is None or d is None:
+            return None
+        kl.close()
+        target = os.path.join(d, f"{tp.topic}-{tp.partition}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}")
+        os.rename(kl.directory, target)
+        fsync_dir(d)
+        log.warning("log in %s marked stray and renamed to %s", kl.directory, target)
+        return target
+
+    def _schedule_removal(self, path: str) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a tool, a test): remove now
+            shutil.rmtree(path, ignore_errors=True)
+            return
+        task = loop.create_task(self._remove_later(path, self.settings.file_delete_delay_ms))
+        self._deletions.add(task)
+        task.add_done_callback(self._deletions.discard)
+
+    async def _remove_later(self, path: str, delay_ms: int) -> None:
+        if delay_ms > 0:
+            await asyncio.sleep(delay_ms / 1000)
+        await asyncio.to_thread(shutil.rmtree, path, True)
+        log.info("deleted log directory %s", path)
+
+    # ------------------------------------------------------------------ periodic work
+    def _by_dir(self) -> dict[str, list[tuple[TopicPartition, KafkaLog]]]:
+        out: dict[str, list[tuple[TopicPartition, KafkaLog]]] = {d: [] for d in self.log_dirs}
+        for tp, kl in self.logs.items():
+            out[self._dir_of[tp]].append((tp, kl))
+        return out
+
+    @staticmethod
+    def _write(path: str, rows: list[tuple[TopicPartition, int]]) -> None:
+        rows.sort()
+        atomic_write(path, format_checkpoint((tp.topic, tp.partition, off) for tp, off in rows))
+
+    def checkpoint_recovery_points(self) -> None:
+        for d, logs in self._by_dir().items():
+            self._write(os.path.join(d, RECOVERY_POINT_CHECKPOINT), [(tp, kl.recovery_point) for tp, kl in logs])
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Kafka writes only the logs whose start offset is above their first segment's base;
+        kraft writes every log's (the file stays small and the reading is the same)."""
+        for d, logs in self._by_dir().items():
+            self._write(os.path.join(d, LOG_START_OFFSET_CHECKPOINT),
+                        [(tp, kl.log_start_offset) for tp, kl in logs])
+
+    def checkpoint_high_watermarks(self) -> None:
+        for d, logs in self._by_dir().items():
+            rows = []
+            for tp, _kl in logs:
+                hw = self.high_watermark_of(tp)
+                if hw is None:
+                    hw = self.checkpointed_high_watermarks.get(tp)
+                if hw is not None:
+                    rows.append((tp, hw))
+            self._write(os.path.join(d, REPLICATION_OFFSET_CHECKPOINT), rows)
+
+    def flush_dirty_logs(self) -> None:
+        for kl in list(self.logs.values()):
+            kl.maybe_flush()
+
+    def cleanup_logs(self) -> None:
+        """Retention by ``retention.ms`` and ``retention.bytes``, only below the high watermark
+        (Kafka deletes no segment a consumer could still be promised)."""
+        for tp, kl in list(self.logs.items()):
+            hw = self.high_watermark_of(tp)
+            if hw is None:
+                continue
+            deleted = kl.delete_old_segments(max_offset=hw)
+            if deleted:
+                log.info("partition %s: deleted %d segments by retention; log start offset now %d", tp,
+                         len(deleted), kl.log_start_offset)
+
+    # ------------------------------------------------------------------ stop
+    async def shutdown(self) -> None:
+        """Close every log (flush, clean-shutdown marker), then write all three checkpoints."""
+        if self._closed:
+            return
+        self._closed = True
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except asyncio.CancelledError:
+                pass
+        errors = 0
+        for tp, kl in list(self.logs.items()):
+            try:
+                kl.close()
+            except Exception:  # noqa: BLE001 - the other logs still close; this one recovers at start
+                errors += 1
+                log.exception("closing the log of %s failed", tp)
+        if self._started:
+            self.checkpoint_recovery_points()
+            self.checkpoint_log_start_offsets()
+            self.checkpoint_high_watermarks()
+        for t in list(self._deletions):
+            t.cancel()
+        if errors:
+            log.error("%d partition logs were not closed cleanly; they recover at the next start", errors)

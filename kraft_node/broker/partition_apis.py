@@ -1,0 +1,494 @@
+"""Produce, Fetch, ListOffsets and FindCoordinator on a broker listener (Kafka's ``KafkaApis``
+data paths over the :class:`ReplicaManager`).
+
+Produce (v3-13, whatever the generated codec gives):
+
+* ``acks`` other than 0, 1, -1: INVALID_REQUIRED_ACKS on every partition;
+* a ``transactional_id``, or a transactional or control batch: refused (transactions are out of
+  scope): INVALID_TXN_STATE for transactional data, INVALID_RECORD for a control batch sent by a
+  client (Kafka: "Invalid attempt to append a control batch");
+* per partition: UNKNOWN_TOPIC_OR_PARTITION (v13+: UNKNOWN_TOPIC_ID) when the image has no
+  such partition, NOT_LEADER_OR_FOLLOWER when this broker does not lead it;
+* the records are validated before the append (minimal, until H4's LogValidator lands:
+  ``kraft_node/broker/log/validator.py``): exactly one batch of magic 2 (Kafka's
+  ``ProduceRequest.validateRecords``: INVALID_RECORD), its CRC-32C (CORRUPT_MESSAGE), its size
+  against ``max.message.bytes`` (MESSAGE_TOO_LARGE) and ``segment.bytes``
+  (RECORD_LIST_TOO_LARGE), no empty batch (INVALID_RECORD), and a CreateTime timestamp not
+  more than ``message.timestamp.after.max.ms`` in the future nor ``...before.max.ms`` in the
+  past (INVALID_TIMESTAMP).  Compression is kept as produced (the bytes are appended as they
+  came, with the offsets and leader epoch rewritten);
+* acks=0: no answer at all (Kafka sends none); when a partition failed, the connection is
+  closed instead, so that the client refreshes its metadata (Kafka does the same);
+* acks=1: answered after the append; acks=-1: parked until the high watermarks pass the
+  appended offsets (ReplicaManager's purgatory, bounded by ``timeout_ms``).
+
+Fetch (v4-18): consumers (replica id -1) read up to the high watermark (``read_uncommitted``
+and ``read_committed`` read the same: no transactions, so the last stable offset is the high
+watermark); followers (replica id >= 0, or ``replica_state`` from v15) read up to the log end
+offset, update their fetch state on the leader (which may move the high watermark), and get a
+``diverging_epoch`` when their last fetched epoch's end offset on the leader is below their
+fetch offset (v12+).  Topics by name before v13 and by id from v13.  ``max_bytes`` bounds the
+whole answer and ``partition_max_bytes`` each partition; the first partition with data gets at
+least one whole batch (Kafka's ``minOneMessage``).  With less than ``min_bytes`` the fetch waits
+up to ``max_wait_ms`` in the purgatory, re-run on appends.  Fetch sessions (KIP-227) are not
+kept: every answer has session id 0 (a client then sends full fetches, as Kafka's cache-full
+answer makes it do); an incremental fetch of a session id is FETCH_SESSION_ID_NOT_FOUND.
+The records go out as one ``pread`` per partition spilled into the frame without another copy
+(``encode_response(chunks=True)``); sendfile would need a hook in the network layer.
+
+ListOffsets (v1-11): earliest (-2), latest (-1: the high watermark for clients, the log end
+offset for replica id -2 debugging), max timestamp (-3), earliest local (-4: the log start
+offset), latest tiered (-5: offset -1, nothing is tiered) and by timestamp through the time
+index (the first record whose timestamp is >= the target).
+
+FindCoordinator: COORDINATOR_NOT_AVAILABLE for every key (consumer groups and transactions are
+out of scope), so group-based clients fail clearly and manual assignment works.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kraft_node.broker.metadata_cache import KRaftMetadataCache
+from kraft_node.broker.partition import Partition, PartitionError
+from kraft_node.broker.replica_manager import ReplicaManager
+from kraft_node.metadata.image.topics import TopicPartition
+from kraft_node.network.server import DEFERRED, RequestContext
+from kraft_node.protocol.api_keys import ApiKeys
+from kraft_node.protocol.errors import Errors
+from kraft_node.protocol.generated.fetch import FetchResponse
+from kraft_node.protocol.generated.find_coordinator import FindCoordinatorResponse
+from kraft_node.protocol.generated.list_offsets import ListOffsetsResponse
+from kraft_node.protocol.generated.produce import ProduceResponse
+from kraft_storage.errors import CorruptRecordError, KraftStorageError
+from kraft_storage.log.errors import OffsetOutOfRange, RecordBatchTooLargeError
+from kraft_storage.log.log import KafkaLog, LogTruncatedDuringRead
+from kraft_storage.record.batch import CRC_VERIFY, RecordBatch, scan_batches
+
+log = logging.getLogger("kraft.broker.data")
+
+__all__ = ["PartitionApis", "offset_for_timestamp", "validate_produced_records", "ProduceValidationError"]
+
+_KEYS: Any = ApiKeys
+_PR: Any = ProduceResponse
+_FR: Any = FetchResponse
+_LR: Any = ListOffsetsResponse
+
+LONG_MAX = 2**63 - 1
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+_LOG_APPEND_TIME = 0x08
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+CONSUMER_REPLICA_ID = -1
+DEBUGGING_REPLICA_ID = -2
+_SCAN_CHUNK = 1 << 20
+
+
+class ProduceValidationError(Exception):
+    def __init__(self, error: Errors, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+def validate_produced_records(records: Any, version: int, *, max_message_bytes: int, now_ms: int,
+                              timestamp_before_max_ms: int = LONG_MAX,
+                              timestamp_after_max_ms: int = LONG_MAX) -> np.ndarray:
+    """The minimal LogValidator (see the module doc); returns the batch's header row."""
+    if records is None or len(records) == 0:
+        raise ProduceValidationError(Errors.INVALID_RECORD, "Produce request must contain records")
+    if len(records) >= 17 and records[16] != 2:
+        raise ProduceValidationError(
+            Errors.INVALID_RECORD, f"Produce requests with version {version} are only allowed to contain record "
+                                   "batches with magic version 2")
+    scan = scan_batches(records, crc_mode=CRC_VERIFY, raise_on_error=False)
+    if scan.error is not None:
+        code = Errors.CORRUPT_MESSAGE if "crc" in str(scan.error).lower() or "CRC" in str(scan.error) \
+            else Errors.INVALID_RECORD
+        raise ProduceValidationError(code, f"invalid record batch: {scan.error}")
+    h = scan.headers
+    if len(h) != 1:
+        raise ProduceValidationError(
+            Errors.INVALID_RECORD, f"Produce requests with version {version} are only allowed to contain exactly "
+                                   "one record batch")
+    row = h[0]
+    size = int(row["size"])
+    if size > max_message_bytes:
+        raise ProduceValidationError(
+            Errors.MESSAGE_TOO_LARGE, f"The record batch size {size} bytes exceeds max.message.bytes "
+                                      f"{max_message_bytes}")
+    if int(row["records_count"]) <= 0:
+        raise ProduceValidationError(Errors.INVALID_RECORD, "Record batch has no records")
+    attrs = int(row["attributes"])
+    if attrs & _CONTROL:
+        raise ProduceValidationError(Errors.INVALID_RECORD, "Invalid attempt to append a control batch")
+    if attrs & _TRANSACTIONAL:
+        raise ProduceValidationError(Errors.INVALID_TXN_STATE,
+                                     "transactional records are not supported by kraft's broker")
+    if not attrs & _LOG_APPEND_TIME:
+        ts = int(row["max_timestamp"])
+        if ts >= 0 and (ts > now_ms + min(timestamp_after_max_ms, LONG_MAX - now_ms)
+                        or ts < now_ms - min(timestamp_before_max_ms, now_ms + LONG_MAX)):
+            raise ProduceValidationError(
+                Errors.INVALID_TIMESTAMP, f"Timestamp {ts} of the record batch is out of range: more than "
+                                          f"message.timestamp.before.max.ms / after.max.ms from now {now_ms}")
+    return h
+
+
+def offset_for_timestamp(kl: KafkaLog, target: int) -> tuple[int, int] | None:
+    """(timestamp, offset) of the first record whose timestamp is >= ``target`` (Kafka's
+    ``fetchOffsetByTimestamp`` through the time index), or None when there is none."""
+    for seg in kl.segments:
+        if seg.largest_timestamp < target or seg.size == 0:
+            continue
+        _ts, floor_offset = seg.time_index.lookup(target)
+        _off, pos = seg.offset_index.lookup(floor_offset)
+        fd = seg.handle.fd
+        while pos < seg.size:
+            chunk = os.pread(fd, min(seg.size - pos, _SCAN_CHUNK), pos)
+            scan = scan_batches(chunk, crc_mode=0, allow_partial_tail=True, raise_on_error=False)
+            h = scan.headers
+            if len(h) == 0:
+                size = int.from_bytes(chunk[8:12], "big") + 12 if len(chunk) >= 12 else 0
+                if size <= len(chunk) or size <= 12:
+                    break
+                chunk = os.pread(fd, size, pos)  # one batch larger than the chunk
+                scan = scan_batches(chunk, crc_mode=0, allow_partial_tail=True, raise_on_error=False)
+                h = scan.headers
+                if len(h) == 0:
+                    break
+            hits = np.flatnonzero(h["max_timestamp"] >= target)
+            if len(hits):
+                batch = RecordBatch(chunk, h, int(hits[0]))
+                for rec in batch.records():
+                    if rec.timestamp >= target and rec.offset >= kl.log_start_offset:
+                        return rec.timestamp, rec.offset
+            pos += scan.end
+    return None
+
+
+class PartitionApis:
+    """The data-plane handlers of one broker (see the module doc)."""
+
+    def __init__(self, node_id: int, cache: KRaftMetadataCache, replica_manager: ReplicaManager, *,
+                 props: dict[str, str] | None = None, clock_ms: Callable[[], int] | None = None) -> None:
+        self.node_id = node_id
+        self.cache = cache
+        self.replicas = replica_manager
+        props = props or {}
+        self.timestamp_before_max_ms = int(props.get("log.message.timestamp.before.max.ms", LONG_MAX))
+        self.timestamp_after_max_ms = int(props.get("log.message.timestamp.after.max.ms", LONG_MAX))
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+
+    def handlers(self) -> dict[int, Callable[[RequestContext, Any], Any]]:
+        return {int(_KEYS.PRODUCE): self.handle_produce, int(_KEYS.FETCH): self.handle_fetch,
+                int(_KEYS.LIST_OFFSETS): self.handle_list_offsets,
+                int(_KEYS.FIND_COORDINATOR): self.handle_find_coordinator}
+
+    # ------------------------------------------------------------------ helpers
+    def _partition_error(self, tp: TopicPartition) -> Errors:
+        """The error for a partition this broker has no local replica of: unknown to the image,
+        or hosted elsewhere."""
+        image = self.cache.image()
+        topic = image.topics.get_topic_by_name(tp.topic)
+        if topic is None or tp.partition not in topic.partitions:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        return Errors.NOT_LEADER_OR_FOLLOWER
+
+    def _topic_name(self, name: str | None, topic_id: Any, by_id: bool) -> tuple[str | None, Errors]:
+        if not by_id:
+            return name, Errors.NONE
+        topic = self.cache.image().topics.get_topic(topic_id)
+        if topic is None:
+            return None, Errors.UNKNOWN_TOPIC_ID
+        return topic.name, Errors.NONE
+
+    # ------------------------------------------------------------------ Produce
+    def handle_produce(self, ctx: RequestContext, body: Any) -> Any:
+        version = ctx.api_version
+        acks = int(body.acks)
+        by_id = version >= 13
+        now = self._clock_ms()
+        results: dict[tuple[int, int], Any] = {}  # (topic index, partition index) -> PartitionProduceResponse
+        required: dict[TopicPartition, tuple[int, int]] = {}
+        keys: dict[TopicPartition, tuple[int, int]] = {}
+        any_error = False
+        for ti, t in enumerate(body.topic_data):
+            name, topic_error = self._topic_name(t.name, t.topic_id, by_id)
+            for pi, p in enumerate(t.partition_data):
+                resp = _PR.PartitionProduceResponse(index=p.index, error_code=0, base_offset=-1,
+                                                    log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
+                                                    error_message=None)
+                results[(ti, pi)] = resp
+                error, message = self._produce_one(name, topic_error, p, acks, version, body, now, resp,
+                                                   required, keys, (ti, pi))
+                if error != Errors.NONE:
+                    any_error = True
+                    resp.error_code = int(error)
+                    resp.error_message = message if version >= 8 else None
+        if acks == 0:
+            # Kafka sends nothing for acks=0; a failure closes the connection so that the client
+            # refreshes its metadata
+            ctx.respond_frame(None if any_error else b"")
+            return DEFERRED
+
+        def answer() -> Any:
+            topics = []
+            for ti, t in enumerate(body.topic_data):
+                parts = [results[(ti, pi)] for pi in range(len(t.partition_data))]
+                topics.append(_PR.TopicProduceResponse(name=t.name, topic_id=t.topic_id, partition_responses=parts))
+            return _PR(responses=topics, throttle_time_ms=0, node_endpoints=[])
+
+        if acks != -1 or not required:
+            return answer()
+
+        def done(errors: dict[TopicPartition, Errors]) -> None:
+            for tp, err in errors.items():
+                if err != Errors.NONE:
+                    r = results[keys[tp]]
+                    r.error_code = int(err)
+                    r.base_offset = -1
+            ctx.respond(answer())
+
+        self.replicas.wait_for_high_watermarks(required, int(body.timeout_ms), done)
+        return DEFERRED
+
+    def _produce_one(self, name: str | None, topic_error: Errors, p: Any, acks: int, version: int, body: Any,
+                     now: int, resp: Any, required: dict[TopicPartition, tuple[int, int]],
+                     keys: dict[TopicPartition, tuple[int, int]], key: tuple[int, int]) -> tuple[Errors, str | None]:
+        if acks not in (0, 1, -1):
+            return Errors.INVALID_REQUIRED_ACKS, f"Invalid required acks {acks}"
+        if topic_error != Errors.NONE or name is None:
+            return topic_error, None
+        if body.transactional_id is not None:
+            return Errors.INVALID_TXN_STATE, "transactions are not supported by kraft's broker"
+        tp = TopicPartition(name, int(p.index))
+        part = self.replicas.get_partition(tp)
+        if part is None or not part.is_leader:
+            err = self._partition_error(tp)
+            if err == Errors.UNKNOWN_TOPIC_OR_PARTITION and version >= 13:
+                err = Errors.UNKNOWN_TOPIC_ID
+            return err, None
+        try:
+            validate_produced_records(p.records, version, max_message_bytes=self.replicas.max_message_bytes(name),
+                                      now_ms=now, timestamp_before_max_ms=self.timestamp_before_max_ms,
+                                      timestamp_after_max_ms=self.timestamp_after_max_ms)
+        except ProduceValidationError as exc:
+            log.debug("produce to %s refused: %s", tp, exc)
+            return exc.error, str(exc)
+        min_isr = self.replicas.min_insync_replicas(name)
+        try:
+            info = part.append_records_to_leader(p.records, acks, min_isr)
+        except PartitionError as exc:
+            return exc.error, str(exc)
+        except RecordBatchTooLargeError as exc:
+            return Errors.RECORD_LIST_TOO_LARGE, str(exc)
+        except CorruptRecordError as exc:
+            return Errors.CORRUPT_MESSAGE, str(exc)
+        except KraftStorageError as exc:
+            log.exception("append to %s failed", tp)
+            return Errors.KAFKA_STORAGE_ERROR, str(exc)
+        resp.base_offset = info.first_offset
+        resp.log_start_offset = part.log.log_start_offset
+        self.replicas.on_high_watermark_or_append(tp)
+        if acks == -1:
+            required[tp] = (info.last_offset + 1, min_isr)
+            keys[tp] = key
+        return Errors.NONE, None
+
+    # ------------------------------------------------------------------ Fetch
+    def handle_fetch(self, ctx: RequestContext, body: Any) -> Any:
+        version = ctx.api_version
+        replica_id = int(body.replica_state.replica_id) if version >= 15 else int(body.replica_id)
+        if version >= 7 and int(body.session_id) != 0:
+            return _FR(throttle_time_ms=0, error_code=int(Errors.FETCH_SESSION_ID_NOT_FOUND),
+                       session_id=0, responses=[], node_endpoints=[])
+        first = self._read_fetch(body, version, replica_id)
+        total = sum(len(r.records) for topic in first.responses for r in topic.partitions)
+        if int(body.max_wait_ms) <= 0 or total >= max(int(body.min_bytes), 1) or _has_error(first):
+            return first
+        tps = self._fetch_partitions(body, version)
+
+        def retry(force: bool) -> bool:
+            resp = self._read_fetch(body, version, replica_id)
+            size = sum(len(r.records) for topic in resp.responses for r in topic.partitions)
+            if force or size >= max(int(body.min_bytes), 1) or _has_error(resp):
+                ctx.respond(resp)
+                return True
+            return False
+
+        self.replicas.park_fetch(tps, int(body.max_wait_ms), retry)
+        return DEFERRED
+
+    def _fetch_partitions(self, body: Any, version: int) -> list[TopicPartition]:
+        out: list[TopicPartition] = []
+        for t in body.topics:
+            name, _err = self._topic_name(t.topic, t.topic_id, version >= 13)
+            if name is not None:
+                out.extend(TopicPartition(name, int(p.partition)) for p in t.partitions)
+        return out
+
+    def _read_fetch(self, body: Any, version: int, replica_id: int) -> Any:
+        by_id = version >= 13
+        remaining = max(int(body.max_bytes), 0)
+        got_data = False
+        now = self._clock_ms()
+        topics = []
+        for t in body.topics:
+            name, topic_error = self._topic_name(t.topic, t.topic_id, by_id)
+            parts = []
+            for fp in t.partitions:
+                pd = _FR.PartitionData(partition_index=fp.partition, error_code=0, high_watermark=-1,
+                                       last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                                       preferred_read_replica=-1, records=b"")
+                parts.append(pd)
+                if topic_error != Errors.NONE or name is None:
+                    pd.error_code = int(topic_error)
+                    continue
+                tp = TopicPartition(name, int(fp.partition))
+                part = self.replicas.get_partition(tp)
+                if part is None:
+                    err = self._partition_error(tp)
+                    if err == Errors.UNKNOWN_TOPIC_OR_PARTITION and by_id:
+                        err = Errors.UNKNOWN_TOPIC_ID
+                    pd.error_code = int(err)
+                    continue
+                limit = min(int(fp.partition_max_bytes), remaining)
+                try:
+                    n = self._read_partition(part, fp, pd, version, replica_id, limit, not got_data, now)
+                except PartitionError as exc:
+                    pd.error_code = int(exc.error)
+                    continue
+                if n:
+                    got_data = True
+                    remaining = max(remaining - n, 0)
+            topics.append(_FR.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=parts))
+        return _FR(throttle_time_ms=0, error_code=0, session_id=0, responses=topics, node_endpoints=[])
+
+    def _read_partition(self, part: Partition, fp: Any, pd: Any, version: int, replica_id: int, limit: int,
+                        min_one: bool, now: int) -> int:
+        from_follower = replica_id >= 0
+        epoch = int(fp.current_leader_epoch) if version >= 9 else -1
+        # KIP-392: a consumer of v11+ may read from a follower (up to its high watermark)
+        part.check_leader_epoch(epoch, require_leader=from_follower or version < 11)
+        kl = part.log
+        fetch_offset = int(fp.fetch_offset)
+        if from_follower:
+            last_fetched = int(fp.last_fetched_epoch) if version >= 12 else -1
+            if last_fetched >= 0:
+                end = kl.end_offset_for_epoch(last_fetched)
+                if end.epoch < last_fetched or end.end_offset < fetch_offset:
+                    pd.diverging_epoch = _FR.EpochEndOffset(epoch=end.epoch, end_offset=end.end_offset)
+                    pd.high_watermark = part.high_watermark
+                    pd.last_stable_offset = part.high_watermark
+                    pd.log_start_offset = kl.log_start_offset
+                    return 0
+            if part.update_follower_fetch_state(replica_id, fetch_offset, now):
+                self.replicas.on_high_watermark_or_append(part.topic_partition)
+            max_offset = None
+        else:
+            max_offset = part.high_watermark
+        hw = part.high_watermark
+        pd.high_watermark = hw
+        pd.last_stable_offset = hw
+        pd.log_start_offset = kl.log_start_offset
+        try:
+            data = kl.read(fetch_offset, limit, max_offset=max_offset, min_one_batch=min_one)
+            records = data.tobytes()
+        except OffsetOutOfRange:
+            raise PartitionError(Errors.OFFSET_OUT_OF_RANGE,
+                                 f"fetch offset {fetch_offset} of {part.topic_partition} is outside "
+                                 f"[{kl.log_start_offset}, {kl.log_end_offset}]") from None
+        except LogTruncatedDuringRead:
+            records = b""
+        pd.records = records
+        return len(records)
+
+    # ------------------------------------------------------------------ ListOffsets
+    def handle_list_offsets(self, ctx: RequestContext, body: Any) -> Any:
+        version = ctx.api_version
+        replica_id = int(body.replica_id)
+        topics = []
+        for t in body.topics:
+            parts = []
+            seen: set[int] = set()
+            for p in t.partitions:
+                r = _LR.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=0, timestamp=-1,
+                                                     offset=-1, leader_epoch=-1)
+                parts.append(r)
+                if p.partition_index in seen:
+                    r.error_code = int(Errors.INVALID_REQUEST)
+                    continue
+                seen.add(p.partition_index)
+                try:
+                    self._list_offset(TopicPartition(t.name, int(p.partition_index)), p, r, version, replica_id)
+                except PartitionError as exc:
+                    r.error_code = int(exc.error)
+            topics.append(_LR.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+        return _LR(throttle_time_ms=0, topics=topics)
+
+    def _list_offset(self, tp: TopicPartition, p: Any, r: Any, version: int, replica_id: int) -> None:
+        part = self.replicas.get_partition(tp)
+        if part is None:
+            raise PartitionError(self._partition_error(tp), f"no local replica of {tp}")
+        epoch = int(p.current_leader_epoch) if version >= 4 else -1
+        part.check_leader_epoch(epoch, require_leader=replica_id != DEBUGGING_REPLICA_ID)
+        kl = part.log
+        ts = int(p.timestamp)
+        if ts == EARLIEST_TIMESTAMP or ts == EARLIEST_LOCAL_TIMESTAMP:
+            offset = kl.log_start_offset
+            r.offset, r.timestamp = offset, -1
+        elif ts == LATEST_TIMESTAMP:
+            offset = kl.log_end_offset if replica_id == DEBUGGING_REPLICA_ID else part.high_watermark
+            r.offset, r.timestamp = offset, -1
+        elif ts == LATEST_TIERED_TIMESTAMP:
+            r.offset, r.timestamp = -1, -1
+            return
+        elif ts == MAX_TIMESTAMP:
+            best: tuple[int, int] | None = None
+            for seg in kl.segments:
+                if seg.size and (best is None or seg.largest_timestamp > best[0]):
+                    best = (seg.largest_timestamp, seg.base_offset)
+            found = offset_for_timestamp(kl, best[0]) if best is not None and best[0] >= 0 else None
+            if found is None or found[1] >= part.high_watermark:
+                return
+            r.timestamp, r.offset = found
+            offset = found[1]
+        elif ts < 0:
+            raise PartitionError(Errors.INVALID_REQUEST, f"invalid timestamp {ts}")
+        else:
+            found = offset_for_timestamp(kl, ts)
+            if found is None or found[1] >= part.high_watermark:
+                return  # Kafka: offset -1, timestamp -1, no error
+            r.timestamp, r.offset = found
+            offset = found[1]
+        if version >= 4:
+            e = kl.epoch_cache.epoch_for_offset(offset) if offset < kl.log_end_offset else kl.latest_epoch
+            r.leader_epoch = -1 if e is None else e
+
+    # ------------------------------------------------------------------ FindCoordinator
+    def handle_find_coordinator(self, ctx: RequestContext, body: Any) -> Any:
+        """COORDINATOR_NOT_AVAILABLE for every key (see the module doc)."""
+        R: Any = FindCoordinatorResponse
+        version = ctx.api_version
+        code = int(Errors.COORDINATOR_NOT_AVAILABLE)
+        message = "kraft's broker has no group or transaction coordinator (consumer groups are not supported)"
+        if version >= 4:
+            coords = [R.Coordinator(key=k, node_id=-1, host="", port=-1, error_code=code, error_message=message)
+                      for k in body.coordinator_keys]
+            return R(throttle_time_ms=0, coordinators=coords)
+        return R(throttle_time_ms=0, error_code=code, error_message=message, node_id=-1, host="", port=-1)
+
+
+def _has_error(resp: Any) -> bool:
+    return any(p.error_code != 0 or p.diverging_epoch is not None and p.diverging_epoch.epoch >= 0
+               for t in resp.responses for p in t.partitions)
+

@@ -1,0 +1,421 @@
+"""``ReplicaManager``: the broker's local partitions, driven by the metadata image (Kafka's
+``ReplicaManager.applyDelta`` and its purgatories).
+
+Each published delta goes through :class:`ReplicaManagerPublisher` (a loader publisher,
+installed by ``BrokerServer`` before the broker serves): the local replica changes of the delta
+(``TopicsDelta.local_changes(broker_id)``: deletes, leaders, followers) are applied in Kafka's
+order -- deletes first (the logs are renamed ``-delete`` and removed later), then leaders, then
+followers.  The first update a publisher gets states the whole image; when the loader folded
+the topics (``delta.replaced_topics`` set, ``delta.topics_delta`` None) there is no per-topic
+delta, so the local changes are computed by diffing the previous TopicsImage with the new one
+(:func:`diff_local_changes`).  On that first update, logs found on disk that the image does not
+assign to this broker are stray: renamed ``-stray`` and kept (Kafka 3.7+).
+
+Topic configs come from the image (``ConfigResource(TOPIC, name)``) over the broker's
+``log.*`` defaults; ``min.insync.replicas`` and ``max.message.bytes`` likewise over the broker's
+``min.insync.replicas`` and ``message.max.bytes``.
+
+Purgatories (Kafka's ``DelayedProduce`` / ``DelayedFetch``), on the broker's asyncio loop:
+
+* an acks=all produce waits until every partition's high watermark passed its last appended
+  offset (or the leader moved, or the ISR fell below ``min.insync.replicas``:
+  NOT_ENOUGH_REPLICAS_AFTER_APPEND), bounded by the request's ``timeout_ms``
+  (REQUEST_TIMED_OUT).  It is checked whenever a watched partition's high watermark moves;
+* a fetch that found fewer than ``min_bytes`` waits up to ``max_wait_ms`` and is re-run when a
+  watched partition is appended to or its high watermark moves (or it becomes stale: a
+  leadership change wakes it too).
+
+Hooks for the follower side (H5):
+
+* ``on_become_follower``: callables ``(partitions: list[Partition]) -> None`` called after each
+  delta with the partitions that became followers or changed leader/epoch (the fetcher manager
+  adds or restarts their fetchers);
+* ``on_become_leader``: same for new leaderships (the fetcher manager removes their fetchers);
+* ``on_delete``: ``(topic partitions) -> None`` before their logs are deleted;
+* ``alter_partition``: ``(partition, new_isr) -> None``, handed to every leader Partition
+  (ISR changes go to the controller through it; see partition.py).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kraft_node.broker.log_manager import LogManager
+from kraft_node.broker.partition import AlterPartitionCallback, Partition
+from kraft_node.metadata.configs.resources import ConfigResource, ConfigResourceType
+from kraft_node.metadata.controller.replication_control import PartitionRegistration
+from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImage
+from kraft_node.metadata.image.topics import LocalReplicaChanges, PartitionInfo, TopicPartition, TopicsImage
+from kraft_node.metadata.loader.manifest import LoaderManifest
+from kraft_node.metadata.loader.publisher import MetadataPublisher
+from kraft_node.protocol.errors import Errors
+from kraft_node.raft.messages import LeaderAndEpoch
+
+log = logging.getLogger("kraft.broker.replicas")
+
+__all__ = ["ReplicaManager", "ReplicaManagerPublisher", "diff_local_changes", "PartitionsHook"]
+
+PartitionsHook = Callable[[list[Partition]], None]
+
+#: Kafka's defaults
+DEFAULT_MIN_INSYNC_REPLICAS = 1
+DEFAULT_MESSAGE_MAX_BYTES = 1048588
+DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
+_NO_TOPICS = TopicsImage.of([])
+
+
+def _int(props: Mapping[str, str], key: str, default: int, minimum: int) -> int:
+    raw = props.get(key)
+    if raw is None or not str(raw).strip():
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"{key}: expected an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"{key}: must be at least {minimum}, got {value}")
+    return value
+
+
+def diff_local_changes(old: TopicsImage, new: TopicsImage, broker_id: int) -> LocalReplicaChanges:
+    """The local replica changes from ``old`` to ``new`` as ``TopicsDelta.local_changes``
+    would report them (for a delta that replaced the topics image whole)."""
+    out = LocalReplicaChanges(set(), {}, {}, {}, {}, {})
+    for topic in new.topics_by_id.values():
+        prev_topic = old.get_topic(topic.topic_id)
+        for pid in topic.partitions.partitions_with_replica(broker_id):
+            reg = topic.partitions[pid]
+            prev: PartitionRegistration | None = \
+                prev_topic.partitions.get(pid) if prev_topic is not None else None
+            if prev is not None and prev.partition_epoch == reg.partition_epoch and broker_id in prev.replicas:
+                continue
+            tp = TopicPartition(topic.name, pid)
+            info = PartitionInfo(topic.topic_id, reg)
+            if reg.leader == broker_id:
+                out.leaders[tp] = info
+                if prev is None or prev.leader_epoch != reg.leader_epoch:
+                    out.elected_leaders[tp] = info
+            else:
+                out.followers[tp] = info
+            out.topic_ids.setdefault(topic.name, topic.topic_id)
+    for topic in old.topics_by_id.values():
+        now = new.get_topic(topic.topic_id)
+        for pid in topic.partitions.partitions_with_replica(broker_id):
+            cur: PartitionRegistration | None = now.partitions.get(pid) if now is not None else None
+            if cur is None or broker_id not in cur.replicas:
+                out.deletes.add(TopicPartition(topic.name, pid))
+    return out
+
+
+class _DelayedProduce:
+    """An acks=all produce waiting for the high watermarks (see the module doc)."""
+
+    __slots__ = ("required", "done", "callback", "timer", "finished")
+
+    def __init__(self, required: dict[TopicPartition, tuple[int, int]],
+                 callback: Callable[[dict[TopicPartition, Errors]], None]) -> None:
+        #: tp -> (offset the high watermark must reach, min.insync.replicas)
+        self.required = required
+        self.done: dict[TopicPartition, Errors] = {}
+        self.callback = callback
+        self.timer: asyncio.TimerHandle | None = None
+        self.finished = False
+
+
+class _DelayedFetch:
+    """A fetch waiting for data: ``retry(force)`` re-runs it and answers when it has enough
+    (or ``force``: the wait is over); returns whether it answered."""
+
+    __slots__ = ("partitions", "retry", "timer", "finished")
+
+    def __init__(self, partitions: list[TopicPartition], retry: Callable[[bool], bool]) -> None:
+        self.partitions = partitions
+        self.retry = retry
+        self.timer: asyncio.TimerHandle | None = None
+        self.finished = False
+
+
+class ReplicaManager:
+    """The broker's partitions (see the module doc)."""
+
+    def __init__(self, broker_id: int, log_manager: LogManager, *, props: Mapping[str, str] | None = None,
+                 clock_ms: Callable[[], int] | None = None) -> None:
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        props = dict(props or {})
+        self.default_min_insync_replicas = _int(props, "min.insync.replicas", DEFAULT_MIN_INSYNC_REPLICAS, 1)
+        self.default_max_message_bytes = _int(props, "message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES, 0)
+        self.replica_lag_time_max_ms = _int(props, "replica.lag.time.max.ms", DEFAULT_REPLICA_LAG_TIME_MAX_MS, 1)
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.image: MetadataImage | None = None
+        self.on_become_leader: list[PartitionsHook] = []
+        self.on_become_follower: list[PartitionsHook] = []
+        self.on_delete: list[Callable[[set[TopicPartition]], None]] = []
+        self.alter_partition: AlterPartitionCallback | None = None
+        self._produce_waiters: dict[TopicPartition, list[_DelayedProduce]] = {}
+        self._fetch_waiters: dict[TopicPartition, list[_DelayedFetch]] = {}
+        self._shrink_task: asyncio.Task[None] | None = None
+        self._closed = False
+        log_manager.high_watermark_of = self._high_watermark_of
+
+    def _high_watermark_of(self, tp: TopicPartition) -> int | None:
+        p = self.partitions.get(tp)
+        return p.high_watermark if p is not None else None
+
+    # ------------------------------------------------------------------ lookups
+    def get_partition(self, tp: TopicPartition) -> Partition | None:
+        return self.partitions.get(tp)
+
+    def topic_config(self, topic: str) -> Mapping[str, str]:
+        image = self.image
+        if image is None:
+            return {}
+        return image.configs.config_map_for_resource(ConfigResource(ConfigResourceType.TOPIC, topic))
+
+    def min_insync_replicas(self, topic: str) -> int:
+        raw = self.topic_config(topic).get("min.insync.replicas")
+        try:
+            return int(raw) if raw is not None else self.default_min_insync_replicas
+        except ValueError:
+            return self.default_min_insync_replicas
+
+    def max_message_bytes(self, topic: str) -> int:
+        raw = self.topic_config(topic).get("max.message.bytes")
+        try:
+            return int(raw) if raw is not None else self.default_max_message_bytes
+        except ValueError:
+            return self.default_max_message_bytes
+
+    # ------------------------------------------------------------------ metadata
+    def apply_delta(self, delta: MetadataDelta, new_image: MetadataImage) -> None:
+        """Apply one published image's local replica changes (see the module doc)."""
+        first = self.image is None
+        prev = self.image
+        self.image = new_image
+        if delta.topics_delta is not None:
+            changes = delta.topics_delta.local_changes(self.broker_id)
+        elif delta.replaced_topics is not None or first:
+            base = prev.topics if prev is not None else _NO_TOPICS
+            changes = diff_local_changes(base, new_image.topics, self.broker_id)
+        else:
+            changes = None
+        if first:
+            self._handle_strays(new_image)
+        if changes is not None and (changes.deletes or changes.leaders or changes.followers):
+            self._apply_changes(changes, new_image)
+        if delta.configs_delta is not None:
+            for tp in self.partitions:
+                self.log_manager.update_config(tp, self.topic_config(tp.topic))
+
+    def _handle_strays(self, image: MetadataImage) -> None:
+        for tp in list(self.log_manager.logs):
+            topic = image.topics.get_topic_by_name(tp.topic)
+            reg = topic.partitions.get(tp.partition) if topic is not None else None
+            known = self.log_manager.topic_ids.get(tp)
+            if reg is None or self.broker_id not in reg.replicas or \
+                    (known is not None and topic is not None and known != topic.topic_id.bytes):
+                self.log_manager.mark_stray(tp)
+
+    def _apply_changes(self, changes: LocalReplicaChanges, image: MetadataImage) -> None:
+        now = self._clock_ms()
+        if changes.deletes:
+            for delete_hook in self.on_delete:
+                delete_hook(set(changes.deletes))
+            for tp in sorted(changes.deletes):
+                p = self.partitions.pop(tp, None)
+                if p is not None:
+                    self._wake(tp)
+                self.log_manager.async_delete(tp)
+        leaders: list[Partition] = []
+        for tp, info in sorted(changes.leaders.items()):
+            try:
+                p = self._get_or_create(tp, info, image)
+                if p.make_leader(info.partition, now):
+                    leaders.append(p)
+                self._wake(tp)
+            except Exception:  # noqa: BLE001 - one bad partition must not stop the others (Kafka logs it too)
+                log.exception("broker %d: could not become the leader of %s", self.broker_id, tp)
+        followers: list[Partition] = []
+        for tp, info in sorted(changes.followers.items()):
+            try:
+                p = self._get_or_create(tp, info, image)
+                if p.make_follower(info.partition):
+                    followers.append(p)
+                self._wake(tp)
+            except Exception:  # noqa: BLE001 - as above
+                log.exception("broker %d: could not become a follower of %s", self.broker_id, tp)
+        if leaders:
+            log.info("broker %d: leader of %d partitions (%s)", self.broker_id, len(leaders),
+                     ", ".join(str(p.topic_partition) for p in leaders[:10]) + (" ..." if len(leaders) > 10 else ""))
+            for hook in self.on_become_leader:
+                hook(leaders)
+        if followers:
+            log.info("broker %d: follower of %d partitions", self.broker_id, len(followers))
+            for hook in self.on_become_follower:
+                hook(followers)
+
+    def _get_or_create(self, tp: TopicPartition, info: PartitionInfo, image: MetadataImage) -> Partition:
+        p = self.partitions.get(tp)
+        if p is not None and p.topic_id == info.topic_id:
+            return p
+        kl = self.log_manager.get_or_create_log(tp, info.topic_id.bytes, self.topic_config(tp.topic))
+        hw = self.log_manager.checkpointed_high_watermarks.pop(tp, 0)
+        p = Partition(tp, info.topic_id, kl, self.broker_id, high_watermark=hw, alter_partition=self.alter_partition)
+        self.partitions[tp] = p
+        return p
+
+    # ------------------------------------------------------------------ purgatories
+    def wait_for_high_watermarks(self, required: dict[TopicPartition, tuple[int, int]], timeout_ms: int,
+                                 callback: Callable[[dict[TopicPartition, Errors]], None]) -> None:
+        """Call ``callback({tp: error})`` once every partition's high watermark reached its
+        required offset (or failed, or ``timeout_ms`` passed: REQUEST_TIMED_OUT for the rest)."""
+        op = _DelayedProduce(required, callback)
+        if self._try_complete_produce(op):
+            return
+        for tp in required:
+            self._produce_waiters.setdefault(tp, []).append(op)
+        op.timer = asyncio.get_running_loop().call_later(max(timeout_ms, 0) / 1000, self._expire_produce, op)
+
+    def _try_complete_produce(self, op: _DelayedProduce) -> bool:
+        if op.finished:
+            return True
+        for tp, (offset, min_isr) in op.required.items():
+            if tp in op.done:
+                continue
+            p = self.partitions.get(tp)
+            if p is None:
+                op.done[tp] = Errors.NOT_LEADER_OR_FOLLOWER
+                continue
+            done, error = p.check_enough_replicas_reach_offset(offset, min_isr)
+            if done:
+                op.done[tp] = error
+        if len(op.done) < len(op.required):
+            return False
+        self._finish_produce(op)
+        return True
+
+    def _finish_produce(self, op: _DelayedProduce) -> None:
+        op.finished = True
+        if op.timer is not None:
+            op.timer.cancel()
+        for tp in op.required:
+            waiters = self._produce_waiters.get(tp)
+            if waiters is not None and op in waiters:
+                waiters.remove(op)
+                if not waiters:
+                    del self._produce_waiters[tp]
+        op.callback(op.done)
+
+    def _expire_produce(self, op: _DelayedProduce) -> None:
+        if op.finished:
+            return
+        if not self._try_complete_produce(op):
+            for tp in op.required:
+                op.done.setdefault(tp, Errors.REQUEST_TIMED_OUT)
+            self._finish_produce(op)
+
+    def park_fetch(self, partitions: list[TopicPartition], max_wait_ms: int, retry: Callable[[bool], bool]) -> None:
+        """Park a fetch until a watched partition changes (``retry(False)``) or ``max_wait_ms``
+        passes (``retry(True)``, which must answer)."""
+        op = _DelayedFetch(partitions, retry)
+        for tp in partitions:
+            self._fetch_waiters.setdefault(tp, []).append(op)
+        op.timer = asyncio.get_running_loop().call_later(max(max_wait_ms, 0) / 1000, self._run_fetch, op, True)
+
+    def _run_fetch(self, op: _DelayedFetch, force: bool) -> None:
+        if op.finished:
+            return
+        try:
+            answered = op.retry(force)
+        except Exception:  # noqa: BLE001 - the retry answers with an error itself; never leave it parked
+            log.exception("a delayed fetch failed")
+            answered = True
+        if answered or force:
+            op.finished = True
+            if op.timer is not None:
+                op.timer.cancel()
+            for tp in op.partitions:
+                waiters = self._fetch_waiters.get(tp)
+                if waiters is not None and op in waiters:
+                    waiters.remove(op)
+                    if not waiters:
+                        del self._fetch_waiters[tp]
+
+    def _wake(self, tp: TopicPartition) -> None:
+        self.on_high_watermark_or_append(tp)
+
+    def on_high_watermark_or_append(self, tp: TopicPartition) -> None:
+        """A partition was appended to or its high watermark moved: check what waits on it."""
+        for op in list(self._produce_waiters.get(tp, ())):
+            self._try_complete_produce(op)
+        for fop in list(self._fetch_waiters.get(tp, ())):
+            self._run_fetch(fop, False)
+
+    # ------------------------------------------------------------------ ISR upkeep
+    def start(self) -> None:
+        """Start the ISR-shrink check (every half ``replica.lag.time.max.ms``, as Kafka)."""
+        self._shrink_task = asyncio.get_running_loop().create_task(self._shrink_loop())
+
+    async def _shrink_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.replica_lag_time_max_ms / 2000)
+            now = self._clock_ms()
+            for p in list(self.partitions.values()):
+                try:
+                    p.maybe_shrink_isr(now, self.replica_lag_time_max_ms)
+                except Exception:  # noqa: BLE001 - next round retries
+                    log.exception("ISR shrink check of %s failed", p.topic_partition)
+
+    async def shutdown(self) -> None:
+        """Answer every parked request (produce: REQUEST_TIMED_OUT is not right at shutdown, so
+        NOT_LEADER_OR_FOLLOWER, which makes clients look for the new leader), stop the tasks."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._shrink_task is not None:
+            self._shrink_task.cancel()
+            try:
+                await self._shrink_task
+            except asyncio.CancelledError:
+                pass
+        for ops in list(self._produce_waiters.values()):
+            for op in list(ops):
+                if not op.finished:
+                    for tp in op.required:
+                        op.done.setdefault(tp, Errors.NOT_LEADER_OR_FOLLOWER)
+                    self._finish_produce(op)
+        for fops in list(self._fetch_waiters.values()):
+            for fop in list(fops):
+                self._run_fetch(fop, True)
+
+
+class ReplicaManagerPublisher(MetadataPublisher):
+    """The loader publisher that feeds the ReplicaManager (Kafka's
+    ``BrokerMetadataPublisher`` -> ``replicaManager.applyDelta``)."""
+
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self.replica_manager = replica_manager
+
+    @property
+    def name(self) -> str:
+        return f"ReplicaManagerPublisher(id={self.replica_manager.broker_id})"
+
+    def on_metadata_update(self, delta: MetadataDelta, new_image: MetadataImage, manifest: LoaderManifest) -> None:
+        self.replica_manager.apply_delta(delta, new_image)
+
+    def on_controller_change(self, new_leader_and_epoch: LeaderAndEpoch) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def describe(rm: ReplicaManager) -> dict[str, Any]:
+    """A summary for logs and tests: partitions led and followed."""
+    leaders = sorted(str(tp) for tp, p in rm.partitions.items() if p.is_leader)
+    followers = sorted(str(tp) for tp, p in rm.partitions.items() if not p.is_leader)
+    return {"leaders": leaders, "followers": followers}
