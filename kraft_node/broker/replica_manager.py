@@ -48,7 +48,13 @@ from kraft_node.broker.partition import AlterPartitionCallback, Partition
 from kraft_node.metadata.configs.resources import ConfigResource, ConfigResourceType
 from kraft_node.metadata.controller.replication_control import PartitionRegistration
 from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImage
-from kraft_node.metadata.image.topics import LocalReplicaChanges, PartitionInfo, TopicPartition, TopicsImage
+from kraft_node.metadata.image.topics import (
+    LocalReplicaChanges,
+    PartitionInfo,
+    TopicIdPartition,
+    TopicPartition,
+    TopicsImage,
+)
 from kraft_node.metadata.loader.manifest import LoaderManifest
 from kraft_node.metadata.loader.publisher import MetadataPublisher
 from kraft_node.protocol.errors import Errors
@@ -101,6 +107,9 @@ def diff_local_changes(old: TopicsImage, new: TopicsImage, broker_id: int) -> Lo
             else:
                 out.followers[tp] = info
             out.topic_ids.setdefault(topic.name, topic.topic_id)
+            if prev is None or (broker_id in prev.replicas
+                                and prev.directory(broker_id) != reg.directory(broker_id)):
+                out.directory_ids[TopicIdPartition(topic.topic_id, tp)] = reg.directory(broker_id)
     for topic in old.topics_by_id.values():
         now = new.get_topic(topic.topic_id)
         for pid in topic.partitions.partitions_with_replica(broker_id):

@@ -1,0 +1,493 @@
+"""Issue 25 in process, without sockets: the LogManager's layout, checkpoints and recovery, the
+leader's Partition (Kafka's PartitionTest), the ReplicaManager driven by image deltas (Kafka's
+ReplicaManagerTest) and the Produce/Fetch/ListOffsets handlers' per-partition answers."""
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+import pytest
+
+from kraft_node.broker.log_manager import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    LogManager,
+    LogManagerSettings,
+    topic_log_config,
+)
+from kraft_node.broker.metadata_cache import KRaftMetadataCache
+from kraft_node.broker.partition import PartitionError
+from kraft_node.broker.partition_apis import PartitionApis, offset_for_timestamp
+from kraft_node.broker.replica_manager import ReplicaManager, diff_local_changes
+from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImage
+from kraft_node.metadata.image.provenance import MetadataProvenance
+from kraft_node.metadata.image.topics import TopicPartition, TopicsImage
+from kraft_node.network.server import DEFERRED, RequestContext
+from kraft_node.protocol.errors import Errors
+from kraft_node.protocol.generated.fetch import FetchRequest
+from kraft_node.protocol.generated.list_offsets import ListOffsetsRequest
+from kraft_node.protocol.generated.produce import ProduceRequest
+from kraft_storage.log.partition_metadata import read_partition_metadata
+from kraft_storage.messages import metadata as m
+from kraft_storage.messages.runtime import Uuid
+from kraft_storage.record.batch import iter_batches
+from kraft_storage.record.builder import build_batch
+
+BROKER = 1
+TOPIC_ID = Uuid(uuid.UUID("7f8e3b2a-1c4d-4e5f-8a9b-0c1d2e3f4a5b").bytes)
+
+
+def _batch(n: int, start: int = 0, ts: int | None = None) -> bytes:
+    return build_batch([(b"k%d" % i, b"v%d" % i) for i in range(start, start + n)], timestamp=ts)
+
+
+def _partition_record(pid: int, replicas: list[int], isr: list[int], leader: int, leader_epoch: int = 0,
+                      partition_epoch: int = 0, topic_id: Uuid = TOPIC_ID) -> m.PartitionRecord:
+    return m.PartitionRecord(partition_id=pid, topic_id=topic_id, replicas=replicas, isr=isr, removing_replicas=[],
+                             adding_replicas=[], leader=leader, leader_epoch=leader_epoch,
+                             partition_epoch=partition_epoch)
+
+
+class Ctx:
+    """A ReplicaManager over a LogManager in ``tmp_path``, fed deltas like the loader does."""
+
+    def __init__(self, tmp_path, props: dict[str, str] | None = None) -> None:
+        self.dir = str(tmp_path / "logs")
+        self.props = {"log.segment.delete.delay.ms": "0", **(props or {})}
+        self.now = 1_000_000
+        self.open()
+
+    def open(self) -> None:
+        self.logs = LogManager([self.dir], broker_props=self.props, clock=lambda: self.now)
+        self.logs.startup()
+        self.rm = ReplicaManager(BROKER, self.logs, props=self.props, clock_ms=lambda: self.now)
+        self.image = MetadataImage.EMPTY
+        self.apis = PartitionApis(BROKER, KRaftMetadataCache(lambda: self.image), self.rm, props=self.props,
+                                  clock_ms=lambda: self.now)
+
+    def publish(self, *records) -> MetadataDelta:
+        delta = MetadataDelta(self.image)
+        for r in records:
+            delta.replay(r)
+        self.image = delta.apply(MetadataProvenance(len(records), 1, 0, True))
+        self.rm.apply_delta(delta, self.image)
+        return delta
+
+    def create(self, name: str, *parts: m.PartitionRecord, topic_id: Uuid = TOPIC_ID) -> None:
+        self.publish(m.TopicRecord(name=name, topic_id=topic_id), *parts)
+
+    async def close(self) -> None:
+        await self.rm.shutdown()
+        await self.logs.shutdown()
+
+
+class Answer(RequestContext):
+    """A RequestContext that keeps what the handler answered (``respond`` or ``respond_frame``)."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(header=None, api_version=version, peer=("127.0.0.1", 1), listener="PLAINTEXT")
+        self.response = None
+        self.frames: list = []
+
+    def respond(self, response) -> None:
+        self.response = response
+
+    def respond_frame(self, out) -> None:
+        self.frames.append(out)
+
+
+def _produce(ctx: Ctx, topic: str, partition: int, records, *, acks: int = 1, version: int = 9,
+             timeout_ms: int = 1000) -> tuple[object, Answer]:
+    R = ProduceRequest
+    body = R(acks=acks, timeout_ms=timeout_ms, topic_data=[R.TopicProduceData(
+        name=topic, partition_data=[R.PartitionProduceData(index=partition, records=records)])])
+    answer = Answer(version)
+    return ctx.apis.handle_produce(answer, body), answer
+
+
+def _fetch_body(topic: str, partition: int, offset: int, *, replica_id: int = -1, last_fetched_epoch: int = -1,
+                max_wait_ms: int = 0, min_bytes: int = 1, current_leader_epoch: int = -1):
+    R = FetchRequest
+    return R(replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=1 << 20,
+             session_epoch=-1, topics=[R.FetchTopic(topic=topic, partitions=[R.FetchPartition(
+                 partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20,
+                 last_fetched_epoch=last_fetched_epoch, current_leader_epoch=current_leader_epoch)])])
+
+
+def _one(resp):
+    (topic,) = resp.responses
+    (part,) = topic.partitions
+    return part
+
+
+# ---------------------------------------------------------------------------------------------
+# LogManager: layout, checkpoints, recovery, deletion
+# ---------------------------------------------------------------------------------------------
+
+def test_leader_log_layout_and_checkpoints_survive_a_clean_restart(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("orders", _partition_record(0, [1], [1], 1, leader_epoch=3),
+                   _partition_record(1, [1], [1], 1, leader_epoch=3))
+        p0 = ctx.rm.get_partition(TopicPartition("orders", 0))
+        assert p0 is not None and p0.is_leader and p0.leader_epoch == 3
+        for _ in range(5):
+            resp, _a = _produce(ctx, "orders", 0, _batch(10))
+            assert _one_produce(resp).error_code == 0
+        assert p0.high_watermark == 50  # RF 1: the HWM is the leader's LEO at once
+        d = os.path.join(ctx.dir, "orders-0")
+        assert read_partition_metadata(os.path.join(d, "partition.metadata")) == TOPIC_ID.bytes
+        assert os.path.exists(os.path.join(d, "00000000000000000000.log"))
+        # every appended batch carries the leader epoch
+        with open(os.path.join(d, "00000000000000000000.log"), "rb") as f:
+            epochs = {b.partition_leader_epoch for b in iter_batches(f.read())}
+        assert epochs == {3}
+        await ctx.close()
+        with open(os.path.join(ctx.dir, RECOVERY_POINT_CHECKPOINT)) as f:
+            assert f.read() == "0\n2\norders 0 50\norders 1 0\n"
+        with open(os.path.join(ctx.dir, REPLICATION_OFFSET_CHECKPOINT)) as f:
+            assert f.read() == "0\n2\norders 0 50\norders 1 0\n"
+        with open(os.path.join(ctx.dir, LOG_START_OFFSET_CHECKPOINT)) as f:
+            assert f.read() == "0\n2\norders 0 0\norders 1 0\n"
+        assert os.path.exists(os.path.join(d, ".kafka_cleanshutdown"))
+        # restart: the log is found, trusted (clean marker), and the HWM comes from the checkpoint
+        ctx.open()
+        assert ctx.logs.checkpointed_high_watermarks[TopicPartition("orders", 0)] == 50
+        kl = ctx.logs.get_log(TopicPartition("orders", 0))
+        assert kl is not None and kl.load_report.clean_shutdown and kl.log_end_offset == 50
+        ctx.create("orders", _partition_record(0, [1], [1], 1, leader_epoch=4),
+                   _partition_record(1, [1], [1], 1, leader_epoch=4))
+        resp, _a = _produce(ctx, "orders", 0, _batch(1))
+        assert _one_produce(resp).base_offset == 50
+        await ctx.close()
+    asyncio.run(main())
+
+
+def _one_produce(resp):
+    (topic,) = resp.responses
+    (part,) = topic.partition_responses
+    return part
+
+
+def test_unclean_shutdown_recovers_from_the_recovery_point(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1], [1], 1))
+        for i in range(3):
+            _produce(ctx, "t", 0, _batch(10, 10 * i))
+        part = ctx.rm.get_partition(TopicPartition("t", 0))
+        part.log.flush()
+        ctx.logs.checkpoint_recovery_points()
+        _produce(ctx, "t", 0, _batch(10, 30))
+        # a crash: no flush, no marker; a torn tail is written after the last batch
+        kl = part.log
+        seg = kl.active_segment.log_path
+        kl.close_uncleanly()
+        with open(seg, "ab") as f:
+            f.write(b"\x00\x00\x00\x00\x00\x00\x00\x28torn")
+        ctx.open()
+        kl2 = ctx.logs.get_log(TopicPartition("t", 0))
+        assert kl2 is not None and not kl2.load_report.clean_shutdown
+        assert kl2.log_end_offset == 40  # the torn tail is cut, every whole batch kept
+        with open(os.path.join(ctx.dir, RECOVERY_POINT_CHECKPOINT)) as f:
+            assert f.read() == "0\n1\nt 0 30\n"
+        await ctx.logs.shutdown()
+    asyncio.run(main())
+
+
+def test_deleted_topic_directory_is_renamed_then_removed(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("gone", _partition_record(0, [1], [1], 1))
+        _produce(ctx, "gone", 0, _batch(3))
+        ctx.publish(m.RemoveTopicRecord(topic_id=TOPIC_ID))
+        assert ctx.rm.get_partition(TopicPartition("gone", 0)) is None
+        names = os.listdir(ctx.dir)
+        assert "gone-0" not in names
+        assert any(n.startswith("gone-0.") and n.endswith("-delete") for n in names), names
+        for _ in range(100):
+            if not any(n.endswith("-delete") for n in os.listdir(ctx.dir)):
+                break
+            await asyncio.sleep(0.02)
+        assert not any(n.startswith("gone-0") for n in os.listdir(ctx.dir))
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_stray_log_found_at_start_is_renamed_stray_and_kept(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("old", _partition_record(0, [1], [1], 1))
+        _produce(ctx, "old", 0, _batch(3))
+        await ctx.close()
+        ctx.open()
+        other = Uuid(uuid.uuid4().bytes)
+        # the topic was re-created under another id while this broker was down
+        ctx.create("old", _partition_record(0, [1], [1], 1, topic_id=other), topic_id=other)
+        names = os.listdir(ctx.dir)
+        assert any(n.startswith("old-0.") and n.endswith("-stray") for n in names), names
+        p = ctx.rm.get_partition(TopicPartition("old", 0))
+        assert p is not None and p.log.log_end_offset == 0 and p.topic_id == other
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_topic_configs_map_to_log_config_and_unknown_ones_are_named(caplog):
+    cfg = topic_log_config("t", {"segment.bytes": "2048", "retention.ms": "-1", "cleanup.policy": "compact"},
+                           {"segment.bytes": 1 << 30, "retention.ms": 1000})
+    assert cfg.segment_bytes == 2048 and cfg.retention_ms == -1
+    assert "cleanup.policy=compact is not implemented" in caplog.text
+    settings = LogManagerSettings.from_properties({"log.segment.delete.delay.ms": "5"})
+    assert settings.file_delete_delay_ms == 5
+    with pytest.raises(ValueError, match="log.flush.offset.checkpoint.interval.ms"):
+        LogManagerSettings.from_properties({"log.flush.offset.checkpoint.interval.ms": "x"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Partition (Kafka's PartitionTest, re-stated)
+# ---------------------------------------------------------------------------------------------
+
+def test_high_watermark_is_the_minimum_end_offset_over_the_isr(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        proposals = []
+        ctx.rm.alter_partition = lambda p, isr: proposals.append(list(isr))
+        ctx.create("t", _partition_record(0, [1, 2, 3], [1, 2], 1, leader_epoch=5))
+        p = ctx.rm.get_partition(TopicPartition("t", 0))
+        p.append_records_to_leader(_batch(10), 1, 1)
+        assert p.high_watermark == 0  # follower 2 (in the ISR) has not fetched
+        p.update_follower_fetch_state(2, 6, ctx.now)
+        assert p.high_watermark == 6
+        p.update_follower_fetch_state(3, 10, ctx.now)  # not in the ISR: no effect on the HWM ...
+        assert p.high_watermark == 6
+        assert proposals == [[1, 2, 3]]  # ... but it caught up: the ISR expansion is proposed
+        # PartitionTest.testIsrNotExpandedIfUpdateIsPending: nothing more while pending
+        p.update_follower_fetch_state(3, 10, ctx.now)
+        assert proposals == [[1, 2, 3]]
+        p.update_follower_fetch_state(2, 10, ctx.now)
+        assert p.high_watermark == 10
+        with pytest.raises(PartitionError) as exc:
+            p.update_follower_fetch_state(9, 0, ctx.now)
+        assert exc.value.error == Errors.NOT_LEADER_OR_FOLLOWER
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_acks_all_below_min_insync_is_not_enough_replicas(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path, {"min.insync.replicas": "2"})
+        ctx.create("t", _partition_record(0, [1, 2], [1], 1))
+        resp, _a = _produce(ctx, "t", 0, _batch(1), acks=-1)
+        assert _one_produce(resp).error_code == Errors.NOT_ENOUGH_REPLICAS
+        resp, _a = _produce(ctx, "t", 0, _batch(1), acks=1)  # acks=1 is not held to min.insync
+        assert _one_produce(resp).error_code == 0
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_isr_shrinks_after_replica_lag_time_max(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        proposals = []
+        ctx.rm.alter_partition = lambda p, isr: proposals.append(list(isr))
+        ctx.create("t", _partition_record(0, [1, 2, 3], [1, 2, 3], 1))
+        p = ctx.rm.get_partition(TopicPartition("t", 0))
+        p.append_records_to_leader(_batch(5), 1, 1)
+        ctx.now += 15_000
+        p.update_follower_fetch_state(2, 5, ctx.now)  # 2 is caught up now; 3 was last at become-leader
+        ctx.now += 5_000
+        p.maybe_shrink_isr(ctx.now, 10_000)
+        assert proposals == [[1, 2]]
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_older_partition_epoch_is_ignored_and_follower_hwm_is_capped(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1, 2], [1, 2], 2, leader_epoch=4, partition_epoch=7))
+        p = ctx.rm.get_partition(TopicPartition("t", 0))
+        assert p is not None and not p.is_leader and p.leader_id == 2
+        from kraft_node.metadata.controller.replication_control import PartitionRegistration
+        stale = PartitionRegistration.from_record(_partition_record(0, [1, 2], [1, 2], 1, 3, 6))
+        assert not p.make_leader(stale, ctx.now) and p.leader_id == 2
+        p.log.append_as_follower(build_batch([(None, b"x")] * 4, partition_leader_epoch=4))
+        assert p.maybe_update_high_watermark_from_leader(100) and p.high_watermark == 4
+        await ctx.close()
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# ReplicaManager (Kafka's ReplicaManagerTest, re-stated)
+# ---------------------------------------------------------------------------------------------
+
+def test_local_changes_make_leaders_followers_and_deletes(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        became_leader, became_follower = [], []
+        ctx.rm.on_become_leader.append(lambda ps: became_leader.extend(str(p.topic_partition) for p in ps))
+        ctx.rm.on_become_follower.append(lambda ps: became_follower.extend(str(p.topic_partition) for p in ps))
+        ctx.create("t", _partition_record(0, [1, 2], [1, 2], 1), _partition_record(1, [2, 1], [2, 1], 2),
+                   _partition_record(2, [2, 3], [2, 3], 2))
+        assert became_leader == ["t-0"] and became_follower == ["t-1"]
+        assert sorted(os.listdir(ctx.dir))[-2:] == ["t-0", "t-1"] and "t-2" not in os.listdir(ctx.dir)
+        # leadership moves: t-0 to 2 (we follow), t-1 to us
+        ctx.publish(m.PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=2),
+                    m.PartitionChangeRecord(partition_id=1, topic_id=TOPIC_ID, leader=1))
+        assert became_leader == ["t-0", "t-1"] and became_follower == ["t-1", "t-0"]
+        # reassigned away: deleted
+        ctx.publish(m.PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, replicas=[2, 3], isr=[2, 3]))
+        assert ctx.rm.get_partition(TopicPartition("t", 0)) is None
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_diff_of_a_replaced_topics_image_matches_the_delta(tmp_path):
+    delta = MetadataDelta(MetadataImage.EMPTY)
+    for r in (m.TopicRecord(name="t", topic_id=TOPIC_ID), _partition_record(0, [1, 2], [1, 2], 1),
+              _partition_record(1, [2, 1], [2, 1], 2), _partition_record(2, [2, 3], [2, 3], 2)):
+        delta.replay(r)
+    expected = delta.topics_delta.local_changes(1)
+    image = delta.apply(MetadataProvenance(4, 1, 0, True))
+    got = diff_local_changes(TopicsImage.of([]), image.topics, 1)
+    assert got == expected
+    gone = diff_local_changes(image.topics, TopicsImage.of([]), 1)
+    assert gone.deletes == {TopicPartition("t", 0), TopicPartition("t", 1)}
+
+
+def test_acks_all_completes_when_the_follower_fetch_moves_the_high_watermark(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1, 2], [1, 2], 1, leader_epoch=2))
+        result, answer = _produce(ctx, "t", 0, _batch(5), acks=-1, timeout_ms=5000)
+        assert result is DEFERRED and answer.response is None
+        # the follower fetches from 0 (nothing acknowledged yet), then from 5
+        fetch = ctx.apis.handle_fetch(Answer(12), _fetch_body("t", 0, 0, replica_id=2))
+        assert len(_one(fetch).records) > 0 and answer.response is None
+        ctx.apis.handle_fetch(Answer(12), _fetch_body("t", 0, 5, replica_id=2, last_fetched_epoch=2))
+        assert answer.response is not None
+        part = _one_produce(answer.response)
+        assert part.error_code == 0 and part.base_offset == 0
+        # nobody fetches: REQUEST_TIMED_OUT after timeout_ms
+        result, answer = _produce(ctx, "t", 0, _batch(1), acks=-1, timeout_ms=50)
+        assert result is DEFERRED
+        await asyncio.sleep(0.2)
+        assert _one_produce(answer.response).error_code == Errors.REQUEST_TIMED_OUT
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_fetch_waits_for_data_until_an_append(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1], [1], 1))
+        answer = Answer(12)
+        assert ctx.apis.handle_fetch(answer, _fetch_body("t", 0, 0, max_wait_ms=5000)) is DEFERRED
+        await asyncio.sleep(0.05)
+        assert answer.response is None
+        _produce(ctx, "t", 0, _batch(2))
+        assert answer.response is not None and len(_one(answer.response).records) > 0
+        # and one that never gets data answers empty after max_wait_ms
+        answer = Answer(12)
+        ctx.apis.handle_fetch(answer, _fetch_body("t", 0, 2, max_wait_ms=50))
+        await asyncio.sleep(0.2)
+        assert answer.response is not None and _one(answer.response).records == b""
+        await ctx.close()
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# Handlers: per-partition errors
+# ---------------------------------------------------------------------------------------------
+
+def test_produce_errors(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path, {"message.max.bytes": "200"})
+        ctx.create("t", _partition_record(0, [1], [1], 1), _partition_record(1, [2], [2], 2))
+        assert _one_produce(_produce(ctx, "nope", 0, _batch(1))[0]).error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+        assert _one_produce(_produce(ctx, "t", 5, _batch(1))[0]).error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+        assert _one_produce(_produce(ctx, "t", 1, _batch(1))[0]).error_code == Errors.NOT_LEADER_OR_FOLLOWER
+        bad = bytearray(_batch(2))
+        bad[-1] ^= 0xFF
+        assert _one_produce(_produce(ctx, "t", 0, bytes(bad))[0]).error_code == Errors.CORRUPT_MESSAGE
+        assert _one_produce(_produce(ctx, "t", 0, _batch(40))[0]).error_code == Errors.MESSAGE_TOO_LARGE
+        assert _one_produce(_produce(ctx, "t", 0, _batch(1) + _batch(1))[0]).error_code == Errors.INVALID_RECORD
+        assert _one_produce(_produce(ctx, "t", 0, _batch(1), acks=2)[0]).error_code == Errors.INVALID_REQUIRED_ACKS
+        txn = build_batch([(None, b"x")], is_transactional=True, producer_id=7, producer_epoch=0, base_sequence=0)
+        assert _one_produce(_produce(ctx, "t", 0, txn)[0]).error_code == Errors.INVALID_TXN_STATE
+        # nothing was appended by any of them
+        assert ctx.rm.get_partition(TopicPartition("t", 0)).log.log_end_offset == 0
+        # acks=0: no answer on success, the connection closed (None) on failure
+        result, answer = _produce(ctx, "t", 0, _batch(1), acks=0)
+        assert result is DEFERRED and answer.frames == [b""]
+        result, answer = _produce(ctx, "t", 1, _batch(1), acks=0)
+        assert answer.frames == [None]
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_fetch_errors_and_diverging_epoch(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1, 2], [1], 1, leader_epoch=3), _partition_record(1, [2], [2], 2))
+        p = ctx.rm.get_partition(TopicPartition("t", 0))
+        p.append_records_to_leader(_batch(4), 1, 1)
+        assert _one(ctx.apis.handle_fetch(Answer(12), _fetch_body("t", 1, 0))).error_code == \
+            Errors.NOT_LEADER_OR_FOLLOWER
+        assert _one(ctx.apis.handle_fetch(Answer(12), _fetch_body("x", 0, 0))).error_code == \
+            Errors.UNKNOWN_TOPIC_OR_PARTITION
+        assert _one(ctx.apis.handle_fetch(Answer(12), _fetch_body("t", 0, 99))).error_code == \
+            Errors.OFFSET_OUT_OF_RANGE
+        assert _one(ctx.apis.handle_fetch(Answer(12), _fetch_body("t", 0, 0, current_leader_epoch=2))).error_code \
+            == Errors.FENCED_LEADER_EPOCH
+        assert _one(ctx.apis.handle_fetch(Answer(12), _fetch_body("t", 0, 0, current_leader_epoch=4))).error_code \
+            == Errors.UNKNOWN_LEADER_EPOCH
+        # epochs 3 (offsets 0-3) then 5 (4-7): a follower whose last fetched epoch is 4 (a tail the
+        # leader never had) gets the diverging epoch (3, 4) and no records
+        ctx.publish(m.PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=1),
+                    m.PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=1))
+        assert p.leader_epoch == 5
+        p.append_records_to_leader(_batch(4), 1, 1)
+        part = _one(ctx.apis.handle_fetch(Answer(12), _fetch_body("t", 0, 6, replica_id=2, last_fetched_epoch=4)))
+        assert part.error_code == 0 and part.records == b""
+        assert (part.diverging_epoch.epoch, part.diverging_epoch.end_offset) == (3, 4)
+        # a follower on the leader's history is not diverging and gets the records
+        part = _one(ctx.apis.handle_fetch(Answer(12), _fetch_body("t", 0, 4, replica_id=2, last_fetched_epoch=3)))
+        assert part.diverging_epoch.epoch == -1 and [b.base_offset for b in iter_batches(part.records)] == [4]
+        # a consumer reads only up to the high watermark: 8 here (ISR = leader only)
+        consumer = _one(ctx.apis.handle_fetch(Answer(12), _fetch_body("t", 0, 0)))
+        assert consumer.high_watermark == 8 and consumer.last_stable_offset == 8
+        assert [b.base_offset for b in iter_batches(consumer.records)] == [0, 4]
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_list_offsets_earliest_latest_max_and_by_timestamp(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1], [1], 1, leader_epoch=2))
+        base = 1_700_000_000_000
+        for i in range(5):
+            _produce(ctx, "t", 0, build_batch([(None, b"a", base + 100 * i), (None, b"b", base + 100 * i + 50)]))
+        kl = ctx.rm.get_partition(TopicPartition("t", 0)).log
+        assert offset_for_timestamp(kl, base + 120) == (base + 150, 3)
+        assert offset_for_timestamp(kl, base + 999_999) is None
+        R = ListOffsetsRequest
+
+        def ask(ts: int):
+            body = R(replica_id=-1, topics=[R.ListOffsetsTopic(name="t", partitions=[
+                R.ListOffsetsPartition(partition_index=0, timestamp=ts, current_leader_epoch=-1)])])
+            resp = ctx.apis.handle_list_offsets(Answer(7), body)
+            (topic,) = resp.topics
+            (p,) = topic.partitions
+            return p.error_code, p.offset, p.timestamp, p.leader_epoch
+
+        assert ask(-2) == (0, 0, -1, 2)
+        assert ask(-1) == (0, 10, -1, 2)
+        assert ask(-3) == (0, 9, base + 450, 2)
+        assert ask(base + 200) == (0, 4, base + 200, 2)
+        assert ask(base + 10_000) == (0, -1, -1, -1)
+        await ctx.close()
+    asyncio.run(main())
