@@ -136,7 +136,8 @@ def test_two_batches_are_refused() -> None:
 def test_old_magic_is_refused(magic: int) -> None:
     e = refused(patch(batch(), 16, ">b", magic, fix_crc=False), produce_version=8)
     assert e.error == Errors.INVALID_RECORD
-    assert e.message == "Produce requests with version 8 are only allowed to contain record batches with magic version 2"
+    assert e.message == ("Produce requests with version 8 are only allowed to contain record batches with magic "
+                         "version 2")
 
 
 @pytest.mark.parametrize("magic", [3, -1, 127])
