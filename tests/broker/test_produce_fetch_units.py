@@ -491,3 +491,16 @@ def test_list_offsets_earliest_latest_max_and_by_timestamp(tmp_path):
         assert ask(base + 10_000) == (0, -1, -1, -1)
         await ctx.close()
     asyncio.run(main())
+
+
+def test_find_coordinator_is_coordinator_not_available(tmp_path):
+    from kraft_node.protocol.generated.find_coordinator import FindCoordinatorRequest as F
+
+    async def main():
+        ctx = Ctx(tmp_path)
+        old = ctx.apis.handle_find_coordinator(Answer(3), F(key="group-a", key_type=0))
+        assert old.error_code == Errors.COORDINATOR_NOT_AVAILABLE and old.node_id == -1
+        new = ctx.apis.handle_find_coordinator(Answer(4), F(key_type=0, coordinator_keys=["a", "b"]))
+        assert [(c.key, c.error_code) for c in new.coordinators] == [("a", 15), ("b", 15)]
+        await ctx.close()
+    asyncio.run(main())
