@@ -633,8 +633,9 @@ class ProducerStateManager:
             try:
                 entries = read_snapshot(path)
             except (CorruptSnapshotError, OSError) as exc:
+                reason = exc.reason if isinstance(exc, CorruptSnapshotError) else str(exc)
                 log.warning("[ProducerStateManager partition=%s] failed to load producer snapshot %s: %s; it is "
-                            "deleted and the state rebuilt from the log", self.topic_partition, path, exc)
+                            "deleted and the state rebuilt from the log", self.topic_partition, path, reason)
                 self._remove_and_delete_snapshot(off)
                 continue
             for e in entries:
@@ -671,6 +672,12 @@ class ProducerStateManager:
             self._remove_and_delete_snapshot(off)
         self._last_snap_offset = 0
         self._last_map_offset = offset
+
+    def truncate_fully_and_reload_snapshots(self) -> None:
+        """Forget the state and re-list the snapshot files on disk (Kafka's method of the name)."""
+        log.info("[ProducerStateManager partition=%s] reloading the producer state snapshots", self.topic_partition)
+        self.truncate_fully_and_start_at(0)
+        self._snapshots = self._load_snapshot_names()
 
     def rebuild(self, log_: KafkaLog, *, now_ms: int | None = None, reload_from_clean_shutdown: bool = False,
                 read_chunk_bytes: int = 8 << 20) -> None:
