@@ -36,8 +36,9 @@ stale-broker task fenced it and the run timed a fencing, not a controlled shutdo
 
 ``zonal`` and ``shutdown`` also report each node's CPU seconds over the timed part (node 1,
 this process, first), the controller's busy time, and take ``--changes-per-result N`` (node
-1's bound on one lifecycle result) and ``--profile FILE`` (cProfile of node 1 over the timed
-part).
+1's bound on one lifecycle result), ``--builder-only`` (node 1 builds every lifecycle change
+with the PartitionChangeBuilder, not the bulk path of ``lifecycle_bulk.py``: the A/B of that
+path in the same minutes) and ``--profile FILE`` (cProfile of node 1 over the timed part).
 
 Each prints one JSON document (setup with the load average before and after, the runs, the
 median of the headline).
@@ -404,6 +405,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--changes-per-result", type=int, default=None, metavar="N",
                     help="zonal, shutdown: node 1's bound on one lifecycle result's partition changes "
                          "(default: the controller's)")
+    ap.add_argument("--builder-only", action="store_true",
+                    help="zonal, shutdown: node 1 builds every lifecycle change with the PartitionChangeBuilder "
+                         "(the path before the bulk one; an A/B in the same minutes)")
     ap.add_argument("--profile", default=None, metavar="FILE",
                     help="zonal, shutdown: cProfile of node 1 over the timed part (the last run's) to FILE")
     args = ap.parse_args(argv)
@@ -414,6 +418,10 @@ def main(argv: list[str] | None = None) -> None:
     setup = {"argv": sys.argv[1:], "scenario": args.scenario, "voters": 3, "transport": "TCP loopback",
              "fsync": True, "event_loop": event_loop.EVENT_LOOP, "cpus": os.cpu_count(),
              "python": sys.version.split()[0], "code": code_version()}
+    if args.builder_only:
+        # node 1 (this process) is the only writer; the standbys only replay what it writes
+        from kraft_node.metadata.controller import lifecycle_bulk
+        lifecycle_bulk.BulkLifecycleChanges.change = lambda self, *a: lifecycle_bulk.FALLBACK  # type: ignore
     fn, headline = SCENARIOS[args.scenario]
     run_repeated(fn, headline, args, f"replication-{args.scenario}-", setup, load_before)
 

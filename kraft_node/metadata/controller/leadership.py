@@ -74,6 +74,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from kraft_node.metadata.controller.errors import ApiError
+from kraft_node.metadata.controller.lifecycle_bulk import BulkLifecycleChanges
 from kraft_node.metadata.controller.partition_changes import PartitionChangeContext, partition_change_count
 from kraft_node.metadata.controller.replication_control import LEADER_FLAG, NO_LEADER, TopicIdPartition
 from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
@@ -615,6 +616,8 @@ class BrokerLifecycle:
             if phase.done:
                 continue
             made_here: set[TopicIdPartition] = set()
+            bulk = BulkLifecycleChanges(ctx, phase.broker_to_remove, phase.broker_to_add,
+                                        phase.broker_with_unclean_shutdown)
             while True:
                 tp = phase.queue.peek()
                 if tp is None:
@@ -650,8 +653,7 @@ class BrokerLifecycle:
                 partition = None if topic is None else topic.parts.get(tp.partition_id)
                 if topic is None or partition is None:
                     continue  # deleted since the scan
-                record = ctx.partition_update(topic, tp.partition_id, partition, phase.broker_to_remove,
-                                              phase.broker_to_add, phase.broker_with_unclean_shutdown)
+                record = bulk.update(topic, tp.partition_id, partition)
                 if record is None:
                     phase.seen[tp] = partition.partition_epoch
                     continue
