@@ -47,14 +47,20 @@ from kraft_node.broker.controller_channel import (
     UnsupportedControllerVersionError,
     error_name,
 )
-from kraft_node.broker.isr_policy import RECOVERED, RECOVERING, LeaderAndIsr
+from kraft_node.broker.isr_policy import (
+    RECOVERED,
+    RECOVERING,
+    AlterPartitionErrorAction,
+    LeaderAndIsr,
+    alter_partition_error_action,
+)
 from kraft_node.metadata.image.topics import TopicIdPartition, TopicPartition
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.alter_partition import AlterPartitionRequest
 from kraft_storage.messages.runtime import ZERO_UUID, Uuid
 
 __all__ = ["AlterPartitionManager", "AlterPartitionError", "OperationNotAttemptedError", "AlterPartitionItem",
-           "ControllerSender", "RETRY_BACKOFF_MS"]
+           "ControllerSender", "RETRY_BACKOFF_MS", "LeaderPartition", "partition_alter_callback"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +128,10 @@ class AlterPartitionManager:
     @property
     def inflight(self) -> bool:
         return self._inflight
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def submit(self, topic_id_partition: TopicIdPartition,
                leader_and_isr: LeaderAndIsr) -> asyncio.Future[LeaderAndIsr]:
@@ -281,3 +291,76 @@ class AlterPartitionManager:
                 item.future.set_exception(OperationNotAttemptedError(
                     f"ISR change state {item.leader_and_isr} for partition {tp} not sent: the manager is closed"))
         self.unsent.clear()
+
+
+class LeaderPartition(Protocol):
+    """What :func:`partition_alter_callback` needs of a leader ``Partition`` (H3's partition.py)."""
+
+    @property
+    def topic_id(self) -> Uuid: ...
+
+    @property
+    def topic_partition(self) -> TopicPartition: ...
+
+    @property
+    def local_broker_id(self) -> int: ...
+
+    @property
+    def leader_epoch(self) -> int: ...
+
+    @property
+    def partition_epoch(self) -> int: ...
+
+    @property
+    def pending_isr(self) -> tuple[int, ...] | None: ...
+
+    def on_alter_partition_failed(self) -> None: ...
+
+
+def partition_alter_callback(manager: AlterPartitionManager, *,
+                             broker_epoch: Callable[[], int]) -> Callable[[Any, list[int]], None]:
+    """The ``alter_partition(partition, new_isr)`` callable a leader Partition is given: submit
+    the change and act on the answer as Kafka's ``Partition.submitAlterPartition`` does.
+
+    The Partition keeps the change pending (``pending_isr``) until the image carries the new ISR.
+    Here: an answer for a change the partition no longer has pending (new metadata overtook it)
+    is ignored; a success that changed nothing (the same partition epoch: the controller had that
+    ISR already) clears the pending change, since no image will; errors follow
+    :func:`~kraft_node.broker.isr_policy.alter_partition_error_action` -- reset (clear the pending
+    change), await metadata (stay pending), or retry (submit the same change again).  Our own
+    broker epoch goes with our id in the ISR; the followers' are -1 (not checked)."""
+    def alter(partition: LeaderPartition, new_isr: list[int]) -> None:
+        me = partition.local_broker_id
+        change = LeaderAndIsr(me, partition.leader_epoch,
+                              tuple((b, broker_epoch() if b == me else -1) for b in new_isr), RECOVERED,
+                              partition.partition_epoch)
+        wanted = tuple(new_isr)
+        future = manager.submit(TopicIdPartition(partition.topic_id, partition.topic_partition), change)
+
+        def still_pending() -> bool:
+            return partition.pending_isr == wanted and partition.leader_epoch == change.leader_epoch and \
+                partition.partition_epoch == change.partition_epoch
+
+        def done(f: asyncio.Future[LeaderAndIsr]) -> None:
+            if not still_pending():
+                log.debug("Ignoring the AlterPartition answer for %s: its state changed meanwhile",
+                          partition.topic_partition)
+                return
+            exc = None if f.cancelled() else f.exception()
+            if f.cancelled() or exc is not None:
+                code = exc.error if isinstance(exc, AlterPartitionError) else int(Errors.UNKNOWN_SERVER_ERROR)
+                action, why = alter_partition_error_action(code)
+                log.info("Failed to alter partition %s to ISR %s since %s", partition.topic_partition,
+                         list(wanted), why)
+                if action is AlterPartitionErrorAction.RETRY and not manager.closed:
+                    alter(partition, new_isr)
+                elif action is AlterPartitionErrorAction.RESET_TO_COMMITTED or manager.closed:
+                    partition.on_alter_partition_failed()
+                return
+            result = f.result()
+            if result.leader_epoch == change.leader_epoch and result.partition_epoch == change.partition_epoch:
+                partition.on_alter_partition_failed()   # nothing changed: no image will clear it
+
+        future.add_done_callback(done)
+
+    return alter

@@ -90,7 +90,8 @@ from kraft_storage.record.batch import CRC_SKIP, scan_batches
 
 __all__ = ["ReplicaFetcherManager", "ReplicaFetcher", "ReplicaFetcherConfig", "PartitionFetchState", "FetchPhase",
            "FollowerPartition", "BrokerEndPoint", "TruncationBelowHighWatermark", "LeaderOffsetError",
-           "fetcher_id_for", "java_string_hash", "offset_truncation_state", "ReplicaFetcherConfigError"]
+           "fetcher_id_for", "java_string_hash", "offset_truncation_state", "ReplicaFetcherConfigError",
+           "image_leader_endpoint", "wire_replication"]
 
 log = logging.getLogger(__name__)
 
@@ -894,6 +895,8 @@ class ReplicaFetcherManager:
         self._closed_requests = 0
         self._closed_bytes = 0
         self._metrics: list[Any] = []
+        #: fetchers being closed in the background
+        self._closing: set[asyncio.Task[None]] = set()
         self._registry = metrics
         if metrics is not None:
             self._register_metrics(metrics)
@@ -935,7 +938,10 @@ class ReplicaFetcherManager:
         self.failed_partitions[tp] = reason
 
     # ------------------------------------------------------------------ the ReplicaManager hooks
-    async def on_become_follower(self, partitions: Iterable[FollowerPartition]) -> None:
+    # Synchronous, as the ReplicaManager calls its hooks while it applies a delta: a partition
+    # leaves its fetcher before the delta's next step (a new leader appending to the log, a
+    # deletion removing it), so no fetch answer can append to it afterwards.
+    def on_become_follower(self, partitions: Iterable[FollowerPartition]) -> None:
         """Partitions this broker now follows (new leader or epoch): fetch them from their leader.
         A partition already fetched from the same leader at the same epoch is left as it is."""
         moved: list[FollowerPartition] = []
@@ -948,16 +954,21 @@ class ReplicaFetcherManager:
             moved.append(p)
         if moved:
             self.remove_fetcher_for_partitions(p.topic_partition for p in moved)
-            await self.add_fetcher_for_partitions(moved)
-        await self.shutdown_idle_fetchers()
+            self.add_fetcher_for_partitions(moved)
+        self.shutdown_idle_fetchers()
 
-    async def on_become_leader(self, partitions: Iterable[FollowerPartition]) -> None:
-        """Partitions this broker now leads (or no longer hosts): stop fetching them."""
+    def on_become_leader(self, partitions: Iterable[FollowerPartition]) -> None:
+        """Partitions this broker now leads: stop fetching them."""
         self.remove_fetcher_for_partitions(p.topic_partition for p in partitions)
-        await self.shutdown_idle_fetchers()
+        self.shutdown_idle_fetchers()
+
+    def on_delete(self, tps: Iterable[TopicPartition]) -> None:
+        """Partitions whose logs are about to be deleted: stop fetching them first."""
+        self.remove_fetcher_for_partitions(tps)
+        self.shutdown_idle_fetchers()
 
     # ------------------------------------------------------------------ Kafka's manager API
-    async def add_fetcher_for_partitions(self, partitions: Iterable[FollowerPartition]) -> set[TopicPartition]:
+    def add_fetcher_for_partitions(self, partitions: Iterable[FollowerPartition]) -> set[TopicPartition]:
         groups: dict[tuple[BrokerEndPoint, int], list[FollowerPartition]] = {}
         for p in partitions:
             tp = p.topic_partition
@@ -976,7 +987,7 @@ class ReplicaFetcherManager:
             key = (source.id, fid)
             fetcher = self.fetchers.get(key)
             if fetcher is not None and fetcher.source != source:
-                await self._close_fetcher(key)  # the leader moved to another address
+                self._close_fetcher(key)  # the leader moved to another address
                 fetcher = None
             if fetcher is None:
                 fetcher = ReplicaFetcher(fid, source, broker_id=self.broker_id, broker_epoch=self._broker_epoch,
@@ -1003,21 +1014,51 @@ class ReplicaFetcherManager:
             log.info("Removed fetcher for partitions %s", sorted(str(tp) for tp in removed))
         return removed
 
-    async def shutdown_idle_fetchers(self) -> None:
+    def shutdown_idle_fetchers(self) -> None:
+        """Close the fetchers left with no partition (their tasks end in the background)."""
         for key in [k for k, f in self.fetchers.items() if f.partition_count == 0]:
-            await self._close_fetcher(key)
+            self._close_fetcher(key)
 
-    async def _close_fetcher(self, key: tuple[int, int]) -> None:
+    def _close_fetcher(self, key: tuple[int, int]) -> None:
         fetcher = self.fetchers.pop(key)
         self._closed_requests += fetcher.stats.requests
         self._closed_bytes += fetcher.stats.bytes
-        await fetcher.close()
+        task = asyncio.get_running_loop().create_task(fetcher.close(), name=f"close {fetcher.name}")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         """Close every fetcher (Kafka's ``closeAllFetchers``) and unregister the metrics."""
         for key in list(self.fetchers):
-            await self._close_fetcher(key)
+            self._close_fetcher(key)
+        while self._closing:
+            await asyncio.gather(*list(self._closing), return_exceptions=True)
         if self._registry is not None:
             for m in self._metrics:
                 self._registry.unregister(m)
             self._metrics = []
+
+
+def image_leader_endpoint(current_image: Callable[[], Any], listener: str) -> Callable[[int], tuple[str, int] | None]:
+    """``leader_endpoint`` for :class:`ReplicaFetcherManager` from the latest metadata image: the
+    broker's address on the inter-broker ``listener`` (Kafka: ``newImage.cluster.broker(id).node(
+    listener)``, fencing not looked at), or None when it is not registered or lacks the listener."""
+    def endpoint(broker_id: int) -> tuple[str, int] | None:
+        image = current_image()
+        if image is None:
+            return None
+        reg = image.cluster.brokers.get(broker_id)
+        ep = reg.listeners.get(listener) if reg is not None else None
+        return None if ep is None else (str(ep.host), int(ep.port))
+    return endpoint
+
+
+def wire_replication(replica_manager: Any, fetchers: ReplicaFetcherManager,
+                     alter_partition: Callable[[Any, list[int]], None] | None) -> None:
+    """Plug the fetchers and the AlterPartition callable into the ReplicaManager's hooks
+    (``on_become_follower``, ``on_become_leader``, ``on_delete``, ``alter_partition``).  Call it
+    before the first image is applied: a Partition takes ``alter_partition`` when it is made."""
+    replica_manager.on_become_follower.append(fetchers.on_become_follower)
+    replica_manager.on_become_leader.append(fetchers.on_become_leader)
+    replica_manager.on_delete.append(fetchers.on_delete)
+    replica_manager.alter_partition = alter_partition

@@ -231,7 +231,7 @@ def test_follower_replicates_every_partition_of_a_leader_in_one_fetch(tmp_path):
         registry = MetricsRegistry()
         mgr = manager({1: leader}, metrics=registry)
         try:
-            await mgr.on_become_follower([fa, fb])
+            mgr.on_become_follower([fa, fb])
             assert list(mgr.fetchers) == [(1, 0)]
             await until(lambda: fa.log.log_end_offset == 8 and fb.log.log_end_offset == 4, what="replication")
             await until(lambda: fa.high_watermark == 8 and fb.high_watermark == 2, what="high watermarks")
@@ -274,7 +274,7 @@ def test_divergent_tail_is_truncated_by_the_diverging_epoch(tmp_path):
         follower = FakeFollower(fl, 2, 2, tid, TopicPartition("t", 0), high_watermark=5)
         mgr = manager({2: leader})
         try:
-            await mgr.on_become_follower([follower])
+            mgr.on_become_follower([follower])
             await until(lambda: fl.log_end_offset == 8 and follower.high_watermark == 8, what="catch-up")
             assert whole(fl) == whole(ll)
             assert epochs(fl) == [(0, 5), (2, 8)]
@@ -308,7 +308,7 @@ def test_truncation_below_the_high_watermark_is_refused_and_fails_the_partition(
         mgr = manager({2: leader}, metrics=registry)
         try:
             with caplog.at_level(logging.ERROR, logger="kraft_node.broker.replica_fetcher"):
-                await mgr.on_become_follower([follower])
+                mgr.on_become_follower([follower])
                 await until(lambda: bool(mgr.failed_partitions), what="the partition to fail")
             reason = mgr.failed_partitions[TopicPartition("t", 0)]
             assert "refusing to truncate t-0 to offset 5 (asked: 5), below its high watermark 8" in reason
@@ -321,7 +321,7 @@ def test_truncation_below_the_high_watermark_is_refused_and_fails_the_partition(
             leader.parts[TopicPartition("t", 0)].epoch = 3
             follower.leader_epoch = 3
             follower.high_watermark = 5
-            await mgr.on_become_follower([follower])
+            mgr.on_become_follower([follower])
             assert not mgr.failed_partitions
             await until(lambda: whole(fl) == whole(ll), what="recovery after new metadata")
         finally:
@@ -346,7 +346,7 @@ def test_straddling_batch_counts_for_the_high_watermark_rule(tmp_path):
         mgr = manager({2: leader})
         try:
             # out of range high (fetch 8 > leader end 6): truncate to 6 would cut batch 4..7 whole -> 4 < hw 5
-            await mgr.on_become_follower([follower])
+            mgr.on_become_follower([follower])
             await until(lambda: bool(mgr.failed_partitions), what="the refusal")
             reason = mgr.failed_partitions[TopicPartition("t", 0)]
             assert "to offset 4 (asked: 6), below its high watermark 5" in reason
@@ -373,7 +373,7 @@ def test_out_of_range_high_truncates_to_the_leader_end(tmp_path):
         follower = FakeFollower(fl, 2, 2, tid, TopicPartition("t", 0), high_watermark=4)
         mgr = manager({2: leader})
         try:
-            await mgr.on_become_follower([follower])
+            mgr.on_become_follower([follower])
             await until(lambda: fl.log_end_offset == 6 and leader.list_offsets, what="truncation to 6")
             assert leader.list_offsets[0].replica_id == 3
             assert leader.list_offsets[0].topics[0].partitions[0].timestamp == -1          # LATEST
@@ -400,7 +400,7 @@ def test_out_of_range_low_restarts_the_log_at_the_leader_start(tmp_path):
         follower = FakeFollower(fl, 2, 1, tid, TopicPartition("t", 0), high_watermark=3)
         mgr = manager({2: leader})
         try:
-            await mgr.on_become_follower([follower])
+            mgr.on_become_follower([follower])
             await until(lambda: fl.log_end_offset == 105, what="catch-up from the leader's start")
             assert fl.log_start_offset == 100 and whole(fl) == whole(ll)
             assert [p.partitions[0].timestamp for r in leader.list_offsets for p in r.topics] == [-1, -2]
@@ -424,7 +424,7 @@ def test_leader_log_start_offset_follows_but_never_past_the_high_watermark(tmp_p
         follower = FakeFollower(fl, 2, 0, tid, TopicPartition("t", 0))
         mgr = manager({2: leader})
         try:
-            await mgr.on_become_follower([follower])
+            mgr.on_become_follower([follower])
             await until(lambda: fl.log_end_offset == 10 and follower.high_watermark == 4, what="catch-up")
             ll.advance_log_start_offset(8)
             await until(lambda: fl.log_start_offset == 4, what="log start capped at the high watermark 4")
@@ -449,7 +449,7 @@ def test_partition_errors_back_off_while_other_partitions_go_on(tmp_path):
         fb = FakeFollower(open_log(tmp_path, "b"), 2, 0, tb, TopicPartition("b", 0))
         mgr = manager({2: leader})
         try:
-            await mgr.on_become_follower([fa, fb])
+            mgr.on_become_follower([fa, fb])
             await until(lambda: fb.log.log_end_offset == 1, what="b replicated")
             await asyncio.sleep(0.5)
             asked_a = [t for _v, r, t in leader.fetches for topic in r.topics if topic.topic_id == ta]
@@ -477,12 +477,12 @@ def test_fenced_leader_epoch_fails_the_partition(tmp_path):
         follower = FakeFollower(open_log(tmp_path, "t"), 2, 4, tid, TopicPartition("t", 0))
         mgr = manager({2: leader})
         try:
-            await mgr.on_become_follower([follower])
+            mgr.on_become_follower([follower])
             await until(lambda: bool(mgr.failed_partitions), what="fenced")
             assert mgr.failed_partitions[TopicPartition("t", 0)] == (
                 "Partition t-0 has an older epoch (4) than the current leader. Will await the new LeaderAndIsr "
                 "state before resuming fetching.")
-            await mgr.shutdown_idle_fetchers()
+            mgr.shutdown_idle_fetchers()
             assert not mgr.fetchers
         finally:
             await mgr.close()
@@ -500,7 +500,7 @@ def test_a_lost_leader_backs_every_partition_off_and_is_retried(tmp_path, caplog
         follower = FakeFollower(open_log(tmp_path, "t"), 2, 0, tid, TopicPartition("t", 0))
         mgr = manager({2: leader})
         try:
-            await mgr.on_become_follower([follower])
+            mgr.on_become_follower([follower])
             await until(lambda: follower.log.log_end_offset == 2, what="first records")
             fetcher = mgr.fetchers[(2, 0)]
             port = leader.port
@@ -533,21 +533,21 @@ def test_partitions_move_between_fetchers_with_their_leader(tmp_path):
         follower = FakeFollower(open_log(tmp_path, "t"), 1, 0, tid, TopicPartition("t", 0))
         mgr = manager({1: l1, 2: l2})
         try:
-            await mgr.on_become_follower([follower])
+            mgr.on_become_follower([follower])
             await until(lambda: follower.log.log_end_offset == 3, what="from leader 1")
             # leader 2 takes over at epoch 1 with leader 1's history plus more
             log2.append_as_follower(log1.read_bytes(0, 1 << 20))
             log2.append_as_leader(batch(2, 1), 1)
             l2.parts[TopicPartition("t", 0)] = LeaderPartition(log2, 1, tid)
             follower.leader_id, follower.leader_epoch = 2, 1
-            await mgr.on_become_follower([follower])
+            mgr.on_become_follower([follower])
             assert list(mgr.fetchers) == [(2, 0)]                   # leader 1's fetcher closed when idle
             await until(lambda: follower.log.log_end_offset == 5, what="from leader 2")
             assert whole(follower.log) == whole(log2)
             n = len(l2.fetches)
-            await mgr.on_become_follower([follower])                 # same leader and epoch: untouched
+            mgr.on_become_follower([follower])                 # same leader and epoch: untouched
             assert mgr.get_fetcher(TopicPartition("t", 0)) is mgr.fetchers[(2, 0)]
-            await mgr.on_become_leader([follower])
+            mgr.on_become_leader([follower])
             assert not mgr.fetchers and mgr.get_fetcher(TopicPartition("t", 0)) is None
             await asyncio.sleep(0.1)
             assert len(l2.fetches) <= n + 2                          # no more fetching once removed
@@ -563,7 +563,7 @@ def test_a_leader_that_is_not_alive_is_not_fetched(tmp_path, caplog):
         follower = FakeFollower(open_log(tmp_path, "t"), 9, 0, Uuid.random(), TopicPartition("t", 0))
         mgr = manager({})
         with caplog.at_level(logging.INFO, logger="kraft_node.broker.replica_fetcher"):
-            await mgr.on_become_follower([follower])
+            mgr.on_become_follower([follower])
         assert not mgr.fetchers
         assert any("from leader 9 because it is not alive" in r.getMessage() for r in caplog.records)
         await mgr.close()
@@ -589,7 +589,7 @@ def test_a_partial_trailing_batch_is_left_for_the_next_fetch(tmp_path):
         follower = FakeFollower(open_log(tmp_path, "t"), 2, 0, tid, TopicPartition("t", 0))
         mgr = manager({2: leader})
         try:
-            await mgr.on_become_follower([follower])
+            mgr.on_become_follower([follower])
             await until(lambda: follower.log.log_end_offset == 20, what="two whole batches")
             await asyncio.sleep(0.1)
             assert follower.log.log_end_offset == 20 and not mgr.failed_partitions
@@ -636,3 +636,114 @@ def test_config_keys_defaults_and_errors():
         ReplicaFetcherConfig(replica_fetch_wait_max_ms=600, replica_lag_time_max_ms=500)
     with pytest.raises(ReplicaFetcherConfigError, match="leader.replication.throttled.rate is not supported"):
         ReplicaFetcherConfig.from_properties({"leader.replication.throttled.rate": "100"})
+
+
+# ------------------------------------------------------------------------------- end to end
+def test_rf3_on_three_in_process_brokers_replicates_shrinks_and_expands_the_isr(tmp_path):
+    """A controller and brokers 101-103 in one process, each broker wired as BrokerServer will be
+    (wire_replication: fetchers on the ReplicaManager's hooks, AlterPartition through its own
+    controller channel).  An RF 3 topic: acks=all produce to the leader completes because the
+    followers fetch (the high watermark is the ISR's minimum); the replicas end byte-identical.
+    A follower whose fetching stops leaves the ISR after replica.lag.time.max.ms (AlterPartition
+    committed by the controller: the image shows ISR 2); fetching again brings it back (ISR 3)."""
+    from support.brokers import broker_port, cluster_with_brokers
+
+    from kraft_node.broker.alter_partition_manager import AlterPartitionManager, partition_alter_callback
+    from kraft_node.broker.controller_channel import ControllerChannel
+    from kraft_node.broker.replica_fetcher import image_leader_endpoint, wire_replication
+    from kraft_node.network import KafkaConnection
+    from kraft_node.protocol.generated.create_topics import CreateTopicsRequest
+    from kraft_node.protocol.generated.produce import ProduceRequest
+    from kraft_node.server.config import NodeConfig
+    from kraft_node.server.node import KraftNode
+
+    paths = cluster_with_brokers(str(tmp_path), controllers=1, brokers=3,
+                                 broker_extra={"replica.lag.time.max.ms": "1500"})
+    config = ReplicaFetcherConfig(replica_fetch_wait_max_ms=100, replica_fetch_backoff_ms=200,
+                                  replica_lag_time_max_ms=1500)
+    tp = TopicPartition("r", 0)
+
+    async def go() -> None:
+        nodes: dict[int, KraftNode] = {}
+        fetchers: dict[int, ReplicaFetcherManager] = {}
+        alters: list[AlterPartitionManager] = []
+        channels: list[ControllerChannel] = []
+        try:
+            for nid, path in sorted(paths.items()):
+                node = KraftNode.from_config(NodeConfig.from_file(path), controller=True)
+                await asyncio.wait_for(node.start(), 30)
+                nodes[nid] = node
+                if node.broker is None:
+                    continue
+                b = node.broker
+
+                def epoch(b: Any = b) -> int:
+                    return int(b.lifecycle.broker_epoch)
+                fm = ReplicaFetcherManager(broker_id=nid, broker_epoch=epoch, config=config,
+                                           leader_endpoint=image_leader_endpoint(node.metadata.cache.current_image,
+                                                                                 "PLAINTEXT"))
+                channel = ControllerChannel(b._active_controller, client_id=f"broker-{nid}-alter-partition")
+                am = AlterPartitionManager(channel, broker_id=nid, broker_epoch=epoch)
+                wire_replication(b.replica_manager, fm, partition_alter_callback(am, broker_epoch=epoch))
+                fetchers[nid], channels, alters = fm, [*channels, channel], [*alters, am]
+            ports = {nid: broker_port(paths[nid]) for nid in fetchers}
+            conn = await KafkaConnection.open("127.0.0.1", ports[101], timeout=5)
+            CT = CreateTopicsRequest
+            r = await conn.request(CT(topics=[CT.CreatableTopic(name="r", num_partitions=1, replication_factor=3)],
+                                      timeout_ms=10_000), 7, timeout=15)
+            assert r.topics[0].error_code == 0, r
+            await conn.close()
+
+            def part(nid: int) -> Any:
+                return nodes[nid].broker.replica_manager.get_partition(tp)
+            await until(lambda: all(part(n) is not None and part(n).leader_id > 0 for n in fetchers), 15,
+                        "the partition on every broker")
+            leader = part(101).leader_id
+            followers = [n for n in fetchers if n != leader]
+            lconn = await KafkaConnection.open("127.0.0.1", ports[leader], timeout=5)
+            P = ProduceRequest
+
+            async def produce(n: int, tag: bytes) -> Any:
+                body = P(acks=-1, timeout_ms=10_000, topic_data=[P.TopicProduceData(name="r", partition_data=[
+                    P.PartitionProduceData(index=0, records=batch(n, 0, tag))])])
+                resp = await lconn.request(body, 9, timeout=15)
+                return resp.responses[0].partition_responses[0]
+            for i in range(3):
+                pr = await produce(10, b"batch%d-" % i)
+                assert pr.error_code == 0 and pr.base_offset == 10 * i, pr     # acks=all: the followers fetched
+            lead = part(leader)
+            await until(lambda: all(part(f).log.log_end_offset == 30 and part(f).high_watermark == 30
+                                    for f in followers), 10, "followers at 30 with the high watermark")
+            for f in followers:
+                assert whole(part(f).log) == whole(lead.log)
+                assert epochs(part(f).log) == epochs(lead.log)
+            assert lead.high_watermark == 30
+
+            def image_isr() -> set[int]:
+                reg = nodes[1].metadata.cache.current_image().topics.get_topic_by_name("r").partitions.get(0)
+                return set(reg.isr)
+            assert image_isr() == {101, 102, 103}
+            # the follower stops fetching (as if paused): the leader shrinks the ISR through AlterPartition
+            paused = followers[0]
+            fetchers[paused].remove_fetcher_for_partitions([tp])
+            fetchers[paused].shutdown_idle_fetchers()
+            await until(lambda: image_isr() == set(fetchers) - {paused}, 15, "the ISR shrink")
+            pr = await produce(5, b"after-shrink-")
+            assert pr.error_code == 0 and pr.base_offset == 30
+            # fetching again: it catches up and the leader adds it back
+            fetchers[paused].on_become_follower([part(paused)])
+            await until(lambda: image_isr() == {101, 102, 103}, 15, "the ISR expansion")
+            await until(lambda: part(paused).log.log_end_offset == 35, 10, "the paused follower caught up")
+            assert whole(part(paused).log) == whole(lead.log)
+            assert sum(a.requests_sent for a in alters) >= 2
+            await lconn.close()
+        finally:
+            for fm in fetchers.values():
+                await fm.close()
+            for am in alters:
+                await am.close()
+            for ch in channels:
+                await ch.close()
+            for nid in sorted(nodes, reverse=True):
+                await asyncio.wait_for(nodes[nid].shutdown(5), 30)
+    run(go, timeout=120)
