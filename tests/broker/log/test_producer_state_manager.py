@@ -32,7 +32,7 @@ from kraft_node.broker.log.validator import ValidationConfig, validate_produce_r
 from kraft_node.protocol.errors import Errors
 from kraft_storage.log.config import LogConfig
 from kraft_storage.log.log import KafkaLog
-from kraft_storage.record import build_batch
+from kraft_storage.record import build_batch, scan_batches
 
 PID = 1
 EPOCH = 0
@@ -574,3 +574,59 @@ def test_clean_shutdown_without_snapshots_skips_the_scan(tmp_path: Path, clock: 
     m.rebuild(log_, reload_from_clean_shutdown=True)
     assert m.is_empty() and m.latest_snapshot_offset() == log_.log_end_offset
     log_.close()
+
+
+# ----------------------------------------------------------------- exactly once under retries and restarts
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("send"), st.integers(1, 4)),
+                          st.tuples(st.just("retry"), st.integers(1, 6)),
+                          st.tuples(st.just("restart"), st.just(0))), min_size=1, max_size=30))
+def test_retries_and_restarts_append_each_batch_once(tmp_path_factory: pytest.TempPathFactory,
+                                                     ops: list[tuple[str, int]]) -> None:
+    """An idempotent producer that retries any of its last batches, across broker restarts: every
+    batch is in the log exactly once, in sequence order; a retry of one of the last 5 batches (the
+    last one after a restart: snapshots keep one) is answered with its original offsets, an older
+    one is refused OUT_OF_ORDER_SEQUENCE_NUMBER and appends nothing."""
+    d = tmp_path_factory.mktemp("p") / "topic-0"
+    clock = Clock()
+    cfg = LogConfig(segment_bytes=1024)
+    log_ = KafkaLog.open(d, cfg)
+    m = ProducerStateManager(str(d), TP, clock=clock)
+    m.rebuild(log_)
+    sent: list[tuple[int, int, tuple[int, int]]] = []  # (base seq, count, offsets)
+    cached = 0  # how many of the last batches the producer state is sure to know
+    seq = 0
+    try:
+        for op, arg in ops:
+            if op == "send":
+                offsets = _leader_append(log_, m, seq, n=arg)
+                sent.append((seq, arg, offsets))
+                seq += arg
+                cached = min(cached + 1, 5)
+            elif op == "retry" and sent:
+                k = min(arg, len(sent))
+                base, n, offsets = sent[-k]
+                end = log_.log_end_offset
+                if k <= cached:
+                    assert _leader_append(log_, m, base, n=n) == offsets
+                else:
+                    with pytest.raises(ProducerStateError) as e:
+                        _leader_append(log_, m, base, n=n)
+                    assert e.value.error == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+                assert log_.log_end_offset == end
+            elif op == "restart":
+                m.take_snapshot()
+                log_.close()
+                log_ = KafkaLog.open(d, cfg)
+                m = ProducerStateManager(str(d), TP, clock=clock)
+                m.rebuild(log_)
+                cached = min(cached, 1)
+        seqs: list[int] = []
+        offset = 0
+        while offset < log_.log_end_offset:  # a read returns one segment's batches at most
+            for h in scan_batches(log_.read_bytes(offset, 1 << 30)).headers:
+                seqs.extend(range(int(h["base_sequence"]), int(h["base_sequence"]) + int(h["records_count"])))
+                offset = int(h["base_offset"]) + int(h["last_offset_delta"]) + 1
+        assert seqs == list(range(seq))
+    finally:
+        log_.close()
