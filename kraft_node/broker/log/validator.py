@@ -105,6 +105,18 @@ _CRC = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 
 
+#: topic config -> the broker config that gives its default (Kafka's ServerTopicConfigSynonyms)
+_BROKER_SYNONYMS = {
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "message.timestamp.difference.max.ms": "log.message.timestamp.difference.max.ms",
+    "cleanup.policy": "log.cleanup.policy",
+    "compression.type": "compression.type",
+}
+
+
 class RecordError(NamedTuple):
     """Kafka's ``ProduceResponse.RecordError``: the index of the record in its batch and why."""
     batch_index: int
@@ -160,12 +172,21 @@ class ValidationConfig:
                 raise ValueError(f"{name} must be in [0, {LONG_MAX}], not {v}")
 
     @classmethod
-    def from_topic_configs(cls, configs: Mapping[str, str]) -> ValidationConfig:
-        """The validator's settings from a topic's effective configs (Kafka's names and string
-        values; a key left out keeps Kafka's default).  A bad value raises ValueError naming the
+    def from_topic_configs(cls, configs: Mapping[str, str],
+                           broker_props: Mapping[str, str] | None = None) -> ValidationConfig:
+        """The validator's settings from a topic's configs (Kafka's names and string values) over
+        the broker's defaults (``broker_props``, under the broker's names: ``message.max.bytes``,
+        ``log.message.timestamp.type``, ``log.message.timestamp.before.max.ms``,
+        ``log.message.timestamp.after.max.ms``, ``log.cleanup.policy``, ``compression.type``);
+        a key set in neither keeps Kafka's default.  A bad value raises ValueError naming the
         key.  ``compression.type`` other than ``producer`` is not implemented (the produced codec
         is kept): it is warned about by name; so is the deprecated
         ``message.timestamp.difference.max.ms``, which kraft does not apply."""
+        if broker_props:
+            merged = {topic_key: broker_props[broker_key] for topic_key, broker_key in _BROKER_SYNONYMS.items()
+                      if broker_props.get(broker_key) is not None}
+            merged.update(configs)
+            configs = merged
         def number(key: str, default: int) -> int:
             raw = configs.get(key)
             if raw is None:

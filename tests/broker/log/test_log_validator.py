@@ -328,6 +328,10 @@ def test_config_from_topic_configs(caplog: pytest.LogCaptureFixture) -> None:
         "cleanup.policy": "compact,delete"})
     assert cfg == ValidationConfig(2000, TimestampType.LOG_APPEND_TIME, 10, 20, True)
     assert ValidationConfig.from_topic_configs({}) == ValidationConfig(DEFAULT_MAX_MESSAGE_BYTES)
+    broker = {"message.max.bytes": "5000", "log.message.timestamp.type": "LogAppendTime",
+              "log.cleanup.policy": "compact", "log.message.timestamp.after.max.ms": "7"}
+    assert ValidationConfig.from_topic_configs({"message.timestamp.type": "CreateTime"}, broker) == ValidationConfig(
+        5000, TimestampType.CREATE_TIME, LONG_MAX, 7, True)
     with caplog.at_level(logging.WARNING):
         ValidationConfig.from_topic_configs({"compression.type": "gzip"})
     assert "compression.type=gzip" in caplog.text
