@@ -409,8 +409,12 @@ class ReplicaFetcher:
     def __init__(self, fetcher_id: int, source: BrokerEndPoint, *, broker_id: int,
                  broker_epoch: Callable[[], int], config: ReplicaFetcherConfig,
                  on_failed: Callable[[TopicPartition, str], None],
-                 ssl_context: ssl.SSLContext | None = None, cluster_id: str | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, cluster_id: str | None = None,
+                 on_updated: Callable[[TopicPartition], None] | None = None) -> None:
         self.fetcher_id = fetcher_id
+        #: called after an append or a high watermark change (Kafka's completeDelayedFetchRequests:
+        #: fetches parked on this follower, e.g. KIP-392 consumers, are re-run)
+        self._on_updated = on_updated
         self.source = source
         self.broker_id = broker_id
         self.config = config
@@ -753,8 +757,7 @@ class ReplicaFetcher:
                 info = log_.append_as_follower(view[:whole])
                 appended, last_offset = whole, info.last_offset
         hw = min(int(pd.high_watermark), log_.log_end_offset)
-        if hw >= 0:
-            partition.maybe_update_high_watermark_from_leader(hw)
+        hw_moved = bool(partition.maybe_update_high_watermark_from_leader(hw)) if hw >= 0 else False
         leader_start = int(pd.log_start_offset)
         if leader_start > log_.log_start_offset:
             # never past our high watermark or log end: the rest comes with later fetches
@@ -769,6 +772,11 @@ class ReplicaFetcher:
             self._update(tp, replace(state, fetch_offset=next_offset, lag=lag, phase=FetchPhase.FETCHING,
                                      last_fetched_epoch=log_.latest_epoch if appended else state.last_fetched_epoch,
                                      delay_until=None))
+        if (appended or hw_moved) and self._on_updated is not None:
+            try:
+                self._on_updated(tp)
+            except Exception:
+                log.exception("%sthe update hook failed for %s", self._prefix, tp)
 
     def _on_partition_fenced(self, tp: TopicPartition, request_epoch: int) -> bool:
         """Kafka's ``onPartitionFenced``: True to retry later, False when the partition failed."""
@@ -881,8 +889,10 @@ class ReplicaFetcherManager:
     def __init__(self, *, broker_id: int, broker_epoch: Callable[[], int],
                  leader_endpoint: Callable[[int], tuple[str, int] | None], config: ReplicaFetcherConfig | None = None,
                  ssl_context: ssl.SSLContext | None = None, cluster_id: str | None = None,
-                 metrics: Any = None) -> None:
+                 metrics: Any = None, on_updated: Callable[[TopicPartition], None] | None = None) -> None:
         self.broker_id = broker_id
+        #: ``(tp) -> None`` after a follower append or high watermark change (see ReplicaFetcher)
+        self.on_updated = on_updated
         self.config = config or ReplicaFetcherConfig()
         self._broker_epoch = broker_epoch
         self._leader_endpoint = leader_endpoint
@@ -936,6 +946,10 @@ class ReplicaFetcherManager:
 
     def _failed(self, tp: TopicPartition, reason: str) -> None:
         self.failed_partitions[tp] = reason
+
+    def _updated(self, tp: TopicPartition) -> None:
+        if self.on_updated is not None:
+            self.on_updated(tp)
 
     # ------------------------------------------------------------------ the ReplicaManager hooks
     # Synchronous, as the ReplicaManager calls its hooks while it applies a delta: a partition
@@ -992,7 +1006,7 @@ class ReplicaFetcherManager:
             if fetcher is None:
                 fetcher = ReplicaFetcher(fid, source, broker_id=self.broker_id, broker_epoch=self._broker_epoch,
                                          config=self.config, on_failed=self._failed, ssl_context=self._ssl_context,
-                                         cluster_id=self._cluster_id)
+                                         cluster_id=self._cluster_id, on_updated=self._updated)
                 self.fetchers[key] = fetcher
                 fetcher.start()
             for p in members:
@@ -1056,9 +1070,11 @@ def image_leader_endpoint(current_image: Callable[[], Any], listener: str) -> Ca
 def wire_replication(replica_manager: Any, fetchers: ReplicaFetcherManager,
                      alter_partition: Callable[[Any, list[int]], None] | None) -> None:
     """Plug the fetchers and the AlterPartition callable into the ReplicaManager's hooks
-    (``on_become_follower``, ``on_become_leader``, ``on_delete``, ``alter_partition``).  Call it
+    (``on_become_follower``, ``on_become_leader``, ``on_delete``, ``alter_partition``), and the
+    ReplicaManager's ``on_high_watermark_or_append`` into the fetchers (parked fetches re-run).  Call it
     before the first image is applied: a Partition takes ``alter_partition`` when it is made."""
     replica_manager.on_become_follower.append(fetchers.on_become_follower)
     replica_manager.on_become_leader.append(fetchers.on_become_leader)
     replica_manager.on_delete.append(fetchers.on_delete)
     replica_manager.alter_partition = alter_partition
+    fetchers.on_updated = replica_manager.on_high_watermark_or_append

@@ -37,6 +37,7 @@ from kraft_node.broker.alter_partition_manager import (
     AlterPartitionItem,
     AlterPartitionManager,
     OperationNotAttemptedError,
+    partition_alter_callback,
 )
 from kraft_node.broker.controller_channel import (
     ControllerChannel,
@@ -533,3 +534,80 @@ def ok_for_all_v2(req: Any) -> Any:
         AP.PartitionData(partition_index=p.partition_index, leader_id=1, leader_epoch=p.leader_epoch,
                          isr=list(p.new_isr), partition_epoch=p.partition_epoch + 1) for p in t.partitions])
         for t in req.topics])
+
+
+# ------------------------------------------------------------------------------ the Partition side
+class FakeLeaderPartition:
+    """The members of H3's Partition that partition_alter_callback uses."""
+
+    def __init__(self, topic_id: Uuid) -> None:
+        self.topic_id = topic_id
+        self.topic_partition = TopicPartition("foo", 0)
+        self.local_broker_id = 1
+        self.leader_epoch = 5
+        self.partition_epoch = 10
+        self.pending_isr: tuple[int, ...] | None = None
+        self.cleared = 0
+
+    def propose(self, alter: Callable[[Any, list[int]], None], isr: list[int]) -> None:
+        self.pending_isr = tuple(isr)              # as Partition._propose_isr does
+        alter(self, isr)
+
+    def on_alter_partition_failed(self) -> None:
+        self.cleared += 1
+        self.pending_isr = None
+
+
+@pytest.mark.parametrize("answer,cleared,pending", [
+    ("commit", 0, True),                                    # the image will carry it
+    ("noop", 1, False),                                     # same partition epoch: no image will come
+    (Errors.INELIGIBLE_REPLICA, 1, False),                  # reset to the committed state
+    (Errors.OPERATION_NOT_ATTEMPTED, 1, False),
+    (Errors.FENCED_LEADER_EPOCH, 0, True),                  # await new metadata
+    (Errors.INVALID_UPDATE_VERSION, 0, True),
+])
+def test_partition_callback_acts_on_the_answer(answer, cleared, pending):
+    async def go() -> None:
+        ch = FakeChannel()
+        mgr = AlterPartitionManager(ch, broker_id=1, broker_epoch=lambda: 77)
+        part = FakeLeaderPartition(Uuid.random())
+        alter = partition_alter_callback(mgr, broker_epoch=lambda: 77)
+        part.propose(alter, [1, 2])
+
+        def respond(req: Any) -> Any:
+            resp = ok_for_all(req, errors={} if isinstance(answer, str) else {0: int(answer)})
+            if answer == "noop":
+                resp.topics[0].partitions[0].partition_epoch = 10
+            return resp
+        req = await ch.answer(respond)
+        p = req.topics[0].partitions[0]
+        assert [(b.broker_id, b.broker_epoch) for b in p.new_isr_with_epochs] == [(1, 77), (2, -1)]
+        assert (p.leader_epoch, p.partition_epoch) == (5, 10)
+        await asyncio.sleep(0)
+        assert part.cleared == cleared and (part.pending_isr is not None) == pending
+        await mgr.close()
+    run(go)
+
+
+def test_partition_callback_retries_unexpected_errors_and_ignores_overtaken_answers():
+    async def go() -> None:
+        ch = FakeChannel()
+        mgr = AlterPartitionManager(ch, broker_id=1, broker_epoch=lambda: 77)
+        part = FakeLeaderPartition(Uuid.random())
+        alter = partition_alter_callback(mgr, broker_epoch=lambda: 77)
+        part.propose(alter, [1, 2])
+        await ch.answer(lambda req: ok_for_all(req, errors={0: int(Errors.UNKNOWN_SERVER_ERROR)}))
+        await asyncio.sleep(0)
+        again = await ch.answer(ok_for_all)                    # the same change, sent again
+        assert [b.broker_id for b in again.topics[0].partitions[0].new_isr_with_epochs] == [1, 2]
+        assert part.pending_isr == (1, 2) and part.cleared == 0
+        # new metadata replaced the state before the answer came: the answer is ignored
+        part.pending_isr = None
+        part.propose(alter, [1])
+        part.partition_epoch = 12
+        await ch.answer(lambda req: ok_for_all(req, errors={0: int(Errors.INELIGIBLE_REPLICA)}))
+        await asyncio.sleep(0)
+        assert part.pending_isr == (1,) and part.cleared == 0
+        assert ch.idle()
+        await mgr.close()
+    run(go)

@@ -230,6 +230,8 @@ def test_follower_replicates_every_partition_of_a_leader_in_one_fetch(tmp_path):
         fb = FakeFollower(open_log(tmp_path, "b-0"), 1, 1, tid_b, TopicPartition("b", 0))
         registry = MetricsRegistry()
         mgr = manager({1: leader}, metrics=registry)
+        updated: list[TopicPartition] = []
+        mgr.on_updated = updated.append
         try:
             mgr.on_become_follower([fa, fb])
             assert list(mgr.fetchers) == [(1, 0)]
@@ -237,6 +239,7 @@ def test_follower_replicates_every_partition_of_a_leader_in_one_fetch(tmp_path):
             await until(lambda: fa.high_watermark == 8 and fb.high_watermark == 2, what="high watermarks")
             assert whole(fa.log) == whole(la) and whole(fb.log) == whole(lb)
             assert epochs(fa.log) == epochs(la) == [(0, 5), (1, 8)]
+            assert {TopicPartition("a", 0), TopicPartition("b", 0)} <= set(updated)   # parked fetches re-run
             version, first, _t = leader.fetches[0]
             assert version >= 15
             assert {t.topic_id for t in first.topics} == {tid_a, tid_b}        # one Fetch, both partitions
