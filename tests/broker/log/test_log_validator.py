@@ -379,3 +379,21 @@ def test_mutated_batches_never_crash(base: bytes, flips: list[tuple[int, int]], 
 @given(st.binary(max_size=200))
 def test_random_bytes_never_crash(data: bytes) -> None:
     _check(data, CREATE)
+
+
+# ----------------------------------------------------------------- a real client's bytes
+@pytest.mark.parametrize("codec", [0, 1, 4])  # kafka-python's ids: none, gzip, zstd
+def test_kafka_python_idempotent_batch_is_accepted(codec: int) -> None:
+    """The batch kafka-python's producer builds (DefaultRecordBatchBuilder, idempotence on)."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False, producer_id=4000,
+                                  producer_epoch=0, base_sequence=17, batch_size=1 << 20)
+    for i in range(50):
+        b.append(i, timestamp=NOW - i, key=b"k%d" % i, value=b"v" * i, headers=[("h", b"x")])
+    data = bytes(b.build())
+    r = validate(data)
+    assert r.records is data and not r.rewritten
+    assert (r.records_count, r.producer_id, r.base_sequence, r.last_sequence, int(r.compression)) == (
+        50, 4000, 17, 66, codec)
+    assert r.max_timestamp == NOW
