@@ -64,6 +64,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from kraft_node.protocol.errors import Errors
+from kraft_node.protocol.generated.produce import ProduceResponse
 from kraft_storage.crc32c import crc32c
 from kraft_storage.errors import CorruptRecordError, UnsupportedCompression
 from kraft_storage.record.batch import CRC_SKIP, scan_batches
@@ -78,7 +79,8 @@ from kraft_storage.record.constants import (
 )
 
 __all__ = ["ProduceValidationError", "RecordError", "ValidationConfig", "ValidationResult",
-           "validate_produce_records", "last_sequence", "LONG_MAX", "DEFAULT_MAX_MESSAGE_BYTES"]
+           "validate_produce_records", "last_sequence", "LONG_MAX", "DEFAULT_MAX_MESSAGE_BYTES",
+           "fill_partition_response"]
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +248,19 @@ class ValidationResult(NamedTuple):
     @property
     def has_producer_id(self) -> bool:
         return self.producer_id > _NO_PRODUCER_ID
+
+
+def fill_partition_response(exc: ProduceValidationError, resp: Any) -> None:
+    """Put a refusal into a ``ProduceResponse.PartitionProduceResponse`` as Kafka does: the error
+    code, base offset -1, the message (``error_message``, v8+) and the record errors
+    (``record_errors``: batch index and message, v8+; older versions drop them when encoding)."""
+    resp.error_code = int(exc.error)
+    resp.base_offset = -1
+    resp.log_append_time_ms = -1
+    resp.error_message = exc.message
+    resp.record_errors = [ProduceResponse.BatchIndexAndErrorMessage(batch_index=e.batch_index,
+                                                                    batch_index_error_message=e.message)
+                          for e in exc.record_errors]
 
 
 def last_sequence(base_sequence: int, last_offset_delta: int) -> int:

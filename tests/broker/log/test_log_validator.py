@@ -17,10 +17,12 @@ from kraft_node.broker.log.validator import (
     ProduceValidationError,
     RecordError,
     ValidationConfig,
+    fill_partition_response,
     last_sequence,
     validate_produce_records,
 )
 from kraft_node.protocol.errors import Errors
+from kraft_node.protocol.generated.produce import ProduceResponse
 from kraft_storage.crc32c import crc32c
 from kraft_storage.record import Compression, TimestampType, build_batch, decode_records, scan_batches
 
@@ -397,3 +399,18 @@ def test_kafka_python_idempotent_batch_is_accepted(codec: int) -> None:
     assert (r.records_count, r.producer_id, r.base_sequence, r.last_sequence, int(r.compression)) == (
         50, 4000, 17, 66, codec)
     assert r.max_timestamp == NOW
+
+
+def test_refusal_in_a_produce_response_round_trips() -> None:
+    cfg = ValidationConfig(timestamp_before_max_ms=1000, timestamp_after_max_ms=1000)
+    e = refused(batch(2, ts=NOW - 5000), cfg)
+    resp = ProduceResponse.PartitionProduceResponse(index=3, base_offset=99)
+    fill_partition_response(e, resp)
+    top = ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(name="topic", partition_responses=[resp])])
+    for version, with_details in ((11, True), (7, False)):
+        back = ProduceResponse.read(top.write(version), version).responses[0].partition_responses[0]
+        assert (back.error_code, back.base_offset) == (int(Errors.INVALID_TIMESTAMP), -1)
+        if with_details:
+            assert back.error_message == "One or more records have been rejected due to invalid timestamp"
+            assert [(r.batch_index, r.batch_index_error_message) for r in back.record_errors] == [
+                (0, e.record_errors[0].message), (1, e.record_errors[1].message)]
