@@ -561,6 +561,31 @@ def test_partitions_move_between_fetchers_with_their_leader(tmp_path):
     run(go)
 
 
+def test_num_replica_fetchers_spreads_partitions_by_kafkas_fetcher_id(tmp_path):
+    async def go() -> None:
+        leader = await FakeLeader(1).start()
+        followers = []
+        for i in range(6):
+            tid = Uuid.random()
+            ll = open_log(tmp_path, f"l{i}")
+            append(ll, 2, 0)
+            leader.parts[TopicPartition(f"t{i}", i)] = LeaderPartition(ll, 0, tid)
+            followers.append(FakeFollower(open_log(tmp_path, f"f{i}"), 1, 0, tid, TopicPartition(f"t{i}", i)))
+        mgr = manager({1: leader}, config=ReplicaFetcherConfig(num_replica_fetchers=3, replica_fetch_wait_max_ms=50,
+                                                               replica_fetch_backoff_ms=200))
+        try:
+            mgr.on_become_follower(followers)
+            expected = {(1, fetcher_id_for(f.topic_partition, 3)) for f in followers}
+            assert set(mgr.fetchers) == expected and len(expected) > 1
+            for f in followers:
+                assert mgr.get_fetcher(f.topic_partition) is mgr.fetchers[(1, fetcher_id_for(f.topic_partition, 3))]
+            await until(lambda: all(f.log.log_end_offset == 2 for f in followers), what="all partitions")
+        finally:
+            await mgr.close()
+            await leader.close()
+    run(go)
+
+
 def test_a_leader_that_is_not_alive_is_not_fetched(tmp_path, caplog):
     async def go() -> None:
         follower = FakeFollower(open_log(tmp_path, "t"), 9, 0, Uuid.random(), TopicPartition("t", 0))
