@@ -64,11 +64,12 @@ from kraft_storage.record.constants import CONTROL_MASK, TRANSACTIONAL_MASK
 
 if TYPE_CHECKING:
     from kraft_node.broker.log.validator import ValidationResult
-    from kraft_storage.log.log import KafkaLog
+    from kraft_storage.log.log import AppendInfo, KafkaLog
 
 __all__ = ["AppendOrigin", "BatchMetadata", "CorruptSnapshotError", "ProducerAppendInfo", "ProducerStateEntry",
            "ProducerStateError", "ProducerStateManager", "ProducerStateManagerConfig", "SNAPSHOT_SUFFIX",
-           "NUM_BATCHES_TO_RETAIN", "read_snapshot", "write_snapshot", "snapshot_path", "decrement_sequence"]
+           "NUM_BATCHES_TO_RETAIN", "read_snapshot", "write_snapshot", "snapshot_path", "decrement_sequence",
+           "LeaderAppend", "append_validated_as_leader"]
 
 log = logging.getLogger(__name__)
 
@@ -408,16 +409,9 @@ class ProducerStateManager:
     """The producers of one partition: ``producers`` (producer id -> entry), the map end offset
     (the first offset not yet applied), and the snapshot files of ``log_dir``.
 
-    Produce path (leader), under the partition lock, after the validator passed::
-
-        check = psm.check_leader_append(result, first_offset=log.log_end_offset)
-        if isinstance(check, BatchMetadata):        # a retried batch: answer its first offsets
-            ...                                     # (check.first_offset, check.last_offset)
-        else:
-            info = log.append_as_leader(result.records, leader_epoch)
-            if info.segment_base_offset != previous_active_base:   # the append rolled the log
-                psm.on_segment_roll(info.segment_base_offset)
-            psm.complete_append(check, info.last_offset + 1)       # check may be None
+    Produce path (leader), under the partition lock, after the validator passed:
+    :func:`append_validated_as_leader` (``check_leader_append``, the append, ``on_segment_roll``
+    if it rolled, ``complete_append``).
 
     Followers and recovery: :meth:`apply_replicated` with the appended bytes, :meth:`rebuild`
     from the log on open, :meth:`truncate_and_reload` after a log truncation."""
@@ -709,6 +703,32 @@ class ProducerStateManager:
     def __repr__(self) -> str:
         return (f"ProducerStateManager(partition={self.topic_partition}, producers={len(self.producers)}, "
                 f"mapEndOffset={self._last_map_offset}, snapshots={self.snapshot_offsets})")
+
+
+class LeaderAppend(NamedTuple):
+    """Where a validated client batch is: its offsets, and whether it was a retry of a batch
+    already in the log (``duplicate``: nothing was written, ``info`` is None)."""
+    first_offset: int
+    last_offset: int
+    duplicate: bool
+    info: AppendInfo | None
+
+
+def append_validated_as_leader(log_: KafkaLog, psm: ProducerStateManager, result: ValidationResult,
+                               leader_epoch: int) -> LeaderAppend:
+    """The leader's append of one validated batch with its producer-state bookkeeping, in Kafka's
+    order: the duplicate and sequence checks (ProducerStateError before anything is written), the
+    append, a snapshot if the append rolled the segment (the state as of the new segment's base,
+    before this batch), then the new state.  Call it under the partition's lock."""
+    check = psm.check_leader_append(result, log_.log_end_offset)
+    if isinstance(check, BatchMetadata):
+        return LeaderAppend(check.first_offset, check.last_offset, True, None)
+    before = log_.active_segment.base_offset
+    info = log_.append_as_leader(result.records, leader_epoch)
+    if info.segment_base_offset != before:
+        psm.on_segment_roll(info.segment_base_offset)
+    psm.complete_append(check, info.last_offset + 1)
+    return LeaderAppend(info.first_offset, info.last_offset, False, info)
 
 
 def _read_log(log_: KafkaLog, offset: int, end: int, chunk: int) -> Iterator[bytes]:

@@ -22,6 +22,7 @@ from kraft_node.broker.log.producer_state import (
     ProducerStateError,
     ProducerStateManager,
     ProducerStateManagerConfig,
+    append_validated_as_leader,
     decode_snapshot,
     encode_snapshot,
     read_snapshot,
@@ -481,15 +482,10 @@ def _leader_append(log_: KafkaLog, m: ProducerStateManager, seq: int, n: int = 4
     data = build_batch([(None, b"x" * 100)] * n, timestamp=NOW, producer_id=pid, producer_epoch=0,
                        base_sequence=seq)
     result = validate_produce_records(data, topic_partition=TP, config=ValidationConfig(), now_ms=NOW)
-    check = m.check_leader_append(result, log_.log_end_offset)
-    if isinstance(check, BatchMetadata):
-        return check.first_offset, check.last_offset
-    before = log_.active_segment.base_offset
-    info = log_.append_as_leader(result.records, 0)
-    if info.segment_base_offset != before:
-        m.on_segment_roll(info.segment_base_offset)
-    m.complete_append(check, info.last_offset + 1)
-    return info.first_offset, info.last_offset
+    end = log_.log_end_offset
+    out = append_validated_as_leader(log_, m, result, 0)
+    assert out.duplicate == (out.info is None) == (log_.log_end_offset == end)
+    return out.first_offset, out.last_offset
 
 
 def _fill(tmp_path: Path, clock: Clock) -> tuple[Path, list[tuple[int, int]], dict[int, ProducerStateEntry]]:
