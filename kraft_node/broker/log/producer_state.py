@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 __all__ = ["AppendOrigin", "BatchMetadata", "CorruptSnapshotError", "ProducerAppendInfo", "ProducerStateEntry",
            "ProducerStateError", "ProducerStateManager", "ProducerStateManagerConfig", "SNAPSHOT_SUFFIX",
            "NUM_BATCHES_TO_RETAIN", "read_snapshot", "write_snapshot", "snapshot_path", "decrement_sequence",
-           "LeaderAppend", "append_validated_as_leader"]
+           "LeaderAppend", "append_validated_as_leader", "append_replicated_as_follower"]
 
 log = logging.getLogger(__name__)
 
@@ -729,6 +729,18 @@ def append_validated_as_leader(log_: KafkaLog, psm: ProducerStateManager, result
         psm.on_segment_roll(info.segment_base_offset)
     psm.complete_append(check, info.last_offset + 1)
     return LeaderAppend(info.first_offset, info.last_offset, False, info)
+
+
+def append_replicated_as_follower(log_: KafkaLog, psm: ProducerStateManager, records: Any) -> AppendInfo:
+    """A follower's append of fetched batches with the producer-state bookkeeping: a snapshot if
+    the append rolled the segment, then the batches' producers (no sequence checks: the leader
+    made them).  The log's errors (OutOfOrderAppend, corrupt data) propagate, nothing applied."""
+    before = log_.active_segment.base_offset
+    info = log_.append_as_follower(records)
+    if info.segment_base_offset != before:
+        psm.on_segment_roll(info.segment_base_offset)
+    psm.apply_replicated(records)
+    return info
 
 
 def _read_log(log_: KafkaLog, offset: int, end: int, chunk: int) -> Iterator[bytes]:

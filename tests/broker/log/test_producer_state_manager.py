@@ -22,6 +22,7 @@ from kraft_node.broker.log.producer_state import (
     ProducerStateError,
     ProducerStateManager,
     ProducerStateManagerConfig,
+    append_replicated_as_follower,
     append_validated_as_leader,
     decode_snapshot,
     encode_snapshot,
@@ -626,3 +627,29 @@ def test_retries_and_restarts_append_each_batch_once(tmp_path_factory: pytest.Te
         assert seqs == list(range(seq))
     finally:
         log_.close()
+
+
+def test_follower_keeps_the_leaders_producer_state(tmp_path: Path, clock: Clock) -> None:
+    """A follower fed the leader's log batch by batch ends with the same producers and the same
+    snapshot offsets (one per roll), and after a restart deduplicates as the leader would."""
+    d, offsets, state = _fill(tmp_path, clock)
+    leader = KafkaLog.open(d, LogConfig(segment_bytes=2048))
+    fd = tmp_path / "follower" / "topic-0"
+    follower = KafkaLog.open(fd, LogConfig(segment_bytes=2048))
+    fm = ProducerStateManager(str(fd), TP, clock=clock)
+    fm.rebuild(follower)
+    offset = 0
+    while offset < leader.log_end_offset:
+        chunk = leader.read_bytes(offset, 300)
+        append_replicated_as_follower(follower, fm, chunk)
+        offset = follower.log_end_offset
+    _same(fm.producers, state)
+    assert fm.snapshot_offsets == [s.base_offset for s in follower.segments[1:]]
+    fm.take_snapshot()
+    follower.close()
+    follower = KafkaLog.open(fd, LogConfig(segment_bytes=2048))
+    fm = ProducerStateManager(str(fd), TP, clock=clock)
+    fm.rebuild(follower)
+    assert _leader_append(follower, fm, 36, pid=8) == offsets[-1]
+    follower.close()
+    leader.close()
