@@ -57,6 +57,9 @@ DEFERRED = object()
 #: Requests read ahead of the one in progress before the connection stops reading.
 _MAX_QUEUED = 16
 
+#: Pending answers up to this many bytes in all are joined into one buffer before writing.
+_JOIN_MAX_BYTES = 64 * 1024
+
 
 @dataclass
 class RequestContext:
@@ -119,6 +122,8 @@ class KafkaServer:
         self.max_frame_size = max_frame_size
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[_ServerConnection] = set()
+        #: connections with answers not yet handed to their transport (see _ServerConnection.answered)
+        self._unflushed: list[_ServerConnection] = []
 
     def advertised_api_keys(self) -> set[int]:
         """What ApiVersions lists: the keys with a handler, and ApiVersions itself."""
@@ -159,6 +164,13 @@ class KafkaServer:
             c.close()
         if self._server is not None:
             await self._server.wait_closed()
+
+    def _flush(self) -> None:
+        """Hand every connection's pending answers to its transport (scheduled once per loop
+        iteration by the first answer after the previous flush)."""
+        conns, self._unflushed = self._unflushed, []
+        for conn in conns:
+            conn.flush()
 
     # ------------------------------------------------------------ one request
     def _dispatch(self, conn: "_ServerConnection", payload: bytes) -> None:
@@ -223,12 +235,19 @@ class _ServerConnection(asyncio.Protocol):
         self._closed = False
         self._task: asyncio.Task | None = None
         self._ctx: RequestContext | None = None
+        #: answers not yet written (buffers, in order); None: nothing pending
+        self._out: list | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.peer = transport.get_extra_info("peername") or ("?", 0)
         self.server._conns.add(self)
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:  # driven by hand (tests): answers are written at once
+            self._loop = None
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
@@ -277,7 +296,14 @@ class _ServerConnection(asyncio.Protocol):
     def answered(self, out) -> None:
         """The request in progress is answered with ``out`` (a framed response: one buffer,
         or a list of buffers sent in order), or the connection must close (``None``:
-        malformed input or a handler failure)."""
+        malformed input or a handler failure).
+
+        Answers are not written here but collected and handed to the transport once per loop
+        iteration, for every connection at once (one ``call_soon`` for the server): the
+        controller answers many requests in one slice of its queue, often several of one
+        connection's pipelined requests, and each ``transport.write`` on a socket is a
+        ``send`` of its own.  Order is kept: a connection's answers are written in the order
+        they were given, and before it closes."""
         if self._closed:
             return
         self._busy = False
@@ -285,14 +311,37 @@ class _ServerConnection(asyncio.Protocol):
         if out is None:
             self.close()
             return
+        pending = self._out
+        if pending is None:
+            loop = self._loop
+            if loop is None:
+                self._write([out] if type(out) is not list else out)
+                self._run()
+                return
+            pending = self._out = []
+            server = self.server
+            if not server._unflushed:
+                loop.call_soon(server._flush)
+            server._unflushed.append(self)
         if type(out) is list:
-            if len(out) == 1:
-                self.transport.write(out[0])
-            else:
-                self.transport.writelines(out)
+            pending.extend(out)
         else:
-            self.transport.write(out)
+            pending.append(out)
         self._run()
+
+    def flush(self) -> None:
+        """Write the pending answers (one ``write`` when there is one buffer)."""
+        out, self._out = self._out, None
+        if out and not self._closed:
+            self._write(out)
+
+    def _write(self, bufs: list) -> None:
+        if len(bufs) == 1:
+            self.transport.write(bufs[0])
+        elif sum(map(len, bufs)) <= _JOIN_MAX_BYTES:
+            self.transport.write(b"".join(bufs))  # small answers: one copy, one send
+        else:
+            self.transport.writelines(bufs)
 
     def run_handler(self, ctx: RequestContext, coro) -> None:
         self._ctx = ctx
@@ -315,6 +364,8 @@ class _ServerConnection(asyncio.Protocol):
 
     def close(self) -> None:
         if self.transport is not None:
+            if self._out and not self._closed:
+                self.flush()  # answers given before the close still go out first
             self.transport.close()
         self._shut()
 
