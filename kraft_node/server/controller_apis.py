@@ -24,6 +24,14 @@ handler, before the heartbeat event is queued (KAFKA-15019): a controller whose 
 backed up must not fence a broker that is heartbeating.  Its event has a deadline of half
 the heartbeat interval, as in Kafka: a heartbeat answered later than that is useless to the
 broker, which will have sent the next one.
+
+BrokerHeartbeat is the controller's most frequent request (5k/s for 10k brokers at Kafka's
+2 s interval), so it takes a leaner path than the others, with the same semantics: the
+controller's callback form (``answer_broker_heartbeat``: one event object, no future or
+done-callback closures) and answers framed from a small table of pre-encoded bodies
+(:class:`~kraft_node.protocol.framing.ResponseFrames`, the correlation id patched in).
+Measured (``controller_tcp_bench.py rpc-local`` and ``heartbeats``, session 16): about a
+third less CPU per heartbeat on the active controller.
 """
 from __future__ import annotations
 
@@ -35,6 +43,7 @@ from kraft_node.metadata.controller.features import UpgradeType
 from kraft_node.network.server import DEFERRED, RequestContext
 from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.protocol.errors import Errors
+from kraft_node.protocol.framing import ResponseFrames
 from kraft_node.protocol.generated.allocate_producer_ids import AllocateProducerIdsResponse
 from kraft_node.protocol.generated.broker_heartbeat import BrokerHeartbeatResponse
 from kraft_node.protocol.generated.broker_registration import BrokerRegistrationResponse
@@ -92,6 +101,8 @@ class ControllerApis:
         interval_ms = getattr(settings, "broker_heartbeat_interval_ms", _DEFAULT_HEARTBEAT_INTERVAL_MS)
         #: how long a heartbeat may wait in the queue (Kafka: brokerHeartbeatIntervalMs / 2)
         self.heartbeat_timeout_ns = interval_ms * 1_000_000 // 2
+        #: the few distinct BrokerHeartbeat answers, framed once (see ResponseFrames)
+        self._heartbeat_frames = ResponseFrames()
 
     def handlers(self) -> dict[int, Callable[[RequestContext, Any], Any]]:
         return {
@@ -121,17 +132,34 @@ class ControllerApis:
     def handle_broker_heartbeat(self, ctx: RequestContext, request: Any) -> object:
         # KAFKA-15019: the contact time first, then the event (which may wait in the queue)
         self.controller.track_broker_heartbeat(request.broker_id, request.broker_epoch)
-        deadline_ns = self.clock_ns() + self.heartbeat_timeout_ns
+        self.controller.answer_broker_heartbeat(
+            request, lambda reply, exc: self._answer_heartbeat(ctx, reply, exc),
+            deadline_ns=self.clock_ns() + self.heartbeat_timeout_ns)
+        return DEFERRED
 
-        def ok(reply: Any) -> BrokerHeartbeatResponse:
-            return BrokerHeartbeatResponse(throttle_time_ms=0, error_code=0, is_caught_up=reply.is_caught_up,
-                                           is_fenced=reply.is_fenced, should_shut_down=reply.should_shut_down)
-
-        def failed(code: Errors, _message: str | None) -> BrokerHeartbeatResponse:
-            return BrokerHeartbeatResponse(throttle_time_ms=0, error_code=int(code))
-
-        return self._answer(ctx, self.controller.process_broker_heartbeat(request, deadline_ns=deadline_ns),
-                            ok, failed)
+    def _answer_heartbeat(self, ctx: RequestContext, reply: Any, exc: BaseException | None) -> None:
+        """The answer: the reply's three flags (throttle 0), or the error's code alone, as a
+        cached frame with this request's correlation id (the body is one of a few)."""
+        try:
+            version = ctx.api_version
+            if exc is None:
+                caught_up, fenced, shut_down = bool(reply.is_caught_up), bool(reply.is_fenced), \
+                    bool(reply.should_shut_down)
+                frame = self._heartbeat_frames.frame(
+                    (version, caught_up, fenced, shut_down), version,
+                    ctx.header.correlation_id,  # type: ignore[attr-defined]
+                    lambda: BrokerHeartbeatResponse(throttle_time_ms=0, error_code=0, is_caught_up=caught_up,
+                                                    is_fenced=fenced, should_shut_down=shut_down))
+            else:
+                code = int(error_of(exc)[0])  # the other fields keep the schema's defaults
+                frame = self._heartbeat_frames.frame(
+                    (version, code), version, ctx.header.correlation_id,  # type: ignore[attr-defined]
+                    lambda: BrokerHeartbeatResponse(throttle_time_ms=0, error_code=code))
+        except Exception as bug:  # noqa: BLE001 - a bug building the answer: still answer
+            log.exception("node %d: cannot build the answer to BROKER_HEARTBEAT", self.node_id)
+            ctx.respond(BrokerHeartbeatResponse(throttle_time_ms=0, error_code=int(error_of(bug)[0])))
+            return
+        ctx.respond_frame(frame)
 
     def handle_controller_registration(self, ctx: RequestContext, request: Any) -> object:
         def ok(_reply: Any) -> ControllerRegistrationResponse:

@@ -254,6 +254,55 @@ class _WriteEvent:
             self.future.set_exception(self.ctl._handle_event_exception(self.name, exc))
 
 
+class _HeartbeatEvent:
+    """A BrokerHeartbeat: the write event of ``process_broker_heartbeat`` without the generic
+    event's future and closures (see :meth:`QuorumController.answer_broker_heartbeat`).
+    Semantics are the write path's: NOT_CONTROLLER unless active, records replayed and
+    appended, the answer parked in the purgatory; a deadline that passes in the queue
+    still counts as contact (``process_expired_broker_heartbeat``) before the error is
+    answered."""
+
+    __slots__ = ("ctl", "request", "answer", "reply")
+
+    def __init__(self, ctl: "QuorumController", request: Any, answer: Callable[[Any, BaseException | None], None]):
+        self.ctl, self.request, self.answer = ctl, request, answer
+        self.reply: Any = None
+
+    def run(self) -> None:
+        ctl = self.ctl
+        ctl.current_event = "processBrokerHeartbeat"
+        if ctl.fatal is not None:
+            raise ctl.fatal
+        epoch = ctl.claim_epoch
+        if epoch == -1:
+            raise ctl.wrong_controller()
+        result = ctl.cluster_control.process_broker_heartbeat(self.request)
+        self.reply = result.response
+        ctl._write_result("processBrokerHeartbeat", epoch, result.records, result.atomic,
+                          self._after if self.reply.in_controlled_shutdown else None, self.complete)
+
+    def _after(self, last_offset: int) -> None:
+        self.ctl.cluster_control.update_controlled_shutdown_offset(self.request.broker_id, last_offset)
+
+    def complete(self, exc: BaseException | None) -> None:
+        if exc is None:
+            self.answer(self.reply, None)
+        else:
+            self.handle_exception(exc)
+
+    def handle_exception(self, exc: BaseException) -> None:
+        ctl = self.ctl
+        err = ctl._handle_event_exception("processBrokerHeartbeat", exc)
+        if isinstance(err, ControllerTimeoutError) and ctl.active:
+            try:
+                ctl.cluster_control.process_expired_broker_heartbeat(self.request)
+                if ctl.metrics is not None:
+                    ctl.metrics.inc_timed_out_heartbeats()
+            except ApiError:
+                pass
+        self.answer(None, err)
+
+
 class _Listener:
     """The Raft listener: each callback becomes an event, ignored once a newer listener
     registration replaced this one (Kafka's QuorumMetaLogListener)."""
@@ -511,20 +560,27 @@ class QuorumController:
             raise self.wrong_controller()
         result = ev.op()
         ev.response = result.response
-        records = result.records
+        self._write_result(ev.name, epoch, result.records, result.atomic, ev.after, ev.complete)
+
+    def _write_result(self, name: str, epoch: int, records: list[ApiMessageAndVersion], atomic: bool,
+                      after: Callable[[int], None] | None, complete: Callable[[BaseException | None], None]) -> None:
+        """Steps 3-5 of a write (module doc) for an operation's records: replay, schedule with
+        Raft, then park ``complete`` in the purgatory -- at the last offset written, or, with no
+        records, behind whatever is already pending (answered now if nothing is).  ``after``
+        gets the last offset written (next_write_offset - 1 when nothing was)."""
         if not records:
-            if ev.after is not None:
-                ev.after(self.offset_control.next_write_offset - 1)
+            if after is not None:
+                after(self.offset_control.next_write_offset - 1)
             pending = self.purgatory.highest_pending_offset()
             if pending is None:
-                ev.complete(None)
+                complete(None)
             else:
-                self.purgatory.add(pending, ev.complete)
+                self.purgatory.add(pending, complete)
             return
         if len(records) > MAX_RECORDS_PER_USER_OP:
-            raise RecordLimitError(f"{ev.name} produced {len(records)} records, more than "
+            raise RecordLimitError(f"{name} produced {len(records)} records, more than "
                                    f"{MAX_RECORDS_PER_USER_OP}")
-        if result.atomic:
+        if atomic:
             if len(records) > MAX_RECORDS_PER_BATCH:
                 raise RecordLimitError(f"Attempted to atomically commit {len(records)} records, but "
                                        f"maxRecordsPerBatch is {MAX_RECORDS_PER_BATCH}")
@@ -533,9 +589,9 @@ class QuorumController:
             last = -1
             for i in range(0, len(records), MAX_RECORDS_PER_BATCH):
                 last = self._append_batch(epoch, records[i:i + MAX_RECORDS_PER_BATCH], False)
-        if ev.after is not None:
-            ev.after(last)
-        self.purgatory.add(last, ev.complete)
+        if after is not None:
+            after(last)
+        self.purgatory.add(last, complete)
 
     def _append_batch(self, epoch: int, records: list[ApiMessageAndVersion], atomic: bool) -> int:
         """Replay ``records`` at the offsets Raft will give them, then schedule them; returns
@@ -776,30 +832,30 @@ class QuorumController:
     def process_broker_heartbeat(self, request: Any, *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
         """BrokerHeartbeat: the broker's state transition (unfence when caught up, fence,
         controlled shutdown) and its records.  A heartbeat that times out in the queue still
-        counts as contact (``process_expired_broker_heartbeat``)."""
-        reply: list[Any] = []
+        counts as contact (``process_expired_broker_heartbeat``).  The future form of
+        :meth:`answer_broker_heartbeat` (same event)."""
+        future: ControllerFuture[Any] = ControllerFuture()
 
-        def op() -> ControllerResult[Any]:
-            result = self.cluster_control.process_broker_heartbeat(request)
-            reply.append(result.response)
-            return result
+        def answer(reply: Any, exc: BaseException | None) -> None:
+            if exc is None:
+                future.set_result(reply)
+            else:
+                future.set_exception(exc)
+        self.answer_broker_heartbeat(request, answer, deadline_ns=deadline_ns)
+        return future
 
-        def after(last_offset: int) -> None:
-            if reply and reply[0].in_controlled_shutdown:
-                self.cluster_control.update_controlled_shutdown_offset(request.broker_id, last_offset)
-        fut = self.append_write("processBrokerHeartbeat", op, deadline_ns=deadline_ns, after=after)
-
-        def on_done(f: ControllerFuture[Any]) -> None:
-            exc = f.exception()
-            if isinstance(exc, ControllerTimeoutError) and self.active:
-                try:
-                    self.cluster_control.process_expired_broker_heartbeat(request)
-                    if self.metrics is not None:
-                        self.metrics.inc_timed_out_heartbeats()
-                except ApiError:
-                    pass
-        fut.add_done_callback(on_done)
-        return fut
+    def answer_broker_heartbeat(self, request: Any, answer: Callable[[Any, BaseException | None], None], *,
+                                deadline_ns: int | None = None) -> None:
+        """Queue the heartbeat event; ``answer(reply, None)`` or ``answer(None, error)`` is
+        called once, on the controller's thread, when it would complete a future: after the
+        records of its transition commit, or, with none (the steady state), after whatever
+        was already pending.  The RPC layer's path: one event object per heartbeat, no future
+        or closures (a heartbeat is the controller's most frequent request)."""
+        ev = _HeartbeatEvent(self, request, answer)
+        if deadline_ns is None:
+            self.queue.append(ev)
+        else:
+            self.queue.append_with_deadline(deadline_ns, ev)
 
     def register_controller(self, request: Any, *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
         return self.append_write("registerController", lambda: self.cluster_control.register_controller(request),

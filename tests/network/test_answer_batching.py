@@ -1,0 +1,218 @@
+"""The server's answers collected per loop iteration, and the cached heartbeat answer frames.
+
+What is pinned here: a connection's answers still go out in request order, byte for byte
+what the codec writes, several of them in one transport write when they are given in one
+loop iteration; answers given before a close still reach the client; the controller's
+cached BrokerHeartbeat frames equal the codec's output for every correlation id, success
+and error (an error answer keeps the schema's defaults, e.g. IsFenced true)."""
+import asyncio
+import struct
+
+import pytest
+
+from kraft_node.metadata.controller.errors import ApiError, ControllerTimeoutError
+from kraft_node.network import KafkaConnection, KafkaServer
+from kraft_node.network.server import DEFERRED, _ServerConnection
+from kraft_node.protocol.api_keys import ApiKeys
+from kraft_node.protocol.errors import Errors
+from kraft_node.protocol.framing import ResponseFrames, decode_response, encode_request, encode_response
+from kraft_node.protocol.generated.broker_heartbeat import BrokerHeartbeatRequest, BrokerHeartbeatResponse
+from kraft_node.protocol.generated.describe_cluster import DescribeClusterRequest, DescribeClusterResponse
+from kraft_node.server.controller_apis import ControllerApis
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+class _Transport:
+    def __init__(self):
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def get_extra_info(self, name, default=None):
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+    def write(self, data):
+        self.writes.append(bytes(data))
+
+    def writelines(self, bufs):
+        self.writes.append(b"".join(bytes(b) for b in bufs))
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+def _frames(data: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(data):
+        size, = struct.unpack_from(">i", data, pos)
+        out.append(data[pos + 4:pos + 4 + size])
+        pos += 4 + size
+    assert pos == len(data)
+    return out
+
+
+def test_answers_of_one_loop_iteration_go_out_in_order_in_one_write():
+    held = []
+
+    def describe(ctx, _req):
+        held.append(ctx)
+        return DEFERRED
+
+    async def main():
+        server = KafkaServer("127.0.0.1", 0, {ApiKeys.DESCRIBE_CLUSTER: describe})
+        conn = _ServerConnection(server)
+        t = _Transport()
+        conn.connection_made(t)
+        conn.data_received(b"".join(encode_request(DescribeClusterRequest(), 1, cid) for cid in range(5)))
+        # one request at a time: the second is dispatched only once the first is answered
+        for i in range(5):
+            assert len(held) == i + 1
+            held[i].respond(DescribeClusterResponse(cluster_id=f"c{i}", controller_id=i, error_code=0))
+        assert t.writes == []  # not yet: once per loop iteration
+        await asyncio.sleep(0)
+        assert len(t.writes) == 1
+        got = [decode_response(p, ApiKeys.DESCRIBE_CLUSTER, 1) for p in _frames(t.writes[0])]
+        assert [(h.correlation_id, b.cluster_id) for h, b in got] == [(i, f"c{i}") for i in range(5)]
+        expected = b"".join(bytes(encode_response(DescribeClusterResponse(cluster_id=f"c{i}", controller_id=i,
+                                                                          error_code=0), 1, i))
+                            for i in range(5))
+        assert t.writes[0] == expected
+    run(main())
+
+
+def test_answers_given_before_a_close_are_written_before_it():
+    held = []
+
+    def describe(ctx, _req):
+        if held:
+            raise RuntimeError("a handler bug on the second request")
+        held.append(ctx)
+        return DEFERRED
+
+    async def main():
+        server = KafkaServer("127.0.0.1", 0, {ApiKeys.DESCRIBE_CLUSTER: describe})
+        conn = _ServerConnection(server)
+        t = _Transport()
+        conn.connection_made(t)
+        conn.data_received(b"".join(encode_request(DescribeClusterRequest(), 1, cid) for cid in (7, 8)))
+        # the first answer is pending when the second request's handler fails and closes
+        held[0].respond(DescribeClusterResponse(cluster_id="x", controller_id=1, error_code=0))
+        assert t.closed and len(t.writes) == 1
+        assert decode_response(_frames(t.writes[0])[0], ApiKeys.DESCRIBE_CLUSTER, 1)[0].correlation_id == 7
+        await asyncio.sleep(0)  # the loop's flush finds nothing more to write
+        assert len(t.writes) == 1
+    run(main())
+
+
+def test_pipelined_requests_over_a_socket_are_all_answered_in_order():
+    held: list = []
+
+    def describe(ctx, _req):
+        held.append(ctx)
+        # answer on the next iteration, several connections' answers in one flush
+        asyncio.get_running_loop().call_soon(
+            ctx.respond, DescribeClusterResponse(cluster_id=str(ctx.header.correlation_id), controller_id=1,
+                                                 error_code=0))
+        return DEFERRED
+
+    async def main():
+        s = KafkaServer("127.0.0.1", 0, {ApiKeys.DESCRIBE_CLUSTER: describe}, listener_type="controller")
+        await s.start()
+        conns = [await KafkaConnection.open("127.0.0.1", s.port) for _ in range(3)]
+        rs = await asyncio.gather(*[c.request(DescribeClusterRequest(), 1) for c in conns for _ in range(30)])
+        assert len(rs) == 90 and all(r.error_code == 0 for r in rs)
+        for c in conns:
+            await c.close()
+        await s.close()
+    run(main())
+
+
+@pytest.mark.parametrize("cid", [0, 1, 255, 65536, 2**31 - 1, -1])
+def test_response_frames_equal_the_codec_for_any_correlation_id(cid):
+    frames = ResponseFrames()
+    body = BrokerHeartbeatResponse(throttle_time_ms=0, error_code=0, is_caught_up=True, is_fenced=False,
+                                   should_shut_down=False)
+    for v in (0, 1):
+        assert bytes(frames.frame(("ok", v), v, cid, lambda: body)) == bytes(encode_response(body, v, cid))
+        # the second use comes from the table, and is still right
+        assert bytes(frames.frame(("ok", v), v, cid, lambda: None)) == bytes(encode_response(body, v, cid))
+
+
+def test_response_frames_table_is_bounded():
+    frames = ResponseFrames(max_entries=4)
+    for i in range(10):
+        frames.frame(i, 0, 1, lambda i=i: BrokerHeartbeatResponse(throttle_time_ms=i, error_code=0))
+    assert len(frames._frames) <= 4
+
+
+class _FakeController:
+    """Answers heartbeats at once with what the test says."""
+
+    def __init__(self, outcome):
+        self.outcome = outcome
+        self.tracked: list = []
+
+    def track_broker_heartbeat(self, broker_id, broker_epoch):
+        self.tracked.append((broker_id, broker_epoch))
+        return True
+
+    def answer_broker_heartbeat(self, request, answer, *, deadline_ns=None):
+        assert deadline_ns is not None
+        if isinstance(self.outcome, BaseException):
+            answer(None, self.outcome)
+        else:
+            answer(self.outcome, None)
+
+
+class _Reply:
+    def __init__(self, caught_up, fenced, shut_down):
+        self.is_caught_up, self.is_fenced, self.should_shut_down = caught_up, fenced, shut_down
+        self.in_controlled_shutdown = False
+
+
+class _Ctx:
+    def __init__(self, version, cid):
+        self.api_version = version
+        self.header = type("H", (), {"correlation_id": cid, "request_api_key": int(ApiKeys.BROKER_HEARTBEAT)})()
+        self.frames: list = []
+        self.responses: list = []
+
+    def respond_frame(self, out):
+        self.frames.append(bytes(out))
+
+    def respond(self, response):
+        self.responses.append(response)
+
+
+@pytest.mark.parametrize("outcome, expected", [
+    (_Reply(True, False, False), BrokerHeartbeatResponse(throttle_time_ms=0, error_code=0, is_caught_up=True,
+                                                         is_fenced=False, should_shut_down=False)),
+    (_Reply(False, True, False), BrokerHeartbeatResponse(throttle_time_ms=0, error_code=0, is_caught_up=False,
+                                                         is_fenced=True, should_shut_down=False)),
+    (_Reply(True, False, True), BrokerHeartbeatResponse(throttle_time_ms=0, error_code=0, is_caught_up=True,
+                                                        is_fenced=False, should_shut_down=True)),
+    (ApiError(Errors.STALE_BROKER_EPOCH, "Expected broker epoch 3, but got broker epoch 2"),
+     BrokerHeartbeatResponse(throttle_time_ms=0, error_code=int(Errors.STALE_BROKER_EPOCH))),
+    (ControllerTimeoutError(), BrokerHeartbeatResponse(throttle_time_ms=0, error_code=int(Errors.REQUEST_TIMED_OUT))),
+    (RuntimeError("a bug"), BrokerHeartbeatResponse(throttle_time_ms=0, error_code=int(Errors.UNKNOWN_SERVER_ERROR))),
+])
+def test_heartbeat_answers_are_the_codecs_bytes(outcome, expected):
+    ctl = _FakeController(outcome)
+    apis = ControllerApis(ctl, node_id=1, clock_ns=lambda: 0)
+    req = BrokerHeartbeatRequest(broker_id=4, broker_epoch=9, current_metadata_offset=9)
+    for version in (0, 1):
+        for cid in (3, 70000):
+            ctx = _Ctx(version, cid)
+            assert apis.handle_broker_heartbeat(ctx, req) is DEFERRED
+            assert ctx.frames == [bytes(encode_response(expected, version, cid))]
+    assert ctl.tracked[0] == (4, 9)  # the contact time is recorded before the event
+    if isinstance(outcome, BaseException):
+        assert expected.is_fenced  # an error answer keeps the schema's default (IsFenced true)
