@@ -30,7 +30,7 @@ Deletion (Kafka's ``asyncDelete``): the directory is renamed to ``<tp>.<uuid>-de
 once (so a topic re-created with the same name gets a fresh directory), the log is closed, and
 the renamed directory is removed after ``file.delete.delay.ms`` (the broker default
 ``log.segment.delete.delay.ms``, 60 s).  ``-delete`` directories found at start are removed
-the same way.
+during the start (it runs off the event loop, in a worker thread).
 
 Stray logs (Kafka 3.7+, ``LogManager`` with ``isStray``): a log found at start that the first
 image does not assign to this broker (its topic is gone, was re-created with another id, or the

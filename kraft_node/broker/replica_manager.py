@@ -201,7 +201,10 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ metadata
     def apply_delta(self, delta: MetadataDelta, new_image: MetadataImage) -> None:
-        """Apply one published image's local replica changes (see the module doc)."""
+        """Apply one published image's local replica changes (see the module doc).  Nothing
+        after :meth:`shutdown` (the loader may publish while the node stops)."""
+        if self._closed:
+            return
         first = self.image is None
         prev = self.image
         self.image = new_image

@@ -183,6 +183,7 @@ class BrokerServer:
         await self._wait("the controller to acknowledge that we are caught up", self.lifecycle.initial_catch_up,
                          deadline)
         await self._wait("the initial broker metadata update to be published", self._first_image(), deadline)
+        await self._wait("the replica manager to apply the first metadata image", self._replicas_ready(), deadline)
         await self._wait("the broker to be unfenced", self.lifecycle.set_ready_to_unfence(), deadline)
         for server in self.servers.values():
             await server.start_serving()
@@ -193,6 +194,13 @@ class BrokerServer:
     async def _first_image(self) -> None:
         cache = self.metadata.cache
         while not cache.has_image:
+            await asyncio.sleep(_FIRST_IMAGE_POLL_S)
+
+    async def _replicas_ready(self) -> None:
+        """Kafka's first-publish future of the BrokerMetadataPublisher: the partitions are made
+        leaders and followers from the first image before any client is served."""
+        rm = self.replica_manager
+        while rm is not None and rm.image is None:
             await asyncio.sleep(_FIRST_IMAGE_POLL_S)
 
     async def _wait(self, what: str, awaitable: Any, deadline: float) -> None:
