@@ -13,9 +13,15 @@ the wire.
     (each takes --json F; the in-process figures they are compared with: bench_controller.py)
 
 Diagnosis: ``--profile DIR`` (heartbeats: every node under cProfile, the active one's top
-functions printed; writes: node 1 during the measured part).  What-ifs, measured without
-being made: ``--what-if-coalesce-writes`` (heartbeats: the nodes' network server writes a
-connection's answers once per loop iteration).
+functions printed; writes: node 1 during the measured part); ``--py-spy FILE`` (the same
+processes sampled by py-spy, which perturbs them far less).  What-if, measured without being
+made: ``--what-if-gc-threshold A,B,C`` (the node processes' collector thresholds).  The
+session-12 what-if of answers written once per loop iteration landed in the network server.
+
+``rpc-local``: the controller's RPC path in this process with no sockets (frames into the
+server's connection protocol, the scripted Raft of ``bench_controller.py`` below the real
+QuorumController, answers to a fake transport): CPU per heartbeat, for A/B of the Python path
+on a shared machine where wall-clock rates swing with the load.
 
 Two setups:
 
@@ -143,33 +149,9 @@ _WRAPPED_START = """
 import cProfile, os, runpy, sys, time
 out = sys.argv[1]
 sys.argv = ["kraft-server-start"] + sys.argv[2:]
-if os.environ.get("KRAFT_BENCH_COALESCE_WRITES"):
-    import asyncio
-    from kraft_node.network import server as srv
-
-    def _flush(conn):
-        bufs, conn._bench_pending = conn._bench_pending, None
-        if not conn._closed and conn.transport is not None:
-            conn.transport.writelines(bufs)
-
-    def answered(self, out):
-        if self._closed:
-            return
-        self._busy = False
-        self._ctx = None
-        if out is None:
-            self.close()
-            return
-        pending = getattr(self, "_bench_pending", None)
-        if pending is None:
-            pending = self._bench_pending = []
-            asyncio.get_running_loop().call_soon(_flush, self)
-        if type(out) is list:
-            pending.extend(out)
-        else:
-            pending.append(out)
-        self._run()
-    srv._ServerConnection.answered = answered
+if os.environ.get("KRAFT_BENCH_GC_THRESHOLD"):
+    import gc
+    gc.set_threshold(*(int(x) for x in os.environ["KRAFT_BENCH_GC_THRESHOLD"].split(",")))
 prof = None
 if out != "-":
     prof = cProfile.Profile(time.process_time if os.environ.get("KRAFT_PROFILE_CPU") else time.perf_counter)
@@ -210,7 +192,7 @@ class ProcNode:
         self.starts += 1
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
         args = [self.cfg_path, "--log-level", "WARNING", "--exit-after-seconds", "3600"]
-        if self.profile_dir is None and not os.environ.get("KRAFT_BENCH_COALESCE_WRITES"):
+        if self.profile_dir is None and not os.environ.get("KRAFT_BENCH_GC_THRESHOLD"):
             cmd = [sys.executable, "-m", "kraft_node.server.start", *args]
         else:
             cmd = [sys.executable, "-c", _WRAPPED_START, str(self.profile_path() or "-"), *args]
@@ -905,9 +887,13 @@ async def run_writes(args: argparse.Namespace, base: str) -> dict[str, Any]:
             import cProfile
             prof = cProfile.Profile()
             prof.enable()
+        sampler = start_py_spy(os.getpid(), args.seconds, args.py_spy) if args.py_spy else None
         t0 = time.perf_counter()
         await offer(loop.time() + args.seconds)
         state["measuring"] = False
+        if sampler is not None:
+            await asyncio.get_running_loop().run_in_executor(None, sampler.wait)
+            print(py_spy_top(args.py_spy, 40), file=sys.stderr)
         if prof is not None:
             prof.disable()
             path = os.path.join(args.profile, "writes-node1.prof")
@@ -1292,15 +1278,15 @@ def main(argv: list[str] | None = None) -> None:
                     help="heartbeats: run the nodes under cProfile into this directory and print the active "
                          "one's top functions; writes: profile node 1 (this process) during the measured part")
     ap.add_argument("--py-spy", default=None,
-                    help="heartbeats: sample the active controller with py-spy during the measured seconds into "
-                         "this file (collapsed stacks) and print its top functions")
-    ap.add_argument("--what-if-coalesce-writes", action="store_true",
-                    help="run the nodes with the proposed network-server change (see _WRAPPED_START)")
+                    help="heartbeats: sample the active controller (writes: node 1, this process) with py-spy during "
+                         "the measured seconds into this file (collapsed stacks) and print its top functions")
+    ap.add_argument("--what-if-gc-threshold", default=None, metavar="A,B,C",
+                    help="heartbeats/register/failover: the node processes run with gc.set_threshold(A, B, C)")
     ap.add_argument("--keep", action="store_true", help="failover: keep the data dir (the nodes' logs)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    if args.what_if_coalesce_writes:
-        os.environ["KRAFT_BENCH_COALESCE_WRITES"] = "1"
+    if args.what_if_gc_threshold:
+        os.environ["KRAFT_BENCH_GC_THRESHOLD"] = args.what_if_gc_threshold
     if args.brokers is None:
         args.brokers = DEFAULT_BROKERS[args.scenario]
     if args.inflight is None:
@@ -1309,7 +1295,7 @@ def main(argv: list[str] | None = None) -> None:
     setup = {"argv": sys.argv[1:], "scenario": args.scenario, "brokers": args.brokers, "voters": 3,
              "transport": "TCP loopback", "fsync": True, "event_loop": event_loop.EVENT_LOOP,
              "cpus": os.cpu_count(), "python": sys.version.split()[0], "code": code_version(),
-             "what_if_coalesce_writes": bool(args.what_if_coalesce_writes)}
+             "what_if_gc_threshold": args.what_if_gc_threshold}
     if args.scenario == "failover":
         base = tempfile.mkdtemp(prefix="controller-failover-", dir=args.dir)
         try:
