@@ -504,3 +504,64 @@ def test_find_coordinator_is_coordinator_not_available(tmp_path):
         assert [(c.key, c.error_code) for c in new.coordinators] == [("a", 15), ("b", 15)]
         await ctx.close()
     asyncio.run(main())
+
+
+def test_every_version_answers_and_encodes(tmp_path):
+    """Produce v3-13, Fetch v4-18 and ListOffsets v1-11: the answer encodes at the request's version
+    (a field a version cannot carry would close the client's connection), topics by id from Produce
+    v13 and Fetch v13."""
+    from kraft_node.protocol.framing import encode_response
+
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1], [1], 1, leader_epoch=1))
+        P, F, L = ProduceRequest, FetchRequest, ListOffsetsRequest
+        for v in range(P.LOWEST_VERSION, P.HIGHEST_VERSION + 1):
+            topic = P.TopicProduceData(name="t", topic_id=TOPIC_ID) if v >= 13 else P.TopicProduceData(name="t")
+            topic.partition_data = [P.PartitionProduceData(index=0, records=_batch(1))]
+            resp = ctx.apis.handle_produce(Answer(v), P(acks=1, timeout_ms=1000, topic_data=[topic]))
+            assert _one_produce(resp).error_code == 0, v
+            assert encode_response(resp, v, 7)
+        unknown = P.TopicProduceData(topic_id=Uuid(uuid.uuid4().bytes),
+                                     partition_data=[P.PartitionProduceData(index=0, records=_batch(1))])
+        resp = ctx.apis.handle_produce(Answer(13), P(acks=1, timeout_ms=1000, topic_data=[unknown]))
+        assert _one_produce(resp).error_code == Errors.UNKNOWN_TOPIC_ID
+        produced = P.HIGHEST_VERSION - P.LOWEST_VERSION + 1
+        for v in range(F.LOWEST_VERSION, F.HIGHEST_VERSION + 1):
+            body = _fetch_body("t", 0, 0)
+            if v >= 13:
+                body.topics[0].topic_id = TOPIC_ID
+            if v >= 15:
+                body.replica_state = F.ReplicaState(replica_id=-1)
+            resp = ctx.apis.handle_fetch(Answer(v), body)
+            part = _one(resp)
+            assert part.error_code == 0 and part.high_watermark == produced, v
+            assert sum(b.records_count for b in iter_batches(part.records)) == produced
+            assert encode_response(resp, v, 7)
+        for v in range(L.LOWEST_VERSION, L.HIGHEST_VERSION + 1):
+            body = L(replica_id=-1, topics=[L.ListOffsetsTopic(name="t", partitions=[
+                L.ListOffsetsPartition(partition_index=0, timestamp=-1)])])
+            resp = ctx.apis.handle_list_offsets(Answer(v), body)
+            assert resp.topics[0].partitions[0].offset == produced, v
+            assert encode_response(resp, v, 7)
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_becoming_follower_completes_parked_produce_and_follower_fetch(tmp_path):
+    """ReplicaManagerTest.testDeltaToFollowerCompletesProduce / ...CompletesFetch: a leadership
+    lost while an acks=all produce or a follower's fetch waits answers them at once."""
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1, 2], [1, 2], 1), _partition_record(1, [1, 2], [1, 2], 1))
+        result, produce = _produce(ctx, "t", 0, _batch(3), acks=-1, timeout_ms=10_000)
+        assert result is DEFERRED
+        fetch = Answer(12)  # the follower is caught up on partition 1: its fetch waits for data
+        assert ctx.apis.handle_fetch(fetch, _fetch_body("t", 1, 0, replica_id=2, max_wait_ms=10_000)) is DEFERRED
+        assert produce.response is None and fetch.response is None
+        ctx.publish(m.PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=2),
+                    m.PartitionChangeRecord(partition_id=1, topic_id=TOPIC_ID, leader=2))
+        assert _one_produce(produce.response).error_code == Errors.NOT_LEADER_OR_FOLLOWER
+        assert _one(fetch.response).error_code == Errors.NOT_LEADER_OR_FOLLOWER
+        await ctx.close()
+    asyncio.run(main())
