@@ -187,6 +187,12 @@ class PartitionApis:
         self.timestamp_before_max_ms = int(props.get("log.message.timestamp.before.max.ms", LONG_MAX))
         self.timestamp_after_max_ms = int(props.get("log.message.timestamp.after.max.ms", LONG_MAX))
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        #: counters for the broker's metrics (Kafka's BrokerTopicMetrics totals)
+        self.produce_requests = 0
+        self.fetch_requests = 0
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.messages_in = 0
 
     def handlers(self) -> dict[int, Callable[[RequestContext, Any], Any]]:
         return {int(_KEYS.PRODUCE): self.handle_produce, int(_KEYS.FETCH): self.handle_fetch,
@@ -214,6 +220,7 @@ class PartitionApis:
     # ------------------------------------------------------------------ Produce
     def handle_produce(self, ctx: RequestContext, body: Any) -> Any:
         version = ctx.api_version
+        self.produce_requests += 1
         acks = int(body.acks)
         by_id = version >= 13
         now = self._clock_ms()
@@ -296,6 +303,8 @@ class PartitionApis:
         except KraftStorageError as exc:
             log.exception("append to %s failed", tp)
             return Errors.KAFKA_STORAGE_ERROR, str(exc)
+        self.bytes_in += info.bytes
+        self.messages_in += info.records
         resp.base_offset = info.first_offset
         resp.log_start_offset = part.log.log_start_offset
         self.replicas.on_high_watermark_or_append(tp)
@@ -307,6 +316,7 @@ class PartitionApis:
     # ------------------------------------------------------------------ Fetch
     def handle_fetch(self, ctx: RequestContext, body: Any) -> Any:
         version = ctx.api_version
+        self.fetch_requests += 1
         replica_id = int(body.replica_state.replica_id) if version >= 15 else int(body.replica_id)
         if version >= 7 and int(body.session_id) != 0:
             return _FR(throttle_time_ms=0, error_code=int(Errors.FETCH_SESSION_ID_NOT_FOUND),
@@ -410,6 +420,7 @@ class PartitionApis:
         except LogTruncatedDuringRead:
             records = b""
         pd.records = records
+        self.bytes_out += len(records)
         return len(records)
 
     # ------------------------------------------------------------------ ListOffsets

@@ -199,6 +199,18 @@ class ReplicaManager:
         except ValueError:
             return self.default_max_message_bytes
 
+    # ------------------------------------------------------------------ metrics
+    def partition_count(self) -> int:
+        return len(self.partitions)
+
+    def leader_count(self) -> int:
+        return sum(1 for p in self.partitions.values() if p.is_leader)
+
+    def under_replicated_partitions(self) -> int:
+        """Kafka's UnderReplicatedPartitions: partitions led here whose ISR is smaller than
+        their replica set."""
+        return sum(1 for p in self.partitions.values() if p.is_leader and len(p.isr) < len(p.replicas))
+
     # ------------------------------------------------------------------ metadata
     def apply_delta(self, delta: MetadataDelta, new_image: MetadataImage) -> None:
         """Apply one published image's local replica changes (see the module doc).  Nothing

@@ -103,6 +103,7 @@ class BrokerServer:
         #: the partition logs and replicas (issue 25), made in :meth:`start`
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
+        self.partition_apis: PartitionApis | None = None
 
     # ------------------------------------------------------------------ addresses
     def bound_port(self, listener: str) -> int | None:
@@ -159,7 +160,8 @@ class BrokerServer:
         self.metadata.loader.install_publishers([ReplicaManagerPublisher(self.replica_manager)])
         self.log_manager.start_background()
         self.replica_manager.start()
-        partition_apis = PartitionApis(self.node_id, self.cache, self.replica_manager, props=cfg.props)
+        partition_apis = self.partition_apis = PartitionApis(self.node_id, self.cache, self.replica_manager,
+                                                             props=cfg.props)
         auto_create = self._auto_create if settings.auto_create_topics_enable else None
         for name, server in self.servers.items():
             apis = BrokerApis(self.node_id, self.cluster_id, self.cache, name, cfg.props, features,
@@ -230,7 +232,9 @@ class BrokerServer:
         """The broker lifecycle gauges: Kafka's ``kafka.server:type=KafkaServer,name=BrokerState``
         (the BrokerState byte value) and kraft's ``...name=TimeSinceLastHeartbeatAckMs`` (Kafka
         shows the same age on the controller side per broker; a broker that lost its controller
-        sees it grow here)."""
+        sees it grow here).  Issue 25's partition metrics: ``ReplicaManager`` PartitionCount,
+        LeaderCount and UnderReplicatedPartitions, and ``BrokerTopicMetrics`` totals (produce and
+        fetch requests, bytes in and out, messages in) as counters, whose rates are Kafka's meters."""
         registry = self._registry
         lifecycle = self.lifecycle
         if registry is None or lifecycle is None:
@@ -240,7 +244,26 @@ class BrokerServer:
                   registry.callback_gauge("kafka.server", "KafkaServer", "TimeSinceLastHeartbeatAckMs",
                                           "Milliseconds since the controller last acknowledged a heartbeat.",
                                           lifecycle.time_since_last_heartbeat_ack_ms)]
-        self._metrics_closers = [functools.partial(registry.unregister, g) for g in gauges]
+        rm, data = self.replica_manager, self.partition_apis
+        collectors: list[Any] = []
+        if rm is not None:
+            gauges += [registry.callback_gauge("kafka.server", "ReplicaManager", "PartitionCount",
+                                               "Partitions with a replica on this broker.", rm.partition_count),
+                       registry.callback_gauge("kafka.server", "ReplicaManager", "LeaderCount",
+                                               "Partitions this broker leads.", rm.leader_count),
+                       registry.callback_gauge("kafka.server", "ReplicaManager", "UnderReplicatedPartitions",
+                                               "Partitions led here whose ISR is smaller than their replicas.",
+                                               rm.under_replicated_partitions)]
+        if data is not None:
+            d = data
+            for name, doc, fn in (
+                    ("TotalProduceRequests", "Produce requests received.", lambda: d.produce_requests),
+                    ("TotalFetchRequests", "Fetch requests received.", lambda: d.fetch_requests),
+                    ("BytesIn", "Bytes appended by Produce.", lambda: d.bytes_in),
+                    ("BytesOut", "Record bytes sent by Fetch.", lambda: d.bytes_out),
+                    ("MessagesIn", "Records appended by Produce.", lambda: d.messages_in)):
+                collectors.append(registry.callback_counter("kafka.server", "BrokerTopicMetrics", name, doc, fn))
+        self._metrics_closers = [functools.partial(registry.unregister, g) for g in [*gauges, *collectors]]
 
     # ------------------------------------------------------------------ stop
     async def shutdown(self, timeout_s: float) -> bool:

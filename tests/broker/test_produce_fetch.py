@@ -13,6 +13,7 @@ import os
 import time
 
 import pytest
+from prometheus_client import generate_latest
 from support.brokers import broker_port, cluster_with_brokers
 
 from kraft_node.server.config import NodeConfig
@@ -117,6 +118,11 @@ def test_kafka_python_produce_acks_consume_restart_and_delete(tmp_path):
             assert by_time[kafka.TopicPartition("acks", 1)].offset == 0
             assert by_time[kafka.TopicPartition("acks", 2)] is None  # nothing that late
             topic_id = node.metadata.image().topics.get_topic_by_name("acks").topic_id
+            # the partition metrics (issue 25 item 9) on the node's registry
+            text = generate_latest(node.metrics.registry.registry).decode()
+            assert "kafka_server_ReplicaManager_LeaderCount 3.0" in text
+            assert "kafka_server_ReplicaManager_UnderReplicatedPartitions 0.0" in text
+            assert f"kafka_server_BrokerTopicMetrics_MessagesIn_total {3 * N}.0" in text
         finally:
             await node.shutdown()
 

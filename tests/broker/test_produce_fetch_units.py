@@ -565,3 +565,36 @@ def test_becoming_follower_completes_parked_produce_and_follower_fetch(tmp_path)
         assert _one(fetch.response).error_code == Errors.NOT_LEADER_OR_FOLLOWER
         await ctx.close()
     asyncio.run(main())
+
+
+def test_topic_configs_from_the_image_drive_segment_roll_and_retention(tmp_path):
+    """segment.bytes and retention.bytes set on the topic (ConfigRecords in the image) reach the
+    log; retention deletes whole old segments, never at or past the high watermark."""
+    topic_config = 2  # ConfigResource.Type.TOPIC
+
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.publish(m.TopicRecord(name="r", topic_id=TOPIC_ID),
+                    m.ConfigRecord(resource_type=topic_config, resource_name="r", name="segment.bytes", value="1024"),
+                    m.ConfigRecord(resource_type=topic_config, resource_name="r", name="retention.bytes",
+                                   value="2048"),
+                    _partition_record(0, [1, 2], [1, 2], 1))
+        p = ctx.rm.get_partition(TopicPartition("r", 0))
+        assert p.log.config.segment_bytes == 1024 and p.log.config.retention_bytes == 2048
+        for i in range(60):
+            p.append_records_to_leader(_batch(5, 5 * i), 1, 1)
+        assert len(p.log.segments) > 4
+        assert p.high_watermark == 0  # follower 2 has not fetched: nothing may be deleted
+        ctx.logs.cleanup_logs()
+        assert p.log.log_start_offset == 0
+        p.update_follower_fetch_state(2, 300, ctx.now)
+        ctx.logs.cleanup_logs()
+        assert p.log.log_start_offset > 0 and p.log.size_in_bytes() <= 2048 + 1024
+        # a config change in a later image reaches the log too
+        ctx.publish(m.ConfigRecord(resource_type=topic_config, resource_name="r", name="segment.bytes",
+                                   value="4096"))
+        assert p.log.config.segment_bytes == 4096
+        await ctx.close()
+        with open(os.path.join(ctx.dir, LOG_START_OFFSET_CHECKPOINT)) as f:
+            assert f.read() == f"0\n1\nr 0 {p.log.log_start_offset}\n"
+    asyncio.run(main())
