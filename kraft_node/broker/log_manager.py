@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from kraft_node.metadata.image.topics import TopicPartition
+from kraft_storage.errors import KraftStorageError
 from kraft_storage.fileio import atomic_write, fsync_dir
 from kraft_storage.log.checkpoint import CheckpointFileError, format_checkpoint, parse_checkpoint
 from kraft_storage.log.config import LONG_MAX, LogConfig
@@ -242,6 +243,8 @@ class LogManager:
         #: the topic id of each log (from partition.metadata or the image)
         self.topic_ids: dict[TopicPartition, bytes | None] = {}
         self._warned: set[tuple[str, str]] = set()
+        #: partitions whose log could not be loaded at start -> why (left on disk as they were)
+        self.failed: dict[TopicPartition, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._deletions: set[asyncio.Task[None]] = set()
         #: (recovery point, start offset) restored at start, for logs not yet handed out
@@ -284,10 +287,19 @@ class LogManager:
                                        "one of the two directories for this partition.")
                 topic_id: bytes | None = None
                 meta = os.path.join(path, PARTITION_METADATA)
-                if os.path.exists(meta):
-                    topic_id = read_partition_metadata(meta)
-                kl = KafkaLog.open(path, self._config_for(tp.topic, {}), recovery_point=recovery.get(tp, 0),
-                                   log_start_offset=starts.get(tp, 0), clock=self._clock)
+                try:
+                    if os.path.exists(meta):
+                        topic_id = read_partition_metadata(meta)
+                    kl = KafkaLog.open(path, self._config_for(tp.topic, {}), recovery_point=recovery.get(tp, 0),
+                                       log_start_offset=starts.get(tp, 0), clock=self._clock)
+                except (KraftStorageError, OSError) as exc:
+                    # Kafka takes the whole log dir offline; here only this partition is left out,
+                    # untouched, and refused by get_or_create_log until an operator repairs it
+                    # (``kraft-storage`` verify/recover) -- the other partitions are served
+                    self.failed[tp] = f"{path}: {exc}"
+                    log.error("could not load the log of %s from %s; this partition stays offline: %s", tp, path,
+                              exc)
+                    continue
                 self.logs[tp] = kl
                 self._dir_of[tp] = d
                 self.topic_ids[tp] = topic_id
@@ -335,6 +347,9 @@ class LogManager:
         """The log of ``tp``, created (with its ``partition.metadata``) when missing.  A log whose
         ``partition.metadata`` names another topic id is refused: it belongs to a deleted topic
         of the same name and must be deleted first (Kafka's InconsistentTopicIdException)."""
+        if tp in self.failed:
+            raise RuntimeError(f"the log of {tp} could not be loaded at start ({self.failed[tp]}); repair it "
+                               "with kraft-storage and restart the broker")
         existing = self.logs.get(tp)
         if existing is not None:
             known = self.topic_ids.get(tp)

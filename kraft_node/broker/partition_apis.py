@@ -323,14 +323,15 @@ class PartitionApis:
                        session_id=0, responses=[], node_endpoints=[])
         first = self._read_fetch(body, version, replica_id)
         total = sum(len(r.records) for topic in first.responses for r in topic.partitions)
-        if int(body.max_wait_ms) <= 0 or total >= max(int(body.min_bytes), 1) or _has_error(first):
+        # Kafka answers at once without a wait, with enough bytes (min_bytes 0 included), or an error
+        if int(body.max_wait_ms) <= 0 or total >= int(body.min_bytes) or _has_error(first):
             return first
         tps = self._fetch_partitions(body, version)
 
         def retry(force: bool) -> bool:
             resp = self._read_fetch(body, version, replica_id)
             size = sum(len(r.records) for topic in resp.responses for r in topic.partitions)
-            if force or size >= max(int(body.min_bytes), 1) or _has_error(resp):
+            if force or size >= int(body.min_bytes) or _has_error(resp):
                 ctx.respond(resp)
                 return True
             return False

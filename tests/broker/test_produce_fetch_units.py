@@ -598,3 +598,49 @@ def test_topic_configs_from_the_image_drive_segment_roll_and_retention(tmp_path)
         with open(os.path.join(ctx.dir, LOG_START_OFFSET_CHECKPOINT)) as f:
             assert f.read() == f"0\n1\nr 0 {p.log.log_start_offset}\n"
     asyncio.run(main())
+
+
+def test_a_log_that_cannot_be_loaded_stays_offline_and_the_others_are_served(tmp_path, caplog):
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1], [1], 1), _partition_record(1, [1], [1], 1))
+        _produce(ctx, "t", 0, _batch(5))
+        _produce(ctx, "t", 1, _batch(5))
+        await ctx.close()
+        seg = os.path.join(ctx.dir, "t-0", "00000000000000000000.log")
+        with open(seg, "r+b") as f:  # corrupt a batch of a cleanly shut down log
+            f.seek(30)
+            f.write(b"\xff\xff\xff\xff")
+        ctx.open()
+        assert TopicPartition("t", 0) in ctx.logs.failed and "could not load the log of t-0" in caplog.text
+        ctx.create("t", _partition_record(0, [1], [1], 1), _partition_record(1, [1], [1], 1))
+        assert ctx.rm.get_partition(TopicPartition("t", 0)) is None
+        assert "could not become the leader of t-0" in caplog.text
+        resp, _a = _produce(ctx, "t", 1, _batch(1))
+        assert _one_produce(resp).base_offset == 5
+        with open(seg, "rb") as f:
+            assert f.read()[30:34] == b"\xff\xff\xff\xff"  # left as it was for the operator
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_fetch_max_bytes_bounds_the_answer_but_gives_at_least_one_batch(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1], [1], 1), _partition_record(1, [1], [1], 1))
+        for p in (0, 1):
+            for i in range(3):
+                _produce(ctx, "t", p, _batch(10, 10 * i))
+        R = FetchRequest
+        body = R(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=10, session_epoch=-1, topics=[R.FetchTopic(
+            topic="t", partitions=[R.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=1 << 20)
+                                   for p in (0, 1)])])
+        parts = ctx.apis.handle_fetch(Answer(12), body).responses[0].partitions
+        assert [len(list(iter_batches(p.records))) for p in parts] == [1, 0]  # minOneMessage: the first only
+        body.max_bytes = 1 << 20
+        for fp in body.topics[0].partitions:
+            fp.partition_max_bytes = 400  # two 171-byte batches
+        parts = ctx.apis.handle_fetch(Answer(12), body).responses[0].partitions
+        assert [len(list(iter_batches(p.records))) for p in parts] == [2, 2]
+        await ctx.close()
+    asyncio.run(main())
