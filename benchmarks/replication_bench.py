@@ -256,6 +256,15 @@ def set_changes_per_result(ctl: Any, n: int | None) -> None:
         ctl.partition_ops.context.max_partition_changes_per_result = n
 
 
+def wire_bulk_replay(ctl: Any, on: bool) -> None:
+    """``--bulk-replay``: node 1 replays runs of PartitionChangeRecords with
+    ``replay_partition_changes`` where the controller does not wire it yet (the standbys, other
+    processes, replay as their managers say)."""
+    from kraft_storage.messages import metadata as m
+    if on and int(m.PartitionChangeRecord.API_KEY) not in ctl._bulk_replayers:
+        ctl.register_bulk_replayer(m.PartitionChangeRecord, ctl.replication_control.replay_partition_changes)
+
+
 #: the session settings of the zonal and shutdown scenarios: a short session so the outage is
 #: detected quickly (the time from the sessions' expiry is what is reported)
 SESSION_MS, HEARTBEAT_MS = 2000, 500
@@ -268,6 +277,7 @@ async def run_zonal(args: argparse.Namespace, base: str) -> dict[str, Any]:
         node = await cluster.start()
         ctl = node.controller.controller
         set_changes_per_result(ctl, args.changes_per_result)
+        wire_bulk_replay(ctl, args.bulk_replay)
         epochs, _ = await register_racked(ctl, args.brokers, args.racks)
         keeper = HeartbeatKeeper(ctl, epochs, list(range(args.brokers)), HEARTBEAT_MS / 2000)
         keeper.start()
@@ -324,6 +334,7 @@ async def run_shutdown(args: argparse.Namespace, base: str) -> dict[str, Any]:
         node = await cluster.start()
         ctl = node.controller.controller
         set_changes_per_result(ctl, args.changes_per_result)
+        wire_bulk_replay(ctl, args.bulk_replay)
         epochs, _ = await register_racked(ctl, args.brokers, args.racks)
         victim = 0
         keeper = HeartbeatKeeper(ctl, epochs, list(range(args.brokers)), HEARTBEAT_MS / 2000)
@@ -405,6 +416,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--changes-per-result", type=int, default=None, metavar="N",
                     help="zonal, shutdown: node 1's bound on one lifecycle result's partition changes "
                          "(default: the controller's)")
+    ap.add_argument("--bulk-replay", action="store_true",
+                    help="zonal, shutdown: node 1 replays runs of PartitionChangeRecords in bulk "
+                         "(replay_partition_changes) even where the controller does not wire it")
     ap.add_argument("--builder-only", action="store_true",
                     help="zonal, shutdown: node 1 builds every lifecycle change with the PartitionChangeBuilder "
                          "(the path before the bulk one; an A/B in the same minutes)")

@@ -388,6 +388,38 @@ class PartitionRegistration:
                 f"partitionEpoch={self.partition_epoch})")
 
 
+def _simple_change(record: Any) -> bool:
+    """Whether a PartitionChangeRecord changes at most the ISR and the leader (what a broker
+    lifecycle change writes): replicas, directories, reassignment, ELR and recovery state
+    unchanged."""
+    return (record.replicas is None and record.directories is None and record.removing_replicas is None
+            and record.adding_replicas is None and record.eligible_leader_replicas is None
+            and record.last_known_elr is None and record.leader_recovery_state == LEADER_RECOVERY_NO_CHANGE)
+
+
+def _merge_isr_leader(prev: PartitionRegistration, change: Any) -> PartitionRegistration:
+    """``prev.merge(change)`` for a :func:`_simple_change` record, without the dataclass
+    ``__init__`` (the fields are ``prev``'s, checked when it was made, but the ISR, leader and
+    epochs)."""
+    new = _new_object(PartitionRegistration)
+    _set(new, "replicas", prev.replicas)
+    _set(new, "directories", _directories_or_migrating(prev.directories, len(prev.replicas)))
+    _set(new, "isr", prev.isr if change.isr is None else tuple(change.isr))
+    _set(new, "removing_replicas", prev.removing_replicas)
+    _set(new, "adding_replicas", prev.adding_replicas)
+    if change.leader == NO_LEADER_CHANGE:
+        _set(new, "leader", prev.leader)
+        _set(new, "leader_epoch", prev.leader_epoch)
+    else:
+        _set(new, "leader", change.leader)
+        _set(new, "leader_epoch", prev.leader_epoch + 1)
+    _set(new, "leader_recovery_state", prev.leader_recovery_state)
+    _set(new, "partition_epoch", prev.partition_epoch + 1)
+    _set(new, "elr", prev.elr)
+    _set(new, "last_known_elr", prev.last_known_elr)
+    return new
+
+
 class TopicControlInfo:
     """A topic: its name, id and partitions (a timeline map of its own, so a topic's
     partitions can be read at a registry epoch like everything else).  The object is
@@ -474,6 +506,52 @@ class _BrokerIndex:
             topic_map.remove(topic_id)
             if topic_map.is_empty():
                 self._members.remove(broker_id)
+
+    def run_entries(self, topic_id: Uuid, ops: dict[int, list[tuple[int, bool]]]
+                    ) -> dict[int, tuple[int, ...]] | None:
+        """Each broker's entries for ``topic_id`` once its ``ops`` (``(entry, True)`` append,
+        ``(entry, False)`` remove, in order) are applied, computed without changing anything;
+        None when a removal finds no entry (the one-by-one replay reports it) or the entries
+        become empty before the broker's last operation (one by one the topic would leave the
+        broker's map and come back at its end)."""
+        members = self._members
+        out: dict[int, tuple[int, ...]] = {}
+        for broker_id, broker_ops in ops.items():
+            topic_map = members.get(broker_id)
+            current = list(() if topic_map is None else topic_map.get(topic_id, ()))
+            last = len(broker_ops) - 1
+            removed: set[int] = set()
+            added: list[int] = []
+            for k, (entry, add) in enumerate(broker_ops):
+                if add:
+                    added.append(entry)
+                    continue
+                if entry in added:
+                    added.remove(entry)
+                elif entry in current and entry not in removed:
+                    removed.add(entry)
+                else:
+                    return None
+                if k < last and len(current) - len(removed) + len(added) == 0:
+                    return None
+            out[broker_id] = tuple(e for e in current if e not in removed) + tuple(added)
+        return out
+
+    def put_run_entries(self, topic_id: Uuid, finals: dict[int, tuple[int, ...]]) -> None:
+        """Write what :meth:`run_entries` computed: one timeline write per broker (a broker
+        left with no entries is removed, as :meth:`_remove` does)."""
+        members = self._members
+        for broker_id, entries in finals.items():
+            topic_map = members.get(broker_id)
+            if entries:
+                if topic_map is None:
+                    topic_map = TimelineHashMap(self._registry)
+                    members.put(broker_id, topic_map)
+                topic_map.put(topic_id, entries)
+            elif topic_map is not None:
+                topic_map.remove(topic_id)
+                if topic_map.is_empty():
+                    members.remove(broker_id)
 
     def remove_topic_entry_for_broker(self, topic_id: Uuid, broker_id: int) -> None:
         """Forget ``broker_id``'s entries for a deleted topic."""
@@ -909,6 +987,124 @@ class ReplicationControlManager(TopicCreationMixin):
             log.info("Replayed partition assignment change %r for topic %s", record, topic.name)
         else:
             log.debug("Replayed partition change %r for topic %s", record, topic.name)
+
+    def replay_partition_changes(self, records: Sequence[Any]) -> None:
+        """Replay PartitionChangeRecords in order, with the state replaying them one by one
+        would leave (the index tuples in the same order included), for the controller's
+        ``register_bulk_replayer``.
+
+        Why: a broker lifecycle change writes runs of records that only change a partition's
+        ISR and leader (``lifecycle_bulk.py``), one per partition of a topic in a row.  One by
+        one, each removes and appends its broker's index entry with a tuple rebuild and a
+        timeline write per broker (~15 us a record on every controller).  Here a run of such
+        records of one topic (distinct partitions) is merged first, then each (broker, topic)
+        index tuple is rebuilt and written once.  Records of any other shape (replicas,
+        directories, reassignment, ELR, recovery state) and runs that would empty a broker's
+        entries of the topic and refill them (one by one that moves the topic to the end of the
+        broker's map) go one by one.
+
+        A record that cannot be applied raises :class:`PartitionReplayError` (its index in
+        ``records``) after every record before it was applied, as the one-by-one replay would."""
+        i, n = 0, len(records)
+        key = m.PartitionChangeRecord.API_KEY
+        try:
+            while i < n:
+                record = records[i]
+                if record.API_KEY != key:
+                    raise ReplayError(f"replay_partition_changes takes PartitionChangeRecords, "
+                                      f"not {type(record).__name__}")
+                done = self._replay_simple_change_run(records, i) if _simple_change(record) else 0
+                if done:
+                    i += done
+                    continue
+                self.replay(record, -1)
+                i += 1
+        except PartitionReplayError:
+            raise
+        except ReplayError as exc:
+            raise PartitionReplayError(str(exc), i) from exc
+
+    def _replay_simple_change_run(self, records: Sequence[Any], start: int) -> int:
+        """Replay the run of ISR/leader-only changes of one topic from ``records[start]``:
+        the number replayed, 0 (nothing done) when the run does not qualify or a record of it
+        does not fit the state (the one-by-one replay then reports it)."""
+        first = records[start]
+        topic_id = first.topic_id
+        topic: TopicControlInfo | None = self.topics_by_id.get(topic_id)
+        if topic is None:
+            return 0
+        parts = topic.parts
+        key = m.PartitionChangeRecord.API_KEY
+        n = len(records)
+        pids: list[int] = []
+        prevs: list[PartitionRegistration] = []
+        news: list[PartitionRegistration] = []
+        seen: set[int] = set()
+        #: broker -> the index operations of the run, in order: (entry, True to add / False to remove)
+        ops: dict[int, list[tuple[int, bool]]] = {}
+        entries_of = BrokersToIsrs._entries
+        j = start
+        while j < n:
+            record = records[j]
+            pid = record.partition_id
+            rec_topic = record.topic_id
+            if (record.API_KEY != key or (rec_topic is not topic_id and rec_topic != topic_id) or pid in seen
+                    or not _simple_change(record)):
+                break
+            prev = parts.get(pid)
+            if prev is None:
+                break
+            new = _merge_isr_leader(prev, record)
+            prev_e = entries_of(pid, prev.isr, prev.leader)
+            next_e = entries_of(pid, new.isr, new.leader)
+            for b, e in prev_e.items():
+                if next_e.get(b) != e:
+                    ops.setdefault(b, []).append((e, False))
+            for b, e in next_e.items():
+                if prev_e.get(b) != e:
+                    ops.setdefault(b, []).append((e, True))
+            pids.append(pid)
+            prevs.append(prev)
+            news.append(new)
+            seen.add(pid)
+            j += 1
+        if len(pids) < 2:
+            return 0
+        index = self.brokers_to_isrs
+        finals = index.run_entries(topic_id, ops)
+        if finals is None:
+            # a record does not fit the index, or the run empties and refills a broker's entries:
+            # the run one by one (which names a failing record)
+            for k in range(start, j):
+                try:
+                    self.replay(records[k], -1)
+                except ReplayError as exc:
+                    raise PartitionReplayError(str(exc), k) from exc
+            return j - start
+        # every record fits: apply (nothing above changed state)
+        put = parts.put
+        imbalanced = self.imbalanced_partitions
+        debug = log.isEnabledFor(logging.DEBUG)
+        for pid, prev, new in zip(pids, prevs, news):
+            put(pid, new)
+            if new.elr and len(set(new.isr) | set(new.elr)) != len(new.isr) + len(new.elr):
+                log.error("%s-%d has overlapping ISR=%s and ELR=%s", topic.name, pid, _fmt(new.isr), _fmt(new.elr))
+            if new.leader != prev.leader:
+                self._count_election(prev, new)
+                # the replicas are unchanged, so whether the partition is led by its preferred
+                # replica (the imbalanced set's rule) can change only with the leader
+                tp = TopicIdPartition(topic_id, pid)
+                if new.has_preferred_leader:
+                    imbalanced.discard(tp)
+                else:
+                    imbalanced.add(tp)
+            if debug or not PartitionRegistration.election_was_clean(new.leader, prev.isr):
+                self._log_change(f"{topic.name}-{pid} with topic ID {topic_id}", prev, new)
+        index.put_run_entries(topic_id, finals)
+        if debug:
+            for k in range(start, j):
+                log.debug("Replayed partition change %r for topic %s", records[k], topic.name)
+        return j - start
 
     def _count_election(self, prev: PartitionRegistration, new: PartitionRegistration) -> None:
         """Kafka's ControllerMetricsChanges.handlePartitionChange: a new leader not in the
