@@ -254,6 +254,8 @@ class LogManager:
         self.checkpointed_high_watermarks: dict[TopicPartition, int] = {}
         #: the current high watermark of each partition (set by the ReplicaManager), checkpointed
         self.high_watermark_of: Callable[[TopicPartition], int | None] = lambda tp: None
+        #: called after retention moved a log's start offset (the producer state follows)
+        self.on_log_start_offset_changed: Callable[[TopicPartition, int], None] = lambda tp, offset: None
 
     # ------------------------------------------------------------------ start
     def startup(self) -> None:
@@ -472,6 +474,7 @@ class LogManager:
                 continue
             deleted = kl.delete_old_segments(max_offset=hw)
             if deleted:
+                self.on_log_start_offset_changed(tp, kl.log_start_offset)
                 log.info("partition %s: deleted %d segments by retention; log start offset now %d", tp,
                          len(deleted), kl.log_start_offset)
 

@@ -24,20 +24,30 @@ Leader side (what this module keeps, issue 25 item 3):
 
 Interfaces for the follower side (H5, ``replica_fetcher.py``): a follower Partition exposes
 ``.log`` (KafkaLog), ``.leader_id``, ``.leader_epoch``, ``.topic_id``, ``.topic_partition``,
-``.high_watermark`` and :meth:`maybe_update_high_watermark_from_leader`.  The leader's
+``.high_watermark``, ``.producer_state`` (append fetched batches with H4's
+``append_replicated_as_follower(partition.log, partition.producer_state, records)``) and
+:meth:`maybe_update_high_watermark_from_leader`.  The leader's
 ``alter_partition(partition, new_isr) -> None`` is optional: without it the ISR never changes
 (and a lagging follower holds back the high watermark; RF 1 is unaffected).
 """
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from kraft_node.broker.log.producer_state import (
+    LeaderAppend,
+    ProducerStateManager,
+    ProducerStateManagerConfig,
+    append_validated_as_leader,
+)
+from kraft_node.broker.log.validator import ValidationConfig, ValidationResult, validate_produce_records
 from kraft_node.metadata.controller.replication_control import PartitionRegistration
 from kraft_node.metadata.image.topics import TopicPartition
 from kraft_node.protocol.errors import Errors
-from kraft_storage.log.log import AppendInfo, KafkaLog
+from kraft_storage.log.log import KafkaLog
 from kraft_storage.messages.runtime import Uuid
 
 log = logging.getLogger("kraft.broker.partition")
@@ -46,6 +56,8 @@ __all__ = ["Partition", "PartitionError", "ReplicaState", "AlterPartitionCallbac
 
 #: ``alter_partition(partition, proposed_isr)``: send an AlterPartition to the controller (H5)
 AlterPartitionCallback = Callable[["Partition", list[int]], None]
+#: the checks applied to bytes appended without a Produce request's topic settings (tests, tools)
+_TRUSTED = ValidationConfig(max_message_bytes=2**31 - 1)
 
 
 class PartitionError(Exception):
@@ -71,7 +83,9 @@ class Partition:
     """One local replica (see the module doc).  ``log`` is opened by the LogManager."""
 
     def __init__(self, tp: TopicPartition, topic_id: Uuid, log_: KafkaLog, local_broker_id: int, *,
-                 high_watermark: int = 0, alter_partition: AlterPartitionCallback | None = None) -> None:
+                 high_watermark: int = 0, alter_partition: AlterPartitionCallback | None = None,
+                 producer_state_config: ProducerStateManagerConfig | None = None,
+                 clock_ms: Callable[[], int] | None = None) -> None:
         self.topic_partition = tp
         self.topic_id = topic_id
         self.log = log_
@@ -89,6 +103,12 @@ class Partition:
         #: reach it to join the ISR: it then has every batch of this leadership's history)
         self.leader_epoch_start_offset = 0
         self._high_watermark = min(max(high_watermark, log_.log_start_offset), log_.log_end_offset)
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        #: the idempotent producers of this partition (H4's ProducerStateManager), rebuilt from the
+        #: latest snapshot and the log after it (nothing to scan after a clean shutdown)
+        self.producer_state = ProducerStateManager(log_.directory, str(tp), producer_state_config,
+                                                   clock=self._clock_ms)
+        self.producer_state.rebuild(log_, reload_from_clean_shutdown=log_.load_report.clean_shutdown)
 
     # ------------------------------------------------------------------ facts
     def __repr__(self) -> str:
@@ -179,10 +199,14 @@ class Partition:
                                      f"The leader epoch {current_leader_epoch} of the request is newer than the "
                                      f"current leader epoch {self.leader_epoch} of {self.topic_partition}")
 
-    def append_records_to_leader(self, records: bytes | memoryview, acks: int, min_insync_replicas: int) -> AppendInfo:
+    def append_records_to_leader(self, records: ValidationResult | bytes | memoryview, acks: int,
+                                 min_insync_replicas: int) -> LeaderAppend:
         """Kafka's ``appendRecordsToLeader``: NOT_ENOUGH_REPLICAS for acks=all when the ISR is
-        below ``min.insync.replicas``; else append with the leader epoch and advance the high
-        watermark (at once with an ISR of one)."""
+        below ``min.insync.replicas``; else append with the leader epoch (and the producer-state
+        checks: a retried batch is not written again, its first offsets are returned with
+        ``duplicate``; ProducerStateError for a bad sequence or a fenced epoch) and advance the
+        high watermark (at once with an ISR of one).  ``records``: the validator's result for a
+        Produce; raw bytes are validated here with no topic limit (tests, tools)."""
         if not self.is_leader:
             raise PartitionError(Errors.NOT_LEADER_OR_FOLLOWER,
                                  f"Leader not local for partition {self.topic_partition} on broker "
@@ -192,9 +216,12 @@ class Partition:
                                  f"The size of the current ISR {list(self.isr)} is insufficient to satisfy the "
                                  f"min.isr requirement of {min_insync_replicas} for partition "
                                  f"{self.topic_partition}")
-        info = self.log.append_as_leader(records, self.leader_epoch)
+        if not isinstance(records, ValidationResult):
+            records = validate_produce_records(records, topic_partition=str(self.topic_partition), config=_TRUSTED,
+                                               now_ms=self._clock_ms())
+        out = append_validated_as_leader(self.log, self.producer_state, records, self.leader_epoch)
         self.maybe_increment_high_watermark()
-        return info
+        return out
 
     def check_enough_replicas_reach_offset(self, required_offset: int,
                                            min_insync_replicas: int) -> tuple[bool, Errors]:

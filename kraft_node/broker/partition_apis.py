@@ -54,6 +54,13 @@ from typing import Any
 
 import numpy as np
 
+from kraft_node.broker.log.producer_state import ProducerStateError
+from kraft_node.broker.log.validator import (
+    ProduceValidationError,
+    ValidationConfig,
+    fill_partition_response,
+    validate_produce_records,
+)
 from kraft_node.broker.metadata_cache import KRaftMetadataCache
 from kraft_node.broker.partition import Partition, PartitionError
 from kraft_node.broker.replica_manager import ReplicaManager
@@ -68,21 +75,17 @@ from kraft_node.protocol.generated.produce import ProduceResponse
 from kraft_storage.errors import CorruptRecordError, KraftStorageError
 from kraft_storage.log.errors import OffsetOutOfRange, RecordBatchTooLargeError
 from kraft_storage.log.log import KafkaLog, LogTruncatedDuringRead
-from kraft_storage.record.batch import CRC_VERIFY, RecordBatch, scan_batches
+from kraft_storage.record.batch import RecordBatch, scan_batches
 
 log = logging.getLogger("kraft.broker.data")
 
-__all__ = ["PartitionApis", "offset_for_timestamp", "validate_produced_records", "ProduceValidationError"]
+__all__ = ["PartitionApis", "offset_for_timestamp"]
 
 _KEYS: Any = ApiKeys
 _PR: Any = ProduceResponse
 _FR: Any = FetchResponse
 _LR: Any = ListOffsetsResponse
 
-LONG_MAX = 2**63 - 1
-_TRANSACTIONAL = 0x10
-_CONTROL = 0x20
-_LOG_APPEND_TIME = 0x08
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
@@ -91,56 +94,6 @@ LATEST_TIERED_TIMESTAMP = -5
 CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2
 _SCAN_CHUNK = 1 << 20
-
-
-class ProduceValidationError(Exception):
-    def __init__(self, error: Errors, message: str) -> None:
-        super().__init__(message)
-        self.error = error
-
-
-def validate_produced_records(records: Any, version: int, *, max_message_bytes: int, now_ms: int,
-                              timestamp_before_max_ms: int = LONG_MAX,
-                              timestamp_after_max_ms: int = LONG_MAX) -> np.ndarray:
-    """The minimal LogValidator (see the module doc); returns the batch's header row."""
-    if records is None or len(records) == 0:
-        raise ProduceValidationError(Errors.INVALID_RECORD, "Produce request must contain records")
-    if len(records) >= 17 and records[16] != 2:
-        raise ProduceValidationError(
-            Errors.INVALID_RECORD, f"Produce requests with version {version} are only allowed to contain record "
-                                   "batches with magic version 2")
-    scan = scan_batches(records, crc_mode=CRC_VERIFY, raise_on_error=False)
-    if scan.error is not None:
-        code = Errors.CORRUPT_MESSAGE if "crc" in str(scan.error).lower() or "CRC" in str(scan.error) \
-            else Errors.INVALID_RECORD
-        raise ProduceValidationError(code, f"invalid record batch: {scan.error}")
-    h = scan.headers
-    if len(h) != 1:
-        raise ProduceValidationError(
-            Errors.INVALID_RECORD, f"Produce requests with version {version} are only allowed to contain exactly "
-                                   "one record batch")
-    row = h[0]
-    size = int(row["size"])
-    if size > max_message_bytes:
-        raise ProduceValidationError(
-            Errors.MESSAGE_TOO_LARGE, f"The record batch size {size} bytes exceeds max.message.bytes "
-                                      f"{max_message_bytes}")
-    if int(row["records_count"]) <= 0:
-        raise ProduceValidationError(Errors.INVALID_RECORD, "Record batch has no records")
-    attrs = int(row["attributes"])
-    if attrs & _CONTROL:
-        raise ProduceValidationError(Errors.INVALID_RECORD, "Invalid attempt to append a control batch")
-    if attrs & _TRANSACTIONAL:
-        raise ProduceValidationError(Errors.INVALID_TXN_STATE,
-                                     "transactional records are not supported by kraft's broker")
-    if not attrs & _LOG_APPEND_TIME:
-        ts = int(row["max_timestamp"])
-        if ts >= 0 and (ts > now_ms + min(timestamp_after_max_ms, LONG_MAX - now_ms)
-                        or ts < now_ms - min(timestamp_before_max_ms, now_ms + LONG_MAX)):
-            raise ProduceValidationError(
-                Errors.INVALID_TIMESTAMP, f"Timestamp {ts} of the record batch is out of range: more than "
-                                          f"message.timestamp.before.max.ms / after.max.ms from now {now_ms}")
-    return h
 
 
 def offset_for_timestamp(kl: KafkaLog, target: int) -> tuple[int, int] | None:
@@ -183,9 +136,8 @@ class PartitionApis:
         self.node_id = node_id
         self.cache = cache
         self.replicas = replica_manager
-        props = props or {}
-        self.timestamp_before_max_ms = int(props.get("log.message.timestamp.before.max.ms", LONG_MAX))
-        self.timestamp_after_max_ms = int(props.get("log.message.timestamp.after.max.ms", LONG_MAX))
+        self._props = dict(props or {})
+        self._validation_configs: dict[str, tuple[Any, ValidationConfig]] = {}
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         #: counters for the broker's metrics (Kafka's BrokerTopicMetrics totals)
         self.produce_requests = 0
@@ -285,16 +237,23 @@ class PartitionApis:
                 err = Errors.UNKNOWN_TOPIC_ID
             return err, None
         try:
-            validate_produced_records(p.records, version, max_message_bytes=self.replicas.max_message_bytes(name),
-                                      now_ms=now, timestamp_before_max_ms=self.timestamp_before_max_ms,
-                                      timestamp_after_max_ms=self.timestamp_after_max_ms)
+            validated = validate_produce_records(p.records, topic_partition=str(tp),
+                                                 config=self._validation_config(name), now_ms=now,
+                                                 produce_version=version)
         except ProduceValidationError as exc:
             log.debug("produce to %s refused: %s", tp, exc)
-            return exc.error, str(exc)
+            fill_partition_response(exc, resp)
+            return exc.error, exc.message
+        except ValueError as exc:  # a topic config the validator cannot read (named in the message)
+            return Errors.UNKNOWN_SERVER_ERROR, str(exc)
+        if validated.is_transactional:
+            return Errors.INVALID_TXN_STATE, "transactional records are not supported by kraft's broker"
         min_isr = self.replicas.min_insync_replicas(name)
         try:
-            info = part.append_records_to_leader(p.records, acks, min_isr)
+            out = part.append_records_to_leader(validated, acks, min_isr)
         except PartitionError as exc:
+            return exc.error, str(exc)
+        except ProducerStateError as exc:
             return exc.error, str(exc)
         except RecordBatchTooLargeError as exc:
             return Errors.RECORD_LIST_TOO_LARGE, str(exc)
@@ -303,15 +262,29 @@ class PartitionApis:
         except KraftStorageError as exc:
             log.exception("append to %s failed", tp)
             return Errors.KAFKA_STORAGE_ERROR, str(exc)
-        self.bytes_in += info.bytes
-        self.messages_in += info.records
-        resp.base_offset = info.first_offset
+        info = out.info
+        if info is not None:
+            self.bytes_in += info.bytes
+            self.messages_in += info.records
+        resp.base_offset = out.first_offset
+        resp.log_append_time_ms = validated.log_append_time_ms
         resp.log_start_offset = part.log.log_start_offset
         self.replicas.on_high_watermark_or_append(tp)
         if acks == -1:
-            required[tp] = (info.last_offset + 1, min_isr)
+            required[tp] = (out.last_offset + 1, min_isr)
             keys[tp] = key
         return Errors.NONE, None
+
+    def _validation_config(self, topic: str) -> ValidationConfig:
+        """The validator's settings of ``topic``, made again only when the image's configs of the
+        topic changed (the config map is the same object until then)."""
+        configs = self.replicas.topic_config(topic)
+        hit = self._validation_configs.get(topic)
+        if hit is not None and hit[0] is configs:
+            return hit[1]
+        cfg = ValidationConfig.from_topic_configs(configs, self._props)
+        self._validation_configs[topic] = (configs, cfg)
+        return cfg
 
     # ------------------------------------------------------------------ Fetch
     def handle_fetch(self, ctx: RequestContext, body: Any) -> Any:

@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kraft_node.broker.log.producer_state import ProducerStateManagerConfig
 from kraft_node.broker.log_manager import LogManager
 from kraft_node.broker.partition import AlterPartitionCallback, Partition
 from kraft_node.metadata.configs.resources import ConfigResource, ConfigResourceType
@@ -70,6 +71,8 @@ PartitionsHook = Callable[[list[Partition]], None]
 DEFAULT_MIN_INSYNC_REPLICAS = 1
 DEFAULT_MESSAGE_MAX_BYTES = 1048588
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_MS = 600_000
 _NO_TOPICS = TopicsImage.of([])
 
 
@@ -168,8 +171,22 @@ class ReplicaManager:
         self._produce_waiters: dict[TopicPartition, list[_DelayedProduce]] = {}
         self._fetch_waiters: dict[TopicPartition, list[_DelayedFetch]] = {}
         self._shrink_task: asyncio.Task[None] | None = None
+        self._expire_task: asyncio.Task[None] | None = None
+        self.producer_state_config = ProducerStateManagerConfig(
+            producer_id_expiration_ms=_int(props, "producer.id.expiration.ms", DEFAULT_PRODUCER_ID_EXPIRATION_MS, 1))
+        self.producer_id_expiration_check_interval_ms = _int(
+            props, "producer.id.expiration.check.interval.ms", DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_MS, 1)
         self._closed = False
         log_manager.high_watermark_of = self._high_watermark_of
+        log_manager.on_log_start_offset_changed = self._on_log_start_offset_changed
+
+    def _on_log_start_offset_changed(self, tp: TopicPartition, log_start_offset: int) -> None:
+        """Retention moved a log's start: its producer state forgets what is before it and the
+        snapshot files below it go (H4's ProducerStateManager steps)."""
+        p = self.partitions.get(tp)
+        if p is not None:
+            p.producer_state.on_log_start_offset_incremented(log_start_offset)
+            p.producer_state.delete_snapshots_before(log_start_offset)
 
     def _high_watermark_of(self, tp: TopicPartition) -> int | None:
         p = self.partitions.get(tp)
@@ -288,7 +305,8 @@ class ReplicaManager:
             return p
         kl = self.log_manager.get_or_create_log(tp, info.topic_id.bytes, self.topic_config(tp.topic))
         hw = self.log_manager.checkpointed_high_watermarks.pop(tp, 0)
-        p = Partition(tp, info.topic_id, kl, self.broker_id, high_watermark=hw, alter_partition=self.alter_partition)
+        p = Partition(tp, info.topic_id, kl, self.broker_id, high_watermark=hw, alter_partition=self.alter_partition,
+                      producer_state_config=self.producer_state_config, clock_ms=self._clock_ms)
         self.partitions[tp] = p
         return p
 
@@ -381,8 +399,20 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ ISR upkeep
     def start(self) -> None:
-        """Start the ISR-shrink check (every half ``replica.lag.time.max.ms``, as Kafka)."""
-        self._shrink_task = asyncio.get_running_loop().create_task(self._shrink_loop())
+        """Start the ISR-shrink check (every half ``replica.lag.time.max.ms``, as Kafka) and the
+        producer expiration (every ``producer.id.expiration.check.interval.ms``)."""
+        loop = asyncio.get_running_loop()
+        self._shrink_task = loop.create_task(self._shrink_loop())
+        self._expire_task = loop.create_task(self._expire_loop())
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.producer_id_expiration_check_interval_ms / 1000)
+            for p in list(self.partitions.values()):
+                try:
+                    p.producer_state.remove_expired_producers(self._clock_ms())
+                except Exception:  # noqa: BLE001 - next round retries
+                    log.exception("producer expiration of %s failed", p.topic_partition)
 
     async def _shrink_loop(self) -> None:
         while True:
@@ -400,12 +430,13 @@ class ReplicaManager:
         if self._closed:
             return
         self._closed = True
-        if self._shrink_task is not None:
-            self._shrink_task.cancel()
-            try:
-                await self._shrink_task
-            except asyncio.CancelledError:
-                pass
+        for task in (self._shrink_task, self._expire_task):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
         for ops in list(self._produce_waiters.values()):
             for op in list(ops):
                 if not op.finished:
@@ -415,6 +446,13 @@ class ReplicaManager:
         for fops in list(self._fetch_waiters.values()):
             for fop in list(fops):
                 self._run_fetch(fop, True)
+        # Kafka snapshots the producer state when a log closes: the next start reads it instead
+        # of scanning the log
+        for p in self.partitions.values():
+            try:
+                p.producer_state.take_snapshot()
+            except Exception:  # noqa: BLE001 - the next start rebuilds from the log instead
+                log.exception("producer state snapshot of %s failed", p.topic_partition)
 
 
 class ReplicaManagerPublisher(MetadataPublisher):

@@ -9,8 +9,10 @@ controller inside Envelopes.  Partition data (issue 25): the :class:`LogManager`
 partition logs in ``log.dirs`` (Kafka's layout and checkpoints), the :class:`ReplicaManager`
 makes this broker the leader or a follower of its partitions from each published image, and
 Produce, Fetch, ListOffsets and FindCoordinator are served from them
-(``kraft_node/broker/partition_apis.py``).  Replication between brokers (the follower's
-fetchers, AlterPartition) plugs into the ReplicaManager's hooks (H5).
+(``kraft_node/broker/partition_apis.py``); InitProducerId hands out producer ids from blocks the
+controller grants (``kraft_node/broker/producer_ids.py``), for idempotent producers.
+Replication between brokers (the follower's fetchers, AlterPartition) plugs into the
+ReplicaManager's hooks (H5).
 
 Start order (Kafka's ``BrokerServer.startup``, each wait bounded by
 ``initial.broker.registration.timeout.ms``):
@@ -51,10 +53,12 @@ from kraft_node.broker.lifecycle import BrokerLifecycleManager, BrokerLifecycleS
 from kraft_node.broker.log_manager import LogManager
 from kraft_node.broker.metadata_cache import KRaftMetadataCache
 from kraft_node.broker.partition_apis import PartitionApis
+from kraft_node.broker.producer_ids import RPCProducerIdManager, init_producer_id_handler
 from kraft_node.broker.registration_tracker import BrokerRegistrationTracker
 from kraft_node.broker.replica_manager import ReplicaManager, ReplicaManagerPublisher
 from kraft_node.metadata.versions import supported_features
 from kraft_node.network import KafkaServer
+from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.raft.messages import Endpoint
 from kraft_node.server.config import NodeConfig
 from kraft_node.server.metadata import NodeMetadata
@@ -64,6 +68,8 @@ log = logging.getLogger("kraft.broker")
 
 __all__ = ["BrokerServer", "BrokerStartError"]
 
+#: the API keys by name (ApiKeys is built at run time: mypy cannot see its members)
+_KEYS: Any = ApiKeys
 #: How often a starting broker looks for the loader's first image (it is published on the same
 #: loop; this only bounds how late the start notices it).
 _FIRST_IMAGE_POLL_S = 0.01
@@ -104,6 +110,7 @@ class BrokerServer:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.partition_apis: PartitionApis | None = None
+        self.producer_ids: RPCProducerIdManager | None = None
 
     # ------------------------------------------------------------------ addresses
     def bound_port(self, listener: str) -> int | None:
@@ -162,11 +169,21 @@ class BrokerServer:
         self.replica_manager.start()
         partition_apis = self.partition_apis = PartitionApis(self.node_id, self.cache, self.replica_manager,
                                                              props=cfg.props)
+        # idempotent producers: ids in blocks from the controller (AllocateProducerIds), H4's manager
+        producer_ids_channel = ControllerChannel(self._active_controller,
+                                                 client_id=f"broker-{self.node_id}-producer-ids",
+                                                 ssl_context=client_ssl)
+        self._channels.append(producer_ids_channel)
+        self.producer_ids = RPCProducerIdManager(
+            self.node_id, producer_ids_channel,
+            lambda: self.lifecycle.broker_epoch if self.lifecycle is not None else -1)
+        data_handlers = {**partition_apis.handlers(),
+                         int(_KEYS.INIT_PRODUCER_ID): init_producer_id_handler(self.producer_ids)}
         auto_create = self._auto_create if settings.auto_create_topics_enable else None
         for name, server in self.servers.items():
             apis = BrokerApis(self.node_id, self.cluster_id, self.cache, name, cfg.props, features,
                               self.forwarding.forwarding_handlers(), auto_create=auto_create,
-                              partition_handlers=partition_apis.handlers())
+                              partition_handlers=data_handlers)
             server.handlers = apis.handlers()
         controller = cfg.controller_settings
         self.lifecycle = BrokerLifecycleManager(
@@ -299,6 +316,8 @@ class BrokerServer:
             await server.close()
         if self.forwarding is not None:
             await self.forwarding.close()
+        if self.producer_ids is not None:
+            await self.producer_ids.close()
         for channel in self._channels:
             await channel.close()
         if self.replica_manager is not None:

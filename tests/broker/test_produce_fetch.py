@@ -153,6 +153,16 @@ def test_kafka_python_produce_acks_consume_restart_and_delete(tmp_path):
                     producer.close(5)
             assert await asyncio.to_thread(produce_one) == N
 
+            def produce_default():
+                # kafka-python's defaults: idempotence on (InitProducerId, producer state), acks=all
+                producer = kafka.KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}")
+                try:
+                    return [producer.send("acks", value=b"idem-%d" % i, partition=1).get(10).offset
+                            for i in range(3)]
+                finally:
+                    producer.close(5)
+            assert await asyncio.to_thread(produce_default) == [N, N + 1, N + 2]
+
             def delete():
                 admin = kafka_admin.KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port}")
                 try:

@@ -644,3 +644,34 @@ def test_fetch_max_bytes_bounds_the_answer_but_gives_at_least_one_batch(tmp_path
         assert [len(list(iter_batches(p.records))) for p in parts] == [2, 2]
         await ctx.close()
     asyncio.run(main())
+
+
+def test_idempotent_producer_retry_is_not_written_twice_and_survives_restart(tmp_path):
+    """H4's producer state behind the Produce path: a retried batch (same producer id, epoch and
+    sequence) answers its first offset and is not appended again, an out-of-order sequence is
+    refused, and after a clean restart (the producer snapshot) a retry is still recognised."""
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1], [1], 1))
+
+        def batch(seq: int, n: int = 3) -> bytes:
+            return build_batch([(None, b"x%d" % i) for i in range(n)], producer_id=42, producer_epoch=0,
+                               base_sequence=seq)
+        _produce(ctx, "t", 0, _batch(2))  # a non-idempotent batch first: offsets 0-1
+        first = _one_produce(_produce(ctx, "t", 0, batch(0))[0])
+        again = _one_produce(_produce(ctx, "t", 0, batch(0))[0])
+        assert (first.error_code, first.base_offset) == (0, 2) and (again.error_code, again.base_offset) == (0, 2)
+        log_ = ctx.rm.get_partition(TopicPartition("t", 0)).log
+        assert log_.log_end_offset == 5
+        gap = _one_produce(_produce(ctx, "t", 0, batch(7))[0])
+        assert gap.error_code == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER and log_.log_end_offset == 5
+        await ctx.close()
+        assert any(n.endswith(".snapshot") for n in os.listdir(os.path.join(ctx.dir, "t-0")))
+        ctx.open()
+        ctx.create("t", _partition_record(0, [1], [1], 1, leader_epoch=1))
+        retry = _one_produce(_produce(ctx, "t", 0, batch(0))[0])
+        assert (retry.error_code, retry.base_offset) == (0, 2)
+        nxt = _one_produce(_produce(ctx, "t", 0, batch(3))[0])
+        assert (nxt.error_code, nxt.base_offset) == (0, 5)
+        await ctx.close()
+    asyncio.run(main())
