@@ -41,6 +41,7 @@ import asyncio
 import collections
 import logging
 import socket
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -60,6 +61,35 @@ _MAX_QUEUED = 16
 #: Pending answers up to this many bytes in all are joined into one buffer before writing.
 _JOIN_MAX_BYTES = 64 * 1024
 
+#: Requests of pipelined APIs (see :func:`pipelined`) one connection may have in progress.
+_MAX_PIPELINED = 16
+
+_KEY = struct.Struct(">h")
+
+
+def pipelined(handler: Callable) -> Callable:
+    """Mark ``handler`` (a function; methods: mark the function in the class body) as safe to
+    run for a connection's next request before the previous one is answered, when both are
+    of such APIs.  Kafka's network processor handles one request per connection at a time;
+    for a handler whose answers complete in the order it was called (the controller's
+    BrokerHeartbeat: one FIFO event queue, one FIFO purgatory) running the read-ahead ones
+    at once changes nothing a client can see -- answers still go out in request order --
+    and lets one loop iteration answer several of a connection's requests in one write.
+    The handler must return its answer or DEFERRED (not a coroutine)."""
+    handler.pipelined = True  # type: ignore[attr-defined]
+    return handler
+
+
+class _Slot:
+    """A dispatched request's place in its connection's answer order: ``out`` once
+    answered (``None``: close the connection there)."""
+
+    __slots__ = ("done", "out")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.out: Any = None
+
 
 @dataclass
 class RequestContext:
@@ -70,6 +100,8 @@ class RequestContext:
     listener: str           # listener name (e.g. "CONTROLLER")
     _conn: Any = field(default=None, repr=False)
     _answered: bool = field(default=False, repr=False)
+    #: where the answer goes in the connection's order (None: a context made by hand)
+    _slot: Any = field(default=None, repr=False)
 
     def respond(self, response) -> None:
         """Send ``response`` (a response body of this request's API).  Only the first call
@@ -86,8 +118,10 @@ class RequestContext:
             log.exception("cannot encode the answer to %s v%d for %s:%s; closing the connection",
                           type(response).__name__, self.api_version, self.peer[0], self.peer[1])
             out = None
-        conn.answered(out)
-
+        if self._slot is None:
+            conn.answered(out)
+        else:
+            conn.answered(out, self._slot)
 
     def respond_frame(self, out) -> None:
         """Send an already framed response (bytes, or a list of buffers): the broker's cached
@@ -96,8 +130,13 @@ class RequestContext:
         if self._answered:
             return
         self._answered = True
-        if self._conn is not None:
-            self._conn.answered(out)
+        conn = self._conn
+        if conn is None:
+            return
+        if self._slot is None:
+            conn.answered(out)
+        else:
+            conn.answered(out, self._slot)
 
 
 Handler = Callable[[RequestContext, object], Any]
@@ -173,8 +212,16 @@ class KafkaServer:
             conn.flush()
 
     # ------------------------------------------------------------ one request
-    def _dispatch(self, conn: "_ServerConnection", payload: bytes) -> None:
-        """Decode one request and run its handler; the answer reaches ``conn.answered``."""
+    def _is_pipelined(self, payload: bytes) -> bool:
+        """Whether the request in ``payload`` is for a :func:`pipelined` handler."""
+        if len(payload) < 2:
+            return False
+        handler = self.handlers.get(_KEY.unpack_from(payload)[0])
+        return handler is not None and getattr(handler, "pipelined", False)
+
+    def _dispatch(self, conn: "_ServerConnection", payload: bytes, slot: _Slot) -> None:
+        """Decode one request and run its handler; the answer reaches ``conn.answered``
+        with ``slot``."""
         peer = conn.peer
         try:
             header, body = decode_request(payload)
@@ -183,33 +230,33 @@ class KafkaServer:
             if h is not None and h.request_api_key == ApiKeys.API_VERSIONS:
                 resp, v = answer_api_versions(None, h.request_api_version, self.listener_type,
                                               only=self.advertised_api_keys())
-                conn.answered(encode_response(resp, v, h.correlation_id))
+                conn.answered(encode_response(resp, v, h.correlation_id), slot)
                 return
             log.warning("closing %s:%s: %s", peer[0], peer[1], exc)
-            conn.answered(None)
+            conn.answered(None, slot)
             return
         except MessageError as exc:
             log.warning("closing %s:%s: malformed request: %s", peer[0], peer[1], exc)
-            conn.answered(None)
+            conn.answered(None, slot)
             return
         key, version = header.request_api_key, header.request_api_version
-        ctx = RequestContext(header, version, peer, self.listener, conn)
+        ctx = RequestContext(header, version, peer, self.listener, conn, _slot=slot)
         handler = self.handlers.get(key)
         if handler is None:
             if key == ApiKeys.API_VERSIONS:
                 resp, v = answer_api_versions(body, version, self.listener_type, only=self.advertised_api_keys())
-                conn.answered(encode_response(resp, v, header.correlation_id))
+                conn.answered(encode_response(resp, v, header.correlation_id), slot)
                 return
             log.warning("closing %s:%s: no handler for api key %d on listener %s", peer[0], peer[1], key,
                         self.listener)
-            conn.answered(None)
+            conn.answered(None, slot)
             return
         try:
             res = handler(ctx, body)
         except Exception:  # a handler bug must not kill the server
             log.exception("error serving %s:%s; closing the connection", peer[0], peer[1])
             ctx._answered = True
-            conn.answered(None)
+            conn.answered(None, slot)
             return
         if res is DEFERRED:
             return
@@ -220,7 +267,13 @@ class KafkaServer:
 
 
 class _ServerConnection(asyncio.Protocol):
-    """One client connection: frames in, one request at a time, answers out in order."""
+    """One client connection: frames in, one request at a time (several at once only for
+    :func:`pipelined` APIs), answers out in request order.
+
+    Invariants: ``_slots`` holds a :class:`_Slot` per dispatched, not yet written request,
+    in request order; a slot's answer is written only once every earlier one's is; more
+    than one slot exists only while every request in progress is of a pipelined API
+    (``_pipelining``)."""
 
     def __init__(self, server: KafkaServer):
         self.server = server
@@ -228,13 +281,16 @@ class _ServerConnection(asyncio.Protocol):
         self.peer: tuple = ("?", 0)
         self._frames = FrameReader(max_size=server.max_frame_size)
         self._queue: collections.deque[bytes] = collections.deque()
-        self._busy = False          # a request is being handled (answers go out in order)
+        #: dispatched requests whose answers are not yet taken, in request order
+        self._slots: collections.deque[_Slot] = collections.deque()
+        self._pipelining = False    # every request in progress is of a pipelined API
+        self._doomed = False        # a request failed: close once the earlier ones are answered
         self._dispatching = False   # re-entrancy guard for _run
         self._write_paused = False
         self._read_paused = False
         self._closed = False
-        self._task: asyncio.Task | None = None
-        self._ctx: RequestContext | None = None
+        #: the tasks of coroutine handlers in progress -> their contexts
+        self._tasks: dict[asyncio.Task, RequestContext] = {}
         #: answers not yet written (buffers, in order); None: nothing pending
         self._out: list | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -283,40 +339,56 @@ class _ServerConnection(asyncio.Protocol):
             return
         self._dispatching = True
         try:
-            while self._queue and not self._busy and not self._write_paused and not self._closed:
-                payload = self._queue.popleft()
-                self._busy = True
-                self.server._dispatch(self, payload)
-            if self._read_paused and len(self._queue) <= _MAX_QUEUED // 2 and not self._closed:
+            queue, slots, server = self._queue, self._slots, self.server
+            while queue and not self._write_paused and not self._closed and not self._doomed:
+                if slots:
+                    if not self._pipelining or len(slots) >= _MAX_PIPELINED or not server._is_pipelined(queue[0]):
+                        break
+                else:
+                    self._pipelining = server._is_pipelined(queue[0])
+                slot = _Slot()
+                slots.append(slot)
+                server._dispatch(self, queue.popleft(), slot)
+            if self._read_paused and len(queue) <= _MAX_QUEUED // 2 and not self._closed:
                 self._read_paused = False
                 self.transport.resume_reading()
         finally:
             self._dispatching = False
 
-    def answered(self, out) -> None:
-        """The request in progress is answered with ``out`` (a framed response: one buffer,
+    def answered(self, out, slot: _Slot | None = None) -> None:
+        """A request in progress is answered with ``out`` (a framed response: one buffer,
         or a list of buffers sent in order), or the connection must close (``None``:
-        malformed input or a handler failure).
+        malformed input or a handler failure).  ``slot``: which request (None: the oldest).
 
-        Answers are not written here but collected and handed to the transport once per loop
-        iteration, for every connection at once (one ``call_soon`` for the server): the
-        controller answers many requests in one slice of its queue, often several of one
-        connection's pipelined requests, and each ``transport.write`` on a socket is a
-        ``send`` of its own.  Order is kept: a connection's answers are written in the order
-        they were given, and before it closes."""
+        Answers are not written here but collected, in request order, and handed to the
+        transport once per loop iteration, for every connection at once (one ``call_soon``
+        for the server): the controller answers many requests in one slice of its queue,
+        often several of one connection's pipelined requests, and each ``transport.write``
+        on a socket is a ``send`` of its own.  Answers given before a close still go out."""
         if self._closed:
             return
-        self._busy = False
-        self._ctx = None
+        slots = self._slots
+        if slot is None:
+            if not slots:
+                return
+            slot = slots[0]
+        slot.done, slot.out = True, out
         if out is None:
-            self.close()
-            return
+            self._doomed = True  # nothing more is dispatched; earlier answers still go out
+        while slots and slots[0].done:
+            out = slots.popleft().out
+            if out is None:
+                self.close()
+                return
+            self._pend(out)
+        self._run()
+
+    def _pend(self, out) -> None:
         pending = self._out
         if pending is None:
             loop = self._loop
             if loop is None:
-                self._write([out] if type(out) is not list else out)
-                self._run()
+                self._write(out if type(out) is list else [out])
                 return
             pending = self._out = []
             server = self.server
@@ -327,7 +399,6 @@ class _ServerConnection(asyncio.Protocol):
             pending.extend(out)
         else:
             pending.append(out)
-        self._run()
 
     def flush(self) -> None:
         """Write the pending answers (one ``write`` when there is one buffer)."""
@@ -344,13 +415,12 @@ class _ServerConnection(asyncio.Protocol):
             self.transport.writelines(bufs)
 
     def run_handler(self, ctx: RequestContext, coro) -> None:
-        self._ctx = ctx
-        self._task = asyncio.get_running_loop().create_task(coro)
-        self._task.add_done_callback(self._handler_done)
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks[task] = ctx
+        task.add_done_callback(self._handler_done)
 
     def _handler_done(self, task: asyncio.Task) -> None:
-        ctx = self._ctx
-        self._task = None
+        ctx = self._tasks.pop(task, None)
         if task.cancelled() or ctx is None:
             return
         exc = task.exception()
@@ -358,7 +428,7 @@ class _ServerConnection(asyncio.Protocol):
             log.error("error serving %s:%s; closing the connection", self.peer[0], self.peer[1],
                       exc_info=(type(exc), exc, exc.__traceback__))
             ctx._answered = True
-            self.answered(None)
+            self.answered(None, ctx._slot)
             return
         ctx.respond(task.result())
 
@@ -374,7 +444,8 @@ class _ServerConnection(asyncio.Protocol):
             return
         self._closed = True
         self._queue.clear()
+        self._slots.clear()
         self.server._conns.discard(self)
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        tasks, self._tasks = self._tasks, {}
+        for task in tasks:
+            task.cancel()

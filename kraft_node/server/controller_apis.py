@@ -28,8 +28,10 @@ broker, which will have sent the next one.
 BrokerHeartbeat is the controller's most frequent request (5k/s for 10k brokers at Kafka's
 2 s interval), so it takes a leaner path than the others, with the same semantics: the
 controller's callback form (``answer_broker_heartbeat``: one event object, no future or
-done-callback closures) and answers framed from a small table of pre-encoded bodies
-(:class:`~kraft_node.protocol.framing.ResponseFrames`, the correlation id patched in).
+done-callback closures), answers framed from a small table of pre-encoded bodies
+(:class:`~kraft_node.protocol.framing.ResponseFrames`, the correlation id patched in), and a
+connection's read-ahead heartbeats dispatched at once (``pipelined``: their events run and
+complete in order, so their answers still go out in request order, several in one write).
 Measured (``controller_tcp_bench.py rpc-local`` and ``heartbeats``, session 16): about a
 third less CPU per heartbeat on the active controller.
 """
@@ -40,7 +42,7 @@ from typing import Any, Callable
 
 from kraft_node.metadata.controller.errors import ApiError
 from kraft_node.metadata.controller.features import UpgradeType
-from kraft_node.network.server import DEFERRED, RequestContext
+from kraft_node.network.server import DEFERRED, RequestContext, pipelined
 from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.framing import ResponseFrames
@@ -129,6 +131,7 @@ class ControllerApis:
 
         return self._answer(ctx, self.controller.register_broker(request), ok, failed)
 
+    @pipelined  # answered in call order: one FIFO queue, one FIFO purgatory (see network.server.pipelined)
     def handle_broker_heartbeat(self, ctx: RequestContext, request: Any) -> object:
         # KAFKA-15019: the contact time first, then the event (which may wait in the queue)
         self.controller.track_broker_heartbeat(request.broker_id, request.broker_epoch)

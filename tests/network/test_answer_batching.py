@@ -216,3 +216,77 @@ def test_heartbeat_answers_are_the_codecs_bytes(outcome, expected):
     assert ctl.tracked[0] == (4, 9)  # the contact time is recorded before the event
     if isinstance(outcome, BaseException):
         assert expected.is_fenced  # an error answer keeps the schema's default (IsFenced true)
+
+
+def test_pipelined_requests_are_dispatched_at_once_and_answered_in_request_order():
+    from kraft_node.network.server import pipelined
+    held: list = []
+    plain: list = []
+
+    @pipelined
+    def heartbeat(ctx, _req):
+        held.append(ctx)
+        return DEFERRED
+
+    def describe(ctx, _req):
+        plain.append(ctx)
+        return DEFERRED
+
+    async def main():
+        server = KafkaServer("127.0.0.1", 0, {ApiKeys.BROKER_HEARTBEAT: heartbeat,
+                                              ApiKeys.DESCRIBE_CLUSTER: describe})
+        conn = _ServerConnection(server)
+        t = _Transport()
+        conn.connection_made(t)
+        hb = [encode_request(BrokerHeartbeatRequest(broker_id=i, broker_epoch=1), 1, i) for i in range(3)]
+        conn.data_received(b"".join(hb) + encode_request(DescribeClusterRequest(), 1, 3) + hb[0])
+        assert [c.header.correlation_id for c in held] == [0, 1, 2]  # all three at once
+        assert plain == []  # not pipelined: waits until every earlier request is answered
+
+        def ok(i):
+            return BrokerHeartbeatResponse(throttle_time_ms=0, error_code=0, is_caught_up=True, is_fenced=i % 2 == 0,
+                                           should_shut_down=False)
+        held[2].respond(ok(2))
+        held[1].respond(ok(1))
+        await asyncio.sleep(0)
+        assert t.writes == [] and plain == []  # the first is not answered yet: nothing may go out
+        held[0].respond(ok(0))
+        assert len(plain) == 1  # now the DescribeCluster runs, alone
+        await asyncio.sleep(0)
+        assert len(t.writes) == 1
+        got = [decode_response(p, ApiKeys.BROKER_HEARTBEAT, 1) for p in _frames(t.writes[0])]
+        assert [(h.correlation_id, b.is_fenced) for h, b in got] == [(0, True), (1, False), (2, True)]
+        assert len(held) == 3  # the heartbeat after the DescribeCluster waits for it
+        plain[0].respond(DescribeClusterResponse(cluster_id="c", controller_id=1, error_code=0))
+        assert len(held) == 4
+        held[3].respond(ok(0))
+        await asyncio.sleep(0)
+        frames = [p for w in t.writes[1:] for p in _frames(w)]
+        assert [decode_response(p, k, 1)[0].correlation_id
+                for p, k in zip(frames, (ApiKeys.DESCRIBE_CLUSTER, ApiKeys.BROKER_HEARTBEAT))] == [3, 0]
+    run(main())
+
+
+def test_a_failed_pipelined_request_closes_after_the_earlier_answers():
+    from kraft_node.network.server import pipelined
+    held: list = []
+
+    @pipelined
+    def heartbeat(ctx, req):
+        if req.broker_id == 1:
+            raise RuntimeError("a handler bug")
+        held.append(ctx)
+        return DEFERRED
+
+    async def main():
+        server = KafkaServer("127.0.0.1", 0, {ApiKeys.BROKER_HEARTBEAT: heartbeat})
+        conn = _ServerConnection(server)
+        t = _Transport()
+        conn.connection_made(t)
+        conn.data_received(b"".join(encode_request(BrokerHeartbeatRequest(broker_id=i, broker_epoch=1), 1, i)
+                                    for i in range(3)))
+        assert len(held) == 1 and not t.closed  # request 1 failed; request 0 is still in progress
+        held[0].respond(BrokerHeartbeatResponse(throttle_time_ms=0, error_code=0))
+        assert t.closed and len(t.writes) == 1  # request 0's answer, then the close
+        assert decode_response(_frames(t.writes[0])[0], ApiKeys.BROKER_HEARTBEAT, 1)[0].correlation_id == 0
+    run(main())
