@@ -428,6 +428,10 @@ class LogManager:
         log.info("deleted log directory %s", path)
 
     # ------------------------------------------------------------------ periodic work
+    def logs_in_dir(self, log_dir: str) -> list[tuple[TopicPartition, KafkaLog]]:
+        """The logs kept in ``log_dir`` (DescribeLogDirs)."""
+        return [(tp, kl) for tp, kl in self.logs.items() if self._dir_of.get(tp) == log_dir]
+
     def _by_dir(self) -> dict[str, list[tuple[TopicPartition, KafkaLog]]]:
         out: dict[str, list[tuple[TopicPartition, KafkaLog]]] = {d: [] for d in self.log_dirs}
         for tp, kl in self.logs.items():

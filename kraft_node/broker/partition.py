@@ -73,6 +73,8 @@ class ReplicaState:
     """A follower as the leader sees it (Kafka's ``Replica``)."""
     replica_id: int
     log_end_offset: int = -1
+    #: the follower's log start offset as its last fetch said (-1: unknown)
+    log_start_offset: int = -1
     last_fetch_time_ms: int = 0
     last_caught_up_time_ms: int = 0
     #: the leader's LEO when this follower last fetched (the next fetch reaching it is "caught up")
@@ -236,6 +238,34 @@ class Partition:
             return True, Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return False, Errors.NONE
 
+    def low_watermark(self) -> int:
+        """Kafka's ``lowWatermarkIfLeader``: the minimum log start offset over this leader and the
+        followers whose log start offset is known (what DeleteRecords waits for)."""
+        known = [s.log_start_offset for s in self.remote_replicas.values() if s.log_start_offset >= 0]
+        return min([self.log.log_start_offset, *known])
+
+    def delete_records_on_leader(self, offset: int) -> int:
+        """Kafka's ``deleteRecordsOnLeader``: move the log start offset to ``offset`` (-1: the high
+        watermark); OFFSET_OUT_OF_RANGE below 0 or past the high watermark.  Returns the offset
+        the low watermark must reach.  The producer state forgets what is before it."""
+        if not self.is_leader:
+            raise PartitionError(Errors.NOT_LEADER_OR_FOLLOWER,
+                                 f"Leader not local for partition {self.topic_partition} on broker "
+                                 f"{self.local_broker_id}")
+        target = self._high_watermark if offset == -1 else offset
+        if target < 0:
+            raise PartitionError(Errors.OFFSET_OUT_OF_RANGE,
+                                 f"The offset {target} for partition {self.topic_partition} is not valid")
+        if target > self._high_watermark:
+            raise PartitionError(Errors.OFFSET_OUT_OF_RANGE,
+                                 f"Cannot increment the log start offset to {target} of partition "
+                                 f"{self.topic_partition} since it is larger than the high watermark "
+                                 f"{self._high_watermark}")
+        if self.log.advance_log_start_offset(target):
+            self.producer_state.on_log_start_offset_incremented(target)
+            self.producer_state.delete_snapshots_before(target)
+        return target
+
     def maybe_increment_high_watermark(self) -> bool:
         """Move the high watermark to the minimum log end offset over the ISR (leader only);
         never backwards.  True when it moved."""
@@ -254,7 +284,8 @@ class Partition:
             return True
         return False
 
-    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
+    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now_ms: int,
+                                    log_start_offset: int = -1) -> bool:
         """A follower fetched from ``fetch_offset`` (its log end offset).  Updates its caught-up
         time, may propose an ISR expansion, and may move the high watermark.  True when the
         high watermark moved.  A replica that is not in the replica set is NOT_LEADER_OR_FOLLOWER."""
@@ -269,6 +300,8 @@ class Partition:
         elif fetch_offset >= state.last_fetch_leader_log_end_offset:
             state.last_caught_up_time_ms = max(state.last_caught_up_time_ms, state.last_fetch_time_ms)
         state.log_end_offset = fetch_offset
+        if log_start_offset >= 0:
+            state.log_start_offset = log_start_offset
         state.last_fetch_time_ms = now_ms
         state.last_fetch_leader_log_end_offset = leader_leo
         self._maybe_expand_isr(state)

@@ -1,4 +1,5 @@
-"""Produce, Fetch, ListOffsets and FindCoordinator on a broker listener (Kafka's ``KafkaApis``
+"""Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, DeleteRecords, DescribeLogDirs and
+FindCoordinator on a broker listener (Kafka's ``KafkaApis``
 data paths over the :class:`ReplicaManager`).
 
 Produce (v3-13, whatever the generated codec gives):
@@ -41,6 +42,9 @@ offset for replica id -2 debugging), max timestamp (-3), earliest local (-4: the
 offset), latest tiered (-5: offset -1, nothing is tiered) and by timestamp through the time
 index (the first record whose timestamp is >= the target).
 
+OffsetForLeaderEpoch (v2-4), DeleteRecords (v0-2, answered once the low watermark -- the minimum
+log start offset over the replicas -- reached the new start) and DescribeLogDirs (v1-4).
+
 FindCoordinator: COORDINATOR_NOT_AVAILABLE for every key (consumer groups and transactions are
 out of scope), so group-based clients fail clearly and manual assignment works.
 """
@@ -68,9 +72,12 @@ from kraft_node.metadata.image.topics import TopicPartition
 from kraft_node.network.server import DEFERRED, RequestContext
 from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.protocol.errors import Errors
+from kraft_node.protocol.generated.delete_records import DeleteRecordsResponse
+from kraft_node.protocol.generated.describe_log_dirs import DescribeLogDirsResponse
 from kraft_node.protocol.generated.fetch import FetchResponse
 from kraft_node.protocol.generated.find_coordinator import FindCoordinatorResponse
 from kraft_node.protocol.generated.list_offsets import ListOffsetsResponse
+from kraft_node.protocol.generated.offset_for_leader_epoch import OffsetForLeaderEpochResponse
 from kraft_node.protocol.generated.produce import ProduceResponse
 from kraft_storage.errors import CorruptRecordError, KraftStorageError
 from kraft_storage.log.errors import OffsetOutOfRange, RecordBatchTooLargeError
@@ -149,7 +156,10 @@ class PartitionApis:
     def handlers(self) -> dict[int, Callable[[RequestContext, Any], Any]]:
         return {int(_KEYS.PRODUCE): self.handle_produce, int(_KEYS.FETCH): self.handle_fetch,
                 int(_KEYS.LIST_OFFSETS): self.handle_list_offsets,
-                int(_KEYS.FIND_COORDINATOR): self.handle_find_coordinator}
+                int(_KEYS.FIND_COORDINATOR): self.handle_find_coordinator,
+                int(_KEYS.OFFSET_FOR_LEADER_EPOCH): self.handle_offset_for_leader_epoch,
+                int(_KEYS.DELETE_RECORDS): self.handle_delete_records,
+                int(_KEYS.DESCRIBE_LOG_DIRS): self.handle_describe_log_dirs}
 
     # ------------------------------------------------------------------ helpers
     def _partition_error(self, tp: TopicPartition) -> Errors:
@@ -375,8 +385,10 @@ class PartitionApis:
                     pd.last_stable_offset = part.high_watermark
                     pd.log_start_offset = kl.log_start_offset
                     return 0
-            if part.update_follower_fetch_state(replica_id, fetch_offset, now):
-                self.replicas.on_high_watermark_or_append(part.topic_partition)
+            follower_start = int(fp.log_start_offset) if version >= 5 else -1
+            part.update_follower_fetch_state(replica_id, fetch_offset, now, follower_start)
+            # a moved high watermark completes produces; a moved follower start, DeleteRecords
+            self.replicas.on_high_watermark_or_append(part.topic_partition)
             max_offset = None
         else:
             max_offset = part.high_watermark
@@ -458,6 +470,115 @@ class PartitionApis:
         if version >= 4:
             e = kl.epoch_cache.epoch_for_offset(offset) if offset < kl.log_end_offset else kl.latest_epoch
             r.leader_epoch = -1 if e is None else e
+
+    # ------------------------------------------------------------------ OffsetForLeaderEpoch
+    def handle_offset_for_leader_epoch(self, ctx: RequestContext, body: Any) -> Any:
+        """Kafka's ``lastOffsetForLeaderEpoch`` on the leader (a debugging replica id -2 may ask a
+        follower): the end offset of the requested epoch (the largest epoch <= it and its end),
+        or -1/-1 when the log knows none."""
+        R: Any = OffsetForLeaderEpochResponse
+        replica_id = int(body.replica_id) if ctx.api_version >= 3 else -1
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                r = R.EpochEndOffset(error_code=0, partition=p.partition, leader_epoch=-1, end_offset=-1)
+                parts.append(r)
+                tp = TopicPartition(t.topic, int(p.partition))
+                part = self.replicas.get_partition(tp)
+                if part is None:
+                    r.error_code = int(self._partition_error(tp))
+                    continue
+                try:
+                    part.check_leader_epoch(int(p.current_leader_epoch),
+                                            require_leader=replica_id != DEBUGGING_REPLICA_ID)
+                except PartitionError as exc:
+                    r.error_code = int(exc.error)
+                    continue
+                end = part.log.end_offset_for_epoch(int(p.leader_epoch))
+                r.leader_epoch, r.end_offset = end.epoch, end.end_offset
+            topics.append(R.OffsetForLeaderTopicResult(topic=t.topic, partitions=parts))
+        return R(throttle_time_ms=0, topics=topics)
+
+    # ------------------------------------------------------------------ DeleteRecords
+    def handle_delete_records(self, ctx: RequestContext, body: Any) -> Any:
+        """Kafka's ``deleteRecords``: each partition's log start offset moves to the requested
+        offset (-1: the high watermark) on the leader; the answer waits (up to ``timeout_ms``)
+        until the low watermark -- the minimum log start offset over the replicas, which the
+        followers report in their fetches -- reached it."""
+        R: Any = DeleteRecordsResponse
+        results: dict[TopicPartition, Any] = {}
+        required: dict[TopicPartition, int] = {}
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                r = R.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1, error_code=0)
+                parts.append(r)
+                tp = TopicPartition(t.name, int(p.partition_index))
+                part = self.replicas.get_partition(tp)
+                if part is None:
+                    r.error_code = int(self._partition_error(tp))
+                    continue
+                try:
+                    required[tp] = part.delete_records_on_leader(int(p.offset))
+                except PartitionError as exc:
+                    r.error_code = int(exc.error)
+                    continue
+                except KraftStorageError as exc:
+                    log.error("DeleteRecords on %s failed: %s", tp, exc)
+                    r.error_code = int(Errors.KAFKA_STORAGE_ERROR)
+                    continue
+                results[tp] = r
+                self.replicas.on_high_watermark_or_append(tp)
+            topics.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+        resp = R(throttle_time_ms=0, topics=topics)
+        if not required:
+            return resp
+
+        def done(errors: dict[TopicPartition, Errors]) -> None:
+            for tp, err in errors.items():
+                r = results[tp]
+                r.error_code = int(err)
+                part = self.replicas.get_partition(tp)
+                r.low_watermark = part.low_watermark() if err == Errors.NONE and part is not None else -1
+            ctx.respond(resp)
+
+        self.replicas.wait_for_low_watermarks(required, int(body.timeout_ms), done)
+        return DEFERRED
+
+    # ------------------------------------------------------------------ DescribeLogDirs
+    def handle_describe_log_dirs(self, ctx: RequestContext, body: Any) -> Any:
+        """Kafka's ``describeLogDirs``: every log dir with the asked partitions (all when
+        ``topics`` is null), their sizes and offset lag (the high watermark minus the log end,
+        at least 0), and (v4) the dir's total and usable bytes."""
+        R: Any = DescribeLogDirsResponse
+        wanted: dict[str, set[int]] | None = None
+        if body.topics is not None:
+            wanted = {}
+            for t in body.topics:
+                wanted.setdefault(t.topic, set()).update(int(x) for x in t.partitions)
+        lm = self.replicas.log_manager
+        results = []
+        for d in lm.log_dirs:
+            by_topic: dict[str, list[Any]] = {}
+            for tp, kl in sorted(lm.logs_in_dir(d)):
+                if wanted is not None and tp.partition not in wanted.get(tp.topic, ()):
+                    continue
+                part = self.replicas.get_partition(tp)
+                hw = part.high_watermark if part is not None else kl.log_end_offset
+                by_topic.setdefault(tp.topic, []).append(R.DescribeLogDirsPartition(
+                    partition_index=tp.partition, partition_size=kl.size_in_bytes(),
+                    offset_lag=max(hw - kl.log_end_offset, 0), is_future_key=False))
+            try:
+                st = os.statvfs(d)
+                total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+            except OSError:
+                total = usable = -1
+            results.append(R.DescribeLogDirsResult(
+                error_code=0, log_dir=d, total_bytes=total, usable_bytes=usable,
+                topics=[R.DescribeLogDirsTopic(name=n, partitions=ps) for n, ps in sorted(by_topic.items())]))
+        return R(throttle_time_ms=0, error_code=0, results=results)
 
     # ------------------------------------------------------------------ FindCoordinator
     def handle_find_coordinator(self, ctx: RequestContext, body: Any) -> Any:

@@ -123,14 +123,18 @@ def diff_local_changes(old: TopicsImage, new: TopicsImage, broker_id: int) -> Lo
 
 
 class _DelayedProduce:
-    """An acks=all produce waiting for the high watermarks (see the module doc)."""
+    """An acks=all produce waiting for the high watermarks, or a DeleteRecords waiting for the
+    low watermarks (see the module doc).  ``check(partition, requirement)``: the partition's
+    error once it is done with it, None while it must wait."""
 
-    __slots__ = ("required", "done", "callback", "timer", "finished")
+    __slots__ = ("required", "check", "done", "callback", "timer", "finished")
 
-    def __init__(self, required: dict[TopicPartition, tuple[int, int]],
+    def __init__(self, required: Mapping[TopicPartition, Any],
+                 check: Callable[[Partition, Any], Errors | None],
                  callback: Callable[[dict[TopicPartition, Errors]], None]) -> None:
-        #: tp -> (offset the high watermark must reach, min.insync.replicas)
+        #: tp -> what its check needs (acks=all: (required offset, min.insync.replicas))
         self.required = required
+        self.check = check
         self.done: dict[TopicPartition, Errors] = {}
         self.callback = callback
         self.timer: asyncio.TimerHandle | None = None
@@ -315,9 +319,27 @@ class ReplicaManager:
                                  callback: Callable[[dict[TopicPartition, Errors]], None]) -> None:
         """Call ``callback({tp: error})`` once every partition's high watermark reached its
         required offset (or failed, or ``timeout_ms`` passed: REQUEST_TIMED_OUT for the rest)."""
-        op = _DelayedProduce(required, callback)
+        def check(p: Partition, need: tuple[int, int]) -> Errors | None:
+            done, error = p.check_enough_replicas_reach_offset(*need)
+            return error if done else None
+        self._park(_DelayedProduce(required, check, callback), timeout_ms)
+
+    def wait_for_low_watermarks(self, required: dict[TopicPartition, int], timeout_ms: int,
+                                callback: Callable[[dict[TopicPartition, Errors]], None]) -> None:
+        """DeleteRecords (Kafka's ``DelayedDeleteRecords``): call ``callback`` once every
+        partition's low watermark (the minimum log start offset over its replicas) reached the
+        requested offset; NOT_LEADER_OR_FOLLOWER if leadership moves, REQUEST_TIMED_OUT after
+        ``timeout_ms``."""
+        def check(p: Partition, offset: int) -> Errors | None:
+            if not p.is_leader:
+                return Errors.NOT_LEADER_OR_FOLLOWER
+            return Errors.NONE if p.low_watermark() >= offset else None
+        self._park(_DelayedProduce(required, check, callback), timeout_ms)
+
+    def _park(self, op: _DelayedProduce, timeout_ms: int) -> None:
         if self._try_complete_produce(op):
             return
+        required = op.required
         for tp in required:
             self._produce_waiters.setdefault(tp, []).append(op)
         op.timer = asyncio.get_running_loop().call_later(max(timeout_ms, 0) / 1000, self._expire_produce, op)
@@ -325,15 +347,15 @@ class ReplicaManager:
     def _try_complete_produce(self, op: _DelayedProduce) -> bool:
         if op.finished:
             return True
-        for tp, (offset, min_isr) in op.required.items():
+        for tp, need in op.required.items():
             if tp in op.done:
                 continue
             p = self.partitions.get(tp)
             if p is None:
                 op.done[tp] = Errors.NOT_LEADER_OR_FOLLOWER
                 continue
-            done, error = p.check_enough_replicas_reach_offset(offset, min_isr)
-            if done:
+            error = op.check(p, need)
+            if error is not None:
                 op.done[tp] = error
         if len(op.done) < len(op.required):
             return False

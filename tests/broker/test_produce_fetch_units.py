@@ -675,3 +675,69 @@ def test_idempotent_producer_retry_is_not_written_twice_and_survives_restart(tmp
         assert (nxt.error_code, nxt.base_offset) == (0, 5)
         await ctx.close()
     asyncio.run(main())
+
+
+def test_offset_for_leader_epoch_delete_records_and_describe_log_dirs(tmp_path):
+    from kraft_node.protocol.framing import encode_response
+    from kraft_node.protocol.generated.delete_records import DeleteRecordsRequest as D
+    from kraft_node.protocol.generated.describe_log_dirs import DescribeLogDirsRequest as DL
+    from kraft_node.protocol.generated.offset_for_leader_epoch import OffsetForLeaderEpochRequest as O
+
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1], [1], 1, leader_epoch=1), _partition_record(1, [1, 2], [1, 2], 1))
+        p0 = ctx.rm.get_partition(TopicPartition("t", 0))
+        p0.append_records_to_leader(_batch(4), 1, 1)  # epoch 1: offsets 0-3
+        ctx.publish(m.PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=1))
+        p0.append_records_to_leader(_batch(4), 1, 1)  # epoch 2: offsets 4-7
+
+        def epoch_end(epoch: int, version: int = 4, current: int = -1):
+            body = O(replica_id=-1, topics=[O.OffsetForLeaderTopic(topic="t", partitions=[
+                O.OffsetForLeaderPartition(partition=0, current_leader_epoch=current, leader_epoch=epoch)])])
+            resp = ctx.apis.handle_offset_for_leader_epoch(Answer(version), body)
+            assert encode_response(resp, version, 1)
+            r = resp.topics[0].partitions[0]
+            return r.error_code, r.leader_epoch, r.end_offset
+        assert epoch_end(1) == (0, 1, 4)
+        assert epoch_end(2) == (0, 2, 8)
+        assert epoch_end(0) == (0, 0, 0)  # an epoch older than the log's first: its end is where epoch 1 starts
+        assert epoch_end(2, current=1)[0] == Errors.FENCED_LEADER_EPOCH
+
+        # DeleteRecords: RF 1 answers at once; past the HWM is OFFSET_OUT_OF_RANGE
+        def delete(partition: int, offset: int, timeout_ms: int = 5000):
+            answer = Answer(2)
+            body = D(timeout_ms=timeout_ms, topics=[D.DeleteRecordsTopic(name="t", partitions=[
+                D.DeleteRecordsPartition(partition_index=partition, offset=offset)])])
+            out = ctx.apis.handle_delete_records(answer, body)
+            if out is not DEFERRED:
+                return out
+            return answer.response if answer.response is not None else answer  # still parked: the context
+        resp = delete(0, 5)
+        assert (resp.topics[0].partitions[0].error_code, resp.topics[0].partitions[0].low_watermark) == (0, 5)
+        assert p0.log.log_start_offset == 5
+        assert delete(0, 99).topics[0].partitions[0].error_code == Errors.OFFSET_OUT_OF_RANGE
+        # RF 2: the answer waits until the follower reports its log start offset in a fetch
+        p1 = ctx.rm.get_partition(TopicPartition("t", 1))
+        p1.append_records_to_leader(_batch(6), 1, 1)
+        first = _fetch_body("t", 1, 6, replica_id=2)
+        first.topics[0].partitions[0].log_start_offset = 0  # the follower's log starts at 0: HWM 6
+        ctx.apis.handle_fetch(Answer(12), first)
+        parked = delete(1, -1)
+        assert isinstance(parked, Answer) and parked.response is None and p1.log.log_start_offset == 6
+        body = _fetch_body("t", 1, 6, replica_id=2)
+        body.topics[0].partitions[0].log_start_offset = 6
+        ctx.apis.handle_fetch(Answer(12), body)
+        r = parked.response.topics[0].partitions[0]
+        assert (r.error_code, r.low_watermark) == (0, 6)
+
+        resp = ctx.apis.handle_describe_log_dirs(Answer(4), DL(topics=None))
+        (result,) = resp.results
+        assert result.log_dir == ctx.dir and result.total_bytes > 0
+        sizes = {(t.name, p.partition_index): p.partition_size for t in result.topics for p in t.partitions}
+        assert sizes == {("t", 0): p0.log.size_in_bytes(), ("t", 1): p1.log.size_in_bytes()}
+        only = ctx.apis.handle_describe_log_dirs(Answer(1), DL(topics=[DL.DescribableLogDirTopic(topic="t",
+                                                                                                  partitions=[1])]))
+        assert [p.partition_index for t in only.results[0].topics for p in t.partitions] == [1]
+        assert encode_response(only, 1, 1)
+        await ctx.close()
+    asyncio.run(main())
