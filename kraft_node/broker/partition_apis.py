@@ -386,9 +386,12 @@ class PartitionApis:
                     pd.log_start_offset = kl.log_start_offset
                     return 0
             follower_start = int(fp.log_start_offset) if version >= 5 else -1
-            part.update_follower_fetch_state(replica_id, fetch_offset, now, follower_start)
-            # a moved high watermark completes produces; a moved follower start, DeleteRecords
-            self.replicas.on_high_watermark_or_append(part.topic_partition)
+            state = part.remote_replicas.get(replica_id)
+            start_moved = state is not None and 0 <= follower_start != state.log_start_offset
+            # a moved high watermark completes produces (and wakes consumers); a moved follower
+            # start, DeleteRecords.  Only on a change: a parked follower fetch re-run must not wake itself
+            if part.update_follower_fetch_state(replica_id, fetch_offset, now, follower_start) or start_moved:
+                self.replicas.on_high_watermark_or_append(part.topic_partition)
             max_offset = None
         else:
             max_offset = part.high_watermark

@@ -145,13 +145,15 @@ class _DelayedFetch:
     """A fetch waiting for data: ``retry(force)`` re-runs it and answers when it has enough
     (or ``force``: the wait is over); returns whether it answered."""
 
-    __slots__ = ("partitions", "retry", "timer", "finished")
+    __slots__ = ("partitions", "retry", "timer", "finished", "running")
 
     def __init__(self, partitions: list[TopicPartition], retry: Callable[[bool], bool]) -> None:
         self.partitions = partitions
         self.retry = retry
         self.timer: asyncio.TimerHandle | None = None
         self.finished = False
+        #: its retry is on the stack (a retry that wakes its own partitions must not re-enter)
+        self.running = False
 
 
 class ReplicaManager:
@@ -391,13 +393,16 @@ class ReplicaManager:
         op.timer = asyncio.get_running_loop().call_later(max(max_wait_ms, 0) / 1000, self._run_fetch, op, True)
 
     def _run_fetch(self, op: _DelayedFetch, force: bool) -> None:
-        if op.finished:
+        if op.finished or op.running:
             return
+        op.running = True
         try:
             answered = op.retry(force)
         except Exception:  # noqa: BLE001 - the retry answers with an error itself; never leave it parked
             log.exception("a delayed fetch failed")
             answered = True
+        finally:
+            op.running = False
         if answered or force:
             op.finished = True
             if op.timer is not None:
