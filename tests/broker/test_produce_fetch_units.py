@@ -741,3 +741,25 @@ def test_offset_for_leader_epoch_delete_records_and_describe_log_dirs(tmp_path):
         assert encode_response(only, 1, 1)
         await ctx.close()
     asyncio.run(main())
+
+
+def test_parked_follower_fetch_answers_on_append(tmp_path, caplog):
+    """A follower's long poll (replica.fetch.wait.max.ms) parked at the leader's end is answered
+    by the next append, with the records, exactly once (its re-run updates the follower's state
+    and must not wake itself)."""
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1, 2], [1, 2], 1))
+        answer = Answer(12)
+        body = _fetch_body("t", 0, 0, replica_id=2, max_wait_ms=5000)
+        body.topics[0].partitions[0].log_start_offset = 0
+        assert ctx.apis.handle_fetch(answer, body) is DEFERRED
+        result, produce = _produce(ctx, "t", 0, _batch(3), acks=-1)
+        assert result is DEFERRED and produce.response is None  # the follower has not fetched past 0
+        part = _one(answer.response)
+        assert part.error_code == 0 and [b.base_offset for b in iter_batches(part.records)] == [0]
+        ctx.apis.handle_fetch(Answer(12), _fetch_body("t", 0, 3, replica_id=2))
+        assert _one_produce(produce.response).error_code == 0
+        assert "a delayed fetch failed" not in caplog.text
+        await ctx.close()
+    asyncio.run(main())
