@@ -50,7 +50,13 @@ not ``Exception`` (KeyboardInterrupt, SystemExit) propagate.
 
 Cost: ``heapq`` for deadlines, a ``deque`` for the ready list; removal is lazy (an entry is
 marked dead and skipped when reached), and the heap is rebuilt when dead entries outnumber
-live ones, so events that run long before their deadline do not pile up in it.
+live ones, so events that run long before their deadline do not pile up in it.  Appended
+events whose deadlines do not decrease (the usual case: one timeout per request type, e.g.
+every BrokerHeartbeat gets half the heartbeat interval) go to a FIFO "lane" instead of the
+heap: no heap push or tuple per event, and since they run in the order they were queued,
+their dead entries are always at the lane's head and are dropped as soon as they are reached.
+The earliest deadline is the smaller of the heap's and the lane's heads; an equal deadline
+goes to the entry queued first (a sequence number per entry), as before.
 """
 from __future__ import annotations
 
@@ -88,7 +94,7 @@ class _Entry:
     is taken to run, times out, is rejected, cancelled or replaced; dead entries left in the
     heap or the deque are skipped."""
 
-    __slots__ = ("event", "deferred", "tag", "deadline_ns", "enqueued_ns", "live")
+    __slots__ = ("event", "deferred", "tag", "deadline_ns", "enqueued_ns", "live", "seq", "in_lane")
 
     def __init__(self, event: Event, deferred: bool, tag: str | None, deadline_ns: int | None,
                  enqueued_ns: int) -> None:
@@ -98,6 +104,10 @@ class _Entry:
         self.deadline_ns = deadline_ns
         self.enqueued_ns = enqueued_ns
         self.live = True
+        #: order among equal deadlines (set when the deadline is registered)
+        self.seq = 0
+        #: the deadline is in the FIFO lane, not the heap
+        self.in_lane = False
 
 
 def _noop() -> None:
@@ -129,6 +139,9 @@ class EventQueue:
         self._ready_live = 0
         self._heap: list[tuple[int, int, _Entry]] = []
         self._heap_live = 0
+        #: appended events' deadlines in non-decreasing order (see the module doc)
+        self._lane: deque[_Entry] = deque()
+        self._lane_live = 0
         self._seq = 0
         self._tags: dict[str, _Entry] = {}
         self._size = 0
@@ -187,7 +200,8 @@ class EventQueue:
         return True
 
     def _enqueue_ready(self, event: Event, deadline_ns: int | None, prepend: bool) -> None:
-        if self._reject_if_shutting_down(event):
+        if self._shutting_down:
+            self._reject_if_shutting_down(event)
             return
         entry = _Entry(event, False, None, deadline_ns, self._clock_ns())
         signal = self._ready_live == 0
@@ -196,8 +210,19 @@ class EventQueue:
         else:
             self._ready.append(entry)
         self._ready_live += 1
-        if deadline_ns is not None and self._push_deadline(entry):
-            signal = True
+        if deadline_ns is not None:
+            lane = self._lane
+            if not prepend and (not lane or lane[-1].deadline_ns <= deadline_ns):  # type: ignore[operator]
+                first = self._first_live_deadline()
+                self._seq += 1
+                entry.seq = self._seq
+                entry.in_lane = True
+                lane.append(entry)
+                self._lane_live += 1
+                if first is None or deadline_ns <= first:
+                    signal = True
+            elif self._push_deadline(entry):
+                signal = True
         self._size += 1
         if signal:
             self._on_ready()
@@ -208,6 +233,7 @@ class EventQueue:
         assert entry.deadline_ns is not None
         first = self._first_live_deadline()
         self._seq += 1
+        entry.seq = self._seq
         heapq.heappush(self._heap, (entry.deadline_ns, self._seq, entry))
         self._heap_live += 1
         return first is None or entry.deadline_ns <= first
@@ -231,11 +257,16 @@ class EventQueue:
             if self._ready_live == 0:
                 self._ready.clear()
         if entry.deadline_ns is not None:
-            self._heap_live -= 1
-            dead = len(self._heap) - self._heap_live
-            if dead > _HEAP_COMPACT_MIN_DEAD and dead > self._heap_live:
-                self._heap = [item for item in self._heap if item[2].live]
-                heapq.heapify(self._heap)
+            if entry.in_lane:
+                self._lane_live -= 1
+                if self._lane_live == 0:
+                    self._lane.clear()
+            else:
+                self._heap_live -= 1
+                dead = len(self._heap) - self._heap_live
+                if dead > _HEAP_COMPACT_MIN_DEAD and dead > self._heap_live:
+                    self._heap = [item for item in self._heap if item[2].live]
+                    heapq.heapify(self._heap)
         if entry.tag is not None and self._tags.get(entry.tag) is entry:
             del self._tags[entry.tag]
 
@@ -243,7 +274,24 @@ class EventQueue:
         heap = self._heap
         while heap and not heap[0][2].live:
             heapq.heappop(heap)
+        lane = self._lane
+        while lane and not lane[0].live:
+            lane.popleft()
+        if lane:
+            if heap and heap[0][0] < lane[0].deadline_ns:  # type: ignore[operator]
+                return heap[0][0]
+            return lane[0].deadline_ns
         return heap[0][0] if heap else None
+
+    def _pop_first_deadline(self) -> _Entry:
+        """Take the entry with the earliest live deadline (after ``_first_live_deadline``
+        found one): the lane's head or the heap's, the one queued first on a tie."""
+        heap, lane = self._heap, self._lane
+        if lane:
+            head = lane[0]
+            if not heap or (head.deadline_ns, head.seq) < heap[0][:2]:
+                return lane.popleft()
+        return heapq.heappop(heap)[2]
 
     # ------------------------------------------------------------------ running
 
@@ -270,7 +318,7 @@ class EventQueue:
                 break
             first = self._first_live_deadline()
             if first is not None and (first <= now or self._shutting_down):
-                entry = heapq.heappop(self._heap)[2]
+                entry = self._pop_first_deadline()
                 self._kill(entry)
                 if first <= now:
                     if entry.deferred:
