@@ -112,6 +112,11 @@ def decode_request_header(payload) -> tuple[RequestHeader, int]:
     return RequestHeader.read_prefix(payload, 0, hv)
 
 
+#: (api key << 16 | version) -> (request header version, request class) for supported pairs:
+#: the per-request lookups of :func:`decode_request` done once per pair (filled lazily)
+_REQUEST_CODECS: dict[int, tuple[int, type]] = {}
+
+
 def decode_request(payload):
     """``(RequestHeader, request body)`` from a payload (frame without its size).
 
@@ -120,17 +125,34 @@ def decode_request(payload):
     2.16 sends its all-topics Metadata v12/v13 with 3 trailing bytes, and a server that refused
     them would close every such client's connection (issue 24).  They are logged at DEBUG.
     Responses (:func:`decode_response`) stay strict: kraft's own client reads them."""
+    if len(payload) >= 4:
+        api_key, api_version = _KEY_VERSION.unpack_from(payload, 0)
+        codec = _REQUEST_CODECS.get((api_key << 16) | (api_version & 0xFFFF))
+        if codec is not None:  # a supported pair seen before: no table walks
+            hv, request_cls = codec
+            header, pos = RequestHeader.read_prefix(payload, 0, hv)
+            body, end = request_cls.read_prefix(payload, pos, api_version)
+            if end != len(payload):
+                _log_trailing(payload, end, header)
+            return header, body
     header, pos = decode_request_header(payload)
     info = API_INFO[header.request_api_key]
     if not info.supports(header.request_api_version):
         raise UnsupportedApiError(
             f"unsupported {info.name} version {header.request_api_version} "
             f"(supported {info.lowest}-{info.highest})", header)
-    body, end = info.request.read_prefix(payload, pos, header.request_api_version)
+    version = header.request_api_version
+    body, end = info.request.read_prefix(payload, pos, version)
+    _REQUEST_CODECS[(int(header.request_api_key) << 16) | (version & 0xFFFF)] = (
+        2 if info.is_flexible(version) else 1, info.request)
     if end != len(payload):
-        log.debug("ignoring %d trailing bytes after %s v%d (correlation id %d)", len(payload) - end,
-                  info.request.NAME, header.request_api_version, header.correlation_id)
+        _log_trailing(payload, end, header)
     return header, body
+
+
+def _log_trailing(payload, end: int, header) -> None:
+    log.debug("ignoring %d trailing bytes after %s v%d (correlation id %d)", len(payload) - end,
+              API_INFO[header.request_api_key].request.NAME, header.request_api_version, header.correlation_id)
 
 
 def encode_response(body: Message, api_version: int, correlation_id: int, chunks: bool = False):

@@ -290,3 +290,18 @@ def test_a_failed_pipelined_request_closes_after_the_earlier_answers():
         assert t.closed and len(t.writes) == 1  # request 0's answer, then the close
         assert decode_response(_frames(t.writes[0])[0], ApiKeys.BROKER_HEARTBEAT, 1)[0].correlation_id == 0
     run(main())
+
+
+def test_decode_request_is_the_same_from_its_codec_table_and_still_refuses_unsupported_versions():
+    from kraft_node.protocol.framing import UnsupportedApiError, decode_request
+    req = BrokerHeartbeatRequest(broker_id=3, broker_epoch=77, current_metadata_offset=70, want_fence=True)
+    for version in (0, 1):
+        payload = bytes(encode_request(req, version, 5, "c"))[4:]
+        first = decode_request(payload)
+        again = decode_request(payload + b"\0\0")  # from the table; trailing bytes ignored, as Kafka does
+        assert (first[0].correlation_id, first[0].client_id, first[1]) == (5, "c", req)
+        assert (again[0].correlation_id, again[0].client_id, again[1]) == (5, "c", req)
+    bad = bytearray(bytes(encode_request(req, 1, 5, "c"))[4:])
+    struct.pack_into(">h", bad, 2, 99)  # a version nobody supports
+    with pytest.raises(UnsupportedApiError):
+        decode_request(bytes(bad))
