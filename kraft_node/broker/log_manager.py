@@ -24,7 +24,12 @@ atomically (``atomic_write``: temp file, fsync, rename, fsync of the directory),
 
 Placement: a new log goes to the log dir holding the fewest partition directories (Kafka's
 ``nextLogDirs`` without the JBOD directory assignment: the controller's directory for the
-replica is not consulted yet).
+replica is not consulted yet).  Disk: an open log reserves ``2 x segment.index.bytes`` (20 MiB at
+Kafka's default) for its two indexes (kraft_storage allocates index space before mapping it, so
+that a full device is an error, not a SIGBUS); a new log is refused when it would leave its log
+dir with less than :data:`MIN_FREE_BYTES` free.  Creating one costs four fsyncs (the directory,
+the first segment, ``partition.metadata``): the ReplicaManager opens new logs in worker threads,
+in parallel.
 
 Deletion (Kafka's ``asyncDelete``): the directory is renamed to ``<tp>.<uuid>-delete`` at
 once (so a topic re-created with the same name gets a fresh directory), the log is closed, and
@@ -43,6 +48,7 @@ directories (``shutil.rmtree`` in a worker thread).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import re
@@ -50,10 +56,11 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kraft_node.metadata.image.topics import TopicPartition
-from kraft_storage.errors import KraftStorageError
+from kraft_storage.errors import DiskFullError, KraftStorageError
 from kraft_storage.fileio import atomic_write, fsync_dir
 from kraft_storage.log.checkpoint import CheckpointFileError, format_checkpoint, parse_checkpoint
 from kraft_storage.log.config import LONG_MAX, LogConfig
@@ -107,6 +114,23 @@ UNSUPPORTED_TOPIC_CONFIGS = {
     "remote.storage.enable": "false",
     "message.downconversion.enable": "true",
 }
+
+
+#: threads that open (at start) and close (at shutdown) the partition logs: their fsyncs overlap
+OPEN_THREADS = 16
+#: A new partition log is refused when its log dir would be left with less free space than this.
+MIN_FREE_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class LogPlan:
+    """Where a partition's log is (``existing``) or will be created (``path`` in ``log_dir``)."""
+    tp: TopicPartition
+    topic_id: bytes
+    path: str
+    log_dir: str
+    config: LogConfig
+    existing: KafkaLog | None
 
 
 def parse_topic_partition_dir(name: str) -> TopicPartition | None:
@@ -262,6 +286,7 @@ class LogManager:
         """Load every partition log in every log dir (Kafka's ``loadLogs``): recovery from the
         checkpointed recovery point when the log was not shut down cleanly.  Also removes the
         ``-delete`` directories left by a previous run (after the delete delay)."""
+        found: list[tuple[TopicPartition, str, int, int]] = []
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
             recovery = _read_offsets(os.path.join(d, RECOVERY_POINT_CHECKPOINT))
@@ -281,33 +306,44 @@ class LogManager:
                 tp = parse_topic_partition_dir(name)
                 if tp is None:
                     continue
-                if tp in self.logs:
+                if tp in self._dir_of:
                     raise RuntimeError(f"Duplicate log directories for {tp} are found in both "
                                        f"{self._dir_of[tp]} and {path}. It is likely because log directory "
                                        "failure happened while broker was replacing current replica with "
                                        "future replica. Recover broker from this failure by manually deleting "
                                        "one of the two directories for this partition.")
-                topic_id: bytes | None = None
-                meta = os.path.join(path, PARTITION_METADATA)
-                try:
-                    if os.path.exists(meta):
-                        topic_id = read_partition_metadata(meta)
-                    kl = KafkaLog.open(path, self._config_for(tp.topic, {}), recovery_point=recovery.get(tp, 0),
-                                       log_start_offset=starts.get(tp, 0), clock=self._clock)
-                except (KraftStorageError, OSError) as exc:
-                    # Kafka takes the whole log dir offline; here only this partition is left out,
-                    # untouched, and refused by get_or_create_log until an operator repairs it
-                    # (``kraft-storage`` verify/recover) -- the other partitions are served
-                    self.failed[tp] = f"{path}: {exc}"
-                    log.error("could not load the log of %s from %s; this partition stays offline: %s", tp, path,
-                              exc)
-                    continue
-                self.logs[tp] = kl
                 self._dir_of[tp] = d
-                self.topic_ids[tp] = topic_id
+                found.append((tp, path, recovery.get(tp, 0), starts.get(tp, 0)))
+        # opened in parallel: a clean open costs an fsync, an unclean one the recovery of its tail
+        with ThreadPoolExecutor(max_workers=OPEN_THREADS, thread_name_prefix="kraft-log-load") as pool:
+            loaded = list(pool.map(self._load_one, found))
+        for (tp, path, _rp, _so), (kl, topic_id, error) in zip(found, loaded):
+            if kl is None:
+                # Kafka takes the whole log dir offline; here only this partition is left out,
+                # untouched, and refused by prepare_log until an operator repairs it
+                # (``kraft-storage`` verify/recover) -- the other partitions are served
+                del self._dir_of[tp]
+                self.failed[tp] = f"{path}: {error}"
+                log.error("could not load the log of %s from %s; this partition stays offline: %s", tp, path, error)
+                continue
+            self.logs[tp] = kl
+            self.topic_ids[tp] = topic_id
         self._started = True
         if self.logs:
             log.info("loaded %d partition logs from %s", len(self.logs), ", ".join(self.log_dirs))
+
+    def _load_one(self, item: tuple[TopicPartition, str, int, int]
+                  ) -> tuple[KafkaLog | None, bytes | None, BaseException | None]:
+        """Any thread: open one log found at start (``(log, topic id, None)`` or ``(None, None, error)``)."""
+        tp, path, recovery_point, start_offset = item
+        try:
+            meta = os.path.join(path, PARTITION_METADATA)
+            topic_id = read_partition_metadata(meta) if os.path.exists(meta) else None
+            kl = KafkaLog.open(path, self._config_for(tp.topic, {}), recovery_point=recovery_point,
+                               log_start_offset=start_offset, clock=self._clock)
+        except (KraftStorageError, OSError) as exc:
+            return None, None, exc
+        return kl, topic_id, None
 
     def start_background(self) -> None:
         """The periodic tasks on the running loop: checkpoints, flushes and retention."""
@@ -346,12 +382,24 @@ class LogManager:
         return min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
 
     def get_or_create_log(self, tp: TopicPartition, topic_id: bytes, overrides: Mapping[str, str]) -> KafkaLog:
-        """The log of ``tp``, created (with its ``partition.metadata``) when missing.  A log whose
-        ``partition.metadata`` names another topic id is refused: it belongs to a deleted topic
-        of the same name and must be deleted first (Kafka's InconsistentTopicIdException)."""
+        """The log of ``tp``, created (with its ``partition.metadata``) when missing (see
+        :meth:`prepare_log`, :meth:`open_prepared` and :meth:`register` for the three steps, which
+        the ReplicaManager runs with the opening in worker threads)."""
+        plan = self.prepare_log(tp, topic_id, overrides)
+        kl = self.open_prepared(plan)
+        self.register(plan, kl)
+        return kl
+
+    def prepare_log(self, tp: TopicPartition, topic_id: bytes, overrides: Mapping[str, str]) -> "LogPlan":
+        """On the loop: the existing log of ``tp`` (its ``partition.metadata`` completed), or where a
+        new one goes.  A log whose ``partition.metadata`` names another topic id is refused: it
+        belongs to a deleted topic of the same name (Kafka's InconsistentTopicIdException); so is a
+        new log when its log dir would be left with less than :data:`MIN_FREE_BYTES` free (a
+        partition log reserves ``2 x segment.index.bytes`` of disk for its indexes while open)."""
         if tp in self.failed:
             raise RuntimeError(f"the log of {tp} could not be loaded at start ({self.failed[tp]}); repair it "
                                "with kraft-storage and restart the broker")
+        config = self._config_for(tp.topic, overrides)
         existing = self.logs.get(tp)
         if existing is not None:
             known = self.topic_ids.get(tp)
@@ -361,17 +409,41 @@ class LogManager:
             if known is None:
                 write_partition_metadata(existing.directory, topic_id)
                 self.topic_ids[tp] = topic_id
-            self.update_config(tp, overrides)
-            return existing
+            if config != existing.config:
+                existing.config = config
+            return LogPlan(tp, topic_id, existing.directory, self._dir_of[tp], config, existing)
         d = self._next_log_dir()
-        kl = KafkaLog.open(os.path.join(d, f"{tp.topic}-{tp.partition}"), self._config_for(tp.topic, overrides),
-                           topic_id=topic_id, clock=self._clock)
-        self.logs[tp] = kl
-        self._dir_of[tp] = d
-        self.topic_ids[tp] = topic_id
-        log.info("created log for partition %s in %s with topic id %s", tp, kl.directory,
-                 uuid.UUID(bytes=topic_id))
-        return kl
+        need = 2 * config.segment_index_bytes
+        try:
+            st = os.statvfs(d)
+            free = st.f_bavail * st.f_frsize
+        except OSError:
+            free = None
+        if free is not None and free - need < MIN_FREE_BYTES:
+            raise DiskFullError(d, f"creating the log of {tp}: {free} bytes free, and a new log reserves {need} for "
+                                   f"its indexes (2 x segment.index.bytes); kraft keeps at least {MIN_FREE_BYTES} "
+                                   "bytes free", errno.ENOSPC)
+        self._dir_of[tp] = d  # counted by _next_log_dir from now on
+        return LogPlan(tp, topic_id, os.path.join(d, f"{tp.topic}-{tp.partition}"), d, config, None)
+
+    def open_prepared(self, plan: "LogPlan") -> KafkaLog:
+        """Any thread: open (create) the planned log.  Touches nothing of the manager's."""
+        if plan.existing is not None:
+            return plan.existing
+        return KafkaLog.open(plan.path, plan.config, topic_id=plan.topic_id, clock=self._clock)
+
+    def register(self, plan: "LogPlan", kl: KafkaLog | None) -> None:
+        """On the loop: take the opened log in (None: opening failed, forget the plan)."""
+        if plan.existing is not None:
+            return
+        if kl is None:
+            if self._dir_of.get(plan.tp) == plan.log_dir and plan.tp not in self.logs:
+                del self._dir_of[plan.tp]
+            return
+        self.logs[plan.tp] = kl
+        self.topic_ids[plan.tp] = plan.topic_id
+        log.info("created log for partition %s in %s with topic id %s", plan.tp, kl.directory,
+                 uuid.UUID(bytes=plan.topic_id))
 
     def update_config(self, tp: TopicPartition, overrides: Mapping[str, str]) -> None:
         kl = self.logs.get(tp)
@@ -495,13 +567,18 @@ class LogManager:
                 await t
             except asyncio.CancelledError:
                 pass
+        # closed in parallel (each close flushes and writes its marker: a few fsyncs), off the loop
+        items = list(self.logs.items())
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(max_workers=OPEN_THREADS, thread_name_prefix="kraft-log-close") as pool:
+            outcomes = await asyncio.gather(*(loop.run_in_executor(pool, kl.close) for _tp, kl in items),
+                                            return_exceptions=True)
         errors = 0
-        for tp, kl in list(self.logs.items()):
-            try:
-                kl.close()
-            except Exception:  # noqa: BLE001 - the other logs still close; this one recovers at start
+        for (tp, _kl), outcome in zip(items, outcomes):
+            if isinstance(outcome, BaseException):
+                # the other logs still close; this one recovers at the next start
                 errors += 1
-                log.exception("closing the log of %s failed", tp)
+                log.error("closing the log of %s failed: %s", tp, outcome, exc_info=outcome)
         if self._started:
             self.checkpoint_recovery_points()
             self.checkpoint_log_start_offsets()

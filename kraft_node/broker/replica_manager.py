@@ -41,10 +41,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kraft_node.broker.log.producer_state import ProducerStateManagerConfig
-from kraft_node.broker.log_manager import LogManager
+from kraft_node.broker.log_manager import LogManager, LogPlan
 from kraft_node.broker.partition import AlterPartitionCallback, Partition
 from kraft_node.metadata.configs.resources import ConfigResource, ConfigResourceType
 from kraft_node.metadata.controller.replication_control import PartitionRegistration
@@ -72,6 +73,8 @@ DEFAULT_MIN_INSYNC_REPLICAS = 1
 DEFAULT_MESSAGE_MAX_BYTES = 1048588
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+#: threads that open and create partition logs (their fsyncs overlap)
+OPEN_LOG_THREADS = 16
 DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_MS = 600_000
 _NO_TOPICS = TopicsImage.of([])
 
@@ -177,6 +180,8 @@ class ReplicaManager:
         self._produce_waiters: dict[TopicPartition, list[_DelayedProduce]] = {}
         self._fetch_waiters: dict[TopicPartition, list[_DelayedFetch]] = {}
         self._shrink_task: asyncio.Task[None] | None = None
+        #: opens and creates partition logs in parallel (see _materialize)
+        self._pool = ThreadPoolExecutor(max_workers=OPEN_LOG_THREADS, thread_name_prefix="kraft-log-open")
         self._expire_task: asyncio.Task[None] | None = None
         self.producer_state_config = ProducerStateManagerConfig(
             producer_id_expiration_ms=_int(props, "producer.id.expiration.ms", DEFAULT_PRODUCER_ID_EXPIRATION_MS, 1))
@@ -277,10 +282,13 @@ class ReplicaManager:
                 if p is not None:
                     self._wake(tp)
                 self.log_manager.async_delete(tp)
+        self._materialize([*changes.leaders.items(), *changes.followers.items()])
         leaders: list[Partition] = []
         for tp, info in sorted(changes.leaders.items()):
+            p = self.partitions.get(tp)
+            if p is None or p.topic_id != info.topic_id:
+                continue  # its log could not be opened (logged by _materialize)
             try:
-                p = self._get_or_create(tp, info, image)
                 if p.make_leader(info.partition, now):
                     leaders.append(p)
                 self._wake(tp)
@@ -288,8 +296,10 @@ class ReplicaManager:
                 log.exception("broker %d: could not become the leader of %s", self.broker_id, tp)
         followers: list[Partition] = []
         for tp, info in sorted(changes.followers.items()):
+            p = self.partitions.get(tp)
+            if p is None or p.topic_id != info.topic_id:
+                continue
             try:
-                p = self._get_or_create(tp, info, image)
                 if p.make_follower(info.partition):
                     followers.append(p)
                 self._wake(tp)
@@ -305,16 +315,45 @@ class ReplicaManager:
             for hook in self.on_become_follower:
                 hook(followers)
 
-    def _get_or_create(self, tp: TopicPartition, info: PartitionInfo, image: MetadataImage) -> Partition:
-        p = self.partitions.get(tp)
-        if p is not None and p.topic_id == info.topic_id:
-            return p
-        kl = self.log_manager.get_or_create_log(tp, info.topic_id.bytes, self.topic_config(tp.topic))
-        hw = self.log_manager.checkpointed_high_watermarks.pop(tp, 0)
-        p = Partition(tp, info.topic_id, kl, self.broker_id, high_watermark=hw, alter_partition=self.alter_partition,
-                      producer_state_config=self.producer_state_config, clock_ms=self._clock_ms)
-        self.partitions[tp] = p
-        return p
+    def _materialize(self, items: list[tuple[TopicPartition, PartitionInfo]]) -> None:
+        """Make the Partition objects (and open or create their logs) that ``items`` need and do
+        not have.  Why threads: a new log costs four fsyncs (~9 ms here) and an existing one the
+        rebuild of its producer state; opened one after another on the loop, a thousand new
+        partitions held the broker's loop for seconds (its heartbeats too).  The opening runs in
+        :attr:`_pool` (the fsyncs release the GIL and overlap: ~0.8 ms a log with 16 threads);
+        the manager's maps are touched on the loop only.  The loop still waits for the batch."""
+        jobs: list[tuple[LogPlan, PartitionInfo, int]] = []
+        for tp, info in items:
+            p = self.partitions.get(tp)
+            if p is not None and p.topic_id == info.topic_id:
+                continue
+            try:
+                plan = self.log_manager.prepare_log(tp, info.topic_id.bytes, self.topic_config(tp.topic))
+            except Exception:  # noqa: BLE001 - named and logged; the other partitions go on
+                log.exception("broker %d: could not open or create the log of %s", self.broker_id, tp)
+                continue
+            jobs.append((plan, info, self.log_manager.checkpointed_high_watermarks.pop(tp, 0)))
+        if not jobs:
+            return
+        alter = self.alter_partition
+
+        def build(job: tuple[LogPlan, PartitionInfo, int]) -> Partition | BaseException:
+            plan, info, hw = job
+            try:
+                kl = self.log_manager.open_prepared(plan)
+                return Partition(plan.tp, info.topic_id, kl, self.broker_id, high_watermark=hw, alter_partition=alter,
+                                 producer_state_config=self.producer_state_config, clock_ms=self._clock_ms)
+            except Exception as exc:  # noqa: BLE001 - reported on the loop below
+                return exc
+        results = list(self._pool.map(build, jobs)) if len(jobs) > 1 else [build(jobs[0])]
+        for (plan, _info, _hw), res in zip(jobs, results):
+            if isinstance(res, BaseException):
+                self.log_manager.register(plan, None)
+                log.error("broker %d: could not open or create the log of %s: %s", self.broker_id, plan.tp, res,
+                          exc_info=res)
+                continue
+            self.log_manager.register(plan, res.log)
+            self.partitions[plan.tp] = res
 
     # ------------------------------------------------------------------ purgatories
     def wait_for_high_watermarks(self, required: dict[TopicPartition, tuple[int, int]], timeout_ms: int,
@@ -473,6 +512,7 @@ class ReplicaManager:
         for fops in list(self._fetch_waiters.values()):
             for fop in list(fops):
                 self._run_fetch(fop, True)
+        self._pool.shutdown(wait=True)
         # Kafka snapshots the producer state when a log closes: the next start reads it instead
         # of scanning the log
         for p in self.partitions.values():

@@ -615,7 +615,7 @@ def test_a_log_that_cannot_be_loaded_stays_offline_and_the_others_are_served(tmp
         assert TopicPartition("t", 0) in ctx.logs.failed and "could not load the log of t-0" in caplog.text
         ctx.create("t", _partition_record(0, [1], [1], 1), _partition_record(1, [1], [1], 1))
         assert ctx.rm.get_partition(TopicPartition("t", 0)) is None
-        assert "could not become the leader of t-0" in caplog.text
+        assert "could not open or create the log of t-0" in caplog.text
         resp, _a = _produce(ctx, "t", 1, _batch(1))
         assert _one_produce(resp).base_offset == 5
         with open(seg, "rb") as f:
@@ -762,4 +762,39 @@ def test_parked_follower_fetch_answers_on_append(tmp_path, caplog):
         assert _one_produce(produce.response).error_code == 0
         assert "a delayed fetch failed" not in caplog.text
         await ctx.close()
+    asyncio.run(main())
+
+
+def test_a_new_log_is_refused_when_its_dir_would_run_out_of_space(tmp_path, monkeypatch, caplog):
+    """A new log reserves 2 x segment.index.bytes for its indexes: one that would leave the log
+    dir with less than MIN_FREE_BYTES free is refused (named, logged), not created."""
+    import kraft_node.broker.log_manager as lm
+
+    async def main():
+        ctx = Ctx(tmp_path)
+        st = os.statvfs(ctx.dir)
+        monkeypatch.setattr(lm, "MIN_FREE_BYTES", st.f_bavail * st.f_frsize)  # nothing to spare
+        ctx.create("t", _partition_record(0, [1], [1], 1))
+        assert ctx.rm.get_partition(TopicPartition("t", 0)) is None
+        assert "could not open or create the log of t-0" in caplog.text and "reserves" in caplog.text
+        assert "t-0" not in os.listdir(ctx.dir)
+        monkeypatch.setattr(lm, "MIN_FREE_BYTES", 0)
+        ctx.publish(m.PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=1))  # a later delta retries
+        assert ctx.rm.get_partition(TopicPartition("t", 0)) is not None
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_many_partitions_are_created_and_closed_in_parallel(tmp_path):
+    """300 new partitions in one delta: every log is created (in worker threads), registered and
+    led; a restart loads them all back."""
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("many", *[_partition_record(i, [1], [1], 1) for i in range(300)])
+        assert len(ctx.rm.partitions) == 300 and ctx.rm.leader_count() == 300
+        assert len([n for n in os.listdir(ctx.dir) if n.startswith("many-")]) == 300
+        await ctx.close()
+        ctx.open()
+        assert len(ctx.logs.logs) == 300 and all(kl.load_report.clean_shutdown for kl in ctx.logs.logs.values())
+        await ctx.logs.shutdown()
     asyncio.run(main())
