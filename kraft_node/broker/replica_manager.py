@@ -177,6 +177,9 @@ class ReplicaManager:
         self.on_become_follower: list[PartitionsHook] = []
         self.on_delete: list[Callable[[set[TopicPartition]], None]] = []
         self.alter_partition: AlterPartitionCallback | None = None
+        #: committed ISR changes of partitions led here (metrics)
+        self.isr_shrinks = 0
+        self.isr_expands = 0
         self._produce_waiters: dict[TopicPartition, list[_DelayedProduce]] = {}
         self._fetch_waiters: dict[TopicPartition, list[_DelayedFetch]] = {}
         self._shrink_task: asyncio.Task[None] | None = None
@@ -289,8 +292,16 @@ class ReplicaManager:
             if p is None or p.topic_id != info.topic_id:
                 continue  # its log could not be opened (logged by _materialize)
             try:
+                was_leader, old_isr = p.is_leader, set(p.isr)
                 if p.make_leader(info.partition, now):
                     leaders.append(p)
+                elif was_leader:
+                    # Kafka's IsrShrinksPerSec / IsrExpandsPerSec: the leader's committed ISR changes
+                    new_isr = set(p.isr)
+                    if new_isr < old_isr:
+                        self.isr_shrinks += 1
+                    elif new_isr > old_isr:
+                        self.isr_expands += 1
                 self._wake(tp)
             except Exception:  # noqa: BLE001 - one bad partition must not stop the others (Kafka logs it too)
                 log.exception("broker %d: could not become the leader of %s", self.broker_id, tp)

@@ -250,7 +250,8 @@ class BrokerServer:
         (the BrokerState byte value) and kraft's ``...name=TimeSinceLastHeartbeatAckMs`` (Kafka
         shows the same age on the controller side per broker; a broker that lost its controller
         sees it grow here).  Issue 25's partition metrics: ``ReplicaManager`` PartitionCount,
-        LeaderCount and UnderReplicatedPartitions, and ``BrokerTopicMetrics`` totals (produce and
+        LeaderCount, UnderReplicatedPartitions and the IsrShrinks / IsrExpands totals (Kafka's
+        ``...PerSec`` meters), and ``BrokerTopicMetrics`` totals (produce and
         fetch requests, bytes in and out, messages in) as counters, whose rates are Kafka's meters."""
         registry = self._registry
         lifecycle = self.lifecycle
@@ -271,6 +272,13 @@ class BrokerServer:
                        registry.callback_gauge("kafka.server", "ReplicaManager", "UnderReplicatedPartitions",
                                                "Partitions led here whose ISR is smaller than their replicas.",
                                                rm.under_replicated_partitions)]
+            r = rm
+            collectors += [registry.callback_counter("kafka.server", "ReplicaManager", "IsrShrinks",
+                                                     "Committed ISR shrinks of partitions led here.",
+                                                     lambda: r.isr_shrinks),
+                           registry.callback_counter("kafka.server", "ReplicaManager", "IsrExpands",
+                                                     "Committed ISR expansions of partitions led here.",
+                                                     lambda: r.isr_expands)]
         if data is not None:
             d = data
             for name, doc, fn in (

@@ -798,3 +798,16 @@ def test_many_partitions_are_created_and_closed_in_parallel(tmp_path):
         assert len(ctx.logs.logs) == 300 and all(kl.load_report.clean_shutdown for kl in ctx.logs.logs.values())
         await ctx.logs.shutdown()
     asyncio.run(main())
+
+
+def test_committed_isr_changes_are_counted_and_under_replication_reported(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1, 2, 3], [1, 2, 3], 1))
+        assert ctx.rm.under_replicated_partitions() == 0
+        ctx.publish(m.PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, isr=[1, 2]))
+        assert (ctx.rm.isr_shrinks, ctx.rm.isr_expands, ctx.rm.under_replicated_partitions()) == (1, 0, 1)
+        ctx.publish(m.PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, isr=[1, 2, 3]))
+        assert (ctx.rm.isr_shrinks, ctx.rm.isr_expands, ctx.rm.under_replicated_partitions()) == (1, 1, 0)
+        await ctx.close()
+    asyncio.run(main())
