@@ -197,8 +197,12 @@ class PartitionApis:
                                                     log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
                                                     error_message=None)
                 results[(ti, pi)] = resp
-                error, message = self._produce_one(name, topic_error, p, acks, version, body, now, resp,
-                                                   required, keys, (ti, pi))
+                try:
+                    error, message = self._produce_one(name, topic_error, p, acks, version, body, now, resp,
+                                                       required, keys, (ti, pi))
+                except Exception as exc:  # noqa: BLE001 - one partition's failure is its answer, not the connection's
+                    log.exception("produce to %s-%s failed", name, p.index)
+                    error, message = Errors.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
                 if error != Errors.NONE:
                     any_error = True
                     resp.error_code = int(error)
@@ -247,7 +251,9 @@ class PartitionApis:
                 err = Errors.UNKNOWN_TOPIC_ID
             return err, None
         try:
-            validated = validate_produce_records(p.records, topic_partition=str(tp),
+            # null records (the field is nullable) are an empty set: refused by the validator
+            records = p.records if p.records is not None else b""
+            validated = validate_produce_records(records, topic_partition=str(tp),
                                                  config=self._validation_config(name), now_ms=now,
                                                  produce_version=version)
         except ProduceValidationError as exc:

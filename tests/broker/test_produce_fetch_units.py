@@ -415,6 +415,8 @@ def test_produce_errors(tmp_path):
         assert _one_produce(_produce(ctx, "t", 0, _batch(40))[0]).error_code == Errors.MESSAGE_TOO_LARGE
         assert _one_produce(_produce(ctx, "t", 0, _batch(1) + _batch(1))[0]).error_code == Errors.INVALID_RECORD
         assert _one_produce(_produce(ctx, "t", 0, _batch(1), acks=2)[0]).error_code == Errors.INVALID_REQUIRED_ACKS
+        for garbage in (None, b"", b"xyz", _batch(2)[:-5]):  # null, empty, short, torn: refused, never a crash
+            assert _one_produce(_produce(ctx, "t", 0, garbage)[0]).error_code == Errors.INVALID_RECORD, garbage
         txn = build_batch([(None, b"x")], is_transactional=True, producer_id=7, producer_epoch=0, base_sequence=0)
         assert _one_produce(_produce(ctx, "t", 0, txn)[0]).error_code == Errors.INVALID_TXN_STATE
         # nothing was appended by any of them
