@@ -361,11 +361,16 @@ class PartitionApis:
                         err = Errors.UNKNOWN_TOPIC_ID
                     pd.error_code = int(err)
                     continue
-                limit = min(int(fp.partition_max_bytes), remaining)
+                limit = max(min(int(fp.partition_max_bytes), remaining), 0)
                 try:
                     n = self._read_partition(part, fp, pd, version, replica_id, limit, not got_data, now)
                 except PartitionError as exc:
                     pd.error_code = int(exc.error)
+                    continue
+                except Exception:  # noqa: BLE001 - this partition's answer, not the connection's
+                    log.exception("fetch of %s failed", tp)
+                    pd.error_code = int(Errors.UNKNOWN_SERVER_ERROR)
+                    pd.records = b""
                     continue
                 if n:
                     got_data = True
@@ -425,15 +430,17 @@ class PartitionApis:
         topics = []
         for t in body.topics:
             parts = []
-            seen: set[int] = set()
+            # Kafka: every occurrence of a partition asked twice is INVALID_REQUEST
+            counts: dict[int, int] = {}
+            for p in t.partitions:
+                counts[int(p.partition_index)] = counts.get(int(p.partition_index), 0) + 1
             for p in t.partitions:
                 r = _LR.ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=0, timestamp=-1,
                                                      offset=-1, leader_epoch=-1)
                 parts.append(r)
-                if p.partition_index in seen:
+                if counts[int(p.partition_index)] > 1:
                     r.error_code = int(Errors.INVALID_REQUEST)
                     continue
-                seen.add(p.partition_index)
                 try:
                     self._list_offset(TopicPartition(t.name, int(p.partition_index)), p, r, version, replica_id)
                 except PartitionError as exc:

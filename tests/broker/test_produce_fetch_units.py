@@ -813,3 +813,25 @@ def test_committed_isr_changes_are_counted_and_under_replication_reported(tmp_pa
         assert (ctx.rm.isr_shrinks, ctx.rm.isr_expands, ctx.rm.under_replicated_partitions()) == (1, 1, 0)
         await ctx.close()
     asyncio.run(main())
+
+
+def test_odd_fetch_and_list_offsets_inputs_get_answers(tmp_path):
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1], [1], 1))
+        _produce(ctx, "t", 0, _batch(3))
+        body = _fetch_body("t", 0, 0)
+        body.topics[0].partitions[0].partition_max_bytes = -5
+        part = _one(ctx.apis.handle_fetch(Answer(12), body))
+        assert part.error_code == 0 and len(list(iter_batches(part.records))) == 1  # at least one batch
+        assert _one(ctx.apis.handle_fetch(Answer(12), _fetch_body("t", 0, -1))).error_code == \
+            Errors.OFFSET_OUT_OF_RANGE
+        R = ListOffsetsRequest
+        def codes(*asks: tuple[int, int]) -> list[int]:
+            body = R(replica_id=-1, topics=[R.ListOffsetsTopic(name="t", partitions=[
+                R.ListOffsetsPartition(partition_index=p, timestamp=ts) for p, ts in asks])])
+            return [p.error_code for p in ctx.apis.handle_list_offsets(Answer(7), body).topics[0].partitions]
+        assert codes((0, -9)) == [Errors.INVALID_REQUEST]  # not a timestamp nor a special value
+        assert codes((0, -1), (0, -2)) == [Errors.INVALID_REQUEST] * 2  # a partition asked twice: both refused
+        await ctx.close()
+    asyncio.run(main())
