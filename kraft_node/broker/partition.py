@@ -161,6 +161,10 @@ class Partition:
             self.remote_replicas[r] = state or ReplicaState(r, last_caught_up_time_ms=now_ms if r in self.isr else 0,
                                                             last_fetch_time_ms=now_ms)
         if is_new:
+            if self.producer_state.map_end_offset() != self.log.log_end_offset:
+                # the follower's appends or truncations bypassed the producer state: rebuild it
+                # from the log before any client batch is checked against it
+                self.producer_state.rebuild(self.log)
             self.leader_epoch_start_offset = self.log.log_end_offset
             log.info("%s: leader with leader epoch %d, partition epoch %d, ISR %s, high watermark %d, log end "
                      "offset %d", self.topic_partition, self.leader_epoch, self.partition_epoch, list(self.isr),

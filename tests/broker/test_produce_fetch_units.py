@@ -835,3 +835,25 @@ def test_odd_fetch_and_list_offsets_inputs_get_answers(tmp_path):
         assert codes((0, -1), (0, -2)) == [Errors.INVALID_REQUEST] * 2  # a partition asked twice: both refused
         await ctx.close()
     asyncio.run(main())
+
+
+def test_a_follower_becoming_leader_knows_the_producers_it_replicated(tmp_path):
+    """The follower appended an idempotent producer's batches (as a fetcher does, straight into
+    the log); once it leads, a retry of the last batch is recognised and the next sequence
+    accepted: the producer state is rebuilt from the log when it lags behind it."""
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1, 2], [1, 2], 2, leader_epoch=1))
+        p = ctx.rm.get_partition(TopicPartition("t", 0))
+        replicated = build_batch([(None, b"a"), (None, b"b")], producer_id=9, producer_epoch=0, base_sequence=0,
+                                 partition_leader_epoch=1)
+        p.log.append_as_follower(replicated)
+        ctx.publish(m.PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=1))
+        assert p.is_leader
+        retry = build_batch([(None, b"a"), (None, b"b")], producer_id=9, producer_epoch=0, base_sequence=0)
+        r = _one_produce(_produce(ctx, "t", 0, retry)[0])
+        assert (r.error_code, r.base_offset) == (0, 0) and p.log.log_end_offset == 2
+        nxt = build_batch([(None, b"c")], producer_id=9, producer_epoch=0, base_sequence=2)
+        assert _one_produce(_produce(ctx, "t", 0, nxt)[0]).base_offset == 2
+        await ctx.close()
+    asyncio.run(main())
