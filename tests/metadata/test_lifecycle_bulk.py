@@ -264,3 +264,30 @@ def test_controlled_shutdown_shape_needs_no_builder() -> None:
         led = [r for r in got if r is not None and r.message.leader != -2]
         # every partition broker 0 led moves (to the next replica); before 3.6 every shrink names a leader
         assert len(led) == (30 if mv == "3.5-IV2" else 10)
+
+
+def test_min_isr_shared_lookup_keeps_a_topic_value() -> None:
+    """Within one write, topics without their own min.insync.replicas share one lookup (the
+    zone's fencing touches hundreds of topics a result); a topic with its own keeps it, in
+    either order."""
+    from support.replication import ReplicationControlTestContext
+
+    from kraft_node.metadata.controller.partition_changes import PartitionChangeOps
+    rc_ctx = ReplicationControlTestContext()
+    rc_ctx.register_brokers(0, 1, 2)
+    rc_ctx.unfence_brokers(0, 1, 2)
+    for name in ("a", "b", "c"):
+        rc_ctx.create_test_topic(name, [[0, 1, 2]])
+    rc_ctx.alter_topic_config("b", "min.insync.replicas", "2")
+    ops = PartitionChangeOps(rc_ctx.replication_control, rc_ctx.cluster_control, rc_ctx.configuration_control,
+                             rc_ctx.feature_control)
+    rc = rc_ctx.replication_control
+    topics = {n: rc.topic(rc.topic_id(n)) for n in ("a", "b", "c")}  # type: ignore[arg-type]
+    for order in (("a", "b", "c"), ("b", "c", "a")):
+        with ops.context.reading_once():
+            got = {n: ops.context.effective_min_isr(topics[n]) for n in order}  # type: ignore[arg-type]
+        assert got == {"a": 1, "b": 2, "c": 1}
+    rc_ctx.alter_topic_config("a", "min.insync.replicas", "3")
+    with ops.context.reading_once():
+        got = {n: ops.context.effective_min_isr(topics[n]) for n in ("c", "a", "b")}  # type: ignore[arg-type]
+    assert got == {"a": 3, "b": 2, "c": 1}
