@@ -88,11 +88,26 @@ def _records(ids: list[Uuid], changes: list[tuple[int, int, dict[str, Any]]], la
     return out
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_short_replay_one_by_one_leaves_the_general_state(scenario: Any) -> None:
+    """``_replay_simple_change`` (ISR/leader-only records one by one) against ``merge`` and
+    the general index upkeep."""
+    layout, changes = scenario
+    general, short, ids = _worlds(layout)
+    general.replication_control.fast_simple_changes = False
+    for r in _records(ids, changes, layout):
+        general.replication_control.replay(r, -1)
+        short.replication_control.replay(r, -1)
+    assert _state(short) == _state(general)
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_bulk_replay_leaves_the_one_by_one_state(scenario: Any) -> None:
     layout, changes = scenario
     one, bulk, ids = _worlds(layout)
+    one.replication_control.fast_simple_changes = False  # the reference: merge and the general upkeep
     records = _records(ids, changes, layout)
     for r in records:
         one.replication_control.replay(r, -1)

@@ -776,6 +776,10 @@ class ReplicationControlManager(TopicCreationMixin):
         self.imbalanced_partitions = TimelineHashSet(snapshot_registry)
         #: directory id -> DirectoryPartitions (the partitions with a replica there)
         self.directories_to_partitions = TimelineHashMap(snapshot_registry)
+        #: ISR/leader-only PartitionChangeRecords take the short replay (``_replay_simple_change``,
+        #: ``replay_partition_changes``); False: every record goes through ``merge`` and the
+        #: general index upkeep (the reference the tests compare the short paths with)
+        self.fast_simple_changes = True
         self._replayers: dict[int, Callable[[Any], None]] = {
             m.TopicRecord.API_KEY: self._replay_topic,
             m.PartitionRecord.API_KEY: self._replay_partition,
@@ -975,6 +979,9 @@ class ReplicationControlManager(TopicCreationMixin):
         if prev is None:
             raise ReplayError(f"Tried to create partition {record.topic_id}:{pid}, "
                               "but no partition with that id was found.")
+        if self.fast_simple_changes and _simple_change(record):
+            self._replay_simple_change(topic, pid, prev, record)
+            return
         new = prev.merge(record)
         self._put_partition(topic, pid, prev, new)
         if new.leader != prev.leader:
@@ -1013,7 +1020,8 @@ class ReplicationControlManager(TopicCreationMixin):
                 if record.API_KEY != key:
                     raise ReplayError(f"replay_partition_changes takes PartitionChangeRecords, "
                                       f"not {type(record).__name__}")
-                done = self._replay_simple_change_run(records, i) if _simple_change(record) else 0
+                done = (self._replay_simple_change_run(records, i)
+                        if self.fast_simple_changes and _simple_change(record) else 0)
                 if done:
                     i += done
                     continue
@@ -1030,6 +1038,8 @@ class ReplicationControlManager(TopicCreationMixin):
         does not fit the state (the one-by-one replay then reports it)."""
         first = records[start]
         topic_id = first.topic_id
+        if start + 1 >= len(records) or getattr(records[start + 1], "topic_id", None) != topic_id:
+            return 0  # a run of one (a zone's fencing: one partition per topic in a row) goes one by one
         topic: TopicControlInfo | None = self.topics_by_id.get(topic_id)
         if topic is None:
             return 0
@@ -1105,6 +1115,24 @@ class ReplicationControlManager(TopicCreationMixin):
             for k in range(start, j):
                 log.debug("Replayed partition change %r for topic %s", records[k], topic.name)
         return j - start
+
+    def _replay_simple_change(self, topic: TopicControlInfo, pid: int, prev: PartitionRegistration,
+                              record: Any) -> None:
+        """What ``_replay_partition_change`` does for a record that changes at most the ISR and
+        leader (a zone's fencing: one partition per topic in a row, so no bulk run): the ELR,
+        directory and reassignment indexes cannot change, and whether the partition is led by
+        its preferred replica only with the leader; the merge skips the dataclass checks."""
+        new = _merge_isr_leader(prev, record)
+        topic.parts.put(pid, new)
+        if new.elr and len(set(new.isr) | set(new.elr)) != len(new.isr) + len(new.elr):
+            log.error("%s-%d has overlapping ISR=%s and ELR=%s", topic.name, pid, _fmt(new.isr), _fmt(new.elr))
+        self.brokers_to_isrs.update(topic.topic_id, pid, prev.isr, new.isr, prev.leader, new.leader)
+        if new.leader != prev.leader:
+            self._count_election(prev, new)
+            self._track_preferred_leader(TopicIdPartition(topic.topic_id, pid), new)
+        if not PartitionRegistration.election_was_clean(new.leader, prev.isr) or log.isEnabledFor(logging.DEBUG):
+            self._log_change(f"{topic.name}-{pid} with topic ID {record.topic_id}", prev, new)
+            log.debug("Replayed partition change %r for topic %s", record, topic.name)
 
     def _count_election(self, prev: PartitionRegistration, new: PartitionRegistration) -> None:
         """Kafka's ControllerMetricsChanges.handlePartitionChange: a new leader not in the
