@@ -42,8 +42,10 @@ class Node:
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, cwd=REPO, env=env, text=True)
         threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
 
-    def wait_serving(self, timeout=15.0):
-        """Until the node accepts connections (its signal handlers are installed by then)."""
+    def wait_serving(self, timeout=40.0):
+        """Until the node accepts connections (its signal handlers are installed by then).
+        Six nodes started at once take ~2 s of CPU each to import and open their logs: 12-13 s
+        to listen on 2 cores at load 5, hence the 40 s bound."""
         import socket
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
