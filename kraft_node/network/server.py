@@ -2,7 +2,10 @@
 
 Per connection, requests are handled one at a time and answered in order, as
 Kafka's network processor does (it mutes a channel until its response is
-sent).  Handlers are looked up by API key and called as
+sent) -- except that read-ahead requests of :func:`pipelined` APIs (the
+controller's BrokerHeartbeat) are dispatched together; their answers still go
+out in request order.  Answers are handed to the transports once per loop
+iteration (several of a connection's answers in one write).  Handlers are looked up by API key and called as
 ``handler(RequestContext, request)``; a handler either
 
 * is ``async`` and returns the response (run as a task: simple, for rare APIs), or
