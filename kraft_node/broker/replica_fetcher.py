@@ -76,6 +76,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
 from kraft_node.broker.controller_channel import error_name
+from kraft_node.broker.log.producer_state import append_replicated_as_follower
 from kraft_node.metadata.image.topics import TopicPartition
 from kraft_node.network.client import ConnectionClosed, KafkaConnection, RequestTimeout
 from kraft_node.protocol.api_keys import API_INFO, UNSUPPORTED_VERSION
@@ -578,6 +579,7 @@ class ReplicaFetcher:
                         "been acknowledged, so the partition stops fetching until new metadata re-adds it")
                 log.info("%sTruncating partition %s to offset %d (%s)", self._prefix, tp, effective, why)
                 log_.truncate_to(offset)
+                _reload_producer_state(partition, log_)
             return True
         except TruncationBelowHighWatermark as exc:
             self._mark_failed(tp, str(exc))
@@ -754,7 +756,11 @@ class ReplicaFetcher:
             # whole batches only: a leader may cut the last one at the byte limit (KIP-74)
             whole = scan_batches(view, crc_mode=CRC_SKIP, allow_partial_tail=True).end
             if whole > 0:
-                info = log_.append_as_follower(view[:whole])
+                psm = getattr(partition, "producer_state", None)
+                # the producers' state follows the leader's batches (a follower that becomes leader
+                # deduplicates retries of what it replicated, Kafka's ProducerStateManager on followers)
+                info = (append_replicated_as_follower(log_, psm, view[:whole]) if psm is not None
+                        else log_.append_as_follower(view[:whole]))
                 appended, last_offset = whole, info.last_offset
         hw = min(int(pd.high_watermark), log_.log_end_offset)
         hw_moved = bool(partition.maybe_update_high_watermark_from_leader(hw)) if hw >= 0 else False
@@ -828,6 +834,7 @@ class ReplicaFetcher:
                             "leader's start offset %d because the local replica's end offset is smaller than the "
                             "current leader's start offsets.", self._prefix, tp, replica_end, leader_start)
                 log_.truncate_fully_and_start_at(leader_start)
+                _reload_producer_state(partition, log_)
                 partition.maybe_update_high_watermark_from_leader(leader_start)
             else:
                 log.info("%sReset fetch offset for partition %s from %d to the current local replica's end offset %d",
@@ -1051,6 +1058,15 @@ class ReplicaFetcherManager:
             for m in self._metrics:
                 self._registry.unregister(m)
             self._metrics = []
+
+
+def _reload_producer_state(partition: Any, log_: KafkaLog) -> None:
+    """After a follower's truncation: the producer state drops what the log no longer has and is
+    rebuilt from the log (Kafka's ``UnifiedLog.truncateTo`` -> ``rebuildProducerState``)."""
+    psm = getattr(partition, "producer_state", None)
+    if psm is not None:
+        psm.truncate_and_reload(log_.log_start_offset, log_.log_end_offset)
+        psm.rebuild(log_)
 
 
 def image_leader_endpoint(current_image: Callable[[], Any], listener: str) -> Callable[[int], tuple[str, int] | None]:

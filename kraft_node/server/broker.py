@@ -11,8 +11,10 @@ makes this broker the leader or a follower of its partitions from each published
 Produce, Fetch, ListOffsets and FindCoordinator are served from them
 (``kraft_node/broker/partition_apis.py``); InitProducerId hands out producer ids from blocks the
 controller grants (``kraft_node/broker/producer_ids.py``), for idempotent producers.
-Replication between brokers (the follower's fetchers, AlterPartition) plugs into the
-ReplicaManager's hooks (H5).
+Replication between brokers: a :class:`ReplicaFetcherManager` (one fetcher per leader, on the
+inter-broker listener) follows the partitions this broker follows, and the leaders' ISR changes
+go to the controller through the :class:`AlterPartitionManager`; both plug into the
+ReplicaManager's hooks (``wire_replication``) before the first image is applied.
 
 Start order (Kafka's ``BrokerServer.startup``, each wait bounded by
 ``initial.broker.registration.timeout.ms``):
@@ -46,6 +48,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kraft_node.broker.alter_partition_manager import AlterPartitionManager, partition_alter_callback
 from kraft_node.broker.apis import BrokerApis
 from kraft_node.broker.controller_channel import ControllerChannel
 from kraft_node.broker.forwarding import ForwardingManager
@@ -55,6 +58,12 @@ from kraft_node.broker.metadata_cache import KRaftMetadataCache
 from kraft_node.broker.partition_apis import PartitionApis
 from kraft_node.broker.producer_ids import RPCProducerIdManager, init_producer_id_handler
 from kraft_node.broker.registration_tracker import BrokerRegistrationTracker
+from kraft_node.broker.replica_fetcher import (
+    ReplicaFetcherConfig,
+    ReplicaFetcherManager,
+    image_leader_endpoint,
+    wire_replication,
+)
 from kraft_node.broker.replica_manager import ReplicaManager, ReplicaManagerPublisher
 from kraft_node.metadata.versions import supported_features
 from kraft_node.network import KafkaServer
@@ -111,6 +120,8 @@ class BrokerServer:
         self.replica_manager: ReplicaManager | None = None
         self.partition_apis: PartitionApis | None = None
         self.producer_ids: RPCProducerIdManager | None = None
+        self.fetchers: ReplicaFetcherManager | None = None
+        self.alter_partitions: AlterPartitionManager | None = None
 
     # ------------------------------------------------------------------ addresses
     def bound_port(self, listener: str) -> int | None:
@@ -164,6 +175,22 @@ class BrokerServer:
         self.log_manager = LogManager(cfg.log_dirs, broker_props=cfg.props)
         await asyncio.to_thread(self.log_manager.startup)
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager, props=cfg.props)
+
+        def broker_epoch() -> int:
+            return self.lifecycle.broker_epoch if self.lifecycle is not None else -1
+        # replication (before the first image: a Partition takes alter_partition when it is made)
+        inter_broker = cfg.inter_broker_listener_name or next(iter(self.servers))
+        self.fetchers = ReplicaFetcherManager(
+            broker_id=self.node_id, broker_epoch=broker_epoch, cluster_id=self.cluster_id, metrics=self._registry,
+            config=ReplicaFetcherConfig.from_properties(cfg.props, source=cfg.source),
+            ssl_context=cfg.listener_client_ssl_context(inter_broker),
+            leader_endpoint=image_leader_endpoint(self.metadata.cache.current_image, inter_broker))
+        alter_channel = ControllerChannel(self._active_controller, client_id=f"broker-{self.node_id}-alter-partition",
+                                          ssl_context=client_ssl)
+        self._channels.append(alter_channel)
+        self.alter_partitions = AlterPartitionManager(alter_channel, broker_id=self.node_id, broker_epoch=broker_epoch)
+        wire_replication(self.replica_manager, self.fetchers,
+                         partition_alter_callback(self.alter_partitions, broker_epoch=broker_epoch))
         self.metadata.loader.install_publishers([ReplicaManagerPublisher(self.replica_manager)])
         self.log_manager.start_background()
         self.replica_manager.start()
@@ -326,6 +353,12 @@ class BrokerServer:
             await self.forwarding.close()
         if self.producer_ids is not None:
             await self.producer_ids.close()
+        # the fetchers before the logs close (no append into a closed log), the AlterPartition
+        # manager before its channel
+        if self.fetchers is not None:
+            await self.fetchers.close()
+        if self.alter_partitions is not None:
+            await self.alter_partitions.close()
         for channel in self._channels:
             await channel.close()
         if self.replica_manager is not None:

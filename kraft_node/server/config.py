@@ -309,6 +309,27 @@ BROKER_KEYS = frozenset({"advertised.listeners", "inter.broker.listener.name", "
                          "broker.rack", "auto.create.topics.enable", "controlled.shutdown.enable",
                          "initial.broker.registration.timeout.ms"})
 
+#: The keys the broker's partitions read (issue 25): used on a node with the broker role only
+#: (a controller-only node told ``log.segment.bytes`` is warned that it does not use it).
+PARTITION_KEYS = frozenset({
+                         # kraft_node/broker/{log_manager,partition,replica_manager}.py, the
+                         # LogValidator's broker defaults and the producer state
+                         "min.insync.replicas", "message.max.bytes", "replica.lag.time.max.ms",
+                         "producer.id.expiration.ms", "producer.id.expiration.check.interval.ms",
+                         "log.segment.bytes", "log.roll.ms", "log.roll.hours", "log.roll.jitter.ms",
+                         "log.index.size.max.bytes", "log.index.interval.bytes",
+                         "log.retention.bytes", "log.retention.ms", "log.retention.minutes", "log.retention.hours",
+                         "log.flush.interval.messages", "log.flush.interval.ms",
+                         "log.flush.offset.checkpoint.interval.ms", "log.flush.start.offset.checkpoint.interval.ms",
+                         "replica.high.watermark.checkpoint.interval.ms", "log.flush.scheduler.interval.ms",
+                         "log.retention.check.interval.ms", "log.segment.delete.delay.ms",
+                         "log.message.timestamp.type", "log.message.timestamp.before.max.ms",
+                         "log.message.timestamp.after.max.ms", "log.cleanup.policy", "compression.type",
+                         # the replica fetchers (kraft_node/broker/replica_fetcher.py ReplicaFetcherConfig)
+                         "num.replica.fetchers", "replica.fetch.backoff.ms", "replica.fetch.max.bytes",
+                         "replica.fetch.response.max.bytes", "replica.fetch.wait.max.ms", "replica.fetch.min.bytes",
+                         "replica.socket.timeout.ms"})
+
 
 def parse_metrics_listener(props: dict[str, str], source: str = "config") -> tuple[str, int] | None:
     """``kraft.metrics.listener`` as ``(host, port)``, or None when unset or empty (no
@@ -490,6 +511,21 @@ class NodeConfig:
                 raise ConfigError(str(exc)) from None
         return self._tls[key]
 
+    def listener_client_ssl_context(self, listener: str):
+        """The ssl.SSLContext for connecting to other brokers on ``listener`` (the replica
+        fetchers on the inter-broker listener: that listener's truststore, keystore as client
+        certificate, hostname verification), or None when the listener is PLAINTEXT."""
+        if self.security_protocol(listener) != "SSL":
+            return None
+        key = ("client", listener)
+        if key not in self._tls:
+            from kraft_node.network.tls import TlsConfigError, client_context
+            try:
+                self._tls[key] = client_context(self.props, listener, self.source)
+            except TlsConfigError as exc:
+                raise ConfigError(str(exc)) from None
+        return self._tls[key]
+
     # ------------------------------------------------------------ unused keys
     def _ssl_listeners(self) -> set[str]:
         names = {e.name for e in self.listeners} | set(self.controller_listener_names[:1])
@@ -500,6 +536,8 @@ class NodeConfig:
         from kraft_node.network.tls import SSL_KEYS_USED
         if key in USED_KEYS or key.startswith("controller.quorum."):
             return True
+        if key in PARTITION_KEYS:
+            return self.is_broker
         ssl_listeners = self._ssl_listeners()
         if key in SSL_KEYS_USED:
             return bool(ssl_listeners)
@@ -527,7 +565,7 @@ class NodeConfig:
             m = _LISTENER_KEY.match(k)
             if k in known or (m and m.group(2) in known):
                 continue
-            close = difflib.get_close_matches(k, sorted(known | USED_KEYS), n=1, cutoff=0.85)
+            close = difflib.get_close_matches(k, sorted(known | USED_KEYS | PARTITION_KEYS), n=1, cutoff=0.85)
             if close:
                 lines.append(f"{self.source}: {k!r} is not a Kafka config; did you mean {close[0]!r}?")
         return lines
@@ -744,6 +782,13 @@ def _check_broker(cfg: NodeConfig, props: dict[str, str], source: str) -> None:
     cfg.advertised_listeners = advertised
     cfg.inter_broker_listener_name = ibl
     cfg.broker_settings = BrokerSettings.from_properties(props, source)
+    # the replica fetchers' settings, checked now (Kafka's cross-checks) rather than at start
+    from kraft_node.broker.replica_fetcher import ReplicaFetcherConfig, ReplicaFetcherConfigError
+    try:
+        ReplicaFetcherConfig.from_properties(props, source=source)
+    except ReplicaFetcherConfigError as exc:
+        text = str(exc)
+        raise ConfigError(text if text.startswith(f"{source}:") else f"{source}: {text}") from None
 
 
 def read_properties_file(path: str) -> dict[str, str]:

@@ -668,17 +668,16 @@ def test_config_keys_defaults_and_errors():
 
 # ------------------------------------------------------------------------------- end to end
 def test_rf3_on_three_in_process_brokers_replicates_shrinks_and_expands_the_isr(tmp_path):
-    """A controller and brokers 101-103 in one process, each broker wired as BrokerServer will be
-    (wire_replication: fetchers on the ReplicaManager's hooks, AlterPartition through its own
-    controller channel).  An RF 3 topic: acks=all produce to the leader completes because the
-    followers fetch (the high watermark is the ISR's minimum); the replicas end byte-identical.
-    A follower whose fetching stops leaves the ISR after replica.lag.time.max.ms (AlterPartition
-    committed by the controller: the image shows ISR 2); fetching again brings it back (ISR 3)."""
+    """A controller and brokers 101-103 in one process, each broker's replication wired by
+    BrokerServer itself (fetchers on the ReplicaManager's hooks, AlterPartition through its own
+    controller channel, replica.* settings from its config).  An RF 3 topic: acks=all produce to
+    the leader completes because the followers fetch (the high watermark is the ISR's minimum);
+    the replicas end byte-identical.  A follower whose fetching stops leaves the ISR after
+    replica.lag.time.max.ms (AlterPartition committed by the controller: the image shows ISR 2);
+    fetching again brings it back (ISR 3)."""
     from support.brokers import broker_port, cluster_with_brokers
 
-    from kraft_node.broker.alter_partition_manager import AlterPartitionManager, partition_alter_callback
-    from kraft_node.broker.controller_channel import ControllerChannel
-    from kraft_node.broker.replica_fetcher import image_leader_endpoint, wire_replication
+    from kraft_node.broker.alter_partition_manager import AlterPartitionManager
     from kraft_node.network import KafkaConnection
     from kraft_node.protocol.generated.create_topics import CreateTopicsRequest
     from kraft_node.protocol.generated.produce import ProduceRequest
@@ -686,16 +685,14 @@ def test_rf3_on_three_in_process_brokers_replicates_shrinks_and_expands_the_isr(
     from kraft_node.server.node import KraftNode
 
     paths = cluster_with_brokers(str(tmp_path), controllers=1, brokers=3,
-                                 broker_extra={"replica.lag.time.max.ms": "1500"})
-    config = ReplicaFetcherConfig(replica_fetch_wait_max_ms=100, replica_fetch_backoff_ms=200,
-                                  replica_lag_time_max_ms=1500)
+                                 broker_extra={"replica.lag.time.max.ms": "1500", "replica.fetch.wait.max.ms": "100",
+                                               "replica.fetch.backoff.ms": "200"})
     tp = TopicPartition("r", 0)
 
     async def go() -> None:
         nodes: dict[int, KraftNode] = {}
         fetchers: dict[int, ReplicaFetcherManager] = {}
         alters: list[AlterPartitionManager] = []
-        channels: list[ControllerChannel] = []
         try:
             for nid, path in sorted(paths.items()):
                 node = KraftNode.from_config(NodeConfig.from_file(path), controller=True)
@@ -703,17 +700,12 @@ def test_rf3_on_three_in_process_brokers_replicates_shrinks_and_expands_the_isr(
                 nodes[nid] = node
                 if node.broker is None:
                     continue
+                # BrokerServer wired them: fetchers on the ReplicaManager's hooks, AlterPartition
+                # through its own controller channel
                 b = node.broker
-
-                def epoch(b: Any = b) -> int:
-                    return int(b.lifecycle.broker_epoch)
-                fm = ReplicaFetcherManager(broker_id=nid, broker_epoch=epoch, config=config,
-                                           leader_endpoint=image_leader_endpoint(node.metadata.cache.current_image,
-                                                                                 "PLAINTEXT"))
-                channel = ControllerChannel(b._active_controller, client_id=f"broker-{nid}-alter-partition")
-                am = AlterPartitionManager(channel, broker_id=nid, broker_epoch=epoch)
-                wire_replication(b.replica_manager, fm, partition_alter_callback(am, broker_epoch=epoch))
-                fetchers[nid], channels, alters = fm, [*channels, channel], [*alters, am]
+                assert b.fetchers is not None and b.alter_partitions is not None
+                assert b.fetchers.config.replica_fetch_wait_max_ms == 100
+                fetchers[nid], alters = b.fetchers, [*alters, b.alter_partitions]
             ports = {nid: broker_port(paths[nid]) for nid in fetchers}
             conn = await KafkaConnection.open("127.0.0.1", ports[101], timeout=5)
             CT = CreateTopicsRequest
@@ -766,12 +758,6 @@ def test_rf3_on_three_in_process_brokers_replicates_shrinks_and_expands_the_isr(
             assert sum(a.requests_sent for a in alters) >= 2
             await lconn.close()
         finally:
-            for fm in fetchers.values():
-                await fm.close()
-            for am in alters:
-                await am.close()
-            for ch in channels:
-                await ch.close()
             for nid in sorted(nodes, reverse=True):
                 await asyncio.wait_for(nodes[nid].shutdown(5), 30)
     run(go, timeout=120)

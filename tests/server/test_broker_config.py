@@ -110,3 +110,19 @@ def test_a_controller_only_node_has_no_broker_side():
     cfg = NodeConfig.from_properties(props, "c.properties")
     assert not cfg.is_broker and cfg.broker_listeners == [] and cfg.advertised_listeners == []
     assert cfg.inter_broker_listener_name is None
+
+
+def test_partition_and_replica_fetcher_keys_are_used_by_brokers_only():
+    """The partitions' keys (log.segment.bytes, replica.fetch.*, ...) are read by a broker; a
+    controller-only node lists them as supplied but not used."""
+    props = {"log.segment.bytes": "1048576", "replica.fetch.max.bytes": "2097152", "min.insync.replicas": "2"}
+    assert config(**{k.replace(".", "_"): v for k, v in props.items()}).unused_keys() == []
+    controller = dict(BASE, **props, **{"process.roles": "controller", "listeners": "CONTROLLER://127.0.0.1:9093",
+                                        "controller.quorum.voters": "4@127.0.0.1:9093"})
+    assert NodeConfig.from_properties(controller, "c.properties").unused_keys() == sorted(props)
+
+
+def test_replica_fetcher_settings_are_checked_when_the_config_is_read():
+    with pytest.raises(ConfigError, match=r"^b.properties: replica.fetch.wait.max.ms should always be less than or "
+                                          r"equal to replica.lag.time.max.ms"):
+        config(replica_fetch_wait_max_ms="40000", replica_socket_timeout_ms="50000")
