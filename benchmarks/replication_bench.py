@@ -37,8 +37,11 @@ stale-broker task fenced it and the run timed a fencing, not a controlled shutdo
 ``zonal`` and ``shutdown`` also report each node's CPU seconds over the timed part (node 1,
 this process, first), the controller's busy time, and take ``--changes-per-result N`` (node
 1's bound on one lifecycle result), ``--builder-only`` (node 1 builds every lifecycle change
-with the PartitionChangeBuilder, not the bulk path of ``lifecycle_bulk.py``: the A/B of that
-path in the same minutes) and ``--profile FILE`` (cProfile of node 1 over the timed part).
+with the PartitionChangeBuilder, not the bulk path of ``lifecycle_bulk.py``, and replays every
+PartitionChangeRecord the general way: the A/B of those paths in the same minutes),
+``--bulk-replay`` (node 1 replays runs of PartitionChangeRecords with
+``replay_partition_changes`` where the controller does not wire it yet) and ``--profile FILE``
+(cProfile of node 1 over the timed part).
 
 Each prints one JSON document (setup with the load average before and after, the runs, the
 median of the headline).
@@ -278,6 +281,8 @@ async def run_zonal(args: argparse.Namespace, base: str) -> dict[str, Any]:
         ctl = node.controller.controller
         set_changes_per_result(ctl, args.changes_per_result)
         wire_bulk_replay(ctl, args.bulk_replay)
+        # --builder-only: node 1 as before the bulk paths (the general replay too)
+        ctl.replication_control.fast_simple_changes = not args.builder_only
         epochs, _ = await register_racked(ctl, args.brokers, args.racks)
         keeper = HeartbeatKeeper(ctl, epochs, list(range(args.brokers)), HEARTBEAT_MS / 2000)
         keeper.start()
@@ -335,6 +340,8 @@ async def run_shutdown(args: argparse.Namespace, base: str) -> dict[str, Any]:
         ctl = node.controller.controller
         set_changes_per_result(ctl, args.changes_per_result)
         wire_bulk_replay(ctl, args.bulk_replay)
+        # --builder-only: node 1 as before the bulk paths (the general replay too)
+        ctl.replication_control.fast_simple_changes = not args.builder_only
         epochs, _ = await register_racked(ctl, args.brokers, args.racks)
         victim = 0
         keeper = HeartbeatKeeper(ctl, epochs, list(range(args.brokers)), HEARTBEAT_MS / 2000)
@@ -421,7 +428,8 @@ def main(argv: list[str] | None = None) -> None:
                          "(replay_partition_changes) even where the controller does not wire it")
     ap.add_argument("--builder-only", action="store_true",
                     help="zonal, shutdown: node 1 builds every lifecycle change with the PartitionChangeBuilder "
-                         "(the path before the bulk one; an A/B in the same minutes)")
+                         "and replays every PartitionChangeRecord through merge and the general upkeep "
+                         "(the paths before the bulk ones; an A/B in the same minutes)")
     ap.add_argument("--profile", default=None, metavar="FILE",
                     help="zonal, shutdown: cProfile of node 1 over the timed part (the last run's) to FILE")
     args = ap.parse_args(argv)

@@ -63,6 +63,13 @@ meanwhile are caught, and a finished phase has looked at every partition at its 
 One step examines at most ``EXAMINE_FACTOR`` times the record budget, so a pass over
 partitions that need nothing is bounded per event too.
 
+How a step builds each partition's record: :mod:`.lifecycle_bulk` answers the common case
+("the ISR without B, a clean leader") without a PartitionChangeBuilder, the settings read once
+a step and who may lead cached by broker and directory; anything else (reassignments, ELR
+work, no clean leader left, unfencing) falls back to the builder, with the same record byte
+for byte.  On every controller, runs of such records of one topic are replayed in bulk
+(``ReplicationControlManager.replay_partition_changes``) and single ones by a short path.
+
 Soft state only: ``deactivate`` (renounce) drops every pending change, since the records
 they counted on are reverted with the registry.
 """

@@ -61,9 +61,12 @@ log = logging.getLogger("kraft.controller.replication")
 #: The most PartitionChangeRecords one broker lifecycle result (a fencing, a controlled shutdown,
 #: an unfencing, a registration's cleanup, an unregistration, offline directories) writes; the
 #: rest follow in later results (KAFKA-13858: a broker leading 10k partitions, or a zone going
-#: away, must not become one burst).  Building a change costs ~35-55 us here, so 200 keep one
-#: event near 7-10 ms (the snapshot generator's slice budget); with the 10 ms re-run of a task
-#: that has more to do, 10k changes take 50 events, about 0.9 s (Kafka: one 10k-record result).
+#: away, must not become one burst).  Building and replaying a change cost ~35-55 us with the
+#: PartitionChangeBuilder; the bulk path (``lifecycle_bulk.py``, ``replay_partition_changes``) cut
+#: that to ~15 us in process, but on the loaded 3-node benchmark the longest event stayed at
+#: 80-190 ms either way (the loader's replay and Raft I/O share the loop), and 500 a result was
+#: inconclusive (benchmarks/results/s16/controller_bulk.md), so the bound stays at 200 (Kafka:
+#: one unbounded result, split into 10k-record batches).
 MAX_PARTITION_CHANGES_PER_RESULT = 200
 
 
