@@ -152,3 +152,25 @@ def test_a_record_that_does_not_fit_is_named_with_the_ones_before_applied() -> N
         bulk.replication_control.replay_partition_changes([records[4], m.PartitionChangeRecord(
             topic_id=Uuid.from_string("AAAAAAAAAAAAAAAAAAAAAQ"), partition_id=0, isr=[1], leader=1)])
     assert info.value.index == 1
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.permutations(BROKERS), st.integers(1, 5), st.data())
+def test_merge_of_an_isr_leader_change_equals_the_general_merge(order: list[int], rf: int, data: Any) -> None:
+    """``PartitionRegistration.merge``'s short way (ISR and leader only) against ``merge_general``."""
+    from kraft_node.metadata.controller.replication_control import (
+        DirectoryId,
+        LeaderRecoveryState,
+        PartitionRegistration,
+    )
+    replicas = tuple(order[:rf])
+    dirs = data.draw(st.sampled_from([DirectoryId.migrating_tuple(rf), tuple(Uuid((7 << 64) | r) for r in replicas)]))
+    isr = tuple(r for r in replicas if data.draw(st.booleans()))
+    prev = PartitionRegistration(replicas, dirs, isr, (), (), data.draw(st.sampled_from(list(isr) + [NO_LEADER])),
+                                 data.draw(st.sampled_from(list(LeaderRecoveryState))), data.draw(st.integers(0, 9)),
+                                 data.draw(st.integers(0, 9)), elr=tuple(r for r in replicas if r not in isr)[:1])
+    fields: dict[str, Any] = {"leader": data.draw(st.sampled_from([NO_LEADER_CHANGE, NO_LEADER, *replicas]))}
+    if data.draw(st.booleans()):
+        fields["isr"] = [r for r in replicas if data.draw(st.booleans())]
+    change = m.PartitionChangeRecord(topic_id=Uuid((1 << 64) | 5), partition_id=0, **fields)
+    assert prev.merge(change) == prev.merge_general(change)

@@ -273,7 +273,17 @@ class PartitionRegistration:
         Unset (null) fields keep their value; a leader of ``NO_LEADER_CHANGE`` keeps the
         leader and its epoch, any other leader (``NO_LEADER`` included) replaces it and bumps
         the leader epoch; the partition epoch always bumps.
+
+        A change of the ISR and leader only (a broker lifecycle change's record, replayed by
+        every controller and every node's loader) is merged without the dataclass checks,
+        which only the other fields could fail; :meth:`merge_general` is the one way for all.
         """
+        if _simple_change(change):
+            return _merge_isr_leader(self, change)
+        return self.merge_general(change)
+
+    def merge_general(self, change: Any) -> "PartitionRegistration":
+        """:meth:`merge` through the dataclass constructor, for any change."""
         replicas = self.replicas if change.replicas is None else tuple(change.replicas)
         if change.directories is None:
             directories = self.directories
@@ -982,7 +992,7 @@ class ReplicationControlManager(TopicCreationMixin):
         if self.fast_simple_changes and _simple_change(record):
             self._replay_simple_change(topic, pid, prev, record)
             return
-        new = prev.merge(record)
+        new = prev.merge(record) if self.fast_simple_changes else prev.merge_general(record)
         self._put_partition(topic, pid, prev, new)
         if new.leader != prev.leader:
             self._count_election(prev, new)
