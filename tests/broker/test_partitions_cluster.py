@@ -21,17 +21,15 @@ wait has a deadline; every process this module started is killed at the end.
 """
 from __future__ import annotations
 
-import os
+import re
 import signal
 import time
 
 import pytest
 from support.broker_cluster import BrokerCluster, ServerProcess, metadata, run, wait_until
+from support.partition_logs import read_partition_log
 
 from kraft_node.protocol.errors import Errors
-from kraft_storage.log.log import KafkaLog
-from kraft_storage.record.batch import iter_batches
-from kraft_storage.record.columns import decode_records
 
 kafka = pytest.importorskip("kafka")
 from kafka.admin import KafkaAdminClient, NewTopic  # noqa: E402
@@ -150,22 +148,6 @@ def assert_read_back(got: dict[int, list[tuple[int, bytes]]], sent: dict[int, li
         offsets = [o for o, _ in got[p]]
         assert offsets == list(range(len(offsets))), f"partition {p}: offsets {offsets[:20]}..."
         assert sorted(records) == got[p], f"partition {p}: read back differs from the acknowledged records"
-
-
-def read_partition_log(node: ServerProcess, topic: str, partition: int) -> tuple[bytes, list[bytes], list[int]]:
-    """The stopped broker's partition log: its raw batches, the record values, the batches' leader
-    epochs (opened with kraft_storage; closed cleanly again)."""
-    (log_dir,) = node.cfg.log_dirs
-    raw = bytearray()
-    with KafkaLog.open(os.path.join(log_dir, f"{topic}-{partition}"), create=False) as log:
-        offset = log.log_start_offset
-        while offset < log.log_end_offset:
-            data = log.read_bytes(offset, 1 << 20)
-            raw += data
-            offset = list(iter_batches(data))[-1].next_offset
-    values = [v or b"" for v in decode_records(bytes(raw)).values()]
-    epochs = [b.partition_leader_epoch for b in iter_batches(bytes(raw))]
-    return bytes(raw), values, epochs
 
 
 # ------------------------------------------------------------------ round trip with real clients
@@ -330,23 +312,27 @@ def test_old_leader_truncates_its_divergent_tail_after_an_unclean_election(clust
         produce(b, new, "all")
         a.start()
         a.wait_started(90)
+        # its log still ends with the tail (150 records), the leader's epoch 0 ends at 100
+        wait_until(lambda: re.search(r"Truncating partition trunc-0 to offset 100\b", a.log()), BOUND_S,
+                   f"{a} truncating its divergent tail")
         wait_until(lambda: partition_states(other.port, "trunc")[0][2] == sorted([a.id, b.id]), BOUND_S,
                    f"{a} back in the ISR after truncating")
         assert a.stop(30) == 0, a.stderr_tail()
-        raw_a, values_a, epochs_a = read_partition_log(a, "trunc", 0)
+        log_a = read_partition_log(a.cfg.log_dirs[0], "trunc", 0)
     finally:
         resume(b)
         ensure_all_running(c)
-    assert values_a == base + new, (values_a[:3], values_a[95:110])
-    assert max(epochs_a) > min(epochs_a), f"the new leader's batches carry a later leader epoch: {epochs_a}"
+    assert log_a.values == base + new, (log_a.values[:3], log_a.values[95:110])
+    assert log_a.offsets == list(range(len(base) + len(new)))
+    epochs = [e for _, _, e in log_a.batches]
+    assert epochs == sorted(epochs) and epochs[-1] > epochs[0], f"the new leader's batches carry its epoch: {epochs}"
     # byte for byte the new leader's history, as it serves it to a consumer
     got = kp_consume(c.bootstrap(b), "trunc", {0: len(base) + len(new)})
     assert [v for _, v in got[0]] == base + new
     a.stop(30)
     b.stop(30)
     try:
-        raw_b, values_b, _ = read_partition_log(b, "trunc", 0)
+        log_b = read_partition_log(b.cfg.log_dirs[0], "trunc", 0)
     finally:
         ensure_all_running(c)
-    assert values_b == values_a
-    assert raw_b[:len(raw_a)] == raw_a and len(raw_b) == len(raw_a)
+    assert log_b.raw == log_a.raw, "the replicas' logs differ"
