@@ -44,27 +44,35 @@ _TIME = struct.Struct(">qi")
 
 
 def reserve_space(fd: int, offset: int, length: int, path: StrPath, what: str) -> None:
-    """Grow a file with its blocks allocated (``posix_fallocate``), so that writing
-    through an mmap of it can never hit a full device: a page that cannot be
-    allocated on a store through a mapping is a SIGBUS, which kills the process
-    without a word (issue 19: a restart on a full tmpfs died with rc 135).  A full
-    device here is a :class:`DiskFullError` instead.  Where the file system cannot
-    preallocate (EOPNOTSUPP/EINVAL), fall back to ``ftruncate`` (sparse, as Kafka's
-    ``RandomAccessFile.setLength``)."""
+    """Allocate the blocks of ``[offset, offset + length)`` (``posix_fallocate``; the file
+    grows if that range ends past it), so that writing there through an mmap can never hit
+    a full device: a page that cannot be allocated on a store through a mapping is a SIGBUS,
+    which kills the process without a word (issue 19: a restart on a full tmpfs died with
+    rc 135).  A full device here is a :class:`DiskFullError` instead, and the file keeps the
+    size it had.  Where the file system cannot preallocate (EOPNOTSUPP/EINVAL), fall back to
+    ``ftruncate`` up to the range's end (sparse, as Kafka's ``RandomAccessFile.setLength``;
+    never shorter than it was)."""
+    before = os.fstat(fd).st_size
     try:
         os.posix_fallocate(fd, offset, length)
     except OSError as exc:
         err = disk_full(exc, path, what)
         if err is not None:
             try:  # leave the file as it was (a failed fallocate may have grown it)
-                if os.fstat(fd).st_size != offset:
-                    os.ftruncate(fd, offset)
+                if os.fstat(fd).st_size != before:
+                    os.ftruncate(fd, before)
             except OSError:
                 pass
             raise err from exc
         if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             raise
-        os.ftruncate(fd, offset + length)
+        if offset + length > before:
+            os.ftruncate(fd, offset + length)
+
+
+#: Blocks of an index are reserved this many bytes at a time ahead of its writes (see
+#: :meth:`_MappedIndex.reserve_entries`).
+RESERVE_CHUNK = 64 * 1024
 
 
 class IndexCorrupt(Exception):
@@ -94,6 +102,9 @@ class _MappedIndex:
         #: the file was not a whole number of entries when opened (Kafka: corrupt)
         self.misaligned = length % self.entry_size != 0
         self._mm: mmap.mmap | None = None
+        #: bytes from the start of the file whose blocks are allocated: an entry is only written
+        #: below this (reserve_entries), so a store through the map never faults on a full device
+        self._reserved = 0
         self._dirty = False
         self._s = _k.IndexSearcher(None, base_offset, self.kind, 0)
         self.lookup_exact = None
@@ -122,9 +133,16 @@ class _MappedIndex:
         if self.writable and resize_file:
             size = os.fstat(self._fd).st_size
             if length > size:
-                reserve_space(self._fd, size, length - size, self.path, "reserving index space")
+                # the file gets its whole length sparse (Kafka's RandomAccessFile.setLength: a
+                # 10 MiB index costs nothing until written); blocks are reserved in chunks ahead
+                # of the writes, so thousands of partition logs do not each hold 20 MiB of disk
+                os.ftruncate(self._fd, length)
+                self._reserved = min(self._reserved, size)
             elif length < size:
                 os.ftruncate(self._fd, length)
+                self._reserved = min(self._reserved, length)
+            # what is already there (the entries of an existing file) was written: allocated
+            self._reserved = max(self._reserved, min(n * self.entry_size, length))
         if length > 0:
             access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
             self._mm = mmap.mmap(self._fd, length, access=access)
@@ -173,9 +191,24 @@ class _MappedIndex:
         self._set_entries(0)
         self.misaligned = False
 
+    def reserve_entries(self, n: int) -> None:
+        """Allocate the blocks of the first ``n`` entries (and up to :data:`RESERVE_CHUNK` bytes
+        beyond) before they are written through the map: a page that cannot be allocated on a
+        store through a mapping is a SIGBUS that kills the process without a word (issue 19),
+        while here a full device is a :class:`DiskFullError` naming the file.  The native
+        appender writes entries straight into the map, so the segment reserves room for one
+        entry per batch before it calls it."""
+        need = min(n, self._s.capacity) * self.entry_size
+        if need <= self._reserved or self._fd < 0:
+            return
+        end = min(max(need, self._reserved + RESERVE_CHUNK), self._s.capacity * self.entry_size)
+        reserve_space(self._fd, self._reserved, end - self._reserved, self.path, "reserving index space")
+        self._reserved = end
+
     def _write(self, slot: int, data: bytes) -> None:
         if slot >= self._s.capacity:
             raise ValueError(f"{self.path}: index is full ({self._s.capacity} entries)")
+        self.reserve_entries(slot + 1)
         self._mm[slot * self.entry_size:(slot + 1) * self.entry_size] = data  # type: ignore[index]  # capacity > slot: mapped
 
     def _write_many(self, arr: np.ndarray) -> None:
@@ -183,6 +216,7 @@ class _MappedIndex:
         k = len(arr)
         if n + k > self._s.capacity:
             raise ValueError(f"{self.path}: index is full ({self._s.capacity} entries)")
+        self.reserve_entries(n + k)
         self._mm[n * self.entry_size:(n + k) * self.entry_size] = arr.tobytes()  # type: ignore[index]  # capacity > n: mapped
         self._set_entries(n + k)
 

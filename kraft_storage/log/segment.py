@@ -258,6 +258,10 @@ class LogSegment:
         oi, ti = self.offset_index, self.time_index
         os_, ts_ = oi._s, ti._s
         o_n, t_n = os_.n, ts_.n
+        # the appender stores at most one entry per batch straight into the maps: their blocks
+        # are allocated first (a full device is a DiskFullError here, never a SIGBUS there)
+        oi.reserve_entries(o_n + ap.batches)
+        ti.reserve_entries(t_n + ap.batches)
         try:  # (free in CPython 3.11+ unless it raises)
             no, nt, self.bytes_since_last_index_entry, self.max_timestamp_so_far, self.offset_of_max_timestamp = \
                 ap.write(self.handle.fd, start, self.base_offset, self.index_interval_bytes,
@@ -511,10 +515,16 @@ class LogSegment:
         fd = self.handle.fd
         file_size = os.fstat(fd).st_size
         self.generation += 1
-        self.offset_index.reset()
-        self.time_index.reset()
         self.offset_index.resize(self.max_index_size)
         self.time_index.resize(self.max_index_size)
+        # blocks for every entry the rebuild could write (at most one per batch of >= 61 bytes,
+        # plus the final time entry) before the old entries are dropped: on a full device the
+        # open fails here with the indexes as they were (KafkaLog.open trims them back)
+        bound = file_size // 61 + 2
+        self.offset_index.reserve_entries(bound)
+        self.time_index.reserve_entries(bound)
+        self.offset_index.reset()
+        self.time_index.reset()
         self.bytes_since_last_index_entry = 0
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp = self.base_offset

@@ -81,31 +81,71 @@ def test_append_on_a_full_device(tmpfs):
     log.close()
 
 
-def test_roll_on_a_full_device_changes_nothing(tmpfs):
+def test_roll_then_append_on_a_full_device_changes_nothing(tmpfs):
+    """A roll on a full device either fails naming the device and changes nothing, or makes the
+    new segment with sparse indexes (Kafka's setLength: no blocks yet); the append that would
+    need blocks then fails with DiskFullError and leaves the log as it was."""
     d = tmpfs / "t-0"
     log = KafkaLog.open(d, CFG)
     log.append_as_leader(batch(), 1)
     fill(tmpfs)
     before = sorted(os.listdir(d))
-    with pytest.raises(DiskFullError) as ei:
+    end = log.log_end_offset
+    try:
         log.roll()
+    except DiskFullError as exc:
+        assert_disk_full(exc, d)
+        assert sorted(os.listdir(d)) == before and len(log.segments) == 1
+    sizes = {n: os.path.getsize(d / n) for n in os.listdir(d)}
+    with pytest.raises(DiskFullError) as ei:
+        log.append_as_leader(batch(), 1)
     assert_disk_full(ei.value, d)
-    assert sorted(os.listdir(d)) == before and len(log.segments) == 1
+    assert log.log_end_offset == end
+    assert {n: os.path.getsize(d / n) for n in os.listdir(d)} == sizes
     os.unlink(tmpfs / "filler")
     log.append_as_leader(batch(), 1)  # the active segment is still whole and active
     log.roll()
     log.append_as_leader(batch(), 1)
-    assert [s.base_offset for s in log.segments] == [0, 6]
+    assert log.log_end_offset == end + 6
+    log.close()
+
+
+def test_indexes_hold_blocks_only_for_what_is_written(tmpfs):
+    """An index file has its whole length (sparse) but blocks only for the entries written and
+    one reservation chunk ahead: thousands of partition logs do not each hold 20 MiB."""
+    from kraft_storage.log.index import RESERVE_CHUNK
+    d = tmpfs / "t-0"
+    log = KafkaLog.open(d, CFG.replace(segment_index_bytes=10 << 20))
+    log.append_as_leader(batch(), 1)
+    for name in ("00000000000000000000.index", "00000000000000000000.timeindex"):
+        st = os.stat(d / name)
+        assert st.st_size >= (10 << 20) - 12
+        assert st.st_blocks * 512 <= 2 * RESERVE_CHUNK, (name, st.st_blocks)
     log.close()
 
 
 def test_open_of_a_new_log_on_a_full_device(tmpfs):
+    """The open makes the segment with sparse indexes (as Kafka: no blocks yet) or fails
+    leaving no segment behind; the first append then fails naming the device, and writes no
+    partial batch."""
     fill(tmpfs, leave=8192)
     d = tmpfs / "t-0"
+    try:
+        log = KafkaLog.open(d, CFG)
+    except DiskFullError as exc:
+        assert_disk_full(exc, d)
+        assert os.listdir(d) == []  # the failed open left no segment behind
+        return
     with pytest.raises(DiskFullError) as ei:
-        KafkaLog.open(d, CFG)
+        for _ in range(200):
+            log.append_as_leader(batch(50, b"v" * 100), 1)
     assert_disk_full(ei.value, d)
-    assert os.listdir(d) == []  # the failed open left no segment behind
+    end = log.log_end_offset
+    log.close()
+    os.unlink(tmpfs / "filler")
+    log = KafkaLog.open(d, CFG)
+    assert log.log_end_offset == end and log.load_report.clean_shutdown
+    log.close()
 
 
 def test_checkpoint_write_on_a_full_device(tmpfs):
@@ -149,11 +189,15 @@ RESTART = textwrap.dedent("""
     from kraft_storage.record import build_batch
     try:
         log = KafkaLog.open(sys.argv[1], LogConfig(segment_index_bytes=256 << 10, index_interval_bytes=0))
+    except KraftStorageError as exc:
+        print("open failed:", exc)
+        sys.exit(3)
+    try:
         for _ in range(50):
             log.append_as_leader(build_batch([(None, b"v")], timestamp=1), 1)
         log.close()
     except KraftStorageError as exc:
-        print(exc)
+        print("append failed:", exc)
         sys.exit(3)
     print("opened")
 """)
@@ -177,8 +221,18 @@ def test_restart_on_a_full_device_is_an_error_not_a_sigbus(tmpfs, clean):
                        timeout=120, check=False)
     assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)  # -7 would be SIGBUS
     assert "No space left on device" in r.stdout and str(d) in r.stdout
-    assert {n: (d / n).read_bytes() for n in os.listdir(d)} == before  # the failed restart changed nothing
+    if not clean:
+        # the rebuild's blocks are reserved before the old entries are dropped: the failed
+        # restart changed nothing
+        assert r.stdout.startswith("open failed"), r.stdout
+        assert {n: (d / n).read_bytes() for n in os.listdir(d)} == before
+    else:
+        # a clean restart needs no new blocks (the indexes grow sparse, as Kafka's): the first
+        # append is what fails, and it writes nothing
+        assert r.stdout.startswith("append failed"), r.stdout
+        assert (d / "00000000000000000000.log").read_bytes() == before["00000000000000000000.log"]
     os.unlink(tmpfs / "filler")
     log = KafkaLog.open(d, CFG)
-    assert log.load_report.clean_shutdown == clean and log.log_end_offset == 100
+    assert log.log_end_offset == 100
+    assert not log.load_report.clean_shutdown  # the restarted process died without a close
     log.close()
