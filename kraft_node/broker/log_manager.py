@@ -24,10 +24,11 @@ atomically (``atomic_write``: temp file, fsync, rename, fsync of the directory),
 
 Placement: a new log goes to the log dir holding the fewest partition directories (Kafka's
 ``nextLogDirs`` without the JBOD directory assignment: the controller's directory for the
-replica is not consulted yet).  Disk: an open log reserves ``2 x segment.index.bytes`` (20 MiB at
-Kafka's default) for its two indexes (kraft_storage allocates index space before mapping it, so
-that a full device is an error, not a SIGBUS); a new log is refused when it would leave its log
-dir with less than :data:`MIN_FREE_BYTES` free.  Creating one costs four fsyncs (the directory,
+replica is not consulted yet).  Disk: a log's index files have their whole length sparse, as
+Kafka's, and kraft_storage allocates their blocks 64 KiB ahead of the writes (a full device is a
+DiskFullError naming the file, never a SIGBUS), so an open log costs no disk beyond what it
+holds; a log that cannot be created (a full device) is named in the log and retried with the next
+delta that touches it.  Creating one costs four fsyncs (the directory,
 the first segment, ``partition.metadata``): the ReplicaManager opens new logs in worker threads,
 in parallel.
 
@@ -48,7 +49,6 @@ directories (``shutil.rmtree`` in a worker thread).
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import re
@@ -60,7 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kraft_node.metadata.image.topics import TopicPartition
-from kraft_storage.errors import DiskFullError, KraftStorageError
+from kraft_storage.errors import KraftStorageError
 from kraft_storage.fileio import atomic_write, fsync_dir
 from kraft_storage.log.checkpoint import CheckpointFileError, format_checkpoint, parse_checkpoint
 from kraft_storage.log.config import LONG_MAX, LogConfig
@@ -118,8 +118,6 @@ UNSUPPORTED_TOPIC_CONFIGS = {
 
 #: threads that open (at start) and close (at shutdown) the partition logs: their fsyncs overlap
 OPEN_THREADS = 16
-#: A new partition log is refused when its log dir would be left with less free space than this.
-MIN_FREE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -393,9 +391,7 @@ class LogManager:
     def prepare_log(self, tp: TopicPartition, topic_id: bytes, overrides: Mapping[str, str]) -> "LogPlan":
         """On the loop: the existing log of ``tp`` (its ``partition.metadata`` completed), or where a
         new one goes.  A log whose ``partition.metadata`` names another topic id is refused: it
-        belongs to a deleted topic of the same name (Kafka's InconsistentTopicIdException); so is a
-        new log when its log dir would be left with less than :data:`MIN_FREE_BYTES` free (a
-        partition log reserves ``2 x segment.index.bytes`` of disk for its indexes while open)."""
+        belongs to a deleted topic of the same name (Kafka's InconsistentTopicIdException)."""
         if tp in self.failed:
             raise RuntimeError(f"the log of {tp} could not be loaded at start ({self.failed[tp]}); repair it "
                                "with kraft-storage and restart the broker")
@@ -413,16 +409,6 @@ class LogManager:
                 existing.config = config
             return LogPlan(tp, topic_id, existing.directory, self._dir_of[tp], config, existing)
         d = self._next_log_dir()
-        need = 2 * config.segment_index_bytes
-        try:
-            st = os.statvfs(d)
-            free = st.f_bavail * st.f_frsize
-        except OSError:
-            free = None
-        if free is not None and free - need < MIN_FREE_BYTES:
-            raise DiskFullError(d, f"creating the log of {tp}: {free} bytes free, and a new log reserves {need} for "
-                                   f"its indexes (2 x segment.index.bytes); kraft keeps at least {MIN_FREE_BYTES} "
-                                   "bytes free", errno.ENOSPC)
         self._dir_of[tp] = d  # counted by _next_log_dir from now on
         return LogPlan(tp, topic_id, os.path.join(d, f"{tp.topic}-{tp.partition}"), d, config, None)
 

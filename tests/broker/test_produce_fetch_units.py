@@ -4,6 +4,7 @@ ReplicaManagerTest) and the Produce/Fetch/ListOffsets handlers' per-partition an
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import uuid
 
@@ -767,20 +768,25 @@ def test_parked_follower_fetch_answers_on_append(tmp_path, caplog):
     asyncio.run(main())
 
 
-def test_a_new_log_is_refused_when_its_dir_would_run_out_of_space(tmp_path, monkeypatch, caplog):
-    """A new log reserves 2 x segment.index.bytes for its indexes: one that would leave the log
-    dir with less than MIN_FREE_BYTES free is refused (named, logged), not created."""
+def test_a_log_that_cannot_be_created_is_named_and_retried_by_a_later_delta(tmp_path, monkeypatch, caplog):
+    """A full device when a new log is created: the partition is not made (named, logged), no
+    directory is left, and the next delta touching the partition tries again."""
     import kraft_node.broker.log_manager as lm
+    from kraft_storage.errors import DiskFullError
+
+    real_open = lm.KafkaLog.open
+
+    def full(path, *a, **kw):
+        raise DiskFullError(os.path.dirname(str(path)), f"creating {path}", errno.ENOSPC)
 
     async def main():
         ctx = Ctx(tmp_path)
-        st = os.statvfs(ctx.dir)
-        monkeypatch.setattr(lm, "MIN_FREE_BYTES", st.f_bavail * st.f_frsize)  # nothing to spare
+        monkeypatch.setattr(lm.KafkaLog, "open", full)
         ctx.create("t", _partition_record(0, [1], [1], 1))
         assert ctx.rm.get_partition(TopicPartition("t", 0)) is None
-        assert "could not open or create the log of t-0" in caplog.text and "reserves" in caplog.text
+        assert "could not open or create the log of t-0" in caplog.text and "No space left" in caplog.text
         assert "t-0" not in os.listdir(ctx.dir)
-        monkeypatch.setattr(lm, "MIN_FREE_BYTES", 0)
+        monkeypatch.setattr(lm.KafkaLog, "open", real_open)
         ctx.publish(m.PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=1))  # a later delta retries
         assert ctx.rm.get_partition(TopicPartition("t", 0)) is not None
         await ctx.close()
