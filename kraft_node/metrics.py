@@ -48,6 +48,7 @@ reads of timeline collections).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import math
 import re
@@ -56,8 +57,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.utils import floatToGoString
 from prometheus_client.registry import Collector
 
 from kraft_storage.log.log import RECOVERY_COUNTERS
@@ -138,6 +140,14 @@ class MetricsRegistry:
                   buckets: Iterable[float] = MS_BUCKETS) -> Histogram:
         """A histogram (``_bucket``, ``_sum``, ``_count``); the default buckets are in ms."""
         return Histogram(metric_name(domain, type_, name), doc, registry=self.registry, buckets=tuple(buckets))
+
+    def loop_histogram(self, domain: str, type_: str, name: str, doc: str,
+                       buckets: Iterable[float] = MS_BUCKETS) -> LoopHistogram:
+        """A histogram observed from one thread only (an event loop): no lock, ~5x cheaper per
+        observation than ``histogram`` (the controller observes two per event)."""
+        h = LoopHistogram(metric_name(domain, type_, name), doc, buckets)
+        self.registry.register(h)
+        return h
 
     def register(self, collector: Collector) -> None:
         """Add a custom collector (its ``collect()`` runs at scrape time)."""
@@ -253,6 +263,37 @@ def _guarded(name: str, fn: Callable[[], float]) -> Callable[[], float]:
     return read
 
 
+class LoopHistogram(Collector):
+    """A histogram for one thread's observations (the controller's event loop observes the
+    queue and processing time of every event): bucket counts in a list, no lock, exposed as
+    Prometheus' histogram (``_bucket`` with cumulative ``le`` counts, ``_sum``, ``_count``) at
+    scrape time.  A scrape from another thread may see one observation's count and sum
+    apart; never a torn value.  Semantics of ``le`` as prometheus_client's: a value equal to a
+    bound counts in that bucket."""
+
+    def __init__(self, name: str, doc: str, buckets: Iterable[float] = MS_BUCKETS) -> None:
+        bounds = sorted(float(b) for b in buckets if not math.isinf(b))
+        self._name, self._doc = name, doc
+        self._bounds = tuple(bounds)
+        self._counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf)
+        self._sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self._counts[bisect.bisect_left(self._bounds, value)] += 1
+        self._sum += value
+
+    def describe(self) -> Iterator[HistogramMetricFamily]:
+        yield HistogramMetricFamily(self._name, self._doc)
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        counts = list(self._counts)
+        total, cumulative = 0, []
+        for bound, c in zip((*self._bounds, math.inf), counts):
+            total += c
+            cumulative.append((floatToGoString(bound), total))
+        yield HistogramMetricFamily(self._name, self._doc, buckets=cumulative, sum_value=self._sum)
+
+
 class _CallbackCounter(Collector):
     def __init__(self, name: str, doc: str, fn: Callable[[], float]) -> None:
         self._name, self._doc, self._read = name, doc, _guarded(name, fn)
@@ -320,9 +361,9 @@ class ControllerMetrics:
             kc("ActiveBrokerCount", "Registered brokers that are not fenced", lambda: self._active_brokers()),
             kc("FencedBrokerCount", "Registered brokers that are fenced", lambda: self._fenced_brokers()),
         ]
-        self._event_queue_time = registry.histogram(
+        self._event_queue_time = registry.loop_histogram(
             _CONTROLLER, _EVENT_MANAGER, "EventQueueTimeMs", "Time an event waited in the controller queue (ms)")
-        self._event_queue_processing_time = registry.histogram(
+        self._event_queue_processing_time = registry.loop_histogram(
             _CONTROLLER, _EVENT_MANAGER, "EventQueueProcessingTimeMs", "Time the controller ran an event (ms)")
         self._metrics += [self._event_queue_time, self._event_queue_processing_time]
         self._closed = False

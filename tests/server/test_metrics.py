@@ -456,3 +456,24 @@ def test_node_metrics_without_a_listener_serve_nothing():
         assert metrics.raft is None and "kraft_log_recovery_truncations" in metrics.registry.names()
         await metrics.close()
     run(go())
+
+
+def test_loop_histogram_exposes_what_prometheus_histogram_does():
+    """The controller's lock-free histogram: the same buckets (le, cumulative), sum and count as
+    prometheus_client's Histogram for the same observations, bounds included."""
+    from kraft_node.metrics import MS_BUCKETS, MetricsRegistry
+    reg = MetricsRegistry()
+    ref = reg.histogram("kafka.controller", "T", "Ref", "d")
+    fast = reg.loop_histogram("kafka.controller", "T", "Fast", "d")
+    values = [0.0, 0.1, 0.1000001, 0.3, 1, 2.5, 7, 99.9, 100, 1e6, *MS_BUCKETS]
+    for v in values:
+        ref.observe(v)
+        fast.observe(v)
+
+    def samples(suffix: str) -> dict:
+        return {(s.name.rsplit("_", 1)[-1], tuple(sorted(s.labels.items()))): s.value
+                for f in reg.registry.collect() if f.name.endswith(suffix) for s in f.samples
+                if not s.name.endswith("_created")}
+    got, want = samples("Fast"), samples("Ref")
+    assert got == want and got[("count", ())] == len(values)
+    assert got[("bucket", (("le", "0.1"),))] == 3  # 0.0 and the two 0.1s: a bound counts in its bucket
