@@ -59,8 +59,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.utils import floatToGoString
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from kraft_storage.log.log import RECOVERY_COUNTERS
 
@@ -290,7 +290,7 @@ class LoopHistogram(Collector):
         total, cumulative = 0, []
         for bound, c in zip((*self._bounds, math.inf), counts):
             total += c
-            cumulative.append((floatToGoString(bound), total))
+            cumulative.append((floatToGoString(bound), total))  # type: ignore[no-untyped-call]
         yield HistogramMetricFamily(self._name, self._doc, buckets=cumulative, sum_value=self._sum)
 
 
