@@ -34,8 +34,10 @@ least one whole batch (Kafka's ``minOneMessage``).  With less than ``min_bytes``
 up to ``max_wait_ms`` in the purgatory, re-run on appends.  Fetch sessions (KIP-227) are not
 kept: every answer has session id 0 (a client then sends full fetches, as Kafka's cache-full
 answer makes it do); an incremental fetch of a session id is FETCH_SESSION_ID_NOT_FOUND.
-The records go out as one ``pread`` per partition spilled into the frame without another copy
-(``encode_response(chunks=True)``); sendfile would need a hook in the network layer.
+The records of a partition (at least ``SPILL_MIN_BYTES``) go out as a file region of the segment:
+the network layer sends them with ``sendfile`` (zero copy) and aborts the connection if the
+segment is truncated before they are all sent; over TLS (``ctx.zero_copy`` False) they are one
+``pread`` spilled into the frame without another copy (``encode_response(chunks=True)``).
 
 ListOffsets (v1-11): earliest (-2), latest (-1: the high watermark for clients, the log end
 offset for replica id -2 debugging), max timestamp (-3), earliest local (-4: the log start
@@ -69,6 +71,7 @@ from kraft_node.broker.metadata_cache import KRaftMetadataCache
 from kraft_node.broker.partition import Partition, PartitionError
 from kraft_node.broker.replica_manager import ReplicaManager
 from kraft_node.metadata.image.topics import TopicPartition
+from kraft_node.network.frames import FileRegion
 from kraft_node.network.server import DEFERRED, RequestContext
 from kraft_node.protocol.api_keys import ApiKeys
 from kraft_node.protocol.errors import Errors
@@ -81,7 +84,8 @@ from kraft_node.protocol.generated.offset_for_leader_epoch import OffsetForLeade
 from kraft_node.protocol.generated.produce import ProduceResponse
 from kraft_storage.errors import CorruptRecordError, KraftStorageError
 from kraft_storage.log.errors import OffsetOutOfRange, RecordBatchTooLargeError
-from kraft_storage.log.log import KafkaLog, LogTruncatedDuringRead
+from kraft_storage.log.log import FetchData, KafkaLog, LogTruncatedDuringRead
+from kraft_storage.messages.runtime import SPILL_MIN_BYTES
 from kraft_storage.record.batch import RecordBatch, scan_batches
 
 log = logging.getLogger("kraft.broker.data")
@@ -310,7 +314,8 @@ class PartitionApis:
         if version >= 7 and int(body.session_id) != 0:
             return _FR(throttle_time_ms=0, error_code=int(Errors.FETCH_SESSION_ID_NOT_FOUND),
                        session_id=0, responses=[], node_endpoints=[])
-        first = self._read_fetch(body, version, replica_id)
+        zero_copy = ctx.zero_copy
+        first = self._read_fetch(body, version, replica_id, zero_copy)
         total = sum(len(r.records) for topic in first.responses for r in topic.partitions)
         # Kafka answers at once without a wait, with enough bytes (min_bytes 0 included), or an error
         if int(body.max_wait_ms) <= 0 or total >= int(body.min_bytes) or _has_error(first):
@@ -318,7 +323,7 @@ class PartitionApis:
         tps = self._fetch_partitions(body, version)
 
         def retry(force: bool) -> bool:
-            resp = self._read_fetch(body, version, replica_id)
+            resp = self._read_fetch(body, version, replica_id, zero_copy)
             size = sum(len(r.records) for topic in resp.responses for r in topic.partitions)
             if force or size >= int(body.min_bytes) or _has_error(resp):
                 ctx.respond(resp)
@@ -336,7 +341,7 @@ class PartitionApis:
                 out.extend(TopicPartition(name, int(p.partition)) for p in t.partitions)
         return out
 
-    def _read_fetch(self, body: Any, version: int, replica_id: int) -> Any:
+    def _read_fetch(self, body: Any, version: int, replica_id: int, zero_copy: bool = False) -> Any:
         by_id = version >= 13
         remaining = max(int(body.max_bytes), 0)
         got_data = False
@@ -363,7 +368,7 @@ class PartitionApis:
                     continue
                 limit = max(min(int(fp.partition_max_bytes), remaining), 0)
                 try:
-                    n = self._read_partition(part, fp, pd, version, replica_id, limit, not got_data, now)
+                    n = self._read_partition(part, fp, pd, version, replica_id, limit, not got_data, now, zero_copy)
                 except PartitionError as exc:
                     pd.error_code = int(exc.error)
                     continue
@@ -379,7 +384,7 @@ class PartitionApis:
         return _FR(throttle_time_ms=0, error_code=0, session_id=0, responses=topics, node_endpoints=[])
 
     def _read_partition(self, part: Partition, fp: Any, pd: Any, version: int, replica_id: int, limit: int,
-                        min_one: bool, now: int) -> int:
+                        min_one: bool, now: int, zero_copy: bool = False) -> int:
         from_follower = replica_id >= 0
         epoch = int(fp.current_leader_epoch) if version >= 9 else -1
         # KIP-392: a consumer of v11+ may read from a follower (up to its high watermark)
@@ -412,7 +417,7 @@ class PartitionApis:
         pd.log_start_offset = kl.log_start_offset
         try:
             data = kl.read(fetch_offset, limit, max_offset=max_offset, min_one_batch=min_one)
-            records = data.tobytes()
+            records: Any = _file_region(data) if zero_copy and data.length >= SPILL_MIN_BYTES else data.tobytes()
         except OffsetOutOfRange:
             raise PartitionError(Errors.OFFSET_OUT_OF_RANGE,
                                  f"fetch offset {fetch_offset} of {part.topic_partition} is outside "
@@ -608,6 +613,16 @@ class PartitionApis:
                       for k in body.coordinator_keys]
             return R(throttle_time_ms=0, coordinators=coords)
         return R(throttle_time_ms=0, error_code=code, error_message=message, node_id=-1, host="", port=-1)
+
+
+def _file_region(data: FetchData) -> FileRegion:
+    """The records of ``data`` as a region the network layer sends with sendfile.  It stays
+    sendable while the segment's generation is the one ``data`` was read at (every truncation of
+    the segment, and its deletion by a truncation, moves it): Kafka's FileRecords checks only
+    that the file did not shrink, which misses a truncation followed by new appends."""
+    segment = data._segment
+    generation = data._generation
+    return FileRegion(data.fd, data.position, data.length, data, lambda: segment.generation == generation)
 
 
 def _has_error(resp: Any) -> bool:

@@ -18,10 +18,15 @@ quarter of a follower's CPU at saturation.
 Invariant: at most one incomplete frame is held, either in ``_buf`` or, when
 ``_parts`` is not None, as ``_parts`` (its payload bytes so far) with
 ``_missing`` payload bytes still to come.
+
+:class:`FileRegion` is the other direction: a part of an answer frame that is a range of a
+file (a Fetch answer's records), sent by the server with ``sendfile``.
 """
 from __future__ import annotations
 
+import os
 import struct
+from collections.abc import Callable
 
 from kraft_storage.messages.runtime import MessageError
 
@@ -96,3 +101,58 @@ class FrameReader:
         elif pos < n:
             buf += memoryview(data)[pos:]
         return out
+
+
+class FileRegion:
+    """A byte range of an open file that goes into a response frame without being copied
+    through Python: the server sends it with ``sendfile`` from ``fd`` straight to the socket
+    (Kafka's ``FileRecords.writeTo``: the records of a Fetch answer).
+
+    The frame's size prefix is computed before any byte is sent, so ``length`` is final:
+    if the file can no longer give exactly these bytes (``intact()`` is False -- the log was
+    truncated or the segment replaced under the pending answer -- or it ends early), the
+    connection is closed mid-frame instead (Kafka closes it on a FileRecords truncated
+    during a write); a client never reads a corrupt frame, it reconnects and fetches again.
+
+    ``owner`` is kept alive as long as the region (the storage object that holds ``fd``
+    open).  ``len()`` is ``length``, so the wire codec writes the records' length prefix and
+    spills the region as a part of its own (``framing.encode_response(chunks=True)``)."""
+
+    __slots__ = ("fd", "position", "length", "owner", "_intact")
+
+    def __init__(self, fd: int, position: int, length: int, owner: object = None,
+                 intact: Callable[[], bool] | None = None) -> None:
+        if fd < 0 or position < 0 or length < 0:
+            raise ValueError(f"invalid file region fd={fd} position={position} length={length}")
+        self.fd = fd
+        self.position = position
+        self.length = length
+        self.owner = owner
+        self._intact = intact
+
+    def __len__(self) -> int:
+        return self.length
+
+    def intact(self) -> bool:
+        """Whether the file still holds the bytes the region was made for."""
+        return self._intact is None or bool(self._intact())
+
+    def tobytes(self) -> bytes:
+        """The bytes, by ``pread`` (TLS connections and loops without sendfile); raises
+        :class:`RegionGoneError` when the file no longer holds them."""
+        data = os.pread(self.fd, self.length, self.position) if self.length else b""
+        if len(data) != self.length or not self.intact():
+            raise RegionGoneError(f"file region [{self.position}, {self.position + self.length}) of fd {self.fd} "
+                                  f"changed before it was sent")
+        return data
+
+    def __repr__(self) -> str:
+        return f"FileRegion(fd={self.fd}, position={self.position}, length={self.length})"
+
+
+class RegionGoneError(Exception):
+    """A :class:`FileRegion`'s bytes changed (truncation) before or while it was sent."""
+
+
+#: the parts of a framed answer that are buffers (anything else in the list is a FileRegion)
+BUFFER_TYPES = (bytes, bytearray, memoryview)

@@ -32,6 +32,22 @@ connection from ``connection_made`` (to log failed handshakes at INFO, as Kafka 
 failed authentications) was tried and let plaintext requests through on uvloop,
 which delivers data before the switch; tests/network/test_tls.py checks both loops.
 
+Zero copy.  An answer's parts may include :class:`~kraft_node.network.frames.FileRegion`
+parts (a Fetch answer's records: a range of a segment file).  Such an answer goes out as its
+buffers up to the region (``transport.write``), then the region by ``os.sendfile`` from the
+file to the socket, then the rest.  The socket's descriptor is shared with the transport, so a
+region is sent only while the transport's own buffer is empty (everything before it is on the
+wire), and while a region is in flight every later answer of the connection waits behind it
+(``_backlog``), which keeps the answers in order.  When the socket is full, the connection
+waits for it to become writable through a ``dup`` of its descriptor (uvloop and asyncio both
+refuse ``add_writer`` on a transport's own descriptor; uvloop has no ``loop.sendfile``), and
+stops dispatching requests meanwhile.  A region whose file changed under it (a truncation)
+cannot be sent any more, and the frame's size is already on the wire: the connection is
+aborted (Kafka does the same), so a client never reads a corrupt frame.  TLS connections
+copy the region with ``pread`` (sendfile would bypass the encryption), and so does every
+connection with ``KRAFT_ZERO_COPY=0`` (for A/B measurements); :attr:`RequestContext.zero_copy`
+tells a handler whether regions are worth making at all.
+
 Bad input never takes the server down: a frame with an invalid size, an
 unknown API or an undecodable body is logged with the peer's address and
 the connection is closed (Kafka does the same), except for an ApiVersions
@@ -42,13 +58,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import logging
+import os
 import socket
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from kraft_node.network.frames import FrameError, FrameReader
+from kraft_node.network.frames import BUFFER_TYPES, FileRegion, FrameError, FrameReader, RegionGoneError
 from kraft_node.protocol.api_keys import ApiKeys, answer_api_versions
 from kraft_node.protocol.framing import MAX_FRAME_SIZE, UnsupportedApiError, decode_request, encode_response
 from kraft_storage.messages.runtime import MessageError
@@ -68,6 +86,16 @@ _JOIN_MAX_BYTES = 64 * 1024
 _MAX_PIPELINED = 16
 
 _KEY = struct.Struct(">h")
+
+#: sendfile errors that mean "this descriptor pair cannot sendfile" (copy instead), not a dead peer
+_NO_SENDFILE = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSOCK, errno.EBADF}
+
+
+def _zero_copy_default() -> bool:
+    value = os.environ.get("KRAFT_ZERO_COPY", "1")
+    if value not in ("0", "1"):
+        log.warning("KRAFT_ZERO_COPY=%r is neither 0 nor 1; sending file regions with sendfile", value)
+    return value != "0" and hasattr(os, "sendfile")
 
 
 def pipelined(handler: Callable) -> Callable:
@@ -126,6 +154,13 @@ class RequestContext:
         else:
             conn.answered(out, self._slot)
 
+    @property
+    def zero_copy(self) -> bool:
+        """Whether this connection sends :class:`FileRegion` parts with sendfile (a handler
+        that may answer with file regions uses bytes otherwise: TLS, hand-made contexts)."""
+        conn = self._conn
+        return conn is not None and conn._sockfd >= 0
+
     def respond_frame(self, out) -> None:
         """Send an already framed response (bytes, or a list of buffers): the broker's cached
         Metadata answers, spliced from bytes encoded once per image.  Only the first answer
@@ -150,7 +185,7 @@ class KafkaServer:
 
     def __init__(self, host: str, port: int, handlers: dict[int, Handler], *, listener: str = "PLAINTEXT",
                  listener_type: str | None = None, max_frame_size: int = MAX_FRAME_SIZE,
-                 ssl_context=None, config_key: str = "listeners"):
+                 ssl_context=None, config_key: str = "listeners", zero_copy: bool | None = None):
         self.host = host
         #: an ssl.SSLContext (server side) for an SSL listener, None for PLAINTEXT
         self.ssl_context = ssl_context
@@ -162,6 +197,8 @@ class KafkaServer:
         #: "broker" or "controller": which APIs ApiVersions advertises.
         self.listener_type = listener_type
         self.max_frame_size = max_frame_size
+        #: send FileRegion parts with sendfile (None: KRAFT_ZERO_COPY, default on); never over TLS
+        self.zero_copy = _zero_copy_default() if zero_copy is None else zero_copy
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[_ServerConnection] = set()
         #: connections with answers not yet handed to their transport (see _ServerConnection.answered)
@@ -203,7 +240,7 @@ class KafkaServer:
         if self._server is not None:
             self._server.close()
         for c in list(self._conns):
-            c.close()
+            c.close(force=True)
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -297,6 +334,15 @@ class _ServerConnection(asyncio.Protocol):
         #: answers not yet written (buffers, in order); None: nothing pending
         self._out: list | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: the socket's descriptor when FileRegions go out by sendfile, else -1 (copy them)
+        self._sockfd = -1
+        #: parts not yet sent while a file region is in flight (None: nothing in flight); the
+        #: head region has ``_region_sent`` of its bytes on the wire
+        self._backlog: collections.deque | None = None
+        self._region_sent = 0
+        #: a dup of the socket's descriptor watched for writability while a region waits (-1: none)
+        self._wfd = -1
+        self._close_when_sent = False
 
     # ------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport) -> None:
@@ -307,6 +353,13 @@ class _ServerConnection(asyncio.Protocol):
             self._loop = asyncio.get_running_loop()
         except RuntimeError:  # driven by hand (tests): answers are written at once
             self._loop = None
+        if self.server.zero_copy and self._loop is not None and self.server.ssl_context is None \
+                and transport.get_extra_info("sslcontext") is None:
+            sock = transport.get_extra_info("socket")
+            try:
+                self._sockfd = sock.fileno() if sock is not None else -1
+            except (OSError, ValueError):
+                self._sockfd = -1
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
@@ -343,7 +396,8 @@ class _ServerConnection(asyncio.Protocol):
         self._dispatching = True
         try:
             queue, slots, server = self._queue, self._slots, self.server
-            while queue and not self._write_paused and not self._closed and not self._doomed:
+            while queue and not self._write_paused and self._backlog is None and not self._closed \
+                    and not self._doomed:
                 if slots:
                     if not self._pipelining or len(slots) >= _MAX_PIPELINED or not server._is_pipelined(queue[0]):
                         break
@@ -410,6 +464,15 @@ class _ServerConnection(asyncio.Protocol):
             self._write(out)
 
     def _write(self, bufs: list) -> None:
+        if self._backlog is not None:  # a file region is in flight: everything waits behind it
+            self._backlog.extend(bufs)
+            return
+        for b in bufs:
+            if type(b) not in BUFFER_TYPES:
+                self._backlog = collections.deque(bufs)
+                self._region_sent = 0
+                self._pump()
+                return
         if len(bufs) == 1:
             self.transport.write(bufs[0])
         elif sum(map(len, bufs)) <= _JOIN_MAX_BYTES:
@@ -435,7 +498,136 @@ class _ServerConnection(asyncio.Protocol):
             return
         ctx.respond(task.result())
 
-    def close(self) -> None:
+    # ------------------------------------------------------------ file regions
+    def _pump(self) -> None:
+        """Send ``_backlog`` in order: buffers by the transport, regions by sendfile (see the
+        module doc).  Returns early, watching the socket, when it is full; the last part sent
+        ends the backlog and resumes dispatching."""
+        parts = self._backlog
+        transport = self.transport
+        if parts is None or transport is None or self._closed:
+            return
+        batch: list = []
+        while parts:
+            head = parts[0]
+            if type(head) in BUFFER_TYPES:
+                batch.append(parts.popleft())
+                continue
+            if self._sockfd < 0 or not isinstance(head, FileRegion):
+                try:
+                    batch.append(head.tobytes() if isinstance(head, FileRegion) else bytes(head))
+                except (RegionGoneError, OSError) as exc:
+                    self._abort_send(batch, f"cannot read the answer's records: {exc}")
+                    return
+                parts.popleft()
+                continue
+            if batch:
+                self._write_buffers(batch)
+                batch = []
+            if transport.get_write_buffer_size():
+                self._wait_writable()  # the bytes before the region must be on the wire first
+                return
+            sent = self._send_region(head)
+            if sent is None:
+                return  # aborted, fell back to a copy (the region was replaced), or waiting
+            parts.popleft()
+            self._region_sent = 0
+        if batch:
+            self._write_buffers(batch)
+        self._backlog = None
+        self._stop_waiting()
+        if self._close_when_sent:
+            self.close()
+            return
+        self._run()
+
+    def _send_region(self, region: FileRegion) -> int | None:
+        """sendfile the rest of ``region``; its length when all of it is sent, None otherwise
+        (socket full: waiting for it; connection aborted; or region replaced by its copy)."""
+        while self._region_sent < region.length:
+            if not region.intact():
+                self._abort_send([], f"{region!r} was truncated under a pending Fetch answer")
+                return None
+            done = self._region_sent
+            try:
+                n = os.sendfile(self._sockfd, region.fd, region.position + done, region.length - done)
+            except BlockingIOError:
+                self._wait_writable()
+                return None
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                if exc.errno in _NO_SENDFILE and done == 0:
+                    # this pair cannot sendfile (an unusual socket or file): copy, from now on
+                    log.info("sendfile to %s:%s is not possible (%s); copying file regions", self.peer[0],
+                             self.peer[1], exc)
+                    self._sockfd = -1
+                    self._pump()
+                    return None
+                self._abort_send([], f"sendfile failed: {exc}")
+                return None
+            if n == 0:  # the file ends before the region does: truncated under us
+                self._abort_send([], f"{region!r}: the file ended during sendfile")
+                return None
+            self._region_sent = done + n
+        return region.length
+
+    def _write_buffers(self, bufs: list) -> None:
+        if len(bufs) == 1:
+            self.transport.write(bufs[0])
+        elif sum(map(len, bufs)) <= _JOIN_MAX_BYTES:
+            self.transport.write(b"".join(bufs))
+        else:
+            self.transport.writelines(bufs)
+
+    def _wait_writable(self) -> None:
+        """Call :meth:`_on_writable` when the socket can take more (level-triggered, on a
+        ``dup`` of its descriptor: the loops refuse a writer on a transport's own)."""
+        if self._wfd >= 0 or self._loop is None:
+            return
+        self._wfd = os.dup(self._sockfd)
+        self._loop.add_writer(self._wfd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        if self._closed or self.transport is None:
+            self._stop_waiting()
+            return
+        if self.transport.get_write_buffer_size():
+            return  # the transport writes its own bytes first (it is woken by the same event)
+        self._pump()
+
+    def _stop_waiting(self) -> None:
+        wfd, self._wfd = self._wfd, -1
+        if wfd >= 0:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_writer(wfd)
+            os.close(wfd)
+
+    def _abort_send(self, batch: list, why: str) -> None:
+        """Part of a frame may be on the wire and the rest cannot follow: drop the connection
+        (the client reconnects and fetches again; it never reads a corrupt frame)."""
+        log.warning("closing %s:%s mid-answer: %s", self.peer[0], self.peer[1], why)
+        self._backlog = None
+        self._stop_waiting()
+        if self.transport is not None:
+            self.transport.abort()
+        self._shut()
+
+    def close(self, force: bool = False) -> None:
+        """Close after the answers already given are written; ``force``: at once, even in the
+        middle of a file region (server shutdown)."""
+        if self._backlog is not None and not force and not self._closed:
+            # a region is in flight: earlier answers still go out, then the close
+            self._close_when_sent = True
+            self._doomed = True
+            if self._out:
+                self.flush()
+            if not self._read_paused and self.transport is not None:
+                self._read_paused = True
+                self.transport.pause_reading()
+            return
+        self._backlog = None
+        self._stop_waiting()
         if self.transport is not None:
             if self._out and not self._closed:
                 self.flush()  # answers given before the close still go out first
@@ -446,6 +638,8 @@ class _ServerConnection(asyncio.Protocol):
         if self._closed:
             return
         self._closed = True
+        self._backlog = None
+        self._stop_waiting()
         self._queue.clear()
         self._slots.clear()
         self.server._conns.discard(self)
