@@ -1,0 +1,175 @@
+"""Chaos on partitions (issue 25, Tests), multi-process, bounded in time.
+
+Three controllers and three brokers run as ``kraft-server-start`` processes on 127.0.0.1.  An
+idempotent ``acks=all`` producer (librdkafka through confluent-kafka) writes numbered records to
+an RF 3 topic (3 partitions, ``min.insync.replicas=2``) for the whole run, while a seeded loop kills
+with -9 the leader of a partition or the active controller, one at a time, and starts it again.
+Afterwards, with every node running and the producer flushed:
+
+* no live broker stays out of the ISR (every partition's ISR is all three replicas again);
+* every broker is stopped (SIGTERM, exit 0) and each replica's partition log is read from disk with
+  ``kraft_storage.log``: the replicas of each partition are byte-identical up to the high watermark
+  (the largest one checkpointed), every acknowledged record is on every replica exactly once at the
+  offset its delivery report gave, and no record appears twice anywhere (idempotence across leader
+  changes and producer retries).
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+
+import pytest
+from support.broker_cluster import BrokerCluster, ServerProcess, metadata, run, wait_until
+from support.partition_logs import high_watermarks, read_partition_log
+
+ck = pytest.importorskip("confluent_kafka")
+
+TOPIC = "chaos-p"
+PARTITIONS = 3
+CHAOS_SECONDS = 40.0
+SEED = 25
+RATE = 2000          # records/s offered by the producer (modest: the machine's 2 cores are shared)
+
+
+class IdempotentProducer:
+    """A thread producing ``v-<n>`` records round-robin over the partitions; delivery reports
+    collected as ``(partition, offset, value)`` (acknowledged) or errors."""
+
+    def __init__(self, bootstrap: str):
+        self.producer = ck.Producer({
+            "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+            "message.timeout.ms": 120_000, "retry.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
+            "topic.metadata.refresh.interval.ms": 1000,
+        })
+        self.acked: list[tuple[int, int, bytes]] = []
+        self.errors: Counter[str] = Counter()
+        self.sent = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _report(self, err, msg) -> None:
+        if err is not None:
+            self.errors[err.name()] += 1
+        else:
+            self.acked.append((msg.partition(), msg.offset(), msg.value()))
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        while not self.stop.is_set():
+            due = int((time.monotonic() - t0) * RATE)
+            while self.sent < due:
+                try:
+                    self.producer.produce(TOPIC, f"v-{self.sent:08d}".encode(), partition=self.sent % PARTITIONS,
+                                          on_delivery=self._report)
+                except BufferError:
+                    break
+                self.sent += 1
+            self.producer.poll(0.01)
+
+    def finish(self, timeout: float) -> int:
+        """Stop producing; the number of records still undelivered after ``timeout``."""
+        self.stop.set()
+        self.thread.join(10)
+        return self.producer.flush(timeout)
+
+
+def partition_states(port: int) -> dict[int, tuple[int, list[int], list[int]]]:
+    (t,) = run(metadata(port, [TOPIC])).topics
+    return {p.partition_index: (p.leader_id, sorted(p.replica_nodes), sorted(p.isr_nodes)) for p in t.partitions}
+
+
+def any_view(c: BrokerCluster) -> dict[int, tuple[int, list[int], list[int]]]:
+    for b in c.brokers:
+        if b.alive:
+            try:
+                return partition_states(b.port)
+            except Exception:  # restarting: not serving yet
+                continue
+    raise AssertionError("no broker answers Metadata")
+
+
+def chaos_round(c: BrokerCluster, rng: random.Random, events: list[str]) -> None:
+    """Kill -9 the active controller (every third round) or a random partition's leader; restart it."""
+    if len(events) % 3 == 2:
+        victim: ServerProcess = c.active_controller(timeout=30)
+    else:
+        part = rng.randrange(PARTITIONS)
+        leader = any_view(c)[part][0]
+        victim = next((b for b in c.brokers if b.id == leader), rng.choice(c.brokers))
+    victim.kill9()
+    events.append(f"kill -9 {victim}")
+    time.sleep(rng.uniform(0.5, 3.0))   # long enough, often, for the session to expire and leaders to move
+    victim.start()
+    victim.wait_started(90)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_chaos_leaders_and_active_controller_killed_under_an_idempotent_producer(tmp_path):
+    rng = random.Random(SEED)
+    c = BrokerCluster(str(tmp_path), controllers=3, brokers=3, shutdown_timeout_s=3.0,
+                      broker_extra={"replica.lag.time.max.ms": "3000"})
+    events: list[str] = []
+    producer: IdempotentProducer | None = None
+    try:
+        c.start(timeout=120)
+        from kafka.admin import KafkaAdminClient, NewTopic
+        admin = KafkaAdminClient(bootstrap_servers=c.bootstrap(c.brokers[0]), request_timeout_ms=20_000)
+        try:
+            admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, topic_configs={"min.insync.replicas": "2"})],
+                                timeout_ms=15_000)
+        finally:
+            admin.close()
+        wait_until(lambda: all(len(isr) == 3 and leader >= 0 for leader, _, isr in any_view(c).values()), 30,
+                   "the topic led with full ISRs")
+        producer = IdempotentProducer(",".join(c.bootstrap(b) for b in c.brokers))
+        producer.thread.start()
+        time.sleep(2)
+        t_end = time.monotonic() + CHAOS_SECONDS
+        while time.monotonic() < t_end:
+            chaos_round(c, rng, events)
+            time.sleep(rng.uniform(0.5, 1.5))
+        for n in c.nodes.values():
+            assert n.alive, f"{n} is not running after the chaos\n{n.stderr_tail()}"
+        left = producer.finish(90)
+        summary = (f"{len(events)} rounds {events}; {producer.sent} sent, {len(producer.acked)} acknowledged, "
+                   f"errors {dict(producer.errors)}, {left} undelivered")
+        print("\nchaos: " + summary)
+        assert left == 0, summary
+        assert len(events) >= 4 and len(producer.acked) >= 0.5 * producer.sent, summary
+        assert any("controller" in e for e in events), summary
+        producer.producer = None   # librdkafka's handle closed before the cluster goes away
+
+        # no live broker stays out of the ISR
+        wait_until(lambda: all(isr == [101, 102, 103] and leader >= 0 for leader, _, isr in any_view(c).values()),
+                   60, f"every partition's ISR back to all three brokers; {summary}", interval=0.2)
+        time.sleep(1.0)   # the followers' next fetch carries the final high watermark
+        for n in c.brokers + c.controllers:
+            assert n.stop(30) == 0, n.stderr_tail()
+    finally:
+        if producer is not None:
+            producer.stop.set()
+            producer.thread.join(10)
+            producer.producer = None
+        c.close()
+
+    acked_by_partition: dict[int, dict[int, bytes]] = {p: {} for p in range(PARTITIONS)}
+    for p, offset, value in producer.acked:
+        assert offset not in acked_by_partition[p], f"partition {p}: offset {offset} acknowledged twice"
+        acked_by_partition[p][offset] = value
+    for p in range(PARTITIONS):
+        logs = {b.id: read_partition_log(b.cfg.log_dirs[0], TOPIC, p) for b in c.brokers}
+        hw = max(high_watermarks(b.cfg.log_dirs[0]).get((TOPIC, p), 0) for b in c.brokers)
+        acked = acked_by_partition[p]
+        assert not acked or max(acked) < hw, f"partition {p}: an acknowledged offset at or above the HW {hw}"
+        reference = logs[101].prefix(hw)
+        for bid, log in logs.items():
+            assert log.log_end_offset >= hw, f"partition {p}: broker {bid} ends at {log.log_end_offset} < HW {hw}"
+            assert log.prefix(hw) == reference, f"partition {p}: broker {bid}'s log differs from 101's below HW {hw}"
+            dupes = [v for v, n in Counter(log.values).items() if n > 1]
+            assert not dupes, f"partition {p}: broker {bid} holds records twice: {dupes[:5]}"
+            by_offset = dict(zip(log.offsets, log.values))
+            missing = [(o, v) for o, v in acked.items() if by_offset.get(o) != v]
+            assert not missing, f"partition {p}: broker {bid} lacks acknowledged records {missing[:5]}"
