@@ -54,6 +54,34 @@ def batch_params() -> list:
     return fixture_params("*.log", "*.checkpoint")
 
 
+#: Tests the pure-Python pass (``KRAFT_NO_EXTENSIONS=1 python -m pytest -m "not native_pass"``, the
+#: README's test command) leaves to the native pass: they run the same Python code as tests that
+#: do run in both passes, and are slow for reasons that have nothing to do with the twins --
+#: clusters of processes over TCP (each node a fresh interpreter, waiting on real timeouts), Spark
+#: (a JVM), and the simulators' seed sweeps (hundreds of seeds of the Raft and controller cores,
+#: which call no kernel the pure pass swaps that the in-process tests do not already cover in both
+#: modes).  The twins are each checked against their kernel directly (tests named *twin* /
+#: *_pure / *kernels*), and every other test runs in both passes.  Decision recorded in
+#: .ci/run; it keeps CI near 35 minutes instead of 50.
+NATIVE_PASS_ONLY = (
+    "tests/cluster/",
+    "tests/spark/",
+    "tests/broker/test_broker_cluster.py",
+    "tests/broker/test_broker_chaos.py",
+    "tests/broker/test_partitions_cluster.py",
+    "tests/broker/test_partitions_chaos.py",
+    "tests/raft/test_raft_sim.py::test_simulation_seeds_keep_invariants_and_converge",
+    "tests/metadata/test_controller_sim.py::test_chaos_seeds_keep_the_controller_invariants_and_converge",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        nodeid = item.nodeid.replace("\\", "/")
+        if any(nodeid.startswith(p) or nodeid.startswith(p.replace("tests/", "", 1)) for p in NATIVE_PASS_ONLY):
+            item.add_marker(pytest.mark.native_pass)
+
+
 def pytest_runtest_setup(item):
     callspec = getattr(item, "callspec", None)
     if callspec is not None and any(isinstance(v, str) and v == MISSING_FIXTURES
