@@ -20,6 +20,12 @@ MB/s of each, per run and the median; the issue's targets are >= 1M records/s pr
 1) and >= 2M records/s consume.  Writes a Markdown report (default
 ``benchmarks/results/s16/broker_produce.md``) and prints it.  The node process this script
 started is killed at the end; every wait has a deadline.
+
+``--zero-copy-ab`` measures Fetch's zero copy: two such nodes, one sending the records of its
+Fetch answers with sendfile and one copying them (``KRAFT_ZERO_COPY=0``); each run produces the
+same records to both and consumes from both, in alternating order, and reports consume
+records/s and the node process's CPU seconds (utime + stime from /proc) per MB consumed.
+Written to ``benchmarks/results/s16/broker_fetch_zero_copy.md`` unless ``--out`` says otherwise.
 """
 from __future__ import annotations
 
@@ -186,6 +192,93 @@ async def _raw_consume(port: int, topic: str, records: int) -> float:
         await conn.close()
 
 
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _consume(args: argparse.Namespace, port: int, topic: str) -> float:
+    if args.client == "confluent":
+        return consume_confluent(f"127.0.0.1:{port}", topic, args.records, args.partitions)
+    if args.client == "raw":
+        return asyncio.run(_raw_consume(port, topic, args.records))
+    return asyncio.run(_aio_consume(f"127.0.0.1:{port}", topic, args.records, args.partitions))
+
+
+def _produce(args: argparse.Namespace, port: int, topic: str) -> float:
+    if args.client == "confluent":
+        return produce_confluent(f"127.0.0.1:{port}", topic, args.records, args.size, args.partitions)
+    if args.client == "raw":
+        return asyncio.run(_raw_produce(port, topic, args.records, args.size, args.batch_records))
+    return asyncio.run(_aio_produce(f"127.0.0.1:{port}", topic, args.records, args.size, args.partitions))
+
+
+def zero_copy_ab(args: argparse.Namespace, argv: list[str]) -> None:
+    """See the module doc (``--zero-copy-ab``)."""
+    from kraft_node.server.config import NodeConfig
+    if args.client == "raw" and args.partitions != 1:
+        raise SystemExit("--client raw uses one partition")
+    nodes: dict[str, tuple[ServerProcess, int]] = {}
+    saved = os.environ.get("KRAFT_ZERO_COPY")
+    rows: list[tuple[int, str, float, float]] = []
+    try:
+        for mode, flag in (("sendfile", "1"), ("copy", "0")):
+            paths = cluster_with_brokers(tempfile.mkdtemp(prefix=f"kraft-fetch-{mode}-"), controllers=1, combined=True)
+            os.environ["KRAFT_ZERO_COPY"] = flag  # read by the node's listeners (kraft_node.network.server)
+            node = ServerProcess(paths[1])
+            node.start()
+            nodes[mode] = (node, next(e.port for e in NodeConfig.from_file(paths[1]).broker_listeners))
+        for node, _port in nodes.values():
+            node.wait_started(60)
+        mb = args.records * args.size / 1e6
+        for run_no in range(1, args.runs + 1):
+            topic = f"bench-{run_no}"
+            order = ["sendfile", "copy"] if run_no % 2 else ["copy", "sendfile"]
+            for mode in order:
+                node, port = nodes[mode]
+                create_topic(f"127.0.0.1:{port}", topic, args.partitions)
+                _produce(args, port, topic)
+            for mode in order:
+                node, port = nodes[mode]
+                assert node.proc is not None
+                cpu0 = _cpu_seconds(node.proc.pid)
+                tc = _consume(args, port, topic)
+                cpu = _cpu_seconds(node.proc.pid) - cpu0
+                rows.append((run_no, mode, args.records / tc, cpu / mb))
+                print(f"run {run_no} {mode}: consume {args.records / tc:,.0f} records/s, node CPU "
+                      f"{cpu * 1e3 / mb:.2f} ms/MB", flush=True)
+    finally:
+        if saved is None:
+            os.environ.pop("KRAFT_ZERO_COPY", None)
+        else:
+            os.environ["KRAFT_ZERO_COPY"] = saved
+        for node, _port in nodes.values():
+            node.kill9()
+    client = {"confluent": "confluent-kafka (librdkafka)", "aiokafka": "aiokafka (pure Python)",
+              "raw": "kraft's own connection, Fetch v12 (10 MiB per partition)"}[args.client]
+    load = os.getloadavg()
+    lines = [f"# Fetch zero copy: sendfile vs copy ({datetime.now().strftime('%Y-%m-%d %H:%M')})", "",
+             f"Command: `python benchmarks/broker_produce_bench.py {' '.join(argv)}`", "",
+             f"Setup: two combined nodes (kraft-server-start), one with KRAFT_ZERO_COPY=0; RF 1, "
+             f"{args.partitions} partition(s), {args.records:,} records of {args.size} B per run, consumer {client}; "
+             f"runs alternate which node is read first; {platform.machine()}, {os.cpu_count()} CPUs, "
+             f"Python {platform.python_version()}; load at the end {load[0]:.1f}; code {code_version()}", "",
+             "| run | node | consume records/s | consume MB/s | node CPU ms per MB consumed |", "|---|---|---|---|---|"]
+    for run_no, mode, c, cpu_mb in rows:
+        lines.append(f"| {run_no} | {mode} | {c:,.0f} | {c * args.size / 1e6:.1f} | {cpu_mb * 1e3:.2f} |")
+    for mode in ("sendfile", "copy"):
+        mine = [r for r in rows if r[1] == mode]
+        c = statistics.median(r[2] for r in mine)
+        cpu_mb = statistics.median(r[3] for r in mine)
+        lines.append(f"| median | {mode} | {c:,.0f} | {c * args.size / 1e6:.1f} | {cpu_mb * 1e3:.2f} |")
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -194,9 +287,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--client", choices=("confluent", "aiokafka", "raw"), default="confluent")
     ap.add_argument("--batch-records", type=int, default=9000, help="records per Produce batch (raw)")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "s16", "broker_produce.md"))
+    ap.add_argument("--out", default=None, help="the report (default results/s16/broker_produce.md, or "
+                    "broker_fetch_zero_copy.md with --zero-copy-ab)")
+    ap.add_argument("--zero-copy-ab", action="store_true",
+                    help="consume from a sendfile node and a copying node, alternating (see the module doc)")
     args = ap.parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
+    if args.out is None:
+        name = "broker_fetch_zero_copy.md" if args.zero_copy_ab else "broker_produce.md"
+        args.out = os.path.join(HERE, "results", "s16", name)
+    if args.zero_copy_ab:
+        zero_copy_ab(args, argv)
+        return
     base = tempfile.mkdtemp(prefix="kraft-produce-bench-")
     paths = cluster_with_brokers(base, controllers=1, combined=True)
     node = ServerProcess(paths[1])
