@@ -23,6 +23,11 @@ Produce (v3-13, whatever the generated codec gives):
 * acks=1: answered after the append; acks=-1: parked until the high watermarks pass the
   appended offsets (ReplicaManager's purgatory, bounded by ``timeout_ms``).
 
+KIP-392 (v11+): with ``replica.selector.class`` set, a leader answers a consumer whose rack has
+a closer in-sync replica with that replica's id in ``preferred_read_replica`` and no records
+(at once, no wait); followers serve consumers up to their own high watermark (the rules are in
+replica_selector.py).
+
 Fetch (v4-18): consumers (replica id -1) read up to the high watermark (``read_uncommitted``
 and ``read_committed`` read the same: no transactions, so the last stable offset is the high
 watermark); followers (replica id >= 0, or ``replica_state`` from v15) read up to the log end
@@ -70,6 +75,7 @@ from kraft_node.broker.log.validator import (
 from kraft_node.broker.metadata_cache import KRaftMetadataCache
 from kraft_node.broker.partition import Partition, PartitionError
 from kraft_node.broker.replica_manager import ReplicaManager
+from kraft_node.broker.replica_selector import ReplicaView
 from kraft_node.metadata.image.topics import TopicPartition
 from kraft_node.network.frames import FileRegion
 from kraft_node.network.server import DEFERRED, RequestContext
@@ -315,17 +321,21 @@ class PartitionApis:
             return _FR(throttle_time_ms=0, error_code=int(Errors.FETCH_SESSION_ID_NOT_FOUND),
                        session_id=0, responses=[], node_endpoints=[])
         zero_copy = ctx.zero_copy
-        first = self._read_fetch(body, version, replica_id, zero_copy)
+        # KIP-392: from v11 a consumer says its rack; the leader may point it at a closer replica
+        client = (body.rack_id or None, ctx.listener) if version >= 11 and replica_id < 0 else None
+        first = self._read_fetch(body, version, replica_id, zero_copy, client)
         total = sum(len(r.records) for topic in first.responses for r in topic.partitions)
-        # Kafka answers at once without a wait, with enough bytes (min_bytes 0 included), or an error
-        if int(body.max_wait_ms) <= 0 or total >= int(body.min_bytes) or _has_error(first):
+        # Kafka answers at once without a wait, with enough bytes (min_bytes 0 included), an error
+        # or a preferred read replica
+        if int(body.max_wait_ms) <= 0 or total >= int(body.min_bytes) or _has_error(first) \
+                or _has_preferred_replica(first):
             return first
         tps = self._fetch_partitions(body, version)
 
         def retry(force: bool) -> bool:
-            resp = self._read_fetch(body, version, replica_id, zero_copy)
+            resp = self._read_fetch(body, version, replica_id, zero_copy, client)
             size = sum(len(r.records) for topic in resp.responses for r in topic.partitions)
-            if force or size >= int(body.min_bytes) or _has_error(resp):
+            if force or size >= int(body.min_bytes) or _has_error(resp) or _has_preferred_replica(resp):
                 ctx.respond(resp)
                 return True
             return False
@@ -341,7 +351,8 @@ class PartitionApis:
                 out.extend(TopicPartition(name, int(p.partition)) for p in t.partitions)
         return out
 
-    def _read_fetch(self, body: Any, version: int, replica_id: int, zero_copy: bool = False) -> Any:
+    def _read_fetch(self, body: Any, version: int, replica_id: int, zero_copy: bool = False,
+                    client: tuple[str | None, str] | None = None) -> Any:
         by_id = version >= 13
         remaining = max(int(body.max_bytes), 0)
         got_data = False
@@ -368,7 +379,8 @@ class PartitionApis:
                     continue
                 limit = max(min(int(fp.partition_max_bytes), remaining), 0)
                 try:
-                    n = self._read_partition(part, fp, pd, version, replica_id, limit, not got_data, now, zero_copy)
+                    n = self._read_partition(part, fp, pd, version, replica_id, limit, not got_data, now, zero_copy,
+                                             client)
                 except PartitionError as exc:
                     pd.error_code = int(exc.error)
                     continue
@@ -384,13 +396,21 @@ class PartitionApis:
         return _FR(throttle_time_ms=0, error_code=0, session_id=0, responses=topics, node_endpoints=[])
 
     def _read_partition(self, part: Partition, fp: Any, pd: Any, version: int, replica_id: int, limit: int,
-                        min_one: bool, now: int, zero_copy: bool = False) -> int:
+                        min_one: bool, now: int, zero_copy: bool = False,
+                        client: tuple[str | None, str] | None = None) -> int:
         from_follower = replica_id >= 0
         epoch = int(fp.current_leader_epoch) if version >= 9 else -1
         # KIP-392: a consumer of v11+ may read from a follower (up to its high watermark)
         part.check_leader_epoch(epoch, require_leader=from_follower or version < 11)
         kl = part.log
         fetch_offset = int(fp.fetch_offset)
+        if client is not None and part.is_leader and self.replicas.replica_selector is not None:
+            preferred = self._preferred_read_replica(part, client, fetch_offset, now)
+            if preferred is not None:  # no read: the offsets and where to read from
+                hw = part.high_watermark
+                pd.high_watermark, pd.last_stable_offset, pd.log_start_offset = hw, hw, kl.log_start_offset
+                pd.preferred_read_replica = preferred
+                return 0
         if from_follower:
             last_fetched = int(fp.last_fetched_epoch) if version >= 12 else -1
             if last_fetched >= 0:
@@ -427,6 +447,41 @@ class PartitionApis:
         pd.records = records
         self.bytes_out += len(records)
         return len(records)
+
+    def _preferred_read_replica(self, part: Partition, client: tuple[str | None, str], fetch_offset: int,
+                                now: int) -> int | None:
+        """Kafka's ``findPreferredReadReplica`` on the leader (rules in replica_selector.py): the
+        id of the replica a consumer in rack ``client[0]`` on listener ``client[1]`` should read
+        ``fetch_offset`` from, or None for this leader itself."""
+        selector = self.replicas.replica_selector
+        if selector is None:
+            return None
+        rack, listener = client
+        brokers = self.cache.image().cluster.brokers
+
+        def reachable(broker_id: int) -> tuple[bool, str | None]:
+            b = brokers.get(broker_id)
+            if b is None or b.fenced or listener not in b.listeners:
+                return False, None
+            return True, b.rack
+        isr = set(part.isr)
+        views = []
+        for broker_id, state in part.remote_replicas.items():
+            # not in the ISR: it may lag, and the consumer would fall behind with it
+            if broker_id not in isr or state.log_end_offset < fetch_offset or state.log_start_offset > fetch_offset:
+                continue
+            ok, replica_rack = reachable(broker_id)
+            if ok:  # (Kafka keeps endpoint-less ones as "no node", never chosen)
+                views.append(ReplicaView(broker_id, replica_rack, state.log_end_offset,
+                                         now - state.last_caught_up_time_ms))
+        ok, leader_rack = reachable(part.local_broker_id)
+        leader = ReplicaView(part.local_broker_id, leader_rack, part.log.log_end_offset, 0)
+        chosen = selector.select(rack, [*views, leader], leader)
+        if chosen.broker_id == part.local_broker_id:
+            return None
+        log.debug("preferred read replica of %s for a client in rack %s: %d", part.topic_partition, rack,
+                  chosen.broker_id)
+        return chosen.broker_id
 
     # ------------------------------------------------------------------ ListOffsets
     def handle_list_offsets(self, ctx: RequestContext, body: Any) -> Any:
@@ -623,6 +678,10 @@ def _file_region(data: FetchData) -> FileRegion:
     segment = data._segment
     generation = data._generation
     return FileRegion(data.fd, data.position, data.length, data, lambda: segment.generation == generation)
+
+
+def _has_preferred_replica(resp: Any) -> bool:
+    return any(p.preferred_read_replica >= 0 for t in resp.responses for p in t.partitions)
 
 
 def _has_error(resp: Any) -> bool:

@@ -47,6 +47,7 @@ from typing import Any
 from kraft_node.broker.log.producer_state import ProducerStateManagerConfig
 from kraft_node.broker.log_manager import LogManager, LogPlan
 from kraft_node.broker.partition import AlterPartitionCallback, Partition
+from kraft_node.broker.replica_selector import RackAwareReplicaSelector, replica_selector_from_properties
 from kraft_node.metadata.configs.resources import ConfigResource, ConfigResourceType
 from kraft_node.metadata.controller.replication_control import PartitionRegistration
 from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImage
@@ -170,6 +171,8 @@ class ReplicaManager:
         self.default_min_insync_replicas = _int(props, "min.insync.replicas", DEFAULT_MIN_INSYNC_REPLICAS, 1)
         self.default_max_message_bytes = _int(props, "message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES, 0)
         self.replica_lag_time_max_ms = _int(props, "replica.lag.time.max.ms", DEFAULT_REPLICA_LAG_TIME_MAX_MS, 1)
+        #: KIP-392's ``replica.selector.class`` (None: consumers read from leaders only, Kafka's default)
+        self.replica_selector: RackAwareReplicaSelector | None = replica_selector_from_properties(props)
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.partitions: dict[TopicPartition, Partition] = {}
         self.image: MetadataImage | None = None
