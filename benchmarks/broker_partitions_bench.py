@@ -1,0 +1,357 @@
+"""Issue 25's replication targets on real processes, librdkafka (confluent-kafka) as the load
+generator so that a Python client is not what is measured.
+
+    python benchmarks/broker_partitions_bench.py [--runs 3] [--records 200000] [--size 100] [--partitions 3]
+                                                 [--controllers 1] [--raft-seconds 5]
+                                                 [--latency-rate 10000] [--latency-seconds 10]
+                                                 [--failovers 3] [--out F]
+
+One cluster of ``--controllers`` controllers and 3 brokers (``kraft-server-start`` processes on
+127.0.0.1, fsync as configured by default, the tests' fast Raft timeouts: broker heartbeat 200 ms,
+session 2 s).  In order, never two phases at once (the machine has 2 shared cores):
+
+1. **the Raft quorum's committed records/s**, the issue's anchor, in a subprocess of this script
+   before the cluster starts and again after it is gone: 3 Raft-only voters on loopback, 100 B
+   records, closed loop (``raft_tcp_bench``'s load generator and configs; see :func:`quorum_rate`
+   for why not its ``main``);
+2. per run, **produce acks=all to RF 3** (``--partitions`` partitions, ``min.insync.replicas=2``):
+   ``--records`` records timed from the first ``produce()`` to the last delivery report; then
+   **acks=1 to RF 1** (one partition on one broker) and **consume from that one broker** from the
+   beginning, with ``broker_produce_bench``'s producer and consumer;
+3. **latency** at ``--latency-rate`` records/s, acks=all, RF 3, one partition: librdkafka's own
+   per-message latency (``Message.latency()``: ``produce()`` to the acknowledgement), p50/p99;
+4. **failover**: a producer offers 1,000 records/s (acks=all, RF 3, one partition); the partition's
+   leader is killed with -9; timed from the kill until the first acknowledgement of a record
+   produced after it (only a new leader can give one).  The broker is restarted and back in the
+   ISR before the next one.  Target: the session timeout + 1 s.
+
+Medians over the runs; load averages at each phase.  Writes a Markdown report (default
+``benchmarks/results/s16/broker_partitions.md``) and prints it.  Every process this script starts
+is killed at the end; every wait has a deadline.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, REPO)
+
+from _support import code_version  # noqa: E402
+from broker_produce_bench import consume_confluent, produce_confluent  # noqa: E402
+from support.broker_cluster import BrokerCluster, metadata, run, wait_until  # noqa: E402
+from support.brokers import FAST_RAFT  # noqa: E402
+
+SESSION_S = int(FAST_RAFT["broker.session.timeout.ms"]) / 1000
+
+
+def loadavg() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# ------------------------------------------------------------------ the Raft anchor
+def quorum_rate(seconds: float) -> dict:
+    """The Raft quorum's committed records/s, in a fresh subprocess (``--quorum-only``)."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--quorum-only", str(seconds)],
+                         capture_output=True, text=True, timeout=seconds + 120, cwd=REPO)
+    if out.returncode != 0:
+        raise RuntimeError(f"quorum run failed ({out.returncode}): {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _quorum_only(seconds: float) -> None:
+    """``raft_tcp_bench``'s closed-loop load on 3 Raft-only voters.  Why not its ``main``: it starts
+    node 1 with a controller and nodes 2-3 as controllers (``kraft-server-start`` without
+    ``--demo-writer``), whose metadata loaders now stop on its opaque records (``unsupported
+    metadata record frame``), so nothing commits.  Here node 1 is ``controller=False`` and the
+    voters run ``--demo-writer`` (Raft only; they never lead: their election timeout is 5 s)."""
+    import raft_tcp_bench as rtb
+
+    from kraft_node.server.config import NodeConfig
+    from kraft_node.server.node import KraftNode
+    from kraft_node.server.start import freeze_startup_heap
+
+    async def main(base: str) -> dict:
+        paths = rtb.write_configs(base, 5, 3)
+        procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server.start", p, "--log-level", "WARNING",
+                                   "--demo-writer", "--writer-interval-ms", "3600000"],
+                                  stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=rtb.voter_env(),
+                                  cwd=REPO) for p in paths[1:]]
+        node = KraftNode.from_config(NodeConfig.from_file(paths[0]), controller=False)
+        try:
+            await node.start()
+            freeze_startup_heap()
+            deadline = time.monotonic() + 30
+            while not node.driver.is_leader:
+                if time.monotonic() > deadline:
+                    raise SystemExit("node 1 did not become leader")
+                await asyncio.sleep(0.01)
+            await rtb.all_voters_replicating(node.driver, deadline)
+            result: dict = await rtb.offered_load(node.driver, seconds, 100, 100, 512)
+        finally:
+            await node.shutdown(3)
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        return result
+
+    with tempfile.TemporaryDirectory(prefix="kraft-quorum-") as base:
+        result = asyncio.run(main(base))
+    print(json.dumps({"committed_records_per_s": result["committed_records_per_s"],
+                      "commit_p99_ms": result["commit_latency_ms"]["p99"]}))
+
+
+# ------------------------------------------------------------------ cluster helpers
+def create_topic(c: BrokerCluster, name: str, partitions: int, rf: int, configs: dict | None = None,
+                 assignment: dict | None = None) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+    admin = KafkaAdminClient(bootstrap_servers=c.bootstrap(c.brokers[0]), request_timeout_ms=20_000)
+    try:
+        topic = (NewTopic(name, replica_assignments=assignment, topic_configs=configs or {}) if assignment
+                 else NewTopic(name, partitions, rf, topic_configs=configs or {}))
+        admin.create_topics([topic], timeout_ms=20_000)
+    finally:
+        admin.close()
+    wait_until(lambda: all(len(isr) == rf and leader >= 0 for leader, isr in states(c, name).values()), 30,
+               f"{name} led with a full ISR")
+
+
+def states(c: BrokerCluster, topic: str) -> dict[int, tuple[int, list[int]]]:
+    """``partition -> (leader, isr)`` from the first broker that answers."""
+    for b in c.brokers:
+        if b.alive:
+            try:
+                (t,) = run(metadata(b.port, [topic])).topics
+                return {p.partition_index: (p.leader_id, sorted(p.isr_nodes)) for p in t.partitions}
+            except Exception:
+                continue
+    raise RuntimeError("no broker answers Metadata")
+
+
+def producer(bootstrap: str, acks: Any, **extra: Any):
+    from confluent_kafka import Producer
+    conf = {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "batch.size": 1 << 20,
+            "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 1 << 21,
+            "enable.idempotence": False, "compression.type": "none", "log_level": 0}
+    conf.update(extra)
+    return Producer(conf)
+
+
+def produce_acks_all(bootstrap: str, topic: str, records: int, size: int, partitions: int) -> float:
+    p = producer(bootstrap, "all")
+    payload = os.urandom(size)
+    errors: list[Any] = []
+
+    def report(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+    t0 = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, payload, partition=i % partitions, on_delivery=report)
+                break
+            except BufferError:
+                p.poll(0.001)
+        if i % 10_000 == 0:
+            p.poll(0)
+    left = p.flush(180)
+    elapsed = time.perf_counter() - t0
+    if left or errors:
+        raise RuntimeError(f"acks=all produce: {left} not delivered, {len(errors)} errors (first: {errors[:1]})")
+    return elapsed
+
+
+def paced_latencies(bootstrap: str, topic: str, rate: int, seconds: float, size: int) -> tuple[list[float], float]:
+    """Offer ``rate`` records/s for ``seconds`` (in 1 ms slices); librdkafka's per-message latency
+    in ms, and the achieved rate."""
+    p = producer(bootstrap, "all", **{"linger.ms": 1})
+    payload = os.urandom(size)
+    lat: list[float] = []
+    errors: list[Any] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            lat.append(msg.latency() * 1000)
+    sent = 0
+    t0 = time.perf_counter()
+    while (now := time.perf_counter()) - t0 < seconds:
+        due = int((now - t0) * rate)
+        while sent < due:
+            p.produce(topic, payload, partition=0, on_delivery=report)
+            sent += 1
+        p.poll(0.0005)
+    left = p.flush(60)
+    if left or errors:
+        raise RuntimeError(f"latency run: {left} not delivered, {len(errors)} errors (first: {errors[:1]})")
+    return lat, sent / seconds
+
+
+def failover_once(c: BrokerCluster, topic: str, rate: int = 1000) -> float:
+    """Seconds from kill -9 of ``topic``-0's leader to the first acknowledgement of a record
+    produced after the kill."""
+    p = producer(",".join(c.bootstrap(b) for b in c.brokers), "all",
+                 **{"linger.ms": 1, "message.timeout.ms": 60_000, "retry.backoff.ms": 20,
+                    "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 200})
+    acked_after: list[float] = []
+    t_kill = [float("inf")]
+
+    def report(err: Any, _msg: Any, produced_at: float) -> None:
+        if err is None and produced_at > t_kill[0] and not acked_after:
+            acked_after.append(time.monotonic())
+    leader_id = states(c, topic)[0][0]
+    victim = next(b for b in c.brokers if b.id == leader_id)
+    sent = 0
+    t0 = time.monotonic()
+    try:
+        while True:
+            now = time.monotonic()
+            if now - t0 > 2.0 and t_kill[0] == float("inf"):
+                victim.kill9()
+                t_kill[0] = time.monotonic()
+            if acked_after or now - t0 > 60:
+                break
+            due = int((now - t0) * rate)
+            while sent < due:
+                p.produce(topic, b"x" * 100, partition=0,
+                          on_delivery=lambda err, msg, at=now: report(err, msg, at))
+                sent += 1
+            p.poll(0.001)
+        p.flush(30)
+    finally:
+        victim.start()
+        victim.wait_started(90)
+    if not acked_after:
+        raise RuntimeError("the producer did not resume within 60 s of the kill")
+    wait_until(lambda: states(c, topic)[0][1] == [101, 102, 103], 60, f"{victim} back in the ISR")
+    return acked_after[0] - t_kill[0]
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+# ------------------------------------------------------------------ main
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=3, help="partitions of the acks=all RF 3 topic")
+    ap.add_argument("--controllers", type=int, default=1)
+    ap.add_argument("--raft-seconds", type=float, default=5.0)
+    ap.add_argument("--latency-rate", type=int, default=10_000)
+    ap.add_argument("--latency-seconds", type=float, default=10.0)
+    ap.add_argument("--failovers", type=int, default=3)
+    ap.add_argument("--quorum-only", type=float, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "s16", "broker_partitions.md"))
+    args = ap.parse_args(argv)
+    if args.quorum_only is not None:
+        _quorum_only(args.quorum_only)
+        return
+    argv = sys.argv[1:] if argv is None else argv
+    loads: list[tuple[str, str]] = [("start", loadavg())]
+    quorum = [quorum_rate(args.raft_seconds)]
+    loads.append(("after quorum run 1", loadavg()))
+    print(f"quorum: {quorum[0]}", flush=True)
+
+    base = tempfile.mkdtemp(prefix="kraft-partitions-bench-")
+    c = BrokerCluster(base, controllers=args.controllers, brokers=3, shutdown_timeout_s=3.0)
+    rows: list[tuple[int, float, float, float]] = []
+    lat: list[float] = []
+    achieved = 0.0
+    failovers: list[float] = []
+    try:
+        c.start(timeout=120)
+        all_brokers = ",".join(c.bootstrap(b) for b in c.brokers)
+        one = c.brokers[0]
+        for r in range(1, args.runs + 1):
+            create_topic(c, f"rf3-{r}", args.partitions, 3, {"min.insync.replicas": "2"})
+            t_all = produce_acks_all(all_brokers, f"rf3-{r}", args.records, args.size, args.partitions)
+            create_topic(c, f"rf1-{r}", 1, 1, assignment={0: [one.id]})
+            t_one = produce_confluent(c.bootstrap(one), f"rf1-{r}", args.records, args.size, 1)
+            t_cons = consume_confluent(c.bootstrap(one), f"rf1-{r}", args.records, 1)
+            rows.append((r, args.records / t_all, args.records / t_one, args.records / t_cons))
+            loads.append((f"after run {r}", loadavg()))
+            print(f"run {r}: acks=all RF 3 {rows[-1][1]:,.0f}/s, acks=1 RF 1 {rows[-1][2]:,.0f}/s, "
+                  f"consume {rows[-1][3]:,.0f}/s (load {loads[-1][1]})", flush=True)
+        create_topic(c, "latency", 1, 3, {"min.insync.replicas": "2"})
+        lat, achieved = paced_latencies(all_brokers, "latency", args.latency_rate, args.latency_seconds, args.size)
+        loads.append(("after latency", loadavg()))
+        print(f"latency at {achieved:,.0f}/s: p50 {pct(lat, 0.5):.2f} ms p99 {pct(lat, 0.99):.2f} ms", flush=True)
+        create_topic(c, "failover", 1, 3, {"min.insync.replicas": "2"})
+        for i in range(args.failovers):
+            failovers.append(failover_once(c, "failover"))
+            print(f"failover {i + 1}: {failovers[-1]:.3f} s", flush=True)
+        loads.append(("after failovers", loadavg()))
+    finally:
+        c.close()
+    quorum.append(quorum_rate(args.raft_seconds))
+    loads.append(("after quorum run 2", loadavg()))
+    print(f"quorum: {quorum[1]}", flush=True)
+
+    q = statistics.median(x["committed_records_per_s"] for x in quorum)
+    med = [statistics.median(row[i] for row in rows) for i in (1, 2, 3)]
+    mb = args.size / 1e6
+    lines = [f"# Broker replication figures, issue 25 ({datetime.now().strftime('%Y-%m-%d %H:%M')})", "",
+             f"Command: `python benchmarks/broker_partitions_bench.py {' '.join(argv)}`", "",
+             f"Setup: {args.controllers} controller(s) + 3 brokers (kraft-server-start processes, 127.0.0.1), "
+             f"records of {args.size} B, load generator confluent-kafka {_ck_version()} (librdkafka); "
+             f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; code {code_version()}",
+             "", "Load averages (1/5/15 min): " + "; ".join(f"{k} {v}" for k, v in loads), "",
+             "## Throughput", "",
+             f"{args.records:,} records per run; acks=all RF 3: {args.partitions} partitions, min.insync.replicas=2, "
+             "linger 5 ms, 1 MiB batches; acks=1 RF 1: one partition on broker 101, consumed from it.", "",
+             "| run | acks=all RF 3 records/s | MB/s | acks=1 RF 1 records/s | consume one broker records/s |",
+             "|---|---|---|---|---|"]
+    for r, a, o, k in rows:
+        lines.append(f"| {r} | {a:,.0f} | {a * mb:.1f} | {o:,.0f} | {k:,.0f} |")
+    lines.append(f"| median | {med[0]:,.0f} | {med[0] * mb:.1f} | {med[1]:,.0f} | {med[2]:,.0f} |")
+    lines += ["", f"Raft quorum (3 Raft-only voters, fsync, 100 B records, closed loop, {args.raft_seconds:.0f} s, "
+              "before and after the cluster): " + ", ".join(f"{x['committed_records_per_s']:,.0f}" for x in quorum)
+              + f" committed records/s, median {q:,.0f}.", "",
+              f"acks=all RF 3 / quorum: **{med[0] / q:.1%}** (target >= 50%).", "",
+              "## Latency", "",
+              f"acks=all, RF 3, one partition, offered {args.latency_rate:,}/s for {args.latency_seconds:.0f} s "
+              f"(achieved {achieved:,.0f}/s), linger 1 ms; librdkafka's per-message latency: "
+              f"p50 **{pct(lat, 0.5):.2f} ms**, p90 {pct(lat, 0.9):.2f} ms, p99 **{pct(lat, 0.99):.2f} ms**, "
+              f"max {max(lat):.2f} ms ({len(lat):,} records; target p99 <= 10 ms).", "",
+              "## Failover", "",
+              f"kill -9 of the partition leader under 1,000 records/s acks=all; session timeout {SESSION_S:.0f} s "
+              f"(target {SESSION_S + 1:.0f} s): " + ", ".join(f"{x:.2f} s" for x in failovers)
+              + (f"; median **{statistics.median(failovers):.2f} s**." if failovers else "."), "",
+              "Targets (issue 25): acks=all RF 3 >= 50% of the quorum; acks=1 RF 1 >= 1M records/s; consume >= 2M "
+              "records/s; p99 <= 10 ms at 10k records/s; failover <= session timeout + 1 s."]
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def _ck_version() -> str:
+    import confluent_kafka
+    return f"{confluent_kafka.version()[0]} / librdkafka {confluent_kafka.libversion()[0]}"
+
+
+if __name__ == "__main__":
+    main()
