@@ -36,9 +36,9 @@ offset, update their fetch state on the leader (which may move the high watermar
 fetch offset (v12+).  Topics by name before v13 and by id from v13.  ``max_bytes`` bounds the
 whole answer and ``partition_max_bytes`` each partition; the first partition with data gets at
 least one whole batch (Kafka's ``minOneMessage``).  With less than ``min_bytes`` the fetch waits
-up to ``max_wait_ms`` in the purgatory, re-run on appends.  Fetch sessions (KIP-227) are not
-kept: every answer has session id 0 (a client then sends full fetches, as Kafka's cache-full
-answer makes it do); an incremental fetch of a session id is FETCH_SESSION_ID_NOT_FOUND.
+up to ``max_wait_ms`` in the purgatory, re-run on appends.  Fetch sessions (KIP-227, v7+): Kafka's
+FetchSessionCache (fetch_session.py): a full fetch of epoch 0 opens a session when the cache
+has room, incremental fetches name only changed partitions and get only changed ones back.
 The records of a partition (at least ``SPILL_MIN_BYTES``) go out as a file region of the segment:
 the network layer sends them with ``sendfile`` (zero copy) and aborts the connection if the
 segment is truncated before they are all sent; over TLS (``ctx.zero_copy`` False) they are one
@@ -65,6 +65,7 @@ from typing import Any
 
 import numpy as np
 
+from kraft_node.broker.fetch_session import FetchContext, FetchSessionCache, max_session_slots_from_properties
 from kraft_node.broker.log.producer_state import ProducerStateError
 from kraft_node.broker.log.validator import (
     ProduceValidationError,
@@ -156,6 +157,9 @@ class PartitionApis:
         self._props = dict(props or {})
         self._validation_configs: dict[str, tuple[Any, ValidationConfig]] = {}
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        #: KIP-227 incremental fetch sessions (``max.incremental.fetch.session.cache.slots``)
+        self.fetch_sessions = FetchSessionCache(max_session_slots_from_properties(self._props),
+                                                clock_ms=self._clock_ms)
         #: counters for the broker's metrics (Kafka's BrokerTopicMetrics totals)
         self.produce_requests = 0
         self.fetch_requests = 0
@@ -317,83 +321,108 @@ class PartitionApis:
         version = ctx.api_version
         self.fetch_requests += 1
         replica_id = int(body.replica_state.replica_id) if version >= 15 else int(body.replica_id)
-        if version >= 7 and int(body.session_id) != 0:
-            return _FR(throttle_time_ms=0, error_code=int(Errors.FETCH_SESSION_ID_NOT_FOUND),
-                       session_id=0, responses=[], node_endpoints=[])
+        items = [(t.topic, t.topic_id, fp) for t in body.topics for fp in t.partitions]
+        if version >= 7:
+            forgotten = [(f.topic, f.topic_id, int(p)) for f in body.forgotten_topics_data or () for p in f.partitions]
+            fctx = self.fetch_sessions.new_context(version, int(body.session_id), int(body.session_epoch),
+                                                   replica_id >= 0, items, forgotten)
+        else:
+            fctx = FetchContext("sessionless", items)
+        if fctx.kind == "error":
+            return _FR(throttle_time_ms=0, error_code=int(fctx.error), session_id=0, responses=[], node_endpoints=[])
         zero_copy = ctx.zero_copy
         # KIP-392: from v11 a consumer says its rack; the leader may point it at a closer replica
         client = (body.rack_id or None, ctx.listener) if version >= 11 and replica_id < 0 else None
-        first = self._read_fetch(body, version, replica_id, zero_copy, client)
-        total = sum(len(r.records) for topic in first.responses for r in topic.partitions)
-        # Kafka answers at once without a wait, with enough bytes (min_bytes 0 included), an error
-        # or a preferred read replica
-        if int(body.max_wait_ms) <= 0 or total >= int(body.min_bytes) or _has_error(first) \
-                or _has_preferred_replica(first):
-            return first
-        tps = self._fetch_partitions(body, version)
+        max_bytes = int(body.max_bytes)
+        first = self._read_fetch(fctx.items, max_bytes, version, replica_id, zero_copy, client)
+        total = sum(len(pd.records) for _n, _t, pd in first)
+        # Kafka answers at once without a wait, with enough bytes (min_bytes 0 included), an error,
+        # a diverging epoch or a preferred read replica
+        if int(body.max_wait_ms) <= 0 or total >= int(body.min_bytes) or _must_answer(first):
+            return self._fetch_answer(fctx, first)
+        tps = self._fetch_partitions(fctx.items, version)
 
         def retry(force: bool) -> bool:
-            resp = self._read_fetch(body, version, replica_id, zero_copy, client)
-            size = sum(len(r.records) for topic in resp.responses for r in topic.partitions)
-            if force or size >= int(body.min_bytes) or _has_error(resp) or _has_preferred_replica(resp):
-                ctx.respond(resp)
+            answers = self._read_fetch(fctx.items, max_bytes, version, replica_id, zero_copy, client)
+            size = sum(len(pd.records) for _n, _t, pd in answers)
+            if force or size >= int(body.min_bytes) or _must_answer(answers):
+                ctx.respond(self._fetch_answer(fctx, answers))
                 return True
             return False
 
         self.replicas.park_fetch(tps, int(body.max_wait_ms), retry)
         return DEFERRED
 
-    def _fetch_partitions(self, body: Any, version: int) -> list[TopicPartition]:
+    def _fetch_answer(self, fctx: FetchContext, answers: list[tuple[Any, Any, Any]]) -> Any:
+        """The FetchResponse of ``answers`` shaped by the session (see fetch_session.py):
+        consecutive partitions of a topic share a topic entry."""
+        error, session_id, keep = self.fetch_sessions.finish(fctx, answers)
+        topics: list[Any] = []
+        for i in keep:
+            name, topic_id, pd = answers[i]
+            if topics and topics[-1].topic == name and topics[-1].topic_id == topic_id:
+                topics[-1].partitions.append(pd)
+            else:
+                topics.append(_FR.FetchableTopicResponse(topic=name, topic_id=topic_id, partitions=[pd]))
+        return _FR(throttle_time_ms=0, error_code=int(error), session_id=session_id, responses=topics,
+                   node_endpoints=[])
+
+    def _fetch_partitions(self, items: list[tuple[Any, Any, Any]], version: int) -> list[TopicPartition]:
         out: list[TopicPartition] = []
-        for t in body.topics:
-            name, _err = self._topic_name(t.topic, t.topic_id, version >= 13)
+        for topic, topic_id, fp in items:
+            name, _err = self._topic_name(topic, topic_id, version >= 13)
             if name is not None:
-                out.extend(TopicPartition(name, int(p.partition)) for p in t.partitions)
+                out.append(TopicPartition(name, int(fp.partition)))
         return out
 
-    def _read_fetch(self, body: Any, version: int, replica_id: int, zero_copy: bool = False,
-                    client: tuple[str | None, str] | None = None) -> Any:
+    def _read_fetch(self, items: list[tuple[Any, Any, Any]], max_bytes: int, version: int, replica_id: int,
+                    zero_copy: bool = False,
+                    client: tuple[str | None, str] | None = None) -> list[tuple[Any, Any, Any]]:
+        """Read ``items`` ((topic name, topic id, request partition) in order) within
+        ``max_bytes``; one (topic name, topic id, PartitionData) each."""
         by_id = version >= 13
-        remaining = max(int(body.max_bytes), 0)
+        remaining = max(max_bytes, 0)
         got_data = False
         now = self._clock_ms()
-        topics = []
-        for t in body.topics:
-            name, topic_error = self._topic_name(t.topic, t.topic_id, by_id)
-            parts = []
-            for fp in t.partitions:
-                pd = _FR.PartitionData(partition_index=fp.partition, error_code=0, high_watermark=-1,
-                                       last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
-                                       preferred_read_replica=-1, records=b"")
-                parts.append(pd)
-                if topic_error != Errors.NONE or name is None:
-                    pd.error_code = int(topic_error)
-                    continue
-                tp = TopicPartition(name, int(fp.partition))
-                part = self.replicas.get_partition(tp)
-                if part is None:
-                    err = self._partition_error(tp)
-                    if err == Errors.UNKNOWN_TOPIC_OR_PARTITION and by_id:
-                        err = Errors.UNKNOWN_TOPIC_ID
-                    pd.error_code = int(err)
-                    continue
-                limit = max(min(int(fp.partition_max_bytes), remaining), 0)
-                try:
-                    n = self._read_partition(part, fp, pd, version, replica_id, limit, not got_data, now, zero_copy,
-                                             client)
-                except PartitionError as exc:
-                    pd.error_code = int(exc.error)
-                    continue
-                except Exception:  # noqa: BLE001 - this partition's answer, not the connection's
-                    log.exception("fetch of %s failed", tp)
-                    pd.error_code = int(Errors.UNKNOWN_SERVER_ERROR)
-                    pd.records = b""
-                    continue
-                if n:
-                    got_data = True
-                    remaining = max(remaining - n, 0)
-            topics.append(_FR.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=parts))
-        return _FR(throttle_time_ms=0, error_code=0, session_id=0, responses=topics, node_endpoints=[])
+        out: list[tuple[Any, Any, Any]] = []
+        names: dict[Any, tuple[str | None, Errors]] = {}
+        for topic, topic_id, fp in items:
+            key = topic_id if by_id else topic
+            resolved = names.get(key)
+            if resolved is None:
+                resolved = names[key] = self._topic_name(topic, topic_id, by_id)
+            name, topic_error = resolved
+            pd = _FR.PartitionData(partition_index=fp.partition, error_code=0, high_watermark=-1,
+                                   last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                                   preferred_read_replica=-1, records=b"")
+            out.append((topic, topic_id, pd))
+            if topic_error != Errors.NONE or name is None:
+                pd.error_code = int(topic_error)
+                continue
+            tp = TopicPartition(name, int(fp.partition))
+            part = self.replicas.get_partition(tp)
+            if part is None:
+                err = self._partition_error(tp)
+                if err == Errors.UNKNOWN_TOPIC_OR_PARTITION and by_id:
+                    err = Errors.UNKNOWN_TOPIC_ID
+                pd.error_code = int(err)
+                continue
+            limit = max(min(int(fp.partition_max_bytes), remaining), 0)
+            try:
+                n = self._read_partition(part, fp, pd, version, replica_id, limit, not got_data, now, zero_copy,
+                                         client)
+            except PartitionError as exc:
+                pd.error_code = int(exc.error)
+                continue
+            except Exception:  # noqa: BLE001 - this partition's answer, not the connection's
+                log.exception("fetch of %s failed", tp)
+                pd.error_code = int(Errors.UNKNOWN_SERVER_ERROR)
+                pd.records = b""
+                continue
+            if n:
+                got_data = True
+                remaining = max(remaining - n, 0)
+        return out
 
     def _read_partition(self, part: Partition, fp: Any, pd: Any, version: int, replica_id: int, limit: int,
                         min_one: bool, now: int, zero_copy: bool = False,
@@ -680,11 +709,8 @@ def _file_region(data: FetchData) -> FileRegion:
     return FileRegion(data.fd, data.position, data.length, data, lambda: segment.generation == generation)
 
 
-def _has_preferred_replica(resp: Any) -> bool:
-    return any(p.preferred_read_replica >= 0 for t in resp.responses for p in t.partitions)
-
-
-def _has_error(resp: Any) -> bool:
-    return any(p.error_code != 0 or p.diverging_epoch is not None and p.diverging_epoch.epoch >= 0
-               for t in resp.responses for p in t.partitions)
+def _must_answer(answers: list[tuple[Any, Any, Any]]) -> bool:
+    """An error, a diverging epoch or a preferred read replica: answered without waiting."""
+    return any(p.error_code != 0 or p.preferred_read_replica >= 0
+               or p.diverging_epoch is not None and p.diverging_epoch.epoch >= 0 for _n, _t, p in answers)
 
