@@ -342,11 +342,12 @@ def partition_alter_callback(manager: AlterPartitionManager, *,
                 partition.partition_epoch == change.partition_epoch
 
         def done(f: asyncio.Future[LeaderAndIsr]) -> None:
+            # read first: an ignored failure must still be retrieved, or asyncio logs it at ERROR
+            exc = None if f.cancelled() else f.exception()
             if not still_pending():
                 log.debug("Ignoring the AlterPartition answer for %s: its state changed meanwhile",
                           partition.topic_partition)
                 return
-            exc = None if f.cancelled() else f.exception()
             if f.cancelled() or exc is not None:
                 code = exc.error if isinstance(exc, AlterPartitionError) else int(Errors.UNKNOWN_SERVER_ERROR)
                 action, why = alter_partition_error_action(code)
