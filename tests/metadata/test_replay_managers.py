@@ -531,6 +531,10 @@ def test_duplicate_topic_record():
     assert replay_error(ctl, topic("foo", BAR)) == (
         "Found duplicate TopicRecord for foo with a different ID than before. "
         "Previous ID was Ktv3YkMQRe-MId4VkkrMyw and new ID is 8auUWq8zQqe_99H_m2LAmw")
+    # a second name for an existing topic id (found by hypothesis: the columnar and per-record
+    # loads disagreed on such a log) is named, not silently merged as Kafka's replay would
+    assert replay_error(ctl, topic("bar", FOO)) == (
+        "Found TopicRecord for bar with topic ID Ktv3YkMQRe-MId4VkkrMyw, which is already the ID of topic foo")
 
 
 def test_partition_records_need_their_topic_and_partition():

@@ -489,11 +489,15 @@ class BrokerLifecycle:
         online, the broker leaves the ISR (and leadership) of every partition placed in them,
         then a registration change lists its remaining online directories.  Reported every
         heartbeat, so a heartbeat also continues the changes already under way."""
+        key = (ChangeKind.OFFLINE_DIRS, broker_id)
+        if not offline_dirs:  # every heartbeat of a healthy broker: nothing to look up
+            if key in self._pending and self.ctx.cluster.registration(broker_id) is not None:
+                self._pending.pop(key)
+            return
         registration = self.ctx.cluster.registration(broker_id)
         if registration is None:
             return
         newly_offline = tuple(registration.directory_intersection(offline_dirs))
-        key = (ChangeKind.OFFLINE_DIRS, broker_id)
         current = self._pending.get(key)
         if not newly_offline:
             if current is not None:

