@@ -330,7 +330,7 @@ class PartitionApis:
             fctx = FetchContext("sessionless", items)
         if fctx.kind == "error":
             return _FR(throttle_time_ms=0, error_code=int(fctx.error), session_id=0, responses=[], node_endpoints=[])
-        zero_copy = ctx.zero_copy
+        zero_copy = bool(getattr(ctx, "zero_copy", False))  # (a context made by hand: bytes)
         # KIP-392: from v11 a consumer says its rack; the leader may point it at a closer replica
         client = (body.rack_id or None, ctx.listener) if version >= 11 and replica_id < 0 else None
         max_bytes = int(body.max_bytes)
