@@ -49,7 +49,7 @@ class FrameReader:
     def __init__(self, *, min_size: int = 0, max_size: int, large: int = LARGE_FRAME_BYTES):
         self._buf = bytearray()
         self.large = large
-        self._parts: list | None = None
+        self._parts: list[bytes | bytearray | memoryview] | None = None
         self._missing = 0
         self.min_size = min_size
         self.max_size = max_size
@@ -61,10 +61,10 @@ class FrameReader:
             return sum(len(p) for p in self._parts)
         return len(self._buf)
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes | bytearray) -> list[bytes]:
         """Take the next chunk; return the payloads it completes (possibly none).
         Raises :class:`FrameError` on a size below ``min_size`` or above ``max_size``."""
-        out = []
+        out: list[bytes] = []
         pos = 0
         parts = self._parts
         if parts is not None:  # the rest of a large frame
