@@ -31,6 +31,7 @@ from conftest import fixture_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import kraft_node.metadata.controller.replication_control as rc_module
 import kraft_node.metadata.controller.replication_snapshot as rs
 from kraft_node.metadata.controller.bootstrap import BootstrapMetadata
 from kraft_node.metadata.controller.configuration_control import ConfigurationControlManager
@@ -82,8 +83,13 @@ def uid(s: str) -> Uuid:
 # ---------------------------------------------------------------------------
 
 def dump(rc: ReplicationControlManager) -> dict[str, Any]:
+    def key(t: Any) -> bytes:
+        # the indexes file topics under their ids' bytes (replication_control.topic_key) on every path
+        assert type(t) is bytes and len(t) == 16, t
+        return t
+
     def raw(index: Any) -> dict[int, dict[bytes, tuple[int, ...]]]:
-        return {b: {t.bytes: tuple(es) for t, es in tm.items()} for b, tm in index._members.items()}
+        return {b: {key(t): tuple(es) for t, es in tm.items()} for b, tm in index._members.items()}
     topics = {n: t.bytes for n, t in rc.topics_by_name.items()}
     return {
         "topics": topics,
@@ -92,7 +98,7 @@ def dump(rc: ReplicationControlManager) -> dict[str, Any]:
         "isr": raw(rc.brokers_to_isrs),
         "elr": raw(rc.brokers_to_elrs),
         # exact: a partition is listed once under a directory even when a record names it twice
-        "dirs": {d.bytes: {t.bytes: tuple(ps) for t, ps in dp._topics.items()}
+        "dirs": {d.bytes: {key(t): tuple(ps) for t, ps in dp._topics.items()}
                  for d, dp in rc.directories_to_partitions.items()},
         "reassigning": {t.bytes: ps for t, ps in rc.reassigning_topics.items()},
         "imbalanced": sorted((tp.topic_id.bytes, tp.partition_id) for tp in rc.imbalanced_partitions.keys()),
@@ -478,6 +484,46 @@ def test_columnar_load_of_many_topics_with_each_kernel(impl, monkeypatch):
     assert col.partitions_with_no_leader() == [tp for tp in typed.partitions_with_no_leader()]
     # leaderless partitions are not led by their first replica either
     assert len(col.imbalanced()) == 6 and set(col.reassigning()) == set(TOPICS)
+    assert snapshot_bytes(col) == snapshot_bytes(typed)
+
+
+@pytest.mark.parametrize("split", [1, 20, 39])
+def test_a_topic_cut_by_a_call_boundary_extends_its_index_entries(split, monkeypatch):
+    """The bulk load reads back only the topics that had partitions before the call (a topic
+    a batch boundary cut in two): its second call must extend, not replace, that topic's ISR
+    and directory entries, while the other topics' are put without a read.  Readers get the
+    topic ids back as Uuids even when the key -> Uuid cache was emptied in between."""
+    dirs = [Uuid(bytes([0, b + 1]) + bytes(14)) for b in range(9)]
+    run = []
+    for t in TOPICS:
+        for p in range(40):
+            reps = [(p + k) % 9 for k in range(3)]
+            run.append((m.PartitionRecord(
+                partition_id=p, topic_id=t, replicas=reps, isr=reps, leader=-1 if p == 7 else reps[0],
+                leader_epoch=0, partition_epoch=0, directories=[dirs[b] for b in reps]), 1))
+    values = [encode_metadata_record(r, v) for r, v in run]
+    typed, col = two_managers([], TOPICS)
+    typed.replay_partitions([decode_metadata_record(v, 0)[2] for v in values])
+    cut = split  # the first topic is cut in two: partitions 0..split-1 in the first call
+    first, second = values[:cut], values[cut:]
+    columnar(col, first)
+    rc_module._TOPIC_UUIDS.clear()
+    columnar(col, second)
+    assert dump(col) == dump(typed)
+    rc_module._TOPIC_UUIDS.clear()
+    monkeypatch.setattr(rc_module, "_MAX_TOPIC_UUIDS", 2)  # the cache is cleared while readers read
+    for broker in range(9):
+        got = col.partitions_with_broker_in_isr(broker)
+        assert sorted((tp.topic_id.bytes, tp.partition_id) for tp in got) == sorted(
+            (tp.topic_id.bytes, tp.partition_id) for tp in typed.partitions_with_broker_in_isr(broker))
+        assert all(type(tp.topic_id) is Uuid for tp in got)
+        entries = col.isr_entries_by_topic(broker)
+        assert sorted((t.bytes, es) for t, es in entries) == sorted(
+            (t.bytes, es) for t, es in typed.isr_entries_by_topic(broker))
+        assert {type(t) for t, _es in entries} == {Uuid}
+        assert col.partitions_in_directory(dirs[broker]) == typed.partitions_in_directory(dirs[broker])
+    assert col.partitions_with_no_leader() == typed.partitions_with_no_leader()
+    assert col.brokers_to_isrs.to_dict() == typed.brokers_to_isrs.to_dict()
     assert snapshot_bytes(col) == snapshot_bytes(typed)
 
 

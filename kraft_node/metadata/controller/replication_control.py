@@ -467,10 +467,56 @@ def _java_int(value: int) -> int:
     return value - (1 << 32) if value & LEADER_FLAG else value
 
 
+#: topic id bytes -> a Uuid of those bytes, for the indexes' readers (see :func:`topic_key`).
+#: Any Uuid of the bytes will do (Uuids are equal by value), so the cache may be cleared at
+#: any time; it is bounded so that a process creating many topics does not keep them all.
+_TOPIC_UUIDS: dict[bytes, Uuid] = {}
+_MAX_TOPIC_UUIDS = 1 << 18
+
+
+def topic_key(topic_id: Uuid) -> bytes:
+    """The key under which the reverse indexes (:class:`BrokersToIsrs`, :class:`BrokersToElrs`,
+    :class:`DirectoryPartitions`) file a topic: its id's 16 bytes, not the Uuid.  Why: a Uuid's
+    ``__hash__`` is a Python call, and a 1M-partition snapshot load puts about 3.8M (broker or
+    directory, topic) entries -- hashing them was most of the load (benchmarks/results/s16/
+    controller_snapshot_load.md); a bytes object hashes in C and caches its hash, and the
+    timeline map's bulk put stays in C.  Readers get Uuids back (:func:`topic_uuid`)."""
+    key: bytes = topic_id.bytes
+    return key
+
+
+def topic_uuid(key: bytes) -> Uuid:
+    """A Uuid for an index key (the one :func:`remember_topic_uuids` was given, else a new one)."""
+    found = _TOPIC_UUIDS.get(key)
+    if found is None:
+        if len(_TOPIC_UUIDS) >= _MAX_TOPIC_UUIDS:
+            _TOPIC_UUIDS.clear()
+        found = _TOPIC_UUIDS[key] = Uuid(key)
+    return found
+
+
+def remember_topic_uuids(keys: list[bytes], topic_ids: list[Uuid]) -> None:
+    """Cache these (key, Uuid) pairs for :func:`topic_uuid` (the bulk load's topics)."""
+    if len(_TOPIC_UUIDS) + len(keys) > _MAX_TOPIC_UUIDS:
+        _TOPIC_UUIDS.clear()
+    _TOPIC_UUIDS.update(zip(keys, topic_ids))
+
+
+def _with_uuids(items: list[tuple[bytes, Any]]) -> list[tuple[Uuid, Any]]:
+    """``(key, value)`` pairs of an index map as ``(topic Uuid, value)``: in C when every key
+    is cached, else key by key."""
+    try:
+        return list(zip(map(_TOPIC_UUIDS.__getitem__, [k for k, _v in items]), [v for _k, v in items]))
+    except KeyError:
+        return [(topic_uuid(k), v) for k, v in items]
+
+
 class _BrokerIndex:
-    """broker id -> topic id -> tuple of index entries, as nested timeline maps (Kafka's
-    ``TimelineHashMap<Integer, TimelineHashMap<Uuid, int[]>>``).  A broker with no entries
-    left is removed, so the map's keys are exactly the brokers that hold something."""
+    """broker id -> topic -> tuple of index entries, as nested timeline maps (Kafka's
+    ``TimelineHashMap<Integer, TimelineHashMap<Uuid, int[]>>``; the inner maps are keyed by
+    :func:`topic_key`, the topic id's bytes, and every method takes and gives Uuids).  A broker
+    with no entries left is removed, so the map's keys are exactly the brokers that hold
+    something."""
 
     _what = "isrMembers"
 
@@ -483,25 +529,28 @@ class _BrokerIndex:
         if topic_map is None:
             topic_map = TimelineHashMap(self._registry)
             self._members.put(broker_id, topic_map)
-        topic_map.put(topic_id, topic_map.get(topic_id, ()) + (entry,))
+        key = topic_id.bytes
+        topic_map.put(key, topic_map.get(key, ()) + (entry,))
 
     def add_entries(self, topic_id: Uuid, by_broker: dict[int, list[int]]) -> None:
         """Append each broker's new entries for ``topic_id`` (new partitions only: an entry
         already present would be doubled), one timeline write per broker."""
         members = self._members
+        key = topic_id.bytes
         for broker_id, entries in by_broker.items():
             topic_map = members.get(broker_id)
             if topic_map is None:
                 topic_map = TimelineHashMap(self._registry)
                 members.put(broker_id, topic_map)
-            topic_map.put(topic_id, topic_map.get(topic_id, ()) + tuple(entries))
+            topic_map.put(key, topic_map.get(key, ()) + tuple(entries))
 
     def _remove(self, broker_id: int, topic_id: Uuid, entry: int) -> None:
         topic_map = self._members.get(broker_id)
         if topic_map is None:
             raise ReplayError(f"Broker {broker_id} has no {self._what} entry, so we can't remove "
                               f"{topic_id}:{_java_int(entry)}")
-        entries = topic_map.get(topic_id)
+        key = topic_id.bytes
+        entries = topic_map.get(key)
         if entries is None:
             raise ReplayError(f"Broker {broker_id} has no entry in {self._what} for topic {topic_id}")
         try:
@@ -511,9 +560,9 @@ class _BrokerIndex:
                               f"{_java_int(entry)}") from None
         rest = entries[:i] + entries[i + 1:]
         if rest:
-            topic_map.put(topic_id, rest)
+            topic_map.put(key, rest)
         else:
-            topic_map.remove(topic_id)
+            topic_map.remove(key)
             if topic_map.is_empty():
                 self._members.remove(broker_id)
 
@@ -525,10 +574,11 @@ class _BrokerIndex:
         become empty before the broker's last operation (one by one the topic would leave the
         broker's map and come back at its end)."""
         members = self._members
+        key = topic_id.bytes
         out: dict[int, tuple[int, ...]] = {}
         for broker_id, broker_ops in ops.items():
             topic_map = members.get(broker_id)
-            current = list(() if topic_map is None else topic_map.get(topic_id, ()))
+            current = list(() if topic_map is None else topic_map.get(key, ()))
             last = len(broker_ops) - 1
             removed: set[int] = set()
             added: list[int] = []
@@ -551,15 +601,16 @@ class _BrokerIndex:
         """Write what :meth:`run_entries` computed: one timeline write per broker (a broker
         left with no entries is removed, as :meth:`_remove` does)."""
         members = self._members
+        key = topic_id.bytes
         for broker_id, entries in finals.items():
             topic_map = members.get(broker_id)
             if entries:
                 if topic_map is None:
                     topic_map = TimelineHashMap(self._registry)
                     members.put(broker_id, topic_map)
-                topic_map.put(topic_id, entries)
+                topic_map.put(key, entries)
             elif topic_map is not None:
-                topic_map.remove(topic_id)
+                topic_map.remove(key)
                 if topic_map.is_empty():
                     members.remove(broker_id)
 
@@ -567,7 +618,7 @@ class _BrokerIndex:
         """Forget ``broker_id``'s entries for a deleted topic."""
         topic_map = self._members.get(broker_id)
         if topic_map is not None:
-            topic_map.remove(topic_id)
+            topic_map.remove(topic_id.bytes)
             if topic_map.is_empty():
                 self._members.remove(broker_id)
 
@@ -576,7 +627,8 @@ class _BrokerIndex:
         if topic_map is None:
             return
         # a list even at LATEST_EPOCH: the caller may replay while it walks the result
-        for topic_id, entries in list(topic_map.items(epoch)):
+        for key, entries in list(topic_map.items(epoch)):
+            topic_id = topic_uuid(key)
             for e in entries:
                 if not leaders_only or e & LEADER_FLAG:
                     yield TopicIdPartition(topic_id, e & _REPLICA_MASK)
@@ -587,7 +639,7 @@ class _BrokerIndex:
         later, because a replay replaces an entry tuple and never changes one (the broker
         lifecycle changes walk it across many events, see ``leadership.py``)."""
         topic_map = self._members.get(broker_id, epoch=epoch)
-        return [] if topic_map is None else list(topic_map.items(epoch))
+        return [] if topic_map is None else _with_uuids(list(topic_map.items(epoch)))
 
     def brokers(self, *, epoch: int = LATEST_EPOCH) -> list[int]:
         """The broker ids (NO_LEADER included) that have entries at ``epoch``."""
@@ -596,7 +648,8 @@ class _BrokerIndex:
     def to_dict(self, *, epoch: int = LATEST_EPOCH) -> dict[int, dict[Uuid, frozenset[int]]]:
         """broker -> topic -> set of raw entries (partition id | LEADER_FLAG): for tests and
         diagnostics, order-free."""
-        return {b: {t: frozenset(es) for t, es in tm.items(epoch)} for b, tm in self._members.items(epoch)}
+        return {b: {topic_uuid(t): frozenset(es) for t, es in tm.items(epoch)}
+                for b, tm in self._members.items(epoch)}
 
 
 class BrokersToIsrs(_BrokerIndex):
@@ -661,7 +714,7 @@ class BrokersToElrs(_BrokerIndex):
 
 class DirectoryPartitions:
     """The partitions placed in one log directory (a value of ``directories_to_partitions``):
-    topic id -> tuple of partition ids, as timeline state.  Kafka keeps a
+    topic (:func:`topic_key`) -> tuple of partition ids, as timeline state.  Kafka keeps a
     ``TimelineHashSet<TopicIdPartition>``; grouping by topic makes a creation cost one write per
     (directory, topic) instead of one per replica, and a topic deletion one per directory.
     Reads give the same set of :class:`TopicIdPartition` (``to_set``)."""
@@ -673,36 +726,38 @@ class DirectoryPartitions:
 
     def add_many(self, topic_id: Uuid, partition_ids: Iterable[int]) -> None:
         """Add partitions of ``topic_id`` (ones already present are not added twice)."""
-        current: tuple[int, ...] = self._topics.get(topic_id, ())
+        key = topic_id.bytes
+        current: tuple[int, ...] = self._topics.get(key, ())
         if current:
             present = set(current)
             new = tuple(p for p in partition_ids if p not in present)
         else:
             new = tuple(partition_ids)
         if new:
-            self._topics.put(topic_id, current + new)
+            self._topics.put(key, current + new)
 
     def add(self, tp: TopicIdPartition) -> None:
         self.add_many(tp.topic_id, (tp.partition_id,))
 
     def discard(self, tp: TopicIdPartition) -> None:
-        current: tuple[int, ...] | None = self._topics.get(tp.topic_id)
+        key = tp.topic_id.bytes
+        current: tuple[int, ...] | None = self._topics.get(key)
         if current is None or tp.partition_id not in current:
             return
         rest = tuple(p for p in current if p != tp.partition_id)
         if rest:
-            self._topics.put(tp.topic_id, rest)
+            self._topics.put(key, rest)
         else:
-            self._topics.remove(tp.topic_id)
+            self._topics.remove(key)
 
     def remove_topic(self, topic_id: Uuid) -> None:
-        self._topics.remove(topic_id)
+        self._topics.remove(topic_id.bytes)
 
     def is_empty(self, epoch: int = LATEST_EPOCH) -> bool:
         return bool(self._topics.is_empty(epoch))
 
     def to_set(self, epoch: int = LATEST_EPOCH) -> set[TopicIdPartition]:
-        return {TopicIdPartition(t, p) for t, ps in self._topics.items(epoch) for p in ps}
+        return {TopicIdPartition(t, p) for t, ps in _with_uuids(list(self._topics.items(epoch))) for p in ps}
 
     def __repr__(self) -> str:
         return f"DirectoryPartitions({sorted(map(str, self.to_set()))})"

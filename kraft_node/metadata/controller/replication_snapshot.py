@@ -31,7 +31,11 @@ commit call with each batch's record values):
 indexes with one bulk timeline put per (broker, call) and (directory, call): entries grouped
 by (broker, topic) in the kernel (``group_by_key``), the (topic -> tuple) pairs put with
 ``put_many`` into the broker's map (``_BrokerIndex._members``, ``DirectoryPartitions._topics``:
-this module writes those structures directly, in the layout their classes keep).  The kernel
+this module writes those structures directly, in the layout their classes keep: keyed by the
+topic id's bytes, ``replication_control.topic_key``, whose hash is C's; a Uuid's ``__hash__``
+is a Python call and was most of the load).  Only the topics that had partitions before the
+call (a topic a batch boundary cut in two) are read back to extend their entries; the rest
+are put without a read.  The kernel
 untracks what it makes from the cyclic collector (immutable values of ints and Uuids: no
 cycles), and the collector is paused while a batch is applied (:func:`paused_gc`), so a load
 does not walk its own millions of new objects.
@@ -96,6 +100,7 @@ from kraft_node.metadata.controller.replication_control import (
     TopicIdPartition,
     _fmt,
     as_metadata_version,
+    remember_topic_uuids,
 )
 from kraft_node.metadata.controller.result import ApiMessageAndVersion
 from kraft_node.metadata.versions import MetadataVersion
@@ -678,11 +683,14 @@ def _apply_new(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
     for topic, s, e in pieces:
         topic.parts.put_many(pid[s:e], regs[s:e])
     row_topic = np.repeat(np.array(piece_topic, np.int64), [e - s for _t, s, e in pieces])
+    # the indexes' keys (replication_control.topic_key): the ids' bytes
     topic_ids = [t.topic_id for t in topics]
-    _index_isr(rc, cols, a, b, row_topic, topic_ids, fresh)
+    keys = [t.bytes for t in topic_ids]
+    remember_topic_uuids(keys, topic_ids)
+    _index_isr(rc, cols, a, b, row_topic, keys, fresh)
     if len(cols.elr.vals):
         _index_elr(rc, cols, a, b, row_topic, topics)
-    _index_directories(rc, cols, a, b, row_topic, topic_ids, fresh)
+    _index_directories(rc, cols, a, b, row_topic, keys, fresh)
     _track(rc, cols, a, b, row_topic, topics)
     log.info("Replayed %d PartitionRecord(s) for new partitions of %d topic(s).", b - a, len(topics))
     if log.isEnabledFor(logging.DEBUG):
@@ -694,10 +702,10 @@ def _apply_new(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
 
 
 def _entries_by_key(keys: np.ndarray, rows: np.ndarray, entries: np.ndarray, row_topic: np.ndarray,
-                    topic_ids: list[Uuid]) -> Iterator[tuple[int, list[Uuid], list[tuple[int, ...]]]]:
-    """Group list entries by (key, topic): per distinct key, the topic ids and the tuple of
-    entries of each, entries in row order.  ``rows``: each entry's row, relative to
-    ``row_topic``'s first."""
+                    topic_ids: list[Any]) -> Iterator[tuple[int, list[Any], list[tuple[int, ...]]]]:
+    """Group list entries by (key, topic): per distinct key, the topics (as given in
+    ``topic_ids``, by ``row_topic``'s index) and the tuple of entries of each, entries in row
+    order.  ``rows``: each entry's row, relative to ``row_topic``'s first."""
     if not len(keys):
         return
     uniq, dense = _dense(keys)
@@ -720,7 +728,7 @@ def _entries_by_key(keys: np.ndarray, rows: np.ndarray, entries: np.ndarray, row
 
 
 def _index_isr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
-               topic_ids: list[Uuid], fresh: np.ndarray) -> None:
+               keys: list[bytes], fresh: np.ndarray) -> None:
     """BrokersToIsrs entries of rows a..b-1: each ISR member once (flagged if it leads), and
     NO_LEADER (flagged) for a leaderless partition after them, in row order per (broker, topic)."""
     isr = cols.isr
@@ -747,9 +755,9 @@ def _index_isr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
         row, members = out_row, out_member
     entries = cols.pid[a:b][row] | np.where(members == leader[row], LEADER_FLAG, 0)
     index = rc.brokers_to_isrs
-    all_fresh = bool(fresh.all())
-    for broker, ids, tuples in _entries_by_key(members, row, entries, row_topic, topic_ids):
-        _extend_broker(index, broker, ids, tuples, all_fresh)
+    stale = _stale_keys(keys, fresh)
+    for broker, ids, tuples in _entries_by_key(members, row, entries, row_topic, keys):
+        _extend_broker(index, broker, ids, tuples, stale)
 
 
 def _index_elr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
@@ -769,30 +777,56 @@ def _index_elr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
         if set(in_isr) & set(members):
             log.error("%s-%d has overlapping ISR=%s and ELR=%s", topics[t].name, p, _fmt(in_isr), _fmt(members))
     index = rc.brokers_to_elrs
+    stale = frozenset(t.topic_id.bytes for t in topics)  # ELRs are rare: every topic is read
     for broker, per_topic in by_broker.items():
-        _extend_broker(index, broker, [topics[t].topic_id for t in per_topic],
-                       [tuple(v) for v in per_topic.values()], False)
+        _extend_broker(index, broker, [topics[t].topic_id.bytes for t in per_topic],
+                       [tuple(v) for v in per_topic.values()], stale)
 
 
-def _extend_broker(index: Any, broker: int, topic_ids: list[Uuid], tuples: list[tuple[int, ...]],
-                   fresh: bool) -> None:
+def _stale_keys(keys: list[bytes], fresh: np.ndarray) -> frozenset[bytes]:
+    """The keys of the topics that had partitions before this call (so may have index
+    entries to extend): usually none, or the one topic a batch boundary cut in two."""
+    return frozenset(keys[t] for t in np.flatnonzero(~fresh).tolist())
+
+
+def _extend_broker(index: Any, broker: int, keys: list[bytes], tuples: list[tuple[int, ...]],
+                   stale: frozenset[bytes]) -> None:
     """Append each topic's entries to ``broker``'s map in a BrokersToIsrs / BrokersToElrs
-    (what ``add_entries`` does per topic, as one bulk put; ``fresh``: none of the topics has
-    entries yet)."""
+    (what ``add_entries`` does per topic, as one bulk put; ``keys``: the topics' index keys;
+    only the ``stale`` ones can have entries already, so only those are read)."""
     members = index._members
     topic_map = members.get(broker)
     if topic_map is None:
         topic_map = TimelineHashMap(index._registry)
         members.put(broker, topic_map)
-    elif not fresh and not topic_map.is_empty():
-        existing = topic_map.get_many(topic_ids)
-        if any(e is not None for e in existing):
-            tuples = [t if e is None else e + t for e, t in zip(existing, tuples)]
-    topic_map.put_many(topic_ids, tuples)
+    elif stale and not topic_map.is_empty():
+        tuples = _merged(topic_map, keys, tuples, stale, False)
+    topic_map.put_many(keys, tuples)
+
+
+def _merged(table: Any, keys: list[bytes], tuples: list[tuple[int, ...]], stale: frozenset[bytes],
+            distinct: bool) -> list[tuple[int, ...]]:
+    """``tuples`` with the entries ``table`` already has for the ``stale`` keys put first
+    (``distinct``: an entry already present is not added again)."""
+    at = [i for i, k in enumerate(keys) if k in stale]
+    if not at:
+        return tuples
+    existing = table.get_many([keys[i] for i in at])
+    if all(e is None for e in existing):
+        return tuples
+    tuples = list(tuples)
+    for i, e in zip(at, existing):
+        if e is not None:
+            t = tuples[i]
+            if distinct:
+                present = set(e)
+                t = tuple(p for p in t if p not in present)
+            tuples[i] = e + t
+    return tuples
 
 
 def _index_directories(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int,
-                       row_topic: np.ndarray, topic_ids: list[Uuid], fresh: np.ndarray) -> None:
+                       row_topic: np.ndarray, keys: list[bytes], fresh: np.ndarray) -> None:
     """``directories_to_partitions`` entries: each partition under each of its real
     (non-reserved) directories, once."""
     dirs = cols.dirs
@@ -809,32 +843,24 @@ def _index_directories(rc: "ReplicationControlManager", cols: _PartitionColumns,
     row, dense = row[keep], dense[keep]
     index = rc.directories_to_partitions
     registry = rc.registry
-    all_fresh = bool(fresh.all())
-    for d, topics, tuples in _entries_by_key(dense, row, cols.pid[a:b][row], row_topic, topic_ids):
+    stale = _stale_keys(keys, fresh)
+    for d, topics, tuples in _entries_by_key(dense, row, cols.pid[a:b][row], row_topic, keys):
         directory = objs[d]
         members = index.get(directory)
         if members is None:
             members = DirectoryPartitions(registry)
             index.put(directory, members)
-        _extend_directory(members, topics, tuples, all_fresh)
+        _extend_directory(members, topics, tuples, stale)
 
 
-def _extend_directory(members: DirectoryPartitions, topic_ids: list[Uuid], tuples: list[tuple[int, ...]],
-                      fresh: bool) -> None:
-    """``add_many`` per topic, as one bulk put (partitions already present are not added
-    twice; ``fresh``: none of the topics has partitions here yet)."""
+def _extend_directory(members: DirectoryPartitions, keys: list[bytes], tuples: list[tuple[int, ...]],
+                      stale: frozenset[bytes]) -> None:
+    """``add_many`` per topic, as one bulk put (``keys``: the topics' index keys; partitions
+    already present are not added twice; only the ``stale`` topics can have some)."""
     table = members._topics
-    if not fresh and not table.is_empty():
-        existing = table.get_many(topic_ids)
-        if any(e is not None for e in existing):
-            merged = []
-            for e, t in zip(existing, tuples):
-                if e is not None:
-                    present = set(e)
-                    t = e + tuple(p for p in t if p not in present)
-                merged.append(t)
-            tuples = merged
-    table.put_many(topic_ids, tuples)
+    if stale and not table.is_empty():
+        tuples = _merged(table, keys, tuples, stale, True)
+    table.put_many(keys, tuples)
 
 
 def _track(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
