@@ -325,6 +325,22 @@ class PartitionBlock:
             raise IndexError(f"PartitionBlock rows out of range (0..{self._n - 1})")
         return self._registrations(rows, 0, 0)
 
+    def merged_isr_leader(self, rows: npt.NDArray[np.int64], isr: Sequence[tuple[int, ...] | None],
+                          leader: Sequence[int | None], leader_epoch_add: Sequence[int],
+                          partition_epoch_add: Sequence[int]) -> list[PartitionRegistration]:
+        """The given rows (valid, any order) as registrations with ISR/leader-only changes merged
+        in: ``isr[i]`` replaces row ``i``'s ISR unless None, ``leader[i]`` its leader unless
+        None, and the epochs grow by the counts given -- what ``registration(row).merge(...)``
+        of each change in turn gives, made in bulk with no registration of the old row (the
+        loader's replay of a broker's shutdown, :mod:`~kraft_node.metadata.image.change_runs`).
+        Epochs are added in Python ints (no int32 wrap)."""
+        m = len(rows)
+        if not (len(isr) == len(leader) == len(leader_epoch_add) == len(partition_epoch_add) == m):
+            raise ValueError(f"PartitionBlock.merged_isr_leader: {m} rows but columns of other lengths")
+        regs = self._registrations(np.asarray(rows, np.int64), 0, 0, merged=(isr, leader, leader_epoch_add,
+                                                                              partition_epoch_add))
+        return regs
+
     def _gather(self, name: str, rows: Any, start: int, stop: int) -> tuple[np.ndarray, Any]:
         """(offsets from 0 of the selected rows' lists, the positions of their values): a slice
         for a contiguous range, an index array otherwise."""
@@ -346,7 +362,8 @@ class PartitionBlock:
         result: list[tuple[Any, ...]] = _objects.tuples(new, values, True)
         return result
 
-    def _registrations(self, rows: Any, start: int, stop: int) -> list[PartitionRegistration]:
+    def _registrations(self, rows: Any, start: int, stop: int,
+                       merged: tuple[Any, Any, Any, Any] | None = None) -> list[PartitionRegistration]:
         m = stop - start if rows is None else len(rows)
         if m == 0:
             return []
@@ -368,10 +385,21 @@ class PartitionBlock:
         if int(states.min()) < 0 or int(states.max()) > 1:
             raise ValueError("PartitionBlock: a leader_recovery_state other than 0 or 1 among the rows read "
                              "(check() names it)")
-        columns = (replicas, directories, self._tuples("isr", rows, start, stop, m),
+        if merged is None:
+            isr = self._tuples("isr", rows, start, stop, m)
+            leader: list[int] = self.leader[pick].tolist()
+            leader_epoch: list[int] = self.leader_epoch[pick].tolist()
+            partition_epoch: list[int] = self.partition_epoch[pick].tolist()
+        else:  # merged_isr_leader's changes over the rows
+            new_isr, new_leader, leader_add, epoch_add = merged
+            isr = [i for i in new_isr] if None not in new_isr else \
+                [o if i is None else i for i, o in zip(new_isr, self._tuples("isr", rows, start, stop, m))]
+            leader = [o if x is None else x for x, o in zip(new_leader, self.leader[pick].tolist())]
+            leader_epoch = [e + a for e, a in zip(self.leader_epoch[pick].tolist(), leader_add)]
+            partition_epoch = [e + a for e, a in zip(self.partition_epoch[pick].tolist(), epoch_add)]
+        columns = (replicas, directories, isr,
                    self._tuples("removing", rows, start, stop, m), self._tuples("adding", rows, start, stop, m),
-                   self.leader[pick].tolist(), _RECOVERY_OBJECTS[states].tolist(),
-                   self.leader_epoch[pick].tolist(), self.partition_epoch[pick].tolist(),
+                   leader, _RECOVERY_OBJECTS[states].tolist(), leader_epoch, partition_epoch,
                    self._tuples("elr", rows, start, stop, m), self._tuples("last_known_elr", rows, start, stop, m))
         result: list[PartitionRegistration] = _objects.new_objects(PartitionRegistration, _REG_SLOTS, columns, True)
         return result

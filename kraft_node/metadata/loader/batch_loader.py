@@ -60,6 +60,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from kraft_node.metadata.image.bulk import BulkLoadError, bulk_delta, framed_records
+from kraft_node.metadata.image.change_runs import change_runs, replay_change_run
 from kraft_node.metadata.image.log_fold import LogFoldError, fold_values
 from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImage
 from kraft_node.metadata.image.provenance import MetadataProvenance
@@ -102,6 +103,10 @@ _NO = TransactionState.NO_TRANSACTION
 #: published at once.  Below it the fixed cost of the columnar decode outweighs the ~10 us a
 #: record the typed decode and ``MetadataDelta.replay`` cost (BENCHMARKS.md, image rows).
 BULK_MIN_RECORDS = 512
+#: A run of at least this many consecutive ISR/leader-only PartitionChangeRecords in a batch is
+#: replayed in columns (:mod:`kraft_node.metadata.image.change_runs`); shorter runs, and batches
+#: shorter than this, go record at a time (the columnar decode has a fixed cost).
+CHANGE_RUN_MIN = 16
 _STARTED = TransactionState.STARTED_TRANSACTION
 _CONTINUED = TransactionState.CONTINUED_TRANSACTION
 _ENDED = TransactionState.ENDED_TRANSACTION
@@ -115,6 +120,10 @@ class MetadataBatchLoader:
     ``clock_ns``: monotonic nanoseconds (the manifests' ``elapsed_ns``).  Single-threaded: the
     loader's thread owns it.
     """
+
+    #: runs of ISR/leader-only changes take the columnar replay (False: every record one at a
+    #: time, the definition the tests compare it with)
+    fast_changes = True
 
     def __init__(self, *, clock_ns: Callable[[], int], fault_handler: FaultHandler,
                  callback: MetadataUpdater) -> None:
@@ -168,7 +177,6 @@ class MetadataBatchLoader:
         if self.failure is not None:
             return 0
         start = self._clock_ns()
-        base = batch.base_offset
         #: records of this batch before ``counted`` were published with an earlier delta
         counted = 0
         records = () if batch.is_control else batch.records
@@ -176,8 +184,40 @@ class MetadataBatchLoader:
             elapsed = self._load_batch_bulk(batch, start, leader_and_epoch)
             if elapsed is not None:
                 return elapsed
+        runs = change_runs(records, CHANGE_RUN_MIN) if self.fast_changes and len(records) >= CHANGE_RUN_MIN else None
+        if runs is None:
+            counted = self._load_records(batch, records, 0, len(records), counted, leader_and_epoch)
+        else:
+            cols, spans = runs
+            at = 0
+            for a, b, lo, hi in spans:
+                counted = self._load_records(batch, records, at, a, counted, leader_and_epoch)
+                if counted < 0:
+                    break
+                at = a
+                if replay_change_run(self._delta.get_or_create_topics_delta(), cols, lo, hi):
+                    # non-marker records: STARTED -> CONTINUED, ENDED/ABORTED -> NO (as one record does)
+                    txn = self._txn
+                    if txn is not _NO and txn is not _CONTINUED:
+                        self._txn = _CONTINUED if txn is _STARTED else _NO
+                    self._delta_has_records = True
+                    at = b
+            else:
+                counted = self._load_records(batch, records, at, len(records), counted, leader_and_epoch)
+        if counted < 0:
+            return self._clock_ns() - start
+        elapsed = self._clock_ns() - start
+        self._count_batch(batch, len(records) - counted, elapsed)
+        return elapsed
+
+    def _load_records(self, batch: Batch, records: Sequence[bytes], first: int, end: int, counted: int,
+                      leader_and_epoch: LeaderAndEpoch) -> int:
+        """Records ``first .. end - 1`` of ``batch`` one at a time; returns the new ``counted``
+        (records of the batch published with an earlier delta), -1 once loading stopped."""
+        base = batch.base_offset
         replay = self._delta.replay
-        for index, value in enumerate(records):
+        for index in range(first, end):
+            value = records[index]
             try:
                 api_key, _version, message = decode_metadata_record(value, base + index)
                 if api_key in _TRANSACTION_KEYS:
@@ -192,17 +232,15 @@ class MetadataBatchLoader:
                     replay(message)
             except Exception as exc:
                 self.fail(base + index, f"Error loading metadata log record from offset {base + index}", exc)
-                return self._clock_ns() - start
+                return -1
             if self._txn is _STARTED and (index > 0 or self._num_batches > 0):
                 self._publish_before_transaction(batch, index, index - counted, leader_and_epoch)
                 if self.failure is not None:
-                    return self._clock_ns() - start
+                    return -1
                 counted = index
                 self._txn = _STARTED
                 replay = self._delta.replay
-        elapsed = self._clock_ns() - start
-        self._count_batch(batch, len(records) - counted, elapsed)
-        return elapsed
+        return counted
 
     def _count_batch(self, batch: Batch, new_records: int, elapsed: int) -> None:
         """The batch is folded: the pending delta now ends with it (what its manifest will say)."""
