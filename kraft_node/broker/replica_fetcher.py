@@ -145,7 +145,7 @@ class ReplicaFetcherConfig:
     }
     #: Kafka replication settings kraft does not implement: refused by name when set.
     UNSUPPORTED = ("leader.replication.throttled.rate", "follower.replication.throttled.rate",
-                   "replica.selector.class", "replica.socket.receive.buffer.bytes")
+                   "replica.socket.receive.buffer.bytes")
 
     def __post_init__(self) -> None:
         minimums = {"num.replica.fetchers": 1, "replica.fetch.backoff.ms": 0, "replica.fetch.max.bytes": 0,

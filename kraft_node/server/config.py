@@ -328,7 +328,9 @@ PARTITION_KEYS = frozenset({
                          # the replica fetchers (kraft_node/broker/replica_fetcher.py ReplicaFetcherConfig)
                          "num.replica.fetchers", "replica.fetch.backoff.ms", "replica.fetch.max.bytes",
                          "replica.fetch.response.max.bytes", "replica.fetch.wait.max.ms", "replica.fetch.min.bytes",
-                         "replica.socket.timeout.ms"})
+                         "replica.socket.timeout.ms",
+                         # KIP-392 and KIP-227 (kraft_node/broker/replica_selector.py, fetch_session.py)
+                         "replica.selector.class", "max.incremental.fetch.session.cache.slots"})
 
 
 def parse_metrics_listener(props: dict[str, str], source: str = "config") -> tuple[str, int] | None:
@@ -786,7 +788,11 @@ def _check_broker(cfg: NodeConfig, props: dict[str, str], source: str) -> None:
     from kraft_node.broker.replica_fetcher import ReplicaFetcherConfig, ReplicaFetcherConfigError
     try:
         ReplicaFetcherConfig.from_properties(props, source=source)
-    except ReplicaFetcherConfigError as exc:
+        from kraft_node.broker.fetch_session import max_session_slots_from_properties
+        from kraft_node.broker.replica_selector import replica_selector_from_properties
+        replica_selector_from_properties(props, source=source)
+        max_session_slots_from_properties(props, source=source)
+    except (ReplicaFetcherConfigError, ValueError) as exc:
         text = str(exc)
         raise ConfigError(text if text.startswith(f"{source}:") else f"{source}: {text}") from None
 

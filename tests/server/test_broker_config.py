@@ -126,3 +126,13 @@ def test_replica_fetcher_settings_are_checked_when_the_config_is_read():
     with pytest.raises(ConfigError, match=r"^b.properties: replica.fetch.wait.max.ms should always be less than or "
                                           r"equal to replica.lag.time.max.ms"):
         config(replica_fetch_wait_max_ms="40000", replica_socket_timeout_ms="50000")
+
+
+def test_kip392_selector_and_fetch_session_slots_are_checked_when_the_config_is_read():
+    ok = config(**{"replica_selector_class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+                   "max_incremental_fetch_session_cache_slots": "10"})
+    assert ok.unused_keys() == []
+    with pytest.raises(ConfigError, match=r"^b.properties: replica.selector.class='com.example.Mine' is not supported"):
+        config(replica_selector_class="com.example.Mine")
+    with pytest.raises(ConfigError, match=r"^b.properties: max.incremental.fetch.session.cache.slots='x' is not an int"):
+        config(max_incremental_fetch_session_cache_slots="x")
