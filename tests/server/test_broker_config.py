@@ -134,5 +134,6 @@ def test_kip392_selector_and_fetch_session_slots_are_checked_when_the_config_is_
     assert ok.unused_keys() == []
     with pytest.raises(ConfigError, match=r"^b.properties: replica.selector.class='com.example.Mine' is not supported"):
         config(replica_selector_class="com.example.Mine")
-    with pytest.raises(ConfigError, match=r"^b.properties: max.incremental.fetch.session.cache.slots='x' is not an int"):
+    with pytest.raises(ConfigError,
+                       match=r"^b.properties: max.incremental.fetch.session.cache.slots='x' is not an int"):
         config(max_incremental_fetch_session_cache_slots="x")
