@@ -2,8 +2,9 @@
 the CLIs (``kraft-server-start``) on 127.0.0.1, driven by real Kafka clients.
 
 * **round trip**: kafka-python and confluent-kafka (librdkafka) produce with ``acks=all`` to an
-  RF 3 topic and consume by manual assignment from the beginning; every record is read back in
-  order, exactly once per offset, at the offset its delivery report gave;
+  RF 3 topic and consume by manual assignment from the beginning (kafka-python's records also with
+  aiokafka); every record is read back in order, exactly once per offset, at the offset its
+  delivery report gave;
 * **ISR**: a follower paused with SIGSTOP leaves the ISR after ``replica.lag.time.max.ms`` while it
   is still registered and unfenced (the session timeout is set far above the lag bound, so the
   shrink is the leader's AlterPartition, not the controller's fencing); ``acks=all`` keeps working
@@ -141,6 +142,25 @@ def kp_consume(bootstrap: str, topic: str, expected: dict[int, int], timeout: fl
         consumer.close()
 
 
+async def aio_consume(bootstrap: str, topic: str, expected: dict[int, int]) -> dict[int, list[tuple[int, bytes]]]:
+    """:func:`kp_consume` with aiokafka."""
+    import aiokafka
+    consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                         auto_offset_reset="earliest", request_timeout_ms=20_000)
+    await consumer.start()
+    try:
+        tps = [aiokafka.TopicPartition(topic, p) for p in expected]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in expected}
+        while any(len(got[p]) < n for p, n in expected.items()):
+            for tp, msgs in (await consumer.getmany(timeout_ms=500)).items():
+                got[tp.partition] += [(m.offset, m.value) for m in msgs]
+        return got
+    finally:
+        await consumer.stop()
+
+
 def assert_read_back(got: dict[int, list[tuple[int, bytes]]], sent: dict[int, list[tuple[int, bytes]]]) -> None:
     """Every partition read back in offset order from 0, each offset once, each value where its
     delivery report put it."""
@@ -173,6 +193,9 @@ def test_kafka_python_acks_all_rf3_read_back_in_order_once(cluster):
     for p, records in sent.items():
         assert [v for _, v in sorted(records)] == [v for _, v in records], f"partition {p} reordered"
     got = kp_consume(bootstrap, "rt-kp", {p: len(r) for p, r in sent.items()})
+    assert_read_back(got, sent)
+    # aiokafka (the other client of the test extra) reads the same, through another broker first
+    got = run(aio_consume(f"{c.bootstrap(c.brokers[2])}", "rt-kp", {p: len(r) for p, r in sent.items()}), 60)
     assert_read_back(got, sent)
 
 
