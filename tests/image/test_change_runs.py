@@ -161,8 +161,8 @@ def topics_delta_view(delta) -> object:
     for t, d in td.changed_topics().items():
         changes = d.partition_changes()
         topics.append((t, list(changes.items()), list(d.new_partitions()),
-                       sorted(d.partition_to_unclean_leader_election_count().items()),
-                       sorted(d.partition_to_elr_election_count().items())))
+                       list(d.partition_to_unclean_leader_election_count().items()),
+                       list(d.partition_to_elr_election_count().items())))
     return topics, td.deleted_topic_ids(), td.created_topic_ids()
 
 

@@ -153,7 +153,6 @@ def replay_change_run(delta: TopicsDelta, cols: ChangeColumns, lo: int, hi: int)
     composite = (tinv << 32) | (pids & 0xFFFFFFFF)
     ukeys, first, inv = np.unique(composite, return_index=True, return_inverse=True)
     inv = inv.ravel()
-    order = np.argsort(first, kind="stable")  # keys in order of their first record
     k = len(ukeys)
     count = np.bincount(inv, minlength=k)
     named = leaders != NO_LEADER_CHANGE
@@ -179,32 +178,50 @@ def replay_change_run(delta: TopicsDelta, cols: ChangeColumns, lo: int, hi: int)
                 return False
         topic_ids.append(tid)
         topic_deltas.append(td)
-    key_topic = (ukeys >> 32).tolist()
-    key_pid = pids[first].tolist()
-    order_list = order.tolist()
+    # keys are sorted by (topic, partition): topic t's keys are ukeys[bounds[t]:bounds[t + 1]]
+    bounds = np.searchsorted(ukeys >> 32, np.arange(len(tkeys) + 1)).tolist()
+    key_pid_array = pids[first]
+    key_pid: list[int] = key_pid_array.tolist()
     prev_regs: list[PartitionRegistration | None] = [None] * k
-    block_rows: dict[int, tuple[PartitionBlock, list[int], list[int]]] = {}
-    for j in order_list:
-        t = key_topic[j]
-        pid = key_pid[j]
+    block_rows: dict[int, tuple[PartitionBlock, list[Int64s], list[Int64s]]] = {}
+    for t in range(len(tkeys)):
+        a, b = bounds[t], bounds[t + 1]
         td = topic_deltas[t]
-        reg = None if td is None else td._changes.get(pid)
-        if reg is None:
-            parts = (by_id[topic_ids[t]] if td is None else td.image).partitions
-            reg = parts._overrides.get(pid)
-            if reg is None:
-                row = parts._row(pid) if pid >= 0 else -1
-                if row < 0:
-                    return False
-                block = parts._block
-                assert block is not None
-                entry = block_rows.get(id(block))
-                if entry is None:
-                    entry = block_rows[id(block)] = (block, [], [])
-                entry[1].append(j)
-                entry[2].append(row)
-                continue
-        prev_regs[j] = reg
+        parts = (by_id[topic_ids[t]] if td is None else td.image).partitions
+        changes = None if td is None else td._changes
+        overrides = parts._overrides
+        wanted = key_pid_array[a:b]
+        keys = np.arange(a, b, dtype=np.int64)
+        if changes or overrides:
+            # a partition changed earlier in this delta, or in the image's overrides: that registration
+            found = [(changes.get(q) if changes else None) or overrides.get(q) for q in key_pid[a:b]]
+            missing = [r is None for r in found]
+            for at, reg in enumerate(found):
+                if reg is not None:
+                    prev_regs[a + at] = reg
+            rest = np.flatnonzero(missing)
+            wanted, keys = wanted[rest], keys[rest]
+        if not len(keys):
+            continue
+        block = parts._block
+        if block is None:
+            return False
+        start, size = parts._start, parts._stop - parts._start
+        if parts._dense:
+            ok = (wanted >= 0) & (wanted < size)
+            rows = start + wanted
+        else:
+            ids = block.partition_id[start:parts._stop]
+            at_ = np.searchsorted(ids, wanted)
+            ok = (at_ < size) & (ids[np.minimum(at_, max(size - 1, 0))] == wanted) if size else at_ < 0
+            rows = start + at_
+        if not ok.all():
+            return False
+        entry = block_rows.get(id(block))
+        if entry is None:
+            entry = block_rows[id(block)] = (block, [], [])
+        entry[1].append(keys)
+        entry[2].append(rows.astype(np.int64))
 
     # -- the new registrations ---------------------------------------------------------------
     isr_keys = np.flatnonzero(last_isr >= 0)
@@ -217,8 +234,8 @@ def replay_change_run(delta: TopicsDelta, cols: ChangeColumns, lo: int, hi: int)
     has_leader_list = has_leader.tolist()
     counts = count.tolist()
     leader_counts = leader_count.tolist()
-    new_regs: list[PartitionRegistration | None] = [None] * k
-    from_dict = [j for j in order_list if prev_regs[j] is not None]
+    new_regs: list[Any] = [None] * k
+    from_dict = [j for j in range(k) if prev_regs[j] is not None]
     if from_dict:
         prevs: list[Any] = [prev_regs[j] for j in from_dict]
         columns = (
@@ -237,51 +254,51 @@ def replay_change_run(delta: TopicsDelta, cols: ChangeColumns, lo: int, hi: int)
         made: list[PartitionRegistration] = _objects.new_objects(PartitionRegistration, _REG_SLOTS, columns, True)
         for j, reg in zip(from_dict, made):
             new_regs[j] = reg
-    for block, keys, rows in block_rows.values():
-        made = block.merged_isr_leader(np.asarray(rows, np.int64), [new_isr[j] for j in keys],
-                                       [new_leader[j] if has_leader_list[j] else None for j in keys],
-                                       [leader_counts[j] for j in keys], [counts[j] for j in keys])
-        for j, reg in zip(keys, made):
+    for block, key_parts, row_parts in block_rows.values():
+        block_keys: list[int] = np.concatenate(key_parts).tolist()
+        made = block.merged_isr_leader(np.concatenate(row_parts), [new_isr[j] for j in block_keys],
+                                       [new_leader[j] if has_leader_list[j] else None for j in block_keys],
+                                       [leader_counts[j] for j in block_keys], [counts[j] for j in block_keys])
+        for j, reg in zip(block_keys, made):
             new_regs[j] = reg
 
-    # ELR elections: records whose leader is in the partition's ELR (rare: most have none)
-    elr_counts: dict[int, int] = {}
-    for j in order_list:
-        reg = new_regs[j]
-        assert reg is not None
-        if reg.elr:
-            elr = reg.elr
-            hits = sum(1 for x in leaders[inv == j].tolist() if x in elr)
-            if hits:
-                elr_counts[j] = hits
+    # ELR elections: records whose leader is in the partition's ELR (rare: most have none), in
+    # the order of each partition's first such record (the order record-at-a-time counts them in)
+    elr_hits: list[tuple[int, int, int]] = []  # (first hit, key, hits)
+    for j in [j for j in range(k) if new_regs[j].elr]:
+        elr = new_regs[j].elr
+        positions = np.flatnonzero(inv == j)
+        hit = [q for q, x in zip(positions.tolist(), leaders[positions].tolist()) if x in elr]
+        if hit:
+            elr_hits.append((hit[0], j, len(hit)))
+    elr_hits.sort()
 
     # -- phase 2: into the delta, in record order ---------------------------------------------
+    key_topic: list[int] = (ukeys >> 32).tolist()
     for t in np.argsort(tfirst, kind="stable").tolist():  # topics in order of their first record
-        if topic_deltas[t] is None:
+        td = topic_deltas[t]
+        if td is None:
             tid = topic_ids[t]
-            topic_deltas[t] = changed[tid] = TopicDelta(by_id[tid])
-    for j in order_list:
+            td = topic_deltas[t] = changed[tid] = TopicDelta(by_id[tid])
+        a, b = bounds[t], bounds[t + 1]
+        in_order: list[int] = (a + np.argsort(first[a:b], kind="stable")).tolist()  # by first record
+        td._changes.update(zip([key_pid[j] for j in in_order], [new_regs[j] for j in in_order]))
+    for _first_hit, j, hits in elr_hits:
         td = topic_deltas[key_topic[j]]
         assert td is not None
         pid = key_pid[j]
-        td._changes[pid] = new_regs[j]  # type: ignore[assignment]
-        hits = elr_counts.get(j)
-        if hits:
-            td._elr_elections[pid] = td._elr_elections.get(pid, 0) + hits
+        td._elr_elections[pid] = td._elr_elections.get(pid, 0) + hits
     return True
 
 
 def _directories(prevs: list[Any]) -> list[tuple[Uuid, ...]]:
     """What ``merge`` keeps as each one's directories (Kafka's defaultToMigrating of the previous
-    ones), computed once per distinct tuple object: registrations share their directory tuples
-    (one MIGRATING tuple per replica count), and the check walks the Uuids."""
-    memo: dict[tuple[int, int], tuple[Uuid, ...]] = {}
+    ones).  A registration's directories pair up with its replicas (its invariant), and then
+    defaultToMigrating gives a tuple equal to them: they are kept as they are, with no walk over
+    the Uuids; any other goes through the controller's function."""
     out: list[tuple[Uuid, ...]] = []
     for p in prevs:
         d = p.directories
-        key = (id(d), len(p.replicas))
-        found = memo.get(key)
-        if found is None:
-            found = memo[key] = _directories_or_migrating(d, key[1])
-        out.append(found)
+        n = len(p.replicas)
+        out.append(d if len(d) == n else _directories_or_migrating(d, n))
     return out
