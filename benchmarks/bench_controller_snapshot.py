@@ -41,6 +41,12 @@ the default run measures the code as it is):
   ``islice`` and hands the records writer one ``(data, offsets)`` buffer per slice (its bulk
   form) instead of a list of values it re-frames one by one.
 
+Load only (``--keep-snapshot DIR`` on a full run copies its last snapshot into DIR;
+``--load-only DIR`` then loads DIR's ``.checkpoint`` into a new controller ``--runs`` times,
+without building or writing): the apply can be compared between two checkouts in the same
+minutes without paying the build (a minute or more at 1M partitions) for each.  The load is
+checked only for its partition count there (``--partitions-expected``).
+
 Not timed: building the state, once (``build_s`` is reported); each run writes it again (a
 directory of its own) and loads it into a new controller.  Prints one JSON document: setup
 (load average before/after, commit, implementations), each run, the medians.
@@ -326,6 +332,34 @@ def one_run(args: argparse.Namespace, ctl: QuorumController, queue: EventQueue, 
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def load_only(args: argparse.Namespace) -> int:
+    """``--load-only DIR``: load DIR's one snapshot into a new controller ``--runs`` times."""
+    names = [n for n in os.listdir(args.load_only) if n.endswith(".checkpoint")]
+    if len(names) != 1:
+        raise SystemExit(f"--load-only: {args.load_only} must hold exactly one .checkpoint, found {names}")
+    offset, epoch = (int(x) for x in names[0][:-len(".checkpoint")].split("-"))
+    sid = SnapshotId(offset, epoch)
+    load_before = os.getloadavg()
+    runs = []
+    for _ in range(args.runs):
+        loaded, timing = load_snapshot(args.load_only, sid)
+        rc = loaded.replication_control
+        timing["partitions"] = sum(rc.topic(t).num_partitions() for t in rc.topics().values())
+        runs.append(timing)
+        del loaded, rc
+        gc.collect()
+    doc = {
+        "benchmark": "controller_snapshot_load_only",
+        "setup": {"args": vars(args), "snapshot": names[0], "load_before": load_before,
+                  "load_after": os.getloadavg(), "python": platform.python_version(), "timeline": IMPLEMENTATION,
+                  "columns": columns.IMPLEMENTATION, "fallbacks": dict(accel.FALLBACKS), "code": code_version()},
+        "runs": runs,
+        "median": {k: statistics.median(r[k] for r in runs) for k in ("load_s", "read_s", "apply_s")},
+    }
+    emit_json(doc, args.json)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--topics", type=int, default=10_000)
@@ -342,8 +376,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="load with the proposed KafkaSnapshotReader batch values (see the module doc)")
     p.add_argument("--what-if-bulk-slices", action="store_true",
                    help="write with the proposed bulk generator slices (see the module doc)")
+    p.add_argument("--keep-snapshot", metavar="DIR",
+                   help="copy the last run's .checkpoint into DIR (for --load-only)")
+    p.add_argument("--load-only", metavar="DIR",
+                   help="only load DIR's .checkpoint (from --keep-snapshot), --runs times")
     p.add_argument("--json")
     args = p.parse_args(argv)
+    if args.load_only:
+        return load_only(args)
     if args.what_if_bulk_slices:
         SnapshotGenerator._slice = _bulk_slice  # type: ignore[method-assign]
     base = tempfile.mkdtemp(prefix="bench-controller-snapshot-", dir=args.dir)
@@ -356,6 +396,11 @@ def main(argv: list[str] | None = None) -> int:
         gc.freeze()  # the state is long-lived, as the controller server freezes its heap
         load_before = os.getloadavg()
         runs = [one_run(args, ctl, queue, events, base, i) for i in range(args.runs)]
+        if args.keep_snapshot:
+            os.makedirs(args.keep_snapshot, exist_ok=True)
+            ctl.raft.directory = args.keep_snapshot
+            ctl.snapshot_generator.last_snapshot_offset = 0
+            write_snapshot(ctl, queue, events)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     doc = {

@@ -769,3 +769,25 @@ def test_a_bad_record_in_a_snapshot_is_named_as_before(tmp_path, monkeypatch):
                               f"which was {bad_at + 1} of {len(values)} record(s) in the batch with baseOffset 1.")
     assert messages[0][1] == (f"Tried to create partition {MISSING}:{rec.partition_id}, "
                               "but no topic with that ID was found.")
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.lists(st.integers(0, 3), max_size=4), st.lists(st.integers(0, 3), max_size=4)),
+                     min_size=1, max_size=12), equal_all=st.booleans())
+def test_isr_tuples_share_the_replicas_tuple_exactly_where_equal(rows, equal_all):
+    """The load's ISR tuples equal the ISR lists, and are the replicas' tuple objects exactly
+    where a row's ISR equals its replicas (a registration is immutable: sharing is safe)."""
+    if equal_all:
+        rows = [(r, list(r)) for r, _i in rows]
+    recs = [m.PartitionRecord(partition_id=p, topic_id=TOPICS[0], replicas=r, isr=i, leader=-1)
+            for p, (r, i) in enumerate(rows)]
+    values = [encode_metadata_record(rec, 0) for rec in recs]
+    cols = rs._PartitionColumns(table_of(values), 0, len(values))
+    replicas = cols.replicas.tuples()
+    isr = cols._isr_tuples(replicas)
+    assert isr == [tuple(i) for _r, i in rows]
+    for k, (r, i) in enumerate(rows):
+        if r == i and r:
+            assert isr[k] is replicas[k]
+        elif r != i:
+            assert isr[k] is not replicas[k]

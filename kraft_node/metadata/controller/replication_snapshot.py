@@ -497,6 +497,19 @@ class _PartitionColumns:
         return ids
 
     # -- registrations ---------------------------------------------------------------
+    def _isr_tuples(self, replicas: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The ISR tuples, sharing the replicas' tuple object wherever a row's ISR equals its
+        replicas (most rows of a snapshot: a registration is immutable, so sharing an equal
+        tuple changes nothing but the allocations -- about a million at 1M partitions)."""
+        isr, rep = self.isr, self.replicas
+        if np.array_equal(isr.lens, rep.lens) and np.array_equal(isr.vals, rep.vals):
+            return list(replicas)
+        out = isr.tuples()
+        if len(isr.vals):
+            for i in np.flatnonzero(_rows_equal(isr, rep)).tolist():
+                out[i] = replicas[i]
+        return out
+
     def registrations(self) -> list[PartitionRegistration]:
         """One PartitionRegistration per row (rows ``from_record`` refuses get one too, never
         used: they are replayed the typed way)."""
@@ -504,7 +517,7 @@ class _PartitionColumns:
             return self._regs
         m = self.m
         replicas = self.replicas.tuples()
-        isr = self.isr.tuples()
+        isr = self._isr_tuples(replicas)
         empty: list[tuple[int, ...]] = [()] * m
         removing = self.removing.tuples() if len(self.removing.vals) else empty
         adding = self.adding.tuples() if len(self.adding.vals) else empty
@@ -526,6 +539,23 @@ class _PartitionColumns:
             (replicas, directories, isr, removing, adding, self.leader.tolist(), lrs,
              self.leader_epoch.tolist(), self.partition_epoch.tolist(), elr, last_known), True)
         return self._regs
+
+
+def _rows_equal(a: _Csr, b: _Csr) -> np.ndarray:
+    """Per row: whether list column ``a``'s row equals ``b``'s (same length, same values)."""
+    same: np.ndarray = a.lens == b.lens
+    rows = np.flatnonzero(same & (a.lens > 0))
+    if not len(rows):
+        return same
+    # compare the equal-length rows entry by entry: gather both sides' entries of those rows
+    lens = a.lens[rows]
+    row = np.repeat(rows, lens)
+    within = np.arange(len(row)) - np.repeat(np.cumsum(lens) - lens, lens)
+    diff = a.vals[a.off[row] + within] != b.vals[b.off[row] + within]
+    bad = np.zeros(len(same), bool)
+    bad[row[diff]] = True
+    result: np.ndarray = same & ~bad
+    return result
 
 
 #: directory ids seen lately (16 bytes -> one Uuid object): a batch's directories are mostly
