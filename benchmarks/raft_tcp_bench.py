@@ -298,6 +298,10 @@ def write_dynamic_configs(base, linger_ms):
     return paths
 
 
+#: The voters run Raft only: ``--demo-writer`` with a writer that never fires in a run.
+RAFT_ONLY = ("--demo-writer", "--writer-interval-ms", "3600000")
+
+
 async def voter_changes(args, base):
     from kraft_node.network import KafkaConnection
     from kraft_node.protocol.generated.add_raft_voter import AddRaftVoterRequest
@@ -305,10 +309,13 @@ async def voter_changes(args, base):
     from kraft_node.server.tools.metadata_quorum import controller_to_add
     paths = write_dynamic_configs(base, args.linger_ms)
     env = voter_env()
-    procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server.start", p, "--log-level", "WARNING"],
-                              stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=env, cwd=REPO)
+    # Raft only on every voter (--demo-writer without writes; controller=False in process): the
+    # benchmark's records are opaque bytes, which a controller would refuse as metadata records
+    procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server.start", p, "--log-level", "WARNING",
+                               *RAFT_ONLY], stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=env,
+                              cwd=REPO)
              for p in paths[1:]]
-    node = KraftNode.from_config(NodeConfig.from_file(paths[0]))
+    node = KraftNode.from_config(NodeConfig.from_file(paths[0]), controller=False)
     driver = node.driver
     add_ms, remove_ms = [], []
     try:
@@ -380,11 +387,11 @@ async def main_async(args, base):
     paths = write_configs(base, args.linger_ms, args.voters)
     env = voter_env()
     procs = [subprocess.Popen([sys.executable, "-m", "kraft_node.server.start", p, "--log-level", "WARNING",
-                               "--follower-flush", args.follower_flush],
+                               "--follower-flush", args.follower_flush, *RAFT_ONLY],
                               stdout=subprocess.DEVNULL, stderr=open(p + ".stderr", "w"), env=env, cwd=REPO)
              for p in paths[1:]]
     node = KraftNode.from_config(NodeConfig.from_file(paths[0]), leader_flush=args.leader_flush,
-                                 follower_flush=args.follower_flush)
+                                 follower_flush=args.follower_flush, controller=False)
     driver = node.driver
     try:
         await node.start()
