@@ -18,6 +18,7 @@ from kraft_node.metadata.controller.result import ApiMessageAndVersion
 from kraft_node.metadata.image.change_runs import change_runs
 from kraft_node.metadata.image.metadata_image import MetadataImage
 from kraft_node.metadata.loader import MetadataBatchLoader, RecordingFaultHandler
+from kraft_node.metadata.loader.batch_loader import CHANGE_RUN_MIN
 from kraft_node.raft.messages import Batch, LeaderAndEpoch
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.runtime import Uuid
@@ -125,7 +126,7 @@ def history(seed: int, counts: dict[int, int], batches: int, others: float) -> l
     offset = 10_000
     for _ in range(batches):
         values: list[bytes] = []
-        size = rng.choice((5, 20, 60, 200))
+        size = rng.choice((5, 20, 70, 200))
         while len(values) < size:
             if rng.random() < others:
                 values += [enc(r) for r in other_record(rng, counts, fresh)]
@@ -202,10 +203,10 @@ def test_shutdown_shape_takes_the_columnar_path(image_and_counts) -> None:
     """Only simple changes: the runs are found (so the fast path is what the equality covers)."""
     image, counts = image_and_counts
     batches = history(5, counts, 3, 0.0)
-    big = [b for b in batches if len(b.records) >= 16]
+    big = [b for b in batches if len(b.records) >= CHANGE_RUN_MIN]
     assert big
     for b in big:
-        found = change_runs(b.records, 16)
+        found = change_runs(b.records, CHANGE_RUN_MIN)
         assert found is not None and found[1] == [(0, len(b.records), 0, len(b.records))]
     assert_same(replay(image, batches, False, 1), replay(image, batches, True, 1))
     published = replay(image, batches, True, 1)[0]
@@ -215,9 +216,9 @@ def test_shutdown_shape_takes_the_columnar_path(image_and_counts) -> None:
 def test_unknown_partition_fails_at_its_offset(image_and_counts) -> None:
     image, counts = image_and_counts
     rng = random.Random(3)
-    values = [enc(simple_change(0, p, rng)) for p in range(30)]
+    values = [enc(simple_change(0, p, rng)) for p in range(90)]
     values[17] = enc(m.PartitionChangeRecord(partition_id=9999, topic_id=tid(0), leader=-2, isr=[1]))
-    values += [enc(simple_change(1, p, rng)) for p in range(20)]
+    values += [enc(simple_change(1, p, rng)) for p in range(70)]
     batches = [Batch(500, 2, tuple(values))]
     slow = replay(image, batches, False, 1)
     fast = replay(image, batches, True, 1)
@@ -233,12 +234,43 @@ def test_epochs_and_counts_of_a_hot_partition(image_and_counts) -> None:
     assert before.elr
     elr_leader = before.elr[0]
     values = [enc(m.PartitionChangeRecord(partition_id=0, topic_id=tid(3), leader=elr_leader if i % 4 == 0 else -2,
-                                          isr=[elr_leader] if i % 2 else None)) for i in range(40)]
+                                          isr=[elr_leader] if i % 2 else None)) for i in range(100)]
+    assert len(values) >= CHANGE_RUN_MIN
     fast = replay(image, [Batch(700, 2, tuple(values))], True, 1)
     assert_same(replay(image, [Batch(700, 2, tuple(values))], False, 1), fast)
     delta, after_image, _ = fast[0][-1]
     after = after_image.topics.get_partition(tid(3), 0)
-    assert after.partition_epoch == before.partition_epoch + 40
-    assert after.leader_epoch == before.leader_epoch + 10
+    assert after.partition_epoch == before.partition_epoch + 100
+    assert after.leader_epoch == before.leader_epoch + 25
     assert after.isr == (elr_leader,)
-    assert delta.topics_delta.changed_topic(tid(3)).partition_to_elr_election_count() == {0: 10}
+    assert delta.topics_delta.changed_topic(tid(3)).partition_to_elr_election_count() == {0: 25}
+
+
+def test_big_batch_of_changes_skips_the_bulk_fold(image_and_counts) -> None:
+    """A batch of >= BULK_MIN_RECORDS mostly simple changes takes the columnar runs (published at
+    the end of the commit), not bulk_delta (published at once); the image is the same."""
+    image, counts = image_and_counts
+    rng = random.Random(9)
+    values = [enc(simple_change(t, p, rng)) for t in range(4) for p in range(counts[t])] * 2
+    values.insert(100, enc(m.PartitionChangeRecord(partition_id=0, topic_id=tid(4), leader=-2,
+                                                   eligible_leader_replicas=[1])))
+    assert len(values) >= 512
+    batches = [Batch(900, 2, tuple(values))]
+    fast = replay(image, batches, True, 1)
+    slow = replay(image, batches, False, 1)
+    assert fast[1] is None and slow[1] is None
+    assert fast[0][-1][1] == slow[0][-1][1]
+    delta = fast[0][-1][0]
+    assert delta.topics_delta is not None and len(delta.topics_delta.changed_topics()) == 5
+    # record at a time (fast_changes off and the bulk fold not taken) gives the same delta
+    loader_delta = replay_record_at_a_time(image, batches)
+    assert topics_delta_view(loader_delta) == topics_delta_view(delta)
+
+
+def replay_record_at_a_time(image: MetadataImage, batches: list[Batch]):
+    from kraft_node.metadata.image.metadata_image import MetadataDelta
+    delta = MetadataDelta(image)
+    for b in batches:
+        for value in b.records:
+            delta.replay(m.decode_metadata_record(value, 0)[2])
+    return delta

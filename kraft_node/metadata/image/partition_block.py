@@ -355,6 +355,8 @@ class PartitionBlock:
         return new, np.arange(int(new[-1]), dtype=np.int64) - np.repeat(new[:-1] - lo, lens)
 
     def _tuples(self, name: str, rows: Any, start: int, stop: int, m: int) -> list[tuple[Any, ...]]:
+        if not len(getattr(self, name)):  # no row of the block has one (usual for reassignment and ELR)
+            return [()] * m
         new, where = self._gather(name, rows, start, stop)
         if new[-1] == 0:
             return [()] * m
@@ -369,8 +371,8 @@ class PartitionBlock:
             return []
         pick: Any = slice(start, stop) if rows is None else rows
         replicas = self._tuples("replicas", rows, start, stop, m)
-        new, where = self._gather("directories", rows, start, stop)
-        if new[-1] == 0:
+        new, where = self._gather("directories", rows, start, stop) if len(self.directories) else (None, None)
+        if new is None or new[-1] == 0:
             directories: list[tuple[Uuid, ...]] = [_migrating(len(r)) for r in replicas]
         else:
             raw = np.ascontiguousarray(self.directories[where])

@@ -105,8 +105,9 @@ _NO = TransactionState.NO_TRANSACTION
 BULK_MIN_RECORDS = 512
 #: A run of at least this many consecutive ISR/leader-only PartitionChangeRecords in a batch is
 #: replayed in columns (:mod:`kraft_node.metadata.image.change_runs`); shorter runs, and batches
-#: shorter than this, go record at a time (the columnar decode has a fixed cost).
-CHANGE_RUN_MIN = 16
+#: shorter than this, go record at a time: the columnar way has a fixed cost of a few dozen numpy
+#: calls a run, and is slower than record at a time for runs of ~50 (benchmarks/results/s16/loader_changes.md).
+CHANGE_RUN_MIN = 64
 _STARTED = TransactionState.STARTED_TRANSACTION
 _CONTINUED = TransactionState.CONTINUED_TRANSACTION
 _ENDED = TransactionState.ENDED_TRANSACTION
@@ -180,11 +181,14 @@ class MetadataBatchLoader:
         #: records of this batch before ``counted`` were published with an earlier delta
         counted = 0
         records = () if batch.is_control else batch.records
-        if len(records) >= BULK_MIN_RECORDS and self._txn is _NO and not self._delta_has_records:
+        runs = change_runs(records, CHANGE_RUN_MIN) if self.fast_changes and len(records) >= CHANGE_RUN_MIN else None
+        # a big batch goes the bulk way unless it is mostly ISR/leader-only changes: bulk_delta
+        # folds topics and partitions in columns but merges changes one by one
+        if len(records) >= BULK_MIN_RECORDS and self._txn is _NO and not self._delta_has_records and (
+                runs is None or 2 * sum(b - a for a, b, _lo, _hi in runs[1]) < len(records)):
             elapsed = self._load_batch_bulk(batch, start, leader_and_epoch)
             if elapsed is not None:
                 return elapsed
-        runs = change_runs(records, CHANGE_RUN_MIN) if self.fast_changes and len(records) >= CHANGE_RUN_MIN else None
         if runs is None:
             counted = self._load_records(batch, records, 0, len(records), counted, leader_and_epoch)
         else:
