@@ -485,45 +485,31 @@ class NodeConfig:
 
     def server_ssl_context(self, listener: str):
         """The ssl.SSLContext of ``listener``'s server side, or None for a PLAINTEXT listener."""
-        listener = listener.upper()
-        if self.security_protocol(listener) != "SSL":
-            return None
-        key = ("server", listener)
-        if key not in self._tls:
-            from kraft_node.network.tls import TlsConfigError, server_context
-            try:
-                self._tls[key] = server_context(self.props, listener, self.source)
-            except TlsConfigError as exc:
-                raise ConfigError(str(exc)) from None
-        return self._tls[key]
+        return self._ssl_context("server", listener.upper())
 
     def client_ssl_context(self):
         """The ssl.SSLContext for connections to other controllers (the controller listener's
         settings: truststore, keystore as client certificate, hostname verification), or None
         when the controller listener is PLAINTEXT."""
-        listener = self.controller_listener_names[0]
-        if self.controller_security_protocol != "SSL":
-            return None
-        key = ("client", listener)
-        if key not in self._tls:
-            from kraft_node.network.tls import TlsConfigError, client_context
-            try:
-                self._tls[key] = client_context(self.props, listener, self.source)
-            except TlsConfigError as exc:
-                raise ConfigError(str(exc)) from None
-        return self._tls[key]
+        return self._ssl_context("client", self.controller_listener_names[0])
 
     def listener_client_ssl_context(self, listener: str):
         """The ssl.SSLContext for connecting to other brokers on ``listener`` (the replica
         fetchers on the inter-broker listener: that listener's truststore, keystore as client
         certificate, hostname verification), or None when the listener is PLAINTEXT."""
+        return self._ssl_context("client", listener)
+
+    def _ssl_context(self, side: str, listener: str):
+        """``listener``'s ssl.SSLContext for ``side`` ("server" or "client"), made once; None
+        when the listener is not SSL.  A TLS setting that does not load is a ConfigError."""
         if self.security_protocol(listener) != "SSL":
             return None
-        key = ("client", listener)
+        key = (side, listener)
         if key not in self._tls:
-            from kraft_node.network.tls import TlsConfigError, client_context
+            from kraft_node.network.tls import TlsConfigError, client_context, server_context
+            make = server_context if side == "server" else client_context
             try:
-                self._tls[key] = client_context(self.props, listener, self.source)
+                self._tls[key] = make(self.props, listener, self.source)
             except TlsConfigError as exc:
                 raise ConfigError(str(exc)) from None
         return self._tls[key]
