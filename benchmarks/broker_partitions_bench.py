@@ -53,7 +53,7 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 sys.path.insert(0, REPO)
 
 from _support import code_version  # noqa: E402
-from broker_produce_bench import consume_confluent, produce_confluent  # noqa: E402
+from broker_produce_bench import consume_confluent, drive_producer, produce_confluent  # noqa: E402
 from support.broker_cluster import BrokerCluster, metadata, run, wait_until  # noqa: E402
 from support.brokers import FAST_RAFT  # noqa: E402
 
@@ -157,28 +157,8 @@ def producer(bootstrap: str, acks: Any, **extra: Any):
 
 
 def produce_acks_all(bootstrap: str, topic: str, records: int, size: int, partitions: int) -> float:
-    p = producer(bootstrap, "all")
-    payload = os.urandom(size)
-    errors: list[Any] = []
-
-    def report(err: Any, _msg: Any) -> None:
-        if err is not None:
-            errors.append(err)
-    t0 = time.perf_counter()
-    for i in range(records):
-        while True:
-            try:
-                p.produce(topic, payload, partition=i % partitions, on_delivery=report)
-                break
-            except BufferError:
-                p.poll(0.001)
-        if i % 10_000 == 0:
-            p.poll(0)
-    left = p.flush(180)
-    elapsed = time.perf_counter() - t0
-    if left or errors:
-        raise RuntimeError(f"acks=all produce: {left} not delivered, {len(errors)} errors (first: {errors[:1]})")
-    return elapsed
+    return drive_producer(producer(bootstrap, "all"), topic, records, size, partitions, "acks=all produce",
+                          flush_s=180)
 
 
 def paced_latencies(bootstrap: str, topic: str, rate: int, seconds: float, size: int, inflight: int,

@@ -66,6 +66,13 @@ def produce_confluent(bootstrap: str, topic: str, records: int, size: int, parti
     p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5, "batch.size": 1 << 20,
                   "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 1 << 21,
                   "enable.idempotence": False, "compression.type": "none"})
+    return drive_producer(p, topic, records, size, partitions, "produce", flush_s=120)
+
+
+def drive_producer(p: Any, topic: str, records: int, size: int, partitions: int, what: str,
+                   flush_s: float) -> float:
+    """Seconds for a confluent-kafka ``Producer`` to have ``records`` records of ``size`` bytes
+    (round robin over ``partitions``) delivered; raises naming ``what`` on any failure."""
     payload = os.urandom(size)
     errors: list[Any] = []
 
@@ -82,10 +89,10 @@ def produce_confluent(bootstrap: str, topic: str, records: int, size: int, parti
                 p.poll(0.001)
         if i % 10_000 == 0:
             p.poll(0)
-    left = p.flush(120)
+    left = p.flush(flush_s)
     elapsed = time.perf_counter() - t0
     if left or errors:
-        raise RuntimeError(f"produce: {left} not delivered, {len(errors)} errors (first: {errors[:1]})")
+        raise RuntimeError(f"{what}: {left} not delivered, {len(errors)} errors (first: {errors[:1]})")
     return elapsed
 
 
