@@ -19,6 +19,7 @@ a deadline; every process is killed at the end.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import subprocess
 import sys
 import time
@@ -37,8 +38,8 @@ from support.broker_cluster import (
 
 from kraft_node.metadata.image.time_travel import MetadataHistory
 
-kafka_admin = pytest.importorskip("kafka.admin")
-aiokafka_admin = pytest.importorskip("aiokafka.admin")
+kafka_admin = importlib.import_module("kafka.admin")
+aiokafka_admin = importlib.import_module("aiokafka.admin")
 from aiokafka.admin.config_resource import ConfigResource as AioConfigResource  # noqa: E402
 from aiokafka.admin.config_resource import ConfigResourceType as AioConfigResourceType  # noqa: E402
 

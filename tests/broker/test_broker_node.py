@@ -7,9 +7,9 @@ client runs in a thread beside it.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import time
 
-import pytest
 from support.brokers import broker_port, cluster_with_brokers
 
 from kraft_node.broker.lifecycle import BrokerState
@@ -17,7 +17,7 @@ from kraft_node.metadata.configs.resources import ConfigResource, ConfigResource
 from kraft_node.server.config import NodeConfig
 from kraft_node.server.node import KraftNode
 
-kafka_admin = pytest.importorskip("kafka.admin")
+kafka_admin = importlib.import_module("kafka.admin")
 
 
 async def _start(path: str) -> KraftNode:
@@ -128,7 +128,7 @@ def test_a_broker_only_node_observes_the_quorum_registers_and_shuts_down_in_a_co
 def test_aiokafka_admin_on_the_same_loop_as_a_combined_node(tmp_path):
     """aiokafka's admin client (asyncio, so on the node's own loop): create, list, describe,
     alter configs, add partitions and delete, each visible through the broker's image."""
-    aiokafka_admin = pytest.importorskip("aiokafka.admin")
+    aiokafka_admin = importlib.import_module("aiokafka.admin")
     paths = cluster_with_brokers(str(tmp_path), controllers=1, combined=True)
     port = broker_port(paths[1])
 

@@ -11,6 +11,7 @@ consumers with ``client_rack="b"`` read every record from the follower.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,8 +37,8 @@ from kraft_node.server.node import KraftNode
 from kraft_storage.record.batch import scan_batches
 from kraft_storage.record.builder import build_batch
 
-kafka = pytest.importorskip("kafka")
-aiokafka = pytest.importorskip("aiokafka")
+kafka = importlib.import_module("kafka")
+aiokafka = importlib.import_module("aiokafka")
 
 RACKS = {101: "a", 102: "b", 103: "b"}
 N_BATCHES, PER_BATCH = 5, 20

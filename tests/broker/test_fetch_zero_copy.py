@@ -8,10 +8,10 @@ The node runs on the test's asyncio loop; kafka-python's blocking clients run in
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import struct
 
-import pytest
 from support.brokers import broker_port, cluster_with_brokers
 
 from kraft_node.protocol.api_keys import ApiKeys
@@ -20,9 +20,9 @@ from kraft_node.protocol.generated.fetch import FetchRequest
 from kraft_node.server.config import NodeConfig
 from kraft_node.server.node import KraftNode
 
-kafka = pytest.importorskip("kafka")
-kafka_admin = pytest.importorskip("kafka.admin")
-aiokafka = pytest.importorskip("aiokafka")
+kafka = importlib.import_module("kafka")
+kafka_admin = importlib.import_module("kafka.admin")
+aiokafka = importlib.import_module("aiokafka")
 
 N = 2000            # records per partition
 VALUE = 1500        # bytes per record: a fetch answer's records are well over the spill size

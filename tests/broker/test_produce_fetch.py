@@ -9,10 +9,10 @@ The node runs on the test's asyncio loop; kafka-python's blocking clients run in
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import time
 
-import pytest
 from prometheus_client import generate_latest
 from support.brokers import broker_port, cluster_with_brokers
 
@@ -20,9 +20,9 @@ from kraft_node.server.config import NodeConfig
 from kraft_node.server.node import KraftNode
 from kraft_storage.log.partition_metadata import read_partition_metadata
 
-kafka = pytest.importorskip("kafka")
-kafka_admin = pytest.importorskip("kafka.admin")
-aiokafka = pytest.importorskip("aiokafka")
+kafka = importlib.import_module("kafka")
+kafka_admin = importlib.import_module("kafka.admin")
+aiokafka = importlib.import_module("aiokafka")
 
 N = 300  # records per partition
 #: the delete delay 0 so that a deleted topic's directory goes at once (Kafka's default is 60 s)

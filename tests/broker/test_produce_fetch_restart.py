@@ -7,17 +7,17 @@ record produced with acks=1 is read back, in order, once per offset.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import time
 
-import pytest
 from support.broker_cluster import ServerProcess
 from support.brokers import cluster_with_brokers
 
 from kraft_node.server.config import NodeConfig
 
-kafka = pytest.importorskip("kafka")
-kafka_admin = pytest.importorskip("kafka.admin")
+kafka = importlib.import_module("kafka")
+kafka_admin = importlib.import_module("kafka.admin")
 
 N = 500
 
