@@ -148,8 +148,8 @@ def replay_change_run(delta: TopicsDelta, cols: ChangeColumns, lo: int, hi: int)
     n = hi - lo
     pids = cols.partition_id[lo:hi]
     leaders = cols.leader[lo:hi]
-    tkeys, tfirst, tinv = np.unique(cols.topic_key[lo:hi], return_index=True, return_inverse=True)
-    tinv = tinv.ravel().astype(np.int64)
+    tfirst, tinv = _topics(cols.topic_raw[lo:hi])
+    n_topics = len(tfirst)
     composite = (tinv << 32) | (pids & 0xFFFFFFFF)
     ukeys, first, inv = np.unique(composite, return_index=True, return_inverse=True)
     inv = inv.ravel()
@@ -169,8 +169,8 @@ def replay_change_run(delta: TopicsDelta, cols: ChangeColumns, lo: int, hi: int)
     by_id = image.topics_by_id
     topic_ids: list[Uuid] = []
     topic_deltas: list[TopicDelta | None] = []
-    for t in range(len(tkeys)):
-        tid = Uuid(cols.topic_raw[lo + int(tfirst[t])].tobytes())
+    for t in range(n_topics):
+        tid = Uuid(cols.topic_raw[lo + tfirst[t]].tobytes())
         td = changed.get(tid)
         if td is None:
             topic = by_id.get(tid)
@@ -178,50 +178,44 @@ def replay_change_run(delta: TopicsDelta, cols: ChangeColumns, lo: int, hi: int)
                 return False
         topic_ids.append(tid)
         topic_deltas.append(td)
-    # keys are sorted by (topic, partition): topic t's keys are ukeys[bounds[t]:bounds[t + 1]]
-    bounds = np.searchsorted(ukeys >> 32, np.arange(len(tkeys) + 1)).tolist()
-    key_pid_array = pids[first]
-    key_pid: list[int] = key_pid_array.tolist()
+    # keys are sorted by (topic, partition): topic t's keys are ukeys[bounds[t]:bounds[t + 1]].
+    # Per topic in plain Python: a run has a few keys per topic (a broker is in ~10 partitions
+    # of a 100-partition topic), where a numpy call's fixed cost would dominate.
+    bounds = np.searchsorted(ukeys >> 32, np.arange(n_topics + 1)).tolist()
+    key_pid: list[int] = pids[first].tolist()
     prev_regs: list[PartitionRegistration | None] = [None] * k
-    block_rows: dict[int, tuple[PartitionBlock, list[Int64s], list[Int64s]]] = {}
-    for t in range(len(tkeys)):
+    block_rows: dict[int, tuple[PartitionBlock, list[int], list[int]]] = {}
+    for t in range(n_topics):
         a, b = bounds[t], bounds[t + 1]
         td = topic_deltas[t]
         parts = (by_id[topic_ids[t]] if td is None else td.image).partitions
         changes = None if td is None else td._changes
         overrides = parts._overrides
-        wanted = key_pid_array[a:b]
-        keys = np.arange(a, b, dtype=np.int64)
-        if changes or overrides:
-            # a partition changed earlier in this delta, or in the image's overrides: that registration
-            found = [(changes.get(q) if changes else None) or overrides.get(q) for q in key_pid[a:b]]
-            missing = [r is None for r in found]
-            for at, reg in enumerate(found):
-                if reg is not None:
-                    prev_regs[a + at] = reg
-            rest = np.flatnonzero(missing)
-            wanted, keys = wanted[rest], keys[rest]
-        if not len(keys):
-            continue
         block = parts._block
-        if block is None:
-            return False
-        start, size = parts._start, parts._stop - parts._start
-        if parts._dense:
-            ok = (wanted >= 0) & (wanted < size)
-            rows = start + wanted
-        else:
-            ids = block.partition_id[start:parts._stop]
-            at_ = np.searchsorted(ids, wanted)
-            ok = (at_ < size) & (ids[np.minimum(at_, max(size - 1, 0))] == wanted) if size else at_ < 0
-            rows = start + at_
-        if not ok.all():
-            return False
-        entry = block_rows.get(id(block))
-        if entry is None:
-            entry = block_rows[id(block)] = (block, [], [])
-        entry[1].append(keys)
-        entry[2].append(rows.astype(np.int64))
+        start, stop, dense = parts._start, parts._stop, parts._dense
+        entry = None
+        for j in range(a, b):
+            q = key_pid[j]
+            reg = changes.get(q) if changes else None
+            if reg is None and overrides:
+                reg = overrides.get(q)
+            if reg is not None:
+                prev_regs[j] = reg
+                continue
+            if block is None:
+                return False
+            if dense:
+                row = start + q if 0 <= q < stop - start else -1
+            else:
+                row = block.row_of(q, start, stop) if q >= 0 else -1
+            if row < 0:
+                return False
+            if entry is None:
+                entry = block_rows.get(id(block))
+                if entry is None:
+                    entry = block_rows[id(block)] = (block, [], [])
+            entry[1].append(j)
+            entry[2].append(row)
 
     # -- the new registrations ---------------------------------------------------------------
     isr_keys = np.flatnonzero(last_isr >= 0)
@@ -254,9 +248,8 @@ def replay_change_run(delta: TopicsDelta, cols: ChangeColumns, lo: int, hi: int)
         made: list[PartitionRegistration] = _objects.new_objects(PartitionRegistration, _REG_SLOTS, columns, True)
         for j, reg in zip(from_dict, made):
             new_regs[j] = reg
-    for block, key_parts, row_parts in block_rows.values():
-        block_keys: list[int] = np.concatenate(key_parts).tolist()
-        made = block.merged_isr_leader(np.concatenate(row_parts), [new_isr[j] for j in block_keys],
+    for block, block_keys, rows in block_rows.values():
+        made = block.merged_isr_leader(np.array(rows, np.int64), [new_isr[j] for j in block_keys],
                                        [new_leader[j] if has_leader_list[j] else None for j in block_keys],
                                        [leader_counts[j] for j in block_keys], [counts[j] for j in block_keys])
         for j, reg in zip(block_keys, made):
@@ -275,13 +268,14 @@ def replay_change_run(delta: TopicsDelta, cols: ChangeColumns, lo: int, hi: int)
 
     # -- phase 2: into the delta, in record order ---------------------------------------------
     key_topic: list[int] = (ukeys >> 32).tolist()
-    for t in np.argsort(tfirst, kind="stable").tolist():  # topics in order of their first record
+    first_list: list[int] = first.tolist()
+    for t in range(n_topics):  # topics are numbered in order of their first record
         td = topic_deltas[t]
         if td is None:
             tid = topic_ids[t]
             td = topic_deltas[t] = changed[tid] = TopicDelta(by_id[tid])
         a, b = bounds[t], bounds[t + 1]
-        in_order: list[int] = (a + np.argsort(first[a:b], kind="stable")).tolist()  # by first record
+        in_order = sorted(range(a, b), key=first_list.__getitem__)  # by first record
         td._changes.update(zip([key_pid[j] for j in in_order], [new_regs[j] for j in in_order]))
     for _first_hit, j, hits in elr_hits:
         td = topic_deltas[key_topic[j]]
@@ -289,6 +283,28 @@ def replay_change_run(delta: TopicsDelta, cols: ChangeColumns, lo: int, hi: int)
         pid = key_pid[j]
         td._elr_elections[pid] = td._elr_elections.get(pid, 0) + hits
     return True
+
+
+def _topics(raw: npt.NDArray[np.uint8]) -> tuple[list[int], Int64s]:
+    """Each row's topic (16-byte ids, ``uint8[n, 16]``) as a number, topics numbered in order of
+    their first row: (first row of each topic, the number of each row).  The controller writes a
+    topic's changes together, so the work is per stretch of equal ids, not per row."""
+    n = len(raw)
+    starts = [0]
+    if n > 1:
+        starts += (np.flatnonzero((raw[1:] != raw[:-1]).any(axis=1)) + 1).tolist()
+    numbers: dict[bytes, int] = {}
+    first: list[int] = []
+    stretch: list[int] = []
+    for s in starts:
+        key = raw[s].tobytes()
+        t = numbers.get(key)
+        if t is None:
+            t = numbers[key] = len(first)
+            first.append(s)
+        stretch.append(t)
+    lengths = [b - a for a, b in zip(starts, starts[1:] + [n])]
+    return first, np.repeat(np.array(stretch, np.int64), lengths)
 
 
 def _directories(prevs: list[Any]) -> list[tuple[Uuid, ...]]:
