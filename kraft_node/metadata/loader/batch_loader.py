@@ -12,6 +12,13 @@ the delta and hands ``(delta, image, LogDeltaManifest)`` to the callback -- unle
 transaction is open.  A control batch (LeaderChange, voters, kraft.version) has no metadata
 record but moves the offset, counts as a batch and its bytes.
 
+Runs of ISR/leader-only PartitionChangeRecords (a broker's shutdown or fencing: tens of
+thousands, in batches of up to 200) are the exception to record at a time: a run of at least
+:data:`CHANGE_RUN_MIN` of them is replayed into the same delta in columns
+(:mod:`kraft_node.metadata.image.change_runs`), giving the delta record-at-a-time replay
+would give (tested).  A run counts as one non-marker record for the transaction state machine.
+:attr:`MetadataBatchLoader.fast_changes` off replays every record one at a time.
+
 Transactions (Begin/End/AbortTransactionRecord)::
 
     NO ----Begin----> STARTED --record--> CONTINUED --End--> ENDED ---record--> NO
