@@ -837,22 +837,26 @@ def _extend_broker(index: Any, broker: int, keys: list[bytes], tuples: list[tupl
 def _merged(table: Any, keys: list[bytes], tuples: list[tuple[int, ...]], stale: frozenset[bytes],
             distinct: bool) -> list[tuple[int, ...]]:
     """``tuples`` with the entries ``table`` already has for the ``stale`` keys put first
-    (``distinct``: an entry already present is not added again)."""
-    at = [i for i, k in enumerate(keys) if k in stale]
-    if not at:
-        return tuples
-    existing = table.get_many([keys[i] for i in at])
-    if all(e is None for e in existing):
-        return tuples
-    tuples = list(tuples)
-    for i, e in zip(at, existing):
-        if e is not None:
-            t = tuples[i]
-            if distinct:
-                present = set(e)
-                t = tuple(p for p in t if p not in present)
-            tuples[i] = e + t
-    return tuples
+    (``distinct``: an entry already present is not added again).  Costs O(stale) reads and an
+    O(len(keys)) C scan per stale key the table holds (a few per call), never a Python loop
+    over ``keys``."""
+    stale_keys = list(stale)
+    out: list[tuple[int, ...]] | None = None
+    for k, e in zip(stale_keys, table.get_many(stale_keys)):
+        if e is None:
+            continue
+        try:
+            i = keys.index(k)
+        except ValueError:
+            continue  # this put does not touch the topic
+        if out is None:
+            out = list(tuples)
+        t = out[i]
+        if distinct:
+            present = set(e)
+            t = tuple(p for p in t if p not in present)
+        out[i] = e + t
+    return tuples if out is None else out
 
 
 def _index_directories(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int,
