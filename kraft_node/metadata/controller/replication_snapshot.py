@@ -101,6 +101,7 @@ from kraft_node.metadata.controller.replication_control import (
     _fmt,
     as_metadata_version,
     remember_topic_uuids,
+    topic_key,
 )
 from kraft_node.metadata.controller.result import ApiMessageAndVersion
 from kraft_node.metadata.versions import MetadataVersion
@@ -715,7 +716,7 @@ def _apply_new(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
     row_topic = np.repeat(np.array(piece_topic, np.int64), [e - s for _t, s, e in pieces])
     # the indexes' keys (replication_control.topic_key): the ids' bytes
     topic_ids = [t.topic_id for t in topics]
-    keys = [t.bytes for t in topic_ids]
+    keys = [topic_key(t) for t in topic_ids]
     remember_topic_uuids(keys, topic_ids)
     _index_isr(rc, cols, a, b, row_topic, keys, fresh)
     if len(cols.elr.vals):
