@@ -277,9 +277,11 @@ class BrokerServer:
         (the BrokerState byte value) and kraft's ``...name=TimeSinceLastHeartbeatAckMs`` (Kafka
         shows the same age on the controller side per broker; a broker that lost its controller
         sees it grow here).  Issue 25's partition metrics: ``ReplicaManager`` PartitionCount,
-        LeaderCount, UnderReplicatedPartitions and the IsrShrinks / IsrExpands totals (Kafka's
-        ``...PerSec`` meters), and ``BrokerTopicMetrics`` totals (produce and
-        fetch requests, bytes in and out, messages in) as counters, whose rates are Kafka's meters."""
+        LeaderCount, UnderReplicatedPartitions, IsrShrinksPerSec and IsrExpandsPerSec, and
+        ``BrokerTopicMetrics`` TotalProduceRequestsPerSec, TotalFetchRequestsPerSec, BytesInPerSec,
+        BytesOutPerSec and MessagesInPerSec: Kafka's meters under Kafka's names, exposed as counters
+        (``_total``, the meter's Count) whose rate is the meter's (the names scheme of
+        ``kraft_node/metrics.py``, as the controller's ``UncleanLeaderElectionsPerSec``)."""
         registry = self._registry
         lifecycle = self.lifecycle
         if registry is None or lifecycle is None:
@@ -300,20 +302,20 @@ class BrokerServer:
                                                "Partitions led here whose ISR is smaller than their replicas.",
                                                rm.under_replicated_partitions)]
             r = rm
-            collectors += [registry.callback_counter("kafka.server", "ReplicaManager", "IsrShrinks",
+            collectors += [registry.callback_counter("kafka.server", "ReplicaManager", "IsrShrinksPerSec",
                                                      "Committed ISR shrinks of partitions led here.",
                                                      lambda: r.isr_shrinks),
-                           registry.callback_counter("kafka.server", "ReplicaManager", "IsrExpands",
+                           registry.callback_counter("kafka.server", "ReplicaManager", "IsrExpandsPerSec",
                                                      "Committed ISR expansions of partitions led here.",
                                                      lambda: r.isr_expands)]
         if data is not None:
             d = data
             for name, doc, fn in (
-                    ("TotalProduceRequests", "Produce requests received.", lambda: d.produce_requests),
-                    ("TotalFetchRequests", "Fetch requests received.", lambda: d.fetch_requests),
-                    ("BytesIn", "Bytes appended by Produce.", lambda: d.bytes_in),
-                    ("BytesOut", "Record bytes sent by Fetch.", lambda: d.bytes_out),
-                    ("MessagesIn", "Records appended by Produce.", lambda: d.messages_in)):
+                    ("TotalProduceRequestsPerSec", "Produce requests received.", lambda: d.produce_requests),
+                    ("TotalFetchRequestsPerSec", "Fetch requests received.", lambda: d.fetch_requests),
+                    ("BytesInPerSec", "Bytes appended by Produce.", lambda: d.bytes_in),
+                    ("BytesOutPerSec", "Record bytes sent by Fetch.", lambda: d.bytes_out),
+                    ("MessagesInPerSec", "Records appended by Produce.", lambda: d.messages_in)):
                 collectors.append(registry.callback_counter("kafka.server", "BrokerTopicMetrics", name, doc, fn))
         self._metrics_closers = [functools.partial(registry.unregister, g) for g in [*gauges, *collectors]]
 

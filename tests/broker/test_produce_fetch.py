@@ -122,7 +122,11 @@ def test_kafka_python_produce_acks_consume_restart_and_delete(tmp_path):
             text = generate_latest(node.metrics.registry.registry).decode()
             assert "kafka_server_ReplicaManager_LeaderCount 3.0" in text
             assert "kafka_server_ReplicaManager_UnderReplicatedPartitions 0.0" in text
-            assert f"kafka_server_BrokerTopicMetrics_MessagesIn_total {3 * N}.0" in text
+            assert f"kafka_server_BrokerTopicMetrics_MessagesInPerSec_total {3 * N}.0" in text
+            for name in ("ReplicaManager_IsrShrinksPerSec", "ReplicaManager_IsrExpandsPerSec",
+                         "BrokerTopicMetrics_TotalProduceRequestsPerSec", "BrokerTopicMetrics_TotalFetchRequestsPerSec",
+                         "BrokerTopicMetrics_BytesInPerSec", "BrokerTopicMetrics_BytesOutPerSec"):
+                assert f"kafka_server_{name}_total " in text, name  # Kafka's meter names
         finally:
             await node.shutdown()
 
