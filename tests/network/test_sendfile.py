@@ -78,9 +78,14 @@ def _slow_socket() -> socket.socket:
 
 async def _connect(port: int, *, slow: bool = False, ssl=None):
     if slow:
+        # a client that does not read (its transport paused until the test resumes it) behind a
+        # 4 KiB receive buffer: the server's region must wait for the socket, whatever the
+        # machine's load (a reading client could drain 4 MiB as fast as it is sent)
         sock = _slow_socket()
         await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
-        return await asyncio.open_connection(sock=sock, limit=1 << 24)
+        reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 24)
+        writer.transport.pause_reading()
+        return reader, writer
     return await asyncio.open_connection("127.0.0.1", port, ssl=ssl, limit=1 << 24,
                                          server_hostname="127.0.0.1" if ssl else None)
 
@@ -157,6 +162,7 @@ def test_pipelined_answers_wait_behind_a_blocked_region_in_order(tmp_path, loop)
                 conn = await _wait_conn(s)
                 await _wait_for(lambda: conn._wfd >= 0, "the region never waited for the socket")
                 assert conn._backlog is not None
+                writer.transport.resume_reading()
                 for cid in range(6):
                     frame = await asyncio.wait_for(_read_frame(reader), 20)
                     key = ApiKeys.FETCH if cid % 2 == 0 else ApiKeys.API_VERSIONS
@@ -207,6 +213,7 @@ def test_a_log_truncated_under_a_pending_region_closes_the_connection_mid_frame(
                 assert regions[0].intact()
                 kl.truncate_to(100)  # an unclean leader change's truncation, under the pending answer
                 assert not regions[0].intact()
+                writer.transport.resume_reading()
                 size = struct.unpack(">i", await reader.readexactly(4))[0]
                 assert size > BIG
                 with pytest.raises(asyncio.IncompleteReadError) as got:
