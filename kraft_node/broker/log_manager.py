@@ -442,31 +442,31 @@ class LogManager:
     def async_delete(self, tp: TopicPartition) -> str | None:
         """Kafka's ``asyncDelete``: close the log, rename its directory to
         ``<tp>.<uuid>-delete`` and remove it after the delete delay.  Returns the new path."""
-        kl = self.logs.pop(tp, None)
-        d = self._dir_of.pop(tp, None)
-        self.topic_ids.pop(tp, None)
-        if kl is None or d is None:
-            return None
-        kl.close()
-        target = os.path.join(d, f"{tp.topic}-{tp.partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-        os.rename(kl.directory, target)
-        fsync_dir(d)
-        log.info("log for partition %s is renamed to %s and is scheduled for deletion", tp, target)
-        self._schedule_removal(target)
+        target = self._close_and_rename(tp, DELETE_DIR_SUFFIX)
+        if target is not None:
+            log.info("log for partition %s is renamed to %s and is scheduled for deletion", tp, target)
+            self._schedule_removal(target)
         return target
 
     def mark_stray(self, tp: TopicPartition) -> str | None:
         """Close the log of ``tp`` and rename its directory to ``<tp>.<uuid>-stray`` (kept)."""
+        target = self._close_and_rename(tp, STRAY_DIR_SUFFIX)
+        if target is not None:
+            log.warning("log of %s marked stray and renamed to %s", tp, target)
+        return target
+
+    def _close_and_rename(self, tp: TopicPartition, suffix: str) -> str | None:
+        """Forget ``tp``'s log, close it and rename its directory to ``<tp>.<uuid><suffix>``
+        (the rename made durable); the new path, or None when there was no log."""
         kl = self.logs.pop(tp, None)
         d = self._dir_of.pop(tp, None)
         self.topic_ids.pop(tp, None)
         if kl is None or d is None:
             return None
         kl.close()
-        target = os.path.join(d, f"{tp.topic}-{tp.partition}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}")
+        target = os.path.join(d, f"{tp.topic}-{tp.partition}.{uuid.uuid4().hex}{suffix}")
         os.rename(kl.directory, target)
         fsync_dir(d)
-        log.warning("log in %s marked stray and renamed to %s", kl.directory, target)
         return target
 
     def _schedule_removal(self, path: str) -> None:

@@ -162,8 +162,9 @@ class Partition:
                                                             last_fetch_time_ms=now_ms)
         if is_new:
             if self.producer_state.map_end_offset() != self.log.log_end_offset:
-                # the follower's appends or truncations bypassed the producer state: rebuild it
-                # from the log before any client batch is checked against it
+                # a safety net: the fetcher keeps the producer state with its appends and
+                # truncations, but a state that does not end at the log end is rebuilt from the
+                # log before any client batch is checked against it
                 self.producer_state.rebuild(self.log)
             self.leader_epoch_start_offset = self.log.log_end_offset
             log.info("%s: leader with leader epoch %d, partition epoch %d, ISR %s, high watermark %d, log end "
