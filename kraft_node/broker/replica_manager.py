@@ -528,12 +528,23 @@ class ReplicaManager:
                 self._run_fetch(fop, True)
         self._pool.shutdown(wait=True)
         # Kafka snapshots the producer state when a log closes: the next start reads it instead
-        # of scanning the log
-        for p in self.partitions.values():
+        # of scanning the log.  A log closed cleanly with no snapshot at all is taken to have no
+        # idempotent producers (Kafka's rebuild skips the scan then), so a failed snapshot must not
+        # leave a clean close behind: that log is flushed and closed without its clean-shutdown
+        # marker, and the next start rebuilds the producers from the log (else it would forget
+        # them and append a retried batch twice).
+        for tp, p in self.partitions.items():
             try:
                 p.producer_state.take_snapshot()
-            except Exception:  # noqa: BLE001 - the next start rebuilds from the log instead
-                log.exception("producer state snapshot of %s failed", p.topic_partition)
+            except Exception:  # noqa: BLE001 - named; the log is then left to recovery
+                log.exception("producer state snapshot of %s failed; its log is closed without the clean-shutdown "
+                              "marker so that the next start rebuilds the producer state from the log", tp)
+                kl = self.log_manager.logs.pop(tp, None)
+                if kl is not None:
+                    try:
+                        kl.flush()
+                    finally:
+                        kl.close_uncleanly()
 
 
 class ReplicaManagerPublisher(MetadataPublisher):

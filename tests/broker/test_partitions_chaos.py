@@ -170,7 +170,8 @@ def test_chaos_leaders_and_active_controller_killed_under_an_idempotent_producer
             assert log.log_end_offset >= hw, f"partition {p}: broker {bid} ends at {log.log_end_offset} < HW {hw}"
             assert log.prefix(hw) == reference, f"partition {p}: broker {bid}'s log differs from 101's below HW {hw}"
             dupes = [v for v, n in Counter(log.values).items() if n > 1]
-            assert not dupes, f"partition {p}: broker {bid} holds records twice: {dupes[:5]}"
+            where = {v: [log.describe(o) for o, w in zip(log.offsets, log.values) if w == v] for v in dupes[:2]}
+            assert not dupes, f"partition {p}: broker {bid} holds {len(dupes)} records twice: {dupes[:5]}; {where}"
             by_offset = dict(zip(log.offsets, log.values))
             missing = [(o, v) for o, v in acked.items() if by_offset.get(o) != v]
             assert not missing, f"partition {p}: broker {bid} lacks acknowledged records {missing[:5]}"

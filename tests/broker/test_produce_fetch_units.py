@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import uuid
 
@@ -676,6 +677,37 @@ def test_idempotent_producer_retry_is_not_written_twice_and_survives_restart(tmp
         assert (retry.error_code, retry.base_offset) == (0, 2)
         nxt = _one_produce(_produce(ctx, "t", 0, batch(3))[0])
         assert (nxt.error_code, nxt.base_offset) == (0, 5)
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_a_failed_producer_snapshot_at_shutdown_leaves_the_log_to_recovery(tmp_path, monkeypatch, caplog):
+    """A log closed cleanly with no producer snapshot is taken to have no idempotent producers
+    (the next start skips the scan, as Kafka's does).  So when the shutdown's snapshot fails (a
+    full disk), that log is closed without its clean-shutdown marker: the next start scans it and
+    a retried batch is still answered with its first offset, not appended twice."""
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1], [1], 1))
+        batch = build_batch([(None, b"x%d" % i) for i in range(3)], producer_id=42, producer_epoch=0,
+                            base_sequence=0)
+        assert _one_produce(_produce(ctx, "t", 0, batch)[0]).base_offset == 0
+        d = os.path.join(ctx.dir, "t-0")
+        assert not any(n.endswith(".snapshot") for n in os.listdir(d))
+
+        def full_disk(*_a, **_k):
+            raise OSError(28, "No space left on device")
+        monkeypatch.setattr("kraft_node.broker.log.producer_state.write_snapshot", full_disk)
+        with caplog.at_level(logging.ERROR):
+            await ctx.close()
+        assert "producer state snapshot of t-0 failed" in caplog.text
+        assert not os.path.exists(os.path.join(d, ".kafka_cleanshutdown"))
+        monkeypatch.undo()
+        ctx.open()
+        ctx.create("t", _partition_record(0, [1], [1], 1, leader_epoch=1))
+        retry = _one_produce(_produce(ctx, "t", 0, batch)[0])
+        assert (retry.error_code, retry.base_offset) == (0, 0)
+        assert ctx.rm.get_partition(TopicPartition("t", 0)).log.log_end_offset == 3
         await ctx.close()
     asyncio.run(main())
 

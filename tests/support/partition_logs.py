@@ -40,6 +40,16 @@ class PartitionLog:
             size += length
         return self.raw[:size]
 
+    def describe(self, offset: int) -> str:
+        """The batch holding ``offset``: its offsets, leader epoch and producer (id, epoch, base
+        sequence), for a failure message that says whether two copies of a record came from one
+        producer batch (a broker that missed a retry) or from two (the client resent it)."""
+        for b in iter_batches(self.raw, verify_crc=False):
+            if b.base_offset <= offset < b.next_offset:
+                return (f"batch [{b.base_offset}, {b.next_offset}) leader epoch {b.partition_leader_epoch} "
+                        f"producer {b.producer_id}/{b.producer_epoch} seq {b.base_sequence}")
+        return f"no batch holds offset {offset}"
+
     def _lengths(self) -> list[int]:
         return [b.size_in_bytes for b in iter_batches(self.raw)]
 

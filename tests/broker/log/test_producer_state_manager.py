@@ -653,3 +653,90 @@ def test_follower_keeps_the_leaders_producer_state(tmp_path: Path, clock: Clock)
     assert _leader_append(follower, fm, 36, pid=8) == offsets[-1]
     follower.close()
     leader.close()
+
+
+# ----------------------------------------------------------------- the state always equals a replay of the log
+def _replayed(log_: KafkaLog, scratch: Path) -> dict[int, ProducerStateEntry]:
+    """The oracle: a fresh manager (no snapshots) fed the whole log from its start."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    fresh = ProducerStateManager(str(scratch), TP, clock=Clock())
+    offset = log_.log_start_offset
+    while offset < log_.log_end_offset:
+        chunk = log_.read_bytes(offset, 1 << 30)
+        fresh.apply_replicated(chunk)
+        offset = fresh.map_end_offset()
+    return fresh.producers
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("leader"), st.integers(1, 3), st.integers(1, 5)),
+                          st.tuples(st.just("follower"), st.integers(1, 3), st.integers(1, 5)),
+                          st.tuples(st.just("truncate"), st.integers(0, 8), st.just(0)),
+                          st.tuples(st.just("restart"), st.booleans(), st.booleans())),
+                min_size=1, max_size=40))
+def test_state_equals_a_replay_of_the_log_after_any_history(tmp_path_factory: pytest.TempPathFactory,
+                                                            ops: list[tuple[str, int, int]]) -> None:
+    """Whatever happened to a replica -- appends as leader and as follower, truncations (a
+    follower's diverging epoch), clean restarts and kill -9 restarts, segment rolls with their
+    snapshots -- its producer state equals a replay of its log from the start: the same producers,
+    epochs and last batches.  A state that lags the log would take a retried batch for a new one
+    (a producer with no entry starts anywhere) and append it twice."""
+    base = tmp_path_factory.mktemp("h")
+    d = base / "topic-0"
+    cfg = LogConfig(segment_bytes=700)
+    log_ = KafkaLog.open(d, cfg)
+    m = ProducerStateManager(str(d), TP, clock=Clock())
+    m.rebuild(log_)
+    checks = 0
+    try:
+        for op, a, b in ops:
+            if op in ("leader", "follower"):
+                prior = _replayed(log_, base / f"o{checks}")
+                checks += 1
+                entry = prior.get(a)
+                seq = entry.last_seq + 1 if entry is not None else 0
+                if op == "leader":
+                    data = build_batch([(None, b"y" * 40)] * b, timestamp=NOW, producer_id=a, producer_epoch=0,
+                                       base_sequence=seq)
+                    result = validate_produce_records(data, topic_partition=TP, config=ValidationConfig(),
+                                                      now_ms=NOW)
+                    out = append_validated_as_leader(log_, m, result, 0)
+                    assert not out.duplicate
+                else:
+                    data = build_batch([(None, b"z" * 40)] * b, base_offset=log_.log_end_offset, timestamp=NOW,
+                                       producer_id=a, producer_epoch=0, base_sequence=seq)
+                    append_replicated_as_follower(log_, m, data)
+            elif op == "truncate":
+                bases = [int(h["base_offset"]) for h in scan_batches(_all_bytes(log_)).headers]
+                if bases:
+                    log_.truncate_to(bases[-1 - min(a, len(bases) - 1)])
+                    # the fetcher's reload after a truncation (replica_fetcher._reload_producer_state)
+                    m.truncate_and_reload(log_.log_start_offset, log_.log_end_offset)
+                    m.rebuild(log_)
+            else:
+                clean, snapshot_first = a, b
+                if clean or snapshot_first:  # a clean close always snapshots (ReplicaManager.shutdown)
+                    m.take_snapshot()
+                log_.close()
+                if not clean:  # kill -9: no clean-shutdown marker (the page cache keeps the bytes)
+                    os.unlink(d / ".kafka_cleanshutdown")
+                log_ = KafkaLog.open(d, cfg)
+                m = ProducerStateManager(str(d), TP, clock=Clock())
+                m.rebuild(log_, reload_from_clean_shutdown=log_.load_report.clean_shutdown)
+            want = _replayed(log_, base / f"o{checks}")
+            checks += 1
+            assert m.map_end_offset() == log_.log_end_offset
+            _same(m.producers, want)
+    finally:
+        log_.close()
+
+
+def _all_bytes(log_: KafkaLog) -> bytes:
+    out = bytearray()
+    offset = log_.log_start_offset
+    while offset < log_.log_end_offset:
+        chunk = log_.read_bytes(offset, 1 << 30)
+        out += chunk
+        offset = int(scan_batches(chunk).headers["base_offset"][-1]) + \
+            int(scan_batches(chunk).headers["last_offset_delta"][-1]) + 1
+    return bytes(out)
