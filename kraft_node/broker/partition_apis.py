@@ -284,6 +284,8 @@ class PartitionApis:
         except PartitionError as exc:
             return exc.error, str(exc)
         except ProducerStateError as exc:
+            # rare with a well-behaved producer, and what makes one bump its epoch: worth a line
+            log.info("produce to %s refused: %s", tp, exc)
             return exc.error, str(exc)
         except RecordBatchTooLargeError as exc:
             return Errors.RECORD_LIST_TOO_LARGE, str(exc)

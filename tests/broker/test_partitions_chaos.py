@@ -15,8 +15,12 @@ Afterwards, with every node running and the producer flushed:
 """
 from __future__ import annotations
 
+import glob
 import importlib
+import logging
+import os
 import random
+import re
 import threading
 import time
 from collections import Counter
@@ -38,12 +42,19 @@ class IdempotentProducer:
     """A thread producing ``v-<n>`` records round-robin over the partitions; delivery reports
     collected as ``(partition, offset, value)`` (acknowledged) or errors."""
 
-    def __init__(self, bootstrap: str):
+    def __init__(self, bootstrap: str, debug_log: str):
+        # librdkafka's idempotence log ("eos": producer ids, epoch bumps, drains, sequence errors)
+        # goes to a file, quoted when the test fails
+        self.logger = logging.getLogger(f"rdkafka.{id(self)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.DEBUG)
+        self.handler = logging.FileHandler(debug_log)
+        self.logger.addHandler(self.handler)
         self.producer = ck.Producer({
             "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
             "message.timeout.ms": 120_000, "retry.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
-            "topic.metadata.refresh.interval.ms": 1000,
-        })
+            "topic.metadata.refresh.interval.ms": 1000, "debug": "eos",
+        }, logger=self.logger)
         self.acked: list[tuple[int, int, bytes]] = []
         self.errors: Counter[str] = Counter()
         self.sent = 0
@@ -125,7 +136,7 @@ def test_chaos_leaders_and_active_controller_killed_under_an_idempotent_producer
             admin.close()
         wait_until(lambda: all(len(isr) == 3 and leader >= 0 for leader, _, isr in any_view(c).values()), 30,
                    "the topic led with full ISRs")
-        producer = IdempotentProducer(",".join(c.bootstrap(b) for b in c.brokers))
+        producer = IdempotentProducer(",".join(c.bootstrap(b) for b in c.brokers), str(tmp_path / "rdkafka.log"))
         producer.thread.start()
         time.sleep(2)
         t_end = time.monotonic() + CHAOS_SECONDS
@@ -154,6 +165,8 @@ def test_chaos_leaders_and_active_controller_killed_under_an_idempotent_producer
             producer.stop.set()
             producer.thread.join(10)
             producer.producer = None
+            producer.logger.removeHandler(producer.handler)
+            producer.handler.close()
         c.close()
 
     acked_by_partition: dict[int, dict[int, bytes]] = {p: {} for p in range(PARTITIONS)}
@@ -171,7 +184,27 @@ def test_chaos_leaders_and_active_controller_killed_under_an_idempotent_producer
             assert log.prefix(hw) == reference, f"partition {p}: broker {bid}'s log differs from 101's below HW {hw}"
             dupes = [v for v, n in Counter(log.values).items() if n > 1]
             where = {v: [log.describe(o) for o, w in zip(log.offsets, log.values) if w == v] for v in dupes[:2]}
-            assert not dupes, f"partition {p}: broker {bid} holds {len(dupes)} records twice: {dupes[:5]}; {where}"
+            assert not dupes, (f"partition {p}: broker {bid} holds {len(dupes)} records twice: {dupes[:5]}; {where}"
+                               + history(c, str(tmp_path), p))
             by_offset = dict(zip(log.offsets, log.values))
             missing = [(o, v) for o, v in acked.items() if by_offset.get(o) != v]
-            assert not missing, f"partition {p}: broker {bid} lacks acknowledged records {missing[:5]}"
+            assert not missing, (f"partition {p}: broker {bid} lacks acknowledged records {missing[:5]}"
+                                 + history(c, str(tmp_path), p))
+
+
+def history(c: BrokerCluster, tmp: str, p: int) -> str:
+    """For a failure message: what every broker process logged about partition ``p`` (leadership,
+    truncations, producer-state errors) and librdkafka's idempotence events."""
+    pattern = re.compile(rf"{TOPIC}-{p}\b|{TOPIC} \[{p}\]")
+    out = []
+    for b in c.brokers:
+        for path in sorted(glob.glob(os.path.join(b.dir, "stderr.*"))):
+            with open(path, errors="replace") as f:
+                lines = [ln.rstrip() for ln in f if pattern.search(ln)]
+            out += [f"--- broker {b.id} {os.path.basename(path)}"] + lines[-40:]
+    try:
+        with open(os.path.join(tmp, "rdkafka.log"), errors="replace") as f:
+            rd = [ln.rstrip() for ln in f if re.search(r"bump|OUT_OF_ORDER|UNKNOWN_PRODUCER|[Ff]atal|PID|drain", ln)]
+    except FileNotFoundError:
+        rd = []
+    return "\n" + "\n".join(out + ["--- librdkafka (eos)"] + rd[-60:])
