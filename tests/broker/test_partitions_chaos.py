@@ -34,7 +34,7 @@ ck = importlib.import_module("confluent_kafka")
 TOPIC = "chaos-p"
 PARTITIONS = 3
 CHAOS_SECONDS = 40.0
-SEED = 25
+SEED = int(os.environ.get("KRAFT_CHAOS_SEED", "25"))   # another seed to explore: KRAFT_CHAOS_SEED=N
 RATE = 2000          # records/s offered by the producer (modest: the machine's 2 cores are shared)
 
 
