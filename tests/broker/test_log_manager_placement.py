@@ -133,3 +133,25 @@ def test_next_log_dir_does_not_scan_the_partitions(tmp_path, dirs_n, monkeypatch
             raise AssertionError("placement scanned every partition")
     lm._dir_of = NoScan(lm._dir_of)
     assert lm._next_log_dir() in lm.log_dirs
+
+
+def test_partitions_of_a_topic_share_one_config_until_its_overrides_change(tmp_path, caplog):
+    lm = LogManager([str(tmp_path / "logs")], broker_props={"log.segment.bytes": "2000000"})
+    lm.startup()
+    with caplog.at_level("WARNING", logger="kraft.broker.logs"):
+        a = lm.prepare_log(TopicPartition("t", 0), _tid(), {"cleanup.policy": "compact"}).config
+        b = lm.prepare_log(TopicPartition("t", 1), _tid(), {"cleanup.policy": "compact"}).config
+    assert a is b and a.segment_bytes == 2_000_000
+    # the unsupported value is still named once for the topic
+    assert sum("cleanup.policy=compact" in r.getMessage() for r in caplog.records) == 1
+    c = lm.prepare_log(TopicPartition("t", 2), _tid(), {"cleanup.policy": "compact", "segment.bytes": "1048576"}).config
+    assert c.segment_bytes == 1_048_576 and c is not a
+    # another topic with no overrides gets the broker defaults, not t's
+    assert lm.prepare_log(TopicPartition("u", 0), _tid(), {}).config.segment_bytes == 2_000_000
+    # an existing log follows a config change (update_config) and back
+    kl = lm.get_or_create_log(TopicPartition("v", 0), _tid(), {})
+    lm.update_config(TopicPartition("v", 0), {"retention.ms": "1000"})
+    assert kl.config.retention_ms == 1000
+    lm.update_config(TopicPartition("v", 0), {})
+    assert kl.config.retention_ms == lm.defaults["retention.ms"]
+    asyncio.run(lm.shutdown())
