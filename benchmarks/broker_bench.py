@@ -211,6 +211,8 @@ class FakeBrokers:
         self.ids = ids
         self.interval_s = interval_s
         self.epochs: dict[int, int] = {}
+        self.conns: dict[int, KafkaConnection] = {}
+        self._offset = 0
         self.heartbeats = 0
         self.fenced_answers = 0
         self.errors: dict[str, int] = {}
@@ -239,7 +241,7 @@ class FakeBrokers:
         self._dead.close()
 
     def summary(self) -> str:
-        return (f"{self.heartbeats} heartbeats, longest gap between rounds {self.max_gap_s:.2f} s, "
+        return (f"{self.heartbeats} heartbeats, longest gap between two of a broker's {self.max_gap_s:.2f} s, "
                 f"{self.fenced_answers} answered fenced, errors {self.errors or 'none'}")
 
     def _run(self) -> None:
@@ -258,11 +260,21 @@ class FakeBrokers:
                   log_dirs=[Uuid((0xFD << 120) | broker_id)])
 
     async def _main(self) -> None:
+        # one connection per broker, as real brokers have: the controller answers a connection's
+        # requests one at a time, and a heartbeat's answer may wait for a commit -- ~1,000
+        # heartbeats queued on one connection took longer than the session (9 s) while 1M
+        # partitions were being created, and the controller fenced them (session 17's first try)
         conn = await KafkaConnection.open("127.0.0.1", self.controller_port, timeout=10)
+        sem = asyncio.Semaphore(50)
+
+        async def connect() -> KafkaConnection:
+            async with sem:
+                return await KafkaConnection.open("127.0.0.1", self.controller_port, timeout=30)
+        self.conns = dict(zip(self.ids, await asyncio.gather(*(connect() for _ in self.ids))))
         features = [BrokerRegistrationRequest.Feature(name=n, min_supported_version=lo, max_supported_version=hi)
                     for n, (lo, hi) in sorted(supported_features().items())]
         try:
-            regs = await asyncio.gather(*(conn.request(self._registration(b, features), 4, timeout=30)
+            regs = await asyncio.gather(*(self.conns[b].request(self._registration(b, features), 4, timeout=30)
                                           for b in self.ids))
             for b, r in zip(self.ids, regs):
                 if r.error_code:
@@ -278,22 +290,62 @@ class FakeBrokers:
                         raise SystemExit(f"{len(fenced)} fake brokers still fenced after 60 s")
                     await asyncio.sleep(0.05)
             self._ready.set()
-            last = time.monotonic()
-            while not self._stopping.is_set():
-                await asyncio.sleep(min(0.1, self.interval_s))
-                if time.monotonic() - last < self.interval_s:
-                    continue
-                now = time.monotonic()
-                self.max_gap_s = max(self.max_gap_s, now - last)
-                last = now
-                answers = await self._round(conn, self.ids)
-                self.fenced_answers += sum(1 for r in answers.values() if r is not None and r.is_fenced)
+            # from now on each broker heartbeats on its own schedule (spread over the interval,
+            # as independent brokers are), at the latest high watermark polled below
+            self._offset = max(self.epochs.values())
+            beats = [asyncio.ensure_future(self._beat(b, i * self.interval_s / len(self.ids)))
+                     for i, b in enumerate(self.ids)]
+            try:
+                while not self._stopping.is_set():
+                    offset = await self._high_watermark(conn)
+                    if offset is not None:
+                        self._offset = max(self._offset, offset)
+                    await asyncio.sleep(0.25)
+            finally:
+                for t in beats:
+                    t.cancel()
+                await asyncio.gather(*beats, return_exceptions=True)
         finally:
-            await conn.close()
+            await asyncio.gather(*(c.close() for c in [conn, *self.conns.values()]), return_exceptions=True)
+
+    async def _high_watermark(self, conn: KafkaConnection) -> int | None:
+        try:
+            q = await conn.request(metadata_quorum.describe_request(), 2, timeout=30)
+        except Exception as exc:  # noqa: BLE001 - counted; the last offset is kept
+            self.errors["DescribeQuorum " + type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
+            return None
+        if q.error_code or not q.topics or q.topics[0].partitions[0].error_code:
+            return None
+        return int(q.topics[0].partitions[0].high_watermark)
+
+    async def _beat(self, b: int, delay_s: float) -> None:
+        """Broker ``b``'s heartbeats after its first unfenced answer: one every interval (the
+        next ``interval_s`` after the previous was sent, or at once when its answer came later)."""
+        await asyncio.sleep(delay_s)
+        last = time.monotonic()
+        while True:
+            sent = time.monotonic()
+            self.max_gap_s = max(self.max_gap_s, sent - last)
+            last = sent
+            req = BrokerHeartbeatRequest(broker_id=b, broker_epoch=self.epochs[b],
+                                         current_metadata_offset=self._offset, want_fence=False, want_shut_down=False)
+            self.heartbeats += 1
+            try:
+                r = await self.conns[b].request(req, 1, timeout=30)
+                if r.error_code:
+                    self.errors[Errors(r.error_code).name] = self.errors.get(Errors(r.error_code).name, 0) + 1
+                elif r.is_fenced:
+                    self.fenced_answers += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - counted; the next heartbeat retries
+                self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
+            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - sent)))
 
     async def _round(self, conn: KafkaConnection, ids: list[int]) -> dict[int, Any]:
-        """One heartbeat from each of ``ids`` (concurrently, pipelined on one connection), at the
-        controller's current high watermark; the answers (None for an error, counted)."""
+        """One heartbeat from each of ``ids`` (concurrently, each on its broker's connection), at
+        the controller's current high watermark (asked on ``conn``); the answers (None for an
+        error, counted)."""
         offset = 0
         try:
             q = await conn.request(metadata_quorum.describe_request(), 2, timeout=30)
@@ -308,7 +360,7 @@ class FakeBrokers:
                                          want_shut_down=False)
             self.heartbeats += 1
             try:
-                r = await conn.request(req, 1, timeout=30)
+                r = await self.conns[b].request(req, 1, timeout=30)
             except Exception as exc:  # noqa: BLE001 - counted; the next round retries
                 self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
                 return None
