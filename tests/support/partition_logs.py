@@ -40,6 +40,19 @@ class PartitionLog:
             size += length
         return self.raw[:size]
 
+    def producer_batches(self) -> list[tuple[int, int, int, int, int]]:
+        """``(producer_id, producer_epoch, base_sequence, base_offset, records)`` of every batch
+        written by an idempotent producer, in log order."""
+        return [(b.producer_id, b.producer_epoch, b.base_sequence, b.base_offset, b.next_offset - b.base_offset)
+                for b in iter_batches(self.raw, verify_crc=False) if b.producer_id >= 0]
+
+    def batch_at(self, offset: int) -> tuple[int, int, int]:
+        """``(producer_id, producer_epoch, base_sequence)`` of the batch holding ``offset``."""
+        for b in iter_batches(self.raw, verify_crc=False):
+            if b.base_offset <= offset < b.next_offset:
+                return b.producer_id, b.producer_epoch, b.base_sequence
+        raise KeyError(f"no batch holds offset {offset}")
+
     def describe(self, offset: int) -> str:
         """The batch holding ``offset``: its offsets, leader epoch and producer (id, epoch, base
         sequence), for a failure message that says whether two copies of a record came from one
