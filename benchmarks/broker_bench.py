@@ -60,6 +60,7 @@ from kraft_node.protocol.errors import Errors  # noqa: E402
 from kraft_node.protocol.generated.broker_heartbeat import BrokerHeartbeatRequest  # noqa: E402
 from kraft_node.protocol.generated.broker_registration import BrokerRegistrationRequest  # noqa: E402
 from kraft_node.protocol.generated.create_topics import CreateTopicsRequest  # noqa: E402
+from kraft_node.protocol.generated.delete_topics import DeleteTopicsRequest  # noqa: E402
 from kraft_node.protocol.generated.metadata import MetadataRequest  # noqa: E402
 from kraft_node.server.tools import metadata_quorum  # noqa: E402
 from kraft_storage.messages.runtime import Uuid  # noqa: E402
@@ -101,6 +102,22 @@ def raise_nofile(want: int) -> None:
         print(f"warning: RLIMIT_NOFILE {want} refused ({exc}); brokers run with {hard}", file=sys.stderr)
         return
     NOFILE_NOTE[0] = f"{want} (was {soft}/{hard})"
+
+
+#: descriptors a broker holds per partition log (one segment): the segment file, and each of its
+#: two index files twice (kraft_storage's own descriptor and the one CPython's mmap duplicates)
+FDS_PER_LOG = 5
+
+
+def check_fds(logs_per_broker: int, what: str) -> None:
+    """Refuse a run whose brokers would run out of descriptors (they then fail their heartbeats
+    and log writes with EMFILE and are fenced: no figure, only noise)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = logs_per_broker * FDS_PER_LOG + 1000
+    if need > soft:
+        raise SystemExit(f"{what}: each broker would host ~{logs_per_broker:,} partition logs, ~{need:,} file "
+                         f"descriptors ({FDS_PER_LOG} a log), above RLIMIT_NOFILE {soft:,}; use fewer partitions "
+                         "(or more --fake-brokers for start), or a machine that allows a higher limit")
 
 
 def header(title: str, argv: list[str], setup: dict[str, Any]) -> list[str]:
@@ -164,6 +181,19 @@ async def create_partitions(port: int, prefix: str, partitions: int, per_topic: 
 
     await asyncio.gather(*(one(b) for b in batches))
     return time.monotonic() - t0
+
+
+async def delete_topics(port: int, names: list[str], timeout_s: float = 120.0) -> None:
+    """One DeleteTopics v4 through the controller listener (answered once committed)."""
+    conn = await KafkaConnection.open("127.0.0.1", port, timeout=10)
+    try:
+        resp = await conn.request(DeleteTopicsRequest(topic_names=names, timeout_ms=int(timeout_s * 1000)), 4,
+                                  timeout=timeout_s)
+    finally:
+        await conn.close()
+    bad = [(t.name, t.error_code) for t in resp.responses if t.error_code]
+    if bad:
+        raise SystemExit(f"DeleteTopics failed: {bad[:3]}")
 
 
 async def wait_everywhere(create_port: int, ports: list[int], sentinel: str, timeout_s: float) -> None:
@@ -451,6 +481,7 @@ def log_time(line_re: str, text: str) -> float | None:
 
 
 def cmd_shutdown(args: argparse.Namespace, argv: list[str]) -> None:
+    check_fds(args.partitions, "shutdown")
     base = tempfile.mkdtemp(prefix="broker-bench-")
     c = BrokerCluster(base, controllers=1, brokers=3, shutdown_timeout_s=args.shutdown_timeout)
     ctl_port = c.controllers[0].controller_port
@@ -466,6 +497,12 @@ def cmd_shutdown(args: argparse.Namespace, argv: list[str]) -> None:
             if not victim.alive:
                 victim.start()
                 victim.wait_started(120)
+            if r:
+                # the previous run's topics go (their logs are closed and renamed away), so that
+                # each run's broker holds ``--partitions`` logs, not r times as many
+                run(delete_topics(ctl_port, [f"sd{r - 1}-{i}" for i in range((args.partitions + 999) // 1000)]),
+                    timeout=300)
+            load0 = load()
             took = run(create_partitions(ctl_port, f"sd{r}-", args.partitions, 1000, replicas=[101, 102, 103]),
                        timeout=600)
             run(wait_everywhere(ctl_port, [b.port for b in c.brokers], f"sd{r}-sentinel", 300), timeout=400)
@@ -475,23 +512,33 @@ def cmd_shutdown(args: argparse.Namespace, argv: list[str]) -> None:
             code = victim.wait_exit(60)
             took_s = time.monotonic() - t0
             log = victim.log()
+            m = re.search(r"closed (\d+) partition logs in ([\d.]+) s; checkpoints written in ([\d.]+) s", log)
             approved = "The controller has asked us to exit controlled shutdown." in log
             approved_at = log_time("The controller has asked us to exit controlled shutdown", log)
             after = leaders(run(metadata(c.nodes[102].port), timeout=120))
             still = sum(1 for v in after.values() if v == 101)
             runs.append({"exit_s": took_s, "code": code, "led": led, "approved": approved, "still_led": still,
-                         "create_s": took, "approved_s": None if approved_at is None else approved_at - wall0})
+                         "create_s": took, "approved_s": None if approved_at is None else approved_at - wall0,
+                         "closed": None if m is None else (int(m.group(1)), float(m.group(2)), float(m.group(3))),
+                         "load": f"{load0} -> {load()}"})
             print(f"run {r}: {runs[-1]}", file=sys.stderr)
     finally:
         c.close()
     setup["load after"] = load()
     lines = header("Controlled shutdown: SIGTERM to process exit of a broker leading "
                    f"{args.partitions:,} partitions", argv, setup)
-    lines += ["| run | partitions led | SIGTERM to approval s (its log) | SIGTERM to exit s | exit code | "
-              "still led after |", "|---|---|---|---|---|---|"]
+    lines += ["| run | load (1/5/15 min) before -> after | partitions led | SIGTERM to approval s (its log) | "
+              "logs closed | closing s | checkpoints s | SIGTERM to exit s | exit code | still led after |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(runs):
         ap = "not approved" if r["approved_s"] is None else f"{r['approved_s']:.2f}"
-        lines.append(f"| {i} | {r['led']:,} | {ap} | {r['exit_s']:.2f} | {r['code']} | {r['still_led']} |")
+        cl = ("-", "-", "-") if r["closed"] is None else (f"{r['closed'][0]:,}", f"{r['closed'][1]:.2f}",
+                                                          f"{r['closed'][2]:.3f}")
+        lines.append(f"| {i} | {r['load']} | {r['led']:,} | {ap} | {cl[0]} | {cl[1]} | {cl[2]} | {r['exit_s']:.2f} | "
+                     f"{r['code']} | {r['still_led']} |")
+    lines += ["", "'logs closed', 'closing' and 'checkpoints' are from the broker's LogManager line (closing: "
+              "flush and clean-shutdown marker of every log, 16 threads; checkpoints: the three checkpoint "
+              "files).  Each run deletes the previous run's topics first, so the broker hosts --partitions logs."]
     lines += ["", f"Median SIGTERM to exit: {statistics.median(r['exit_s'] for r in runs):.2f} s.  "
               "Target (issue 24): <= 2 s."]
     write_report(lines, args.out or os.path.join(HERE, "results", "s17", "broker_shutdown.md"))
@@ -500,10 +547,10 @@ def cmd_shutdown(args: argparse.Namespace, argv: list[str]) -> None:
 # ------------------------------------------------------------------ start
 #: broker log lines that mark the phases of a start (the first match of each; ms resolution)
 START_PHASES = [
+    ("metadata loaded", r"The loader finished catching up to the current high water mark"),
     ("logs loaded", r"loaded \d+ partition logs from"),
-    ("caught up", r"finished waiting for the controller to acknowledge that we are caught up"),
-    ("image published", r"finished waiting for the initial broker metadata update"),
-    ("replicas ready", r"finished waiting for the replica manager to apply the first metadata image"),
+    ("replicas made", r"initializing BrokerRegistrationTracker"),
+    ("registered", r"Successfully registered broker"),
     ("unfenced", r"unfenced with broker epoch"),
 ]
 
@@ -521,6 +568,7 @@ def hosted_counts(log: str) -> dict[str, int]:
 
 
 def cmd_start(args: argparse.Namespace, argv: list[str]) -> None:
+    check_fds(args.partitions * 3 // (3 + args.fake_brokers), "start")
     base = tempfile.mkdtemp(prefix="broker-bench-")
     # Kafka's heartbeat and session defaults: with the tests' 200 ms / 2 s, building 100k partitions
     # on two shared cores overloaded the controller's queue until it fenced healthy brokers.
@@ -602,11 +650,12 @@ def cmd_start(args: argparse.Namespace, argv: list[str]) -> None:
                      f"{h['follower']:,} | {fmt(r['first_log_s'])} | "
                      + " | ".join(fmt(r["phases"][n]) for n in names) + f" | {r['started_s']:.2f} |")
     lines += ["", "Times from the process start (Popen), phases from the broker's own log (ms resolution): "
-              "'first log line' is roughly the interpreter and import cost; 'logs loaded' the LogManager's "
-              "start (opening the partition logs found on disk, in worker threads); 'caught up' the controller's "
-              "heartbeat answer that the broker reached its registration offset; 'image published' the first "
-              "image; 'replicas ready' the ReplicaManager's first image applied (Partitions made, new logs "
-              "created); 'unfenced' the broker's unfenced line; 'serving Kafka clients' kraft-server-start's "
+              "'first log line' is roughly the interpreter and import cost; 'metadata loaded' the loader caught "
+              "up with the quorum's high watermark (snapshot plus log, concurrent with the next); 'logs loaded' "
+              "the LogManager's start (opening the partition logs found on disk, 16 worker threads); 'replicas "
+              "made' the ReplicaManager's first image applied (Partitions, fetchers), after which the broker "
+              "registers; 'registered' the controller's answer; 'unfenced' the broker's unfenced line (the "
+              "controller saw it caught up); 'serving Kafka clients' kraft-server-start's "
               "started line, seen by polling its stderr every 5 ms.  'stop' is the controlled shutdown before "
               "the start (the broker leaves the ISRs it is in).",
               "", f"Median to 'serving Kafka clients': {statistics.median(r['started_s'] for r in runs):.2f} s.  "
