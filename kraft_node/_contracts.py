@@ -21,7 +21,8 @@ from typing import Any, Protocol
 
 from kraft_storage.messages.runtime import GeneratedMessage
 
-__all__ = ["TWINS", "BulkObjectsKernel", "ImageBulkKernel", "PartitionFoldKernel", "PartitionFoldLike",
+__all__ = ["TWINS", "BulkObjectsKernel", "ImageBulkKernel", "MetadataEncodeKernel", "PartitionFoldKernel",
+           "PartitionFoldLike",
            "PlacementKernel", "RpcFetchCodec", "RpcHeadersCodec", "TopicMapLike", "TopicMapMutationLike",
            "TopicPlanLike", "TopicsMapKernel"]
 
@@ -101,6 +102,24 @@ class ImageBulkKernel(Protocol):
 
     def join_values(self, values: Any) -> tuple[bytes, Any, Any]:
         """``(data, value_pos int64[n], value_len int32[n])`` of a list or tuple of bytes-like values."""
+
+
+class MetadataEncodeKernel(Protocol):
+    """``_metadata_encode``: a partition block's rows as MetadataResponsePartition bytes (caller:
+    ``kraft_node.broker.metadata_encoding``; contract in ``kraft_node/_pure/_metadata_encode.py``)."""
+
+    LEADER_NOT_AVAILABLE: int
+    """Kafka's error code 5 (a leader not registered, or without the listener before v6)."""
+    REPLICA_NOT_AVAILABLE: int
+    """Kafka's error code 9 (v0: a replica or ISR member left out)."""
+    LISTENER_NOT_FOUND: int
+    """Kafka's error code 72 (v6+: a leader registered without the listener)."""
+
+    def encode_metadata_partitions(self, version: int, partition_id: Any, leader: Any, leader_epoch: Any,
+                                   replicas: Any, replicas_offsets: Any, isr: Any, isr_offsets: Any, broker_ids: Any,
+                                   broker_usable: Any, broker_has_listener: Any,
+                                   offline_extra: Any = None) -> tuple[bytes, Any]:
+        """``(buffer, row_offsets int64[n + 1])`` of every row at ``version``."""
 
 
 class PartitionFoldLike(Protocol):
@@ -303,6 +322,7 @@ TWINS: dict[str, type] = {
     "_placement": PlacementKernel,
     "_bulk_objects": BulkObjectsKernel,
     "_image_bulk": ImageBulkKernel,
+    "_metadata_encode": MetadataEncodeKernel,
     "_partition_fold": PartitionFoldKernel,
     "_topics_map": TopicsMapKernel,
     "_rpc_headers": RpcHeadersCodec,

@@ -354,31 +354,33 @@ class BrokerApis:
         suffix = topic_suffix(version, TOPIC_AUTHORIZED_OPERATIONS if version >= 8
                               and body.include_topic_authorized_operations else AUTHORIZED_OPERATIONS_OMITTED)
         last_block: PartitionBlock | None = None
-        buf = b""
+        view = memoryview(b"")
         offsets: list[int] | None = None
+        join = b"".join
         for topic in topics.topics_by_id.values():
             key = id(topic)
             hit = get(key)
             if hit is None:
-                tparts = topic.partitions
-                block = tparts.block
+                span = topic.partitions.block_span()
                 prefix = get_prefix(key)
-                if block is None or tparts.overrides or prefix is None or prefix[0] is not topic:
+                if span is None or prefix is None or prefix[0] is not topic:
                     hit = (topic, self._encode_topic(shape, image, topic, version, listener, body))
                     last_block = None
                 else:
+                    block, start, stop = span
                     if block is not last_block:
                         enc = shape.blocks.get(id(block))
                         if enc is None or enc[0] is not block:
                             hit = (topic, self._encode_topic(shape, image, topic, version, listener, body))
                             enc = shape.blocks.get(id(block))
                         last_block = block
-                        buf, offsets = (enc[1], enc[2]) if enc is not None else (b"", None)
+                        # a memoryview: a topic's rows are joined with its prefix and suffix in one copy
+                        view, offsets = (memoryview(enc[1]), enc[2]) if enc is not None else (memoryview(b""), None)
                     if hit is None:
                         if offsets is None:
                             hit = (topic, self._encode_topic(shape, image, topic, version, listener, body))
                         else:
-                            hit = (topic, prefix[1] + buf[offsets[tparts.start]:offsets[tparts.stop]] + suffix)
+                            hit = (topic, join((prefix[1], view[offsets[start]:offsets[stop]], suffix)))
             fresh[key] = hit
             parts.append(hit[1])
         # the new dict holds exactly the live topics: deleted topics' bytes are dropped here

@@ -255,6 +255,14 @@ class TopicPartitions(Mapping[int, PartitionRegistration]):
         """The partitions stated outside the block (do not change the dict: it is shared)."""
         return self._overrides
 
+    def block_span(self) -> tuple[PartitionBlock, int, int] | None:
+        """``(block, start, stop)`` when every partition is a block row (no overrides), else None:
+        one call for an encoder that walks every topic (the broker's all-topics Metadata)."""
+        block = self._block
+        if block is None or self._overrides:
+            return None
+        return block, self._start, self._stop
+
     def _row(self, pid: int) -> int:
         """The block row of ``pid`` (-1: not a row)."""
         block = self._block
