@@ -511,7 +511,8 @@ def cmd_shutdown(args: argparse.Namespace, argv: list[str]) -> None:
             took = run(create_partitions(ctl_port, f"sd{r}-", args.partitions, 1000, replicas=[101, 102, 103]),
                        timeout=600)
             run(wait_everywhere(ctl_port, [b.port for b in c.brokers], f"sd{r}-sentinel", 300), timeout=400)
-            led = sum(1 for v in leaders(run(metadata(c.nodes[102].port), timeout=120)).values() if v == 101)
+            shown = leaders(run(metadata(c.nodes[102].port, timeout=60), timeout=120))
+            led = sum(1 for v in shown.values() if v == 101)
             t0, wall0 = time.monotonic(), time.time()
             victim.terminate()
             code = victim.wait_exit(60)
@@ -520,7 +521,7 @@ def cmd_shutdown(args: argparse.Namespace, argv: list[str]) -> None:
             m = re.search(r"closed (\d+) partition logs in ([\d.]+) s; checkpoints written in ([\d.]+) s", log)
             approved = "The controller has asked us to exit controlled shutdown." in log
             approved_at = log_time("The controller has asked us to exit controlled shutdown", log)
-            after = leaders(run(metadata(c.nodes[102].port), timeout=120))
+            after = leaders(run(metadata(c.nodes[102].port, timeout=60), timeout=120))
             still = sum(1 for v in after.values() if v == 101)
             runs.append({"exit_s": took_s, "code": code, "led": led, "approved": approved, "still_led": still,
                          "create_s": took, "approved_s": None if approved_at is None else approved_at - wall0,
@@ -592,7 +593,7 @@ def cmd_start(args: argparse.Namespace, argv: list[str]) -> None:
     assert ctl_port is not None
     victim: ServerProcess = c.nodes[103]
     total = 3 + args.fake_brokers
-    setup = {"controllers": 1, "brokers": f"3 real + {args.fake_brokers} fake = {total}",
+    setup = {"cluster dir": base, "controllers": 1, "brokers": f"3 real + {args.fake_brokers} fake = {total}",
              "partitions": f"{args.partitions:,}", "RF": 3, "placement": "the controller's default", **extra,
              **broker_extra, "partitions per topic": args.per_topic, "load before": load()}
     runs = []
@@ -672,6 +673,97 @@ def cmd_start(args: argparse.Namespace, argv: list[str]) -> None:
     write_report(lines, args.out or os.path.join(HERE, "results", "s17", f"broker_start_{args.partitions}.md"))
 
 
+# ------------------------------------------------------------------ tail replay (in process)
+def _take_rows_first(block: Any, rows: Any) -> dict[str, Any]:
+    """What-if for ``log_fold._take``: convert only the rows' list offsets to int64, not the whole
+    block's (a snapshot-loaded image keeps ~all partitions in one block, so converting it per
+    touched topic made the fold O(topics touched x partitions)).  The same result."""
+    import numpy as np
+
+    from kraft_node.metadata.image.log_fold import _k
+    out = {"partition_id": block.partition_id[rows], "leader": block.leader[rows],
+           "leader_epoch": block.leader_epoch[rows], "partition_epoch": block.partition_epoch[rows],
+           "leader_recovery_state": block.leader_recovery_state[rows]}
+    for name in _k.LIST_FIELDS:
+        offsets = getattr(block, name + "_offsets")
+        lo = offsets[rows].astype(np.int64)
+        lengths = offsets[rows + 1].astype(np.int64) - lo
+        new = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum(lengths, out=new[1:])
+        idx = np.repeat(lo - new[:-1], lengths) + np.arange(new[-1], dtype=np.int64)
+        out[name + "_offsets"] = new.astype(np.int32)
+        out[name] = getattr(block, name)[idx]
+    return out
+
+
+def cmd_tail_replay(args: argparse.Namespace, argv: list[str]) -> None:
+    """A broker's start, metadata half, in process: load the latest snapshot of ``--metadata-dir``
+    (a ``__cluster_metadata-0`` left by ``start``; copy it first) into a MetadataLoader, then time
+    the commit of the log after it in chunks of 50 batches, as the broker's loader gets them;
+    ``--what-if-take-rows-first`` runs each round with log_fold's ``_take`` as is and with
+    :func:`_take_rows_first`, in alternation, and checks that the images are equal."""
+    import gc
+
+    from kraft_node.metadata.image import log_fold
+    from kraft_node.metadata.loader import MetadataLoader
+    from kraft_node.metadata.loader.publishers import MetadataCachePublisher
+    from kraft_node.raft.io.kafka_log import KafkaRaftLog
+
+    raft_log = KafkaRaftLog(args.metadata_dir)
+    sid = raft_log.latest_snapshot_id()
+    if sid is None:
+        raise SystemExit(f"{args.metadata_dir}: no snapshot")
+    batches: list[Any] = []
+    off = sid.offset
+    while True:
+        got = raft_log.read(off, 8 << 20)
+        if not got:
+            break
+        batches.extend(got)
+        off = got[-1].next_offset
+    end = off
+    records = sum(len(b.records) for b in batches)
+    variants = [("as is", log_fold._take)]
+    if args.what_if_take_rows_first:
+        variants.append(("_take rows first", _take_rows_first))
+    setup = {"snapshot": f"{sid.offset}", "tail": f"{len(batches)} batches, {records:,} records",
+             "load before": load()}
+    rows: list[tuple[int, str, float, float, bool]] = []
+    try:
+        for rnd in range(args.runs):
+            images = []
+            for name, take in variants:
+                log_fold._take = take
+                loader = MetadataLoader(high_watermark=lambda: end)
+                cache = MetadataCachePublisher()
+                loader.install_publishers([cache])
+                t0 = time.perf_counter()
+                snap = raft_log.open_snapshot(sid)
+                assert snap is not None
+                loader.handle_load_snapshot(snap)
+                snap_s = time.perf_counter() - t0
+                gc.collect()
+                t0 = time.perf_counter()
+                for i in range(0, len(batches), 50):
+                    loader.handle_commit(tuple(batches[i:i + 50]))
+                tail_s = time.perf_counter() - t0
+                if loader.failure is not None:
+                    raise SystemExit(f"{name}: the loader failed: {loader.failure}")
+                images.append(cache.current_image())
+                rows.append((rnd, name, snap_s, tail_s, images[0] == images[-1]))
+                print(f"round {rnd} {name}: snapshot {snap_s:.2f} s, tail {tail_s:.2f} s", file=sys.stderr)
+    finally:
+        log_fold._take = variants[0][1]
+    setup["load after"] = load()
+    lines = header("A broker's metadata catch-up in process: latest snapshot, then the log after it", argv, setup)
+    lines += ["| round | variant | snapshot load s | tail replay s | image equal to 'as is' |", "|---|---|---|---|---|"]
+    lines += [f"| {r} | {n} | {a:.2f} | {b:.2f} | {e} |" for r, n, a, b, e in rows]
+    for name, _take in variants:
+        med = statistics.median(b for _r, n, _a, b, _e in rows if n == name)
+        lines.append(f"\nMedian tail replay, {name}: {med:.2f} s.")
+    write_report(lines, args.out or os.path.join(HERE, "results", "s17", "broker_start_tail_replay.md"))
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(prog="broker_bench", description=__doc__.split("\n\n")[0])
@@ -697,6 +789,10 @@ def main(argv: list[str] | None = None) -> None:
                         "too); 0: session 15's setup, every real broker hosts every partition")
     s.add_argument("--replica-lag-ms", type=int, default=3_600_000,
                    help="the real brokers' replica.lag.time.max.ms when there are fake brokers (they never fetch)")
+    s = sub.add_parser("tail-replay")
+    s.add_argument("--metadata-dir", required=True, help="a copy of a broker's __cluster_metadata-0 (from start)")
+    s.add_argument("--what-if-take-rows-first", action="store_true",
+                   help="also run with log_fold._take converting only the rows' offsets (A/B, same rounds)")
     for s in sub.choices.values():
         s.add_argument("--runs", type=int, default=3)
         s.add_argument("--out", default=None, help="the Markdown report (default: results/s17/broker_<name>.md)")
@@ -710,7 +806,8 @@ def main(argv: list[str] | None = None) -> None:
     if getattr(args, "fake_brokers", 0) < 0:
         p.error("--fake-brokers must be at least 0")
     raise_nofile(args.nofile)
-    {"propagation": cmd_propagation, "shutdown": cmd_shutdown, "start": cmd_start}[args.cmd](args, argv)
+    {"propagation": cmd_propagation, "shutdown": cmd_shutdown, "start": cmd_start,
+     "tail-replay": cmd_tail_replay}[args.cmd](args, argv)
 
 
 if __name__ == "__main__":
