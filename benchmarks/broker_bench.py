@@ -213,6 +213,10 @@ async def wait_everywhere(create_port: int, ports: list[int], sentinel: str, tim
 
 
 # ------------------------------------------------------------------ fake brokers
+#: a fake broker's pause before it retries a failed heartbeat
+RETRY_BACKOFF_S = 0.1
+
+
 class FakeBrokers:
     """``ids`` brokers that exist only in the metadata: registered over the controller listener
     (BrokerRegistration v4, as ``controller_tcp_bench.py register`` does) and kept unfenced by
@@ -360,17 +364,24 @@ class FakeBrokers:
             req = BrokerHeartbeatRequest(broker_id=b, broker_epoch=self.epochs[b],
                                          current_metadata_offset=self._offset, want_fence=False, want_shut_down=False)
             self.heartbeats += 1
+            failed = False
             try:
                 r = await self.conns[b].request(req, 1, timeout=30)
                 if r.error_code:
+                    failed = True
                     self.errors[Errors(r.error_code).name] = self.errors.get(Errors(r.error_code).name, 0) + 1
                 elif r.is_fenced:
                     self.fenced_answers += 1
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - counted; the next heartbeat retries
+                failed = True
                 self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
-            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - sent)))
+            # a failed heartbeat (the controller answers REQUEST_TIMED_OUT when its queue is slow)
+            # is retried after a short backoff, as a broker's lifecycle manager does: waiting a
+            # whole interval after it let 1M-partition creation outlast sessions (session 17)
+            pause = RETRY_BACKOFF_S if failed else self.interval_s - (time.monotonic() - sent)
+            await asyncio.sleep(max(0.0, pause))
 
     async def _round(self, conn: KafkaConnection, ids: list[int]) -> dict[int, Any]:
         """One heartbeat from each of ``ids`` (concurrently, each on its broker's connection), at
