@@ -2,8 +2,10 @@
 
     python benchmarks/broker_bench.py propagation [--controllers 3] [--brokers 3] [--topics 200] [--runs 3]
                                                   [--poll-ms 1] [--linger-ms 5] [--out F]
-    python benchmarks/broker_bench.py shutdown    [--partitions 10000] [--runs 3] [--out F]
-    python benchmarks/broker_bench.py start       [--partitions 1000000] [--runs 3] [--out F]
+    python benchmarks/broker_bench.py shutdown    [--partitions 10000] [--runs 3] [--heartbeat-ms 200]
+                                                  [--session-ms 9000] [--out F]
+    python benchmarks/broker_bench.py start       [--partitions 1000000] [--fake-brokers 97] [--runs 3] [--out F]
+    python benchmarks/broker_bench.py tail-replay --metadata-dir D [--what-if-take-rows-first] [--runs 3]
 
 ``propagation`` (target p99 <= 50 ms): topics (1 partition, RF 3) are created one at a time through
 broker 101 with CreateTopics v7 on kraft's own connection; from the moment its answer arrives,
@@ -14,16 +16,28 @@ the *last* broker shows it; p50/p99 over ``--topics`` topics per run.
 ``shutdown`` (target <= 2 s): 1 controller, 3 brokers; ``--partitions`` partitions (RF 3,
 replicas ``[101, 102, 103]``, so broker 101 is the preferred leader of every one) are created
 through the controller listener; then broker 101 gets SIGTERM: timed until its process exits
-(the controlled shutdown moves its leaderships to 102 and 103, approved only once committed).
-Each run creates a fresh set and restarts broker 101 first (the moved leaders stay moved).
+(the controlled shutdown moves its leaderships to 102 and 103, approved only once committed;
+then the broker closes its partition logs and writes its checkpoints: the LogManager's line
+gives both times).  Each run restarts broker 101 if needed and deletes the previous run's topics
+first, so the broker hosts ``--partitions`` logs.  Heartbeat 200 ms (the tests'), session 9 s.
 
-``start`` (target <= 3 s at 1M partitions): 1 controller, 3 brokers; ``--partitions``
-partitions (RF 3) created in CreateTopics batches through the controller listener; then broker
-103 is stopped (SIGTERM, controlled shutdown) and started again: timed from the process start to
-its "serving Kafka clients" line (unfenced; ``kraft-server-start`` reports a broker started only
-then), and to the broker's own "unfenced" line (its log timestamps, ms resolution).
+``start`` (target <= 3 s at 1M partitions): 1 controller and 3 brokers, plus ``--fake-brokers``
+brokers that only exist in the metadata (:class:`FakeBrokers`: registered and kept unfenced
+over the controller listener from this process), so that the controller's default placement
+gives the restarted broker a realistic share (3/(3+N) of the partitions) rather than all of them
+(``--fake-brokers 0``: session 15's setup).  ``--partitions`` partitions (RF 3) are created in
+CreateTopics batches through the controller listener; then broker 103 is stopped (SIGTERM,
+controlled shutdown) and started again: timed from the process start to its "serving Kafka
+clients" line (unfenced), with the phases from its log (metadata loaded, logs loaded, replicas
+made, registered, unfenced).  Kafka's heartbeat/session (2 s / 9 s).  A broker holds ~5 file
+descriptors a partition log: a run that would exceed RLIMIT_NOFILE is refused (``--nofile``
+raises it when the machine allows).
 
-Each writes a Markdown report (``--out``; default ``benchmarks/results/s15/broker_<name>.md``) with
+``tail-replay``: a broker's metadata catch-up in process (the latest snapshot of a
+``__cluster_metadata-0`` left by ``start``, then the log after it through a MetadataLoader),
+with a what-if for ``log_fold._take`` (A/B in the same rounds, images compared).
+
+Each writes a Markdown report (``--out``; default ``benchmarks/results/s17/broker_<name>.md``) with
 the command, the setup, every run and the median, and prints it.  Every wait has a deadline;
 the processes this script started are killed at the end.
 """
