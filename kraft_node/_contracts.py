@@ -121,6 +121,10 @@ class MetadataEncodeKernel(Protocol):
                                    offline_extra: Any = None) -> tuple[bytes, Any]:
         """``(buffer, row_offsets int64[n + 1])`` of every row at ``version``."""
 
+    def assemble_topics(self, prefixes: Any, buffers: Any, which: Any, starts: Any, stops: Any,
+                        suffix: bytes) -> list[bytes]:
+        """Topic ``i``'s bytes: ``prefixes[i] + buffers[which[i]][starts[i]:stops[i]] + suffix``."""
+
 
 class PartitionFoldLike(Protocol):
     """A partition fold's state (layout and rules in ``kraft_node/_pure/_partition_fold.py``)."""

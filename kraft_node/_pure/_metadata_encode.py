@@ -30,6 +30,12 @@ big-endian int32s.  Offline replicas: those not usable or in an offline director
 only usable replicas and usable ISR members and answers REPLICA_NOT_AVAILABLE when that drops
 any; the leader is -1 with LISTENER_NOT_FOUND (v6+; LEADER_NOT_AVAILABLE before) when it is
 registered without the listener, and LEADER_NOT_AVAILABLE when it is not registered.
+
+``assemble_topics(prefixes, buffers, which, starts, stops, suffix)`` -> ``list[bytes]``: topic
+``i``'s bytes ``prefixes[i] + buffers[which[i]][starts[i]:stops[i]] + suffix`` (a topic's
+partitions are a slice of its block's encoded rows; ``which`` int32, ``starts``/``stops``
+int64 byte offsets).  An index outside ``buffers`` or a slice outside its buffer raises
+IndexError naming the topic.
 """
 from __future__ import annotations
 
@@ -37,7 +43,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LEADER_NOT_AVAILABLE", "LISTENER_NOT_FOUND", "REPLICA_NOT_AVAILABLE", "encode_metadata_partitions"]
+__all__ = ["LEADER_NOT_AVAILABLE", "LISTENER_NOT_FOUND", "REPLICA_NOT_AVAILABLE", "assemble_topics",
+           "encode_metadata_partitions"]
 
 #: Kafka's error codes (kraft_node.protocol.errors.Errors; a kernel imports nothing above it,
 #: the tests check these equal the enum)
@@ -164,3 +171,17 @@ def encode_metadata_partitions(version: int, partition_id: Any, leader: Any, lea
         else:
             out[row_offsets[rows][:, None] + np.arange(rec.dtype.itemsize)] = raw
     return out.tobytes(), row_offsets
+
+
+def assemble_topics(prefixes: Any, buffers: Any, which: Any, starts: Any, stops: Any, suffix: bytes) -> list[bytes]:
+    n = len(prefixes)
+    if not (len(which) == len(starts) == len(stops) == n):
+        raise ValueError("prefixes, which, starts and stops have different lengths")
+    views = [memoryview(b) for b in buffers]
+    out = []
+    for i, (prefix, w, a, b) in enumerate(zip(prefixes, np.asarray(which).tolist(), np.asarray(starts).tolist(),
+                                               np.asarray(stops).tolist())):
+        if not 0 <= w < len(views) or not 0 <= a <= b <= len(views[w]):
+            raise IndexError(f"topic {i}: slice [{a}, {b}) of buffer {w} is outside the buffers")
+        out.append(b"".join((prefix, views[w][a:b], suffix)))
+    return out

@@ -39,7 +39,7 @@ from kraft_storage.accel import load
 
 _k = load("_metadata_encode", "kraft_node")
 
-__all__ = ["BrokerTable", "encode_block_partitions", "topic_prefix", "topic_suffix"]
+__all__ = ["BrokerTable", "assemble_topics", "encode_block_partitions", "topic_prefix", "topic_suffix"]
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -112,6 +112,16 @@ def encode_block_partitions(block: PartitionBlock, table: BrokerTable,
         version, block.partition_id, block.leader, block.leader_epoch, block.replicas, block.replicas_offsets,
         block.isr, block.isr_offsets, table.ids, table.usable.view(np.uint8), table.has_listener.view(np.uint8),
         offline_extra)
+
+
+def assemble_topics(prefixes: list[bytes], buffer: bytes, starts: npt.NDArray[np.int64], stops: npt.NDArray[np.int64],
+                    suffix: bytes) -> list[bytes]:
+    """Topic ``i``'s bytes: ``prefixes[i] + buffer[starts[i]:stops[i]] + suffix`` (the kernel's
+    ``assemble_topics`` over one buffer)."""
+    which = np.zeros(len(prefixes), dtype=np.int32)
+    return _k.assemble_topics(prefixes, [buffer], which,  # type: ignore[no-any-return]
+                              np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(stops, dtype=np.int64),
+                              suffix)
 
 
 def _dir_keys(block: PartitionBlock) -> npt.NDArray[np.uint64]:

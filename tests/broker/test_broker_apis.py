@@ -162,6 +162,46 @@ def test_cluster_change_reencodes_partitions_and_keeps_topic_prefixes(version):
     assert not any(p.offline_replicas for t in resp.topics for p in t.partitions) if version >= 5 else True
 
 
+@pytest.mark.parametrize("version", [0, 5, 9, 12])
+def test_cluster_changes_after_partition_changes_and_new_topics_slice_the_blocks_again(version):
+    """The first all-topics answer after a cluster change re-slices the previous answer's topics
+    from their blocks' new rows (``_all_topic_bytes_again``): with topics whose partitions moved
+    out of their block (changed partitions), topics in blocks of their own (created later), a
+    named-topic request in between, and a deleted topic, every answer is still the generated
+    encoder's, and the re-slicing path is the one taken when the topics did not change."""
+    images = [sample_image(brokers=4, topics=8, partitions=5, rf=3)]
+    apis = make_apis(images)
+    key = (version, "PLAINTEXT", False)
+    fast_equals_object_path(apis, all_request(version), version)
+    images.append(apply_records(images[-1], [
+        m.PartitionChangeRecord(partition_id=2, topic_id=topic_uuid(1), leader=3, isr=[3, 0]),
+        m.TopicRecord(name="late", topic_id=topic_uuid(50)),
+        *[m.PartitionRecord(partition_id=i, topic_id=topic_uuid(50), replicas=[0, 1, 2], isr=[0, 1, 2], leader=i % 3,
+                            leader_epoch=0, partition_epoch=0, removing_replicas=[], adding_replicas=[])
+          for i in range(3)]]))
+    fast_equals_object_path(apis, all_request(version), version)
+    apis.metadata_response(MR(topics=[MR.MetadataRequestTopic(name="late")]), version)
+    calls = []
+    again = apis._all_topic_bytes_again
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return again(*args, **kwargs)
+    apis._all_topic_bytes_again = spy
+    for records in ([m.FenceBrokerRecord(id=0, epoch=100)], [m.UnfenceBrokerRecord(id=0, epoch=100)],
+                    [m.FenceBrokerRecord(id=3, epoch=103)]):
+        images.append(apply_records(images[-1], records))
+        fast_equals_object_path(apis, all_request(version), version)
+    assert len(calls) == 3, "a cluster change with the same topics walked them again"
+    assert apis._topic_bytes[key].all_entries and all(e[2] is not None for e in apis._topic_bytes[key].all_entries
+                                                      if not e[0].partitions.overrides)
+    images.append(apply_records(images[-1], [m.RemoveTopicRecord(topic_id=topic_uuid(50)),
+                                             m.UnfenceBrokerRecord(id=3, epoch=103)]))
+    frame = fast_equals_object_path(apis, all_request(version), version)
+    assert "late" not in {t.name for t in decode_response(frame[4:], 3, version)[1].topics}
+    assert len(calls) == 3  # the topics changed: walked
+
+
 def test_metadata_named_topics_errors_and_ids():
     img = sample_image(topics=3, partitions=2)
     apis = make_apis([img])

@@ -94,3 +94,26 @@ def test_bad_columns_are_refused_by_name() -> None:
     cols["replicas_offsets"] = np.array([0, 5, 9], np.int32)
     with pytest.raises(ValueError, match="outside their arrays"):
         native.encode_metadata_partitions(12, **cols)
+
+
+def test_assemble_topics_twins_agree_and_refuse_slices_outside_the_buffers() -> None:
+    rng = random.Random(7)
+    buffers = [bytes(rng.randrange(256) for _ in range(300)), b"", bytes(range(40))]
+    n = 50
+    which = np.array([rng.choice([0, 2]) for _ in range(n)], dtype=np.int32)
+    starts, stops = [], []
+    for w in which.tolist():
+        a = rng.randint(0, len(buffers[w]))
+        starts.append(a)
+        stops.append(rng.randint(a, len(buffers[w])))
+    prefixes = [bytes([i]) * rng.randint(0, 5) for i in range(n)]
+    args = (prefixes, buffers, which, np.array(starts, np.int64), np.array(stops, np.int64), b"\x00\x01")
+    got = native.assemble_topics(*args)
+    assert got == pure.assemble_topics(*args)
+    assert got[3] == prefixes[3] + buffers[which[3]][starts[3]:stops[3]] + b"\x00\x01"
+    for bad in ((np.array([1], np.int32), [0], [1]), (np.array([3], np.int32), [0], [0]),
+                (np.array([0], np.int32), [5], [4])):
+        for k in (native, pure):
+            with pytest.raises(IndexError, match="topic 0"):
+                k.assemble_topics([b"p"], buffers, bad[0], np.array(bad[1], np.int64), np.array(bad[2], np.int64),
+                                  b"")
