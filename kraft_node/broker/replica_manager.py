@@ -280,13 +280,14 @@ class ReplicaManager:
 
     def _apply_changes(self, changes: LocalReplicaChanges, image: MetadataImage) -> None:
         now = self._clock_ms()
+        woken: list[TopicPartition] = []  # the parked requests on these are tried once, at the end
         if changes.deletes:
             for delete_hook in self.on_delete:
                 delete_hook(set(changes.deletes))
             for tp in sorted(changes.deletes):
                 p = self.partitions.pop(tp, None)
                 if p is not None:
-                    self._wake(tp)
+                    woken.append(tp)
                 self.log_manager.async_delete(tp)
         self._materialize([*changes.leaders.items(), *changes.followers.items()])
         leaders: list[Partition] = []
@@ -305,7 +306,7 @@ class ReplicaManager:
                         self.isr_shrinks += 1
                     elif new_isr > old_isr:
                         self.isr_expands += 1
-                self._wake(tp)
+                woken.append(tp)
             except Exception:  # noqa: BLE001 - one bad partition must not stop the others (Kafka logs it too)
                 log.exception("broker %d: could not become the leader of %s", self.broker_id, tp)
         followers: list[Partition] = []
@@ -316,9 +317,10 @@ class ReplicaManager:
             try:
                 if p.make_follower(info.partition):
                     followers.append(p)
-                self._wake(tp)
+                woken.append(tp)
             except Exception:  # noqa: BLE001 - as above
                 log.exception("broker %d: could not become a follower of %s", self.broker_id, tp)
+        self._wake_many(woken)
         if leaders:
             log.info("broker %d: leader of %d partitions (%s)", self.broker_id, len(leaders),
                      ", ".join(str(p.topic_partition) for p in leaders[:10]) + (" ..." if len(leaders) > 10 else ""))
@@ -467,8 +469,22 @@ class ReplicaManager:
                     if not waiters:
                         del self._fetch_waiters[tp]
 
-    def _wake(self, tp: TopicPartition) -> None:
-        self.on_high_watermark_or_append(tp)
+    def _wake_many(self, tps: list[TopicPartition]) -> None:
+        """What waits on any of ``tps`` is tried once.  Why not once per partition: a parked
+        fetch watches every partition it asked for and its retry reads them all, so a delta that
+        moved the leadership of 1,000 partitions woke each parked follower fetch 1,000 times, each
+        time reading 1,000 partitions, on the loop (controlled shutdown took 20-24 s, session 17)."""
+        produce: dict[int, _DelayedProduce] = {}
+        fetch: dict[int, _DelayedFetch] = {}
+        for tp in tps:
+            for op in self._produce_waiters.get(tp, ()):
+                produce[id(op)] = op
+            for fop in self._fetch_waiters.get(tp, ()):
+                fetch[id(fop)] = fop
+        for op in produce.values():
+            self._try_complete_produce(op)
+        for fop in fetch.values():
+            self._run_fetch(fop, False)
 
     def on_high_watermark_or_append(self, tp: TopicPartition) -> None:
         """A partition was appended to or its high watermark moved: check what waits on it."""
