@@ -5,7 +5,7 @@
     python benchmarks/broker_bench.py shutdown    [--partitions 10000] [--runs 3] [--heartbeat-ms 200]
                                                   [--session-ms 9000] [--out F]
     python benchmarks/broker_bench.py start       [--partitions 1000000] [--fake-brokers 97] [--runs 3] [--out F]
-    python benchmarks/broker_bench.py tail-replay --metadata-dir D [--what-if-take-rows-first] [--runs 3]
+    python benchmarks/broker_bench.py tail-replay --metadata-dir D [--runs 3]
 
 ``propagation`` (target p99 <= 50 ms): topics (1 partition, RF 3) are created one at a time through
 broker 101 with CreateTopics v7 on kraft's own connection; from the moment its answer arrives,
@@ -34,8 +34,7 @@ descriptors a partition log: a run that would exceed RLIMIT_NOFILE is refused (`
 raises it when the machine allows).
 
 ``tail-replay``: a broker's metadata catch-up in process (the latest snapshot of a
-``__cluster_metadata-0`` left by ``start``, then the log after it through a MetadataLoader),
-with a what-if for ``log_fold._take`` (A/B in the same rounds, images compared).
+``__cluster_metadata-0`` left by ``start``, then the log after it through a MetadataLoader).
 
 Each writes a Markdown report (``--out``; default ``benchmarks/results/s17/broker_<name>.md``) with
 the command, the setup, every run and the median, and prints it.  Every wait has a deadline;
@@ -699,37 +698,14 @@ def cmd_start(args: argparse.Namespace, argv: list[str]) -> None:
 
 
 # ------------------------------------------------------------------ tail replay (in process)
-def _take_rows_first(block: Any, rows: Any) -> dict[str, Any]:
-    """What-if for ``log_fold._take``: convert only the rows' list offsets to int64, not the whole
-    block's (a snapshot-loaded image keeps ~all partitions in one block, so converting it per
-    touched topic made the fold O(topics touched x partitions)).  The same result."""
-    import numpy as np
-
-    from kraft_node.metadata.image.log_fold import _k
-    out = {"partition_id": block.partition_id[rows], "leader": block.leader[rows],
-           "leader_epoch": block.leader_epoch[rows], "partition_epoch": block.partition_epoch[rows],
-           "leader_recovery_state": block.leader_recovery_state[rows]}
-    for name in _k.LIST_FIELDS:
-        offsets = getattr(block, name + "_offsets")
-        lo = offsets[rows].astype(np.int64)
-        lengths = offsets[rows + 1].astype(np.int64) - lo
-        new = np.zeros(len(rows) + 1, np.int64)
-        np.cumsum(lengths, out=new[1:])
-        idx = np.repeat(lo - new[:-1], lengths) + np.arange(new[-1], dtype=np.int64)
-        out[name + "_offsets"] = new.astype(np.int32)
-        out[name] = getattr(block, name)[idx]
-    return out
-
-
 def cmd_tail_replay(args: argparse.Namespace, argv: list[str]) -> None:
     """A broker's start, metadata half, in process: load the latest snapshot of ``--metadata-dir``
     (a ``__cluster_metadata-0`` left by ``start``; copy it first) into a MetadataLoader, then time
-    the commit of the log after it in chunks of 50 batches, as the broker's loader gets them;
-    ``--what-if-take-rows-first`` runs each round with log_fold's ``_take`` as is and with
-    :func:`_take_rows_first`, in alternation, and checks that the images are equal."""
+    the commit of the log after it in chunks of 50 batches, as the broker's loader gets them.
+    (Session 17's what-if here -- log_fold's ``_take`` widening only the rows' offsets, 18.5 ->
+    5.1 s with equal images -- landed in log_fold; s17/broker_start_tail_replay.md has its A/B.)"""
     import gc
 
-    from kraft_node.metadata.image import log_fold
     from kraft_node.metadata.loader import MetadataLoader
     from kraft_node.metadata.loader.publishers import MetadataCachePublisher
     from kraft_node.raft.io.kafka_log import KafkaRaftLog
@@ -748,17 +724,14 @@ def cmd_tail_replay(args: argparse.Namespace, argv: list[str]) -> None:
         off = got[-1].next_offset
     end = off
     records = sum(len(b.records) for b in batches)
-    variants = [("as is", log_fold._take)]
-    if args.what_if_take_rows_first:
-        variants.append(("_take rows first", _take_rows_first))
+    variants = ["as is"]
     setup = {"snapshot": f"{sid.offset}", "tail": f"{len(batches)} batches, {records:,} records",
              "load before": load()}
     rows: list[tuple[int, str, float, float, bool]] = []
     try:
         for rnd in range(args.runs):
             images = []
-            for name, take in variants:
-                log_fold._take = take
+            for name in variants:
                 loader = MetadataLoader(high_watermark=lambda: end)
                 cache = MetadataCachePublisher()
                 loader.install_publishers([cache])
@@ -778,12 +751,12 @@ def cmd_tail_replay(args: argparse.Namespace, argv: list[str]) -> None:
                 rows.append((rnd, name, snap_s, tail_s, images[0] == images[-1]))
                 print(f"round {rnd} {name}: snapshot {snap_s:.2f} s, tail {tail_s:.2f} s", file=sys.stderr)
     finally:
-        log_fold._take = variants[0][1]
+        raft_log.close()
     setup["load after"] = load()
     lines = header("A broker's metadata catch-up in process: latest snapshot, then the log after it", argv, setup)
     lines += ["| round | variant | snapshot load s | tail replay s | image equal to 'as is' |", "|---|---|---|---|---|"]
     lines += [f"| {r} | {n} | {a:.2f} | {b:.2f} | {e} |" for r, n, a, b, e in rows]
-    for name, _take in variants:
+    for name in variants:
         med = statistics.median(b for _r, n, _a, b, _e in rows if n == name)
         lines.append(f"\nMedian tail replay, {name}: {med:.2f} s.")
     write_report(lines, args.out or os.path.join(HERE, "results", "s17", "broker_start_tail_replay.md"))
@@ -816,8 +789,6 @@ def main(argv: list[str] | None = None) -> None:
                    help="the real brokers' replica.lag.time.max.ms when there are fake brokers (they never fetch)")
     s = sub.add_parser("tail-replay")
     s.add_argument("--metadata-dir", required=True, help="a copy of a broker's __cluster_metadata-0 (from start)")
-    s.add_argument("--what-if-take-rows-first", action="store_true",
-                   help="also run with log_fold._take converting only the rows' offsets (A/B, same rounds)")
     for s in sub.choices.values():
         s.add_argument("--runs", type=int, default=3)
         s.add_argument("--out", default=None, help="the Markdown report (default: results/s17/broker_<name>.md)")
