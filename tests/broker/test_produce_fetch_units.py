@@ -390,6 +390,8 @@ def test_fetch_waits_for_data_until_an_append(tmp_path):
         await asyncio.sleep(0.05)
         assert answer.response is None
         _produce(ctx, "t", 0, _batch(2))
+        assert answer.response is None  # woken fetches are retried at the end of the loop iteration
+        await asyncio.sleep(0)
         assert answer.response is not None and len(_one(answer.response).records) > 0
         # and one that never gets data answers empty after max_wait_ms
         answer = Answer(12)
@@ -579,7 +581,48 @@ def test_a_delta_changing_many_partitions_tries_each_parked_fetch_once(tmp_path,
         assert all(ctx.rm.get_partition(TopicPartition("t", i)).leader_epoch == 1 for i in range(n))
         assert len(reads) == 1 and fetch.response is None
         _produce(ctx, "t", 3, _batch(2))  # data: the fetch answers
+        await asyncio.sleep(0)
         assert len(reads) == 2 and fetch.response is not None
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_one_follower_fetch_moving_many_high_watermarks_retries_the_others_parked_fetch_once(tmp_path,
+                                                                                                 monkeypatch):
+    """RF 3: follower 2's fetch of 40 partitions moves 40 high watermarks; follower 3's parked
+    fetch of the same partitions is retried once for all of them (and, with no new records,
+    waits on), at the end of the loop
+    iteration (it was retried once per partition, each retry reading all 40: O(partitions^2)
+    log reads per fetch round, what livelocked brokers leading 3,000 partitions)."""
+    async def main():
+        ctx = Ctx(tmp_path)
+        n = 40
+        ctx.create("t", *[_partition_record(i, [1, 2, 3], [1, 2, 3], 1) for i in range(n)])
+        for i in range(n):
+            _produce(ctx, "t", i, _batch(1))
+        R = FetchRequest
+
+        def body(replica: int, offset: int, wait: int):
+            return R(replica_id=replica, max_wait_ms=wait, min_bytes=1, max_bytes=1 << 20, session_epoch=-1,
+                     topics=[R.FetchTopic(topic="t", partitions=[
+                         R.FetchPartition(partition=i, fetch_offset=offset, partition_max_bytes=1 << 20,
+                                          last_fetched_epoch=-1, current_leader_epoch=-1) for i in range(n)])])
+        ctx.apis.handle_fetch(Answer(12), body(3, 0, 0))   # follower 3 has the records...
+        ctx.apis.handle_fetch(Answer(12), body(3, 1, 0))   # ...and says so
+        parked = Answer(12)
+        assert ctx.apis.handle_fetch(parked, body(3, 1, 10_000)) is DEFERRED  # caught up: it waits
+        reads = []
+        real = ctx.apis._read_fetch
+
+        def counted(*args, **kwargs):
+            reads.append(1)
+            return real(*args, **kwargs)
+        monkeypatch.setattr(ctx.apis, "_read_fetch", counted)
+        ctx.apis.handle_fetch(Answer(12), body(2, 1, 0))   # follower 2 catches up: 40 high watermarks move
+        await asyncio.sleep(0)
+        assert all(ctx.rm.get_partition(TopicPartition("t", i)).high_watermark == 1 for i in range(n))
+        assert len(reads) == 2  # follower 2's fetch, and one retry of follower 3's parked fetch
+        assert parked.response is None  # no new records for it: it waits on (Kafka's DelayedFetch)
         await ctx.close()
     asyncio.run(main())
 
@@ -823,6 +866,7 @@ def test_parked_follower_fetch_answers_on_append(tmp_path, caplog):
         assert ctx.apis.handle_fetch(answer, body) is DEFERRED
         result, produce = _produce(ctx, "t", 0, _batch(3), acks=-1)
         assert result is DEFERRED and produce.response is None  # the follower has not fetched past 0
+        await asyncio.sleep(0)  # the woken fetch's retry
         part = _one(answer.response)
         assert part.error_code == 0 and [b.base_offset for b in iter_batches(part.records)] == [0]
         ctx.apis.handle_fetch(Answer(12), _fetch_body("t", 0, 3, replica_id=2))
