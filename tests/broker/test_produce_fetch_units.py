@@ -554,6 +554,27 @@ def test_every_version_answers_and_encodes(tmp_path):
     asyncio.run(main())
 
 
+def _fetch_all(topic: str, n: int, replica: int, offset: int, max_wait_ms: int):
+    """A fetch of partitions 0..n-1 of ``topic`` from ``offset`` by ``replica`` (min_bytes 1)."""
+    R = FetchRequest
+    return R(replica_id=replica, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, session_epoch=-1,
+             topics=[R.FetchTopic(topic=topic, partitions=[
+                 R.FetchPartition(partition=i, fetch_offset=offset, partition_max_bytes=1 << 20, last_fetched_epoch=-1,
+                                  current_leader_epoch=-1) for i in range(n)])])
+
+
+def _count_reads(ctx: Ctx, monkeypatch) -> list[int]:
+    """A list that grows by one at each of the partition APIs' fetch reads from now on."""
+    reads: list[int] = []
+    real = ctx.apis._read_fetch
+
+    def counted(*args, **kwargs):
+        reads.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(ctx.apis, "_read_fetch", counted)
+    return reads
+
+
 def test_a_delta_changing_many_partitions_tries_each_parked_fetch_once(tmp_path, monkeypatch):
     """A parked fetch watches every partition it asked for and its retry reads them all: a delta
     that changes all of them (new leader epochs here: the follower's fetch has nothing new and
@@ -563,20 +584,9 @@ def test_a_delta_changing_many_partitions_tries_each_parked_fetch_once(tmp_path,
         ctx = Ctx(tmp_path)
         n = 40
         ctx.create("t", *[_partition_record(i, [1, 2], [1, 2], 1) for i in range(n)])
-        R = FetchRequest
-        body = R(replica_id=2, max_wait_ms=10_000, min_bytes=1, max_bytes=1 << 20, session_epoch=-1,
-                 topics=[R.FetchTopic(topic="t", partitions=[
-                     R.FetchPartition(partition=i, fetch_offset=0, partition_max_bytes=1 << 20, last_fetched_epoch=-1,
-                                      current_leader_epoch=-1) for i in range(n)])])
         fetch = Answer(12)  # the follower is caught up on every partition: its fetch waits for data
-        assert ctx.apis.handle_fetch(fetch, body) is DEFERRED
-        reads = []
-        real = ctx.apis._read_fetch
-
-        def counted(*args, **kwargs):
-            reads.append(1)
-            return real(*args, **kwargs)
-        monkeypatch.setattr(ctx.apis, "_read_fetch", counted)
+        assert ctx.apis.handle_fetch(fetch, _fetch_all("t", n, 2, 0, 10_000)) is DEFERRED
+        reads = _count_reads(ctx, monkeypatch)
         ctx.publish(*[m.PartitionChangeRecord(partition_id=i, topic_id=TOPIC_ID, leader=1) for i in range(n)])
         assert all(ctx.rm.get_partition(TopicPartition("t", i)).leader_epoch == 1 for i in range(n))
         assert len(reads) == 1 and fetch.response is None
@@ -591,34 +601,21 @@ def test_one_follower_fetch_moving_many_high_watermarks_retries_the_others_parke
                                                                                                  monkeypatch):
     """RF 3: follower 2's fetch of 40 partitions moves 40 high watermarks; follower 3's parked
     fetch of the same partitions is retried once for all of them (and, with no new records,
-    waits on), at the end of the loop
-    iteration (it was retried once per partition, each retry reading all 40: O(partitions^2)
-    log reads per fetch round, what livelocked brokers leading 3,000 partitions)."""
+    waits on), at the end of the loop iteration (it was retried once per partition, each retry
+    reading all 40: O(partitions^2) log reads per fetch round, what livelocked brokers leading
+    3,000 partitions)."""
     async def main():
         ctx = Ctx(tmp_path)
         n = 40
         ctx.create("t", *[_partition_record(i, [1, 2, 3], [1, 2, 3], 1) for i in range(n)])
         for i in range(n):
             _produce(ctx, "t", i, _batch(1))
-        R = FetchRequest
-
-        def body(replica: int, offset: int, wait: int):
-            return R(replica_id=replica, max_wait_ms=wait, min_bytes=1, max_bytes=1 << 20, session_epoch=-1,
-                     topics=[R.FetchTopic(topic="t", partitions=[
-                         R.FetchPartition(partition=i, fetch_offset=offset, partition_max_bytes=1 << 20,
-                                          last_fetched_epoch=-1, current_leader_epoch=-1) for i in range(n)])])
-        ctx.apis.handle_fetch(Answer(12), body(3, 0, 0))   # follower 3 has the records...
-        ctx.apis.handle_fetch(Answer(12), body(3, 1, 0))   # ...and says so
+        ctx.apis.handle_fetch(Answer(12), _fetch_all("t", n, 3, 0, 0))   # follower 3 has the records...
+        ctx.apis.handle_fetch(Answer(12), _fetch_all("t", n, 3, 1, 0))   # ...and says so
         parked = Answer(12)
-        assert ctx.apis.handle_fetch(parked, body(3, 1, 10_000)) is DEFERRED  # caught up: it waits
-        reads = []
-        real = ctx.apis._read_fetch
-
-        def counted(*args, **kwargs):
-            reads.append(1)
-            return real(*args, **kwargs)
-        monkeypatch.setattr(ctx.apis, "_read_fetch", counted)
-        ctx.apis.handle_fetch(Answer(12), body(2, 1, 0))   # follower 2 catches up: 40 high watermarks move
+        assert ctx.apis.handle_fetch(parked, _fetch_all("t", n, 3, 1, 10_000)) is DEFERRED  # caught up: it waits
+        reads = _count_reads(ctx, monkeypatch)
+        ctx.apis.handle_fetch(Answer(12), _fetch_all("t", n, 2, 1, 0))   # follower 2 catches up: 40 HWs move
         await asyncio.sleep(0)
         assert all(ctx.rm.get_partition(TopicPartition("t", i)).high_watermark == 1 for i in range(n))
         assert len(reads) == 2  # follower 2's fetch, and one retry of follower 3's parked fetch
