@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -651,7 +652,8 @@ def test_locked_directory_is_refused(tmp_path, fixtures_dir):
 def session(fixtures_dir):
     child = pexpect.spawn(sys.executable, ["-m", "kraft_node.metadata.shell.main", "-d",
                                            str(fixtures_dir / "kafka-3.7.0-combined-single-node")],
-                          encoding="utf-8", timeout=60, dimensions=(40, 100), env={**os.environ, "TERM": "xterm"})
+                          encoding="utf-8", timeout=60, dimensions=(40, 100), env={**os.environ, "TERM": "xterm"},
+                          preexec_fn=_terminal_signals)
     child.expect_exact("Loading...")
     child.expect_exact("Starting...")
     child.expect_exact("[ Kafka Metadata Shell ]")
@@ -659,6 +661,14 @@ def session(fixtures_dir):
     yield child
     if child.isalive():
         child.terminate(force=True)
+
+
+def _terminal_signals() -> None:
+    """The child's SIGINT as a terminal gives it, whatever this test process inherited (a CI
+    runner's background job ignores it; a thread may have blocked it): the CI's pure pass saw
+    no ``^C`` at all after three Ctrl-C presses."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def command(child: pexpect.spawn, line: str) -> str:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import signal
 import sys
+import threading
 from typing import Any, TextIO
 
 from kraft_node.metadata.shell.commands import (
@@ -112,6 +114,12 @@ class InteractiveShell:
 
     def run_main_loop(self) -> int:
         """Read, run, repeat, until ``exit`` or end of input; 0 (a failed command does not end it)."""
+        if self.stdin is sys.stdin and sys.stdin.isatty() and threading.current_thread() is threading.main_thread():
+            # Ctrl-C abandons the line however the shell was started: a process started with SIGINT
+            # ignored (a non-interactive shell's background job) or blocked (the mask a parent's
+            # thread had) keeps it so across exec, and Ctrl-C then did nothing at all
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         self.stdout.write("[ Kafka Metadata Shell ]\n")
         self.stdout.flush()
         commands = Commands(True)
