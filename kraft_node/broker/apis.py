@@ -46,7 +46,6 @@ import logging
 import operator
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -194,6 +193,21 @@ class _TopicBytes:
         #: the topics are still the same objects, every topic that was a block slice is sliced
         #: again from the blocks' new rows in one pass (see BrokerApis._all_topic_bytes_again)
         self.previous = previous
+
+
+def _block_rows(shape: _TopicBytes, block: PartitionBlock, version: int
+                ) -> tuple[PartitionBlock, bytes, list[int] | None, Any]:
+    """``block``'s rows encoded for ``shape`` (cached): (block, bytes, row offsets as a list and as
+    an int64 array); both offsets None when a list is too long for the columnar encoding."""
+    enc = shape.blocks.get(id(block))
+    if enc is None or enc[0] is not block:
+        try:
+            buf, row_offsets = encode_block_partitions(block, shape.table, version)
+            enc = (block, buf, row_offsets.tolist(), row_offsets)
+        except ValueError:
+            enc = (block, b"", None, None)
+        shape.blocks[id(block)] = enc
+    return enc
 
 
 #: ``by_id``'s values: (the TopicImage, its bytes, where they came from: (prefix bytes, block,
@@ -345,14 +359,7 @@ class BrokerApis:
         parts = topic.partitions
         block = parts.block
         if block is not None and not parts.overrides:
-            enc = shape.blocks.get(id(block))
-            if enc is None or enc[0] is not block:
-                try:
-                    buf, row_offsets = encode_block_partitions(block, shape.table, version)
-                    enc = (block, buf, row_offsets.tolist(), row_offsets)
-                except ValueError:
-                    enc = (block, b"", None, None)
-                shape.blocks[id(block)] = enc
+            enc = _block_rows(shape, block, version)
             offsets = enc[2]
             if offsets is not None:
                 hit = shape.prefixes.get(id(topic))
@@ -406,14 +413,10 @@ class BrokerApis:
                         prefix = shape.prefixes[key] = (topic, topic_prefix(
                             name, topic.topic_id.bytes, is_internal_topic(name), stop - start, version))
                     if block is not last_block:
-                        enc = shape.blocks.get(id(block))
-                        if enc is None or enc[0] is not block:
-                            # encodes the block (or finds it cannot), then the topic is cut below
-                            self._encode_topic(shape, image, topic, version, listener, body)
-                            enc = shape.blocks.get(id(block))
+                        enc = _block_rows(shape, block, version)
                         last_block = block
                         # a memoryview: a topic's rows are joined with its prefix and suffix in one copy
-                        view, offsets = (memoryview(enc[1]), enc[2]) if enc is not None else (memoryview(b""), None)
+                        view, offsets = memoryview(enc[1]), enc[2]
                     if offsets is None:
                         hit = (topic, self._encode_topic(shape, image, topic, version, listener, body), None)
                     else:
@@ -456,7 +459,7 @@ class BrokerApis:
             elif len(sliced_at) == 1:
                 cuts = [spans[int(sliced_at[0])]]
             else:
-                cuts = list(itemgetter(*sliced_at.tolist())(spans))
+                cuts = list(operator.itemgetter(*sliced_at.tolist())(spans))
             prefixes, blocks, starts, stops = zip(*cuts)
             distinct: dict[int, int] = {}
             buffers: list[bytes] = []
@@ -465,13 +468,9 @@ class BrokerApis:
             for block in (blocks[:1] if len(set(map(id, blocks))) == 1 else blocks):
                 if id(block) in distinct:
                     continue
-                enc = shape.blocks.get(id(block))
-                if enc is None or enc[0] is not block:
-                    try:
-                        buf, rows = encode_block_partitions(block, shape.table, version)
-                    except ValueError:  # a list too long for the compact count
-                        return None
-                    enc = shape.blocks[id(block)] = (block, buf, rows.tolist(), rows)
+                enc = _block_rows(shape, block, version)
+                if enc[3] is None:  # a list too long for the compact count
+                    return None
                 distinct[id(block)] = len(row_offsets)
                 row_offsets.append(enc[3] + at if at else enc[3])
                 buffers.append(enc[1])
