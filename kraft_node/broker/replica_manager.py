@@ -324,7 +324,10 @@ class ReplicaManager:
                 woken.append(tp)
             except Exception:  # noqa: BLE001 - as above
                 log.exception("broker %d: could not become a follower of %s", self.broker_id, tp)
-        self._wake_many(woken)
+        # after every change: a parked produce checked per partition, a parked fetch retried once
+        # (on_high_watermark_or_append queues it for the end of this loop iteration)
+        for tp in woken:
+            self.on_high_watermark_or_append(tp)
         if leaders:
             log.info("broker %d: leader of %d partitions (%s)", self.broker_id, len(leaders),
                      ", ".join(str(p.topic_partition) for p in leaders[:10]) + (" ..." if len(leaders) > 10 else ""))
@@ -472,23 +475,6 @@ class ReplicaManager:
                     waiters.remove(op)
                     if not waiters:
                         del self._fetch_waiters[tp]
-
-    def _wake_many(self, tps: list[TopicPartition]) -> None:
-        """What waits on any of ``tps`` is tried once.  Why not once per partition: a parked
-        fetch watches every partition it asked for and its retry reads them all, so a delta that
-        moved the leadership of 1,000 partitions woke each parked follower fetch 1,000 times, each
-        time reading 1,000 partitions, on the loop (controlled shutdown took 20-24 s, session 17)."""
-        produce: dict[int, _DelayedProduce] = {}
-        fetch: dict[int, _DelayedFetch] = {}
-        for tp in tps:
-            for op in self._produce_waiters.get(tp, ()):
-                produce[id(op)] = op
-            for fop in self._fetch_waiters.get(tp, ()):
-                fetch[id(fop)] = fop
-        for op in produce.values():
-            self._try_complete_produce(op)
-        for fop in fetch.values():
-            self._run_fetch(fop, False)
 
     def on_high_watermark_or_append(self, tp: TopicPartition) -> None:
         """A partition was appended to or its high watermark moved: check what waits on it.

@@ -588,6 +588,7 @@ def test_a_delta_changing_many_partitions_tries_each_parked_fetch_once(tmp_path,
         assert ctx.apis.handle_fetch(fetch, _fetch_all("t", n, 2, 0, 10_000)) is DEFERRED
         reads = _count_reads(ctx, monkeypatch)
         ctx.publish(*[m.PartitionChangeRecord(partition_id=i, topic_id=TOPIC_ID, leader=1) for i in range(n)])
+        await asyncio.sleep(0)  # woken fetches are retried at the end of the loop iteration
         assert all(ctx.rm.get_partition(TopicPartition("t", i)).leader_epoch == 1 for i in range(n))
         assert len(reads) == 1 and fetch.response is None
         _produce(ctx, "t", 3, _batch(2))  # data: the fetch answers
@@ -637,6 +638,7 @@ def test_becoming_follower_completes_parked_produce_and_follower_fetch(tmp_path)
         assert produce.response is None and fetch.response is None
         ctx.publish(m.PartitionChangeRecord(partition_id=0, topic_id=TOPIC_ID, leader=2),
                     m.PartitionChangeRecord(partition_id=1, topic_id=TOPIC_ID, leader=2))
+        await asyncio.sleep(0)  # the parked fetch's retry runs at the end of the loop iteration
         assert _one_produce(produce.response).error_code == Errors.NOT_LEADER_OR_FOLLOWER
         assert _one(fetch.response).error_code == Errors.NOT_LEADER_OR_FOLLOWER
         await ctx.close()
