@@ -14,6 +14,7 @@ from kraft_node.metadata.image.metadata_image import MetadataDelta, MetadataImag
 from kraft_node.metadata.image.provenance import MetadataProvenance
 from kraft_node.metadata.loader import MetadataLoader, RecordingFaultHandler
 from kraft_node.metadata.loader import batch_loader as bl
+from kraft_node.metadata.loader import loader as loader_mod
 from kraft_node.raft.messages import Batch
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.framing import decode_metadata_record, encode_metadata_record
@@ -127,10 +128,10 @@ def test_catching_up_a_run_of_small_batches_folds_them_at_once_into_the_same_ima
     loader.install_publishers([rec])
     batches = _in_batches(values, 37)  # every batch under BULK_MIN_RECORDS
     half = len(batches) // 2
-    loader.handle_commit(batches[:half])  # still catching up: one fold, not published
-    assert calls == [sum(len(b.records) for b in batches[:half])] and rec.images == []
-    loader.handle_commit(batches[half:])  # reaches the high watermark: published
-    assert loader.failure is None and len(calls) == 2
+    loader.handle_commit(batches[:half])  # still catching up: held, neither folded nor published
+    assert calls == [] and rec.images == [] and loader.image.offset == -1
+    loader.handle_commit(batches[half:])  # reaches the high watermark: both folded at once, published
+    assert loader.failure is None and calls == [len(values)]
     ref = _reference(values)
     for part in ("features", "cluster", "topics", "configs", "client_quotas", "producer_ids", "acls", "scram",
                  "delegation_tokens"):
@@ -158,7 +159,7 @@ def test_catching_up_a_run_with_a_transaction_marker_goes_batch_by_batch(monkeyp
 
 def test_a_bad_record_in_a_caught_up_run_is_a_fault_naming_its_offset():
     faults = RecordingFaultHandler("loader")
-    loader = MetadataLoader(high_watermark=lambda: 100_000, fault_handler=faults)
+    loader = MetadataLoader(high_watermark=lambda: 603, fault_handler=faults)
     mv = Batch(0, 1, (encode_metadata_record(m.FeatureLevelRecord(name="metadata.version", feature_level=22), 0),))
     run = (mv, _topic_batch(1, 300), _topic_batch(302, 300, bad_at=17))
     loader.handle_commit(run)
@@ -174,7 +175,7 @@ def test_catching_up_the_batches_after_the_last_transaction_marker_are_folded_at
     calls = []
     real = bl.fold_values
     monkeypatch.setattr(bl, "fold_values", lambda vs, *a, **k: calls.append(len(vs)) or real(vs, *a, **k))
-    loader = MetadataLoader(high_watermark=lambda: 100_000)
+    loader = MetadataLoader(high_watermark=lambda: 605)
     mv = encode_metadata_record(m.FeatureLevelRecord(name="metadata.version", feature_level=22), 0)
     begin = encode_metadata_record(m.BeginTransactionRecord(name="bootstrap"), 0)
     end = encode_metadata_record(m.EndTransactionRecord(), 0)
@@ -184,3 +185,94 @@ def test_catching_up_the_batches_after_the_last_transaction_marker_are_folded_at
     assert loader.failure is None and calls == [602]
     assert loader.image.topics.get_topic_by_name("t3") is not None and loader.image.offset == 604
     assert len(loader.image.topics.get_topic_by_name("t304").partitions) == 300
+
+
+# -- while catching up, runs short of the high watermark are held and folded together (_hold)
+
+def test_catching_up_chunks_are_held_until_the_high_watermark_then_folded_once(tmp_path, monkeypatch):
+    """A restarted broker gets its log tail in chunks of ~fetch.max.bytes; the log fold re-exports
+    every touched topic whole at each apply, so the chunks are folded together, once."""
+    values = _generated_values(tmp_path, 6_000)
+    calls = []
+    real = bl.fold_values
+    monkeypatch.setattr(bl, "fold_values", lambda vs, *a, **k: calls.append(len(vs)) or real(vs, *a, **k))
+    loader = MetadataLoader(high_watermark=lambda: len(values))
+    rec = Recorder()
+    loader.install_publishers([rec])
+    batches = _in_batches(values, 37)
+    for i in range(0, len(batches) - 10, 10):
+        loader.handle_commit(batches[i:i + 10])
+        assert calls == [] and loader.image.offset == -1 and loader.catching_up
+    loader.handle_commit(batches[i + 10:])
+    assert calls == [len(values)] and not loader.catching_up
+    ref = _reference(values)
+    assert loader.image.topics == ref.topics and loader.image.cluster == ref.cluster
+    (_delta, image, _manifest), = rec.images
+    assert image.offset == len(values) - 1
+
+
+def test_held_records_are_bounded(tmp_path, monkeypatch):
+    values = _generated_values(tmp_path, 6_000)
+    calls = []
+    real = bl.fold_values
+    monkeypatch.setattr(bl, "fold_values", lambda vs, *a, **k: calls.append(len(vs)) or real(vs, *a, **k))
+    monkeypatch.setattr(loader_mod, "HOLD_MAX_RECORDS", 1_000)
+    loader = MetadataLoader(high_watermark=lambda: len(values))
+    batches = _in_batches(values, 37)
+    for i in range(0, len(batches), 10):
+        loader.handle_commit(batches[i:i + 10])
+    # each fold holds at most 1,000 records plus the chunk that would have crossed the bound (the
+    # last chunk, under BULK_MIN_RECORDS, goes batch by batch)
+    assert len(calls) >= 4 and max(calls) <= 1_000 + 370 and sum(calls) > len(values) - bl.BULK_MIN_RECORDS
+    assert loader.failure is None and loader.image.topics == _reference(values).topics
+
+
+def test_held_chunks_go_first_before_a_transaction_marker(monkeypatch):
+    calls = []
+    real = bl.fold_values
+    monkeypatch.setattr(bl, "fold_values", lambda vs, *a, **k: calls.append(len(vs)) or real(vs, *a, **k))
+    loader = MetadataLoader(high_watermark=lambda: 100_000)
+    mv = Batch(0, 1, (encode_metadata_record(m.FeatureLevelRecord(name="metadata.version", feature_level=22), 0),))
+    loader.handle_commit((mv, _topic_batch(1, 600)))
+    assert calls == [] and loader.image.topics.get_topic_by_name("t1") is None  # held
+    # a chunk with a transaction: the held run is folded first, then the chunk batch by batch
+    loader.handle_commit((_topic_batch(602, 300, begin=True),))
+    assert calls == [602] and loader.image.topics.get_topic_by_name("t1") is not None
+    assert loader.image.topics.get_topic_by_name("t602") is None  # inside the open transaction
+
+
+def test_a_bad_record_in_a_held_run_is_a_fault_naming_its_offset_when_folded():
+    faults = RecordingFaultHandler("loader")
+    loader = MetadataLoader(high_watermark=lambda: 903, fault_handler=faults)
+    mv = Batch(0, 1, (encode_metadata_record(m.FeatureLevelRecord(name="metadata.version", feature_level=22), 0),))
+    loader.handle_commit((mv, _topic_batch(1, 300), _topic_batch(302, 300, bad_at=17)))
+    assert loader.failure is None  # held: short of the high watermark
+    loader.handle_commit((_topic_batch(603, 299),))
+    assert loader.failure is not None
+    offset, message = loader.failure
+    assert offset == 302 + 1 + 17 and message == f"Error loading metadata log record from offset {offset}"
+    assert loader.image.topics.get_topic_by_name("t1") is None and loader.image.offset == -1
+
+
+def test_held_chunks_are_folded_before_a_snapshot_loads(monkeypatch):
+    from kraft_node.raft.messages import SnapshotId
+
+    class Reader:
+        snapshot_id = SnapshotId(2_000, 1)
+        last_contained_log_time_ms = 0
+
+        def __iter__(self):
+            yield Batch(0, 1, (encode_metadata_record(m.FeatureLevelRecord(name="metadata.version",
+                                                                              feature_level=22), 0),))
+
+    calls = []
+    real = bl.fold_values
+    monkeypatch.setattr(bl, "fold_values", lambda vs, *a, **k: calls.append(len(vs)) or real(vs, *a, **k))
+    loader = MetadataLoader(high_watermark=lambda: 100_000)
+    mv = Batch(0, 1, (encode_metadata_record(m.FeatureLevelRecord(name="metadata.version", feature_level=22), 0),))
+    loader.handle_commit((mv, _topic_batch(1, 600)))
+    assert calls == []
+    loader.handle_load_snapshot(Reader())
+    # the held run went first (its image, then the snapshot's, which does not have its topic)
+    assert calls == [602] and loader.failure is None
+    assert loader.image.offset == 1_999 and loader.image.topics.get_topic_by_name("t1") is None
