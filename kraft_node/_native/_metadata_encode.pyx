@@ -16,7 +16,7 @@ from libc.stdlib cimport free, malloc
 import numpy as np
 
 __all__ = ["LEADER_NOT_AVAILABLE", "LISTENER_NOT_FOUND", "REPLICA_NOT_AVAILABLE", "assemble_topics",
-           "encode_metadata_partitions"]
+           "encode_metadata_partitions", "join_slices"]
 
 cdef enum:
     _LEADER_NOT_AVAILABLE = 5
@@ -214,4 +214,32 @@ def assemble_topics(list prefixes, list buffers, const int32_t[::1] which, const
         memcpy(dst + plen, PyBytes_AS_STRING(buf) + a, b - a)
         memcpy(dst + plen + (b - a), PyBytes_AS_STRING(suffix), slen)
         out[i] = item
+    return out
+
+
+def join_slices(list buffers, const int32_t[::1] which, const int64_t[::1] starts, const int64_t[::1] stops):
+    """The slices ``buffers[which[i]][starts[i]:stops[i]]`` one after another, in one allocation
+    (the twin joins memoryviews).  Bounds are checked before anything is copied."""
+    cdef Py_ssize_t m = which.shape[0], i, nbuf = len(buffers)
+    if starts.shape[0] != m or stops.shape[0] != m:
+        raise ValueError("which, starts and stops have different lengths")
+    for i in range(nbuf):
+        if type(buffers[i]) is not bytes:
+            raise TypeError(f"buffer {i} is a {type(buffers[i]).__name__}, not bytes")
+    cdef int64_t total = 0, a, b
+    cdef int32_t w
+    for i in range(m):
+        w, a, b = which[i], starts[i], stops[i]
+        if w < 0 or w >= nbuf or a < 0 or b < a or b > PyBytes_GET_SIZE(buffers[w]):
+            raise IndexError(f"slice {i}: [{a}, {b}) of buffer {w} is outside the buffers")
+        total += b - a
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char* dst = PyBytes_AS_STRING(out)
+    cdef object buf
+    for i in range(m):
+        a, b = starts[i], stops[i]
+        if b > a:
+            buf = buffers[which[i]]
+            memcpy(dst, PyBytes_AS_STRING(buf) + a, b - a)
+            dst += b - a
     return out

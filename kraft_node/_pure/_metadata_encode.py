@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["LEADER_NOT_AVAILABLE", "LISTENER_NOT_FOUND", "REPLICA_NOT_AVAILABLE", "assemble_topics",
-           "encode_metadata_partitions"]
+           "encode_metadata_partitions", "join_slices"]
 
 #: Kafka's error codes (kraft_node.protocol.errors.Errors; a kernel imports nothing above it,
 #: the tests check these equal the enum)
@@ -185,3 +185,18 @@ def assemble_topics(prefixes: Any, buffers: Any, which: Any, starts: Any, stops:
             raise IndexError(f"topic {i}: slice [{a}, {b}) of buffer {w} is outside the buffers")
         out.append(b"".join((prefix, views[w][a:b], suffix)))
     return out
+
+
+def join_slices(buffers: Any, which: Any, starts: Any, stops: Any) -> bytes:
+    m = len(which)
+    if not (len(starts) == len(stops) == m):
+        raise ValueError("which, starts and stops have different lengths")
+    for i, buf in enumerate(buffers):
+        if type(buf) is not bytes:
+            raise TypeError(f"buffer {i} is a {type(buf).__name__}, not bytes")
+    views = [memoryview(b) for b in buffers]
+    cuts = list(zip(np.asarray(which).tolist(), np.asarray(starts).tolist(), np.asarray(stops).tolist()))
+    for i, (w, a, b) in enumerate(cuts):
+        if not 0 <= w < len(views) or not 0 <= a <= b <= len(views[w]):
+            raise IndexError(f"slice {i}: [{a}, {b}) of buffer {w} is outside the buffers")
+    return b"".join(views[w][a:b] for w, a, b in cuts)

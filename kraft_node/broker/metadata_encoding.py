@@ -39,7 +39,8 @@ from kraft_storage.accel import load
 
 _k = load("_metadata_encode", "kraft_node")
 
-__all__ = ["BrokerTable", "assemble_topics", "encode_block_partitions", "topic_prefix", "topic_suffix"]
+__all__ = ["BrokerTable", "assemble_topics", "encode_block_partitions", "join_slices", "topic_prefix",
+           "topic_suffix"]
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -122,6 +123,14 @@ def assemble_topics(prefixes: list[bytes], buffer: bytes, starts: npt.NDArray[np
     return _k.assemble_topics(prefixes, [buffer], which,  # type: ignore[no-any-return]
                               np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(stops, dtype=np.int64),
                               suffix)
+
+
+def join_slices(buffers: list[bytes], which: npt.NDArray[np.int32], starts: npt.NDArray[np.int64],
+                stops: npt.NDArray[np.int64]) -> bytes:
+    """``buffers[which[i]][starts[i]:stops[i]]`` for every ``i``, concatenated (the kernel's
+    ``join_slices``: one allocation, one copy of each slice)."""
+    return _k.join_slices(buffers, np.ascontiguousarray(which, dtype=np.int32),  # type: ignore[no-any-return]
+                          np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(stops, dtype=np.int64))
 
 
 def _dir_keys(block: PartitionBlock) -> npt.NDArray[np.uint64]:
