@@ -125,6 +125,10 @@ class MetadataEncodeKernel(Protocol):
                         suffix: bytes) -> list[bytes]:
         """Topic ``i``'s bytes: ``prefixes[i] + buffers[which[i]][starts[i]:stops[i]] + suffix``."""
 
+    def join_slices(self, buffers: Any, which: Any, starts: Any, stops: Any) -> bytes:
+        """``buffers[which[i]][starts[i]:stops[i]]`` for every ``i``, concatenated (the all-topics
+        answer from the previous answer's prefixes and suffixes and the blocks' new rows)."""
+
 
 class PartitionFoldLike(Protocol):
     """A partition fold's state (layout and rules in ``kraft_node/_pure/_partition_fold.py``)."""

@@ -117,3 +117,32 @@ def test_assemble_topics_twins_agree_and_refuse_slices_outside_the_buffers() -> 
             with pytest.raises(IndexError, match="topic 0"):
                 k.assemble_topics([b"p"], buffers, bad[0], np.array(bad[1], np.int64), np.array(bad[2], np.int64),
                                   b"")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_join_slices_twins_agree_and_refuse_bad_slices(seed: int) -> None:
+    """``join_slices``: the slices in order, empty ones and repeated buffers included; both twins
+    refuse a slice outside its buffer or a buffer index out of range (naming the slice), a
+    non-bytes buffer, and arrays of different lengths -- before copying anything."""
+    rng = random.Random(seed)
+    buffers = [bytes(rng.randrange(256) for _ in range(rng.randint(0, 400))) for _ in range(rng.randint(1, 5))]
+    m = rng.randint(0, 60)
+    which = np.array([rng.randrange(len(buffers)) for _ in range(m)], dtype=np.int32)
+    starts, stops = [], []
+    for w in which.tolist():
+        a = rng.randint(0, len(buffers[w]))
+        starts.append(a)
+        stops.append(rng.randint(a, len(buffers[w])))
+    args = (buffers, which, np.array(starts, np.int64), np.array(stops, np.int64))
+    want = b"".join(buffers[w][a:b] for w, a, b in zip(which.tolist(), starts, stops))
+    assert native.join_slices(*args) == want == pure.join_slices(*args)
+    one = [b"abcdef"]
+    for w, a, b in ((1, 0, 1), (-1, 0, 0), (0, 4, 3), (0, 0, 7), (0, -1, 2)):
+        for k in (native, pure):
+            with pytest.raises(IndexError, match="slice 1"):
+                k.join_slices(one, np.array([0, w], np.int32), np.array([0, a], np.int64), np.array([1, b], np.int64))
+    for k in (native, pure):
+        with pytest.raises(TypeError, match="buffer 0 is a bytearray"):
+            k.join_slices([bytearray(b"x")], np.zeros(1, np.int32), np.zeros(1, np.int64), np.ones(1, np.int64))
+        with pytest.raises(ValueError, match="different lengths"):
+            k.join_slices(one, np.zeros(2, np.int32), np.zeros(1, np.int64), np.ones(1, np.int64))
