@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import logging
 import struct
+from typing import Any
 
 from kraft_node.protocol.api_keys import (
     API_INFO,
+    ApiKeys,
     api_info,
     request_header_version,
     response_header_version,
 )
+from kraft_node.protocol.generated.broker_heartbeat import BrokerHeartbeatRequest as _BrokerHeartbeatRequest
 from kraft_node.protocol.headers import RequestHeader, ResponseHeader
 from kraft_storage.messages.runtime import Message, MessageError, Writer
 
@@ -36,6 +39,7 @@ _SIZE = struct.Struct(">i")
 #: after the frame's size.
 _CORRELATION_AT = 4
 _KEY_VERSION = struct.Struct(">hh")
+_new_object = object.__new__
 
 
 class UnsupportedApiError(MessageError):
@@ -114,7 +118,40 @@ def decode_request_header(payload) -> tuple[RequestHeader, int]:
 
 #: (api key << 16 | version) -> (request header version, request class) for supported pairs:
 #: the per-request lookups of :func:`decode_request` done once per pair (filled lazily)
-_REQUEST_CODECS: dict[int, tuple[int, type]] = {}
+_REQUEST_CODECS: dict[int, tuple[int, type, Any]] = {}
+
+#: BrokerHeartbeat v0-v1's body up to its tagged fields: int32 BrokerId, int64 BrokerEpoch,
+#: int64 CurrentMetadataOffset, bool WantFence, bool WantShutDown (22 bytes); then a uvarint
+#: tag count (0 unless OfflineLogDirs, tag 0 in v1, or unknown tags are sent).
+_HEARTBEAT_FIXED = struct.Struct(">iqq??")
+_HEARTBEAT_FIXED_SIZE = _HEARTBEAT_FIXED.size
+
+
+def _lean_broker_heartbeat(payload, pos: int):
+    """The controller's most frequent request, decoded with one ``unpack_from`` instead of the
+    generated codec's reader calls (2.9 us -> ~0.5 us of the request's CPU).  Only the common
+    shape: no tagged fields and no trailing bytes (the body ends with a zero tag count at the
+    payload's last byte); anything else returns None and takes the generated codec, so errors,
+    tagged fields and the trailing-bytes log are exactly the general path's.  The object is the
+    generated class with the same field values (``want_*``: any non-zero byte is True, as the
+    codec's ``Reader.boolean`` reads it)."""
+    end = pos + _HEARTBEAT_FIXED_SIZE
+    if len(payload) != end + 1 or payload[end] != 0:
+        return None
+    o = _new_object(_BrokerHeartbeatRequest)
+    o.broker_id, o.broker_epoch, o.current_metadata_offset, o.want_fence, o.want_shut_down = \
+        _HEARTBEAT_FIXED.unpack_from(payload, pos)
+    o.offline_log_dirs = []
+    o.unknown_tagged_fields = ()
+    return o
+
+
+#: (api key << 16 | version) -> ``lean(payload, body position) -> body or None`` (None: use the
+#: generated codec).  Only fixed-layout hot requests; each is tested against the codec.
+_LEAN_DECODERS = {
+    (int(ApiKeys.BROKER_HEARTBEAT) << 16) | v: _lean_broker_heartbeat
+    for v in range(_BrokerHeartbeatRequest.LOWEST_VERSION, _BrokerHeartbeatRequest.HIGHEST_VERSION + 1)
+}
 
 
 def decode_request(payload):
@@ -129,8 +166,12 @@ def decode_request(payload):
         api_key, api_version = _KEY_VERSION.unpack_from(payload, 0)
         codec = _REQUEST_CODECS.get((api_key << 16) | (api_version & 0xFFFF))
         if codec is not None:  # a supported pair seen before: no table walks
-            hv, request_cls = codec
+            hv, request_cls, lean = codec
             header, pos = RequestHeader.read_prefix(payload, 0, hv)
+            if lean is not None:
+                body = lean(payload, pos)
+                if body is not None:
+                    return header, body
             body, end = request_cls.read_prefix(payload, pos, api_version)
             if end != len(payload):
                 _log_trailing(payload, end, header)
@@ -143,8 +184,8 @@ def decode_request(payload):
             f"(supported {info.lowest}-{info.highest})", header)
     version = header.request_api_version
     body, end = info.request.read_prefix(payload, pos, version)
-    _REQUEST_CODECS[(int(header.request_api_key) << 16) | (version & 0xFFFF)] = (
-        2 if info.is_flexible(version) else 1, info.request)
+    pair = (int(header.request_api_key) << 16) | (version & 0xFFFF)
+    _REQUEST_CODECS[pair] = (2 if info.is_flexible(version) else 1, info.request, _LEAN_DECODERS.get(pair))
     if end != len(payload):
         _log_trailing(payload, end, header)
     return header, body
@@ -194,6 +235,16 @@ class ResponseFrames:
     def __init__(self, max_entries: int = 256) -> None:
         self._frames: dict = {}
         self.max_entries = max_entries
+
+    def get(self, key, correlation_id: int) -> bytearray | None:
+        """The framed response for ``key`` if it was built before, else None (then call
+        :meth:`frame`): the hot path needs no ``build`` closure."""
+        template = self._frames.get(key)
+        if template is None:
+            return None
+        out = bytearray(template)
+        _SIZE.pack_into(out, _CORRELATION_AT, correlation_id)
+        return out
 
     def frame(self, key, api_version: int, correlation_id: int, build) -> bytearray:
         """The framed response for ``key``: ``build()`` makes its body on the first use."""

@@ -133,11 +133,11 @@ class ControllerApis:
 
     @pipelined  # answered in call order: one FIFO queue, one FIFO purgatory (see network.server.pipelined)
     def handle_broker_heartbeat(self, ctx: RequestContext, request: Any) -> object:
+        controller = self.controller
         # KAFKA-15019: the contact time first, then the event (which may wait in the queue)
-        self.controller.track_broker_heartbeat(request.broker_id, request.broker_epoch)
-        self.controller.answer_broker_heartbeat(
-            request, lambda reply, exc: self._answer_heartbeat(ctx, reply, exc),
-            deadline_ns=self.clock_ns() + self.heartbeat_timeout_ns)
+        controller.track_broker_heartbeat(request.broker_id, request.broker_epoch)
+        controller.answer_broker_heartbeat(request, self._answer_heartbeat,
+                                           deadline_ns=self.clock_ns() + self.heartbeat_timeout_ns, context=ctx)
         return DEFERRED
 
     def _answer_heartbeat(self, ctx: RequestContext, reply: Any, exc: BaseException | None) -> None:
@@ -145,18 +145,22 @@ class ControllerApis:
         cached frame with this request's correlation id (the body is one of a few)."""
         try:
             version = ctx.api_version
+            correlation_id = ctx.header.correlation_id  # type: ignore[attr-defined]
+            frames = self._heartbeat_frames
             if exc is None:
-                caught_up, fenced, shut_down = bool(reply.is_caught_up), bool(reply.is_fenced), \
-                    bool(reply.should_shut_down)
-                frame = self._heartbeat_frames.frame(
-                    (version, caught_up, fenced, shut_down), version,
-                    ctx.header.correlation_id,  # type: ignore[attr-defined]
-                    lambda: BrokerHeartbeatResponse(throttle_time_ms=0, error_code=0, is_caught_up=caught_up,
-                                                    is_fenced=fenced, should_shut_down=shut_down))
+                key: tuple[Any, ...] = (version, reply.is_caught_up, reply.is_fenced, reply.should_shut_down)
+                frame = frames.get(key, correlation_id)  # the steady state: built before
+                if frame is None:
+                    caught_up, fenced, shut_down = bool(reply.is_caught_up), bool(reply.is_fenced), \
+                        bool(reply.should_shut_down)
+                    frame = frames.frame(
+                        key, version, correlation_id,
+                        lambda: BrokerHeartbeatResponse(throttle_time_ms=0, error_code=0, is_caught_up=caught_up,
+                                                        is_fenced=fenced, should_shut_down=shut_down))
             else:
                 code = int(error_of(exc)[0])  # the other fields keep the schema's defaults
-                frame = self._heartbeat_frames.frame(
-                    (version, code), version, ctx.header.correlation_id,  # type: ignore[attr-defined]
+                frame = frames.frame(
+                    (version, code), version, correlation_id,
                     lambda: BrokerHeartbeatResponse(throttle_time_ms=0, error_code=code))
         except Exception as bug:  # noqa: BLE001 - a bug building the answer: still answer
             log.exception("node %d: cannot build the answer to BROKER_HEARTBEAT", self.node_id)

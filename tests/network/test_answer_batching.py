@@ -164,12 +164,12 @@ class _FakeController:
         self.tracked.append((broker_id, broker_epoch))
         return True
 
-    def answer_broker_heartbeat(self, request, answer, *, deadline_ns=None):
-        assert deadline_ns is not None
+    def answer_broker_heartbeat(self, request, answer, *, deadline_ns=None, context=None):
+        assert deadline_ns is not None and context is not None  # the RPC layer passes its context
         if isinstance(self.outcome, BaseException):
-            answer(None, self.outcome)
+            answer(context, None, self.outcome)
         else:
-            answer(self.outcome, None)
+            answer(context, self.outcome, None)
 
 
 class _Reply:

@@ -287,6 +287,17 @@ class BrokerHeartbeatReply:
     should_shut_down: bool
 
 
+#: BrokerHeartbeatReply for every combination of its flags, indexed by
+#: ``is_caught_up << 3 | is_fenced << 2 | in_controlled_shutdown << 1 | should_shut_down``.
+_HEARTBEAT_REPLIES = tuple(
+    BrokerHeartbeatReply(is_caught_up=bool(i & 8), is_fenced=bool(i & 4), in_controlled_shutdown=bool(i & 2),
+                         should_shut_down=bool(i & 1))
+    for i in range(16))
+_FENCED = BrokerControlState.FENCED
+_UNFENCED = BrokerControlState.UNFENCED
+_CONTROLLED_SHUTDOWN = BrokerControlState.CONTROLLED_SHUTDOWN
+
+
 class _FeatureControl(Protocol):
     def metadata_version(self, *, epoch: int = ...) -> MetadataVersion: ...
 
@@ -696,7 +707,9 @@ class ClusterControlManager:
         if register_offset is None:
             raise ApiError(Errors.STALE_BROKER_EPOCH,
                            f"Receive a heartbeat from broker {broker_id} before registration")
-        self.check_broker_epoch(broker_id, broker_epoch)
+        registration: BrokerRegistration | None = self._brokers.get(broker_id)
+        if registration is None or registration.epoch != broker_epoch:
+            self.check_broker_epoch(broker_id, broker_epoch)  # raises, with Kafka's message
         manager = self.heartbeat_manager
         lifecycle = self._lifecycle
         states = manager.calculate_next_broker_state(
@@ -704,25 +717,34 @@ class ClusterControlManager:
             lambda: self._has_leaderships(broker_id) or lifecycle.controlled_shutdown_in_progress(broker_id))
         records: list[ApiMessageAndVersion] = []
         nxt = states.next
+        # the reply's flags (BrokerControlState's properties, spelled out: this runs per heartbeat)
+        if nxt is _UNFENCED:
+            fenced = in_controlled_shutdown = should_shut_down = False
+        elif nxt is _FENCED:
+            fenced, in_controlled_shutdown, should_shut_down = True, False, False
+        elif nxt is _CONTROLLED_SHUTDOWN:
+            fenced, in_controlled_shutdown, should_shut_down = False, True, False
+        else:  # SHUTDOWN_NOW
+            fenced, in_controlled_shutdown, should_shut_down = True, False, True
         if states.current is not nxt:
-            if nxt is BrokerControlState.FENCED or nxt is BrokerControlState.SHUTDOWN_NOW:
+            if fenced:  # FENCED or SHUTDOWN_NOW
                 lifecycle.broker_fenced(broker_id, records)
-            elif nxt is BrokerControlState.UNFENCED:
+            elif nxt is _UNFENCED:
                 lifecycle.broker_unfenced(broker_id, broker_epoch, records)
-            elif nxt is BrokerControlState.CONTROLLED_SHUTDOWN:
+            else:  # CONTROLLED_SHUTDOWN
                 lifecycle.broker_in_controlled_shutdown(broker_id, broker_epoch, records)
-        elif nxt is BrokerControlState.CONTROLLED_SHUTDOWN:
+        elif in_controlled_shutdown:
             lifecycle.broker_controlled_shutdown_heartbeat(broker_id, broker_epoch, records)
-        manager.touch(broker_id, nxt.fenced, request.current_metadata_offset)
-        if nxt is BrokerControlState.SHUTDOWN_NOW:
+        manager.touch(broker_id, fenced, request.current_metadata_offset)
+        if should_shut_down:
             # The broker exits now: its session ends, so its next incarnation may register at once.
             manager.remove_session(broker_id, broker_epoch)
         if self._metadata_version().is_directory_assignment_supported():
             lifecycle.directories_offline(broker_id, broker_epoch, request.offline_log_dirs, records)
-        reply = BrokerHeartbeatReply(
-            is_caught_up=request.current_metadata_offset >= register_offset, is_fenced=nxt.fenced,
-            in_controlled_shutdown=nxt.in_controlled_shutdown, should_shut_down=nxt.should_shut_down)
-        return ControllerResult.of(records, reply)
+        # replies are immutable and few: one shared instance per combination of the four flags
+        reply = _HEARTBEAT_REPLIES[(request.current_metadata_offset >= register_offset) << 3
+                                   | fenced << 2 | in_controlled_shutdown << 1 | should_shut_down]
+        return ControllerResult(records, reply, False)
 
     def update_controlled_shutdown_offset(self, broker_id: int, batch_end_offset: int) -> None:
         """After a heartbeat put ``broker_id`` in controlled shutdown: it may finish once every

@@ -85,6 +85,25 @@ class BrokerControlStates:
     next: BrokerControlState
 
 
+_FENCED = BrokerControlState.FENCED
+_UNFENCED = BrokerControlState.UNFENCED
+_CONTROLLED_SHUTDOWN = BrokerControlState.CONTROLLED_SHUTDOWN
+_SHUTDOWN_NOW = BrokerControlState.SHUTDOWN_NOW
+
+#: Every (current, next) pair, built once: the pair is immutable, and a heartbeat needs one
+#: (building a frozen dataclass costs ~1 us; the steady state is UNFENCED -> UNFENCED).
+_TRANSITIONS = {(c, n): BrokerControlStates(c, n) for c in BrokerControlState for n in BrokerControlState}
+_FENCED_STAYS = _TRANSITIONS[_FENCED, _FENCED]
+_FENCED_UNFENCES = _TRANSITIONS[_FENCED, _UNFENCED]
+_FENCED_SHUTS_DOWN = _TRANSITIONS[_FENCED, _SHUTDOWN_NOW]
+_UNFENCED_STAYS = _TRANSITIONS[_UNFENCED, _UNFENCED]
+_UNFENCED_FENCES = _TRANSITIONS[_UNFENCED, _FENCED]
+_UNFENCED_SHUTS_DOWN = _TRANSITIONS[_UNFENCED, _SHUTDOWN_NOW]
+_UNFENCED_ENTERS_SHUTDOWN = _TRANSITIONS[_UNFENCED, _CONTROLLED_SHUTDOWN]
+_SHUTDOWN_WAITS = _TRANSITIONS[_CONTROLLED_SHUTDOWN, _CONTROLLED_SHUTDOWN]
+_SHUTDOWN_COMPLETES = _TRANSITIONS[_CONTROLLED_SHUTDOWN, _SHUTDOWN_NOW]
+
+
 class BrokerHeartbeatTracker:
     """Last contact time per broker session, and their expiry.
 
@@ -107,8 +126,9 @@ class BrokerHeartbeatTracker:
     def update_contact_time(self, broker_id: int, broker_epoch: int, now_ms: int | None = None) -> None:
         """Record that the session ``(broker_id, broker_epoch)`` was heard from at ``now_ms``
         (default: the clock).  Called by the RPC path before the heartbeat event is queued."""
-        self._contact_times[BrokerIdAndEpoch(broker_id, broker_epoch)] = \
-            self._clock_ms() if now_ms is None else now_ms
+        # A plain tuple key: it hashes and compares equal to the BrokerIdAndEpoch the readers
+        # look up and return, without the named tuple's constructor on every heartbeat.
+        self._contact_times[(broker_id, broker_epoch)] = self._clock_ms() if now_ms is None else now_ms
 
     def contact_time(self, broker_id: int, broker_epoch: int) -> int | None:
         """The last contact time of the session, or None if none is known."""
@@ -125,7 +145,7 @@ class BrokerHeartbeatTracker:
         for key, time_ms in self._contact_times.items():
             if self.is_expired(time_ms, now):
                 del self._contact_times[key]
-                return key
+                return BrokerIdAndEpoch(*key)
         return None
 
     def remove_session(self, broker_id: int, broker_epoch: int) -> None:
@@ -141,7 +161,7 @@ class BrokerHeartbeatTracker:
 
     def sessions(self) -> dict[BrokerIdAndEpoch, int]:
         """A copy of every known session and its contact time (metrics, tests)."""
-        return dict(self._contact_times)
+        return {BrokerIdAndEpoch(*key): t for key, t in self._contact_times.items()}
 
 
 class _BrokerHeartbeatState:
@@ -328,47 +348,47 @@ class BrokerHeartbeatManager:
 
         ``has_leaderships`` is called only when the answer depends on it.  RuntimeError if the
         broker is not registered."""
-        broker = self._state_or_raise(broker_id)
-        current = self.current_broker_state(broker_id)
-        S = BrokerControlState
-        if current is S.FENCED:
+        broker = self._brokers.get(broker_id)
+        if broker is None:
+            raise RuntimeError(f"Broker {broker_id} is not registered.")
+        if broker.controlled_shutdown_offset >= 0:  # CONTROLLED_SHUTDOWN (current_broker_state, inline)
+            if has_leaderships():
+                log.debug("Broker %d is in controlled shutdown but still leads partitions.", broker_id)
+                return _SHUTDOWN_WAITS
+            lowest = self.lowest_active_offset()
+            if broker.controlled_shutdown_offset <= lowest:
+                log.info("Broker %d may shut down: the lowest active offset %d has reached its controlled "
+                         "shutdown offset %d.", broker_id, lowest, broker.controlled_shutdown_offset)
+                return _SHUTDOWN_COMPLETES
+            log.debug("Broker %d must wait to shut down: the lowest active offset %d is below its controlled "
+                      "shutdown offset %d.", broker_id, lowest, broker.controlled_shutdown_offset)
+            return _SHUTDOWN_WAITS
+        if broker.fenced:
             if request.want_shut_down:
                 log.info("Fenced broker %d has asked to shut down; granted at once.", broker_id)
-                return BrokerControlStates(current, S.SHUTDOWN_NOW)
+                return _FENCED_SHUTS_DOWN
             if not request.want_fence:
                 if request.current_metadata_offset >= register_broker_record_offset:
                     log.info("Unfencing broker %d: it has caught up with its registration record at "
                              "offset %d.", broker_id, register_broker_record_offset)
-                    return BrokerControlStates(current, S.UNFENCED)
+                    return _FENCED_UNFENCES
                 log.debug("Broker %d stays fenced: it is at metadata offset %d, behind its registration "
                           "record at %d.", broker_id, request.current_metadata_offset,
                           register_broker_record_offset)
-            return BrokerControlStates(current, S.FENCED)
-        if current is S.UNFENCED:
-            if request.want_fence:
-                if request.want_shut_down:
-                    log.info("Unfenced broker %d has asked to shut down; granted at once.", broker_id)
-                    return BrokerControlStates(current, S.SHUTDOWN_NOW)
-                log.info("Unfenced broker %d has asked to be fenced; granted.", broker_id)
-                return BrokerControlStates(current, S.FENCED)
+            return _FENCED_STAYS
+        # UNFENCED
+        if request.want_fence:
             if request.want_shut_down:
-                if has_leaderships():
-                    log.info("Unfenced broker %d has asked to shut down; it leads partitions, so it "
-                             "enters controlled shutdown.", broker_id)
-                    return BrokerControlStates(current, S.CONTROLLED_SHUTDOWN)
-                log.info("Unfenced broker %d has asked to shut down; it leads nothing, granted at once.",
-                         broker_id)
-                return BrokerControlStates(current, S.SHUTDOWN_NOW)
-            return BrokerControlStates(current, S.UNFENCED)
-        # CONTROLLED_SHUTDOWN
-        if has_leaderships():
-            log.debug("Broker %d is in controlled shutdown but still leads partitions.", broker_id)
-            return BrokerControlStates(current, S.CONTROLLED_SHUTDOWN)
-        lowest = self.lowest_active_offset()
-        if broker.controlled_shutdown_offset <= lowest:
-            log.info("Broker %d may shut down: the lowest active offset %d has reached its controlled "
-                     "shutdown offset %d.", broker_id, lowest, broker.controlled_shutdown_offset)
-            return BrokerControlStates(current, S.SHUTDOWN_NOW)
-        log.debug("Broker %d must wait to shut down: the lowest active offset %d is below its controlled "
-                  "shutdown offset %d.", broker_id, lowest, broker.controlled_shutdown_offset)
-        return BrokerControlStates(current, S.CONTROLLED_SHUTDOWN)
+                log.info("Unfenced broker %d has asked to shut down; granted at once.", broker_id)
+                return _UNFENCED_SHUTS_DOWN
+            log.info("Unfenced broker %d has asked to be fenced; granted.", broker_id)
+            return _UNFENCED_FENCES
+        if request.want_shut_down:
+            if has_leaderships():
+                log.info("Unfenced broker %d has asked to shut down; it leads partitions, so it "
+                         "enters controlled shutdown.", broker_id)
+                return _UNFENCED_ENTERS_SHUTDOWN
+            log.info("Unfenced broker %d has asked to shut down; it leads nothing, granted at once.",
+                     broker_id)
+            return _UNFENCED_SHUTS_DOWN
+        return _UNFENCED_STAYS

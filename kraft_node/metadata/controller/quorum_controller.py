@@ -254,6 +254,10 @@ class _WriteEvent:
             self.future.set_exception(self.ctl._handle_event_exception(self.name, exc))
 
 
+#: ``answer_broker_heartbeat`` without a context: the answer takes (reply, exc) only
+_NO_CONTEXT = object()
+
+
 class _HeartbeatEvent:
     """A BrokerHeartbeat: the write event of ``process_broker_heartbeat`` without the generic
     event's future and closures (see :meth:`QuorumController.answer_broker_heartbeat`).
@@ -262,10 +266,10 @@ class _HeartbeatEvent:
     still counts as contact (``process_expired_broker_heartbeat``) before the error is
     answered."""
 
-    __slots__ = ("ctl", "request", "answer", "reply")
+    __slots__ = ("ctl", "request", "answer", "context", "reply")
 
-    def __init__(self, ctl: "QuorumController", request: Any, answer: Callable[[Any, BaseException | None], None]):
-        self.ctl, self.request, self.answer = ctl, request, answer
+    def __init__(self, ctl: "QuorumController", request: Any, answer: Callable[..., None], context: Any):
+        self.ctl, self.request, self.answer, self.context = ctl, request, answer, context
         self.reply: Any = None
 
     def run(self) -> None:
@@ -286,9 +290,16 @@ class _HeartbeatEvent:
 
     def complete(self, exc: BaseException | None) -> None:
         if exc is None:
-            self.answer(self.reply, None)
+            self._answer(self.reply, None)
         else:
             self.handle_exception(exc)
+
+    def _answer(self, reply: Any, exc: BaseException | None) -> None:
+        context = self.context
+        if context is _NO_CONTEXT:
+            self.answer(reply, exc)
+        else:
+            self.answer(context, reply, exc)
 
     def handle_exception(self, exc: BaseException) -> None:
         ctl = self.ctl
@@ -300,7 +311,7 @@ class _HeartbeatEvent:
                     ctl.metrics.inc_timed_out_heartbeats()
             except ApiError:
                 pass
-        self.answer(None, err)
+        self._answer(None, err)
 
 
 class _Listener:
@@ -844,14 +855,16 @@ class QuorumController:
         self.answer_broker_heartbeat(request, answer, deadline_ns=deadline_ns)
         return future
 
-    def answer_broker_heartbeat(self, request: Any, answer: Callable[[Any, BaseException | None], None], *,
-                                deadline_ns: int | None = None) -> None:
+    def answer_broker_heartbeat(self, request: Any, answer: Callable[..., None], *,
+                                deadline_ns: int | None = None, context: Any = _NO_CONTEXT) -> None:
         """Queue the heartbeat event; ``answer(reply, None)`` or ``answer(None, error)`` is
         called once, on the controller's thread, when it would complete a future: after the
         records of its transition commit, or, with none (the steady state), after whatever
-        was already pending.  The RPC layer's path: one event object per heartbeat, no future
-        or closures (a heartbeat is the controller's most frequent request)."""
-        ev = _HeartbeatEvent(self, request, answer)
+        was already pending.  With ``context``, ``answer(context, reply, error)`` instead (so
+        the RPC layer passes its request context without a closure per heartbeat).  The RPC
+        layer's path: one event object per heartbeat, no future or closures (a heartbeat is
+        the controller's most frequent request)."""
+        ev = _HeartbeatEvent(self, request, answer, context)
         if deadline_ns is None:
             self.queue.append(ev)
         else:
