@@ -58,6 +58,22 @@ from support.broker_cluster import BrokerCluster, metadata, run, wait_until  # n
 from support.brokers import FAST_RAFT  # noqa: E402
 
 SESSION_S = int(FAST_RAFT["broker.session.timeout.ms"]) / 1000
+#: the paced load generator's wait between its 1 ms slices (confluent-kafka rounds to whole ms)
+POLL_S = 0.001
+#: the load generator's CPU (cores) in each paced run, for the report
+LOAD_GENERATOR_CPU: list[float] = []
+
+
+def nodes_cpu_s(c: BrokerCluster) -> float:
+    """CPU seconds (user + system) used so far by the cluster's live processes (/proc/PID/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for n in c.nodes.values():
+        if n.proc is not None and n.proc.poll() is None:
+            with open(f"/proc/{n.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
 
 
 def loadavg() -> str:
@@ -178,6 +194,7 @@ def paced_latencies(bootstrap: str, topic: str, rate: int, seconds: float, size:
         elif msg.key() == b"m":
             lat.append(msg.latency() * 1000)
     sent = 0
+    cpu0 = os.times()
     t0 = time.perf_counter()
     while (now := time.perf_counter()) - t0 < warmup + seconds:
         due = int((now - t0) * rate)
@@ -185,7 +202,11 @@ def paced_latencies(bootstrap: str, topic: str, rate: int, seconds: float, size:
         while sent < due:
             p.produce(topic, payload, key=key, partition=0, on_delivery=report)
             sent += 1
-        p.poll(0.0005)
+        # 1 ms: confluent-kafka takes whole milliseconds (poll(0.0005) is poll(0), which made this
+        # loop spin a whole core of the 2 the cluster shares; the latency clock starts at produce())
+        p.poll(POLL_S)
+    cpu1 = os.times()
+    LOAD_GENERATOR_CPU.append((cpu1.user + cpu1.system - cpu0.user - cpu0.system) / (time.perf_counter() - t0))
     left = p.flush(120)
     if left or errors:
         raise RuntimeError(f"latency run: {left} not delivered, {len(errors)} errors (first: {errors[:1]})")
@@ -311,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     base = tempfile.mkdtemp(prefix="kraft-partitions-bench-")
     c = BrokerCluster(base, controllers=args.controllers, brokers=3, shutdown_timeout_s=3.0)
     rows: list[tuple[int, float, float, float]] = []
-    latency: list[tuple[int, list[float], float]] = []
+    latency: list[tuple[int, list[float], float, float, float]] = []
     failovers: list[tuple[float, float]] = []
     failovers_kp: list[float] = []
     try:
@@ -330,9 +351,11 @@ def main(argv: list[str] | None = None) -> None:
                   f"consume {rows[-1][3]:,.0f}/s (load {loads[-1][1]})", flush=True)
         for inflight in (int(x) for x in args.latency_inflight.split(",")):
             create_topic(c, f"latency-{inflight}", 1, 3, {"min.insync.replicas": "2"})
+            cpu0, w0 = nodes_cpu_s(c), time.monotonic()
             lat, achieved = paced_latencies(all_brokers, f"latency-{inflight}", args.latency_rate,
                                             args.latency_seconds, args.size, inflight)
-            latency.append((inflight, lat, achieved))
+            nodes_cpu = (nodes_cpu_s(c) - cpu0) / (time.monotonic() - w0)
+            latency.append((inflight, lat, achieved, LOAD_GENERATOR_CPU[-1], nodes_cpu))
             loads.append((f"after latency (in flight {inflight})", loadavg()))
             print(f"latency at {achieved:,.0f}/s, {inflight} in flight: p50 {pct(lat, 0.5):.2f} ms "
                   f"p99 {pct(lat, 0.99):.2f} ms", flush=True)
@@ -376,11 +399,14 @@ def main(argv: list[str] | None = None) -> None:
               f"acks=all, RF 3, one partition, offered {args.latency_rate:,}/s for 2 s of warm-up + "
               f"{args.latency_seconds:.0f} s measured, linger 1 ms; librdkafka's per-message latency "
               "(`Message.latency()`, produce() to acknowledgement) of the measured records; target p99 <= 10 ms.", "",
-              "| max in flight per connection | records/s measured | p50 ms | p90 ms | p99 ms | max ms |",
-              "|---|---|---|---|---|---|"]
-    for inflight, lat, achieved in latency:
+              "CPU columns: cores used during the paced run by the load generator's process and by the four "
+              "kraft processes together (/proc/PID/stat).", "",
+              "| max in flight per connection | records/s measured | p50 ms | p90 ms | p99 ms | max ms "
+              "| load generator CPU | kraft processes CPU |",
+              "|---|---|---|---|---|---|---|---|"]
+    for inflight, lat, achieved, gen_cpu, nodes_cpu in latency:
         lines.append(f"| {inflight:,} | {achieved:,.0f} | {pct(lat, 0.5):.2f} | {pct(lat, 0.9):.2f} | "
-                     f"{pct(lat, 0.99):.2f} | {max(lat):.2f} |")
+                     f"{pct(lat, 0.99):.2f} | {max(lat):.2f} | {gen_cpu:.2f} | {nodes_cpu:.2f} |")
     lines += ["",
               "## Failover", "",
               f"kill -9 of the partition leader under 1,000 records/s acks=all (RF 3, one partition); session timeout "
