@@ -61,15 +61,17 @@ from kraft_node.broker.metadata_cache import (
 )
 from kraft_node.broker.metadata_encoding import (
     BrokerTable,
+    Rows,
+    TopicRows,
     encode_block_partitions,
     join_slices,
     topic_prefix,
+    topic_rows,
     topic_suffix,
 )
 from kraft_node.metadata.controller.topic_creation import topic_name_error
 from kraft_node.metadata.image.cluster import ClusterImage
 from kraft_node.metadata.image.metadata_image import MetadataImage
-from kraft_node.metadata.image.partition_block import PartitionBlock
 from kraft_node.metadata.image.topics import TopicImage, TopicPartitions, TopicsImage
 from kraft_node.network.server import DEFERRED, RequestContext
 from kraft_node.protocol.api_keys import ApiKeys, answer_api_versions
@@ -180,7 +182,7 @@ class _Answer:
                  "prefix_len", "_positions")
 
     def __init__(self, topics: TopicsImage, objects: list[TopicImage], blob: bytes, offsets: npt.NDArray[np.int64],
-                 blocks: list[PartitionBlock], block_of: npt.NDArray[np.int32], row_start: npt.NDArray[np.int64],
+                 blocks: list[Rows], block_of: npt.NDArray[np.int32], row_start: npt.NDArray[np.int64],
                  row_stop: npt.NDArray[np.int64], prefix_len: npt.NDArray[np.int64],
                  positions: dict[int, int] | None = None) -> None:
         self.topics, self.objects, self.blob, self.offsets = topics, objects, blob, offsets
@@ -210,7 +212,7 @@ class _TopicBytes:
         self.cluster = cluster
         self.table = BrokerTable.of(cluster, listener)
         self.by_id: dict[int, tuple[TopicImage, bytes]] = {}
-        self.blocks: dict[int, tuple[PartitionBlock, bytes, npt.NDArray[np.int64] | None]] = {}
+        self.blocks: dict[int, tuple[Rows, bytes, npt.NDArray[np.int64] | None]] = {}
         # id(TopicImage) -> (it, its bytes before the partitions): they do not depend on the
         # cluster, so a new ClusterImage (a broker fenced) hands them to the next shape and only
         # the partitions are encoded again (issue 24: the first answer after a cluster change)
@@ -221,8 +223,7 @@ class _TopicBytes:
         self.previous = previous
 
 
-def _block_rows(shape: _TopicBytes, block: PartitionBlock, version: int
-                ) -> tuple[PartitionBlock, bytes, npt.NDArray[np.int64] | None]:
+def _block_rows(shape: _TopicBytes, block: Rows, version: int) -> tuple[Rows, bytes, npt.NDArray[np.int64] | None]:
     """``block``'s rows encoded for ``shape`` (cached): (block, bytes, int64 row offsets), the
     offsets None when a list is too long for the columnar encoding."""
     enc = shape.blocks.get(id(block))
@@ -238,7 +239,7 @@ def _block_rows(shape: _TopicBytes, block: PartitionBlock, version: int
 
 #: what :meth:`BrokerApis._topic_piece` says of a topic's bytes: (block, first row, end row,
 #: prefix length) when they are a block slice, else None
-_Span = tuple[PartitionBlock, int, int, int]
+_Span = tuple[Rows, int, int, int]
 #: own blocks (:meth:`BrokerApis._own_block`) kept when their dict is cut (the newest)
 _OWN_BLOCKS_KEPT = 16384
 
@@ -250,8 +251,7 @@ def _topic_ops(version: int, body: Any) -> int:
     return AUTHORIZED_OPERATIONS_OMITTED
 
 
-def _live_blocks(blocks: list[PartitionBlock], block_of: npt.NDArray[np.int32]
-                 ) -> tuple[list[PartitionBlock], npt.NDArray[np.int32]]:
+def _live_blocks(blocks: list[Rows], block_of: npt.NDArray[np.int32]) -> tuple[list[Rows], npt.NDArray[np.int32]]:
     """The blocks some topic still slices, renumbered (an answer must not keep dropped blocks)."""
     used = np.unique(block_of[block_of >= 0])
     if len(used) == len(blocks):
@@ -300,7 +300,7 @@ class BrokerApis:
                              f"{self.max_request_partition_size_limit}")
         self._topic_bytes: dict[tuple[int, str, bool], _TopicBytes] = {}
         #: id(TopicPartitions) -> (it, its partitions as a block of their own): see _own_block
-        self._own_blocks: dict[int, tuple[TopicPartitions, PartitionBlock]] = {}
+        self._own_blocks: dict[int, tuple[TopicPartitions, TopicRows]] = {}
 
     def handlers(self) -> dict[int, Handler]:
         table: dict[int, Handler] = {
@@ -407,7 +407,7 @@ class BrokerApis:
         ops = _topic_ops(version, body)
         return self._topic_piece(shape, image, topic, version, listener, ops, topic_suffix(version, ops))[0]
 
-    def _own_block(self, parts: TopicPartitions) -> PartitionBlock:
+    def _own_block(self, parts: TopicPartitions) -> TopicRows:
         """A topic's partitions as a block of their own (when some are overrides of its block, or
         it has no block): made once per TopicPartitions object, whatever the cluster and shape, so
         a topic whose partitions changed is a block slice like the others (one kernel call, not
@@ -417,7 +417,7 @@ class BrokerApis:
             return hit[1]
         if len(self._own_blocks) > 2 * _OWN_BLOCKS_KEPT:
             self._own_blocks = dict(list(self._own_blocks.items())[-_OWN_BLOCKS_KEPT:])
-        block = PartitionBlock.from_registrations(list(parts), list(parts.values()))
+        block = topic_rows(parts.block, parts.start, parts.stop, parts.overrides)
         self._own_blocks[id(parts)] = (parts, block)
         return block
 
@@ -428,10 +428,10 @@ class BrokerApis:
         kernel, and ``suffix`` (``topic_suffix(version, ops)``); the generated encoder when a list
         is too long for the columns or the topic has no partitions."""
         parts = topic.partitions
-        span = parts.block_span()
+        span: tuple[Rows, int, int] | None = parts.block_span()
         if span is None and len(parts):
-            block = self._own_block(parts)
-            span = (block, 0, len(block))
+            own = self._own_block(parts)
+            span = (own, 0, len(own))
         if span is not None:
             block, start, stop = span
             enc = _block_rows(shape, block, version)
@@ -490,7 +490,7 @@ class BrokerApis:
         row_stop = np.zeros(n, dtype=np.int64)
         prefix_len = np.zeros(n, dtype=np.int64)
         buffers: list[bytes] = [b"" if prev is None else prev.blob]
-        blocks: list[PartitionBlock] = [] if prev is None else list(prev.blocks)
+        blocks: list[Rows] = [] if prev is None else list(prev.blocks)
         done = np.zeros(n, dtype=np.bool_)
         if prev is not None:
             at = np.arange(n) if idx is None else np.flatnonzero(idx >= 0)
@@ -535,7 +535,7 @@ class BrokerApis:
 
     @staticmethod
     def _reslice(shape: _TopicBytes, version: int, suffix_len: int, at: npt.NDArray[np.intp],
-                 o0: npt.NDArray[np.int64], o1: npt.NDArray[np.int64], blocks: list[PartitionBlock],
+                 o0: npt.NDArray[np.int64], o1: npt.NDArray[np.int64], blocks: list[Rows],
                  buffers: list[bytes], which: npt.NDArray[np.int32], starts: npt.NDArray[np.int64],
                  stops: npt.NDArray[np.int64], block_of: npt.NDArray[np.int32], row_start: npt.NDArray[np.int64],
                  row_stop: npt.NDArray[np.int64], prefix_len: npt.NDArray[np.int64],

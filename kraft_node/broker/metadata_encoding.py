@@ -27,20 +27,23 @@ images with fenced, unregistered and listener-less brokers and offline directori
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from kraft_node.metadata.controller.cluster_control import DirectoryId
+from kraft_node.metadata.controller.replication_control import PartitionRegistration
 from kraft_node.metadata.image.cluster import ClusterImage
 from kraft_node.metadata.image.partition_block import PartitionBlock
 from kraft_storage.accel import load
 
 _k = load("_metadata_encode", "kraft_node")
 
-__all__ = ["BrokerTable", "assemble_topics", "encode_block_partitions", "join_slices", "topic_prefix",
-           "topic_suffix"]
+__all__ = ["BrokerTable", "Rows", "TopicRows", "assemble_topics", "encode_block_partitions", "join_slices",
+           "topic_prefix", "topic_rows", "topic_suffix"]
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -87,13 +90,131 @@ class BrokerTable:
         return ids[idx] == values, idx
 
 
+class Rows(Protocol):
+    """The columns :func:`encode_block_partitions` reads: a :class:`PartitionBlock` or a
+    :class:`TopicRows` (layout: the block's, see :mod:`kraft_node.metadata.image.partition_block`)."""
+
+    @property
+    def partition_id(self) -> I32s: ...
+    @property
+    def leader(self) -> I32s: ...
+    @property
+    def leader_epoch(self) -> I32s: ...
+    @property
+    def replicas(self) -> I32s: ...
+    @property
+    def replicas_offsets(self) -> I32s: ...
+    @property
+    def isr(self) -> I32s: ...
+    @property
+    def isr_offsets(self) -> I32s: ...
+    @property
+    def directories(self) -> npt.NDArray[np.uint8]: ...
+    @property
+    def directories_offsets(self) -> I32s: ...
+    def __len__(self) -> int: ...
+
+
+@dataclass(frozen=True, eq=False)
+class TopicRows:
+    """One topic's partitions, in partition-id order, as the columns the Metadata encoder reads
+    (a PartitionBlock's layout, only those columns; offsets from 0).  Why: a topic whose
+    partitions changed (overrides beside its block) or that has no block is encoded by the kernel
+    like the block rows -- one call, no object per partition -- and after a cluster change it is
+    re-sliced like them (see :func:`topic_rows`)."""
+    partition_id: I32s
+    leader: I32s
+    leader_epoch: I32s
+    replicas: I32s
+    replicas_offsets: I32s
+    isr: I32s
+    isr_offsets: I32s
+    directories: npt.NDArray[np.uint8]
+    directories_offsets: I32s
+
+    def __len__(self) -> int:
+        return len(self.partition_id)
+
+
+def _take(values: Any, offsets: I32s, rows: npt.NDArray[np.intp]) -> tuple[Any, I32s]:
+    """The lists of ``rows`` (Arrow layout: row ``r`` is ``values[offsets[r]:offsets[r + 1]]``),
+    as new values and offsets from 0."""
+    lo = offsets[rows].astype(np.int64)
+    lengths = offsets[rows + 1].astype(np.int64) - lo
+    out = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    index = np.repeat(lo - out[:-1], lengths) + np.arange(int(out[-1]), dtype=np.int64)
+    return values[index], out.astype(np.int32)
+
+
+def _lists(items: list[Any]) -> tuple[list[Any], I32s]:
+    lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+    offsets = np.zeros(len(items) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return [v for x in items for v in x], offsets
+
+
+_MIGRATING = DirectoryId.MIGRATING
+
+
+def topic_rows(block: PartitionBlock | None, start: int, stop: int,
+               overrides: Mapping[int, PartitionRegistration]) -> TopicRows:
+    """A topic's partitions -- rows ``start .. stop - 1`` of ``block`` (None: none), the
+    ``overrides`` (partition id -> registration) replacing rows of the same id or added -- as
+    :class:`TopicRows` in partition-id order.  The block part is gathered with numpy; only the
+    overrides are read one by one.  A registration's directories that are all MIGRATING are
+    stored as none, as the block stores them (both read as MIGRATING: online everywhere)."""
+    pids = [int(p) for p in sorted(overrides)]
+    regs = [overrides[p] for p in pids]
+    o_reps, o_ro = _lists([r.replicas for r in regs])
+    o_isr, o_io = _lists([r.isr for r in regs])
+    dirs = [() if all(d == _MIGRATING for d in r.directories) else r.directories for r in regs]
+    o_dirs, o_do = _lists(dirs)
+    raw = np.frombuffer(b"".join(d.bytes for d in o_dirs), dtype=np.uint8).reshape(len(o_dirs), 16)
+    over = TopicRows(np.array(pids, dtype=np.int32), np.array([r.leader for r in regs], dtype=np.int32),
+                     np.array([r.leader_epoch for r in regs], dtype=np.int32), np.array(o_reps, dtype=np.int32),
+                     o_ro, np.array(o_isr, dtype=np.int32), o_io, raw, o_do)
+    if block is None or stop <= start:
+        return over
+    rows = np.arange(start, stop, dtype=np.intp)
+    if pids:
+        rows = rows[~np.isin(block.partition_id[start:stop], over.partition_id)]
+    reps, ro = _take(block.replicas, block.replicas_offsets, rows)
+    isr, io = _take(block.isr, block.isr_offsets, rows)
+    if len(block.directories):
+        bdirs, do = _take(block.directories, block.directories_offsets, rows)
+    else:
+        bdirs, do = np.zeros((0, 16), dtype=np.uint8), np.zeros(len(rows) + 1, dtype=np.int32)
+    kept = TopicRows(block.partition_id[rows], block.leader[rows], block.leader_epoch[rows], reps, ro, isr, io,
+                     bdirs, do)
+    if not pids:
+        return kept
+    both = _concat(kept, over)
+    order = np.argsort(both.partition_id, kind="stable")
+    reps, ro = _take(both.replicas, both.replicas_offsets, order)
+    isr, io = _take(both.isr, both.isr_offsets, order)
+    bdirs, do = _take(both.directories, both.directories_offsets, order)
+    return TopicRows(both.partition_id[order], both.leader[order], both.leader_epoch[order], reps, ro, isr, io,
+                     bdirs, do)
+
+
+def _concat(a: TopicRows, b: TopicRows) -> TopicRows:
+    def lists(x: Any, xo: I32s, y: Any, yo: I32s) -> tuple[Any, I32s]:
+        return np.concatenate((x, y)), np.concatenate((xo[:-1], yo + xo[-1])).astype(np.int32)
+    reps, ro = lists(a.replicas, a.replicas_offsets, b.replicas, b.replicas_offsets)
+    isr, io = lists(a.isr, a.isr_offsets, b.isr, b.isr_offsets)
+    dirs, do = lists(a.directories, a.directories_offsets, b.directories, b.directories_offsets)
+    return TopicRows(np.concatenate((a.partition_id, b.partition_id)), np.concatenate((a.leader, b.leader)),
+                     np.concatenate((a.leader_epoch, b.leader_epoch)), reps, ro, isr, io, dirs, do)
+
+
 def _rows_of(offsets: I32s, n: int) -> npt.NDArray[np.intp]:
     """The row of each list element (elements of rows 0..n-1, from offsets[0])."""
     counts = np.diff(offsets)
     return np.repeat(np.arange(n, dtype=np.intp), counts)
 
 
-def encode_block_partitions(block: PartitionBlock, table: BrokerTable,
+def encode_block_partitions(block: Rows, table: BrokerTable,
                             version: int) -> tuple[bytes, npt.NDArray[np.int64]]:
     """``(buffer, row_offsets)``: every row of ``block`` encoded as a MetadataResponsePartition
     at ``version``; row ``i`` is ``buffer[row_offsets[i]:row_offsets[i + 1]]``.  The rows are the
@@ -133,12 +254,12 @@ def join_slices(buffers: list[bytes], which: npt.NDArray[np.int32], starts: npt.
                           np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(stops, dtype=np.int64))
 
 
-def _dir_keys(block: PartitionBlock) -> npt.NDArray[np.uint64]:
+def _dir_keys(block: Rows) -> npt.NDArray[np.uint64]:
     d = np.ascontiguousarray(block.directories)
     return d.view(">u8").reshape(len(d), 2).astype(np.uint64)
 
 
-def _element_dirs(block: PartitionBlock, rep_rows: npt.NDArray[np.intp]) -> tuple[npt.NDArray[np.bool_],
+def _element_dirs(block: Rows, rep_rows: npt.NDArray[np.intp]) -> tuple[npt.NDArray[np.bool_],
                                                                                   npt.NDArray[np.intp]]:
     """(has a directory?, index into block.directories) of each replica element."""
     ro = block.replicas_offsets
@@ -150,7 +271,7 @@ def _element_dirs(block: PartitionBlock, rep_rows: npt.NDArray[np.intp]) -> tupl
     return has, index
 
 
-def _lost_dirs(block: PartitionBlock, reps: I32s, rep_rows: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+def _lost_dirs(block: Rows, reps: I32s, rep_rows: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
     has, index = _element_dirs(block, rep_rows)
     keys = _dir_keys(block)
     hi, lo = keys[index, 0], keys[index, 1]
@@ -158,7 +279,7 @@ def _lost_dirs(block: PartitionBlock, reps: I32s, rep_rows: npt.NDArray[np.intp]
     return lost
 
 
-def _offline_dirs(block: PartitionBlock, reps: I32s, rep_rows: npt.NDArray[np.intp],
+def _offline_dirs(block: Rows, reps: I32s, rep_rows: npt.NDArray[np.intp],
                   table: BrokerTable) -> npt.NDArray[np.bool_]:
     """Replica elements whose directory is not online on their broker (Kafka's
     ``isReplicaInOfflineDir``): LOST, or a real directory not in a broker's non-empty list."""
