@@ -52,6 +52,20 @@ def test_native_and_numpy_twins_give_the_same_bytes(seed: int, version: int) -> 
     assert got_native[1][0] == 0 and got_native[1][-1] == len(got_native[0])
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("shift", [65_530, 1_000_000, -20])
+def test_broker_ids_outside_the_lookup_table_give_the_same_bytes(seed: int, shift: int) -> None:
+    """The native loop finds brokers in a table by id when the ids are in 0 .. 2**16 - 1, by a
+    binary search otherwise (big or negative ids, ids straddling the bound): the same bytes."""
+    rng = random.Random(seed)
+    cols = _block(rng, 40)
+    for name in ("replicas", "isr", "leader", "broker_ids"):
+        cols[name] = (cols[name].astype(np.int64) + shift).astype(np.int32)
+    for version in (0, 5, 12):
+        assert native.encode_metadata_partitions(version, **cols)[0] == \
+            pure.encode_metadata_partitions(version, **cols)[0]
+
+
 def test_an_empty_block_and_the_error_codes() -> None:
     empty = dict(partition_id=np.zeros(0, np.int32), leader=np.zeros(0, np.int32),
                  leader_epoch=np.zeros(0, np.int32), replicas=np.zeros(0, np.int32),
