@@ -126,3 +126,38 @@ def _model_run(model: list, now: int, budget: int | None) -> list:
             out.append(("run", e[0]))
         model.remove(e)
     return out
+
+
+def test_on_ready_is_signalled_exactly_when_the_earliest_deadline_may_move_earlier():
+    """A driver sleeps until ``next_deadline_ns``; an append must wake it (``on_ready``) when
+    the ready list was empty or the new deadline is at or before every live one (ties too),
+    and need not otherwise.  The lane's shortcut (no scan when its live tail is earlier) must
+    not change which appends signal: checked against the rule, on random mixes."""
+    for seed in range(40):
+        rng = random.Random(1000 + seed)
+        clock = _Clock()
+        signals = [0]
+        q = EventQueue(clock, on_ready=lambda: signals.__setitem__(0, signals[0] + 1))
+        log: list = []
+        for n in range(300):
+            kind = rng.random()
+            ready_was_empty = q._ready_live == 0
+            first = q._first_live_deadline()
+            before = signals[0]
+            if kind < 0.6:
+                d = clock.now + rng.choice([0, 1, 1, 2, 5, 5, 10]) * MS
+                q.append_with_deadline(d, _Ev(log, str(n)))
+                expected = ready_was_empty or first is None or d <= first
+                assert (signals[0] - before == 1) == expected, (seed, n, d, first)
+                assert signals[0] - before <= 1
+            elif kind < 0.7:
+                q.schedule_deferred(f"t{rng.randint(0, 3)}", clock.now + rng.randint(0, 10) * MS, _Ev(log, str(n)))
+            elif kind < 0.8:
+                q.append(_Ev(log, str(n)))
+                assert (signals[0] - before == 1) == ready_was_empty
+            else:
+                clock.now += rng.randint(0, 6) * MS
+                q.run_ready(max_events=rng.randint(1, 8))
+        clock.now += 100 * MS
+        q.run_ready()
+        assert q.is_empty() and q._lane_live == 0 and not q._lane

@@ -701,6 +701,14 @@ class ClusterControlManager:
         move the broker through the state machine and write the records of its transition.
         If the reply says ``in_controlled_shutdown``, the controller must call
         :meth:`update_controlled_shutdown_offset` with the end offset of the batch it appended."""
+        records: list[ApiMessageAndVersion] = []
+        reply = self.broker_heartbeat(request, records)
+        return ControllerResult(records, reply, False)
+
+    def broker_heartbeat(self, request: Any, records: list[ApiMessageAndVersion]) -> BrokerHeartbeatReply:
+        """:meth:`process_broker_heartbeat` for the controller's heartbeat event: the records go
+        into ``records`` (a non-atomic result's), the reply is returned (no result object per
+        heartbeat)."""
         broker_id = request.broker_id
         broker_epoch = request.broker_epoch
         register_offset: int | None = self._register_offsets.get(broker_id)
@@ -715,7 +723,6 @@ class ClusterControlManager:
         states = manager.calculate_next_broker_state(
             broker_id, request, register_offset,
             lambda: self._has_leaderships(broker_id) or lifecycle.controlled_shutdown_in_progress(broker_id))
-        records: list[ApiMessageAndVersion] = []
         nxt = states.next
         # the reply's flags (BrokerControlState's properties, spelled out: this runs per heartbeat)
         if nxt is _UNFENCED:
@@ -742,9 +749,8 @@ class ClusterControlManager:
         if self._metadata_version().is_directory_assignment_supported():
             lifecycle.directories_offline(broker_id, broker_epoch, request.offline_log_dirs, records)
         # replies are immutable and few: one shared instance per combination of the four flags
-        reply = _HEARTBEAT_REPLIES[(request.current_metadata_offset >= register_offset) << 3
-                                   | fenced << 2 | in_controlled_shutdown << 1 | should_shut_down]
-        return ControllerResult(records, reply, False)
+        return _HEARTBEAT_REPLIES[(request.current_metadata_offset >= register_offset) << 3
+                                  | fenced << 2 | in_controlled_shutdown << 1 | should_shut_down]
 
     def update_controlled_shutdown_offset(self, broker_id: int, batch_end_offset: int) -> None:
         """After a heartbeat put ``broker_id`` in controlled shutdown: it may finish once every

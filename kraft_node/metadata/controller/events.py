@@ -213,14 +213,19 @@ class EventQueue:
         if deadline_ns is not None:
             lane = self._lane
             if not prepend and (not lane or lane[-1].deadline_ns <= deadline_ns):  # type: ignore[operator]
-                first = self._first_live_deadline()
+                # Is the new deadline the earliest (ties included)?  Only asked when nothing else
+                # signals, and not when the lane's tail is live with an earlier deadline: lane
+                # entries die in lane order, so a live lane has a live tail, and the earliest
+                # live deadline is at most the tail's (the common case of a busy queue: no scan).
+                if not signal and not (self._lane_live and lane[-1].deadline_ns < deadline_ns):  # type: ignore
+                    first = self._first_live_deadline()
+                    if first is None or deadline_ns <= first:
+                        signal = True
                 self._seq += 1
                 entry.seq = self._seq
                 entry.in_lane = True
                 lane.append(entry)
                 self._lane_live += 1
-                if first is None or deadline_ns <= first:
-                    signal = True
             elif self._push_deadline(entry):
                 signal = True
         self._size += 1
@@ -313,10 +318,23 @@ class EventQueue:
         start_ns = clock_ns()
         now = start_ns
         handled = 0
+        lane, ready = self._lane, self._ready
         while max_events is None or handled < max_events:
             if handled and budget_ns is not None and now - start_ns >= budget_ns:
                 break
-            first = self._first_live_deadline()
+            # _first_live_deadline, inlined (once per event): drop the dead heads, then the
+            # earlier of the heap's and the lane's
+            heap = self._heap
+            while heap and not heap[0][2].live:
+                heapq.heappop(heap)
+            while lane and not lane[0].live:
+                lane.popleft()
+            if lane:
+                first: int | None = lane[0].deadline_ns
+                if heap and heap[0][0] < first:  # type: ignore[operator]
+                    first = heap[0][0]
+            else:
+                first = heap[0][0] if heap else None
             if first is not None and (first <= now or self._shutting_down):
                 entry = self._pop_first_deadline()
                 self._kill(entry)
@@ -328,11 +346,13 @@ class EventQueue:
                 else:
                     self._finish(entry, EventQueueClosedError(SHUTTING_DOWN_MESSAGE))
             elif self._ready_live:
-                entry = self._ready.popleft()
+                entry = ready.popleft()
                 while not entry.live:
-                    entry = self._ready.popleft()
+                    entry = ready.popleft()
                 self._kill(entry)
-                self._run_entry(entry, now, entry.enqueued_ns)
+                now = self._run_entry(entry, now, entry.enqueued_ns)
+                handled += 1
+                continue  # _run_entry read the clock when the event ended
             else:
                 if self._shutting_down and not self._closed:
                     self._close_now()
@@ -341,8 +361,9 @@ class EventQueue:
             now = clock_ns()
         return handled
 
-    def _run_entry(self, entry: _Entry, start_ns: int, runnable_since_ns: int) -> None:
-        """Run a dead (dequeued) entry's event; ``_size`` still counts it until it is done."""
+    def _run_entry(self, entry: _Entry, start_ns: int, runnable_since_ns: int) -> int:
+        """Run a dead (dequeued) entry's event; ``_size`` still counts it until it is done.
+        Returns the clock reading taken when it ended (the next event's start)."""
         try:
             try:
                 entry.event.run()
@@ -350,13 +371,14 @@ class EventQueue:
                 log.debug("%sgot exception while running %r; invoking handle_exception",
                           self._prefix(), entry.event, exc_info=True)
                 self._deliver(entry.event, exc)
+            end_ns = self._clock_ns()
             hook = self.on_event_timing
             if hook is not None:
-                end_ns = self._clock_ns()
                 try:
                     hook(max(0, start_ns - runnable_since_ns), end_ns - start_ns)
                 except Exception:
                     log.exception("%son_event_timing failed", self._prefix())
+            return end_ns
         finally:
             self._size -= 1
 

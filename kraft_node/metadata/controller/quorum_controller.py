@@ -280,10 +280,10 @@ class _HeartbeatEvent:
         epoch = ctl.claim_epoch
         if epoch == -1:
             raise ctl.wrong_controller()
-        result = ctl.cluster_control.process_broker_heartbeat(self.request)
-        self.reply = result.response
-        ctl._write_result("processBrokerHeartbeat", epoch, result.records, result.atomic,
-                          self._after if self.reply.in_controlled_shutdown else None, self.complete)
+        records: list[ApiMessageAndVersion] = []  # process_broker_heartbeat's (non-atomic) result
+        self.reply = reply = ctl.cluster_control.broker_heartbeat(self.request, records)
+        ctl._write_result("processBrokerHeartbeat", epoch, records, False,
+                          self._after if reply.in_controlled_shutdown else None, self.complete)
 
     def _after(self, last_offset: int) -> None:
         self.ctl.cluster_control.update_controlled_shutdown_offset(self.request.broker_id, last_offset)
