@@ -164,7 +164,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kraft-acks-all-cycle-") as base:
         rounds = asyncio.run(_run(args, base))
     print(f"leader CPU per acks=all cycle ({args.records} x {args.size} B, 2 followers): "
-          f"median {statistics.median(rounds):.1f} us (rounds: {', '.join(f'{x:.1f}' for x in rounds)}); "
+          f"median {statistics.median(rounds):.1f} us, min {min(rounds):.1f} (rounds: {', '.join(f'{x:.1f}' for x in rounds)}); "
           f"load {'/'.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -309,10 +309,11 @@ class PartitionApis:
 
     def _validation_config(self, topic: str) -> ValidationConfig:
         """The validator's settings of ``topic``, made again only when the image's configs of the
-        topic changed (the config map is the same object until then)."""
+        topic changed (the config map is the same object until then; an empty one is new each time)."""
         configs = self.replicas.topic_config(topic)
         hit = self._validation_configs.get(topic)
-        if hit is not None and hit[0] is configs:
+        # (a topic without overrides gets a new empty map at each call: equal, not identical)
+        if hit is not None and (hit[0] is configs or not configs and not hit[0]):
             return hit[1]
         cfg = ValidationConfig.from_topic_configs(configs, self._props)
         self._validation_configs[topic] = (configs, cfg)
@@ -343,6 +344,14 @@ class PartitionApis:
         if int(body.max_wait_ms) <= 0 or total >= int(body.min_bytes) or _must_answer(first):
             return self._fetch_answer(fctx, first)
         tps = self._fetch_partitions(fctx.items, version)
+        from_follower = replica_id >= 0
+        # a consumer that a leader may send to a closer replica: that answer depends on the
+        # followers' states too, so every wake-up re-reads (no cheap check)
+        redirectable = client is not None and self.replicas.replica_selector is not None
+        watched = [None if redirectable else self._fetch_positions(tps, from_follower)]
+
+        def may_complete() -> bool:
+            return watched[0] is None or self._fetch_positions(tps, from_follower) != watched[0]
 
         def retry(force: bool) -> bool:
             answers = self._read_fetch(fctx.items, max_bytes, version, replica_id, zero_copy, client)
@@ -350,10 +359,33 @@ class PartitionApis:
             if force or size >= int(body.min_bytes) or _must_answer(answers):
                 ctx.respond(self._fetch_answer(fctx, answers))
                 return True
+            if not redirectable:
+                watched[0] = self._fetch_positions(tps, from_follower)
             return False
 
-        self.replicas.park_fetch(tps, int(body.max_wait_ms), retry)
+        self.replicas.park_fetch(tps, int(body.max_wait_ms), retry, may_complete)
         return DEFERRED
+
+    def _fetch_positions(self, tps: list[TopicPartition], from_follower: bool) -> list[tuple[Any, ...]]:
+        """What a parked fetch's answer depends on, per watched partition (Kafka's
+        ``DelayedFetch.tryComplete`` looks at the same before it reads): the local replica (a
+        new one after a re-creation), its leader and leader epoch (errors, diverging epochs), its
+        log start offset (out of range) and the end the fetch reads up to -- the log end offset
+        for a follower, the high watermark for a consumer.  While none of these changed, a retry
+        would read what the fetch already found (less than ``min_bytes``), so it is skipped: a
+        follower's parked fetch is not re-read when only the high watermark moved (the other
+        follower's fetch in an RF 3 acks=all round), nor a consumer's when only the log end moved."""
+        out: list[tuple[Any, ...]] = []
+        get = self.replicas.partitions.get
+        for tp in tps:
+            part = get(tp)
+            if part is None:
+                out.append((None,))
+                continue
+            kl = part.log
+            end = kl.log_end_offset if from_follower else part.high_watermark
+            out.append((part, part.leader_id, part.leader_epoch, kl.log_start_offset, end))
+        return out
 
     def _fetch_answer(self, fctx: FetchContext, answers: list[tuple[Any, Any, Any]]) -> Any:
         """The FetchResponse of ``answers`` shaped by the session (see fetch_session.py):

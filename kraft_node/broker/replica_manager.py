@@ -149,11 +149,14 @@ class _DelayedFetch:
     """A fetch waiting for data: ``retry(force)`` re-runs it and answers when it has enough
     (or ``force``: the wait is over); returns whether it answered."""
 
-    __slots__ = ("partitions", "retry", "timer", "finished", "running", "queued")
+    __slots__ = ("partitions", "retry", "may_complete", "timer", "finished", "running", "queued")
 
-    def __init__(self, partitions: list[TopicPartition], retry: Callable[[bool], bool]) -> None:
+    def __init__(self, partitions: list[TopicPartition], retry: Callable[[bool], bool],
+                 may_complete: Callable[[], bool] | None = None) -> None:
         self.partitions = partitions
         self.retry = retry
+        #: a cheap check before a woken retry (False: nothing it depends on changed, skip the read)
+        self.may_complete = may_complete
         self.timer: asyncio.TimerHandle | None = None
         self.finished = False
         #: its retry is on the stack (a retry that wakes its own partitions must not re-enter)
@@ -446,10 +449,13 @@ class ReplicaManager:
                 op.done.setdefault(tp, Errors.REQUEST_TIMED_OUT)
             self._finish_produce(op)
 
-    def park_fetch(self, partitions: list[TopicPartition], max_wait_ms: int, retry: Callable[[bool], bool]) -> None:
+    def park_fetch(self, partitions: list[TopicPartition], max_wait_ms: int, retry: Callable[[bool], bool],
+                   may_complete: Callable[[], bool] | None = None) -> None:
         """Park a fetch until a watched partition changes (``retry(False)``) or ``max_wait_ms``
-        passes (``retry(True)``, which must answer)."""
-        op = _DelayedFetch(partitions, retry)
+        passes (``retry(True)``, which must answer).  ``may_complete()``, when given, is asked
+        first on a wake-up: False skips the retry (Kafka's ``DelayedFetch.tryComplete`` checks
+        offsets before it reads; a retry reads every watched partition's log)."""
+        op = _DelayedFetch(partitions, retry, may_complete)
         for tp in partitions:
             self._fetch_waiters.setdefault(tp, []).append(op)
         op.timer = asyncio.get_running_loop().call_later(max(max_wait_ms, 0) / 1000, self._run_fetch, op, True)
@@ -457,6 +463,12 @@ class ReplicaManager:
     def _run_fetch(self, op: _DelayedFetch, force: bool) -> None:
         if op.finished or op.running:
             return
+        if not force and op.may_complete is not None:
+            try:
+                if not op.may_complete():
+                    return
+            except Exception:  # noqa: BLE001 - the check is an optimisation: retry as if it said yes
+                log.exception("a delayed fetch's completion check failed")
         op.running = True
         try:
             answered = op.retry(force)

@@ -601,10 +601,10 @@ def test_a_delta_changing_many_partitions_tries_each_parked_fetch_once(tmp_path,
 def test_one_follower_fetch_moving_many_high_watermarks_retries_the_others_parked_fetch_once(tmp_path,
                                                                                                  monkeypatch):
     """RF 3: follower 2's fetch of 40 partitions moves 40 high watermarks; follower 3's parked
-    fetch of the same partitions is retried once for all of them (and, with no new records,
-    waits on), at the end of the loop iteration (it was retried once per partition, each retry
-    reading all 40: O(partitions^2) log reads per fetch round, what livelocked brokers leading
-    3,000 partitions)."""
+    fetch of the same partitions is not re-read at all: what it waits for (records past its fetch
+    offsets) did not change (it was retried once per partition, each retry reading all 40:
+    O(partitions^2) log reads per fetch round, what livelocked brokers leading 3,000 partitions;
+    then once per round, which still read 40 logs for nothing).  New records wake it once."""
     async def main():
         ctx = Ctx(tmp_path)
         n = 40
@@ -619,8 +619,79 @@ def test_one_follower_fetch_moving_many_high_watermarks_retries_the_others_parke
         ctx.apis.handle_fetch(Answer(12), _fetch_all("t", n, 2, 1, 0))   # follower 2 catches up: 40 HWs move
         await asyncio.sleep(0)
         assert all(ctx.rm.get_partition(TopicPartition("t", i)).high_watermark == 1 for i in range(n))
-        assert len(reads) == 2  # follower 2's fetch, and one retry of follower 3's parked fetch
+        assert len(reads) == 1  # follower 2's fetch only: follower 3's log end offsets did not move
         assert parked.response is None  # no new records for it: it waits on (Kafka's DelayedFetch)
+        for i in range(n):
+            _produce(ctx, "t", i, _batch(1))
+        await asyncio.sleep(0)
+        assert len(reads) == 2 and parked.response is not None  # one retry for the 40 appends, which answers
+        assert all(p.records for t in parked.response.responses for p in t.partitions)
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_an_acks_all_round_on_rf3_reads_each_follower_fetch_once(tmp_path, monkeypatch):
+    """One acks=all round with two caught-up followers parked: the append wakes both parked
+    fetches (one read each, they answer with the records); each follower's next fetch is read
+    once and parks; the second moves the high watermark and completes the produce -- and the
+    first follower's parked fetch is not re-read for that (4 reads a round, not 5: a follower
+    fetch waits for records, which a high watermark move does not bring; Kafka's
+    DelayedFetch.tryComplete compares offsets before it reads).  A consumer's parked fetch, by
+    contrast, waits for the high watermark: the append alone does not re-read it, the high
+    watermark's move answers it."""
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("t", _partition_record(0, [1, 2, 3], [1, 2, 3], 1))
+        f2, f3, consumer = Answer(12), Answer(12), Answer(12)
+        assert ctx.apis.handle_fetch(f2, _fetch_body("t", 0, 0, replica_id=2, max_wait_ms=10_000)) is DEFERRED
+        assert ctx.apis.handle_fetch(f3, _fetch_body("t", 0, 0, replica_id=3, max_wait_ms=10_000)) is DEFERRED
+        assert ctx.apis.handle_fetch(consumer, _fetch_body("t", 0, 0, max_wait_ms=10_000)) is DEFERRED
+        reads = _count_reads(ctx, monkeypatch)
+        result, produce = _produce(ctx, "t", 0, _batch(3), acks=-1, timeout_ms=10_000)
+        assert result is DEFERRED
+        await asyncio.sleep(0)
+        assert len(reads) == 2 and f2.response is not None and f3.response is not None
+        assert _one(f2.response).records and consumer.response is None  # the consumer waits for the HW
+        g2, g3 = Answer(12), Answer(12)
+        assert ctx.apis.handle_fetch(g2, _fetch_body("t", 0, 3, replica_id=2, max_wait_ms=10_000)) is DEFERRED
+        await asyncio.sleep(0)
+        assert len(reads) == 3 and produce.response is None  # follower 3 has not confirmed yet
+        assert ctx.apis.handle_fetch(g3, _fetch_body("t", 0, 3, replica_id=3, max_wait_ms=10_000)) is DEFERRED
+        assert _one_produce(produce.response).error_code == 0
+        await asyncio.sleep(0)
+        # follower 3's read, and the consumer's retry (the HW moved: it answers); g2 is not re-read
+        assert len(reads) == 5 and g2.response is None
+        assert sum(b.records_count for b in iter_batches(_one(consumer.response).records)) == 3
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_produce_validation_settings_are_made_once_for_a_topic_without_overrides(tmp_path, monkeypatch):
+    """The validator's settings of a topic are cached until the image's configs of the topic
+    change.  A topic with no overrides gets a new empty map at every lookup, which missed the
+    cache (identity): the settings were parsed again on every Produce."""
+    from kraft_node.broker.log import validator
+
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.create("plain", _partition_record(0, [1], [1], 1))
+        made: list[int] = []
+        real = validator.ValidationConfig.from_topic_configs.__func__
+
+        def counted(cls, *args, **kwargs):
+            made.append(1)
+            return real(cls, *args, **kwargs)
+        monkeypatch.setattr(validator.ValidationConfig, "from_topic_configs", classmethod(counted))
+        for i in range(5):
+            resp, _a = _produce(ctx, "plain", 0, _batch(2, 2 * i))
+            assert _one_produce(resp).error_code == 0
+        assert len(made) == 1
+        # an override in a later image: made again, once
+        ctx.publish(m.ConfigRecord(resource_type=2, resource_name="plain", name="max.message.bytes", value="10"))
+        for i in range(3):
+            resp, _a = _produce(ctx, "plain", 0, _batch(2, 20 + 2 * i))
+            assert _one_produce(resp).error_code == Errors.MESSAGE_TOO_LARGE
+        assert len(made) == 2
         await ctx.close()
     asyncio.run(main())
 
