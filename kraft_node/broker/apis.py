@@ -69,6 +69,7 @@ from kraft_node.broker.metadata_encoding import (
     topic_prefix,
     topic_rows,
     topic_suffix,
+    topics_rows,
 )
 from kraft_node.metadata.controller.topic_creation import topic_name_error
 from kraft_node.metadata.image.cluster import ClusterImage
@@ -469,15 +470,10 @@ class BrokerApis:
             enc = _block_rows(shape, block, version)
             offsets = enc[2]
             if offsets is not None:
+                prefix = self._prefix(shape, topic, stop - start, version)
                 first, end = int(offsets[start]), int(offsets[stop])
-                key = id(topic)
-                prefix = shape.prefixes.get(key)
-                if prefix is None or prefix[0] is not topic:
-                    name = topic.name
-                    prefix = shape.prefixes[key] = (topic, topic_prefix(
-                        name, topic.topic_id.bytes, is_internal_topic(name), stop - start, version))
-                data = b"".join((prefix[1], memoryview(enc[1])[first:end], suffix))
-                return data, (block, start, stop, len(prefix[1]))
+                data = b"".join((prefix, memoryview(enc[1])[first:end], suffix))
+                return data, (block, start, stop, len(prefix))
         return _encode_topic(self._topic_message_ops(image, topic, version, listener, ops), version), None
 
     def _all_topics_answer(self, shape: _TopicBytes, image: MetadataImage, version: int, listener: str,
@@ -538,21 +534,10 @@ class BrokerApis:
             else:
                 self._reslice(shape, version, len(suffix), at, o0, o1, blocks, buffers, which, starts, stops,
                               block_of, row_start, row_stop, prefix_len, done)
-        block_index: dict[int, int] | None = None
-        for i in np.flatnonzero(~done).tolist():  # new and changed topics, and those not block slices
-            data, span = self._topic_piece(shape, image, objects[i], version, listener, ops, suffix)
-            which[i, 0], stops[i, 0] = len(buffers), len(data)
-            buffers.append(data)
-            if span is None:
-                block_of[i] = -1
-                continue
-            if block_index is None:
-                block_index = {id(b): k for k, b in enumerate(blocks)}
-            k = block_index.get(id(span[0]))
-            if k is None:
-                k = block_index[id(span[0])] = len(blocks)
-                blocks.append(span[0])
-            block_of[i], row_start[i], row_stop[i], prefix_len[i] = k, span[1], span[2], span[3]
+        todo = np.flatnonzero(~done).tolist()  # new and changed topics, and those not block slices
+        if todo:
+            self._encode_many(shape, image, objects, todo, version, listener, ops, suffix, buffers, blocks, which,
+                              starts, stops, block_of, row_start, row_stop, prefix_len)
         sizes = (stops - starts).sum(axis=1)
         head, tail = _splice_ends(frame, version, n, int(sizes.sum()))
         buffers += (head, tail)
@@ -574,6 +559,91 @@ class BrokerApis:
         answer = shape.answer = _Answer(topics, objects, framed, offsets, blocks, block_of, row_start, row_stop,
                                         prefix_len, positions)
         return answer, framed
+
+    def _prefix(self, shape: _TopicBytes, topic: TopicImage, count: int, version: int) -> bytes:
+        """A topic's bytes before its partitions (cached per TopicImage object, for every cluster)."""
+        key = id(topic)
+        hit = shape.prefixes.get(key)
+        if hit is None or hit[0] is not topic:
+            name = topic.name
+            hit = shape.prefixes[key] = (topic, topic_prefix(name, topic.topic_id.bytes, is_internal_topic(name),
+                                                             count, version))
+        return hit[1]
+
+    def _encode_many(self, shape: _TopicBytes, image: MetadataImage, objects: list[TopicImage], todo: list[int],
+                     version: int, listener: str, ops: int, suffix: bytes, buffers: list[bytes], blocks: list[Rows],
+                     which: npt.NDArray[np.int32], starts: npt.NDArray[np.int64], stops: npt.NDArray[np.int64],
+                     block_of: npt.NDArray[np.int32], row_start: npt.NDArray[np.int64],
+                     row_stop: npt.NDArray[np.int64], prefix_len: npt.NDArray[np.int64]) -> None:
+        """The slices of the topics ``todo`` (indices into ``objects``): block slices where the
+        topic is all rows of a block; the topics with overrides (or no block) gathered into one
+        :class:`TopicRows` for all of them (:func:`topics_rows`), so they are slices too; each
+        distinct block encoded once by the kernel.  The generated encoder only for a topic with
+        no partitions or a list too long for the columns.  Python per topic: its span and prefix."""
+        spans: list[tuple[Rows, int, int] | None] = [objects[i].partitions.block_span() for i in todo]
+        own = [k for k, span in enumerate(spans) if span is None and len(objects[todo[k]].partitions)]
+        if own:
+            changed = [objects[todo[k]].partitions for k in own]
+            rows, bounds = topics_rows([(p.block, p.start, p.stop, p.overrides) for p in changed])
+            cut = bounds.tolist()
+            for j, k in enumerate(own):
+                spans[k] = (rows, cut[j], cut[j + 1])
+        block_index = {id(b): k for k, b in enumerate(blocks)}
+        encoded: dict[int, npt.NDArray[np.int64] | None] = {}
+        at: list[int] = []
+        at_block: list[int] = []
+        first: list[int] = []
+        end: list[int] = []
+        plen: list[int] = []
+        pbuf: list[int] = []
+        for k, i in enumerate(todo):
+            span = spans[k]
+            topic = objects[i]
+            if span is not None:
+                block, a, b = span
+                bk = block_index.get(id(block))
+                if bk is None:
+                    bk = block_index[id(block)] = len(blocks)
+                    blocks.append(block)
+                if bk not in encoded:
+                    encoded[bk] = _block_rows(shape, block, version)[2]
+                if encoded[bk] is not None:
+                    prefix = self._prefix(shape, topic, b - a, version)
+                    at.append(i)
+                    at_block.append(bk)
+                    first.append(a)
+                    end.append(b)
+                    plen.append(len(prefix))
+                    pbuf.append(len(buffers))
+                    buffers.append(prefix)
+                    continue
+            data = _encode_topic(self._topic_message_ops(image, topic, version, listener, ops), version)
+            which[i, 0], stops[i, 0], block_of[i] = len(buffers), len(data), -1
+            buffers.append(data)
+        if not at:
+            return
+        idx = np.array(at, dtype=np.intp)
+        bk_arr = np.array(at_block, dtype=np.int32)
+        a_arr = np.array(first, dtype=np.int64)
+        b_arr = np.array(end, dtype=np.int64)
+        block_of[idx], row_start[idx], row_stop[idx] = bk_arr, a_arr, b_arr
+        prefix_len[idx] = stops[idx, 0] = plen
+        which[idx, 0] = pbuf
+        buffer_of = np.zeros(len(blocks), dtype=np.int32)
+        base = np.zeros(len(blocks), dtype=np.int64)
+        row_offsets: list[npt.NDArray[np.int64]] = []
+        count = 0
+        for bk, offsets in encoded.items():
+            if offsets is not None:
+                buffer_of[bk], base[bk] = len(buffers), count
+                buffers.append(shape.blocks[id(blocks[bk])][1])
+                row_offsets.append(offsets)
+                count += len(offsets)
+        all_rows = row_offsets[0] if len(row_offsets) == 1 else np.concatenate(row_offsets)
+        which[idx, 1] = buffer_of[bk_arr]
+        starts[idx, 1], stops[idx, 1] = all_rows[base[bk_arr] + a_arr], all_rows[base[bk_arr] + b_arr]
+        which[idx, 2], stops[idx, 2] = len(buffers), len(suffix)
+        buffers.append(suffix)
 
     @staticmethod
     def _reslice(shape: _TopicBytes, version: int, suffix_len: int, at: npt.NDArray[np.intp],

@@ -43,7 +43,7 @@ from kraft_storage.accel import load
 _k = load("_metadata_encode", "kraft_node")
 
 __all__ = ["BrokerTable", "Rows", "TopicRows", "assemble_topics", "encode_block_partitions", "join_slices",
-           "topic_prefix", "topic_rows", "topic_suffix"]
+           "topic_prefix", "topic_rows", "topic_suffix", "topics_rows"]
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -199,13 +199,91 @@ def topic_rows(block: PartitionBlock | None, start: int, stop: int,
 
 
 def _concat(a: TopicRows, b: TopicRows) -> TopicRows:
-    def lists(x: Any, xo: I32s, y: Any, yo: I32s) -> tuple[Any, I32s]:
-        return np.concatenate((x, y)), np.concatenate((xo[:-1], yo + xo[-1])).astype(np.int32)
-    reps, ro = lists(a.replicas, a.replicas_offsets, b.replicas, b.replicas_offsets)
-    isr, io = lists(a.isr, a.isr_offsets, b.isr, b.isr_offsets)
-    dirs, do = lists(a.directories, a.directories_offsets, b.directories, b.directories_offsets)
-    return TopicRows(np.concatenate((a.partition_id, b.partition_id)), np.concatenate((a.leader, b.leader)),
-                     np.concatenate((a.leader_epoch, b.leader_epoch)), reps, ro, isr, io, dirs, do)
+    return _concat_all([a, b])
+
+
+def _concat_all(parts: list[TopicRows]) -> TopicRows:
+    """The rows of ``parts`` one after another (their offsets are from 0)."""
+    if len(parts) == 1:
+        return parts[0]
+
+    def lists(values: str, offsets: str) -> tuple[Any, I32s]:
+        offs = [getattr(p, offsets) for p in parts]
+        base = np.cumsum([0] + [int(o[-1]) for o in offs[:-1]])
+        out = np.concatenate([o[:-1] + b for o, b in zip(offs, base.tolist())] + [offs[-1][-1:] + base[-1]])
+        return np.concatenate([getattr(p, values) for p in parts]), out.astype(np.int32)
+    reps, ro = lists("replicas", "replicas_offsets")
+    isr, io = lists("isr", "isr_offsets")
+    dirs, do = lists("directories", "directories_offsets")
+    return TopicRows(np.concatenate([p.partition_id for p in parts]), np.concatenate([p.leader for p in parts]),
+                     np.concatenate([p.leader_epoch for p in parts]), reps, ro, isr, io, dirs, do)
+
+
+def _overrides_rows(overrides: list[Mapping[int, PartitionRegistration]]) -> tuple[TopicRows, npt.NDArray[np.int64]]:
+    """Every override of every topic as rows (topic by topic, partition ids ascending), and the
+    topic index of each row."""
+    pids: list[int] = []
+    regs: list[PartitionRegistration] = []
+    counts: list[int] = []
+    for ov in overrides:
+        ids = sorted(ov)
+        pids += ids
+        regs += map(ov.__getitem__, ids)
+        counts.append(len(ids))
+    reps, ro = _lists([r.replicas for r in regs])
+    isr, io = _lists([r.isr for r in regs])
+    dirs, do = _lists([() if all(d == _MIGRATING for d in r.directories) else r.directories for r in regs])
+    raw = np.frombuffer(b"".join(d.bytes for d in dirs), dtype=np.uint8).reshape(len(dirs), 16)
+    rows = TopicRows(np.array(pids, dtype=np.int32), np.array([r.leader for r in regs], dtype=np.int32),
+                     np.array([r.leader_epoch for r in regs], dtype=np.int32), np.array(reps, dtype=np.int32), ro,
+                     np.array(isr, dtype=np.int32), io, raw, do)
+    return rows, np.repeat(np.arange(len(overrides), dtype=np.int64), counts)
+
+
+def topics_rows(topics: list[tuple[PartitionBlock | None, int, int, Mapping[int, PartitionRegistration]]]
+                ) -> tuple[TopicRows, npt.NDArray[np.int64]]:
+    """:func:`topic_rows` of many topics at once: ``(rows, bounds)``, topic ``k``'s partitions
+    being rows ``bounds[k] .. bounds[k + 1] - 1``.  Why: after the controller moves leaders
+    (a broker fenced) every topic has overrides; one gather a block and one sort beat a numpy
+    round per topic (5,000 topics: ~0.5 s that way).  Rows are ordered by (topic, partition id)."""
+    k = len(topics)
+    over, over_topic = _overrides_rows([t[3] for t in topics])
+    over_key = (over_topic << 32) | over.partition_id.astype(np.int64)
+    parts, keys = [over], [over_key]
+    by_block: dict[int, tuple[PartitionBlock, list[int]]] = {}
+    for i, (block, start, stop, _ov) in enumerate(topics):
+        if block is not None and stop > start:
+            by_block.setdefault(id(block), (block, []))[1].append(i)
+    for block, members in by_block.values():
+        at = np.array(members, dtype=np.int64)
+        first = np.array([topics[i][1] for i in members], dtype=np.int64)
+        lengths = np.array([topics[i][2] for i in members], dtype=np.int64) - first
+        ends = np.cumsum(lengths)
+        rows = np.repeat(first - (ends - lengths), lengths) + np.arange(int(ends[-1]), dtype=np.int64)
+        key = (np.repeat(at, lengths) << 32) | block.partition_id[rows].astype(np.int64)
+        if len(over_key):
+            keep = ~np.isin(key, over_key)
+            rows, key = rows[keep], key[keep]
+        reps, ro = _take(block.replicas, block.replicas_offsets, rows)
+        isr, io = _take(block.isr, block.isr_offsets, rows)
+        if len(block.directories):
+            dirs, do = _take(block.directories, block.directories_offsets, rows)
+        else:
+            dirs, do = np.zeros((0, 16), dtype=np.uint8), np.zeros(len(rows) + 1, dtype=np.int32)
+        parts.append(TopicRows(block.partition_id[rows], block.leader[rows], block.leader_epoch[rows], reps, ro, isr,
+                               io, dirs, do))
+        keys.append(key)
+    both = _concat_all(parts)
+    key = np.concatenate(keys)
+    order = np.argsort(key, kind="stable")
+    reps, ro = _take(both.replicas, both.replicas_offsets, order)
+    isr, io = _take(both.isr, both.isr_offsets, order)
+    dirs, do = _take(both.directories, both.directories_offsets, order)
+    rows_out = TopicRows(both.partition_id[order], both.leader[order], both.leader_epoch[order], reps, ro, isr, io,
+                         dirs, do)
+    bounds = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(np.bincount(key >> 32, minlength=k), out=bounds[1:])
+    return rows_out, bounds
 
 
 def _rows_of(offsets: I32s, n: int) -> npt.NDArray[np.intp]:

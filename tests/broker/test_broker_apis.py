@@ -180,12 +180,12 @@ def test_cluster_changes_after_partition_changes_and_new_topics_slice_the_blocks
                             leader_epoch=0, partition_epoch=0, removing_replicas=[], adding_replicas=[])
           for i in range(3)]]))
     calls = []
-    piece = apis._topic_piece
+    many = apis._encode_many
 
-    def spy(*args, **kwargs):
-        calls.append(args[2].name)
-        return piece(*args, **kwargs)
-    apis._topic_piece = spy
+    def spy(shape, image, objects, todo, *args):
+        calls.extend(objects[i].name for i in todo)
+        return many(shape, image, objects, todo, *args)
+    apis._encode_many = spy
     fast_equals_object_path(apis, all_request(version), version)
     assert sorted(calls) == ["late", "t1"], "a new image re-encoded topics that did not change"
     apis.metadata_response(MR(topics=[MR.MetadataRequestTopic(name="late")]), version)

@@ -61,3 +61,38 @@ def test_topic_rows_equal_a_block_of_the_same_registrations(seed: int) -> None:
         a, ao = encode_block_partitions(got, table, version)
         b, bo = encode_block_partitions(want, table, version)
         assert a == b and np.array_equal(ao, bo)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_topics_rows_equal_topic_rows_topic_by_topic(seed: int) -> None:
+    """Many topics at once (two shared blocks, topics without a block, empty topics, overrides
+    replacing rows and adding partitions): topic ``k``'s rows equal its own ``topic_rows``."""
+    from kraft_node.broker.metadata_encoding import topics_rows
+    rng = random.Random(seed)
+    blocks = []
+    for _ in range(2):
+        pids = [p for t in range(6) for p in sorted(rng.sample(range(20), 4))]
+        blocks.append((PartitionBlock.from_registrations(pids, [_registration(rng) for _ in pids]), pids))
+    topics = []
+    for _ in range(rng.randint(1, 14)):
+        block, _pids = rng.choice(blocks)
+        t = rng.randrange(6)
+        start, stop = (t * 4, t * 4 + 4) if rng.random() < 0.8 else (0, 0)
+        if rng.random() < 0.2:
+            block, start, stop = None, 0, 0
+        overrides = {p: _registration(rng) for p in rng.sample(range(25), rng.randint(0, 5))}
+        topics.append((block, start, stop, overrides))
+    rows, bounds = topics_rows(topics)
+    assert bounds[0] == 0 and bounds[-1] == len(rows)
+    for k, (block, start, stop, overrides) in enumerate(topics):
+        want = topic_rows(block, start, stop, overrides)
+        a, b = int(bounds[k]), int(bounds[k + 1])
+        assert b - a == len(want)
+        for name in ("partition_id", "leader", "leader_epoch"):
+            assert np.array_equal(getattr(rows, name)[a:b], getattr(want, name)), name
+        for values, offsets in (("replicas", "replicas_offsets"), ("isr", "isr_offsets"),
+                                ("directories", "directories_offsets")):
+            got_o = getattr(rows, offsets)[a:b + 1]
+            got = getattr(rows, values)[got_o[0]:got_o[-1]]
+            assert np.array_equal(got, getattr(want, values)), values
+            assert np.array_equal(got_o - got_o[0], getattr(want, offsets)), offsets
