@@ -203,6 +203,8 @@ class KafkaServer:
         self._conns: set[_ServerConnection] = set()
         #: connections with answers not yet handed to their transport (see _ServerConnection.answered)
         self._unflushed: list[_ServerConnection] = []
+        #: api key -> (the handler seen, whether it is pipelined): see _is_pipelined
+        self._pipelined_cache: dict[int, tuple[Any, bool]] = {}
 
     def advertised_api_keys(self) -> set[int]:
         """What ApiVersions lists: the keys with a handler, and ApiVersions itself."""
@@ -253,11 +255,19 @@ class KafkaServer:
 
     # ------------------------------------------------------------ one request
     def _is_pipelined(self, payload: bytes) -> bool:
-        """Whether the request in ``payload`` is for a :func:`pipelined` handler."""
+        """Whether the request in ``payload`` is for a :func:`pipelined` handler.  Asked per
+        request: the answer is cached per api key, with the handler it was computed for (a
+        replaced handler, or a replaced handlers dict, is looked at again)."""
         if len(payload) < 2:
             return False
-        handler = self.handlers.get(_KEY.unpack_from(payload)[0])
-        return handler is not None and getattr(handler, "pipelined", False)
+        key = _KEY.unpack_from(payload)[0]
+        handler = self.handlers.get(key)
+        cached = self._pipelined_cache.get(key)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        flag = handler is not None and bool(getattr(handler, "pipelined", False))
+        self._pipelined_cache[key] = (handler, flag)
+        return flag
 
     def _dispatch(self, conn: "_ServerConnection", payload: bytes, slot: _Slot) -> None:
         """Decode one request and run its handler; the answer reaches ``conn.answered``

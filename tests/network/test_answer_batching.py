@@ -305,3 +305,27 @@ def test_decode_request_is_the_same_from_its_codec_table_and_still_refuses_unsup
     struct.pack_into(">h", bad, 2, 99)  # a version nobody supports
     with pytest.raises(UnsupportedApiError):
         decode_request(bytes(bad))
+
+
+def test_the_pipelined_flag_is_cached_per_handler_and_follows_a_replaced_handler():
+    """``_is_pipelined`` runs per request and caches per api key; replacing the handlers (the
+    broker swaps its whole dict when it starts serving) or one handler must be seen."""
+    from kraft_node.network.server import KafkaServer, pipelined
+
+    @pipelined
+    def fast(ctx, body):
+        return None
+
+    def plain(ctx, body):
+        return None
+
+    payload = int(ApiKeys.BROKER_HEARTBEAT).to_bytes(2, "big") + b"\x00\x01" + b"\x00" * 8
+    server = KafkaServer("127.0.0.1", 0, {int(ApiKeys.BROKER_HEARTBEAT): fast})
+    assert server._is_pipelined(payload) and server._is_pipelined(payload)
+    server.handlers = {int(ApiKeys.BROKER_HEARTBEAT): plain}
+    assert not server._is_pipelined(payload)
+    server.handlers[int(ApiKeys.BROKER_HEARTBEAT)] = fast
+    assert server._is_pipelined(payload)
+    del server.handlers[int(ApiKeys.BROKER_HEARTBEAT)]
+    assert not server._is_pipelined(payload)
+    assert not server._is_pipelined(b"\x00")  # too short for an api key

@@ -164,7 +164,7 @@ class EventQueue:
         """Queue ``event`` at the tail; if it has not started by ``deadline_ns`` it gets
         ``handle_exception(ControllerTimeoutError())`` then (REQUEST_TIMED_OUT, no message,
         as Kafka's TimeoutException) and never runs."""
-        self._enqueue_ready(event, int(deadline_ns), prepend=False)
+        self._enqueue_ready(event, deadline_ns if type(deadline_ns) is int else int(deadline_ns), False)
 
     def schedule_deferred(self, tag: str | None, deadline_ns: int, event: Event, *,
                           keep_earlier: bool = False) -> None:
@@ -349,7 +349,16 @@ class EventQueue:
                 entry = ready.popleft()
                 while not entry.live:
                     entry = ready.popleft()
-                self._kill(entry)
+                if entry.in_lane:  # _kill, inlined for the common entry (untagged, in the lane)
+                    entry.live = False
+                    self._ready_live -= 1
+                    if self._ready_live == 0:
+                        ready.clear()
+                    self._lane_live -= 1
+                    if self._lane_live == 0:
+                        lane.clear()
+                else:
+                    self._kill(entry)
                 now = self._run_entry(entry, now, entry.enqueued_ns)
                 handled += 1
                 continue  # _run_entry read the clock when the event ended

@@ -836,9 +836,9 @@ class QuorumController:
         """Record a heartbeat's arrival -- called by the RPC layer *before* the heartbeat event
         is queued, so a busy loop never fences a live broker (KAFKA-15019).  False when this
         controller is not active (answer NOT_CONTROLLER)."""
-        if not self.active:
+        if self.claim_epoch == -1:  # not active (the property, inlined: this runs per heartbeat)
             return False
-        return bool(self.cluster_control.track_broker_heartbeat(broker_id, broker_epoch))
+        return self.cluster_control.track_broker_heartbeat(broker_id, broker_epoch) is True
 
     def process_broker_heartbeat(self, request: Any, *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
         """BrokerHeartbeat: the broker's state transition (unfence when caught up, fence,
