@@ -82,7 +82,7 @@ from kraft_node.protocol.framing import encode_response
 from kraft_node.protocol.generated.describe_cluster import DescribeClusterResponse
 from kraft_node.protocol.generated.describe_topic_partitions import DescribeTopicPartitionsResponse
 from kraft_node.protocol.generated.metadata import MetadataResponse
-from kraft_storage.messages.runtime import ZERO_UUID, Writer, uvarint_bytes
+from kraft_storage.messages.runtime import ZERO_UUID, Uuid, Writer, uvarint_bytes
 
 __all__ = ["BrokerApis", "Handler", "TOPIC_AUTHORIZED_OPERATIONS", "CLUSTER_AUTHORIZED_OPERATIONS",
            "AUTHORIZED_OPERATIONS_OMITTED", "splice_metadata_topics", "MAX_REQUEST_PARTITION_SIZE_LIMIT"]
@@ -221,16 +221,17 @@ class _TopicBytes:
     __slots__ = ("cluster", "by_id", "answer", "blocks", "table", "prefixes", "previous")
 
     def __init__(self, cluster: ClusterImage, listener: str,
-                 prefixes: dict[int, tuple[TopicImage, bytes]] | None = None,
+                 prefixes: dict[str, tuple[Uuid, int, bytes]] | None = None,
                  previous: _Answer | None = None) -> None:
         self.cluster = cluster
         self.table = BrokerTable.of(cluster, listener)
         self.by_id: dict[int, tuple[TopicImage, bytes]] = {}
         self.blocks: dict[int, tuple[Rows, bytes, npt.NDArray[np.int64] | None]] = {}
-        # id(TopicImage) -> (it, its bytes before the partitions): they do not depend on the
-        # cluster, so a new ClusterImage (a broker fenced) hands them to the next shape and only
-        # the partitions are encoded again (issue 24: the first answer after a cluster change)
-        self.prefixes: dict[int, tuple[TopicImage, bytes]] = {} if prefixes is None else prefixes
+        # topic name -> (its id, its partition count, its bytes before the partitions): they do
+        # not depend on the cluster, so a new ClusterImage (a broker fenced) hands them to the
+        # next shape, and not on the partitions' state, so a topic whose leaders moved (a new
+        # TopicImage) keeps its prefix (issue 24: the first answer after a cluster change)
+        self.prefixes: dict[str, tuple[Uuid, int, bytes]] = {} if prefixes is None else prefixes
         self.answer: _Answer | None = None
         #: the last all-topics answer of the shape this one replaces (another ClusterImage): its
         #: topics that are still the same objects are sliced again from their blocks' new rows
@@ -554,21 +555,23 @@ class BrokerApis:
             live = set(map(id, blocks))
             shape.blocks = {k: v for k, v in shape.blocks.items() if k in live}
         if len(shape.prefixes) > 2 * n + 64:
-            kept = set(map(id, objects))
-            shape.prefixes = {k: v for k, v in shape.prefixes.items() if k in kept}
+            live_names = set(topics.topics_by_name)
+            shape.prefixes = {k: v for k, v in shape.prefixes.items() if k in live_names}
         answer = shape.answer = _Answer(topics, objects, framed, offsets, blocks, block_of, row_start, row_stop,
                                         prefix_len, positions)
         return answer, framed
 
     def _prefix(self, shape: _TopicBytes, topic: TopicImage, count: int, version: int) -> bytes:
-        """A topic's bytes before its partitions (cached per TopicImage object, for every cluster)."""
-        key = id(topic)
-        hit = shape.prefixes.get(key)
-        if hit is None or hit[0] is not topic:
-            name = topic.name
-            hit = shape.prefixes[key] = (topic, topic_prefix(name, topic.topic_id.bytes, is_internal_topic(name),
-                                                             count, version))
-        return hit[1]
+        """A topic's bytes before its partitions (error, name, id, internal, the partition count),
+        cached by name for every cluster and TopicImage of the topic (a name re-created with
+        another id, or a partition count changed, misses)."""
+        name = topic.name
+        hit = shape.prefixes.get(name)
+        tid = topic.topic_id
+        if hit is None or hit[1] != count or (hit[0] is not tid and hit[0] != tid):
+            hit = shape.prefixes[name] = (tid, count, topic_prefix(name, tid.bytes, is_internal_topic(name), count,
+                                                                   version))
+        return hit[2]
 
     def _encode_many(self, shape: _TopicBytes, image: MetadataImage, objects: list[TopicImage], todo: list[int],
                      version: int, listener: str, ops: int, suffix: bytes, buffers: list[bytes], blocks: list[Rows],

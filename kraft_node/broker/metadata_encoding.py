@@ -168,7 +168,7 @@ def topic_rows(block: PartitionBlock | None, start: int, stop: int,
     regs = [overrides[p] for p in pids]
     o_reps, o_ro = _lists([r.replicas for r in regs])
     o_isr, o_io = _lists([r.isr for r in regs])
-    dirs = [() if all(d == _MIGRATING for d in r.directories) else r.directories for r in regs]
+    dirs = [() if r.directories.count(_MIGRATING) == len(r.directories) else r.directories for r in regs]
     o_dirs, o_do = _lists(dirs)
     raw = np.frombuffer(b"".join(d.bytes for d in o_dirs), dtype=np.uint8).reshape(len(o_dirs), 16)
     over = TopicRows(np.array(pids, dtype=np.int32), np.array([r.leader for r in regs], dtype=np.int32),
@@ -232,7 +232,8 @@ def _overrides_rows(overrides: list[Mapping[int, PartitionRegistration]]) -> tup
         counts.append(len(ids))
     reps, ro = _lists([r.replicas for r in regs])
     isr, io = _lists([r.isr for r in regs])
-    dirs, do = _lists([() if all(d == _MIGRATING for d in r.directories) else r.directories for r in regs])
+    dirs, do = _lists([() if r.directories.count(_MIGRATING) == len(r.directories) else r.directories
+                       for r in regs])
     raw = np.frombuffer(b"".join(d.bytes for d in dirs), dtype=np.uint8).reshape(len(dirs), 16)
     rows = TopicRows(np.array(pids, dtype=np.int32), np.array([r.leader for r in regs], dtype=np.int32),
                      np.array([r.leader_epoch for r in regs], dtype=np.int32), np.array(reps, dtype=np.int32), ro,

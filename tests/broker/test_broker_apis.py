@@ -147,12 +147,12 @@ def test_cluster_change_reencodes_partitions_and_keeps_topic_prefixes(version):
     images = [sample_image(brokers=3, topics=6, partitions=4, rf=3)]
     apis = make_apis(images)
     fast_equals_object_path(apis, all_request(version), version)
-    before = {k: v[1] for k, v in apis._topic_bytes[(version, "PLAINTEXT", False)].prefixes.items()}
+    before = {k: v[2] for k, v in apis._topic_bytes[(version, "PLAINTEXT", False)].prefixes.items()}
     assert len(before) == 6
     images.append(apply_records(images[-1], [m.FenceBrokerRecord(id=1, epoch=101)]))
     fenced = fast_equals_object_path(apis, all_request(version), version)
     prefixes = apis._topic_bytes[(version, "PLAINTEXT", False)].prefixes
-    assert all(prefixes[k][1] is v for k, v in before.items()), "prefixes not carried over"
+    assert all(prefixes[k][2] is v for k, v in before.items()), "prefixes not carried over"
     _, resp = decode_response(fenced[4:], 3, version)
     if version >= 5:
         assert all(1 in p.offline_replicas for t in resp.topics for p in t.partitions if 1 in p.replica_nodes)
