@@ -1,7 +1,8 @@
 """The broker's "all topics" Metadata answer (issue 24's target), including its encoding.
 
     python benchmarks/bench_broker_metadata.py [--topics 5000] [--partitions 10] [--rf 3]
-                                               [--brokers 3] [--version 12] [--runs 21] [--out F.md]
+                                               [--brokers 3] [--version 12] [--runs 21]
+                                               [--leader-runs 7] [--out F.md]
 
 The image is loaded as a restarted broker loads a snapshot (``bulk_delta``: partitions in
 columnar blocks).  Each figure is the time of ``BrokerApis.encode_metadata`` -- the framed
@@ -13,7 +14,13 @@ response bytes ready for the socket -- for a Metadata v12 request with ``topics 
   only that topic is encoded again, the other topics' bytes are reused by identity;
 * ``cluster change``: the first request after an image that fenced a broker (every partition's
   errors and offline replicas may change, so every topic is encoded again, from the block's
-  columns by :mod:`kraft_node.broker.metadata_encoding`).
+  columns by :mod:`kraft_node.broker.metadata_encoding`; the previous answer's topics are
+  re-sliced with numpy, one ``join_slices`` copy);
+* ``leaders moved`` (``--leader-runs`` times, after the cases above, on their own image chain):
+  what a controller writes when it fences a broker -- the FenceBrokerRecord and a
+  PartitionChangeRecord for every partition the broker led (a new leader, the ISR without it):
+  every topic changed (overrides beside the block) and the cluster too; then the unfence that
+  follows, where every topic has overrides and is re-sliced from the rows they were gathered into.
 
 Kafka's KRaftMetadataRequestBenchmark measures 21.8 ms for the same layout (PR #18801);
 issue 24's targets: p50 <= 5 ms warm, <= 10 ms after a new image.
@@ -49,6 +56,7 @@ def main() -> None:
     ap.add_argument("--brokers", type=int, default=3)
     ap.add_argument("--version", type=int, default=12)
     ap.add_argument("--runs", type=int, default=21)
+    ap.add_argument("--leader-runs", type=int, default=7, help="runs of the 'leaders moved' cases")
     ap.add_argument("--out", default=None, help="write the figures as markdown to this file")
     args = ap.parse_args()
 
@@ -81,8 +89,27 @@ def main() -> None:
         holder.append(apply_records(holder[-1], [unfence]))
         timed()
 
+    moved, after_moved = [], []
+    holder.append(base)
+    for i in range(args.leader_runs):
+        b = i % args.brokers
+        records: list[object] = [m.FenceBrokerRecord(id=b, epoch=100 + b)]
+        for t in range(args.topics):
+            for p in range(args.partitions):
+                replicas = [(p + t + k) % args.brokers for k in range(min(args.rf, args.brokers))]
+                if replicas[0] == b and len(replicas) > 1:  # the sample's leader: the first replica
+                    records.append(m.PartitionChangeRecord(partition_id=p, topic_id=topic_uuid(t), leader=replicas[1],
+                                                           isr=[r for r in replicas if r != b]))
+        holder.append(apply_records(holder[-1], records))
+        moved.append(timed())
+        holder.append(apply_records(holder[-1], [m.UnfenceBrokerRecord(id=b, epoch=100 + b)]))
+        after_moved.append(timed())
+
     rows = [("warm (same image)", warm), ("first after a new image (one partition changed)", new_image),
             ("first after a cluster change (a broker fenced: every topic re-encoded)", cluster_change)]
+    if args.leader_runs:
+        rows += [("first after a fence with its leaders moved (every topic and the cluster changed)", moved),
+                 ("first after the unfence that follows (every topic has overrides: re-sliced)", after_moved)]
     cmd = "python benchmarks/bench_broker_metadata.py " + " ".join(sys.argv[1:])
     lines = [f"# Broker Metadata all-topics (v{args.version}), {args.topics} topics x {args.partitions} partitions, "
              f"RF {args.rf}, {args.brokers} brokers", "",

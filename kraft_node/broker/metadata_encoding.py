@@ -29,12 +29,15 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from kraft_node.metadata.controller.cluster_control import DirectoryId
+from kraft_node.metadata.controller.replication_control import DirectoryId as ReplicationDirectoryId
 from kraft_node.metadata.controller.replication_control import PartitionRegistration
 from kraft_node.metadata.image.cluster import ClusterImage
 from kraft_node.metadata.image.partition_block import PartitionBlock
@@ -154,7 +157,8 @@ def _lists(items: list[Any]) -> tuple[list[Any], I32s]:
     return [v for x in items for v in x], offsets
 
 
-_MIGRATING = DirectoryId.MIGRATING
+#: the registrations' MIGRATING object (replication_control's: ``tuple.count`` finds it by identity)
+_MIGRATING = ReplicationDirectoryId.MIGRATING
 
 
 def topic_rows(block: PartitionBlock | None, start: int, stop: int,
@@ -221,7 +225,8 @@ def _concat_all(parts: list[TopicRows]) -> TopicRows:
 
 def _overrides_rows(overrides: list[Mapping[int, PartitionRegistration]]) -> tuple[TopicRows, npt.NDArray[np.int64]]:
     """Every override of every topic as rows (topic by topic, partition ids ascending), and the
-    topic index of each row."""
+    topic index of each row.  The loops over registrations are C's (map, attrgetter, chain,
+    fromiter): after leaders moved every partition may be an override."""
     pids: list[int] = []
     regs: list[PartitionRegistration] = []
     counts: list[int] = []
@@ -230,14 +235,21 @@ def _overrides_rows(overrides: list[Mapping[int, PartitionRegistration]]) -> tup
         pids += ids
         regs += map(ov.__getitem__, ids)
         counts.append(len(ids))
-    reps, ro = _lists([r.replicas for r in regs])
-    isr, io = _lists([r.isr for r in regs])
-    dirs, do = _lists([() if r.directories.count(_MIGRATING) == len(r.directories) else r.directories
-                       for r in regs])
+    n = len(regs)
+
+    def ints(name: str) -> I32s:
+        return np.fromiter(map(attrgetter(name), regs), dtype=np.int32, count=n)
+
+    def int_lists(name: str) -> tuple[I32s, I32s]:
+        items = list(map(attrgetter(name), regs))
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=n), out=offsets[1:])
+        return np.fromiter(chain.from_iterable(items), dtype=np.int32, count=int(offsets[-1])), offsets
+    reps, ro = int_lists("replicas")
+    isr, io = int_lists("isr")
+    dirs, do = _lists([() if d.count(_MIGRATING) == len(d) else d for d in map(attrgetter("directories"), regs)])
     raw = np.frombuffer(b"".join(d.bytes for d in dirs), dtype=np.uint8).reshape(len(dirs), 16)
-    rows = TopicRows(np.array(pids, dtype=np.int32), np.array([r.leader for r in regs], dtype=np.int32),
-                     np.array([r.leader_epoch for r in regs], dtype=np.int32), np.array(reps, dtype=np.int32), ro,
-                     np.array(isr, dtype=np.int32), io, raw, do)
+    rows = TopicRows(np.array(pids, dtype=np.int32), ints("leader"), ints("leader_epoch"), reps, ro, isr, io, raw, do)
     return rows, np.repeat(np.arange(len(overrides), dtype=np.int64), counts)
 
 
