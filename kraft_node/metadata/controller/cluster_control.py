@@ -460,6 +460,10 @@ class ClusterControlManager:
             lifecycle if lifecycle is not None else _RegistrationRecordsOnly(self, broker_unclean_shutdown_handler))
         self._brokers: Any = TimelineHashMap(snapshot_registry)           # id -> BrokerRegistration
         self._register_offsets: Any = TimelineHashMap(snapshot_registry)  # id -> offset
+        #: the metadata.version last asked whether it assigns directories, and its answer
+        #: (heartbeats ask every time; a version's answer never changes)
+        self._directory_assignment_mv: MetadataVersion | None = None
+        self._directory_assignment_supported = False
         self._controllers: Any = TimelineHashMap(snapshot_registry)       # id -> ControllerRegistration
         self._directory_owner: Any = TimelineHashMap(snapshot_registry)   # Uuid -> broker id
         self._heartbeat_manager: BrokerHeartbeatManager | None = None
@@ -718,7 +722,9 @@ class ClusterControlManager:
         registration: BrokerRegistration | None = self._brokers.get(broker_id)
         if registration is None or registration.epoch != broker_epoch:
             self.check_broker_epoch(broker_id, broker_epoch)  # raises, with Kafka's message
-        manager = self.heartbeat_manager
+        manager = self._heartbeat_manager
+        if manager is None:
+            raise RuntimeError("ClusterControlManager is not active.")
         lifecycle = self._lifecycle
         states = manager.calculate_next_broker_state(
             broker_id, request, register_offset,
@@ -746,7 +752,11 @@ class ClusterControlManager:
         if should_shut_down:
             # The broker exits now: its session ends, so its next incarnation may register at once.
             manager.remove_session(broker_id, broker_epoch)
-        if self._metadata_version().is_directory_assignment_supported():
+        mv = self._metadata_version()
+        if mv is not self._directory_assignment_mv:  # the answer per metadata.version, kept
+            self._directory_assignment_mv = mv
+            self._directory_assignment_supported = mv.is_directory_assignment_supported()
+        if self._directory_assignment_supported:
             lifecycle.directories_offline(broker_id, broker_epoch, request.offline_log_dirs, records)
         # replies are immutable and few: one shared instance per combination of the four flags
         return _HEARTBEAT_REPLIES[(request.current_metadata_offset >= register_offset) << 3

@@ -426,6 +426,12 @@ class EventQueue:
         """The queue's clock (monotonic ns, or the simulator's virtual time)."""
         return self._clock_ns()
 
+    @property
+    def clock(self) -> Callable[[], int]:
+        """The clock itself (for a caller that reads it per event: one call less than
+        :meth:`now_ns`)."""
+        return self._clock_ns
+
     def size(self) -> int:
         """Queued events plus the one running, if any (Kafka's ``size``)."""
         return self._size

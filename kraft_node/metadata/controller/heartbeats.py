@@ -255,12 +255,14 @@ class BrokerHeartbeatManager:
         """Set a registered broker's fencing state and reported offset.  A fenced broker leaves
         controlled shutdown (its next heartbeat then gets SHUTDOWN_NOW).  RuntimeError if the
         broker is not registered."""
-        broker = self._state_or_raise(broker_id)
+        broker = self._brokers.get(broker_id)  # (_state_or_raise and shutting_down, inlined: per heartbeat)
+        if broker is None:
+            raise RuntimeError(f"Broker {broker_id} is not registered.")
         broker.fenced = fenced
         broker.metadata_offset = metadata_offset
         if fenced:
             broker.controlled_shutdown_offset = -1
-        if fenced or broker.shutting_down:
+        if fenced or broker.controlled_shutdown_offset >= 0:
             self._active.pop(broker_id, None)
         else:
             self._active[broker_id] = metadata_offset

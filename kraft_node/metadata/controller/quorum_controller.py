@@ -403,7 +403,7 @@ class QuorumController:
         self.current_event = ""
         from kraft_node.metadata.controller.performance import EventPerformanceMonitor
         self.performance = EventPerformanceMonitor(
-            queue.now_ns if hasattr(queue, "now_ns") else (lambda: clock_ms() * 1_000_000),
+            getattr(queue, "clock", None) or getattr(queue, "now_ns", None) or (lambda: clock_ms() * 1_000_000),
             sample_period_ms=int(getattr(settings, "controller_performance_sample_period_ms", 60_000)),
             always_log_threshold_ms=int(getattr(settings, "controller_performance_always_log_threshold_ms", 2000)),
             metrics=metrics)
