@@ -36,6 +36,13 @@ registered without the listener, and LEADER_NOT_AVAILABLE when it is not registe
 partitions are a slice of its block's encoded rows; ``which`` int32, ``starts``/``stops``
 int64 byte offsets).  An index outside ``buffers`` or a slice outside its buffer raises
 IndexError naming the topic.
+
+``join_slices(buffers, which, starts, stops)`` -> ``bytes``: ``buffers[which[i]][starts[i]:stops[i]]``
+for every ``i``, concatenated (``which`` int32, ``starts``/``stops`` int64, ``buffers`` a list
+of bytes).  Why: the first all-topics answer after a cluster change is every topic's old prefix,
+its block's new rows and its old suffix, and the response frame's ends around them -- 3 slices
+a topic, copied once.  Every slice is checked before anything is copied: IndexError naming the
+slice; a buffer that is not bytes is a TypeError, arrays of different lengths a ValueError.
 """
 from __future__ import annotations
 

@@ -30,15 +30,26 @@ being created it is answered LEADER_NOT_AVAILABLE, as Kafka's AutoTopicCreationM
 
 Performance of Metadata "all topics" (issue 24's target: 5,000 topics x 10 partitions in
 <= 5 ms warm, <= 10 ms on the first request after a new image): the generated encoder costs
-microseconds per partition, so each topic's encoded ``MetadataResponseTopic`` bytes are cached
-per answer shape ``(version, listener, topic authorized operations asked)`` and keyed by topic
-id, valid while the image's ``TopicImage`` object is the same one (images share unchanged
-topics by identity) and the ``ClusterImage`` (broker liveness, listeners, directories: the
-inputs of the partition errors and offline replicas) is the same object.  The whole topics
-array of an all-topics answer is also kept for the last ``(TopicsImage, ClusterImage)``.
-A request's frame is then the small head (brokers, cluster id, controller id) encoded by the
-generated code with an empty topics array, and the cached topics bytes spliced in
-(:func:`splice_metadata_topics`); the bytes go to the connection as they are.
+microseconds per partition, so partitions are encoded from columns by the ``_metadata_encode``
+kernel (:mod:`.metadata_encoding`): a block's rows all at once, and a topic with overrides (or
+no block) gathered with the other changed topics into one :class:`TopicRows`.  Per answer shape
+``(version, listener, topic authorized operations asked)`` and ClusterImage (broker liveness,
+listeners, directories: the inputs of the partition errors and offline replicas) the last
+all-topics answer is kept as an :class:`_Answer`: the response frame that carried it, each
+topic's byte offsets, and where each topic's partitions came from (block, rows, prefix length)
+as numpy arrays.  The next answer is made from it with no Python step per kept topic:
+
+* the same image: the kept bytes, spliced behind a new head (one copy);
+* a new image, the same cluster: the kept topics' bytes copied whole; the new or changed ones
+  (found by identity, in place) encoded together;
+* a new cluster (a broker fenced): every kept topic is its old prefix, its block's rows encoded
+  again for the new cluster (one kernel call a block), and its old suffix -- offsets by numpy,
+  bytes by one ``join_slices`` call straight into the response frame.
+
+A named-topic request's topics are cached per shape by TopicImage identity (``by_id``).  The
+frame head (brokers, cluster id, controller id) is encoded by the generated code with an empty
+topics array and split around it (:func:`splice_metadata_topics`); the bytes go to the
+connection as they are.
 """
 from __future__ import annotations
 

@@ -23,6 +23,13 @@ flag per replica.
 The errors and lists follow :func:`kraft_node.broker.metadata_cache.partition_view` (Kafka's
 getPartitionMetadata); the tests compare this encoder's bytes with the generated encoder's on
 images with fenced, unregistered and listener-less brokers and offline directories.
+
+A topic whose partitions are not all rows of one block (a delta changed some: they are
+overrides beside the block; or it was created by records) is made into :class:`TopicRows` --
+the block's columns that the encoder reads, in partition-id order -- by :func:`topic_rows`, or,
+for every changed topic of an answer at once, by :func:`topics_rows` (one gather a block, the
+overrides read with C loops, one sort), so it is encoded by the same kernel call and re-sliced
+after a cluster change like the block rows.
 """
 from __future__ import annotations
 
