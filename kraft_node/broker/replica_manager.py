@@ -23,7 +23,9 @@ Purgatories (Kafka's ``DelayedProduce`` / ``DelayedFetch``), on the broker's asy
   (REQUEST_TIMED_OUT).  It is checked whenever a watched partition's high watermark moves;
 * a fetch that found fewer than ``min_bytes`` waits up to ``max_wait_ms`` and is re-run when a
   watched partition is appended to or its high watermark moves (or it becomes stale: a
-  leadership change wakes it too).
+  leadership change wakes it too).  A woken fetch is first asked ``may_complete()`` (Kafka's
+  ``DelayedFetch.tryComplete`` compares offsets before reading): a follower's fetch is not
+  re-read for a high watermark move, a consumer's not for an append below the high watermark.
 
 Hooks for the follower side (H5):
 
