@@ -260,17 +260,19 @@ def _overrides_rows(overrides: list[Mapping[int, PartitionRegistration]]) -> tup
     return rows, np.repeat(np.arange(len(overrides), dtype=np.int64), counts)
 
 
-def topics_rows(topics: list[tuple[PartitionBlock | None, int, int, Mapping[int, PartitionRegistration]]]
+def topics_rows(topics: list[tuple[Rows | None, int, int, Mapping[int, PartitionRegistration]]]
                 ) -> tuple[TopicRows, npt.NDArray[np.int64]]:
     """:func:`topic_rows` of many topics at once: ``(rows, bounds)``, topic ``k``'s partitions
     being rows ``bounds[k] .. bounds[k + 1] - 1``.  Why: after the controller moves leaders
     (a broker fenced) every topic has overrides; one gather a block and one sort beat a numpy
-    round per topic (5,000 topics: ~0.5 s that way).  Rows are ordered by (topic, partition id)."""
+    round per topic (5,000 topics: ~0.5 s that way).  Rows are ordered by (topic, partition id).
+    A "block" may be a :class:`TopicRows` (a topic's previous rows, with the overrides changed
+    since as ``overrides``)."""
     k = len(topics)
     over, over_topic = _overrides_rows([t[3] for t in topics])
     over_key = (over_topic << 32) | over.partition_id.astype(np.int64)
     parts, keys = [over], [over_key]
-    by_block: dict[int, tuple[PartitionBlock, list[int]]] = {}
+    by_block: dict[int, tuple[Rows, list[int]]] = {}
     for i, (block, start, stop, _ov) in enumerate(topics):
         if block is not None and stop > start:
             by_block.setdefault(id(block), (block, []))[1].append(i)
