@@ -267,6 +267,8 @@ def _block_rows(shape: _TopicBytes, block: Rows, version: int) -> tuple[Rows, by
 #: what :meth:`BrokerApis._topic_piece` says of a topic's bytes: (block, first row, end row,
 #: prefix length) when they are a block slice, else None
 _Span = tuple[Rows, int, int, int]
+#: a previous answer's topics, block_of, row_start and row_stop as lists (read once a topic)
+_PrevRows = tuple[list[TopicImage], list[int], list[int], list[int]]
 #: own blocks (:meth:`BrokerApis._own_block`) kept when their dict is cut (the newest)
 _OWN_BLOCKS_KEPT = 16384
 
@@ -586,19 +588,19 @@ class BrokerApis:
         return hit[2]
 
     @staticmethod
-    def _changed_rows(objects: list[TopicImage], i: int, blocks: list[Rows], prev: _Answer | None
+    def _changed_rows(objects: list[TopicImage], i: int, blocks: list[Rows], prev: _PrevRows | None
                       ) -> tuple[Rows | None, int, int, Mapping[int, PartitionRegistration]]:
         """What :func:`topics_rows` needs for topic ``i`` (see :meth:`_encode_many`): its block
         rows and overrides, or its previous rows and the overrides changed since."""
         parts = objects[i].partitions
-        if prev is not None and i < len(prev.objects) and prev.block_of[i] >= 0:
-            old = prev.objects[i]
+        if prev is not None and i < len(prev[0]) and prev[1][i] >= 0:
+            old = prev[0][i]
             was = old.partitions
             if old.topic_id is objects[i].topic_id and was.block is parts.block and was.start == parts.start \
                     and was.stop == parts.stop and was.overrides.keys() <= parts.overrides.keys():
-                before = was.overrides
-                delta = {p: r for p, r in parts.overrides.items() if before.get(p) is not r}
-                return blocks[int(prev.block_of[i])], int(prev.row_start[i]), int(prev.row_stop[i]), delta
+                get = was.overrides.get
+                delta = {p: r for p, r in parts.overrides.items() if get(p) is not r}
+                return blocks[prev[1][i]], prev[2][i], prev[3][i], delta
         return parts.block, parts.start, parts.stop, parts.overrides
 
     def _encode_many(self, shape: _TopicBytes, image: MetadataImage, objects: list[TopicImage], todo: list[int],
@@ -621,7 +623,9 @@ class BrokerApis:
         spans: list[tuple[Rows, int, int] | None] = [objects[i].partitions.block_span() for i in todo]
         own = [k for k, span in enumerate(spans) if span is None and len(objects[todo[k]].partitions)]
         if own:
-            wanted = [self._changed_rows(objects, todo[k], blocks, prev) for k in own]
+            was = None if prev is None else (prev.objects, prev.block_of.tolist(), prev.row_start.tolist(),
+                                             prev.row_stop.tolist())
+            wanted = [self._changed_rows(objects, todo[k], blocks, was) for k in own]
             rows, bounds = topics_rows(wanted)
             cut = bounds.tolist()
             for j, k in enumerate(own):
