@@ -36,7 +36,7 @@ not use (helpers, cdef internals, the pure oracle's extras such as
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, Self
 
 import numpy as np
@@ -284,6 +284,14 @@ class IndexKernel(Protocol):
     @property
     def IndexSearcher(self) -> type[IndexSearcherLike]:
         """The searcher."""
+
+    @property
+    def FileMap(self) -> Callable[[int, int, bool], Any]:
+        """``FileMap(fd, length, writable)``: a shared mapping of ``length`` (> 0) bytes of the file
+        open on ``fd``: buffer protocol (writable if ``writable``), contiguous slice reads and
+        assignments, ``flush()`` (msync), ``close()`` (``BufferError`` while a buffer is
+        exported), ``closed``, ``len()``.  The native one keeps no descriptor once made (the
+        caller may close ``fd``)."""
 
     def plan_entries(self, positions: Any, sizes: Any, last_offsets: Any, max_timestamps: Any, base_offset: int,
                      interval: int, bytes_since: int, max_ts: int, offset_of_max_ts: int, last_time_ts: int,

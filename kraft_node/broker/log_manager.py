@@ -7,13 +7,27 @@ On-disk layout (Kafka's; one tree per log dir, next to ``meta.properties``)::
       recovery-point-offset-checkpoint     "<topic> <partition> <offset>" lines (Kafka's text format:
       log-start-offset-checkpoint          version 0, entry count, entries; kraft_storage.log.checkpoint)
       replication-offset-checkpoint        (the high watermarks)
+      .kafka_cleanshutdown                 {"version":0,"brokerEpoch":E}: every log of this dir closed
+                                           cleanly (written last at shutdown, deleted once loaded)
       <topic>-<partition>/                 a KafkaLog: segments, indexes, leader-epoch-checkpoint,
-                                           partition.metadata (the topic id), .kafka_cleanshutdown
+                                           partition.metadata (the topic id)
       <topic>-<partition>.<uuid hex>-delete/   a deleted log, removed after ``file.delete.delay.ms``
       <topic>-<partition>.<uuid hex>-stray/    a log the image does not assign here: kept for the operator
       __cluster_metadata-0/                the Raft log: never touched here
 
-Why the checkpoints: a log opened without its clean-shutdown marker is validated batch by
+Clean shutdown (Kafka's ``CleanShutdownFileHandler``): one marker per log dir, not one per
+partition log.  Why: a per-log marker cost an unlink and a directory fsync at every open and a
+write, fsync, rename and directory fsync at every close -- at 10k partition logs, tens of
+thousands of fsyncs on the start and shutdown paths (session 18).  The marker is written only
+when every log of that dir was closed cleanly (a failed close, or a log closed behind the
+manager's back without its flush -- the ReplicaManager does that when a producer snapshot fails
+-- leaves the dir unmarked: all its logs recover from their recovery points next time, which
+costs the scan of their active segments).  Its ``brokerEpoch`` is what the broker registers as
+``previousBrokerEpoch`` (KIP-966: the controller then knows the broker shut down cleanly); -1
+unless every log dir had one.  A partition log's own marker left by an older kraft is removed
+unread.
+
+Why the checkpoints: a log opened without a clean shutdown is validated batch by
 batch from its recovery point on (``KafkaLog.open(recovery_point=...)``); the recovery points
 say how much is known flushed, so a crash costs the recovery of the unflushed tail only.  The
 log start offsets survive DeleteRecords/retention, and the high watermarks let a restarted
@@ -49,6 +63,7 @@ directories (``shutil.rmtree`` in a worker thread).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -64,7 +79,7 @@ from kraft_storage.errors import KraftStorageError
 from kraft_storage.fileio import atomic_write, fsync_dir
 from kraft_storage.log.checkpoint import CheckpointFileError, format_checkpoint, parse_checkpoint
 from kraft_storage.log.config import LONG_MAX, LogConfig
-from kraft_storage.log.log import KafkaLog
+from kraft_storage.log.log import CLEAN_SHUTDOWN_FILE, KafkaLog
 from kraft_storage.log.partition_metadata import PARTITION_METADATA, read_partition_metadata, write_partition_metadata
 
 log = logging.getLogger("kraft.broker.logs")
@@ -72,6 +87,24 @@ log = logging.getLogger("kraft.broker.logs")
 __all__ = ["LogManager", "LogManagerSettings", "RECOVERY_POINT_CHECKPOINT", "LOG_START_OFFSET_CHECKPOINT",
            "REPLICATION_OFFSET_CHECKPOINT", "DELETE_DIR_SUFFIX", "parse_topic_partition_dir", "topic_log_config",
            "UNSUPPORTED_TOPIC_CONFIGS"]
+
+def _read_clean_shutdown(log_dir: str) -> int | None:
+    """The ``brokerEpoch`` of ``log_dir``'s clean-shutdown marker (-1 when it does not say or
+    cannot be read: still a clean shutdown, Kafka's rule), None when there is no marker."""
+    path = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        epoch = json.loads(raw).get("brokerEpoch", -1)
+        return int(epoch)
+    except (ValueError, AttributeError, TypeError):
+        log.warning("%s: unreadable clean-shutdown marker %r: taken as a clean shutdown of an unknown broker epoch",
+                    path, raw[:80])
+        return -1
+
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -283,6 +316,8 @@ class LogManager:
         #: (recovery point, start offset) restored at start, for logs not yet handed out
         self._started = False
         self._closed = False
+        #: the broker epoch of the last clean shutdown (every log dir marked), else -1 (startup sets it)
+        self.previous_broker_epoch = -1
         #: high watermarks from replication-offset-checkpoint (read at start)
         self.checkpointed_high_watermarks: dict[TopicPartition, int] = {}
         #: the current high watermark of each partition (set by the ReplicaManager), checkpointed
@@ -295,9 +330,16 @@ class LogManager:
         """Load every partition log in every log dir (Kafka's ``loadLogs``): recovery from the
         checkpointed recovery point when the log was not shut down cleanly.  Also removes the
         ``-delete`` directories left by a previous run (after the delete delay)."""
-        found: list[tuple[TopicPartition, str, int, int]] = []
+        found: list[tuple[TopicPartition, str, int, int, bool]] = []
+        marked: list[str] = []
+        epochs: list[int] = []
         for d in self.log_dirs:
             os.makedirs(d, exist_ok=True)
+            epoch = _read_clean_shutdown(d)
+            clean = epoch is not None
+            if clean:
+                marked.append(d)
+                epochs.append(epoch if epoch is not None else -1)
             recovery = _read_offsets(os.path.join(d, RECOVERY_POINT_CHECKPOINT))
             starts = _read_offsets(os.path.join(d, LOG_START_OFFSET_CHECKPOINT))
             self.checkpointed_high_watermarks.update(_read_offsets(os.path.join(d, REPLICATION_OFFSET_CHECKPOINT)))
@@ -322,11 +364,11 @@ class LogManager:
                                        "future replica. Recover broker from this failure by manually deleting "
                                        "one of the two directories for this partition.")
                 self._assign_dir(tp, d)
-                found.append((tp, path, recovery.get(tp, 0), starts.get(tp, 0)))
+                found.append((tp, path, recovery.get(tp, 0), starts.get(tp, 0), clean))
         # opened in parallel: a clean open costs an fsync, an unclean one the recovery of its tail
         with ThreadPoolExecutor(max_workers=OPEN_THREADS, thread_name_prefix="kraft-log-load") as pool:
             loaded = list(pool.map(self._load_one, found))
-        for (tp, path, _rp, _so), (kl, topic_id, error) in zip(found, loaded):
+        for (tp, path, _rp, _so, _clean), (kl, topic_id, error) in zip(found, loaded):
             if kl is None:
                 # Kafka takes the whole log dir offline; here only this partition is left out,
                 # untouched, and refused by prepare_log until an operator repairs it
@@ -337,19 +379,27 @@ class LogManager:
                 continue
             self.logs[tp] = kl
             self.topic_ids[tp] = topic_id
+        # every log of a marked dir is loaded: the markers go (a crash from here on recovers)
+        for d in marked:
+            os.unlink(os.path.join(d, CLEAN_SHUTDOWN_FILE))
+            fsync_dir(d)
+        self.previous_broker_epoch = min(epochs) if len(epochs) == len(self.log_dirs) and epochs else -1
         self._started = True
         if self.logs:
-            log.info("loaded %d partition logs from %s", len(self.logs), ", ".join(self.log_dirs))
+            log.info("loaded %d partition logs from %s (%s)", len(self.logs), ", ".join(self.log_dirs),
+                     "after a clean shutdown" if len(marked) == len(self.log_dirs) else
+                     f"clean shutdown marker in {len(marked)} of {len(self.log_dirs)} log dirs: the others' logs "
+                     "recovered from their recovery points")
 
-    def _load_one(self, item: tuple[TopicPartition, str, int, int]
+    def _load_one(self, item: tuple[TopicPartition, str, int, int, bool]
                   ) -> tuple[KafkaLog | None, bytes | None, BaseException | None]:
         """Any thread: open one log found at start (``(log, topic id, None)`` or ``(None, None, error)``)."""
-        tp, path, recovery_point, start_offset = item
+        tp, path, recovery_point, start_offset, clean = item
         try:
             meta = os.path.join(path, PARTITION_METADATA)
             topic_id = read_partition_metadata(meta) if os.path.exists(meta) else None
             kl = KafkaLog.open(path, self._config_for(tp.topic, {}), recovery_point=recovery_point,
-                               log_start_offset=start_offset, clock=self._clock)
+                               log_start_offset=start_offset, clock=self._clock, had_clean_shutdown=clean)
         except (KraftStorageError, OSError) as exc:
             return None, None, exc
         return kl, topic_id, None
@@ -572,8 +622,9 @@ class LogManager:
                          len(deleted), kl.log_start_offset)
 
     # ------------------------------------------------------------------ stop
-    async def shutdown(self) -> None:
-        """Close every log (flush, clean-shutdown marker), then write all three checkpoints."""
+    async def shutdown(self, broker_epoch: int = -1) -> None:
+        """Close every log (flush, trim), write all three checkpoints, then each log dir's
+        clean-shutdown marker (``broker_epoch`` in it) if every log of that dir closed cleanly."""
         if self._closed:
             return
         self._closed = True
@@ -584,24 +635,41 @@ class LogManager:
                 await t
             except asyncio.CancelledError:
                 pass
-        # closed in parallel (each close flushes and writes its marker: a few fsyncs), off the loop
+        # a log the manager assigned but no longer holds was closed behind its back (the
+        # ReplicaManager closes one uncleanly when its producer snapshot fails): its dir is unclean
+        unclean = {d for tp, d in self._dir_of.items() if tp not in self.logs}
+        # closed in parallel (each close flushes: an fsync or two), off the loop
         items = list(self.logs.items())
         loop = asyncio.get_running_loop()
         t0 = time.monotonic()
+
+        def close(kl: KafkaLog) -> None:
+            kl.close(marker=False)
         with ThreadPoolExecutor(max_workers=OPEN_THREADS, thread_name_prefix="kraft-log-close") as pool:
-            outcomes = await asyncio.gather(*(loop.run_in_executor(pool, kl.close) for _tp, kl in items),
+            outcomes = await asyncio.gather(*(loop.run_in_executor(pool, close, kl) for _tp, kl in items),
                                             return_exceptions=True)
         errors = 0
         for (tp, _kl), outcome in zip(items, outcomes):
             if isinstance(outcome, BaseException):
-                # the other logs still close; this one recovers at the next start
+                # the other logs still close; this one's dir recovers at the next start
                 errors += 1
+                d = self._dir_of.get(tp)
+                if d is not None:
+                    unclean.add(d)
                 log.error("closing the log of %s failed: %s", tp, outcome, exc_info=outcome)
         t1 = time.monotonic()
         if self._started:
+            # (a checkpoint that cannot be written raises before any marker is)
             self.checkpoint_recovery_points()
             self.checkpoint_log_start_offsets()
             self.checkpoint_high_watermarks()
+            for d in self.log_dirs:
+                if d in unclean:
+                    log.warning("no clean-shutdown marker in %s: a log of it was not closed cleanly; its logs "
+                                "recover from their recovery points at the next start", d)
+                    continue
+                atomic_write(os.path.join(d, CLEAN_SHUTDOWN_FILE),
+                             json.dumps({"version": 0, "brokerEpoch": broker_epoch}, separators=(",", ":")).encode())
         # the two phases of a controlled shutdown's tail (broker_bench.py shutdown reads this line)
         log.info("closed %d partition logs in %.3f s; checkpoints written in %.3f s", len(items), t1 - t0,
                  time.monotonic() - t1)

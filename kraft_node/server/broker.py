@@ -224,7 +224,8 @@ class BrokerServer:
         listeners = [(e.name, e.host, e.port, cfg.security_protocol(e.name)) for e in self.advertised_endpoints()]
         self.lifecycle.start(loader.last_applied_offset, heartbeat_channel, cluster_id=self.cluster_id,
                              listeners=listeners, features=features, rack=settings.rack,
-                             log_dir_ids=self.log_dir_ids)
+                             log_dir_ids=self.log_dir_ids,
+                             previous_broker_epoch=self.log_manager.previous_broker_epoch)
         deadline = time.monotonic() + settings.initial_registration_timeout_ms / 1000
         await self._wait("the controller to acknowledge that we are caught up", self.lifecycle.initial_catch_up,
                          deadline)
@@ -366,4 +367,6 @@ class BrokerServer:
         if self.replica_manager is not None:
             await self.replica_manager.shutdown()
         if self.log_manager is not None:
-            await self.log_manager.shutdown()
+            # the log dirs' clean-shutdown markers carry the epoch this incarnation registered with:
+            # the next one sends it as previousBrokerEpoch, so the controller knows it was clean (KIP-966)
+            await self.log_manager.shutdown(self.lifecycle.broker_epoch if self.lifecycle is not None else -1)

@@ -431,3 +431,122 @@ def plan_entries(const int64_t[::1] positions, const int32_t[::1] sizes,
                 bytes_since = 0
             bytes_since += sizes[i]
     return no, nt, bytes_since, max_ts, offset_of_max_ts, last_time_ts
+
+
+# ---------------------------------------------------------------- FileMap
+
+from cpython.buffer cimport PyBuffer_FillInfo, PyBUF_WRITABLE
+from libc.errno cimport errno
+from libc.string cimport memcpy
+from posix.mman cimport mmap, munmap, msync, PROT_READ, PROT_WRITE, MAP_SHARED, MAP_FAILED, MS_SYNC
+
+
+cdef class FileMap:
+    """A shared mapping of ``length`` bytes of the file open on ``fd`` that keeps no descriptor.
+
+    Why: CPython's ``mmap.mmap`` duplicates the descriptor and holds it for the life of the map
+    (``trackfd=False`` only came in 3.13), so an index cost two descriptors (its own and the
+    map's) and a partition log five.  A broker hosting 10k partition logs then needed 50k
+    descriptors against the 20k that a default hard limit gives.  Kafka maps its indexes and
+    closes the file: one descriptor per segment, the ``.log``.  ``mmap(2)`` keeps the mapping
+    valid after ``close(2)``, so the index maps, closes its descriptor, and opens the path again
+    only for the rare calls that need one (resize, reserve blocks, trim).
+
+    The buffer protocol gives the searcher and the appender the raw bytes (writable if the map
+    is).  ``close()`` refuses while a buffer is exported, as ``mmap.mmap.close`` does
+    (``BufferError``), so a pointer into the map can never outlive it.  ``flush()`` is
+    ``msync(MS_SYNC)``.  Slices read and assign like ``mmap.mmap``'s (bounds checked)."""
+    cdef uint8_t *p
+    cdef Py_ssize_t length
+    cdef bint writable
+    cdef Py_ssize_t exports
+    cdef bint is_closed
+
+    def __cinit__(self, int fd, Py_ssize_t length, bint writable):
+        self.p = NULL
+        self.is_closed = True
+        self.exports = 0
+        if length <= 0:
+            raise ValueError(f"cannot map {length} bytes")
+        cdef void *m = mmap(NULL, <size_t>length, PROT_READ | (PROT_WRITE if writable else 0), MAP_SHARED, fd, 0)
+        if m == MAP_FAILED:
+            raise OSError(errno, f"mmap of {length} bytes failed")
+        self.p = <uint8_t *>m
+        self.length = length
+        self.writable = writable
+        self.is_closed = False
+
+    def __dealloc__(self):
+        if not self.is_closed and self.p != NULL:
+            munmap(self.p, <size_t>self.length)
+            self.p = NULL
+            self.is_closed = True
+
+    def __getbuffer__(self, Py_buffer *buffer, int flags):
+        if self.is_closed:
+            raise ValueError("mmap closed or invalid")
+        if (flags & PyBUF_WRITABLE) and not self.writable:
+            raise BufferError("the mapping is read-only")
+        PyBuffer_FillInfo(buffer, self, self.p, self.length, not self.writable, flags)
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer *buffer):
+        self.exports -= 1
+
+    def __len__(self):
+        self._check_open()
+        return self.length
+
+    cdef int _check_open(self) except -1:
+        if self.is_closed:
+            raise ValueError("mmap closed or invalid")
+        return 0
+
+    cdef tuple _span(self, key):
+        cdef Py_ssize_t start, stop, step
+        if not isinstance(key, slice):
+            raise TypeError("FileMap indices must be slices")
+        start, stop, step = key.indices(self.length)
+        if step != 1:
+            raise ValueError("FileMap slices must be contiguous")
+        if stop < start:
+            stop = start
+        return start, stop
+
+    def __getitem__(self, key):
+        self._check_open()
+        start, stop = self._span(key)
+        return (<char *>self.p)[start:stop]
+
+    def __setitem__(self, key, value):
+        cdef Py_buffer vb
+        cdef Py_ssize_t start, stop
+        self._check_open()
+        if not self.writable:
+            raise TypeError("the mapping is read-only")
+        start, stop = self._span(key)
+        PyObject_GetBuffer(value, &vb, PyBUF_SIMPLE)
+        try:
+            if vb.len != stop - start:
+                raise IndexError(f"slice assignment of {vb.len} bytes to a slice of {stop - start}")
+            memcpy(self.p + start, vb.buf, <size_t>vb.len)
+        finally:
+            PyBuffer_Release(&vb)
+
+    def flush(self):
+        self._check_open()
+        if self.writable and msync(self.p, <size_t>self.length, MS_SYNC) != 0:
+            raise OSError(errno, "msync failed")
+
+    @property
+    def closed(self):
+        return self.is_closed
+
+    def close(self):
+        if self.is_closed:
+            return
+        if self.exports > 0:
+            raise BufferError("cannot close exported pointers exist")
+        munmap(self.p, <size_t>self.length)
+        self.p = NULL
+        self.is_closed = True

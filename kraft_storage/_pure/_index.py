@@ -33,6 +33,7 @@ bytes.
 """
 from __future__ import annotations
 
+import mmap
 import struct
 
 OFFSET_ENTRY_SIZE = 8
@@ -174,3 +175,17 @@ def plan_entries(positions, sizes, last_offsets, max_timestamps, base_offset: in
             bytes_since = 0
         bytes_since += int(sizes[i])
     return no, nt, bytes_since, max_ts, offset_of_max_ts, last_time_ts
+
+
+class FileMap(mmap.mmap):
+    """A shared mapping of ``length`` bytes of the file open on ``fd``: ``mmap.mmap`` itself.
+
+    The native twin maps with ``mmap(2)`` and keeps no descriptor; ``mmap.mmap`` duplicates the
+    descriptor and holds it until closed (CPython 3.11), so this fallback costs one descriptor
+    per mapped index more, and behaves the same otherwise (buffer protocol, slices, ``flush``,
+    ``close`` raising ``BufferError`` while a buffer is exported)."""
+
+    def __new__(cls, fd: int, length: int, writable: bool) -> FileMap:
+        if length <= 0:
+            raise ValueError(f"cannot map {length} bytes")
+        return super().__new__(cls, fd, length, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)

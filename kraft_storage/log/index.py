@@ -19,12 +19,12 @@ entry" and scans from the segment start instead, which is slower but right.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
-import mmap
 import os
 import struct
-from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -93,15 +93,10 @@ class _MappedIndex:
         exists = os.path.exists(path)
         #: the file did not exist and was created here (a failed open deletes it again)
         self.created = writable and not exists
-        flags = (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY
-        self._fd = os.open(path, flags, 0o644)
-        length = os.fstat(self._fd).st_size
-        #: the file's size when opened (a failed KafkaLog.open restores what it grew)
-        self.opened_size = length
-        n = length // self.entry_size if exists else 0
-        #: the file was not a whole number of entries when opened (Kafka: corrupt)
-        self.misaligned = length % self.entry_size != 0
-        self._mm: mmap.mmap | None = None
+        fd = os.open(path, (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY, 0o644)
+        #: the index is open (``close`` sets it False); it holds no descriptor: see :meth:`_fd`
+        self._open = True
+        self._mm: Any = None
         #: bytes from the start of the file whose blocks are allocated: an entry is only written
         #: below this (reserve_entries), so a store through the map never faults on a full device
         self._reserved = 0
@@ -109,43 +104,68 @@ class _MappedIndex:
         self._s = _k.IndexSearcher(None, base_offset, self.kind, 0)
         self.lookup_exact = None
         try:
+            length = os.fstat(fd).st_size
+            #: the file's size when opened (a failed KafkaLog.open restores what it grew)
+            self.opened_size = length
+            n = length // self.entry_size if exists else 0
+            #: the file was not a whole number of entries when opened (Kafka: corrupt)
+            self.misaligned = length % self.entry_size != 0
             if writable and preallocate:
-                self._map(max(self.max_entries, n) * self.entry_size, n)
+                self._map(max(self.max_entries, n) * self.entry_size, n, fd=fd)
             else:
                 # (a misaligned file is mapped short but not cut: opening changes no byte)
-                self._map(length - length % self.entry_size if writable else length, n, resize_file=False)
+                self._map(length - length % self.entry_size if writable else length, n, resize_file=False, fd=fd)
         except BaseException:
-            os.close(self._fd)
-            self._fd = -1
+            self._open = False
             if self.created:
                 try:
                     os.unlink(path)
                 except OSError:
                     pass
             raise
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def _fd(self) -> Iterator[int]:
+        """A descriptor of the index file for one call (resize, reserve, trim, size).
+
+        Why not one kept open: the map is made by ``_k.FileMap`` (``mmap(2)``, which stays valid
+        once the file is closed), so an open index holds no descriptor at all -- Kafka's count,
+        where a segment's only descriptor is its ``.log``.  A partition log held five (two per
+        index with ``mmap.mmap``'s duplicate), so a broker with 10k partition logs needed 50k
+        descriptors.  These calls are rare: a reserve every 64 KiB of entries, a roll, a close."""
+        fd = os.open(self.path, os.O_RDWR if self.writable else os.O_RDONLY)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     # ---- mapping ----
-    def _map(self, length: int, n: int, resize_file: bool = True) -> None:
+    def _map(self, length: int, n: int, resize_file: bool = True, fd: int | None = None) -> None:
+        if fd is None:
+            with self._fd() as own:
+                self._map(length, n, resize_file, own)
+            return
         self._s.release()
         if self._mm is not None:
             self._mm.close()
             self._mm = None
         if self.writable and resize_file:
-            size = os.fstat(self._fd).st_size
+            size = os.fstat(fd).st_size
             if length > size:
                 # the file gets its whole length sparse (Kafka's RandomAccessFile.setLength: a
                 # 10 MiB index costs nothing until written); blocks are reserved in chunks ahead
                 # of the writes, so thousands of partition logs do not each hold 20 MiB of disk
-                os.ftruncate(self._fd, length)
+                os.ftruncate(fd, length)
                 self._reserved = min(self._reserved, size)
             elif length < size:
-                os.ftruncate(self._fd, length)
+                os.ftruncate(fd, length)
                 self._reserved = min(self._reserved, length)
             # what is already there (the entries of an existing file) was written: allocated
             self._reserved = max(self._reserved, min(n * self.entry_size, length))
         if length > 0:
-            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-            self._mm = mmap.mmap(self._fd, length, access=access)
+            self._mm = _k.FileMap(fd, length, self.writable)
         self._s = _k.IndexSearcher(self._mm, self.base_offset, self.kind, min(n, length // self.entry_size))
         self._bind()
 
@@ -199,17 +219,18 @@ class _MappedIndex:
         appender writes entries straight into the map, so the segment reserves room for one
         entry per batch before it calls it."""
         need = min(n, self._s.capacity) * self.entry_size
-        if need <= self._reserved or self._fd < 0:
+        if need <= self._reserved or not self._open:
             return
         end = min(max(need, self._reserved + RESERVE_CHUNK), self._s.capacity * self.entry_size)
-        reserve_space(self._fd, self._reserved, end - self._reserved, self.path, "reserving index space")
+        with self._fd() as fd:
+            reserve_space(fd, self._reserved, end - self._reserved, self.path, "reserving index space")
         self._reserved = end
 
     def _write(self, slot: int, data: bytes) -> None:
         if slot >= self._s.capacity:
             raise ValueError(f"{self.path}: index is full ({self._s.capacity} entries)")
         self.reserve_entries(slot + 1)
-        self._mm[slot * self.entry_size:(slot + 1) * self.entry_size] = data  # type: ignore[index]  # capacity > slot: mapped
+        self._mm[slot * self.entry_size:(slot + 1) * self.entry_size] = data  # (capacity > slot: mapped)
 
     def _write_many(self, arr: np.ndarray) -> None:
         n = self._s.n
@@ -217,11 +238,15 @@ class _MappedIndex:
         if n + k > self._s.capacity:
             raise ValueError(f"{self.path}: index is full ({self._s.capacity} entries)")
         self.reserve_entries(n + k)
-        self._mm[n * self.entry_size:(n + k) * self.entry_size] = arr.tobytes()  # type: ignore[index]  # capacity > n: mapped
+        self._mm[n * self.entry_size:(n + k) * self.entry_size] = arr.tobytes()  # (capacity > n: mapped)
         self._set_entries(n + k)
 
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
     def file_size(self) -> int:
-        return os.fstat(self._fd).st_size
+        return os.stat(self.path).st_size
 
     def flush(self) -> None:
         if self._dirty and self._mm is not None:
@@ -229,16 +254,17 @@ class _MappedIndex:
         self._dirty = False
 
     def close(self, trim: bool = True) -> None:
-        if self._fd < 0:
+        if not self._open:
             return
-        if trim and self.writable:
-            self.trim_to_valid_size()
-        self._s.release()
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
-        os.close(self._fd)
-        self._fd = -1
+        try:
+            if trim and self.writable:
+                self.trim_to_valid_size()
+        finally:
+            self._open = False
+            self._s.release()
+            if self._mm is not None:
+                self._mm.close()
+                self._mm = None
 
     def delete(self) -> None:
         self.close(trim=False)

@@ -305,8 +305,14 @@ class KafkaLog:
     def open(cls, directory: StrPath, config: LogConfig | None = None, *, create: bool = True,
              recovery_point: int = 0, log_start_offset: int = 0, topic_id: bytes | None = None,
              clock: Callable[[], int] | None = None, recover_clean: bool = False,
-             full_recovery: bool = False) -> "KafkaLog":
+             full_recovery: bool = False, had_clean_shutdown: bool | None = None) -> "KafkaLog":
         """Open (and recover if needed) the log in ``directory``.
+
+        ``had_clean_shutdown``: None (a log on its own: the Raft log, the tools) -- the log's
+        own ``.kafka_cleanshutdown`` in ``directory`` says, and is deleted once the load
+        succeeded; True/False -- the caller knows (Kafka's LogManager: one marker per log dir,
+        read once for all its logs), and a marker in ``directory`` (a kraft before session 18
+        wrote one per partition log) is removed without being trusted.
 
         ``recovery_point``: offsets below it are known flushed (Kafka keeps it
         in ``recovery-point-offset-checkpoint`` in the parent directory); on an
@@ -330,7 +336,8 @@ class KafkaLog:
         config = config or LogConfig()
         log = cls(d, config, clock or _now_ms)
         try:
-            log._load(create, recovery_point, log_start_offset, topic_id, recover_clean, full_recovery)
+            log._load(create, recovery_point, log_start_offset, topic_id, recover_clean, full_recovery,
+                      had_clean_shutdown)
         except OSError as exc:
             err = disk_full(exc, getattr(exc, "filename", None) or d, "opening the log")
             if err is not None:
@@ -377,14 +384,16 @@ class KafkaLog:
         _logger.warning("%s", message)
 
     def _load(self, create: bool, recovery_point: int, log_start_offset: int, topic_id: bytes | None,
-              recover_clean: bool = False, full_recovery: bool = False) -> None:
+              recover_clean: bool = False, full_recovery: bool = False,
+              had_clean_shutdown: bool | None = None) -> None:
         d = self.directory
         stale = self._check_directory(create)
         report = LoadReport(clean_shutdown=False, directory=d)
         self.load_report = report
         marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
-        report.clean_shutdown = clean = os.path.exists(marker)
-        if clean:
+        own_marker = os.path.exists(marker)
+        report.clean_shutdown = clean = own_marker if had_clean_shutdown is None else had_clean_shutdown
+        if own_marker and had_clean_shutdown is None:
             try:
                 with open(marker, "rb") as f:
                     self._marker_epoch = int(json.loads(f.read()).get("brokerEpoch", -1))
@@ -410,7 +419,7 @@ class KafkaLog:
             report.removed_files.append(name)
         if topic_id is not None and not os.path.exists(os.path.join(d, PARTITION_METADATA)):
             write_partition_metadata(d, topic_id)
-        if clean:
+        if own_marker:
             os.unlink(marker)
             fsync_dir(d)
         elif stale:
@@ -428,7 +437,7 @@ class KafkaLog:
                 try:
                     # trim only what the load grew (the active segment's preallocation, a
                     # rebuild): an index it did not touch keeps every byte, even a bad one
-                    grown = idx._fd >= 0 and idx.file_size() != idx.opened_size
+                    grown = idx.is_open and idx.file_size() != idx.opened_size
                     idx.close(trim=grown and not idx.created)
                     if idx.created:
                         os.unlink(idx.path)
@@ -999,9 +1008,10 @@ class KafkaLog:
         return [s.base_offset for s in gone]
 
     # --------------------------------------------------------------- close
-    def close(self, *, broker_epoch: int | None = None) -> None:
+    def close(self, *, broker_epoch: int | None = None, marker: bool = True) -> None:
         """Flush, trim the indexes (after the final time-index entry), and leave the
-        clean-shutdown marker.
+        clean-shutdown marker (``marker=False``: not this log's own -- the caller writes one
+        for its whole log dir once every log in it closed, as Kafka's LogManager does).
 
         ``broker_epoch`` (the marker's ``brokerEpoch``) defaults to the one the marker
         had at open (-1 if none), so that open + close of a cleanly shut down log
@@ -1027,6 +1037,8 @@ class KafkaLog:
                     s.close(trim=True)
             finally:
                 self._closed = True
+            if not marker:
+                return
             atomic_write(os.path.join(self.directory, CLEAN_SHUTDOWN_FILE),
                          json.dumps({"version": 0, "brokerEpoch": epoch}, separators=(",", ":")).encode())
 

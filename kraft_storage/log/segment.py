@@ -592,7 +592,7 @@ class LogSegment:
         """Close the indexes; ``trim`` (a clean close): write the final time-index entry,
         msync and cut the indexes to their valid entries first.  ``trim=False`` is a
         crash (tests) or the release of a segment that must stay byte-identical."""
-        if trim and self.time_index._fd >= 0:
+        if trim and self.time_index.is_open:
             self.append_final_time_entry()
             self.offset_index.flush()
             self.time_index.flush()

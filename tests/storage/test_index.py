@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import bisect
+import gc
 import mmap
+import os
 import struct
 
 import numpy as np
@@ -279,3 +281,112 @@ def test_lookup_many_large_index_native_matches_twin(name):
         got_p = _batched(pure, buf, base, len(rels), targets)
         assert got_n == got_p
         assert (got_n[0], got_n[1]) == _expected(rels.tolist(), base, targets.tolist())
+
+
+# -- FileMap: the index's mapping (native: mmap(2), no descriptor kept; pure: mmap.mmap)
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("k", IMPLS, ids=IDS)
+def test_file_map_reads_writes_flushes_and_guards_its_buffer(k, tmp_path):
+    path = tmp_path / "f.index"
+    path.write_bytes(bytes(range(64)))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fm = k.FileMap(fd, 64, True)
+    finally:
+        os.close(fd)  # the map outlives the descriptor
+    assert len(fm) == 64 and not fm.closed
+    assert fm[0:4] == bytes(range(4)) and fm[60:100] == bytes(range(60, 64))
+    fm[8:12] = b"\xff\xfe\xfd\xfc"
+    with pytest.raises((IndexError, ValueError)):
+        fm[0:4] = b"\x00"  # not the slice's size
+    view = memoryview(fm)
+    assert bytes(view[8:12]) == b"\xff\xfe\xfd\xfc" and not view.readonly
+    with pytest.raises(BufferError):
+        fm.close()  # a pointer into the map is out: it cannot go
+    view.release()
+    arr = np.frombuffer(fm, dtype=">i4", count=2).copy()
+    assert arr[0] == 0x00010203
+    fm.flush()
+    fm.close()
+    fm.close()  # idempotent
+    assert fm.closed
+    assert path.read_bytes()[8:12] == b"\xff\xfe\xfd\xfc"
+    with pytest.raises(ValueError):
+        memoryview(fm)
+
+
+@pytest.mark.parametrize("k", IMPLS, ids=IDS)
+def test_file_map_read_only_refuses_writes(k, tmp_path):
+    path = tmp_path / "f.index"
+    path.write_bytes(b"\x01" * 16)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fm = k.FileMap(fd, 16, False)
+        with pytest.raises(ValueError):
+            k.FileMap(fd, 0, False)
+    finally:
+        os.close(fd)
+    assert memoryview(fm).readonly
+    with pytest.raises(TypeError):
+        fm[0:1] = b"\x02"
+    fm.close()
+    assert path.read_bytes() == b"\x01" * 16
+
+
+@pytest.mark.skipif(len(IMPLS) < 2, reason="native _index not built")
+def test_native_file_map_keeps_no_descriptor(tmp_path):
+    path = tmp_path / "f.index"
+    path.write_bytes(bytes(4096))
+    before = _open_fds()
+    fd = os.open(path, os.O_RDWR)
+    maps = [native.FileMap(fd, 4096, True) for _ in range(10)]
+    os.close(fd)
+    assert _open_fds() == before
+    for m in maps:
+        m.close()
+
+
+def _fds_to(directory) -> list[str]:
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # (the listing's own descriptor, closed by now)
+            continue
+        if target.startswith(str(directory)):
+            out.append(os.path.basename(target))
+    return sorted(out)
+
+
+def test_an_open_log_holds_no_descriptor_for_its_indexes(tmp_path):
+    """Kafka's count: a segment holds at most its ``.log`` open; its two indexes are mapped and
+    hold none (with the native kernel; the pure twin's mmap.mmap keeps one per index)."""
+    from kraft_storage.log import index as index_mod
+    from kraft_storage.log.config import LogConfig
+    from kraft_storage.log.log import KafkaLog
+    from kraft_storage.record import build_batch
+
+    log = KafkaLog.open(tmp_path / "t-0", LogConfig(segment_bytes=2048))
+    try:
+        for _ in range(40):
+            log.append_as_leader(build_batch([(None, b"v" * 100)]), leader_epoch=1)
+        assert len(log.segments) > 2
+        held = _fds_to(tmp_path)
+        logs = [f for f in held if f.endswith(".log")]
+        indexes = [f for f in held if f.endswith((".index", ".timeindex"))]
+        assert 1 <= len(logs) <= len(log.segments)
+        if index_mod._k.__name__ == "kraft_storage._native._index":
+            assert indexes == []
+        else:
+            assert 1 <= len(indexes) <= 2 * len(log.segments)
+        assert set(held) == set(logs) | set(indexes)
+    finally:
+        log.close()
+    # (a segment's .log descriptor goes with its last user: FileHandle)
+    del log
+    gc.collect()
+    assert _fds_to(tmp_path) == []
