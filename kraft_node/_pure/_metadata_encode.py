@@ -201,9 +201,23 @@ def join_slices(buffers: Any, which: Any, starts: Any, stops: Any) -> bytes:
     for i, buf in enumerate(buffers):
         if type(buf) is not bytes:
             raise TypeError(f"buffer {i} is a {type(buf).__name__}, not bytes")
-    views = [memoryview(b) for b in buffers]
-    cuts = list(zip(np.asarray(which).tolist(), np.asarray(starts).tolist(), np.asarray(stops).tolist()))
-    for i, (w, a, b) in enumerate(cuts):
-        if not 0 <= w < len(views) or not 0 <= a <= b <= len(views[w]):
-            raise IndexError(f"slice {i}: [{a}, {b}) of buffer {w} is outside the buffers")
-    return b"".join(views[w][a:b] for w, a, b in cuts)
+    w = np.asarray(which, dtype=np.int64)
+    a = np.asarray(starts, dtype=np.int64)
+    b = np.asarray(stops, dtype=np.int64)
+    sizes = np.array([len(x) for x in buffers] + [-1], dtype=np.int64)
+    bad = (w < 0) | (w >= len(buffers)) | (a < 0) | (b < a) | (b > sizes[np.clip(w, -1, len(buffers))])
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise IndexError(f"slice {i}: [{int(a[i])}, {int(b[i])}) of buffer {int(which[i])} is outside the buffers")
+    # empty slices dropped and slices that continue the previous one in the same buffer merged:
+    # the Python loop below is then one step a run (a new image's kept topics are one run)
+    keep = b > a
+    w, a, b = w[keep], a[keep], b[keep]
+    if len(w) == 0:
+        return b""
+    first = np.ones(len(w), dtype=np.bool_)
+    first[1:] = (w[1:] != w[:-1]) | (a[1:] != b[:-1])
+    heads = np.flatnonzero(first)
+    tails = np.append(heads[1:], len(w)) - 1
+    views = [memoryview(x) for x in buffers]
+    return b"".join(views[x][y:z] for x, y, z in zip(w[heads].tolist(), a[heads].tolist(), b[tails].tolist()))

@@ -150,6 +150,14 @@ def test_join_slices_twins_agree_and_refuse_bad_slices(seed: int) -> None:
     args = (buffers, which, np.array(starts, np.int64), np.array(stops, np.int64))
     want = b"".join(buffers[w][a:b] for w, a, b in zip(which.tolist(), starts, stops))
     assert native.join_slices(*args) == want == pure.join_slices(*args)
+    # consecutive pieces of one buffer (the twin merges them into runs), empty ones between
+    whole = bytes(rng.randrange(256) for _ in range(300))
+    cuts = sorted(rng.sample(range(1, 300), 20))
+    edges = [0, *cuts, 300]
+    pieces = [(1, x, y) for x, y in zip(edges, edges[1:])] + [(0, 0, 0)]
+    pieces = [p for q in pieces for p in (q, (1, q[2], q[2]))]
+    w, a, b = (np.array(c, dtype=t) for c, t in zip(zip(*pieces), (np.int32, np.int64, np.int64)))
+    assert native.join_slices([b"", whole], w, a, b) == whole == pure.join_slices([b"", whole], w, a, b)
     one = [b"abcdef"]
     for w, a, b in ((1, 0, 1), (-1, 0, 0), (0, 4, 3), (0, 0, 7), (0, -1, 2)):
         for k in (native, pure):
