@@ -290,7 +290,7 @@ class KafkaServer:
             conn.answered(None, slot)
             return
         key, version = header.request_api_key, header.request_api_version
-        ctx = RequestContext(header, version, peer, self.listener, conn, _slot=slot)
+        ctx = RequestContext(header, version, peer, self.listener, conn, False, slot)  # positional: per request
         handler = self.handlers.get(key)
         if handler is None:
             if key == ApiKeys.API_VERSIONS:

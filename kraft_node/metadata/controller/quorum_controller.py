@@ -290,7 +290,11 @@ class _HeartbeatEvent:
 
     def complete(self, exc: BaseException | None) -> None:
         if exc is None:
-            self._answer(self.reply, None)
+            context = self.context  # (_answer, inlined: the steady state's path)
+            if context is _NO_CONTEXT:
+                self.answer(self.reply, None)
+            else:
+                self.answer(context, self.reply, None)
         else:
             self.handle_exception(exc)
 
