@@ -1243,7 +1243,16 @@ async def run_rpc_local(args: argparse.Namespace, base: str) -> dict[str, Any]:
         writes0 = sum(conn.transport.writes for _, conn in clients)
         gc_before = gc.get_stats()
         counter = start_perf_stat(os.getpid(), args.seconds) if args.perf_stat else None
+        prof = None
+        if args.count_calls:
+            import cProfile
+            prof = cProfile.Profile()
+            prof.enable()
         n, cpu, wall = await run_for(args.seconds)
+        calls = None
+        if prof is not None:
+            prof.disable()
+            calls = _call_counts(prof, n)
         gc_after = gc.get_stats()
         instructions = read_perf_stat(counter) if counter is not None else None
         writes = sum(conn.transport.writes for _, conn in clients) - writes0
@@ -1253,10 +1262,32 @@ async def run_rpc_local(args: argparse.Namespace, base: str) -> dict[str, Any]:
                 "cpu_us_per_heartbeat": round(cpu / n * 1e6, 2),
                 "instructions_per_heartbeat": round(instructions / n) if instructions else None,
                 "transport_writes_per_heartbeat": round(writes / n, 3),
+                "calls_per_heartbeat": calls,
                 "gc_collections": [a["collections"] - b["collections"] for a, b in zip(gc_after, gc_before)],
                 "connections": args.connections, "depth": args.depth}
     finally:
         h.close()
+
+
+def _call_counts(prof: Any, n: int) -> dict[str, Any]:
+    """Function calls per heartbeat during the measured window (cProfile's counts): Python
+    functions, built-ins (``len``, ``dict.get``...), and the Python functions called at
+    least once per 10 heartbeats.  A count does not move with the machine's load, so it shows
+    a change in the path's work even where CPU time per heartbeat is too noisy to compare
+    (the CPU figure of such a run is cProfile's, inflated: compare counts only)."""
+    import pstats
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    python = builtin = 0
+    top: list[tuple[float, str]] = []
+    for (path, line, name), (_cc, ncalls, *_rest) in stats.items():
+        if path == "~":
+            builtin += ncalls
+            continue
+        python += ncalls
+        if ncalls >= n / 10:
+            top.append((round(ncalls / n, 2), f"{os.path.basename(path)}:{line} {name}"))
+    top.sort(reverse=True)
+    return {"python": round(python / n, 1), "builtin": round(builtin / n, 1), "python_functions": top}
 
 
 # ------------------------------------------------------------------ main
@@ -1300,6 +1331,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--py-spy", default=None,
                     help="heartbeats: sample the active controller (writes: node 1, this process) with py-spy during "
                          "the measured seconds into this file (collapsed stacks) and print its top functions")
+    ap.add_argument("--count-calls", action="store_true",
+                    help="rpc-local: function calls per heartbeat (cProfile counts; a load-independent figure "
+                         "for A/B -- the CPU figure of such a run is inflated)")
     ap.add_argument("--perf-stat", action="store_true",
                     help="rpc-local: count this process's user-space instructions per heartbeat with perf stat")
     ap.add_argument("--what-if-gc-threshold", default=None, metavar="A,B,C",
