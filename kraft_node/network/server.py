@@ -448,7 +448,8 @@ class _ServerConnection(asyncio.Protocol):
                 self.close()
                 return
             self._pend(out)
-        self._run()
+        if self._queue or self._read_paused:  # (_run has nothing else to do)
+            self._run()
 
     def _pend(self, out) -> None:
         pending = self._out

@@ -752,7 +752,7 @@ class ClusterControlManager:
         if should_shut_down:
             # The broker exits now: its session ends, so its next incarnation may register at once.
             manager.remove_session(broker_id, broker_epoch)
-        mv = self._metadata_version()
+        mv = self._feature_control.metadata_version()  # (_metadata_version, without the call)
         if mv is not self._directory_assignment_mv:  # the answer per metadata.version, kept
             self._directory_assignment_mv = mv
             self._directory_assignment_supported = mv.is_directory_assignment_supported()
