@@ -446,6 +446,9 @@ class BrokerApis:
             return hit[1]
         if len(shape.by_id) > 2 * len(image.topics.topics_by_id) + 64:
             shape.by_id.clear()  # entries of topics that changed or went: none is reused
+            # and the rows of their own blocks (those of the all-topics answer are kept)
+            live = set() if shape.answer is None else set(map(id, shape.answer.blocks))
+            shape.blocks = {k: v for k, v in shape.blocks.items() if k in live}
         data = self._encode_topic(shape, image, topic, version, listener, body)
         shape.by_id[id(topic)] = (topic, data)
         return data

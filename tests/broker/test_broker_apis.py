@@ -265,6 +265,24 @@ def test_random_changes_give_the_generated_encoders_bytes(seed):
         fast_equals_object_path(apis, MR(topics=[MR.MetadataRequestTopic(name=name)]), 12)
 
 
+@pytest.mark.parametrize("version", [0, 1, 9, 12, 13])
+def test_no_topics_and_a_topic_without_partitions(version):
+    """An empty topics array (no topics), after a cluster change, and a topic with no partitions
+    (the generated encoder's topic, not a block slice): the generated encoder's bytes, first
+    and warm."""
+    images = [sample_image(brokers=3, topics=0, partitions=1)]
+    apis = make_apis(images)
+    fast_equals_object_path(apis, all_request(version), version)
+    images.append(apply_records(images[-1], [m.FenceBrokerRecord(id=1, epoch=101)]))
+    fast_equals_object_path(apis, all_request(version), version)
+    fast_equals_object_path(apis, all_request(version), version)
+    images.append(apply_records(images[-1], [m.TopicRecord(name="bare", topic_id=topic_uuid(7))]))
+    frame = fast_equals_object_path(apis, all_request(version), version)
+    assert [t.name for t in decode_response(frame[4:], 3, version)[1].topics] == ["bare"]
+    images.append(apply_records(images[-1], [m.UnfenceBrokerRecord(id=1, epoch=101)]))
+    fast_equals_object_path(apis, all_request(version), version)
+
+
 def test_metadata_named_topics_errors_and_ids():
     img = sample_image(topics=3, partitions=2)
     apis = make_apis([img])
