@@ -6,7 +6,8 @@
 
 The image is loaded as a restarted broker loads a snapshot (``bulk_delta``: partitions in
 columnar blocks).  Each figure is the time of ``BrokerApis.encode_metadata`` -- the framed
-response bytes ready for the socket -- for a Metadata v12 request with ``topics = null``:
+response bytes ready for the socket -- for a Metadata v12 request with ``topics = null``, wall
+and CPU (process time: on a shared machine other processes stretch the wall time, not this):
 
 * ``warm``: the same image again (the topics array is cached for it);
 * ``new image``: the first request after the loader published an image that changed one
