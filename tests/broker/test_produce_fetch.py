@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import os
 import time
 
@@ -135,7 +136,11 @@ def test_kafka_python_produce_acks_consume_restart_and_delete(tmp_path):
             d = os.path.join(data, f"acks-{p}")
             assert read_partition_metadata(os.path.join(d, "partition.metadata")) == topic_id.bytes
             assert {"00000000000000000000.log", "00000000000000000000.index", "00000000000000000000.timeindex",
-                    "leader-epoch-checkpoint", ".kafka_cleanshutdown"} <= set(os.listdir(d))
+                    "leader-epoch-checkpoint"} <= set(os.listdir(d))
+            assert ".kafka_cleanshutdown" not in os.listdir(d)  # Kafka's: one per log dir, below
+        with open(os.path.join(data, ".kafka_cleanshutdown")) as f:
+            marker = json.loads(f.read())
+        assert marker["version"] == 0 and marker["brokerEpoch"] >= 0  # the epoch it registered with
         for name in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint"):
             with open(os.path.join(data, name)) as f:
                 assert f.read() == f"0\n3\nacks 0 {N}\nacks 1 {N}\nacks 2 {N}\n", name
