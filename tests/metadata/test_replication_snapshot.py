@@ -84,9 +84,10 @@ def uid(s: str) -> Uuid:
 
 def dump(rc: ReplicationControlManager) -> dict[str, Any]:
     def key(t: Any) -> bytes:
-        # the indexes file topics under their ids' bytes (replication_control.topic_key) on every path
-        assert type(t) is bytes and len(t) == 16, t
-        return t
+        # the indexes file topics under their ids' bytes as a latin-1 str (replication_control.topic_key)
+        # on every path
+        assert type(t) is str and len(t) == 16, t
+        return t.encode("latin-1")
 
     def raw(index: Any) -> dict[int, dict[bytes, tuple[int, ...]]]:
         return {b: {key(t): tuple(es) for t, es in tm.items()} for b, tm in index._members.items()}

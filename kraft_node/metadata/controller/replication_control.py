@@ -467,42 +467,45 @@ def _java_int(value: int) -> int:
     return value - (1 << 32) if value & LEADER_FLAG else value
 
 
-#: topic id bytes -> a Uuid of those bytes, for the indexes' readers (see :func:`topic_key`).
+#: index key -> a Uuid of the same id, for the indexes' readers (see :func:`topic_key`).
 #: Any Uuid of the bytes will do (Uuids are equal by value), so the cache may be cleared at
 #: any time; it is bounded so that a process creating many topics does not keep them all.
-_TOPIC_UUIDS: dict[bytes, Uuid] = {}
+_TOPIC_UUIDS: dict[str, Uuid] = {}
 _MAX_TOPIC_UUIDS = 1 << 18
 
 
-def topic_key(topic_id: Uuid) -> bytes:
+def topic_key(topic_id: Uuid) -> str:
     """The key under which the reverse indexes (:class:`BrokersToIsrs`, :class:`BrokersToElrs`,
-    :class:`DirectoryPartitions`) file a topic: its id's 16 bytes, not the Uuid.  Why: a Uuid's
-    ``__hash__`` is a Python call, and a 1M-partition snapshot load puts about 3.8M (broker or
-    directory, topic) entries -- hashing them was most of the load (benchmarks/results/s16/
-    controller_snapshot_load.md); a bytes object hashes in C and caches its hash, and the
-    timeline map's bulk put stays in C.  Readers get Uuids back (:func:`topic_uuid`)."""
-    key: bytes = topic_id.bytes
+    :class:`DirectoryPartitions`) file a topic: its id's 16 bytes as a 16-character latin-1
+    str (one character per byte, so the mapping is one to one), not the Uuid.  Why: a Uuid's
+    ``__hash__`` is a Python call, and a 1M-partition snapshot load puts about 6M (broker or
+    directory, topic) entries.  The timeline map's bulk put takes its C fast path only for
+    exact ints and strs (a str's hash is cached in the object, so the bulk load's one key
+    object per topic is hashed once); bytes keys took the single-op path, key by key
+    (benchmarks/results/s18/controller_snapshot_load.md).  Readers get Uuids back
+    (:func:`topic_uuid`)."""
+    key: str = topic_id.bytes.decode("latin-1")
     return key
 
 
-def topic_uuid(key: bytes) -> Uuid:
+def topic_uuid(key: str) -> Uuid:
     """A Uuid for an index key (the one :func:`remember_topic_uuids` was given, else a new one)."""
     found = _TOPIC_UUIDS.get(key)
     if found is None:
         if len(_TOPIC_UUIDS) >= _MAX_TOPIC_UUIDS:
             _TOPIC_UUIDS.clear()
-        found = _TOPIC_UUIDS[key] = Uuid(key)
+        found = _TOPIC_UUIDS[key] = Uuid(key.encode("latin-1"))
     return found
 
 
-def remember_topic_uuids(keys: list[bytes], topic_ids: list[Uuid]) -> None:
+def remember_topic_uuids(keys: list[str], topic_ids: list[Uuid]) -> None:
     """Cache these (key, Uuid) pairs for :func:`topic_uuid` (the bulk load's topics)."""
     if len(_TOPIC_UUIDS) + len(keys) > _MAX_TOPIC_UUIDS:
         _TOPIC_UUIDS.clear()
     _TOPIC_UUIDS.update(zip(keys, topic_ids))
 
 
-def _with_uuids(items: list[tuple[bytes, Any]]) -> list[tuple[Uuid, Any]]:
+def _with_uuids(items: list[tuple[str, Any]]) -> list[tuple[Uuid, Any]]:
     """``(key, value)`` pairs of an index map as ``(topic Uuid, value)``: in C when every key
     is cached, else key by key."""
     try:
@@ -529,14 +532,14 @@ class _BrokerIndex:
         if topic_map is None:
             topic_map = TimelineHashMap(self._registry)
             self._members.put(broker_id, topic_map)
-        key = topic_id.bytes
+        key = topic_key(topic_id)
         topic_map.put(key, topic_map.get(key, ()) + (entry,))
 
     def add_entries(self, topic_id: Uuid, by_broker: dict[int, list[int]]) -> None:
         """Append each broker's new entries for ``topic_id`` (new partitions only: an entry
         already present would be doubled), one timeline write per broker."""
         members = self._members
-        key = topic_id.bytes
+        key = topic_key(topic_id)
         for broker_id, entries in by_broker.items():
             topic_map = members.get(broker_id)
             if topic_map is None:
@@ -549,7 +552,7 @@ class _BrokerIndex:
         if topic_map is None:
             raise ReplayError(f"Broker {broker_id} has no {self._what} entry, so we can't remove "
                               f"{topic_id}:{_java_int(entry)}")
-        key = topic_id.bytes
+        key = topic_key(topic_id)
         entries = topic_map.get(key)
         if entries is None:
             raise ReplayError(f"Broker {broker_id} has no entry in {self._what} for topic {topic_id}")
@@ -574,7 +577,7 @@ class _BrokerIndex:
         become empty before the broker's last operation (one by one the topic would leave the
         broker's map and come back at its end)."""
         members = self._members
-        key = topic_id.bytes
+        key = topic_key(topic_id)
         out: dict[int, tuple[int, ...]] = {}
         for broker_id, broker_ops in ops.items():
             topic_map = members.get(broker_id)
@@ -601,7 +604,7 @@ class _BrokerIndex:
         """Write what :meth:`run_entries` computed: one timeline write per broker (a broker
         left with no entries is removed, as :meth:`_remove` does)."""
         members = self._members
-        key = topic_id.bytes
+        key = topic_key(topic_id)
         for broker_id, entries in finals.items():
             topic_map = members.get(broker_id)
             if entries:
@@ -618,7 +621,7 @@ class _BrokerIndex:
         """Forget ``broker_id``'s entries for a deleted topic."""
         topic_map = self._members.get(broker_id)
         if topic_map is not None:
-            topic_map.remove(topic_id.bytes)
+            topic_map.remove(topic_key(topic_id))
             if topic_map.is_empty():
                 self._members.remove(broker_id)
 
@@ -726,7 +729,7 @@ class DirectoryPartitions:
 
     def add_many(self, topic_id: Uuid, partition_ids: Iterable[int]) -> None:
         """Add partitions of ``topic_id`` (ones already present are not added twice)."""
-        key = topic_id.bytes
+        key = topic_key(topic_id)
         current: tuple[int, ...] = self._topics.get(key, ())
         if current:
             present = set(current)
@@ -740,7 +743,7 @@ class DirectoryPartitions:
         self.add_many(tp.topic_id, (tp.partition_id,))
 
     def discard(self, tp: TopicIdPartition) -> None:
-        key = tp.topic_id.bytes
+        key = topic_key(tp.topic_id)
         current: tuple[int, ...] | None = self._topics.get(key)
         if current is None or tp.partition_id not in current:
             return
@@ -751,7 +754,7 @@ class DirectoryPartitions:
             self._topics.remove(key)
 
     def remove_topic(self, topic_id: Uuid) -> None:
-        self._topics.remove(topic_id.bytes)
+        self._topics.remove(topic_key(topic_id))
 
     def is_empty(self, epoch: int = LATEST_EPOCH) -> bool:
         return bool(self._topics.is_empty(epoch))

@@ -32,7 +32,7 @@ indexes with one bulk timeline put per (broker, call) and (directory, call): ent
 by (broker, topic) in the kernel (``group_by_key``), the (topic -> tuple) pairs put with
 ``put_many`` into the broker's map (``_BrokerIndex._members``, ``DirectoryPartitions._topics``:
 this module writes those structures directly, in the layout their classes keep: keyed by the
-topic id's bytes, ``replication_control.topic_key``, whose hash is C's; a Uuid's ``__hash__``
+topic id as a 16-character str, ``replication_control.topic_key``, whose hash is C's; a Uuid's ``__hash__``
 is a Python call and was most of the load).  Only the topics that had partitions before the
 call (a topic a batch boundary cut in two) are read back to extend their entries; the rest
 are put without a read.  The kernel
@@ -759,7 +759,7 @@ def _entries_by_key(keys: np.ndarray, rows: np.ndarray, entries: np.ndarray, row
 
 
 def _index_isr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
-               keys: list[bytes], fresh: np.ndarray) -> None:
+               keys: list[str], fresh: np.ndarray) -> None:
     """BrokersToIsrs entries of rows a..b-1: each ISR member once (flagged if it leads), and
     NO_LEADER (flagged) for a leaderless partition after them, in row order per (broker, topic)."""
     isr = cols.isr
@@ -808,20 +808,20 @@ def _index_elr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
         if set(in_isr) & set(members):
             log.error("%s-%d has overlapping ISR=%s and ELR=%s", topics[t].name, p, _fmt(in_isr), _fmt(members))
     index = rc.brokers_to_elrs
-    stale = frozenset(t.topic_id.bytes for t in topics)  # ELRs are rare: every topic is read
+    stale = frozenset(topic_key(t.topic_id) for t in topics)  # ELRs are rare: every topic is read
     for broker, per_topic in by_broker.items():
-        _extend_broker(index, broker, [topics[t].topic_id.bytes for t in per_topic],
+        _extend_broker(index, broker, [topic_key(topics[t].topic_id) for t in per_topic],
                        [tuple(v) for v in per_topic.values()], stale)
 
 
-def _stale_keys(keys: list[bytes], fresh: np.ndarray) -> frozenset[bytes]:
+def _stale_keys(keys: list[str], fresh: np.ndarray) -> frozenset[str]:
     """The keys of the topics that had partitions before this call (so may have index
     entries to extend): usually none, or the one topic a batch boundary cut in two."""
     return frozenset(keys[t] for t in np.flatnonzero(~fresh).tolist())
 
 
-def _extend_broker(index: Any, broker: int, keys: list[bytes], tuples: list[tuple[int, ...]],
-                   stale: frozenset[bytes]) -> None:
+def _extend_broker(index: Any, broker: int, keys: list[str], tuples: list[tuple[int, ...]],
+                   stale: frozenset[str]) -> None:
     """Append each topic's entries to ``broker``'s map in a BrokersToIsrs / BrokersToElrs
     (what ``add_entries`` does per topic, as one bulk put; ``keys``: the topics' index keys;
     only the ``stale`` ones can have entries already, so only those are read)."""
@@ -835,7 +835,7 @@ def _extend_broker(index: Any, broker: int, keys: list[bytes], tuples: list[tupl
     topic_map.put_many(keys, tuples)
 
 
-def _merged(table: Any, keys: list[bytes], tuples: list[tuple[int, ...]], stale: frozenset[bytes],
+def _merged(table: Any, keys: list[str], tuples: list[tuple[int, ...]], stale: frozenset[str],
             distinct: bool) -> list[tuple[int, ...]]:
     """``tuples`` with the entries ``table`` already has for the ``stale`` keys put first
     (``distinct``: an entry already present is not added again).  Costs O(stale) reads and an
@@ -861,7 +861,7 @@ def _merged(table: Any, keys: list[bytes], tuples: list[tuple[int, ...]], stale:
 
 
 def _index_directories(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int,
-                       row_topic: np.ndarray, keys: list[bytes], fresh: np.ndarray) -> None:
+                       row_topic: np.ndarray, keys: list[str], fresh: np.ndarray) -> None:
     """``directories_to_partitions`` entries: each partition under each of its real
     (non-reserved) directories, once."""
     dirs = cols.dirs
@@ -888,8 +888,8 @@ def _index_directories(rc: "ReplicationControlManager", cols: _PartitionColumns,
         _extend_directory(members, topics, tuples, stale)
 
 
-def _extend_directory(members: DirectoryPartitions, keys: list[bytes], tuples: list[tuple[int, ...]],
-                      stale: frozenset[bytes]) -> None:
+def _extend_directory(members: DirectoryPartitions, keys: list[str], tuples: list[tuple[int, ...]],
+                      stale: frozenset[str]) -> None:
     """``add_many`` per topic, as one bulk put (``keys``: the topics' index keys; partitions
     already present are not added twice; only the ``stale`` topics can have some)."""
     table = members._topics
@@ -956,7 +956,7 @@ class FramedRecord(ApiMessageAndVersion):
 
 def encode_partition_records(topic_ids: Sequence[Uuid], pids: Sequence[int], regs: Sequence[PartitionRegistration],
                              metadata_version: MetadataVersion | None, *,
-                             topic_id_bytes: Sequence[bytes] | None = None) -> list[bytes]:
+                             topic_id_bytes: Sequence[bytes] | None = None) -> list[str]:
     """The framed PartitionRecord value of each (topic id, partition id, registration), as
     ``reg.to_record(topic_id, pid, metadata_version).encode()`` gives it (and raising what it
     raises: UnwritableMetadataError for real directories below 3.7-IV2), in bulk: the
@@ -1005,7 +1005,7 @@ def _chunks(rc: "ReplicationControlManager", epoch: int,
 def _chunk_records(chunk: list[tuple[str, Uuid, list[int], list[PartitionRegistration]]],
                    metadata_version: MetadataVersion | None) -> list[ApiMessageAndVersion]:
     topic_ids: list[Uuid] = []
-    tid_bytes: list[bytes] = []
+    tid_bytes: list[str] = []
     pids: list[int] = []
     regs: list[PartitionRegistration] = []
     for _name, topic_id, p, r in chunk:
