@@ -15,7 +15,9 @@ session 2 s).  In order, never two phases at once (the machine has 2 shared core
    records, closed loop (``raft_tcp_bench``'s load generator and configs; see :func:`quorum_rate`
    for why not its ``main``);
 2. per run, **produce acks=all to RF 3** (``--partitions`` partitions, ``min.insync.replicas=2``):
-   ``--records`` records timed from the first ``produce()`` to the last delivery report; then
+   ``--records`` records, by ``kcat -P`` (C end to end: from its start until it exits with every
+   record acknowledged) and by confluent-kafka's ``produce()`` loop (from the first ``produce()``
+   to the last acknowledgement), each on a topic of its own (``--acks-all-generator``); then
    **acks=1 to RF 1** (one partition on one broker) and **consume from that one broker** from the
    beginning, with ``broker_produce_bench``'s producer and consumer;
 3. **latency** at ``--latency-rate`` records/s, acks=all, RF 3, one partition: librdkafka's own
@@ -28,7 +30,7 @@ session 2 s).  In order, never two phases at once (the machine has 2 shared core
    + 1 s.
 
 Medians over the runs; load averages at each phase.  Writes a Markdown report (default
-``benchmarks/results/s16/broker_partitions.md``) and prints it.  Every process this script starts
+``benchmarks/results/s18/broker_partitions.md``) and prints it.  Every process this script starts
 is killed at the end; every wait has a deadline.
 """
 from __future__ import annotations
@@ -174,6 +176,41 @@ def producer(bootstrap: str, acks: Any, **extra: Any):
 
 #: per acks=all run: seconds until the load generator's last produce() returned (its share of the run)
 PRODUCE_LOOP_S: list[float] = []
+#: per acks=all run with kcat: its CPU seconds
+KCAT_CPU_S: list[float] = []
+
+
+def produce_acks_all_kcat(bootstrap: str, topic: str, records: int, size: int) -> float:
+    """Seconds for ``kcat -P`` (librdkafka's own command-line producer, C end to end) to send
+    ``records`` records of ``size`` bytes from a file and exit once all are acknowledged (its
+    start and metadata lookup included).  Why: confluent-kafka's ``produce()`` costs ~2.5 us of
+    Python per record, so its loop alone offers at most ~400k records/s on a core the cluster
+    also needs (it lasted 60-99% of the acks=all runs at load 4-8); kcat spends ~1.3 us per
+    record.  Records go to partitions by librdkafka's default partitioner for keyless records."""
+    import resource
+    import shutil
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        raise RuntimeError("kcat is not installed (apt-get install kcat), or use --acks-all-generator confluent")
+    with tempfile.NamedTemporaryFile("wb", prefix="kraft-kcat-", suffix=".txt") as f:
+        line = b"x" * size + b"\n"
+        for _ in range(records // 10_000):
+            f.write(line * 10_000)
+        f.write(line * (records % 10_000))
+        f.flush()
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        out = subprocess.run([kcat, "-P", "-b", bootstrap, "-t", topic, "-X", "acks=all", "-X", "linger.ms=5",
+                              "-X", "batch.size=1048576", "-X", "queue.buffering.max.messages=2000000",
+                              "-X", "queue.buffering.max.kbytes=2097152", "-X", "enable.idempotence=false",
+                              "-X", "compression.type=none", "-l", f.name],
+                             capture_output=True, text=True, timeout=300)
+        elapsed = time.perf_counter() - t0
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if out.returncode != 0:
+        raise RuntimeError(f"kcat failed ({out.returncode}): {out.stderr[-2000:]}")
+    KCAT_CPU_S.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+    return elapsed
 
 
 def produce_acks_all(bootstrap: str, topic: str, records: int, size: int, partitions: int) -> float:
@@ -341,9 +378,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--latency-inflight", default="1,5,1000000",
                     help="max.in.flight.requests.per.connection values of the latency runs (librdkafka's default "
                          "is 1000000, the Java client's 5)")
+    ap.add_argument("--acks-all-generator", choices=("kcat", "confluent", "both"), default="both",
+                    help="the acks=all RF 3 load generator: kcat (C end to end), confluent-kafka's Python produce() "
+                         "loop, or both in turn (default)")
     ap.add_argument("--failovers", type=int, default=3)
     ap.add_argument("--quorum-only", type=float, default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "s16", "broker_partitions.md"))
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "s18", "broker_partitions.md"))
     args = ap.parse_args(argv)
     if args.quorum_only is not None:
         _quorum_only(args.quorum_only)
@@ -357,6 +397,7 @@ def main(argv: list[str] | None = None) -> None:
     base = tempfile.mkdtemp(prefix="kraft-partitions-bench-")
     c = BrokerCluster(base, controllers=args.controllers, brokers=3, shutdown_timeout_s=3.0)
     rows: list[tuple[int, float, float, float]] = []
+    kcat_rows: list[tuple[int, float]] = []
     latency: list[tuple[int, list[float], float, float, float]] = []
     failovers: list[tuple[float, float]] = []
     failovers_kp: list[float] = []
@@ -365,15 +406,25 @@ def main(argv: list[str] | None = None) -> None:
         all_brokers = ",".join(c.bootstrap(b) for b in c.brokers)
         one = c.brokers[0]
         for r in range(1, args.runs + 1):
-            create_topic(c, f"rf3-{r}", args.partitions, 3, {"min.insync.replicas": "2"})
-            t_all = produce_acks_all(all_brokers, f"rf3-{r}", args.records, args.size, args.partitions)
+            t_kcat = None
+            if args.acks_all_generator in ("kcat", "both"):
+                create_topic(c, f"rf3-kcat-{r}", args.partitions, 3, {"min.insync.replicas": "2"})
+                t_kcat = produce_acks_all_kcat(all_brokers, f"rf3-kcat-{r}", args.records, args.size)
+                kcat_rows.append((r, args.records / t_kcat))
+            if args.acks_all_generator == "kcat":
+                assert t_kcat is not None
+                t_all = t_kcat
+            else:
+                create_topic(c, f"rf3-{r}", args.partitions, 3, {"min.insync.replicas": "2"})
+                t_all = produce_acks_all(all_brokers, f"rf3-{r}", args.records, args.size, args.partitions)
             create_topic(c, f"rf1-{r}", 1, 1, assignment={0: [one.id]})
             t_one = produce_confluent(c.bootstrap(one), f"rf1-{r}", args.records, args.size, 1)
             t_cons = consume_confluent(c.bootstrap(one), f"rf1-{r}", args.records, 1)
             rows.append((r, args.records / t_all, args.records / t_one, args.records / t_cons))
             loads.append((f"after run {r}", loadavg()))
-            print(f"run {r}: acks=all RF 3 {rows[-1][1]:,.0f}/s, acks=1 RF 1 {rows[-1][2]:,.0f}/s, "
-                  f"consume {rows[-1][3]:,.0f}/s (load {loads[-1][1]})", flush=True)
+            kcat_rate = kcat_rows[-1][1] if kcat_rows else 0.0
+            print(f"run {r}: acks=all RF 3 {rows[-1][1]:,.0f}/s (kcat {kcat_rate:,.0f}/s), "
+                  f"acks=1 RF 1 {rows[-1][2]:,.0f}/s, consume {rows[-1][3]:,.0f}/s (load {loads[-1][1]})", flush=True)
         for inflight in (int(x) for x in args.latency_inflight.split(",")):
             create_topic(c, f"latency-{inflight}", 1, 3, {"min.insync.replicas": "2"})
             cpu0, w0 = nodes_cpu_s(c), time.monotonic()
@@ -401,7 +452,6 @@ def main(argv: list[str] | None = None) -> None:
 
     q = statistics.median(x["committed_records_per_s"] for x in quorum)
     med = [statistics.median(row[i] for row in rows) if rows else float("nan") for i in (1, 2, 3)]
-    mb = args.size / 1e6
     lines = [f"# Broker replication figures, issue 25 ({datetime.now().strftime('%Y-%m-%d %H:%M')})", "",
              f"Command: `python benchmarks/broker_partitions_bench.py {' '.join(argv)}`", "",
              f"Setup: {args.controllers} controller(s) + 3 brokers (kraft-server-start processes, 127.0.0.1), "
@@ -411,19 +461,30 @@ def main(argv: list[str] | None = None) -> None:
              "## Throughput", "",
              f"{args.records:,} records per run; acks=all RF 3: {args.partitions} partitions, min.insync.replicas=2, "
              "linger 5 ms, 1 MiB batches; acks=1 RF 1: one partition on broker 101, consumed from it.", "",
-             "acks=all: the load generator's produce() loop (its last call after the first) in seconds, of the run's.",
-             "",
-             "| run | acks=all RF 3 records/s | MB/s | acks=all produce() loop s / run s | acks=1 RF 1 records/s "
-             "| consume one broker records/s |",
-             "|---|---|---|---|---|---|"]
-    for (r, a, o, k), loop_s in zip(rows, PRODUCE_LOOP_S):
-        lines.append(f"| {r} | {a:,.0f} | {a * mb:.1f} | {loop_s:.2f} / {args.records / a:.2f} | {o:,.0f} "
-                     f"| {k:,.0f} |")
-    lines.append(f"| median | {med[0]:,.0f} | {med[0] * mb:.1f} | | {med[1]:,.0f} | {med[2]:,.0f} |")
+             "acks=all RF 3 by two load generators in turn, each on a topic of its own: kcat (librdkafka's "
+             "command-line producer, C end to end; its CPU seconds) and confluent-kafka's Python produce() loop "
+             "(how long the loop itself took, of the run).", "",
+             "| run | acks=all RF 3 kcat records/s | kcat CPU s | acks=all RF 3 confluent-kafka records/s "
+             "| produce() loop s / run s | acks=1 RF 1 records/s | consume one broker records/s |",
+             "|---|---|---|---|---|---|---|"]
+    kcat_by_run = dict(kcat_rows)
+    kcat_cpu = iter(KCAT_CPU_S)
+    loops = iter(PRODUCE_LOOP_S)
+    for r, a, o, k in rows:
+        kr = kcat_by_run.get(r)
+        kc = f"{kr:,.0f} | {next(kcat_cpu):.2f}" if kr is not None else "- | -"
+        if args.acks_all_generator == "kcat":
+            py = "- | -"
+        else:
+            py = f"{a:,.0f} | {next(loops):.2f} / {args.records / a:.2f}"
+        lines.append(f"| {r} | {kc} | {py} | {o:,.0f} | {k:,.0f} |")
+    kmed = statistics.median(x for _r, x in kcat_rows) if kcat_rows else float("nan")
+    pmed = med[0] if args.acks_all_generator != "kcat" else float("nan")
+    lines.append(f"| median | {kmed:,.0f} | | {pmed:,.0f} | | {med[1]:,.0f} | {med[2]:,.0f} |")
     lines += ["", f"Raft quorum (3 Raft-only voters, fsync, 100 B records, closed loop, {args.raft_seconds:.0f} s, "
               "before and after the cluster): " + ", ".join(f"{x['committed_records_per_s']:,.0f}" for x in quorum)
               + f" committed records/s, median {q:,.0f}.", "",
-              f"acks=all RF 3 / quorum: **{med[0] / q:.1%}** (target >= 50%).", "",
+              f"acks=all RF 3 / quorum (target >= 50%): kcat **{kmed / q:.1%}**, confluent-kafka {pmed / q:.1%}.", "",
               "## Latency", "",
               f"acks=all, RF 3, one partition, offered {args.latency_rate:,}/s for 2 s of warm-up + "
               f"{args.latency_seconds:.0f} s measured, linger 1 ms; librdkafka's per-message latency "
