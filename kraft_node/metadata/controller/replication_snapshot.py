@@ -89,6 +89,7 @@ import numpy as np
 
 from kraft_node.metadata.controller.errors import ReplayError
 from kraft_node.metadata.controller.replication_control import (
+    _REPLICA_MASK,
     LEADER_FLAG,
     NO_LEADER,
     DirectoryId,
@@ -733,29 +734,69 @@ def _apply_new(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
 
 
 def _entries_by_key(keys: np.ndarray, rows: np.ndarray, entries: np.ndarray, row_topic: np.ndarray,
-                    topic_ids: list[Any]) -> Iterator[tuple[int, list[Any], list[tuple[int, ...]]]]:
+                    topic_keys: list[str]) -> Iterator[tuple[int, list[str], list[tuple[int, ...]]]]:
     """Group list entries by (key, topic): per distinct key, the topics (as given in
-    ``topic_ids``, by ``row_topic``'s index) and the tuple of entries of each, entries in row
-    order.  ``rows``: each entry's row, relative to ``row_topic``'s first."""
+    ``topic_keys``, by ``row_topic``'s index) and the tuple of entries of each, entries in row
+    order.  ``rows``: each entry's row, relative to ``row_topic``'s first.
+
+    Done in numpy, not one Python step per group: a stable sort by key (rows come in topic
+    order, so that is (key, topic) order; else a sort by both), the group boundaries, and the
+    tuples from :func:`_group_tuples` -- nearly every group of a snapshot is one entry (a
+    broker holds about one replica of each topic), and those share one tuple per distinct
+    entry (a handful of objects, not millions; index tuples are never changed in place)."""
     if not len(keys):
         return
     uniq, dense = _dense(keys)
     topic_of = row_topic[rows]
-    groups = _objects.group_by_key(dense, topic_of, entries, len(uniq), topic_ids, True)
-    if groups is None:  # a topic comes back after another one: sort by (key, topic) instead
+    if len(topic_of) < 2 or bool((topic_of[1:] >= topic_of[:-1]).all()):
+        # numpy's stable sort is a radix sort for 16-bit keys: O(n), the brokers fit
+        order = np.argsort(dense.astype(np.int16) if len(uniq) < 1 << 15 else dense, kind="stable")
+    else:  # a topic comes back after another one
         order = np.lexsort((topic_of, dense))
-        d, t = dense[order], topic_of[order]
-        cut = np.flatnonzero((d[1:] != d[:-1]) | (t[1:] != t[:-1])) + 1
-        starts = np.concatenate(([0], cut, [len(order)])).astype(np.int64)
-        tuples = _objects.tuples(starts, entries[order].tolist(), True)
-        g_key, g_topic = d[starts[:-1]], t[starts[:-1]]
-        bounds = [0, *(np.flatnonzero(g_key[1:] != g_key[:-1]) + 1).tolist(), len(g_key)]
-        for a, b in zip(bounds, bounds[1:]):
-            yield int(uniq[g_key[a]]), [topic_ids[i] for i in g_topic[a:b].tolist()], tuples[a:b]
-        return
-    for key, group in zip(uniq.tolist(), groups):
-        if group is not None:
-            yield key, group[0], group[1]
+    d, t, e = dense[order], topic_of[order], entries[order].astype(np.int64)
+    n = len(order)
+    cut = np.flatnonzero((d[1:] != d[:-1]) | (t[1:] != t[:-1])) + 1
+    starts = np.concatenate(([0], cut)).astype(np.int64)
+    lens = np.diff(np.concatenate((starts, [n])))
+    tuples = _group_tuples(e, starts, lens)
+    g_key, g_topic = d[starts], t[starts]
+    names: list[str] = np.array(topic_keys, dtype=object)[g_topic].tolist()
+    bounds = [0, *(np.flatnonzero(g_key[1:] != g_key[:-1]) + 1).tolist(), len(g_key)]
+    for lo, hi in zip(bounds, bounds[1:]):
+        yield int(uniq[g_key[lo]]), names[lo:hi], tuples[lo:hi]
+
+
+def _distinct_entries(entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct entries, each entry's index among them), in O(n) (:func:`_dense`) for
+    index entries (partition id, maybe with LEADER_FLAG: folded into the low bit first, so
+    that the flag does not spread the values over 2**31)."""
+    if len(entries) and int(entries.min()) >= 0 and int(entries.max()) <= 0xFFFFFFFF:
+        folded = ((entries & _REPLICA_MASK) << 1) | (entries >> 31)
+        codes, inverse = _dense(folded)
+        return (codes >> 1) | ((codes & 1) << 31), inverse
+    values, inverse = np.unique(entries, return_inverse=True)
+    return values, inverse.ravel()
+
+
+def _group_tuples(entries: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> list[tuple[int, ...]]:
+    """The tuple of each group of ``entries`` (group g: ``lens[g]`` entries from
+    ``starts[g]``): a one-entry group gets the one tuple made for its value in this call, the
+    others tuples of their own (the kernel's ``tuples``)."""
+    single = lens == 1
+    out = np.empty(len(starts), dtype=object)
+    if single.any():
+        values, inverse = _distinct_entries(entries[starts[single]])
+        ones = np.fromiter(((v,) for v in values.tolist()), dtype=object, count=len(values))
+        out[single] = ones[inverse]
+    if not single.all():
+        multi = np.flatnonzero(~single)
+        ml = lens[multi]
+        off = np.concatenate(([0], np.cumsum(ml))).astype(np.int64)
+        flat = np.repeat(starts[multi] - off[:-1], ml) + np.arange(int(off[-1]))
+        made = _objects.tuples(off, entries[flat].tolist(), True)
+        out[multi] = np.fromiter(made, dtype=object, count=len(made))
+    result: list[tuple[int, ...]] = out.tolist()
+    return result
 
 
 def _index_isr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
