@@ -137,7 +137,10 @@ def test_on_ready_is_signalled_exactly_when_the_earliest_deadline_may_move_earli
         rng = random.Random(1000 + seed)
         clock = _Clock()
         signals = [0]
-        q = EventQueue(clock, on_ready=lambda: signals.__setitem__(0, signals[0] + 1))
+
+        def ready(signals: list = signals) -> None:
+            signals[0] += 1
+        q = EventQueue(clock, on_ready=ready)
         log: list = []
         for n in range(300):
             kind = rng.random()
