@@ -289,7 +289,7 @@ class BrokerHeartbeatReply:
 
 #: BrokerHeartbeatReply for every combination of its flags, indexed by
 #: ``is_caught_up << 3 | is_fenced << 2 | in_controlled_shutdown << 1 | should_shut_down``.
-_HEARTBEAT_REPLIES = tuple(
+_HEARTBEAT_REPLIES: tuple[BrokerHeartbeatReply, ...] = tuple(
     BrokerHeartbeatReply(is_caught_up=bool(i & 8), is_fenced=bool(i & 4), in_controlled_shutdown=bool(i & 2),
                          should_shut_down=bool(i & 1))
     for i in range(16))
@@ -759,8 +759,8 @@ class ClusterControlManager:
         if self._directory_assignment_supported:
             lifecycle.directories_offline(broker_id, broker_epoch, request.offline_log_dirs, records)
         # replies are immutable and few: one shared instance per combination of the four flags
-        return _HEARTBEAT_REPLIES[(request.current_metadata_offset >= register_offset) << 3
-                                  | fenced << 2 | in_controlled_shutdown << 1 | should_shut_down]
+        caught_up: bool = request.current_metadata_offset >= register_offset
+        return _HEARTBEAT_REPLIES[caught_up << 3 | fenced << 2 | in_controlled_shutdown << 1 | should_shut_down]
 
     def update_controlled_shutdown_offset(self, broker_id: int, batch_end_offset: int) -> None:
         """After a heartbeat put ``broker_id`` in controlled shutdown: it may finish once every

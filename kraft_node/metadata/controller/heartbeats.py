@@ -117,7 +117,7 @@ class BrokerHeartbeatTracker:
     def __init__(self, clock_ms: Callable[[], int], session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS):
         self._clock_ms = clock_ms
         self.session_timeout_ms = session_timeout_ms
-        self._contact_times: dict[BrokerIdAndEpoch, int] = {}
+        self._contact_times: dict[tuple[int, int], int] = {}  # (id, epoch): BrokerIdAndEpoch keys match
 
     def now_ms(self) -> int:
         """The tracker's clock reading."""
