@@ -792,3 +792,46 @@ def test_isr_tuples_share_the_replicas_tuple_exactly_where_equal(rows, equal_all
             assert isr[k] is replicas[k]
         elif r != i:
             assert isr[k] is not replicas[k]
+
+
+@settings(max_examples=60, deadline=None)
+@given(pool=st.lists(st.lists(st.integers(0, 11), min_size=1, max_size=3), min_size=1, max_size=6),
+       picks=st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["dirs", "v0", "reserved", "second"])),
+                      min_size=64, max_size=160),
+       width=st.sampled_from([None, 1, 3]))
+def test_registrations_share_equal_replica_lists_and_keep_every_value(pool, picks, width):
+    """Batches of 64+ rows drawn from a few replica lists (the shared-tuple path), or of one
+    width (``width``), with directories per broker, v0 records without any, reserved ones, or
+    a broker with a second directory (then a directory is not a function of the broker): every
+    registration equals ``from_record``'s, and rows with equal replica lists share one tuple
+    exactly when the batch takes the shared path."""
+    if width is not None:
+        pool = [(r * width)[:width] for r in pool]
+    dirs = [Uuid(bytes([0, b + 1]) + bytes(14)) for b in range(12)]
+    other = Uuid(bytes([1, 1]) + bytes(14))
+    recs, versions = [], []
+    for p, (k, mode) in enumerate(picks):
+        reps = pool[k % len(pool)]
+        if mode == "dirs":
+            d = [dirs[b] for b in reps]
+        elif mode == "reserved":
+            d = [DirectoryId.UNASSIGNED] + [dirs[b] for b in reps[1:]]
+        elif mode == "second":
+            d = [other] + [dirs[b] for b in reps[1:]]
+        else:
+            d = []
+        recs.append(m.PartitionRecord(partition_id=p, topic_id=TOPICS[0], replicas=reps, isr=reps[:1],
+                                      leader=reps[0], directories=d))
+        versions.append(0 if mode == "v0" else 1)
+    values = [encode_metadata_record(rec, v) for rec, v in zip(recs, versions)]
+    cols = rs._PartitionColumns(table_of(values), 0, len(values))
+    regs = cols.registrations()
+    want = [PartitionRegistration.from_record(decode_metadata_record(v, 0)[2]) for v in values]
+    assert regs == want
+    _replicas, groups_of, _groups = rs._PartitionColumns(table_of(values), 0, len(values))._replica_tuples()
+    one_width = len({len(r) for r, _m in ((pool[k % len(pool)], mode) for k, mode in picks)}) == 1
+    assert (groups_of is not None) == one_width
+    if groups_of is not None:
+        first: dict[tuple[int, ...], tuple[int, ...]] = {}
+        for reg in regs:
+            assert first.setdefault(reg.replicas, reg.replicas) is reg.replicas

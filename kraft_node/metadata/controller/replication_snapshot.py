@@ -435,6 +435,9 @@ class _PartitionColumns:
         self._regs: list[PartitionRegistration] | None = None
         self._dir_ids: np.ndarray | None = None
         self._dir_objs: list[Uuid] = []
+        #: (lowest broker id, its directory's index in _dir_objs by broker id - lowest, -1 for
+        #: none) when every replica's directory is a function of its broker
+        self._dir_of_broker: tuple[int, np.ndarray] | None = None
 
     # -- topic runs ------------------------------------------------------------------
     def topic_runs(self) -> tuple[list[int], list[int]]:
@@ -495,6 +498,7 @@ class _PartitionColumns:
                 objs.append(_directory(key))
             dense[broker] = idx
         self._dir_objs = objs
+        self._dir_of_broker = (lo, dense)
         ids: np.ndarray = dense[b]
         return ids
 
@@ -512,13 +516,65 @@ class _PartitionColumns:
                 out[i] = replicas[i]
         return out
 
+    def _replica_tuples(self) -> tuple[list[tuple[Any, ...]], np.ndarray | None, np.ndarray | None]:
+        """The replicas tuples, equal rows sharing one tuple object, with (each row's group,
+        each group's values) -- or the plain tuples and None, None when the rows are not all
+        of one short length or few of them repeat.  Why: a snapshot's partitions reuse a few
+        thousand replica lists (the placer stripes over the brokers), so making a tuple per
+        distinct list, and the directories tuple of each once, replaces a million tuples and
+        three million gathered directory references by a gather of the shared ones
+        (registrations are immutable: sharing equal tuples changes nothing but the
+        allocations)."""
+        rep = self.replicas
+        m = self.m
+        if m < 64 or not len(rep.vals):
+            return rep.tuples(), None, None
+        width = int(rep.lens[0])
+        if width < 1 or width > 6 or not bool((rep.lens == width).all()):
+            return rep.tuples(), None, None
+        bits = 63 // width
+        v = rep.vals.astype(np.int64).reshape(m, width)
+        if int(v.min()) < 0 or int(v.max()) >= 1 << bits:
+            return rep.tuples(), None, None
+        key = v[:, 0].copy()
+        for j in range(1, width):
+            key = (key << bits) | v[:, j]
+        _uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        if len(first) * 4 > m:
+            return rep.tuples(), None, None
+        groups = v[first]
+        shared = np.fromiter(map(tuple, groups.tolist()), dtype=object, count=len(first))
+        inverse = inverse.ravel()
+        return shared[inverse].tolist(), inverse, groups
+
+    def _shared_directories(self, inverse: np.ndarray, groups: np.ndarray) -> list[tuple[Any, ...]] | None:
+        """Each row's directories tuple, shared by the rows of one replica group (see
+        :meth:`_replica_tuples`), when every replica's directory is a function of its broker;
+        rows without directories get a placeholder (the caller gives them MIGRATING)."""
+        ids, objs = self.directory_ids()
+        if self._dir_of_broker is None or not len(ids):
+            return None
+        lo, dense = self._dir_of_broker
+        b = groups - lo
+        inside = (b >= 0) & (b < len(dense))
+        idx = np.where(inside, dense[np.clip(b, 0, len(dense) - 1)], -1)
+        have = (idx >= 0).all(axis=1)
+        table = np.array(objs, dtype=object)
+        per_group = np.empty(len(groups), dtype=object)
+        made = [tuple(row) for row in table[np.where(idx >= 0, idx, 0)][have].tolist()]
+        per_group[have] = np.fromiter(made, dtype=object, count=len(made))
+        for g in np.flatnonzero(~have).tolist():
+            per_group[g] = ()
+        result: list[tuple[Any, ...]] = per_group[inverse].tolist()
+        return result
+
     def registrations(self) -> list[PartitionRegistration]:
         """One PartitionRegistration per row (rows ``from_record`` refuses get one too, never
         used: they are replayed the typed way)."""
         if self._regs is not None:
             return self._regs
         m = self.m
-        replicas = self.replicas.tuples()
+        replicas, groups_of, groups = self._replica_tuples()
         isr = self._isr_tuples(replicas)
         empty: list[tuple[int, ...]] = [()] * m
         removing = self.removing.tuples() if len(self.removing.vals) else empty
@@ -526,7 +582,10 @@ class _PartitionColumns:
         elr = self.elr.tuples() if len(self.elr.vals) else empty
         last_known = self.last_known_elr.tuples() if len(self.last_known_elr.vals) else empty
         ids, objs = self.directory_ids()
-        if len(ids):
+        shared = None if groups_of is None or groups is None else self._shared_directories(groups_of, groups)
+        if shared is not None:
+            directories = shared
+        elif len(ids):
             directories = _objects.tuples(self.dirs.off, np.array(objs, dtype=object)[ids].tolist(), True)
         else:
             directories = list(empty)
