@@ -16,8 +16,10 @@ cycle, from the Produce request's bytes to the Produce answer's bytes:
    state moves, the high watermark moves with the second one and the produce is answered (and
    encoded); the follower fetches park again.
 
-Prints CPU microseconds per cycle (``time.thread_time``), the median of ``--rounds`` rounds,
-and with ``--profile`` the top of a cProfile of one round.
+Prints CPU microseconds per cycle (``time.thread_time``), the median and the minimum of
+``--rounds`` rounds (on the shared machine the minimum is the steadier figure: thread time grows
+when the other hyperthread is busy), and with ``--profile`` the top of a cProfile of the last
+round.  The cycle includes encoding the followers' two Fetch requests (the bench's own, ~5%).
 """
 from __future__ import annotations
 
@@ -164,7 +166,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kraft-acks-all-cycle-") as base:
         rounds = asyncio.run(_run(args, base))
     print(f"leader CPU per acks=all cycle ({args.records} x {args.size} B, 2 followers): "
-          f"median {statistics.median(rounds):.1f} us, min {min(rounds):.1f} (rounds: {', '.join(f'{x:.1f}' for x in rounds)}); "
+          f"median {statistics.median(rounds):.1f} us, min {min(rounds):.1f} "
+          f"(rounds: {', '.join(f'{x:.1f}' for x in rounds)}); "
           f"load {'/'.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
