@@ -40,6 +40,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -446,6 +447,7 @@ def main(argv: list[str] | None = None) -> None:
         loads.append(("after failovers", loadavg()))
     finally:
         c.close()
+        shutil.rmtree(base, ignore_errors=True)  # the cluster's logs (tens of MB a run)
     quorum.append(quorum_rate(args.raft_seconds))
     loads.append(("after quorum run 2", loadavg()))
     print(f"quorum: {quorum[1]}", flush=True)
