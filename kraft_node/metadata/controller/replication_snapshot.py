@@ -316,7 +316,7 @@ class _Batch:
         columnar call (the same state, and the same first failure, as in order); else in
         order, run by run."""
         ta, tb = (int(x) for x in np.searchsorted(self.rows, [start, end]))
-        topic_rows = [r for r in range(start, end) if not is_partition[r]]
+        topic_rows = (np.flatnonzero(~is_partition[start:end]) + start).tolist()
         if tb - ta >= MIN_COLUMNAR_RECORDS and self._hoistable(ta, tb, topic_rows):
             if topic_rows:
                 self.replay_rows(topic_rows)
@@ -539,6 +539,9 @@ class _PartitionColumns:
         key = v[:, 0].copy()
         for j in range(1, width):
             key = (key << bits) | v[:, j]
+        probe = key[:1024]  # a placer's random lists rarely repeat: then do not sort them all
+        if len(np.unique(probe)) * 4 > len(probe):
+            return rep.tuples(), None, None
         _uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         if len(first) * 4 > m:
             return rep.tuples(), None, None
