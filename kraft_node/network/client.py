@@ -123,7 +123,10 @@ class KafkaConnection(asyncio.Protocol):
         try:
             await asyncio.wait_for(self._loop.create_connection(lambda: self, self.host, self.port, **kw), timeout)
         except BaseException as exc:
-            self._closed_waiter.set_result(None)  # never connected: nothing to wait for at close
+            # never connected: nothing to wait for at close (a connection made just as the timeout
+            # cancelled the attempt was closed again, and connection_lost may have set it already)
+            if not self._closed_waiter.done():
+                self._closed_waiter.set_result(None)
             if isinstance(exc, (OSError, asyncio.TimeoutError)):
                 raise describe_connect_error(self.host, self.port, exc, timeout) from None
             raise

@@ -153,7 +153,9 @@ def test_leader_log_layout_and_checkpoints_survive_a_clean_restart(tmp_path):
             assert f.read() == "0\n2\norders 0 50\norders 1 0\n"
         with open(os.path.join(ctx.dir, LOG_START_OFFSET_CHECKPOINT)) as f:
             assert f.read() == "0\n2\norders 0 0\norders 1 0\n"
-        assert os.path.exists(os.path.join(d, ".kafka_cleanshutdown"))
+        # Kafka's layout: the log dir's marker, none in the partition directory
+        assert os.path.exists(os.path.join(ctx.dir, ".kafka_cleanshutdown"))
+        assert not os.path.exists(os.path.join(d, ".kafka_cleanshutdown"))
         # restart: the log is found, trusted (clean marker), and the HWM comes from the checkpoint
         ctx.open()
         assert ctx.logs.checkpointed_high_watermarks[TopicPartition("orders", 0)] == 50
