@@ -1059,7 +1059,7 @@ class FramedRecord(ApiMessageAndVersion):
 
 def encode_partition_records(topic_ids: Sequence[Uuid], pids: Sequence[int], regs: Sequence[PartitionRegistration],
                              metadata_version: MetadataVersion | None, *,
-                             topic_id_bytes: Sequence[bytes] | None = None) -> list[str]:
+                             topic_id_bytes: Sequence[bytes] | None = None) -> list[bytes]:
     """The framed PartitionRecord value of each (topic id, partition id, registration), as
     ``reg.to_record(topic_id, pid, metadata_version).encode()`` gives it (and raising what it
     raises: UnwritableMetadataError for real directories below 3.7-IV2), in bulk: the
@@ -1108,7 +1108,7 @@ def _chunks(rc: "ReplicationControlManager", epoch: int,
 def _chunk_records(chunk: list[tuple[str, Uuid, list[int], list[PartitionRegistration]]],
                    metadata_version: MetadataVersion | None) -> list[ApiMessageAndVersion]:
     topic_ids: list[Uuid] = []
-    tid_bytes: list[str] = []
+    tid_bytes: list[bytes] = []
     pids: list[int] = []
     regs: list[PartitionRegistration] = []
     for _name, topic_id, p, r in chunk:
