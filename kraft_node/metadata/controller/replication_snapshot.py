@@ -27,18 +27,20 @@ commit call with each batch's record values):
    broker and directory its partitions name).
 
 :func:`replay_partition_columns` builds the registrations without a PartitionRecord object
-(tuples and objects made by the ``_bulk_objects`` kernel straight from the columns) and the
-indexes with one bulk timeline put per (broker, call) and (directory, call): entries grouped
-by (broker, topic) in the kernel (``group_by_key``), the (topic -> tuple) pairs put with
+(tuples and objects made by the ``_bulk_objects`` kernel straight from the columns; rows with
+equal replica lists share one replicas tuple and one directories tuple when a batch repeats
+them) and the indexes with one bulk timeline put per (broker, call) and (directory, call):
+entries grouped by (broker, topic) in numpy (:func:`_entries_by_key`: a radix sort by broker,
+one-entry groups sharing one tuple per distinct entry), the (topic -> tuple) pairs put with
 ``put_many`` into the broker's map (``_BrokerIndex._members``, ``DirectoryPartitions._topics``:
 this module writes those structures directly, in the layout their classes keep: keyed by the
-topic id as a 16-character str, ``replication_control.topic_key``, whose hash is C's; a Uuid's ``__hash__``
-is a Python call and was most of the load).  Only the topics that had partitions before the
-call (a topic a batch boundary cut in two) are read back to extend their entries; the rest
-are put without a read.  The kernel
-untracks what it makes from the cyclic collector (immutable values of ints and Uuids: no
-cycles), and the collector is paused while a batch is applied (:func:`paused_gc`), so a load
-does not walk its own millions of new objects.
+topic id as a 16-character str, ``replication_control.topic_key``, an exact str, so that the
+timeline's bulk put stays on its C path; a Uuid's ``__hash__`` is a Python call).  Only the
+topics that had partitions before the call (a topic a batch boundary cut in two) are read back
+to extend their entries; the rest are put without a read.  The kernel untracks what it makes
+from the cyclic collector (immutable values of ints and Uuids: no cycles), and the collector
+is paused while a batch is applied (:func:`paused_gc`), so a load does not walk its own
+millions of new objects.
 
 The state is exactly what ``ReplicationControlManager.replay_partitions`` leaves for the typed
 records (tests: the same registrations, the same index entries in the same order, the same
