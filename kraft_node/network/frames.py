@@ -94,7 +94,9 @@ class FrameReader:
                     self._missing = end - n
                     pos = n
                 break
-            out.append(bytes(memoryview(data)[pos + 4:end]))
+            # a chunk (bytes) is sliced directly: one copy, no view object (4-8% of an active
+            # controller's CPU under heartbeats, session 18); the bytearray buffer through a view
+            out.append(data[pos + 4:end] if type(data) is bytes else bytes(memoryview(data)[pos + 4:end]))
             pos = end
         if data is buf:
             del buf[:pos]
