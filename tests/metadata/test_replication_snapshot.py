@@ -39,6 +39,7 @@ from kraft_node.metadata.controller.errors import ReplayError
 from kraft_node.metadata.controller.events import EventQueue
 from kraft_node.metadata.controller.quorum_controller import QuorumController
 from kraft_node.metadata.controller.replication_control import (
+    LEADER_FLAG,
     DirectoryId,
     LeaderRecoveryState,
     PartitionRegistration,
@@ -835,3 +836,22 @@ def test_registrations_share_equal_replica_lists_and_keep_every_value(pool, pick
         first: dict[tuple[int, ...], tuple[int, ...]] = {}
         for reg in regs:
             assert first.setdefault(reg.replicas, reg.replicas) is reg.replicas
+
+
+@settings(max_examples=200, deadline=None)
+@given(groups=st.lists(st.lists(st.integers(0, 40) | st.integers(0, 40).map(lambda p: p | LEADER_FLAG),
+                                min_size=1, max_size=3), min_size=1, max_size=60),
+       singles=st.booleans())
+def test_group_tuples_are_the_groups_and_share_only_equal_one_entry_groups(groups, singles):
+    """The index grouping's tuples equal the groups, with either path: every group one entry
+    (equal groups then share one tuple), or some longer (a tuple each)."""
+    if singles:
+        groups = [g[:1] for g in groups]
+    lens = np.array([len(g) for g in groups], np.int64)
+    starts = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
+    entries = np.array([e for g in groups for e in g], np.int64)
+    got = rs._group_tuples(entries, starts, lens)
+    assert got == [tuple(g) for g in groups]
+    if singles:
+        by_value: dict[tuple[int, ...], tuple[int, ...]] = {}
+        assert all(by_value.setdefault(t, t) is t for t in got)

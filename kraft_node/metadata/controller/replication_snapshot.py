@@ -805,19 +805,21 @@ def _entries_by_key(keys: np.ndarray, rows: np.ndarray, entries: np.ndarray, row
 
     Done in numpy, not one Python step per group: a stable sort by key (rows come in topic
     order, so that is (key, topic) order; else a sort by both), the group boundaries, and the
-    tuples from :func:`_group_tuples` -- nearly every group of a snapshot is one entry (a
-    broker holds about one replica of each topic), and those share one tuple per distinct
-    entry (a handful of objects, not millions; index tuples are never changed in place)."""
+    tuples from :func:`_group_tuples` -- in a snapshot every group is usually one entry (a
+    broker holds one replica of each topic), and those share one tuple per distinct entry (a
+    few hundred objects, not millions; index tuples are never changed in place)."""
     if not len(keys):
         return
     uniq, dense = _dense(keys)
+    if len(uniq) < 1 << 15:  # narrow copies: the gathers below move less memory
+        dense = dense.astype(np.int16)
     topic_of = row_topic[rows]
     if len(topic_of) < 2 or bool((topic_of[1:] >= topic_of[:-1]).all()):
         # numpy's stable sort is a radix sort for 16-bit keys: O(n), the brokers fit
-        order = np.argsort(dense.astype(np.int16) if len(uniq) < 1 << 15 else dense, kind="stable")
+        order = np.argsort(dense, kind="stable")
     else:  # a topic comes back after another one
         order = np.lexsort((topic_of, dense))
-    d, t, e = dense[order], topic_of[order], entries[order].astype(np.int64)
+    d, t, e = dense[order], topic_of[order], np.asarray(entries, np.int64)[order]
     n = len(order)
     cut = np.flatnonzero((d[1:] != d[:-1]) | (t[1:] != t[:-1])) + 1
     starts = np.concatenate(([0], cut)).astype(np.int64)
@@ -844,23 +846,19 @@ def _distinct_entries(entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _group_tuples(entries: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> list[tuple[int, ...]]:
     """The tuple of each group of ``entries`` (group g: ``lens[g]`` entries from
-    ``starts[g]``): a one-entry group gets the one tuple made for its value in this call, the
-    others tuples of their own (the kernel's ``tuples``)."""
-    single = lens == 1
-    out = np.empty(len(starts), dtype=object)
-    if single.any():
-        values, inverse = _distinct_entries(entries[starts[single]])
+    ``starts[g]``, groups back to back).  When every group is one entry (a snapshot's usual
+    case: the placer gives a broker one replica of each topic), equal groups share the one
+    tuple made for their value in this call; else each group gets its own tuple (the kernel's
+    ``tuples``: picking the one-entry groups out through object-array masks cost more than it
+    saved, measured with a third of the groups single)."""
+    if len(starts) == len(entries):
+        values, inverse = _distinct_entries(entries)
         ones = np.fromiter(((v,) for v in values.tolist()), dtype=object, count=len(values))
-        out[single] = ones[inverse]
-    if not single.all():
-        multi = np.flatnonzero(~single)
-        ml = lens[multi]
-        off = np.concatenate(([0], np.cumsum(ml))).astype(np.int64)
-        flat = np.repeat(starts[multi] - off[:-1], ml) + np.arange(int(off[-1]))
-        made = _objects.tuples(off, entries[flat].tolist(), True)
-        out[multi] = np.fromiter(made, dtype=object, count=len(made))
-    result: list[tuple[int, ...]] = out.tolist()
-    return result
+        shared: list[tuple[int, ...]] = ones[inverse].tolist()
+        return shared
+    off = np.concatenate((starts, [len(entries)])).astype(np.int64)
+    made: list[tuple[int, ...]] = _objects.tuples(off, entries.tolist(), True)
+    return made
 
 
 def _index_isr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
