@@ -591,7 +591,12 @@ class KafkaLog:
         # truncate_to emptied it (Kafka's loader does end first and keeps that entry)
         cache.truncate_from_start(self._start)
         cache.truncate_from_end(self._end)
-        self.recovery_point = self._end
+        # Kafka's LogLoader rule: only a clean shutdown proves the whole log flushed.  After an
+        # unclean one the recovery point stays where it was checkpointed (capped at the end): the
+        # tail was scanned, not fsynced -- a process crash leaves it in the page cache, where the
+        # scan finds it intact -- and moving the point past it would let a checkpoint written
+        # before the next flush skip its recovery after an OS crash.  The next flush moves it.
+        self.recovery_point = self._end if clean else min(max(recovery_point, 0), self._end)
 
     def _delete_segment_files(self, bases: list[int], why: str) -> None:
         """Delete whole segments at load, newest first (a crash midway leaves a contiguous prefix)."""
@@ -741,6 +746,11 @@ class KafkaLog:
         """fdatasync every segment holding offsets at or past the recovery point."""
         self._check_open()
         end = self._end
+        if self.recovery_point >= end and self._unflushed_records == 0:
+            # nothing past the recovery point (Kafka's ``flush`` skips then too): a close of an
+            # idle log, thousands of them at a broker's shutdown, costs no fdatasync
+            self._last_flush_ms = self._clock()
+            return
         i = max(bisect.bisect_right(self._bases, self.recovery_point) - 1, 0)
         segs = self._segments[i:]
         for seg in segs:

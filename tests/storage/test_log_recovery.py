@@ -336,3 +336,42 @@ def test_renamed_segment_is_refused_not_truncated(tmp_path, clean):
         KafkaLog.open(d, CFG)
     assert f"{last + 1000:020d}.log" in str(ei.value) and f"starts at offset {last}" in str(ei.value)
     assert files(d) == before
+
+
+# -- the recovery point after an open, and flushes with nothing past it (Kafka's LogLoader/flush)
+
+def test_an_unclean_open_keeps_the_checkpointed_recovery_point_until_a_flush(tmp_path):
+    """The scanned tail is not known durable (a process crash leaves it in the page cache, where
+    the scan finds it intact): the recovery point moves only with a flush, so a recovery-point
+    checkpoint written before it cannot skip that tail's recovery after an OS crash."""
+    d = str(tmp_path / "t-0")
+    make_log(d, batches=10, clean=False)
+    lg = KafkaLog.open(d, CFG, recovery_point=6)
+    try:
+        assert not lg.load_report.clean_shutdown and lg.log_end_offset == 30
+        assert lg.recovery_point == 6
+        lg.flush()
+        assert lg.recovery_point == 30
+    finally:
+        lg.close_uncleanly()
+    lg = KafkaLog.open(d, CFG, recovery_point=10**9)  # a checkpoint past the end is capped
+    assert lg.recovery_point == 30
+    lg.close()
+    lg = KafkaLog.open(d, CFG, recovery_point=0)  # clean: the whole log was flushed at close
+    assert lg.load_report.clean_shutdown and lg.recovery_point == 30
+    lg.close()
+
+
+def test_a_flush_with_nothing_past_the_recovery_point_syncs_nothing(tmp_path, monkeypatch):
+    d = str(tmp_path / "t-0")
+    make_log(d, batches=5)
+    syncs = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: syncs.append(fd) or real(fd))
+    lg = KafkaLog.open(d, CFG)
+    lg.flush()
+    assert syncs == []  # an idle log: its close costs no fdatasync either
+    lg.append_as_leader(batch(), leader_epoch=1)
+    lg.flush()
+    assert len(syncs) == 1 and lg.recovery_point == lg.log_end_offset
+    lg.close()
