@@ -798,10 +798,10 @@ def _apply_new(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
 
 
 def _entries_by_key(keys: np.ndarray, rows: np.ndarray, entries: np.ndarray, row_topic: np.ndarray,
-                    topic_keys: list[str]) -> Iterator[tuple[int, list[str], list[tuple[int, ...]]]]:
+                    topic_keys: list[str]) -> Iterator[tuple[int, list[str], list[tuple[int, ...]], np.ndarray]]:
     """Group list entries by (key, topic): per distinct key, the topics (as given in
-    ``topic_keys``, by ``row_topic``'s index) and the tuple of entries of each, entries in row
-    order.  ``rows``: each entry's row, relative to ``row_topic``'s first.
+    ``topic_keys``, by ``row_topic``'s index), the tuple of entries of each, entries in row
+    order, and the topics' indexes (ascending).  ``rows``: each entry's row, relative to ``row_topic``'s first.
 
     Done in numpy, not one Python step per group: a stable sort by key (rows come in topic
     order, so that is (key, topic) order; else a sort by both), the group boundaries, and the
@@ -829,7 +829,7 @@ def _entries_by_key(keys: np.ndarray, rows: np.ndarray, entries: np.ndarray, row
     names: list[str] = np.array(topic_keys, dtype=object)[g_topic].tolist()
     bounds = [0, *(np.flatnonzero(g_key[1:] != g_key[:-1]) + 1).tolist(), len(g_key)]
     for lo, hi in zip(bounds, bounds[1:]):
-        yield int(uniq[g_key[lo]]), names[lo:hi], tuples[lo:hi]
+        yield int(uniq[g_key[lo]]), names[lo:hi], tuples[lo:hi], g_topic[lo:hi]
 
 
 def _distinct_entries(entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -889,9 +889,9 @@ def _index_isr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
         row, members = out_row, out_member
     entries = cols.pid[a:b][row] | np.where(members == leader[row], LEADER_FLAG, 0)
     index = rc.brokers_to_isrs
-    stale = _stale_keys(keys, fresh)
-    for broker, ids, tuples in _entries_by_key(members, row, entries, row_topic, keys):
-        _extend_broker(index, broker, ids, tuples, stale)
+    stale = np.flatnonzero(~fresh)
+    for broker, ids, tuples, at in _entries_by_key(members, row, entries, row_topic, keys):
+        _extend_broker(index, broker, ids, tuples, _stale_positions(at, stale))
 
 
 def _index_elr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
@@ -911,23 +911,31 @@ def _index_elr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
         if set(in_isr) & set(members):
             log.error("%s-%d has overlapping ISR=%s and ELR=%s", topics[t].name, p, _fmt(in_isr), _fmt(members))
     index = rc.brokers_to_elrs
-    stale = frozenset(topic_key(t.topic_id) for t in topics)  # ELRs are rare: every topic is read
-    for broker, per_topic in by_broker.items():
+    for broker, per_topic in by_broker.items():  # ELRs are rare: every topic is read
         _extend_broker(index, broker, [topic_key(topics[t].topic_id) for t in per_topic],
-                       [tuple(v) for v in per_topic.values()], stale)
+                       [tuple(v) for v in per_topic.values()], list(range(len(per_topic))))
 
 
-def _stale_keys(keys: list[str], fresh: np.ndarray) -> frozenset[str]:
-    """The keys of the topics that had partitions before this call (so may have index
-    entries to extend): usually none, or the one topic a batch boundary cut in two."""
-    return frozenset(keys[t] for t in np.flatnonzero(~fresh).tolist())
+def _stale_positions(at: np.ndarray, stale: np.ndarray) -> list[int]:
+    """Where the ``stale`` topics (indexes of the topics that had partitions before this
+    call, so may have index entries to extend: usually none, or the one topic a batch
+    boundary cut in two) are among one key's topics ``at`` (ascending): a binary search, not
+    a scan of the key's topics."""
+    if not len(stale):
+        return []
+    j = np.searchsorted(at, stale)
+    found = j < len(at)
+    found[found] = at[j[found]] == stale[found]
+    positions: list[int] = j[found].tolist()
+    return positions
 
 
 def _extend_broker(index: Any, broker: int, keys: list[str], tuples: list[tuple[int, ...]],
-                   stale: frozenset[str]) -> None:
+                   stale: list[int]) -> None:
     """Append each topic's entries to ``broker``'s map in a BrokersToIsrs / BrokersToElrs
     (what ``add_entries`` does per topic, as one bulk put; ``keys``: the topics' index keys;
-    only the ``stale`` ones can have entries already, so only those are read)."""
+    only the topics at the ``stale`` positions can have entries already, so only those are
+    read)."""
     members = index._members
     topic_map = members.get(broker)
     if topic_map is None:
@@ -938,21 +946,15 @@ def _extend_broker(index: Any, broker: int, keys: list[str], tuples: list[tuple[
     topic_map.put_many(keys, tuples)
 
 
-def _merged(table: Any, keys: list[str], tuples: list[tuple[int, ...]], stale: frozenset[str],
+def _merged(table: Any, keys: list[str], tuples: list[tuple[int, ...]], stale: list[int],
             distinct: bool) -> list[tuple[int, ...]]:
-    """``tuples`` with the entries ``table`` already has for the ``stale`` keys put first
-    (``distinct``: an entry already present is not added again).  Costs O(stale) reads and an
-    O(len(keys)) C scan per stale key the table holds (a few per call), never a Python loop
-    over ``keys``."""
-    stale_keys = list(stale)
+    """``tuples`` with the entries ``table`` already has for the keys at the ``stale``
+    positions put first (``distinct``: an entry already present is not added again).  Costs
+    O(stale) reads, never a pass over ``keys``."""
     out: list[tuple[int, ...]] | None = None
-    for k, e in zip(stale_keys, table.get_many(stale_keys)):
+    for i, e in zip(stale, table.get_many([keys[i] for i in stale])):
         if e is None:
             continue
-        try:
-            i = keys.index(k)
-        except ValueError:
-            continue  # this put does not touch the topic
         if out is None:
             out = list(tuples)
         t = out[i]
@@ -981,20 +983,21 @@ def _index_directories(rc: "ReplicationControlManager", cols: _PartitionColumns,
     row, dense = row[keep], dense[keep]
     index = rc.directories_to_partitions
     registry = rc.registry
-    stale = _stale_keys(keys, fresh)
-    for d, topics, tuples in _entries_by_key(dense, row, cols.pid[a:b][row], row_topic, keys):
+    stale = np.flatnonzero(~fresh)
+    for d, topics, tuples, at in _entries_by_key(dense, row, cols.pid[a:b][row], row_topic, keys):
         directory = objs[d]
         members = index.get(directory)
         if members is None:
             members = DirectoryPartitions(registry)
             index.put(directory, members)
-        _extend_directory(members, topics, tuples, stale)
+        _extend_directory(members, topics, tuples, _stale_positions(at, stale))
 
 
 def _extend_directory(members: DirectoryPartitions, keys: list[str], tuples: list[tuple[int, ...]],
-                      stale: frozenset[str]) -> None:
+                      stale: list[int]) -> None:
     """``add_many`` per topic, as one bulk put (``keys``: the topics' index keys; partitions
-    already present are not added twice; only the ``stale`` topics can have some)."""
+    already present are not added twice; only the topics at the ``stale`` positions can have
+    some)."""
     table = members._topics
     if stale and not table.is_empty():
         tuples = _merged(table, keys, tuples, stale, True)
