@@ -101,6 +101,10 @@ class _MappedIndex:
         #: below this (reserve_entries), so a store through the map never faults on a full device
         self._reserved = 0
         self._dirty = False
+        #: resize() wants more room than is mapped: mapped at the first write that needs it
+        self._grow_pending = False
+        self._mapped = 0
+        self._file_size = 0
         self._s = _k.IndexSearcher(None, base_offset, self.kind, 0)
         self.lookup_exact = None
         try:
@@ -151,8 +155,8 @@ class _MappedIndex:
         if self._mm is not None:
             self._mm.close()
             self._mm = None
+        size = os.fstat(fd).st_size
         if self.writable and resize_file:
-            size = os.fstat(fd).st_size
             if length > size:
                 # the file gets its whole length sparse (Kafka's RandomAccessFile.setLength: a
                 # 10 MiB index costs nothing until written); blocks are reserved in chunks ahead
@@ -162,10 +166,15 @@ class _MappedIndex:
             elif length < size:
                 os.ftruncate(fd, length)
                 self._reserved = min(self._reserved, length)
+            size = length
             # what is already there (the entries of an existing file) was written: allocated
             self._reserved = max(self._reserved, min(n * self.entry_size, length))
         if length > 0:
             self._mm = _k.FileMap(fd, length, self.writable)
+        #: bytes mapped, and the file's size as this index last saw or set it (trim skips when
+        #: both are already the valid entries)
+        self._mapped = length
+        self._file_size = size
         self._s = _k.IndexSearcher(self._mm, self.base_offset, self.kind, min(n, length // self.entry_size))
         self._bind()
 
@@ -194,14 +203,35 @@ class _MappedIndex:
         return np.frombuffer(self._mm, dtype=self.dtype, count=self._s.n).copy()
 
     def resize(self, max_index_size: int) -> None:
-        """Remap with room for ``max_index_size`` bytes of entries (keeps the valid ones)."""
+        """Room for ``max_index_size`` bytes of entries (keeps the valid ones).  Growing is
+        deferred to the first write that needs the room (:meth:`_ensure_room`).
+
+        Why lazy (Kafka's ``LazyIndex`` does the same for an index nobody touches): growing the
+        file and shrinking it back at close are two journaled ``ftruncate`` calls per index, four
+        per partition log -- at a broker's start and shutdown with thousands of idle logs, most
+        of their open and close time (session 18)."""
         self.max_entries = max(max_index_size // self.entry_size, 0)
-        self._map(max(self.max_entries, self._s.n) * self.entry_size, self._s.n)
+        if self._s.capacity > self.max_entries or not self.writable:
+            self._map(max(self.max_entries, self._s.n) * self.entry_size, self._s.n)
+        else:
+            self._grow_pending = self._s.capacity < self.max_entries
+
+    def _ensure_room(self, n: int) -> None:
+        """Map the whole ``max_entries`` before a write of the first ``n`` entries needs it."""
+        if self._grow_pending and n > self._s.capacity:
+            self._grow_pending = False
+            self._map(max(self.max_entries, self._s.n) * self.entry_size, self._s.n)
 
     def trim_to_valid_size(self) -> None:
-        """Cut the file to its valid entries (on roll and close, like Kafka)."""
-        if self.writable:
-            self._map(self._s.n * self.entry_size, self._s.n)
+        """Cut the file to its valid entries (on roll and close, like Kafka); nothing to do for
+        an index that was never grown past them."""
+        if not self.writable:
+            return
+        self._grow_pending = False
+        valid = self._s.n * self.entry_size
+        if self._mapped == valid and self._file_size == valid:
+            return
+        self._map(valid, self._s.n)
 
     def _set_entries(self, n: int) -> None:
         self._s.n = n
@@ -218,8 +248,11 @@ class _MappedIndex:
         while here a full device is a :class:`DiskFullError` naming the file.  The native
         appender writes entries straight into the map, so the segment reserves room for one
         entry per batch before it calls it."""
+        if not self._open:
+            return
+        self._ensure_room(n)
         need = min(n, self._s.capacity) * self.entry_size
-        if need <= self._reserved or not self._open:
+        if need <= self._reserved:
             return
         end = min(max(need, self._reserved + RESERVE_CHUNK), self._s.capacity * self.entry_size)
         with self._fd() as fd:
@@ -227,6 +260,7 @@ class _MappedIndex:
         self._reserved = end
 
     def _write(self, slot: int, data: bytes) -> None:
+        self._ensure_room(slot + 1)
         if slot >= self._s.capacity:
             raise ValueError(f"{self.path}: index is full ({self._s.capacity} entries)")
         self.reserve_entries(slot + 1)
@@ -235,6 +269,7 @@ class _MappedIndex:
     def _write_many(self, arr: np.ndarray) -> None:
         n = self._s.n
         k = len(arr)
+        self._ensure_room(n + k)
         if n + k > self._s.capacity:
             raise ValueError(f"{self.path}: index is full ({self._s.capacity} entries)")
         self.reserve_entries(n + k)

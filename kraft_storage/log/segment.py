@@ -256,12 +256,13 @@ class LogSegment:
         counts, then ``size``.  Returns the file position of the first batch."""
         start = self.size
         oi, ti = self.offset_index, self.time_index
-        os_, ts_ = oi._s, ti._s
-        o_n, t_n = os_.n, ts_.n
+        o_n, t_n = oi._s.n, ti._s.n
         # the appender stores at most one entry per batch straight into the maps: their blocks
-        # are allocated first (a full device is a DiskFullError here, never a SIGBUS there)
+        # are allocated first (a full device is a DiskFullError here, never a SIGBUS there); an
+        # index grown lazily is mapped anew here, so its searcher is taken after
         oi.reserve_entries(o_n + ap.batches)
         ti.reserve_entries(t_n + ap.batches)
+        os_, ts_ = oi._s, ti._s
         try:  # (free in CPython 3.11+ unless it raises)
             no, nt, self.bytes_since_last_index_entry, self.max_timestamp_so_far, self.offset_of_max_timestamp = \
                 ap.write(self.handle.fd, start, self.base_offset, self.index_interval_bytes,
