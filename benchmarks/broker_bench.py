@@ -29,9 +29,9 @@ gives the restarted broker a realistic share (3/(3+N) of the partitions) rather 
 CreateTopics batches through the controller listener; then broker 103 is stopped (SIGTERM,
 controlled shutdown) and started again: timed from the process start to its "serving Kafka
 clients" line (unfenced), with the phases from its log (metadata loaded, logs loaded, replicas
-made, registered, unfenced).  Kafka's heartbeat/session (2 s / 9 s).  A broker holds ~5 file
-descriptors a partition log: a run that would exceed RLIMIT_NOFILE is refused (``--nofile``
-raises it when the machine allows).
+made, registered, unfenced).  Kafka's heartbeat/session (2 s / 9 s).  A broker holds one file
+descriptor a partition log (five with the pure index twin): a run that would exceed
+RLIMIT_NOFILE is refused (``--nofile`` raises it when the machine allows).
 
 ``tail-replay``: a broker's metadata catch-up in process (the latest snapshot of a
 ``__cluster_metadata-0`` left by ``start``, then the log after it through a MetadataLoader).
@@ -99,9 +99,10 @@ NOFILE_NOTE = ["not changed"]
 
 def raise_nofile(want: int) -> None:
     """Raise this process's RLIMIT_NOFILE (soft and, when allowed, hard) to ``want``: the
-    brokers it starts inherit it.  Why: a partition log holds three descriptors per segment (the
-    segment and its two indexes), so a broker hosting 10k partitions needs ~30k; with this
-    machine's 20,000 the shutdown bench's brokers died of EMFILE (session 17).  Kafka's docs ask
+    brokers it starts inherit it.  Why: a partition log held five descriptors per segment before
+    session 18 (the segment, and its two indexes twice), so a broker hosting 10k partitions needed
+    ~50k; with this machine's 20,000 the shutdown bench's brokers died of EMFILE (session 17).
+    Now one (:func:`fds_per_log`).  Kafka's docs ask
     for 100,000 or more for the same reason."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if want <= 0 or soft >= want:
@@ -117,9 +118,16 @@ def raise_nofile(want: int) -> None:
     NOFILE_NOTE[0] = f"{want} (was {soft}/{hard})"
 
 
-#: descriptors a broker holds per partition log (one segment): the segment file, and each of its
-#: two index files twice (kraft_storage's own descriptor and the one CPython's mmap duplicates)
-FDS_PER_LOG = 5
+def fds_per_log() -> int:
+    """Descriptors a broker holds per partition log (one segment): the segment file only with the
+    native index kernel (its indexes are mapped by ``FileMap`` and hold none, session 18); with
+    the pure twin, each index twice more (kraft_storage's own and the one ``mmap.mmap`` duplicates
+    -- before session 18 that was every broker's count)."""
+    from kraft_storage.accel import native_available
+    return 1 if native_available("_index") and not os.environ.get("KRAFT_NO_EXTENSIONS") else 5
+
+
+FDS_PER_LOG = fds_per_log()
 
 
 def check_fds(logs_per_broker: int, what: str) -> None:
@@ -793,7 +801,7 @@ def main(argv: list[str] | None = None) -> None:
         s.add_argument("--runs", type=int, default=3)
         s.add_argument("--out", default=None, help="the Markdown report (default: results/s17/broker_<name>.md)")
         s.add_argument("--nofile", type=int, default=262_144,
-                       help="RLIMIT_NOFILE for the started processes (three descriptors per partition log "
+                       help="RLIMIT_NOFILE for the started processes (one descriptor per partition log "
                             "segment); 0: leave it")
     args = p.parse_args(argv)
     for name in ("runs", "partitions", "topics", "controllers", "brokers"):
