@@ -157,6 +157,19 @@ def _take(values: Any, offsets: I32s, rows: npt.NDArray[np.intp]) -> tuple[Any, 
     return values[index], out.astype(np.int32)
 
 
+def _block_rows(block: Rows, rows: np.ndarray) -> TopicRows:
+    """``rows`` of ``block`` as :class:`TopicRows` (lists compacted; no directories column
+    becomes an empty one)."""
+    reps, ro = _take(block.replicas, block.replicas_offsets, rows)
+    isr, io = _take(block.isr, block.isr_offsets, rows)
+    if len(block.directories):
+        dirs, do = _take(block.directories, block.directories_offsets, rows)
+    else:
+        dirs, do = np.zeros((0, 16), dtype=np.uint8), np.zeros(len(rows) + 1, dtype=np.int32)
+    return TopicRows(block.partition_id[rows], block.leader[rows], block.leader_epoch[rows], reps, ro, isr, io,
+                     dirs, do)
+
+
 def _lists(items: list[Any]) -> tuple[list[Any], I32s]:
     lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
     offsets = np.zeros(len(items) + 1, dtype=np.int32)
@@ -190,14 +203,7 @@ def topic_rows(block: PartitionBlock | None, start: int, stop: int,
     rows = np.arange(start, stop, dtype=np.intp)
     if pids:
         rows = rows[~np.isin(block.partition_id[start:stop], over.partition_id)]
-    reps, ro = _take(block.replicas, block.replicas_offsets, rows)
-    isr, io = _take(block.isr, block.isr_offsets, rows)
-    if len(block.directories):
-        bdirs, do = _take(block.directories, block.directories_offsets, rows)
-    else:
-        bdirs, do = np.zeros((0, 16), dtype=np.uint8), np.zeros(len(rows) + 1, dtype=np.int32)
-    kept = TopicRows(block.partition_id[rows], block.leader[rows], block.leader_epoch[rows], reps, ro, isr, io,
-                     bdirs, do)
+    kept = _block_rows(block, rows)
     if not pids:
         return kept
     both = _concat(kept, over)
@@ -286,14 +292,7 @@ def topics_rows(topics: list[tuple[Rows | None, int, int, Mapping[int, Partition
         if len(over_key):
             keep = ~np.isin(key, over_key)
             rows, key = rows[keep], key[keep]
-        reps, ro = _take(block.replicas, block.replicas_offsets, rows)
-        isr, io = _take(block.isr, block.isr_offsets, rows)
-        if len(block.directories):
-            dirs, do = _take(block.directories, block.directories_offsets, rows)
-        else:
-            dirs, do = np.zeros((0, 16), dtype=np.uint8), np.zeros(len(rows) + 1, dtype=np.int32)
-        parts.append(TopicRows(block.partition_id[rows], block.leader[rows], block.leader_epoch[rows], reps, ro, isr,
-                               io, dirs, do))
+        parts.append(_block_rows(block, rows))
         keys.append(key)
     both = _concat_all(parts)
     key = np.concatenate(keys)

@@ -32,6 +32,16 @@ def _fill(lm: LogManager) -> None:
         kl.append_as_leader(build_batch([(None, b"v%d" % tp.partition)]), leader_epoch=1)
 
 
+def _filled_and_closed(dirs: list[str], broker_epoch: int = -1) -> dict[TopicPartition, str]:
+    """A LogManager over ``dirs`` started, given TPS' logs and shut down; each log's directory."""
+    lm = LogManager(dirs)
+    lm.startup()
+    _fill(lm)
+    paths = {tp: kl.directory for tp, kl in lm.logs.items()}
+    asyncio.run(lm.shutdown(broker_epoch=broker_epoch))
+    return paths
+
+
 def _markers(tmp_path) -> list[str]:
     return sorted(os.path.relpath(os.path.join(root, CLEAN_SHUTDOWN_FILE), tmp_path)
                   for root, _dirs, files in os.walk(tmp_path) if CLEAN_SHUTDOWN_FILE in files)
@@ -103,11 +113,7 @@ def test_a_failed_close_leaves_its_dir_unmarked(tmp_path, monkeypatch):
 
 def test_an_old_per_log_marker_is_removed_and_not_trusted(tmp_path):
     dirs = _dirs(tmp_path, 1)
-    lm = LogManager(dirs)
-    lm.startup()
-    _fill(lm)
-    path = lm.logs[TPS[0]].directory
-    asyncio.run(lm.shutdown())
+    path = _filled_and_closed(dirs)[TPS[0]]
     os.unlink(os.path.join(dirs[0], CLEAN_SHUTDOWN_FILE))  # as if the dir were not marked
     with open(os.path.join(path, CLEAN_SHUTDOWN_FILE), "w") as f:
         f.write('{"version":0,"brokerEpoch":5}')
@@ -120,10 +126,7 @@ def test_an_old_per_log_marker_is_removed_and_not_trusted(tmp_path):
 
 def test_an_unreadable_marker_is_a_clean_shutdown_of_an_unknown_epoch(tmp_path):
     dirs = _dirs(tmp_path, 1)
-    lm = LogManager(dirs)
-    lm.startup()
-    _fill(lm)
-    asyncio.run(lm.shutdown(broker_epoch=9))
+    _filled_and_closed(dirs, broker_epoch=9)
     with open(os.path.join(dirs[0], CLEAN_SHUTDOWN_FILE), "w") as f:
         f.write("not json")
     again = LogManager(dirs)
