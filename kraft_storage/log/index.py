@@ -103,6 +103,8 @@ class _MappedIndex:
         self._dirty = False
         #: resize() wants more room than is mapped: mapped at the first write that needs it
         self._grow_pending = False
+        #: (mapped length before, entries then) of the last lazy growth: see revert_growth
+        self._growth: tuple[int, int] | None = None
         self._mapped = 0
         self._file_size = 0
         self._s = _k.IndexSearcher(None, base_offset, self.kind, 0)
@@ -115,7 +117,10 @@ class _MappedIndex:
             #: the file was not a whole number of entries when opened (Kafka: corrupt)
             self.misaligned = length % self.entry_size != 0
             if writable and preallocate:
-                self._map(max(self.max_entries, n) * self.entry_size, n, fd=fd)
+                # the room is mapped at the first write that needs it (see resize): a new log's
+                # indexes cost no ftruncate until something is indexed, none at all if it stays idle
+                self._map(length - length % self.entry_size, n, resize_file=False, fd=fd)
+                self._grow_pending = self._s.capacity < self.max_entries
             else:
                 # (a misaligned file is mapped short but not cut: opening changes no byte)
                 self._map(length - length % self.entry_size if writable else length, n, resize_file=False, fd=fd)
@@ -216,11 +221,24 @@ class _MappedIndex:
         else:
             self._grow_pending = self._s.capacity < self.max_entries
 
-    def _ensure_room(self, n: int) -> None:
-        """Map the whole ``max_entries`` before a write of the first ``n`` entries needs it."""
+    def _ensure_room(self, n: int) -> int | None:
+        """Map the whole ``max_entries`` before a write of the first ``n`` entries needs it; the
+        mapped length before, when it grew (to undo a growth whose write then fails)."""
         if self._grow_pending and n > self._s.capacity:
+            before = self._mapped
             self._grow_pending = False
             self._map(max(self.max_entries, self._s.n) * self.entry_size, self._s.n)
+            self._growth = (before, self._s.n)
+            return before
+        return None
+
+    def revert_growth(self) -> None:
+        """Undo the last lazy growth if no entry was added since: an append that failed after
+        it (a full device) leaves every file as it found it."""
+        growth, self._growth = self._growth, None
+        if growth is not None and self._open and self._s.n == growth[1]:
+            self._map(growth[0], self._s.n)
+            self._grow_pending = True
 
     def trim_to_valid_size(self) -> None:
         """Cut the file to its valid entries (on roll and close, like Kafka); nothing to do for
@@ -250,13 +268,18 @@ class _MappedIndex:
         entry per batch before it calls it."""
         if not self._open:
             return
-        self._ensure_room(n)
+        grown_from = self._ensure_room(n)
         need = min(n, self._s.capacity) * self.entry_size
         if need <= self._reserved:
             return
         end = min(max(need, self._reserved + RESERVE_CHUNK), self._s.capacity * self.entry_size)
-        with self._fd() as fd:
-            reserve_space(fd, self._reserved, end - self._reserved, self.path, "reserving index space")
+        try:
+            with self._fd() as fd:
+                reserve_space(fd, self._reserved, end - self._reserved, self.path, "reserving index space")
+        except BaseException:
+            if grown_from is not None:  # a failed append changes no file: the growth goes too
+                self.revert_growth()
+            raise
         self._reserved = end
 
     def _write(self, slot: int, data: bytes) -> None:

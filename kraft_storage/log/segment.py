@@ -260,8 +260,12 @@ class LogSegment:
         # the appender stores at most one entry per batch straight into the maps: their blocks
         # are allocated first (a full device is a DiskFullError here, never a SIGBUS there); an
         # index grown lazily is mapped anew here, so its searcher is taken after
-        oi.reserve_entries(o_n + ap.batches)
-        ti.reserve_entries(t_n + ap.batches)
+        try:
+            oi.reserve_entries(o_n + ap.batches)
+            ti.reserve_entries(t_n + ap.batches)
+        except BaseException:
+            oi.revert_growth()  # (the offset index may have grown before the time index failed)
+            raise
         os_, ts_ = oi._s, ti._s
         try:  # (free in CPython 3.11+ unless it raises)
             no, nt, self.bytes_since_last_index_entry, self.max_timestamp_so_far, self.offset_of_max_timestamp = \

@@ -147,10 +147,11 @@ def test_plan_entries(k, batches, interval, since):
 
 def test_offset_index_file(tmp_path):
     p = str(tmp_path / "00000000000000000100.index")
-    idx = OffsetIndex(p, 100, 80)  # room for 10 entries, preallocated like Kafka
-    import os
+    idx = OffsetIndex(p, 100, 80)  # room for 10 entries, preallocated like Kafka at the first append
+    assert os.path.getsize(p) == 0 and not idx.is_full
+    idx.append(100, 0)
     assert os.path.getsize(p) == 80
-    for i in range(5):
+    for i in range(1, 5):
         idx.append(100 + 10 * i, 1000 * i)
     with pytest.raises(ValueError):
         idx.append(140, 9999)  # not increasing
