@@ -221,16 +221,16 @@ class _MappedIndex:
         else:
             self._grow_pending = self._s.capacity < self.max_entries
 
-    def _ensure_room(self, n: int) -> int | None:
-        """Map the whole ``max_entries`` before a write of the first ``n`` entries needs it; the
-        mapped length before, when it grew (to undo a growth whose write then fails)."""
+    def _ensure_room(self, n: int) -> bool:
+        """Map the whole ``max_entries`` before a write of the first ``n`` entries needs it;
+        whether it grew (:meth:`revert_growth` undoes it if that write then fails)."""
         if self._grow_pending and n > self._s.capacity:
             before = self._mapped
             self._grow_pending = False
             self._map(max(self.max_entries, self._s.n) * self.entry_size, self._s.n)
             self._growth = (before, self._s.n)
-            return before
-        return None
+            return True
+        return False
 
     def revert_growth(self) -> None:
         """Undo the last lazy growth if no entry was added since: an append that failed after
@@ -268,7 +268,7 @@ class _MappedIndex:
         entry per batch before it calls it."""
         if not self._open:
             return
-        grown_from = self._ensure_room(n)
+        grew = self._ensure_room(n)
         need = min(n, self._s.capacity) * self.entry_size
         if need <= self._reserved:
             return
@@ -277,7 +277,7 @@ class _MappedIndex:
             with self._fd() as fd:
                 reserve_space(fd, self._reserved, end - self._reserved, self.path, "reserving index space")
         except BaseException:
-            if grown_from is not None:  # a failed append changes no file: the growth goes too
+            if grew:  # a failed append changes no file: the growth goes too
                 self.revert_growth()
             raise
         self._reserved = end

@@ -362,20 +362,10 @@ class MetadataLoader:
                         return
                     batch_loader.maybe_flush_batches(leader, True)
                 rest = batches[cut:]
-                if rest and self._hold(rest):
-                    return
-                rest = (*self._take_held(), *rest)
-                run_elapsed = batch_loader.load_run_bulk(rest, leader) if rest else None
-                if run_elapsed is not None:
-                    if batch_loader.failure is None:
-                        self._count_metrics(rest, run_elapsed)
-                    rest = ()
-            elif not self._load_held(leader):
-                return
-            if rest:
-                if not self._load_each(rest, leader):
-                    return
-                batch_loader.maybe_flush_batches(leader, True)
+                if not rest or not self._hold(rest):
+                    self._load_run((*self._take_held(), *rest), leader, bulk=True)
+            elif self._load_held(leader):
+                self._load_run(batches, leader, bulk=False)
         except Exception as exc:
             # not expected: every step that can fail reports its own fault
             batch_loader.fail(self._image.offset, f"Unhandled fault in MetadataLoader#handleCommit. Last image "
@@ -412,16 +402,20 @@ class MetadataLoader:
     def _load_held(self, leader: LeaderAndEpoch) -> bool:
         """Fold what :meth:`_hold` kept, before anything that must see it (a commit on another
         path, a snapshot, a transaction marker); False once the batch loader stopped on a fault."""
-        if not self._held:
+        return self._load_run(self._take_held(), leader, bulk=True)
+
+    def _load_run(self, run: Sequence[Batch], leader: LeaderAndEpoch, *, bulk: bool) -> bool:
+        """Load ``run``: folded at once when ``bulk`` and it qualifies (see load_run_bulk), else
+        batch by batch and flushed; False once the batch loader stopped on a fault."""
+        if not run:
             return True
-        held = self._take_held()
         batch_loader = self._batch_loader
-        elapsed = batch_loader.load_run_bulk(held, leader)
+        elapsed = batch_loader.load_run_bulk(run, leader) if bulk else None
         if elapsed is not None:
             if batch_loader.failure is None:
-                self._count_metrics(held, elapsed)
+                self._count_metrics(run, elapsed)
             return batch_loader.failure is None
-        if not self._load_each(held, leader):
+        if not self._load_each(run, leader):
             return False
         batch_loader.maybe_flush_batches(leader, True)
         return batch_loader.failure is None
