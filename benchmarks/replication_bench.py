@@ -62,7 +62,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _support import code_version  # noqa: E402
 from bench_controller import broker_features, heartbeat_request, ms_summary, registration_request  # noqa: E402
-from controller_tcp_bench import EventLog, GcPauses, LocalCluster, run_repeated  # noqa: E402
+from controller_tcp_bench import EventLog, GcPauses, LocalCluster, run_repeated, start_py_spy  # noqa: E402
 from raft_tcp_bench import cpu_seconds  # noqa: E402
 
 from kraft_node import event_loop  # noqa: E402
@@ -300,6 +300,8 @@ async def run_zonal(args: argparse.Namespace, base: str) -> dict[str, Any]:
         records_before = ctl.records_replayed
         cpu0 = [cpu_seconds([p]) for p in cluster.pids]
         profiler = TimedProfile(args.profile)
+        samplers = [start_py_spy(p, args.py_spy_seconds, f"{args.py_spy}.node{i + 1}.txt")
+                    for i, p in enumerate(cluster.pids)] if args.py_spy else []
         # the rack goes dark: its brokers stop heartbeating; their sessions expire SESSION_MS
         # after their last heartbeat, which is where the clock starts
         keeper.brokers = [b for b in keeper.brokers if b not in set(rack0)]
@@ -319,6 +321,8 @@ async def run_zonal(args: argparse.Namespace, base: str) -> dict[str, Any]:
         pauses.remove()
         sizes.remove()
         keeper.stop()
+        for sampler in samplers:
+            sampler.wait(timeout=args.py_spy_seconds + 30)
         rest = events.by_name(lambda n: True)
         return {"brokers": args.brokers, "racks": args.racks, "partitions": args.topics * args.partitions,
                 "fenced_brokers": len(rack0), "partitions_affected": affected, "leaderships_moved": led,
@@ -432,6 +436,10 @@ def main(argv: list[str] | None = None) -> None:
                          "(the paths before the bulk ones; an A/B in the same minutes)")
     ap.add_argument("--profile", default=None, metavar="FILE",
                     help="zonal, shutdown: cProfile of node 1 over the timed part (the last run's) to FILE")
+    ap.add_argument("--py-spy", default=None, metavar="PREFIX",
+                    help="zonal: py-spy (raw collapsed stacks) of every node from the rack's last heartbeat, "
+                         "--py-spy-seconds long, to PREFIX.nodeN.txt (node 1: this process)")
+    ap.add_argument("--py-spy-seconds", type=float, default=15.0)
     args = ap.parse_args(argv)
     for k, v in DEFAULTS[args.scenario].items():
         if getattr(args, k) is None:
