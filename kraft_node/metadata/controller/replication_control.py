@@ -636,6 +636,13 @@ class _BrokerIndex:
                 if not leaders_only or e & LEADER_FLAG:
                     yield TopicIdPartition(topic_id, e & _REPLICA_MASK)
 
+    def topic_entries(self, broker_id: int, topic_id: Uuid) -> tuple[int, ...]:
+        """``broker_id``'s raw entries for one topic (empty if none), at the latest epoch: a
+        zone's fencing reads them topic by topic for each of its brokers, so it never copies a
+        whole broker's index."""
+        topic_map = self._members.get(broker_id)
+        return () if topic_map is None else tuple(topic_map.get(topic_key(topic_id), ()))
+
     def entries_by_topic(self, broker_id: int, *, epoch: int = LATEST_EPOCH) -> list[tuple[Uuid, tuple[int, ...]]]:
         """``(topic id, raw entries)`` of every topic ``broker_id`` has entries for: a copy
         taken in O(topics), not O(partitions).  It stays as of now however much is replayed
@@ -1391,6 +1398,10 @@ class ReplicationControlManager(TopicCreationMixin):
         leads: what a fencing or a controlled shutdown walks (an O(topics) copy, see
         :meth:`_BrokerIndex.entries_by_topic`)."""
         return self.brokers_to_isrs.entries_by_topic(broker_id)
+
+    def isr_topic_entries(self, broker_id: int, topic_id: Uuid) -> tuple[int, ...]:
+        """The ISR index entries of ``broker_id`` for one topic (see :meth:`isr_entries_by_topic`)."""
+        return self.brokers_to_isrs.topic_entries(broker_id, topic_id)
 
     def elr_entries_by_topic(self, broker_id: int) -> list[tuple[Uuid, tuple[int, ...]]]:
         """The ELR index of ``broker_id`` as ``(topic id, partition ids)`` (an O(topics) copy)."""
