@@ -48,6 +48,7 @@ in ``.pxi`` files next to it, included in this order (as asyncpg does):
     _timeline_registry.pxi     Snapshot, _Revertable, SnapshotRegistry
     _timeline_hashtable.pxi    _HashTier, _SnapshottableHashTable (the map/set engine)
     _timeline_collections.pxi  TimelineHashMap, TimelineHashSet, the Timeline scalars
+    _timeline_grouped.pxi      put_grouped: a reverse index's groups put in one C pass
     _timeline_gc.pxi           cycle-collector hooks of the Table-owning types
 """
 from cpython.ref cimport PyObject
@@ -66,12 +67,14 @@ include "_timeline_table.pxi"
 include "_timeline_registry.pxi"
 include "_timeline_hashtable.pxi"
 include "_timeline_collections.pxi"
+include "_timeline_grouped.pxi"
 
 
 __all__ = [
     "LATEST_EPOCH", "NO_SNAPSHOT_EPOCH", "Snapshot", "SnapshotRegistry",
     "SnapshotNotFoundError", "SnapshotEpochError", "TimelineHashMap",
     "TimelineHashSet", "TimelineLong", "TimelineInteger", "TimelineObject",
+    "put_grouped",
 ]
 
 

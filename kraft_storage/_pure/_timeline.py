@@ -698,8 +698,64 @@ class TimelineObject(_TimelineScalar):
         return self._value
 
 
+def put_grouped(maps: Any, key_of: Any, topic_of: Any, codes: Any, ints: Any, ones: Any, topic_keys: Any,
+                stale: Any, distinct: Any) -> None:
+    """Group entries by (key, topic) and put each group's tuple into its key's map (the
+    specification of the native ``put_grouped``; see its docstring for why it exists).
+
+    Entry ``i`` is ``ints[codes[i]]`` under map ``maps[key_of[i]]`` and topic
+    ``topic_keys[topic_of[i]]``.  For each map in order, the topics it has entries of are put
+    (one ``put_many``) in ascending topic index, each with the tuple of its entries in entry
+    order; a one-entry group's tuple is ``ones[c]`` itself.  ``stale[t]``: the map may already
+    hold topic ``t``; its value is then read and the new entries appended (``distinct``: those
+    it already holds left out).  Other topics are put without a read."""
+    maps, ints, ones, topic_keys = tuple(maps), tuple(ints), tuple(ones), tuple(topic_keys)
+    key_of, topic_of, codes, stale = list(key_of), list(topic_of), list(codes), list(stale)
+    n, nk, nt, nc = len(key_of), len(maps), len(topic_keys), len(ints)
+    if len(topic_of) != n or len(codes) != n:
+        raise ValueError(f"put_grouped: key_of has {n} entries, topic_of {len(topic_of)}, codes {len(codes)}")
+    if len(ones) != nc:
+        raise ValueError(f"put_grouped: {nc} ints but {len(ones)} one-entry tuples")
+    if len(stale) != nt:
+        raise ValueError(f"put_grouped: {nt} topic keys but {len(stale)} stale flags")
+    for k, m in enumerate(maps):
+        if not isinstance(m, TimelineHashMap):
+            raise TypeError(f"put_grouped: maps[{k}] is {type(m).__name__}, not this module's TimelineHashMap")
+    for i in range(n):
+        if not 0 <= key_of[i] < nk:
+            raise ValueError(f"put_grouped: key_of[{i}] = {key_of[i]} is not a map index (0..{nk - 1})")
+        if not 0 <= topic_of[i] < nt:
+            raise ValueError(f"put_grouped: topic_of[{i}] = {topic_of[i]} is not a topic index (0..{nt - 1})")
+        if not 0 <= codes[i] < nc:
+            raise ValueError(f"put_grouped: codes[{i}] = {codes[i]} is not an index of ints (0..{nc - 1})")
+    groups: list[dict[int, list[int]]] = [{} for _ in range(nk)]
+    for i in range(n):
+        groups[key_of[i]].setdefault(topic_of[i], []).append(codes[i])
+    for k in range(nk):
+        if not groups[k]:
+            continue
+        m = maps[k]
+        keys, values = [], []
+        for t in sorted(groups[k]):
+            members = groups[k][t]
+            value = ones[members[0]] if len(members) == 1 else tuple(ints[c] for c in members)
+            key = topic_keys[t]
+            if stale[t]:
+                existing = m.get(key)
+                if existing is not None:
+                    if distinct:
+                        present = set(existing)
+                        value = existing + tuple(p for p in value if p not in present)
+                    else:
+                        value = existing + value
+            keys.append(key)
+            values.append(value)
+        m.put_many(keys, values)
+
+
 __all__ = [
     "LATEST_EPOCH", "NO_SNAPSHOT_EPOCH", "Snapshot", "SnapshotRegistry",
     "SnapshotNotFoundError", "SnapshotEpochError", "TimelineHashMap",
     "TimelineHashSet", "TimelineLong", "TimelineInteger", "TimelineObject",
+    "put_grouped",
 ]

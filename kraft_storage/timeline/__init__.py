@@ -57,6 +57,9 @@ TimelineHashSet = _impl.TimelineHashSet
 TimelineLong = _impl.TimelineLong
 TimelineInteger = _impl.TimelineInteger
 TimelineObject = _impl.TimelineObject
+#: Fill a reverse index (key -> topic -> entries) from flat columns in one pass: see the
+#: pure twin's docstring (``kraft_storage._pure._timeline.put_grouped``) for its contract.
+put_grouped = _module.put_grouped
 
 #: "native" or "pure": which implementation this process uses.
 IMPLEMENTATION = "native" if _module.__name__.startswith("kraft_storage._native") else "pure"
@@ -65,5 +68,5 @@ __all__ = [
     "LATEST_EPOCH", "NO_SNAPSHOT_EPOCH", "Snapshot", "SnapshotRegistry",
     "SnapshotNotFoundError", "SnapshotEpochError", "TimelineHashMap",
     "TimelineHashSet", "TimelineLong", "TimelineInteger", "TimelineObject",
-    "IMPLEMENTATION",
+    "IMPLEMENTATION", "put_grouped",
 ]

@@ -60,7 +60,7 @@ from kraft_storage.record import decode_record_columns, scan_batches
 from kraft_storage.record.constants import CONTROL_MASK
 from kraft_storage.snapshot import RecordsSnapshotWriter
 from kraft_storage.snapshot import SnapshotId as FileSnapshotId
-from kraft_storage.timeline import SnapshotRegistry
+from kraft_storage.timeline import SnapshotRegistry, TimelineHashMap
 
 PURE = importlib.import_module("kraft_node._pure._bulk_objects")
 #: the twin always; the native kernel too when it is built (each is checked against an oracle)
@@ -839,19 +839,29 @@ def test_registrations_share_equal_replica_lists_and_keep_every_value(pool, pick
 
 
 @settings(max_examples=200, deadline=None)
-@given(groups=st.lists(st.lists(st.integers(0, 40) | st.integers(0, 40).map(lambda p: p | LEADER_FLAG),
-                                min_size=1, max_size=3), min_size=1, max_size=60),
+@given(groups=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5),
+                                 st.lists(st.integers(0, 40) | st.integers(0, 40).map(lambda p: p | LEADER_FLAG),
+                                          min_size=1, max_size=3)), min_size=1, max_size=60),
        singles=st.booleans())
-def test_group_tuples_are_the_groups_and_share_only_equal_one_entry_groups(groups, singles):
-    """The index grouping's tuples equal the groups, with either path: every group one entry
-    (equal groups then share one tuple), or some longer (a tuple each)."""
+def test_put_index_puts_the_groups_and_shares_equal_one_entry_groups(groups, singles):
+    """The index puts (``_put_index``: the timeline kernel's ``put_grouped``) leave each
+    (map, topic) with its entries in entry order, whether the groups are one entry each
+    (equal ones then share one tuple, across maps too) or longer."""
     if singles:
-        groups = [g[:1] for g in groups]
-    lens = np.array([len(g) for g in groups], np.int64)
-    starts = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
-    entries = np.array([e for g in groups for e in g], np.int64)
-    got = rs._group_tuples(entries, starts, lens)
-    assert got == [tuple(g) for g in groups]
-    if singles:
-        by_value: dict[tuple[int, ...], tuple[int, ...]] = {}
-        assert all(by_value.setdefault(t, t) is t for t in got)
+        groups = [(k, t, g[:1]) for k, t, g in groups]
+    registry = SnapshotRegistry()
+    maps = [TimelineHashMap(registry) for _ in range(4)]
+    keys = [f"t{t}" for t in range(6)]
+    dense = np.array([k for k, _t, g in groups for _e in g], np.int64)
+    topic_of = np.array([t for _k, t, g in groups for _e in g], np.int64)
+    entries = np.array([e for _k, _t, g in groups for e in g], np.int64)
+    rs._put_index(maps, dense, topic_of, entries, keys, np.zeros(6, bool), False)
+    want: list[dict[str, list[int]]] = [{} for _ in maps]
+    for k, t, g in groups:
+        want[k].setdefault(keys[t], []).extend(g)
+    assert [tm.to_dict() for tm in maps] == [{key: tuple(v) for key, v in w.items()} for w in want]
+    by_value: dict[tuple[int, ...], tuple[int, ...]] = {}
+    for tm in maps:
+        for value in tm.values():
+            if len(value) == 1:
+                assert by_value.setdefault(value, value) is value

@@ -113,7 +113,7 @@ from kraft_storage.messages import metadata as m
 from kraft_storage.messages.columns import RecordTypeColumns, decode_bodies
 from kraft_storage.messages.framing import decode_metadata_record
 from kraft_storage.messages.runtime import Uuid
-from kraft_storage.timeline import LATEST_EPOCH, TimelineHashMap
+from kraft_storage.timeline import LATEST_EPOCH, TimelineHashMap, put_grouped
 
 if TYPE_CHECKING:
     from kraft_node.metadata.controller.replication_control import ReplicationControlManager
@@ -785,7 +785,7 @@ def _apply_new(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
     remember_topic_uuids(keys, topic_ids)
     _index_isr(rc, cols, a, b, row_topic, keys, fresh)
     if len(cols.elr.vals):
-        _index_elr(rc, cols, a, b, row_topic, topics)
+        _index_elr(rc, cols, a, b, row_topic, topics, keys)
     _index_directories(rc, cols, a, b, row_topic, keys, fresh)
     _track(rc, cols, a, b, row_topic, topics)
     log.info("Replayed %d PartitionRecord(s) for new partitions of %d topic(s).", b - a, len(topics))
@@ -795,41 +795,6 @@ def _apply_new(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
                       topic.name, topic.topic_id)
             for i in range(s, e):
                 log.debug("New partition %s-%d: %s", topic.name, int(pid[i]), regs[i])
-
-
-def _entries_by_key(keys: np.ndarray, rows: np.ndarray, entries: np.ndarray, row_topic: np.ndarray,
-                    topic_keys: list[str]) -> Iterator[tuple[int, list[str], list[tuple[int, ...]], np.ndarray]]:
-    """Group list entries by (key, topic): per distinct key, the topics (as given in
-    ``topic_keys``, by ``row_topic``'s index), the tuple of entries of each, entries in row
-    order, and the topics' indexes (ascending).  ``rows``: each entry's row, relative to ``row_topic``'s first.
-
-    Done in numpy, not one Python step per group: a stable sort by key (rows come in topic
-    order, so that is (key, topic) order; else a sort by both), the group boundaries, and the
-    tuples from :func:`_group_tuples` -- in a snapshot every group is usually one entry (a
-    broker holds one replica of each topic), and those share one tuple per distinct entry (a
-    few hundred objects, not millions; index tuples are never changed in place)."""
-    if not len(keys):
-        return
-    uniq, dense = _dense(keys)
-    if len(uniq) < 1 << 15:  # narrow copies: the gathers below move less memory
-        dense = dense.astype(np.int16)
-    topic_of = row_topic[rows]
-    if len(topic_of) < 2 or bool((topic_of[1:] >= topic_of[:-1]).all()):
-        # numpy's stable sort is a radix sort for 16-bit keys: O(n), the brokers fit
-        order = np.argsort(dense, kind="stable")
-    else:  # a topic comes back after another one
-        order = np.lexsort((topic_of, dense))
-    d, t, e = dense[order], topic_of[order], np.asarray(entries, np.int64)[order]
-    n = len(order)
-    cut = np.flatnonzero((d[1:] != d[:-1]) | (t[1:] != t[:-1])) + 1
-    starts = np.concatenate(([0], cut)).astype(np.int64)
-    lens = np.diff(np.concatenate((starts, [n])))
-    tuples = _group_tuples(e, starts, lens)
-    g_key, g_topic = d[starts], t[starts]
-    names: list[str] = np.array(topic_keys, dtype=object)[g_topic].tolist()
-    bounds = [0, *(np.flatnonzero(g_key[1:] != g_key[:-1]) + 1).tolist(), len(g_key)]
-    for lo, hi in zip(bounds, bounds[1:]):
-        yield int(uniq[g_key[lo]]), names[lo:hi], tuples[lo:hi], g_topic[lo:hi]
 
 
 def _distinct_entries(entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -844,21 +809,36 @@ def _distinct_entries(entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values, inverse.ravel()
 
 
-def _group_tuples(entries: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> list[tuple[int, ...]]:
-    """The tuple of each group of ``entries`` (group g: ``lens[g]`` entries from
-    ``starts[g]``, groups back to back).  When every group is one entry (a snapshot's usual
-    case: the placer gives a broker one replica of each topic), equal groups share the one
-    tuple made for their value in this call; else each group gets its own tuple (the kernel's
-    ``tuples``: picking the one-entry groups out through object-array masks cost more than it
-    saved, measured with a third of the groups single)."""
-    if len(starts) == len(entries):
-        values, inverse = _distinct_entries(entries)
-        ones = np.fromiter(((v,) for v in values.tolist()), dtype=object, count=len(values))
-        shared: list[tuple[int, ...]] = ones[inverse].tolist()
-        return shared
-    off = np.concatenate((starts, [len(entries)])).astype(np.int64)
-    made: list[tuple[int, ...]] = _objects.tuples(off, entries.tolist(), True)
-    return made
+def _put_index(maps: list[Any], dense: np.ndarray, topic_of: np.ndarray, entries: np.ndarray,
+               topic_keys: list[str], stale: np.ndarray, distinct: bool) -> None:
+    """One reverse index's entries of a bulk call, put with the timeline kernel's
+    ``put_grouped``: entry i under ``maps[dense[i]]`` (a TimelineHashMap keyed by topic key),
+    topic ``topic_keys[topic_of[i]]``; per (map, topic) the tuple of its entries in entry order
+    (what ``add_entries`` / ``add_many`` append per topic).  ``stale``: per topic, whether it
+    had partitions before this call (only those topics can hold entries already, so only
+    those are read and extended; ``distinct``: without the entries already present).
+
+    The distinct entries (partition ids, some with LEADER_FLAG) are made once each, as ints
+    and as shared 1-tuples: in a snapshot every (broker, topic) group is usually one entry
+    (the placer gives a broker one replica of each topic), so the three million groups of a
+    million partitions share a few hundred tuples (index tuples are replaced, never changed
+    in place).  The grouping (two counting sorts) and the puts run in C."""
+    values, codes = _distinct_entries(entries)
+    ints: list[int] = values.tolist()
+    put_grouped(maps, dense.astype(np.int32), topic_of.astype(np.int32), codes.astype(np.int32), ints,
+                [(v,) for v in ints], topic_keys, stale.astype(np.uint8), distinct)
+
+
+def _broker_maps(index: Any, brokers: list[int]) -> list[Any]:
+    """Each broker's topic map in a BrokersToIsrs / BrokersToElrs, created when absent (in
+    the order given, as ``add_entries`` would create them)."""
+    members = index._members
+    maps: list[Any] = members.get_many(brokers)
+    for i, topic_map in enumerate(maps):
+        if topic_map is None:
+            topic_map = maps[i] = TimelineHashMap(index._registry)
+            members.put(brokers[i], topic_map)
+    return maps
 
 
 def _index_isr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
@@ -887,82 +867,43 @@ def _index_isr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
         out_row[at[nl] + lens[nl]] = nl
         out_member[at[nl] + lens[nl]] = NO_LEADER
         row, members = out_row, out_member
+    if not len(members):
+        return
     entries = cols.pid[a:b][row] | np.where(members == leader[row], LEADER_FLAG, 0)
-    index = rc.brokers_to_isrs
-    stale = np.flatnonzero(~fresh)
-    for broker, ids, tuples, at in _entries_by_key(members, row, entries, row_topic, keys):
-        _extend_broker(index, broker, ids, tuples, _stale_positions(at, stale))
+    brokers, dense = _dense(members)
+    maps = _broker_maps(rc.brokers_to_isrs, brokers.tolist())
+    _put_index(maps, dense, row_topic[row], entries, keys, ~fresh, False)
 
 
 def _index_elr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
-               topics: list[TopicControlInfo]) -> None:
+               topics: list[TopicControlInfo], keys: list[str]) -> None:
     """BrokersToElrs entries (each ELR member once per partition), and the overlap error
-    ``_add_new_partitions`` logs."""
+    ``_add_new_partitions`` logs.  ELRs are rare in a snapshot: a Python pass over their rows,
+    and every topic is read (stale) before it is extended."""
     elr, isr = cols.elr, cols.isr
     rows = np.flatnonzero(elr.lens[a:b] > 0) + a
-    by_broker: dict[int, dict[int, list[int]]] = {}
+    brokers: list[int] = []
+    topic_of: list[int] = []
+    pids: list[int] = []
     for i in rows.tolist():
         members = elr.row(i)
         t = int(row_topic[i - a])
         p = int(cols.pid[i])
         for broker in dict.fromkeys(members):
-            by_broker.setdefault(broker, {}).setdefault(t, []).append(p)
+            brokers.append(broker)
+            topic_of.append(t)
+            pids.append(p)
         in_isr = isr.row(i)
         if set(in_isr) & set(members):
             log.error("%s-%d has overlapping ISR=%s and ELR=%s", topics[t].name, p, _fmt(in_isr), _fmt(members))
-    index = rc.brokers_to_elrs
-    for broker, per_topic in by_broker.items():  # ELRs are rare: every topic is read
-        _extend_broker(index, broker, [topic_key(topics[t].topic_id) for t in per_topic],
-                       [tuple(v) for v in per_topic.values()], list(range(len(per_topic))))
-
-
-def _stale_positions(at: np.ndarray, stale: np.ndarray) -> list[int]:
-    """Where the ``stale`` topics (indexes of the topics that had partitions before this
-    call, so may have index entries to extend: usually none, or the one topic a batch
-    boundary cut in two) are among one key's topics ``at`` (ascending): a binary search, not
-    a scan of the key's topics."""
-    if not len(stale):
-        return []
-    j = np.searchsorted(at, stale)
-    found = j < len(at)
-    found[found] = at[j[found]] == stale[found]
-    positions: list[int] = j[found].tolist()
-    return positions
-
-
-def _extend_broker(index: Any, broker: int, keys: list[str], tuples: list[tuple[int, ...]],
-                   stale: list[int]) -> None:
-    """Append each topic's entries to ``broker``'s map in a BrokersToIsrs / BrokersToElrs
-    (what ``add_entries`` does per topic, as one bulk put; ``keys``: the topics' index keys;
-    only the topics at the ``stale`` positions can have entries already, so only those are
-    read)."""
-    members = index._members
-    topic_map = members.get(broker)
-    if topic_map is None:
-        topic_map = TimelineHashMap(index._registry)
-        members.put(broker, topic_map)
-    elif stale and not topic_map.is_empty():
-        tuples = _merged(topic_map, keys, tuples, stale, False)
-    topic_map.put_many(keys, tuples)
-
-
-def _merged(table: Any, keys: list[str], tuples: list[tuple[int, ...]], stale: list[int],
-            distinct: bool) -> list[tuple[int, ...]]:
-    """``tuples`` with the entries ``table`` already has for the keys at the ``stale``
-    positions put first (``distinct``: an entry already present is not added again).  Costs
-    O(stale) reads, never a pass over ``keys``."""
-    out: list[tuple[int, ...]] | None = None
-    for i, e in zip(stale, table.get_many([keys[i] for i in stale])):
-        if e is None:
-            continue
-        if out is None:
-            out = list(tuples)
-        t = out[i]
-        if distinct:
-            present = set(e)
-            t = tuple(p for p in t if p not in present)
-        out[i] = e + t
-    return tuples if out is None else out
+    if not brokers:
+        return
+    # maps created in first-appearance order of the brokers, as add_entries does
+    order = list(dict.fromkeys(brokers))
+    position = {broker: k for k, broker in enumerate(order)}
+    maps = _broker_maps(rc.brokers_to_elrs, order)
+    _put_index(maps, np.array([position[x] for x in brokers], np.int64), np.array(topic_of, np.int64),
+               np.array(pids, np.int64), keys, np.ones(len(keys), bool), False)
 
 
 def _index_directories(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int,
@@ -981,27 +922,18 @@ def _index_directories(rc: "ReplicationControlManager", cols: _PartitionColumns,
     if not keep.any():
         return
     row, dense = row[keep], dense[keep]
+    present, slot = _dense(dense)
     index = rc.directories_to_partitions
     registry = rc.registry
-    stale = np.flatnonzero(~fresh)
-    for d, topics, tuples, at in _entries_by_key(dense, row, cols.pid[a:b][row], row_topic, keys):
+    maps = []
+    for d in present.tolist():
         directory = objs[d]
         members = index.get(directory)
         if members is None:
             members = DirectoryPartitions(registry)
             index.put(directory, members)
-        _extend_directory(members, topics, tuples, _stale_positions(at, stale))
-
-
-def _extend_directory(members: DirectoryPartitions, keys: list[str], tuples: list[tuple[int, ...]],
-                      stale: list[int]) -> None:
-    """``add_many`` per topic, as one bulk put (``keys``: the topics' index keys; partitions
-    already present are not added twice; only the topics at the ``stale`` positions can have
-    some)."""
-    table = members._topics
-    if stale and not table.is_empty():
-        tuples = _merged(table, keys, tuples, stale, True)
-    table.put_many(keys, tuples)
+        maps.append(members._topics)
+    _put_index(maps, slot, row_topic[row], cols.pid[a:b][row], keys, ~fresh, True)
 
 
 def _track(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,

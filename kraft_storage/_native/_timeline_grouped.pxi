@@ -1,0 +1,177 @@
+# Part of kraft_storage._native._timeline, included by _timeline.pyx after
+# _timeline_collections.pxi.  ``put_grouped``: a reverse index (broker ->
+# topic -> partitions, directory -> topic -> partitions) filled from flat
+# columns in one C pass, straight into the maps' tables.  The pure twin in
+# kraft_storage/_pure/_timeline.py is the specification (and the oracle of the
+# property test in tests/storage/test_timeline_grouped.py).
+
+from libc.stdint cimport uint8_t
+
+cdef extern from "Python.h":
+    object PyTuple_New_o "PyTuple_New"(Py_ssize_t n)
+    void PyTuple_SET_ITEM_p "PyTuple_SET_ITEM"(object t, Py_ssize_t i, PyObject* o)
+    PyObject* PyTuple_GET_ITEM_p "PyTuple_GET_ITEM"(object t, Py_ssize_t i)
+    void PyObject_GC_UnTrack_p "PyObject_GC_UnTrack"(PyObject* o)
+
+
+cdef object _merge_grouped(object existing, object new, bint distinct):
+    """An entry already in the map goes first; ``distinct``: the new entries it
+    already holds are not added again (the directory index's ``add_many``)."""
+    if not distinct:
+        return existing + new
+    present = set(existing)
+    return existing + tuple([p for p in new if p not in present])
+
+
+def put_grouped(maps, key_of, topic_of, codes, ints, ones, topic_keys, stale, distinct):
+    """Group entries by (key, topic) and put each group's tuple into its key's map.
+
+    Entry ``i`` is ``ints[codes[i]]`` under map ``maps[key_of[i]]`` and topic
+    ``topic_keys[topic_of[i]]`` (``key_of``, ``topic_of``, ``codes``: int32
+    arrays of one length).  For each map in order, the topics it has entries
+    of are put in ascending topic index, each with the tuple of its entries in
+    entry order -- ``ones[c]`` itself (a shared 1-tuple, equal to
+    ``(ints[c],)``) for a one-entry group.  ``stale[t]`` (a uint8 array, one
+    per topic) says the map may already hold topic ``t``: its value is then
+    read and the new entries appended to it (``distinct``: those it already
+    holds are left out).  Every other topic is put without a read (the caller
+    knows the map does not hold it).  The same puts as ``put_many`` per map,
+    so snapshots and reverts see ordinary writes.
+
+    Why in C: a million-partition snapshot makes three million (broker, topic)
+    groups for each index; grouping them in numpy and handing ``put_many``
+    Python lists of names and tuples cost more than the puts themselves.
+    Here two counting sorts (by topic when the entries are not already in
+    topic order, then by key: stable, so (key, topic, entry order)) and one
+    walk per map fill the map's table directly; a group of several entries
+    gets one new tuple, untracked by the cyclic collector (ints only).
+    """
+    cdef const int32_t[::1] kv = key_of
+    cdef const int32_t[::1] tv = topic_of
+    cdef const int32_t[::1] cv = codes
+    cdef const uint8_t[::1] sv = stale
+    cdef tuple maps_t = tuple(maps)
+    cdef tuple ints_t = tuple(ints)
+    cdef tuple ones_t = tuple(ones)
+    cdef tuple keys_t = tuple(topic_keys)
+    cdef bint merge_distinct = bool(distinct)
+    cdef Py_ssize_t n = kv.shape[0], nk = len(maps_t), nt = len(keys_t), nc = len(ints_t)
+    cdef Py_ssize_t i, j, e, a, b, g, gi, k, t, size, pos
+    cdef int32_t* st_ = NULL     # topic of each entry, sorted by (key, topic, entry order)
+    cdef int32_t* sc = NULL      # code of each entry, in the same order
+    cdef int32_t* by_topic = NULL
+    cdef Py_ssize_t* kstart = NULL
+    cdef Py_ssize_t* tstart = NULL
+    cdef bint in_topic_order = True
+    cdef object m, val, key, existing, tup
+    cdef list klist, vlist
+    cdef PyObject* item
+    cdef bint atomic
+    if tv.shape[0] != n or cv.shape[0] != n:
+        raise ValueError(f"put_grouped: key_of has {n} entries, topic_of {tv.shape[0]}, codes {cv.shape[0]}")
+    if len(ones_t) != nc:
+        raise ValueError(f"put_grouped: {nc} ints but {len(ones_t)} one-entry tuples")
+    if sv.shape[0] != nt:
+        raise ValueError(f"put_grouped: {nt} topic keys but {sv.shape[0]} stale flags")
+    for k in range(nk):
+        if not isinstance(maps_t[k], TimelineHashMap):
+            raise TypeError(f"put_grouped: maps[{k}] is {type(maps_t[k]).__name__}, not this module's TimelineHashMap")
+    for i in range(n):
+        if kv[i] < 0 or kv[i] >= nk:
+            raise ValueError(f"put_grouped: key_of[{i}] = {kv[i]} is not a map index (0..{nk - 1})")
+        if tv[i] < 0 or tv[i] >= nt:
+            raise ValueError(f"put_grouped: topic_of[{i}] = {tv[i]} is not a topic index (0..{nt - 1})")
+        if cv[i] < 0 or cv[i] >= nc:
+            raise ValueError(f"put_grouped: codes[{i}] = {cv[i]} is not an index of ints (0..{nc - 1})")
+        if i and tv[i] < tv[i - 1]:
+            in_topic_order = False
+    if n == 0:
+        return
+    try:
+        st_ = <int32_t*>PyMem_Malloc(n * sizeof(int32_t))
+        sc = <int32_t*>PyMem_Malloc(n * sizeof(int32_t))
+        kstart = <Py_ssize_t*>PyMem_Malloc((nk + 1) * sizeof(Py_ssize_t))
+        if st_ == NULL or sc == NULL or kstart == NULL:
+            raise MemoryError()
+        if not in_topic_order:      # stable counting sort by topic
+            by_topic = <int32_t*>PyMem_Malloc(n * sizeof(int32_t))
+            tstart = <Py_ssize_t*>PyMem_Malloc((nt + 1) * sizeof(Py_ssize_t))
+            if by_topic == NULL or tstart == NULL:
+                raise MemoryError()
+            memset(tstart, 0, (nt + 1) * sizeof(Py_ssize_t))
+            for i in range(n):
+                tstart[tv[i] + 1] += 1
+            for t in range(nt):
+                tstart[t + 1] += tstart[t]
+            for i in range(n):
+                by_topic[tstart[tv[i]]] = <int32_t>i
+                tstart[tv[i]] += 1
+        # stable counting sort by key, over the entries in topic order; each entry's
+        # (topic, code) is moved with it, so that the walk below reads memory in order
+        memset(kstart, 0, (nk + 1) * sizeof(Py_ssize_t))
+        for i in range(n):
+            kstart[kv[i] + 1] += 1
+        for k in range(nk):
+            kstart[k + 1] += kstart[k]
+        for j in range(n):
+            i = j if in_topic_order else by_topic[j]
+            pos = kstart[kv[i]]
+            kstart[kv[i]] = pos + 1
+            st_[pos] = tv[i]
+            sc[pos] = cv[i]
+        # kstart[k] is now the end of key k's entries (the start of k + 1's)
+        a = 0
+        for k in range(nk):
+            b = kstart[k]
+            if a == b:
+                continue
+            m = maps_t[k]
+            g = 1
+            for j in range(a + 1, b):
+                if st_[j] != st_[j - 1]:
+                    g += 1
+            klist = PyList_New(g)
+            vlist = PyList_New(g)
+            for gi in range(g):     # filled before any Python code sees the lists
+                Py_INCREF_p(Py_None)
+                PyList_SET_ITEM_p(klist, gi, Py_None)
+                Py_INCREF_p(Py_None)
+                PyList_SET_ITEM_p(vlist, gi, Py_None)
+            j = a
+            gi = 0
+            while j < b:
+                t = st_[j]
+                e = j + 1
+                while e < b and st_[e] == t:
+                    e += 1
+                if e - j == 1:
+                    val = <object>PyTuple_GET_ITEM_p(ones_t, sc[j])
+                else:
+                    size = e - j
+                    tup = PyTuple_New_o(size)
+                    atomic = True
+                    for i in range(size):
+                        item = PyTuple_GET_ITEM_p(ints_t, sc[j + i])
+                        atomic = atomic and PyLong_CheckExact_p(item)
+                        Py_INCREF_p(item)
+                        PyTuple_SET_ITEM_p(tup, i, item)
+                    if atomic:      # ints cannot be part of a cycle
+                        PyObject_GC_UnTrack_p(<PyObject*>tup)
+                    val = tup
+                key = <object>PyTuple_GET_ITEM_p(keys_t, t)
+                if sv[t]:
+                    existing = m.get(key)
+                    if existing is not None:
+                        val = _merge_grouped(existing, val, merge_distinct)
+                klist[gi] = key
+                vlist[gi] = val
+                gi += 1
+                j = e
+            (<_SnapshottableHashTable>m)._bulk_put_seq(klist, vlist)
+            a = b
+    finally:
+        PyMem_Free(st_)
+        PyMem_Free(sc)
+        PyMem_Free(kstart)
+        PyMem_Free(by_topic)
+        PyMem_Free(tstart)
