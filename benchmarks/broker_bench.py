@@ -512,6 +512,21 @@ def log_time(line_re: str, text: str) -> float | None:
     return None
 
 
+def wait_logs_open(node: Any, timeout_s: float) -> None:
+    """Wait until ``node``'s ReplicaManager has opened every partition log it started opening in
+    the background (its log says so: a large batch of new logs is opened while the broker's loop
+    runs, so the Metadata answer can show a leader that is still creating its logs)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = node.log()
+        started = text.count("partition logs in the background (the loop keeps running)")
+        if text.count("the background batch of partition logs is open") >= started:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"broker {node.id} still opening partition logs after {timeout_s} s")
+        time.sleep(0.2)
+
+
 def cmd_shutdown(args: argparse.Namespace, argv: list[str]) -> None:
     check_fds(args.partitions, "shutdown")
     base = tempfile.mkdtemp(prefix="broker-bench-")
@@ -543,6 +558,7 @@ def cmd_shutdown(args: argparse.Namespace, argv: list[str]) -> None:
             took = run(create_partitions(ctl_port, f"sd{r}-", args.partitions, 1000, replicas=[101, 102, 103]),
                        timeout=600)
             run(wait_everywhere(ctl_port, [b.port for b in c.brokers], f"sd{r}-sentinel", 300), timeout=400)
+            wait_logs_open(victim, 300)
             shown = leaders(run(metadata(c.nodes[102].port, timeout=60), timeout=120))
             led = sum(1 for v in shown.values() if v == 101)
             t0, wall0 = time.monotonic(), time.time()

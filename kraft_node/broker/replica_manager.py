@@ -40,11 +40,13 @@ Hooks for the follower side (H5):
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 from kraft_node.broker.log.producer_state import ProducerStateManagerConfig
 from kraft_node.broker.log_manager import LogManager, LogPlan
@@ -78,6 +80,10 @@ DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 #: threads that open and create partition logs (their fsyncs overlap)
 OPEN_LOG_THREADS = 16
+#: at most this many new logs are opened while the loop waits; more are opened in the background
+OPEN_LOG_INLINE = 64
+#: logs per background job (one pool task each; a chunk's partitions change together when open)
+OPEN_LOG_CHUNK = 32
 DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_MS = 600_000
 _NO_TOPICS = TopicsImage.of([])
 
@@ -126,6 +132,18 @@ def diff_local_changes(old: TopicsImage, new: TopicsImage, broker_id: int) -> Lo
             if cur is None or broker_id not in cur.replicas:
                 out.deletes.add(TopicPartition(topic.name, pid))
     return out
+
+
+_OpenJob = tuple[LogPlan, PartitionInfo, int]  # (the plan, the partition, its checkpointed high watermark)
+
+
+class _Step(NamedTuple):
+    """One published delta, as the ReplicaManager applies it (see ReplicaManager.apply_delta)."""
+
+    changes: LocalReplicaChanges | None
+    image: MetadataImage
+    first: bool
+    configs_changed: bool
 
 
 class _DelayedProduce:
@@ -203,6 +221,14 @@ class ReplicaManager:
         self.producer_id_expiration_check_interval_ms = _int(
             props, "producer.id.expiration.check.interval.ms", DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_MS, 1)
         self._closed = False
+        #: the newest image published to apply_delta (``image`` is the newest one applied)
+        self._published: MetadataImage | None = None
+        #: deltas waiting for a background batch of logs (see _materialize), oldest first
+        self._backlog: deque[_Step] = deque()
+        #: logs of the background batch not opened yet, and its chunks' futures
+        self._opening = 0
+        self._open_futures: set[asyncio.Future[list[Partition | BaseException]]] = set()
+        self._first_applied = False
         log_manager.high_watermark_of = self._high_watermark_of
         log_manager.on_log_start_offset_changed = self._on_log_start_offset_changed
 
@@ -257,26 +283,60 @@ class ReplicaManager:
     # ------------------------------------------------------------------ metadata
     def apply_delta(self, delta: MetadataDelta, new_image: MetadataImage) -> None:
         """Apply one published image's local replica changes (see the module doc).  Nothing
-        after :meth:`shutdown` (the loader may publish while the node stops)."""
+        after :meth:`shutdown` (the loader may publish while the node stops).
+
+        Deltas are applied in the order they were published.  While a large batch of logs is
+        being opened off the loop (:meth:`_materialize`), later deltas wait in
+        :attr:`_backlog` and are applied, in order, once it is done; their local changes are
+        computed now, against the image published before them."""
         if self._closed:
             return
-        first = self.image is None
-        prev = self.image
-        self.image = new_image
+        prev = self._published
+        self._published = new_image
         if delta.topics_delta is not None:
-            changes = delta.topics_delta.local_changes(self.broker_id)
-        elif delta.replaced_topics is not None or first:
+            changes: LocalReplicaChanges | None = delta.topics_delta.local_changes(self.broker_id)
+        elif delta.replaced_topics is not None or prev is None:
             base = prev.topics if prev is not None else _NO_TOPICS
             changes = diff_local_changes(base, new_image.topics, self.broker_id)
         else:
             changes = None
-        if first:
-            self._handle_strays(new_image)
+        step = _Step(changes, new_image, prev is None, delta.configs_delta is not None)
+        if self._opening or self._backlog:
+            self._backlog.append(step)
+            return
+        self._apply_step(step)
+
+    @property
+    def first_image_applied(self) -> bool:
+        """The first published image is applied in full: its partitions are leaders and
+        followers, their logs open (what the broker waits for before it asks to be unfenced)."""
+        return self._first_applied
+
+    @property
+    def opening_logs(self) -> int:
+        """Partition logs being opened or created off the loop right now (0 when none)."""
+        return self._opening
+
+    def _apply_step(self, step: _Step) -> None:
+        self.image = step.image
+        if step.first:
+            self._handle_strays(step.image)
+        changes = step.changes
         if changes is not None and (changes.deletes or changes.leaders or changes.followers):
-            self._apply_changes(changes, new_image)
-        if delta.configs_delta is not None:
+            self._apply_changes(changes, step.image)
+        if step.configs_changed:
             for tp in self.partitions:
                 self.log_manager.update_config(tp, self.topic_config(tp.topic))
+        if not self._opening and step.first:
+            self._first_applied = True
+
+    def _drain(self) -> None:
+        """A batch of logs is open: apply the deltas that waited for it, in order, until one
+        starts another batch."""
+        while self._backlog and not self._opening and not self._closed:
+            self._apply_step(self._backlog.popleft())
+        if not self._opening and self.image is not None:
+            self._first_applied = True
 
     def _handle_strays(self, image: MetadataImage) -> None:
         for tp in list(self.log_manager.logs):
@@ -288,7 +348,6 @@ class ReplicaManager:
                 self.log_manager.mark_stray(tp)
 
     def _apply_changes(self, changes: LocalReplicaChanges, image: MetadataImage) -> None:
-        now = self._clock_ms()
         woken: list[TopicPartition] = []  # the parked requests on these are tried once, at the end
         if changes.deletes:
             for delete_hook in self.on_delete:
@@ -298,9 +357,20 @@ class ReplicaManager:
                 if p is not None:
                     woken.append(tp)
                 self.log_manager.async_delete(tp)
-        self._materialize([*changes.leaders.items(), *changes.followers.items()])
+        for tp in woken:
+            self.on_high_watermark_or_append(tp)
+        self._materialize(changes)
+
+    def _transition(self, changes: LocalReplicaChanges, only: set[TopicPartition] | None,
+                    level: int = logging.INFO) -> None:
+        """Make this broker the leader or a follower of the partitions of ``changes`` (``only``:
+        of these of them), whose Partition objects exist (Kafka's makeLeaders, makeFollowers)."""
+        now = self._clock_ms()
+        woken: list[TopicPartition] = []
         leaders: list[Partition] = []
         for tp, info in sorted(changes.leaders.items()):
+            if only is not None and tp not in only:
+                continue
             p = self.partitions.get(tp)
             if p is None or p.topic_id != info.topic_id:
                 continue  # its log could not be opened (logged by _materialize)
@@ -320,6 +390,8 @@ class ReplicaManager:
                 log.exception("broker %d: could not become the leader of %s", self.broker_id, tp)
         followers: list[Partition] = []
         for tp, info in sorted(changes.followers.items()):
+            if only is not None and tp not in only:
+                continue
             p = self.partitions.get(tp)
             if p is None or p.topic_id != info.topic_id:
                 continue
@@ -334,24 +406,36 @@ class ReplicaManager:
         for tp in woken:
             self.on_high_watermark_or_append(tp)
         if leaders:
-            log.info("broker %d: leader of %d partitions (%s)", self.broker_id, len(leaders),
+            log.log(level, "broker %d: leader of %d partitions (%s)", self.broker_id, len(leaders),
                      ", ".join(str(p.topic_partition) for p in leaders[:10]) + (" ..." if len(leaders) > 10 else ""))
             for hook in self.on_become_leader:
                 hook(leaders)
         if followers:
-            log.info("broker %d: follower of %d partitions", self.broker_id, len(followers))
+            log.log(level, "broker %d: follower of %d partitions", self.broker_id, len(followers))
             for hook in self.on_become_follower:
                 hook(followers)
 
-    def _materialize(self, items: list[tuple[TopicPartition, PartitionInfo]]) -> None:
-        """Make the Partition objects (and open or create their logs) that ``items`` need and do
-        not have.  Why threads: a new log costs four fsyncs (~9 ms here) and an existing one the
-        rebuild of its producer state; opened one after another on the loop, a thousand new
-        partitions held the broker's loop for seconds (its heartbeats too).  The opening runs in
-        :attr:`_pool` (the fsyncs release the GIL and overlap: ~0.8 ms a log with 16 threads);
-        the manager's maps are touched on the loop only.  The loop still waits for the batch."""
-        jobs: list[tuple[LogPlan, PartitionInfo, int]] = []
-        for tp, info in items:
+    def _materialize(self, changes: LocalReplicaChanges) -> None:
+        """Make the Partition objects (and open or create their logs) that ``changes`` need and
+        do not have, then make the partitions leaders and followers.
+
+        Why threads: a new log costs four fsyncs (~9 ms here) and an existing one the rebuild of
+        its producer state; opened one after another on the loop, a thousand new partitions held
+        the broker's loop for seconds.  The opening runs in :attr:`_pool` (the fsyncs release the
+        GIL and overlap: ~0.8 ms a log with 16 threads); the manager's maps are touched on the
+        loop only.
+
+        Why not wait for them: the loop also sends the broker's heartbeats.  With 10,000 new
+        partitions the wait outlasted the 9 s session and the controller fenced the broker (Kafka
+        opens logs on the metadata publisher's thread; its heartbeats have their own).  Up to
+        :data:`OPEN_LOG_INLINE` logs are opened while the loop waits (the common case: a topic
+        created); more are opened in chunks of :data:`OPEN_LOG_CHUNK` while the loop runs, each
+        chunk's partitions made leaders and followers when it is open, and later deltas wait
+        (:attr:`_backlog`) so that every delta still applies in publication order.  Until a
+        partition's chunk is open, requests for it are answered NOT_LEADER_OR_FOLLOWER, as for
+        any partition this broker is not (yet) the leader of."""
+        jobs: list[_OpenJob] = []
+        for tp, info in [*changes.leaders.items(), *changes.followers.items()]:
             p = self.partitions.get(tp)
             if p is not None and p.topic_id == info.topic_id:
                 continue
@@ -361,19 +445,44 @@ class ReplicaManager:
                 log.exception("broker %d: could not open or create the log of %s", self.broker_id, tp)
                 continue
             jobs.append((plan, info, self.log_manager.checkpointed_high_watermarks.pop(tp, 0)))
-        if not jobs:
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if len(jobs) <= OPEN_LOG_INLINE or loop is None:
+            results = list(self._pool.map(self._build, jobs)) if len(jobs) > 1 else [self._build(j) for j in jobs]
+            self._install(jobs, results)
+            self._transition(changes, None)
             return
-        alter = self.alter_partition
+        # the partitions that have their Partition already change now; the others by chunk
+        self._transition(changes, {tp for tp in (*changes.leaders, *changes.followers)
+                                   if self.partitions.get(tp) is not None})
+        log.info("broker %d: opening %d partition logs in the background (the loop keeps running)",
+                 self.broker_id, len(jobs))
+        for i in range(0, len(jobs), OPEN_LOG_CHUNK):
+            chunk = jobs[i:i + OPEN_LOG_CHUNK]
+            fut = loop.run_in_executor(self._pool, self._build_chunk, chunk)
+            self._opening += len(chunk)
+            self._open_futures.add(fut)
+            fut.add_done_callback(functools.partial(self._chunk_opened, changes, chunk))
 
-        def build(job: tuple[LogPlan, PartitionInfo, int]) -> Partition | BaseException:
-            plan, info, hw = job
-            try:
-                kl = self.log_manager.open_prepared(plan)
-                return Partition(plan.tp, info.topic_id, kl, self.broker_id, high_watermark=hw, alter_partition=alter,
-                                 producer_state_config=self.producer_state_config, clock_ms=self._clock_ms)
-            except Exception as exc:  # noqa: BLE001 - reported on the loop below
-                return exc
-        results = list(self._pool.map(build, jobs)) if len(jobs) > 1 else [build(jobs[0])]
+    def _build(self, job: _OpenJob) -> Partition | BaseException:
+        """Any thread: open (create) one planned log and make its Partition."""
+        plan, info, hw = job
+        try:
+            kl = self.log_manager.open_prepared(plan)
+            return Partition(plan.tp, info.topic_id, kl, self.broker_id, high_watermark=hw,
+                             alter_partition=self.alter_partition, producer_state_config=self.producer_state_config,
+                             clock_ms=self._clock_ms)
+        except Exception as exc:  # noqa: BLE001 - reported on the loop by _install
+            return exc
+
+    def _build_chunk(self, chunk: list[_OpenJob]) -> list[Partition | BaseException]:
+        return [self._build(job) for job in chunk]
+
+    def _install(self, jobs: list[_OpenJob], results: list[Partition | BaseException]) -> None:
+        """On the loop: hand the opened logs to the LogManager and keep their Partitions (after
+        :meth:`shutdown` the logs only, so that the LogManager closes them)."""
         for (plan, _info, _hw), res in zip(jobs, results):
             if isinstance(res, BaseException):
                 self.log_manager.register(plan, None)
@@ -381,7 +490,26 @@ class ReplicaManager:
                           exc_info=res)
                 continue
             self.log_manager.register(plan, res.log)
-            self.partitions[plan.tp] = res
+            if not self._closed:
+                self.partitions[plan.tp] = res
+
+    def _chunk_opened(self, changes: LocalReplicaChanges, chunk: list[_OpenJob],
+                      fut: asyncio.Future[list[Partition | BaseException]]) -> None:
+        """On the loop: one chunk of a background batch is open (or was cancelled by shutdown)."""
+        self._open_futures.discard(fut)
+        self._opening -= len(chunk)
+        if fut.cancelled():
+            results: list[Partition | BaseException] = [RuntimeError("the broker is shutting down")] * len(chunk)
+        elif fut.exception() is not None:
+            results = [fut.exception() or RuntimeError("failed")] * len(chunk)
+        else:
+            results = fut.result()
+        self._install(chunk, results)
+        if not self._closed:
+            self._transition(changes, {plan.tp for plan, _info, _hw in chunk}, logging.DEBUG)
+            if not self._opening:
+                log.info("broker %d: the background batch of partition logs is open", self.broker_id)
+                self._drain()
 
     # ------------------------------------------------------------------ purgatories
     def wait_for_high_watermarks(self, required: dict[TopicPartition, tuple[int, int]], timeout_ms: int,
@@ -571,6 +699,12 @@ class ReplicaManager:
         for fops in list(self._fetch_waiters.values()):
             for fop in list(fops):
                 self._run_fetch(fop, True)
+        # a background batch of logs: the chunks not started are dropped (their plans forgotten),
+        # the running ones finish and hand their logs to the LogManager, which closes them
+        self._backlog.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._open_futures:
+            await asyncio.gather(*list(self._open_futures), return_exceptions=True)
         self._pool.shutdown(wait=True)
         # Kafka snapshots the producer state when a log closes: the next start reads it instead
         # of scanning the log.  A log closed cleanly with no snapshot at all is taken to have no

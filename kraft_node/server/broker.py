@@ -247,7 +247,7 @@ class BrokerServer:
         """Kafka's first-publish future of the BrokerMetadataPublisher: the partitions are made
         leaders and followers from the first image before any client is served."""
         rm = self.replica_manager
-        while rm is not None and rm.image is None:
+        while rm is not None and not rm.first_image_applied:
             await asyncio.sleep(_FIRST_IMAGE_POLL_S)
 
     async def _wait(self, what: str, awaitable: Any, deadline: float) -> None:

@@ -974,11 +974,16 @@ def test_a_log_that_cannot_be_created_is_named_and_retried_by_a_later_delta(tmp_
 
 
 def test_many_partitions_are_created_and_closed_in_parallel(tmp_path):
-    """300 new partitions in one delta: every log is created (in worker threads), registered and
-    led; a restart loads them all back."""
+    """300 new partitions in one delta: every log is created (in worker threads, in the background:
+    more than OPEN_LOG_INLINE), registered and led; a restart loads them all back."""
     async def main():
         ctx = Ctx(tmp_path)
         ctx.create("many", *[_partition_record(i, [1], [1], 1) for i in range(300)])
+        assert ctx.rm.opening_logs == 300 and not ctx.rm.partitions
+        for _ in range(2000):
+            if not ctx.rm.opening_logs:
+                break
+            await asyncio.sleep(0.005)
         assert len(ctx.rm.partitions) == 300 and ctx.rm.leader_count() == 300
         assert len([n for n in os.listdir(ctx.dir) if n.startswith("many-")]) == 300
         await ctx.close()
