@@ -24,8 +24,11 @@ The broker lifecycle this manager writes, and why:
   its own registration record, so it never serves from metadata that predates its
   registration.
 * **Fencing**: on request (``want_fence``), on a granted shutdown, and when a session expires
-  (:meth:`~ClusterControlManager.fence_stale_broker`, one broker per call so each fencing is
-  visible before the next).
+  (:meth:`~ClusterControlManager.fence_stale_broker`).  Kafka fences one stale broker per run
+  of that task, so each fencing is visible before the next; here every session found expired
+  in one run is fenced together (a zone going dark is then one walk over the topics instead of
+  one per broker, see ``leadership.py``), each broker's fence record still written only once
+  its partition changes are.
 * **Controlled shutdown**: a broker that leads partitions is marked in controlled shutdown
   (BrokerRegistrationChangeRecord) and told to shut down only when it leads nothing and every
   active broker has read past the batch that moved its leaderships.
@@ -318,6 +321,8 @@ class BrokerLifecycleHandler(Protocol):
     partition changes; what does not fit is continued by :meth:`continue_pending`.
 
     * ``broker_fenced``: out of every ISR, then the fence record (once complete);
+      ``brokers_fenced`` the same for several brokers whose sessions expired together (a
+      zone), their partition changes written topic by topic;
     * ``broker_unfenced``: the unfence record, then elections the broker makes possible;
     * ``broker_in_controlled_shutdown``: the in-controlled-shutdown record (if not already),
       then out of every ISR, leaderships first; ``broker_controlled_shutdown_heartbeat``
@@ -335,6 +340,8 @@ class BrokerLifecycleHandler(Protocol):
     """
 
     def broker_fenced(self, broker_id: int, records: list[ApiMessageAndVersion]) -> None: ...
+
+    def brokers_fenced(self, broker_ids: Sequence[int], records: list[ApiMessageAndVersion]) -> None: ...
 
     def broker_unfenced(self, broker_id: int, broker_epoch: int, records: list[ApiMessageAndVersion]) -> None: ...
 
@@ -375,6 +382,10 @@ class _RegistrationRecordsOnly:
 
     def broker_fenced(self, broker_id: int, records: list[ApiMessageAndVersion]) -> None:
         self._cluster.handle_broker_fenced(broker_id, records)
+
+    def brokers_fenced(self, broker_ids: Sequence[int], records: list[ApiMessageAndVersion]) -> None:
+        for broker_id in broker_ids:
+            self._cluster.handle_broker_fenced(broker_id, records)
 
     def broker_unfenced(self, broker_id: int, broker_epoch: int, records: list[ApiMessageAndVersion]) -> None:
         self._cluster.handle_broker_unfenced(broker_id, broker_epoch, records)
@@ -785,9 +796,11 @@ class ClusterControlManager:
 
     def fence_stale_broker(self, now_ms: int | None = None) -> ControllerResult[bool]:
         """The periodic task: first continue the lifecycle's unfinished partition changes (one
-        bounded result), then take one expired session and fence its broker if that session
-        is still the broker's current, unfenced one.  The response is True if a session was
-        removed or changes remain (run again now), False if neither."""
+        bounded result), then take every expired session and fence the brokers whose expired
+        session is still their current, unfenced one -- together (``brokers_fenced``), so the
+        brokers of a zone that went dark leave their partitions in one walk over the topics.
+        The response is True if a session was removed or changes remain (run again now),
+        False if neither."""
         manager = self.heartbeat_manager
         if self.uncommitted_records() > self.max_uncommitted_for_continuation:
             # Back-pressure: writing more changes than the quorum commits only lengthens the
@@ -801,22 +814,29 @@ class ClusterControlManager:
             pending = self._lifecycle.continue_pending()
             records = list(pending.records)
             more = bool(pending.response) or bool(records)
-        expired = manager.tracker.maybe_remove_expired(now_ms)
-        if expired is None:
+        expired = manager.tracker.remove_all_expired(now_ms)
+        if not expired:
             return ControllerResult.of(records, more)
-        broker_id, epoch = expired
-        registration: BrokerRegistration | None = self._brokers.get(broker_id)
-        if registration is None:
-            log.info("Removed the expired session of broker %d, epoch %d: the broker is not registered.",
-                     broker_id, epoch)
-        elif registration.epoch != epoch:
-            log.info("Removed the expired session of broker %d, epoch %d: its current epoch is %d.",
-                     broker_id, epoch, registration.epoch)
-        elif manager.is_fenced(broker_id):
-            log.debug("Removed the expired session of broker %d, epoch %d: it is already fenced.", broker_id, epoch)
-        else:
-            log.info("Fencing broker %d, epoch %d, because its session has timed out.", broker_id, epoch)
-            self._lifecycle.broker_fenced(broker_id, records)
+        to_fence: list[int] = []
+        for broker_id, epoch in expired:
+            registration: BrokerRegistration | None = self._brokers.get(broker_id)
+            if registration is None:
+                log.info("Removed the expired session of broker %d, epoch %d: the broker is not registered.",
+                         broker_id, epoch)
+            elif registration.epoch != epoch:
+                log.info("Removed the expired session of broker %d, epoch %d: its current epoch is %d.",
+                         broker_id, epoch, registration.epoch)
+            elif manager.is_fenced(broker_id):
+                log.debug("Removed the expired session of broker %d, epoch %d: it is already fenced.",
+                          broker_id, epoch)
+            else:
+                log.info("Fencing broker %d, epoch %d, because its session has timed out.", broker_id, epoch)
+                to_fence.append(broker_id)
+        if len(to_fence) == 1:
+            self._lifecycle.broker_fenced(to_fence[0], records)
+        elif to_fence:
+            self._lifecycle.brokers_fenced(to_fence, records)
+        for broker_id in to_fence:
             manager.fence(broker_id)
         return ControllerResult.of(records, True)
 

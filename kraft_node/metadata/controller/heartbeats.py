@@ -148,6 +148,18 @@ class BrokerHeartbeatTracker:
                 return BrokerIdAndEpoch(*key)
         return None
 
+    def remove_all_expired(self, now_ms: int | None = None) -> list[BrokerIdAndEpoch]:
+        """Remove and return every expired session, in the order :meth:`maybe_remove_expired`
+        would hand them out one by one.  A zone going dark expires ~all its brokers' sessions
+        within one heartbeat interval; fencing them one per task run (Kafka's rule) made the
+        fencing of a 100-broker rack a 100-run sequence, each run's partition changes
+        scattered over every topic (benchmarks/results/s19/zonal.md)."""
+        now = self._clock_ms() if now_ms is None else now_ms
+        expired = [key for key, time_ms in self._contact_times.items() if self.is_expired(time_ms, now)]
+        for key in expired:
+            del self._contact_times[key]
+        return [BrokerIdAndEpoch(*key) for key in expired]
+
     def remove_session(self, broker_id: int, broker_epoch: int) -> None:
         """Forget a session (the broker was told to shut down, or its registration is gone)."""
         self._contact_times.pop(BrokerIdAndEpoch(broker_id, broker_epoch), None)

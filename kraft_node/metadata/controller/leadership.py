@@ -230,6 +230,9 @@ class PendingChange:
     directories: tuple[Uuid, ...] = ()
     clean: bool = False
     complete: bool = False
+    #: a FENCE change started with others (:meth:`BrokerLifecycle.brokers_fenced`): while its
+    #: zone walk runs, the walk writes this change's partition changes, not its own phases
+    zone: "_ZoneWalk | None" = None
 
     @property
     def key(self) -> tuple[ChangeKind, int]:
@@ -275,6 +278,37 @@ class _PendingChanges(dict[tuple[ChangeKind, int], PendingChange]):
         self._reindex()
 
 
+class _ZoneWalk:
+    """The fencing of several brokers whose sessions expired together (a zone), walked topic by
+    topic: for each topic, every member's ISR entries of that topic are read from the index
+    (``isr_topic_entries``, O(members) lookups a topic, nothing copied up front), and each
+    partition gets one record per member in its ISR, members in fencing order, each built from
+    the partition as the previous record leaves it (so a partition with two members in its ISR
+    goes through the states fencing them one after the other would give it).
+
+    Why topic by topic: one broker's fencing walks its own index, one partition per topic on a
+    rack-aware cluster, so every result of 200 changes touched 200 topics, and every replay of
+    them -- the controllers' runs of one topic's changes, and above all each node's image, which
+    re-derives a topic's partition block per topic touched -- paid its per-topic cost once per
+    change (benchmarks/results/s19/zonal.md).  Walking the zone's topics, a topic's changes are
+    consecutive records of one batch.
+
+    Soft state, like the changes: ``topics`` is the list of topic ids when the walk started
+    (a topic created later is caught by the members' own rescans once the walk ends), ``pos``
+    the next topic, ``items`` the current topic's ``(partition id, members in its ISR)`` still
+    to write."""
+
+    __slots__ = ("changes", "topics", "pos", "topic_id", "items", "item_pos")
+
+    def __init__(self, changes: list[PendingChange], topics: list[Uuid]):
+        self.changes = changes
+        self.topics = topics
+        self.pos = 0
+        self.topic_id: Uuid | None = None
+        self.items: list[tuple[int, list[PendingChange]]] = []
+        self.item_pos = 0
+
+
 class BrokerLifecycle:
     """The broker lifecycle hooks of the ClusterControlManager (``cluster.set_lifecycle``),
     writing Kafka's partition changes in bounded results (see the module doc).
@@ -294,6 +328,8 @@ class BrokerLifecycle:
         #: brokers in controlled shutdown whose leaderships moved after their controlled
         #: shutdown offset was taken: the next heartbeat raises it (and may not grant the shutdown)
         self._cs_offset_stale: set[int] = set()
+        #: zone walks under way (:meth:`brokers_fenced`), oldest first
+        self._zones: list[_ZoneWalk] = []
 
     # -- soft state ------------------------------------------------------------------------
 
@@ -303,12 +339,14 @@ class BrokerLifecycle:
         self._pending.clear()
         self._ending.clear()
         self._cs_offset_stale.clear()
+        self._zones.clear()
         self._pending[(ChangeKind.LEADERLESS, NO_LEADER)] = self._leaderless_change(NO_LEADER)
 
     def deactivate(self) -> None:
         self._pending.clear()
         self._ending.clear()
         self._cs_offset_stale.clear()
+        self._zones.clear()
 
     def pending(self) -> list[PendingChange]:
         """The pending changes, oldest first (for tests and diagnostics)."""
@@ -406,6 +444,34 @@ class BrokerLifecycle:
         self._cancel(broker_id, ChangeKind.CONTROLLED_SHUTDOWN)
         self._start(self._isr_change(ChangeKind.FENCE, "handleBrokerFenced", broker_id, registration.epoch),
                     records)
+
+    def brokers_fenced(self, broker_ids: Sequence[int], records: list[ApiMessageAndVersion]) -> None:
+        """:meth:`broker_fenced` for several brokers whose sessions expired together: each gets
+        its FENCE change (excluded at once, cancelled alone if heard from again, its fence
+        record once its partitions are done), and one :class:`_ZoneWalk` writes all their
+        partition changes topic by topic; then each change's own rescan finds what the walk did
+        not cover (partitions that gained the broker meanwhile) and finishes it.  The walk
+        starts with the next result (:meth:`continue_pending`): it must be the first writer of
+        its result, so no earlier record in it changes a partition the walk reads."""
+        if len(broker_ids) == 1:
+            self.broker_fenced(broker_ids[0], records)
+            return
+        changes = []
+        for broker_id in broker_ids:
+            registration = self.ctx.cluster.registration(broker_id)
+            if registration is None:
+                raise RuntimeError(f"Can't find broker registration for broker {broker_id}")
+            self._cancel(broker_id, ChangeKind.CONTROLLED_SHUTDOWN)
+            change = self._isr_change(ChangeKind.FENCE, "handleBrokerFenced", broker_id, registration.epoch)
+            self._pending.pop(change.key, None)  # as _start: a fencing under way starts over
+            self._pending[change.key] = change
+            changes.append(change)
+        zone = _ZoneWalk(changes, list(self.ctx.replication.topics().values()))
+        for change in changes:
+            change.zone = zone
+        self._zones.append(zone)
+        log.info("Fencing %d brokers together (%s): their partition changes follow topic by topic.",
+                 len(changes), ", ".join(str(b) for b in broker_ids))
 
     def broker_unfenced(self, broker_id: int, broker_epoch: int, records: list[ApiMessageAndVersion]) -> None:
         """Kafka's handleBrokerUnfenced: the unfence record, then elections for leaderless
@@ -519,13 +585,26 @@ class BrokerLifecycle:
         budget = self.ctx.max_partition_changes_per_result if limit is None else limit
         records: list[ApiMessageAndVersion] = []
         for change in list(self._pending.values()):
-            if change.complete:
-                continue
-            if change.kind is ChangeKind.FENCE and self._heard_again(change):
+            if change.kind is ChangeKind.FENCE and not change.complete and self._heard_again(change):
                 # Its heartbeat arrived after the session expired: the RPC path recorded the
                 # contact, and the heartbeat event, still queued, would drop this fencing.
                 # Drop it now rather than fence a live broker (found by the simulator).
                 self._cancel(change.broker_id, ChangeKind.FENCE)
+        # The zone walks first (each must be its result's first writer, see brokers_fenced);
+        # their members take no step of their own in a result a walk wrote into.
+        walked: set[int] = set()
+        for zone in list(self._zones):
+            if records:
+                walked.update(id(c) for c in zone.changes)
+                continue
+            walked.update(id(c) for c in zone.changes)
+            if self._step_zone(zone, records, budget):
+                self._zones.remove(zone)
+                for c in zone.changes:
+                    if c.zone is zone:
+                        c.zone = None
+        for change in list(self._pending.values()):
+            if change.complete or id(change) in walked or change.zone is not None:
                 continue
             left = budget - partition_change_count(records)
             if left <= 0:
@@ -538,6 +617,79 @@ class BrokerLifecycle:
             del self._pending[change.key]
             self._finish(change, records)
         return ControllerResult.of(records, self.has_work())
+
+    def _step_zone(self, zone: _ZoneWalk, records: list[ApiMessageAndVersion], limit: int) -> bool:
+        """Write up to ``limit`` (at least one partition's) of the zone's partition changes
+        into ``records`` (empty: the walk is its result's first writer); True once every topic
+        is walked or no member is still pending (the members then go on by their own steps)."""
+        pending = self._pending
+        with self.ctx.reading_once():
+            live = [c for c in zone.changes if pending.get(c.key) is c and c.zone is zone and self._still_current(c)]
+            for c in zone.changes:
+                if c.zone is zone and c not in live:
+                    c.zone = None  # cancelled or obsolete: its own step drops it
+            if not live:
+                return True
+            ctx = self.ctx
+            replication = ctx.replication
+            bulks = {id(c): BulkLifecycleChanges(ctx, c.broker_id, NO_LEADER, NO_LEADER) for c in live}
+            live_ids = set(bulks)
+            made = 0
+            examined = 0
+            max_examined = EXAMINE_FACTOR * max(limit, 1)
+            while True:
+                if zone.item_pos >= len(zone.items):
+                    if zone.pos >= len(zone.topics):
+                        self._log_zone(live, made)
+                        return True
+                    topic_id = zone.topics[zone.pos]
+                    zone.pos += 1
+                    by_partition: dict[int, list[PendingChange]] = {}
+                    for c in live:
+                        for e in replication.isr_topic_entries(c.broker_id, topic_id):
+                            by_partition.setdefault(e & _REPLICA_MASK, []).append(c)
+                    zone.topic_id = topic_id
+                    zone.items = sorted(by_partition.items())
+                    zone.item_pos = 0
+                    examined += 1
+                    continue
+                pid, members = zone.items[zone.item_pos]
+                if (made and made + len(members) > limit) or examined >= max_examined:
+                    self._log_zone(live, made)
+                    return False
+                if len(members) > limit - made:
+                    # more of the zone in this partition's ISR than the bound lets one result
+                    # change: the first ones now, the rest from the state they leave, later
+                    zone.items[zone.item_pos] = (pid, members[limit - made:])
+                    members = members[:limit - made]
+                else:
+                    zone.item_pos += 1
+                examined += 1
+                walking = zone.topic_id
+                assert walking is not None
+                topic = replication.topic(walking)
+                partition = None if topic is None else topic.parts.get(pid)
+                if topic is None or partition is None:
+                    continue  # deleted since the topic was read
+                tp = TopicIdPartition(walking, pid)
+                current = partition
+                for c in members:
+                    if id(c) not in live_ids:
+                        continue
+                    record = bulks[id(c)].update(topic, pid, current)
+                    if record is None:
+                        continue
+                    records.append(record)
+                    made += 1
+                    current = current.merge(record.message)
+                for c in members:
+                    if id(c) in live_ids:
+                        c.phases[0].seen[tp] = current.partition_epoch
+
+    @staticmethod
+    def _log_zone(live: list[PendingChange], made: int) -> None:
+        if made:
+            log.info("handleBrokerFenced[zone of %d broker(s)]: changing %d partition(s)", len(live), made)
 
     def _heard_again(self, change: PendingChange) -> bool:
         """Whether the fenced broker's session (at the change's epoch) is valid again."""
