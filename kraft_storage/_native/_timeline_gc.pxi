@@ -29,7 +29,7 @@ cdef traverseproc _orig_traverse_tier = NULL
 cdef int _visit_table(Table* t, visitproc visit, void* arg) noexcept:
     cdef Py_ssize_t k
     cdef int r
-    if t == NULL or t.entries == NULL:
+    if t == NULL or t.entries == NULL or t.visit == 0:   # see tbl_note
         return 0
     for k in range(t.nentries):
         if t.entries[k].key != NULL:

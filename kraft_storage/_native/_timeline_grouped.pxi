@@ -14,6 +14,19 @@ cdef extern from "Python.h":
     void PyObject_GC_UnTrack_p "PyObject_GC_UnTrack"(PyObject* o)
 
 
+cdef void _untrack_int_tuple(PyObject* o) noexcept:
+    """Untrack a tuple that holds only exact ints (what the collector itself does to such a
+    tuple at its first pass): a map holding only such values needs no walk (``tbl_note``)."""
+    cdef Py_ssize_t i, n
+    if type(<object>o) is not tuple or not PyObject_GC_IsTracked_p(o):
+        return
+    n = len(<tuple>o)
+    for i in range(n):
+        if not PyLong_CheckExact_p(PyTuple_GET_ITEM_p(<object>o, i)):
+            return
+    PyObject_GC_UnTrack_p(o)
+
+
 cdef object _merge_grouped(object existing, object new, bint distinct):
     """An entry already in the map goes first; ``distinct``: the new entries it
     already holds are not added again (the directory index's ``add_many``)."""
@@ -44,7 +57,10 @@ def put_grouped(maps, key_of, topic_of, codes, ints, ones, topic_keys, stale, di
     Here two counting sorts (by topic when the entries are not already in
     topic order, then by key: stable, so (key, topic, entry order)) and one
     walk per map fill the map's table directly; a group of several entries
-    gets one new tuple, untracked by the cyclic collector (ints only).
+    gets one new tuple, untracked by the cyclic collector (ints only), and
+    the ``ones`` tuples are untracked too when they hold only ints (as the
+    collector would at its first pass), so that an index map holding only
+    such tuples needs no walk by the collector (``tbl_note``).
     """
     cdef const int32_t[::1] kv = key_of
     cdef const int32_t[::1] tv = topic_of
@@ -56,7 +72,7 @@ def put_grouped(maps, key_of, topic_of, codes, ints, ones, topic_keys, stale, di
     cdef tuple keys_t = tuple(topic_keys)
     cdef bint merge_distinct = bool(distinct)
     cdef Py_ssize_t n = kv.shape[0], nk = len(maps_t), nt = len(keys_t), nc = len(ints_t)
-    cdef Py_ssize_t i, j, e, a, b, g, gi, k, t, size, pos
+    cdef Py_ssize_t i, j, e, a, b, g, gi, k, t, size, pos, c
     cdef int32_t* st_ = NULL     # topic of each entry, sorted by (key, topic, entry order)
     cdef int32_t* sc = NULL      # code of each entry, in the same order
     cdef int32_t* by_topic = NULL
@@ -85,6 +101,8 @@ def put_grouped(maps, key_of, topic_of, codes, ints, ones, topic_keys, stale, di
             raise ValueError(f"put_grouped: codes[{i}] = {cv[i]} is not an index of ints (0..{nc - 1})")
         if i and tv[i] < tv[i - 1]:
             in_topic_order = False
+    for c in range(nc):        # see tbl_note: tuples of ints need no collector walk
+        _untrack_int_tuple(PyTuple_GET_ITEM_p(ones_t, c))
     if n == 0:
         return
     try:

@@ -123,6 +123,7 @@ cdef class _SnapshottableHashTable(_Revertable):
         prev = e.value
         Py_XINCREF_p(value)
         e.value = value
+        tbl_note(&self.t, value)
         e.start = reg._latest_epoch + 1
         if old != NULL:
             old[0] = prev
@@ -530,6 +531,7 @@ cdef class _SnapshottableHashTable(_Revertable):
                     Py_INCREF_p(v)
                     old = e.value
                     e.value = v
+                    tbl_note(t, v)
                     e.start = start
                     if Py_REFCNT_p(old) > 1:
                         Py_DECREF_p(old)    # not the last reference: no finalizer
@@ -595,6 +597,7 @@ cdef class _SnapshottableHashTable(_Revertable):
                     Py_INCREF_p(v)
                     old = e.value
                     e.value = v
+                    tbl_note(t, v)
                     e.start = start
                     if Py_REFCNT_p(old) > 1:
                         Py_DECREF_p(old)

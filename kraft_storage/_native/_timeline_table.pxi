@@ -28,6 +28,9 @@ cdef extern from "Python.h":
     int PyList_Append_p "PyList_Append"(object lst, PyObject* o) except -1
     void PyErr_Clear_p "PyErr_Clear"()
     Py_ssize_t Py_REFCNT_p "Py_REFCNT"(PyObject* o) noexcept
+    int PyObject_IS_GC_p "PyObject_IS_GC"(PyObject* o) noexcept
+    int PyObject_GC_IsTracked_p "PyObject_GC_IsTracked"(PyObject* o) noexcept
+    int PyDict_Check_p "PyDict_Check"(PyObject* o) noexcept
 
 cdef extern from *:
     """
@@ -140,6 +143,8 @@ ctypedef struct Table:
     Py_ssize_t nentries
     Py_ssize_t used
     size_t version
+    int visit
+
 
 
 # ---------------------------------------------------------------------------
@@ -182,7 +187,27 @@ cdef inline Py_ssize_t capacity_for(Py_ssize_t n):
 
 cdef int tbl_init(Table* t, Py_ssize_t expected) except -1:
     t.version = 0
+    t.visit = 0
     return tbl_alloc(t, capacity_for((expected * 3 + 1) // 2 + 1))
+
+
+# ``Table.visit``: whether the cycle collector must walk the table's elements
+# (``_visit_table``).  0 while every key and value stored so far is an object
+# the collector ignores now and forever: not a GC type (int, str, bytes), or a
+# GC object that is untracked and can never be tracked again (a tuple the
+# collector or a kernel untracked, a kernel-made object untracked at birth:
+# CPython re-tracks only dicts, which therefore always count).  Visiting such
+# an object is a no-op for the collector (it only looks at objects of the
+# generation being collected), but reading its header is a cache miss: a
+# million-partition controller holds a million untracked registrations in its
+# partition maps, and each collection of those maps walked them all.  Set to 1
+# at the first other object stored, and kept (removing it does not clear the
+# flag: conservative).  Only ``gc.get_referents`` sees the difference: it does
+# not list the elements of a table that needs no walk.
+cdef inline void tbl_note(Table* t, PyObject* o) noexcept:
+    if t.visit == 0 and o != NULL and PyObject_IS_GC_p(o) and (
+            PyObject_GC_IsTracked_p(o) or PyDict_Check_p(o)):
+        t.visit = 1
 
 
 cdef inline uint32_t fold(Py_hash_t h) noexcept:
@@ -283,6 +308,8 @@ cdef int tbl_insert_new(Table* t, PyObject* key, PyObject* value, Py_hash_t h,
     Py_XINCREF_p(value)
     t.entries[ix].key = key
     t.entries[ix].value = value
+    tbl_note(t, key)
+    tbl_note(t, value)
     t.hashes[ix] = h32
     t.entries[ix].start = start
     t.index[slot] = <int32_t>ix
@@ -312,6 +339,7 @@ cdef int tbl_put_entry(Table* t, PyObject* key, PyObject* value, Py_hash_t h,
     old = t.entries[ix].value
     Py_XINCREF_p(value)
     t.entries[ix].value = value
+    tbl_note(t, value)
     t.entries[ix].start = start
     Py_XDECREF_p(old)
     return 0
@@ -475,6 +503,8 @@ cdef inline void _insert_at(Table* t, size_t slot, PyObject* key, PyObject* valu
     Py_XINCREF_p(value)
     t.entries[ix].key = key
     t.entries[ix].value = value
+    tbl_note(t, key)
+    tbl_note(t, value)
     t.entries[ix].start = start
     t.hashes[ix] = h32
     t.index[slot] = <int32_t>ix
