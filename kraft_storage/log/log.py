@@ -156,6 +156,8 @@ class LoadReport:
     segments: int = 0
     start_offset: int = 0
     end_offset: int = 0
+    #: the directory did not exist: this open created the log (nothing to recover, nothing logged)
+    created: bool = False
 
     def describe(self) -> list[str]:
         """One human line per truncation, deleted segment, rebuilt index and removed
@@ -345,17 +347,20 @@ class KafkaLog:
             raise
         return log
 
-    def _check_directory(self, create: bool) -> list[tuple[str, str]]:
+    def _check_directory(self, create: bool) -> tuple[list[tuple[str, str]], bool]:
         """Refuse what is not a partition log directory; return the leftover files to
-        remove once the load succeeded (``.deleted``/``.cleaned``/``.tmp``)."""
+        remove once the load succeeded (``.deleted``/``.cleaned``/``.tmp``), and whether
+        the directory was created here."""
         d = self.directory
         if os.path.exists(d) and not os.path.isdir(d):
             raise NotALogDirectory(d, "it is a file")
+        created = False
         if not os.path.exists(d):
             if not create:
                 raise NotALogDirectory(d, "it does not exist")
             os.makedirs(d)
             fsync_dir(os.path.dirname(os.path.abspath(d)))
+            created = True
         stale: list[tuple[str, str]] = []
         subdirs: list[str] = []
         for name in sorted(os.listdir(d)):
@@ -375,7 +380,7 @@ class KafkaLog:
         if subdirs:
             raise NotALogDirectory(d, f"it contains directories ({', '.join(subdirs[:5])}); a partition "
                                       "log directory holds only files. Did you pass the parent log dir?")
-        return stale
+        return stale, created
 
     def _event(self, counter: str, amount: int, message: str) -> None:
         """A recovery action: logged at WARNING, counted, listed in the load report."""
@@ -387,8 +392,8 @@ class KafkaLog:
               recover_clean: bool = False, full_recovery: bool = False,
               had_clean_shutdown: bool | None = None) -> None:
         d = self.directory
-        stale = self._check_directory(create)
-        report = LoadReport(clean_shutdown=False, directory=d)
+        stale, created = self._check_directory(create)
+        report = LoadReport(clean_shutdown=False, directory=d, created=created)
         self.load_report = report
         marker = os.path.join(d, CLEAN_SHUTDOWN_FILE)
         own_marker = os.path.exists(marker)
@@ -426,7 +431,9 @@ class KafkaLog:
             fsync_dir(d)
         report.segments = len(self._segments)
         report.start_offset, report.end_offset = self._start, self._end
-        if report.events or not clean:
+        # a log created just now has nothing to recover: no "unclean shutdown" line for it (a
+        # broker creating 10,000 partitions logged 10,000 of them)
+        if report.events or not (clean or created):
             _logger.log(logging.WARNING if report.events else logging.INFO, "%s", report.summary())
 
     def _abandon(self, segments: list[LogSegment]) -> None:

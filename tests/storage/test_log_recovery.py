@@ -384,3 +384,22 @@ def test_a_flush_with_nothing_past_the_recovery_point_syncs_nothing(tmp_path, mo
     lg.flush()
     assert len(syncs) == 1 and lg.recovery_point == lg.log_end_offset
     lg.close()
+
+
+def test_a_created_log_is_not_reported_as_an_unclean_shutdown(tmp_path, caplog):
+    """A log created by this open has nothing to recover: no "after an unclean shutdown" line
+    (a broker creating 10,000 partitions logged 10,000 of them); the same directory reopened
+    without its marker still says it."""
+    d = tmp_path / "t-0"
+    with caplog.at_level(logging.INFO, logger="kraft.storage.log"):
+        log = KafkaLog.open(d)
+        assert log.load_report.created
+        log.append_as_leader(build_batch([(None, b"v")]), leader_epoch=0)
+        log.flush()
+        log.close_uncleanly()
+    assert not [r for r in caplog.records if "unclean shutdown" in r.getMessage()]
+    with caplog.at_level(logging.INFO, logger="kraft.storage.log"):
+        again = KafkaLog.open(d)
+        assert not again.load_report.created
+        again.close()
+    assert [r for r in caplog.records if "after an unclean shutdown" in r.getMessage()]
