@@ -361,16 +361,14 @@ class ReplicaManager:
             self.on_high_watermark_or_append(tp)
         self._materialize(changes)
 
-    def _transition(self, changes: LocalReplicaChanges, only: set[TopicPartition] | None,
-                    level: int = logging.INFO) -> None:
-        """Make this broker the leader or a follower of the partitions of ``changes`` (``only``:
-        of these of them), whose Partition objects exist (Kafka's makeLeaders, makeFollowers)."""
+    def _transition(self, to_lead: Mapping[TopicPartition, PartitionInfo],
+                    to_follow: Mapping[TopicPartition, PartitionInfo], level: int = logging.INFO) -> None:
+        """Make this broker the leader of ``to_lead`` and a follower of ``to_follow``, those of
+        them whose Partition objects exist (Kafka's makeLeaders, makeFollowers)."""
         now = self._clock_ms()
         woken: list[TopicPartition] = []
         leaders: list[Partition] = []
-        for tp, info in sorted(changes.leaders.items()):
-            if only is not None and tp not in only:
-                continue
+        for tp, info in sorted(to_lead.items()):
             p = self.partitions.get(tp)
             if p is None or p.topic_id != info.topic_id:
                 continue  # its log could not be opened (logged by _materialize)
@@ -389,9 +387,7 @@ class ReplicaManager:
             except Exception:  # noqa: BLE001 - one bad partition must not stop the others (Kafka logs it too)
                 log.exception("broker %d: could not become the leader of %s", self.broker_id, tp)
         followers: list[Partition] = []
-        for tp, info in sorted(changes.followers.items()):
-            if only is not None and tp not in only:
-                continue
+        for tp, info in sorted(to_follow.items()):
             p = self.partitions.get(tp)
             if p is None or p.topic_id != info.topic_id:
                 continue
@@ -452,11 +448,12 @@ class ReplicaManager:
         if len(jobs) <= OPEN_LOG_INLINE or loop is None:
             results = list(self._pool.map(self._build, jobs)) if len(jobs) > 1 else [self._build(j) for j in jobs]
             self._install(jobs, results)
-            self._transition(changes, None)
+            self._transition(changes.leaders, changes.followers)
             return
         # the partitions that have their Partition already change now; the others by chunk
-        self._transition(changes, {tp for tp in (*changes.leaders, *changes.followers)
-                                   if self.partitions.get(tp) is not None})
+        waiting = {plan.tp for plan, _info, _hw in jobs}
+        self._transition({tp: i for tp, i in changes.leaders.items() if tp not in waiting},
+                         {tp: i for tp, i in changes.followers.items() if tp not in waiting})
         log.info("broker %d: opening %d partition logs in the background (the loop keeps running)",
                  self.broker_id, len(jobs))
         for i in range(0, len(jobs), OPEN_LOG_CHUNK):
@@ -506,7 +503,9 @@ class ReplicaManager:
             results = fut.result()
         self._install(chunk, results)
         if not self._closed:
-            self._transition(changes, {plan.tp for plan, _info, _hw in chunk}, logging.DEBUG)
+            lead, follow = changes.leaders, changes.followers
+            self._transition({plan.tp: lead[plan.tp] for plan, _i, _h in chunk if plan.tp in lead},
+                             {plan.tp: follow[plan.tp] for plan, _i, _h in chunk if plan.tp in follow}, logging.DEBUG)
             if not self._opening:
                 log.info("broker %d: the background batch of partition logs is open", self.broker_id)
                 self._drain()
