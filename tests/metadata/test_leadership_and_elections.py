@@ -905,9 +905,10 @@ def test_one_result_never_changes_a_partition_twice():
 
 
 def test_the_stale_broker_task_keeps_fencing_while_changes_are_pending():
-    """Two brokers' sessions expire together: the task's second run continues the first
-    fencing *and* starts the second (excluded at once even with no budget left), so a big
-    fencing never holds up the next one."""
+    """Two brokers' sessions expire together: the task's first run starts both fencings (both
+    excluded at once, before any partition change is written), and the next runs write their
+    changes together (a zone walk, ``test_zone_fencing.py``), so a big fencing never holds up
+    the next one."""
     ctx, ops = make(n=N)
     ctx.register_brokers(0, 1, 2, 3)
     ctx.unfence_brokers(0, 1, 2, 3)
@@ -919,6 +920,7 @@ def test_the_stale_broker_task_keeps_fencing_while_changes_are_pending():
     run1 = ctx.cluster_control.fence_stale_broker()
     ctx.replay(run1.records)
     assert run1.response and ops.lifecycle.has_pending(ChangeKind.FENCE, 0)
+    assert ops.lifecycle.has_pending(ChangeKind.FENCE, 1) and ops.context.excluded(1, None)
     run2 = ctx.cluster_control.fence_stale_broker()
     ctx.replay(run2.records)
     assert partition_change_count(run2.records) == N
