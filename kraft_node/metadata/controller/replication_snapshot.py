@@ -484,11 +484,15 @@ class _PartitionColumns:
         if hi - lo >= 1 << 20:
             return None
         b = brokers - lo
+        # each id as two uint64 halves in two 1-d arrays: numpy's 1-d gathers and scatters
+        # are about 3x faster than the same on 16-byte rows (0.08 vs 0.24 s over 15 x 200k)
         d = np.ascontiguousarray(raw).view(np.uint64).reshape(-1, 2)
-        table = np.zeros((hi - lo + 1, 2), np.uint64)
-        table[b] = d
-        if not np.array_equal(table[b], d):
+        lo_half, hi_half = np.ascontiguousarray(d[:, 0]), np.ascontiguousarray(d[:, 1])
+        t0, t1 = np.zeros(hi - lo + 1, np.uint64), np.zeros(hi - lo + 1, np.uint64)
+        t0[b], t1[b] = lo_half, hi_half
+        if not (bool((t0[b] == lo_half).all()) and bool((t1[b] == hi_half).all())):
             return None
+        table = np.stack((t0, t1), axis=1)
         present = np.flatnonzero(np.bincount(b, minlength=hi - lo + 1))
         by_key: dict[bytes, int] = {}
         dense = np.full(hi - lo + 1, -1, np.int64)
