@@ -148,13 +148,11 @@ def put_grouped(maps, key_of, topic_of, codes, ints, ones, topic_keys, stale, di
             for j in range(a + 1, b):
                 if st_[j] != st_[j - 1]:
                     g += 1
+            # new lists of NULL items, each set once below (PyList_SET_ITEM); nothing else
+            # holds them until they are full (a NULL item is safe for their dealloc and
+            # for the collector, should m.get below run it)
             klist = PyList_New(g)
             vlist = PyList_New(g)
-            for gi in range(g):     # filled before any Python code sees the lists
-                Py_INCREF_p(Py_None)
-                PyList_SET_ITEM_p(klist, gi, Py_None)
-                Py_INCREF_p(Py_None)
-                PyList_SET_ITEM_p(vlist, gi, Py_None)
             j = a
             gi = 0
             while j < b:
@@ -181,8 +179,10 @@ def put_grouped(maps, key_of, topic_of, codes, ints, ones, topic_keys, stale, di
                     existing = m.get(key)
                     if existing is not None:
                         val = _merge_grouped(existing, val, merge_distinct)
-                klist[gi] = key
-                vlist[gi] = val
+                Py_INCREF_p(<PyObject*>key)
+                PyList_SET_ITEM_p(klist, gi, <PyObject*>key)
+                Py_INCREF_p(<PyObject*>val)
+                PyList_SET_ITEM_p(vlist, gi, <PyObject*>val)
                 gi += 1
                 j = e
             (<_SnapshottableHashTable>m)._bulk_put_seq(klist, vlist)
