@@ -62,7 +62,7 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, NamedTuple, Sequence
 
 from kraft_node.metadata.controller.configuration_control import ConfigurationControlManager
 from kraft_node.metadata.controller.errors import ReplayError
@@ -570,18 +570,23 @@ class _BrokerIndex:
                 self._members.remove(broker_id)
 
     def run_entries(self, topic_id: Uuid, ops: dict[int, list[tuple[int, bool]]]
-                    ) -> dict[int, tuple[int, ...]] | None:
+                    ) -> tuple[dict[int, tuple[int, ...]], set[int]] | None:
         """Each broker's entries for ``topic_id`` once its ``ops`` (``(entry, True)`` append,
-        ``(entry, False)`` remove, in order) are applied, computed without changing anything;
-        None when a removal finds no entry (the one-by-one replay reports it) or the entries
-        become empty before the broker's last operation (one by one the topic would leave the
-        broker's map and come back at its end)."""
+        ``(entry, False)`` remove, in order) are applied, computed without changing anything,
+        and the brokers whose entries of the topic become empty before their last operation
+        (one by one the topic then leaves the broker's map and comes back at its end, which
+        :meth:`put_run_entries` reproduces).  None when a removal finds no entry (the
+        one-by-one replay reports it) or a broker's whole map would become empty before its
+        last operation (one by one the broker would leave the index and come back at its end,
+        among the other brokers in the order of their returns)."""
         members = self._members
         key = topic_key(topic_id)
         out: dict[int, tuple[int, ...]] = {}
+        moved: set[int] = set()
         for broker_id, broker_ops in ops.items():
             topic_map = members.get(broker_id)
             current = list(() if topic_map is None else topic_map.get(key, ()))
+            other_topics = 0 if topic_map is None else len(topic_map) - (1 if current else 0)
             last = len(broker_ops) - 1
             removed: set[int] = set()
             added: list[int] = []
@@ -596,17 +601,23 @@ class _BrokerIndex:
                 else:
                     return None
                 if k < last and len(current) - len(removed) + len(added) == 0:
-                    return None
+                    if not other_topics:
+                        return None
+                    moved.add(broker_id)
             out[broker_id] = tuple(e for e in current if e not in removed) + tuple(added)
-        return out
+        return out, moved
 
-    def put_run_entries(self, topic_id: Uuid, finals: dict[int, tuple[int, ...]]) -> None:
+    def put_run_entries(self, topic_id: Uuid, finals: dict[int, tuple[int, ...]],
+                        moved: Collection[int] = ()) -> None:
         """Write what :meth:`run_entries` computed: one timeline write per broker (a broker
-        left with no entries is removed, as :meth:`_remove` does)."""
+        left with no entries is removed, as :meth:`_remove` does; a broker in ``moved`` gets the
+        topic at the end of its map, where the one-by-one replay's re-add puts it)."""
         members = self._members
         key = topic_key(topic_id)
         for broker_id, entries in finals.items():
             topic_map = members.get(broker_id)
+            if broker_id in moved and topic_map is not None and topic_map.get(key) is not None:
+                topic_map.remove(key)
             if entries:
                 if topic_map is None:
                     topic_map = TimelineHashMap(self._registry)
@@ -1162,8 +1173,8 @@ class ReplicationControlManager(TopicCreationMixin):
         if len(pids) < 2:
             return 0
         index = self.brokers_to_isrs
-        finals = index.run_entries(topic_id, ops)
-        if finals is None:
+        computed = index.run_entries(topic_id, ops)
+        if computed is None:
             # a record does not fit the index, or the run empties and refills a broker's entries:
             # the run one by one (which names a failing record)
             for k in range(start, j):
@@ -1191,7 +1202,7 @@ class ReplicationControlManager(TopicCreationMixin):
                     imbalanced.add(tp)
             if debug or not PartitionRegistration.election_was_clean(new.leader, prev.isr):
                 self._log_change(f"{topic.name}-{pid} with topic ID {topic_id}", prev, new)
-        index.put_run_entries(topic_id, finals)
+        index.put_run_entries(topic_id, *computed)
         if debug:
             for k in range(start, j):
                 log.debug("Replayed partition change %r for topic %s", records[k], topic.name)
