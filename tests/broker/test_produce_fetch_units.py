@@ -668,6 +668,40 @@ def test_an_acks_all_round_on_rf3_reads_each_follower_fetch_once(tmp_path, monke
     asyncio.run(main())
 
 
+def test_an_idle_follower_fetch_expires_without_reading_its_logs_again(tmp_path, monkeypatch):
+    """A caught-up follower's fetch of many partitions waits max_wait_ms and answers empty.  When
+    nothing it depends on changed meanwhile, the answer is the first read's, with the high
+    watermarks of now (the other follower moved them): no second read of every log (an idle
+    10,000-partition follower fetch cost the leader's loop ~0.2-0.3 s a read, twice a max wait).
+    An append in between makes the expiry read again, and its records are answered."""
+    async def main():
+        ctx = Ctx(tmp_path)
+        n = 30
+        ctx.create("t", *[_partition_record(i, [1, 2, 3], [1, 2, 3], 1) for i in range(n)])
+        for i in range(n):
+            _produce(ctx, "t", i, _batch(1))
+        ctx.apis.handle_fetch(Answer(12), _fetch_all("t", n, 3, 0, 0))  # follower 3 has the records
+        reads = _count_reads(ctx, monkeypatch)
+        parked = Answer(12)
+        assert ctx.apis.handle_fetch(parked, _fetch_all("t", n, 3, 1, 80)) is DEFERRED
+        ctx.apis.handle_fetch(Answer(12), _fetch_all("t", n, 2, 1, 0))  # follower 2 too: every HW moves to 1
+        assert len(reads) == 2
+        await asyncio.sleep(0.25)
+        assert parked.response is not None and len(reads) == 2  # expired: answered from its first read
+        parts = [p for t in parked.response.responses for p in t.partitions]
+        assert {(p.high_watermark, p.last_stable_offset, p.records) for p in parts} == {(1, 1, b"")}
+        assert len(parts) == n and all(p.error_code == 0 for p in parts)
+        # an append while it waits: the expiry reads (here the append already wakes and answers it)
+        again = Answer(12)
+        assert ctx.apis.handle_fetch(again, _fetch_all("t", n, 3, 1, 80)) is DEFERRED
+        _produce(ctx, "t", 5, _batch(1))
+        await asyncio.sleep(0.25)
+        assert len(reads) == 4 and again.response is not None
+        assert [p.partition_index for t in again.response.responses for p in t.partitions if p.records] == [5]
+        await ctx.close()
+    asyncio.run(main())
+
+
 def test_produce_validation_settings_are_made_once_for_a_topic_without_overrides(tmp_path, monkeypatch):
     """The validator's settings of a topic are cached until the image's configs of the topic
     change.  A topic with no overrides gets a new empty map at every lookup, which missed the
