@@ -61,6 +61,15 @@ async def _settle(rm: ReplicaManager, timeout: float = 20.0) -> None:
     await asyncio.wait_for(wait(), timeout)
 
 
+async def _stop(rm: ReplicaManager, logs: LogManager) -> tuple[dict[str, tuple[bool, int, int]], list[str]]:
+    """The partitions' states and the logs held, then both managers shut down."""
+    state = _state(rm)
+    dirs = sorted(str(tp) for tp in logs.logs)
+    await rm.shutdown()
+    await logs.shutdown()
+    return state, dirs
+
+
 def _scenario(feed: Feed) -> None:
     feed.publish(*_records("a", TOPIC_A, PARTITIONS))
     # published while topic a's logs may still be opening: applied after them, in order
@@ -99,11 +108,7 @@ def test_background_batch_keeps_the_loop_running_and_applies_deltas_in_order(tmp
         gate.set()
         await _settle(rm)
         assert rm.first_image_applied
-        state = _state(rm)
-        dirs = sorted(str(tp) for tp in logs.logs)
-        await rm.shutdown()
-        await logs.shutdown()
-        return state, dirs
+        return await _stop(rm, logs)
 
     background, background_logs = asyncio.run(main())
 
@@ -114,11 +119,7 @@ def test_background_batch_keeps_the_loop_running_and_applies_deltas_in_order(tmp
         rm = ReplicaManager(BROKER, logs)
         _scenario(Feed(rm))
         assert rm.opening_logs == 0 and rm.first_image_applied
-        state = _state(rm)
-        dirs = sorted(str(tp) for tp in logs.logs)
-        await rm.shutdown()
-        await logs.shutdown()
-        return state, dirs
+        return await _stop(rm, logs)
 
     expected, expected_logs = asyncio.run(inline())
     assert background == expected
