@@ -632,8 +632,10 @@ class BrokerLifecycle:
                 return True
             ctx = self.ctx
             replication = ctx.replication
-            bulks = {id(c): BulkLifecycleChanges(ctx, c.broker_id, NO_LEADER, NO_LEADER) for c in live}
-            live_ids = set(bulks)
+            # each member's bulk builder made when first needed (a step reaches ~2 topics, and
+            # only the members with a replica there)
+            bulks: dict[int, BulkLifecycleChanges] = {}
+            live_ids = {id(c) for c in live}
             made = 0
             examined = 0
             max_examined = EXAMINE_FACTOR * max(limit, 1)
@@ -676,7 +678,10 @@ class BrokerLifecycle:
                 for c in members:
                     if id(c) not in live_ids:
                         continue
-                    record = bulks[id(c)].update(topic, pid, current)
+                    bulk = bulks.get(id(c))
+                    if bulk is None:
+                        bulk = bulks[id(c)] = BulkLifecycleChanges(ctx, c.broker_id, NO_LEADER, NO_LEADER)
+                    record = bulk.update(topic, pid, current)
                     if record is None:
                         continue
                     records.append(record)
