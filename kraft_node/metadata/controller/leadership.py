@@ -48,8 +48,14 @@ Order and safety -- the rule is Kafka's record order, kept across results:
   directory from the next heartbeat and redoes the moves).  Meanwhile the broker is excluded
   for partitions in those directories.
 
+**A zone** (several sessions expired together, :meth:`BrokerLifecycle.brokers_fenced`): each
+broker gets its FENCE change as above, but their partition changes are written by one
+:class:`_ZoneWalk`, topic by topic, so a topic's changes are consecutive records (one broker's
+walk touches one partition per topic on a rack-aware cluster, and every replay pays per topic
+touched); each member's own phase then only rescans for what the walk could not cover.
+
 One result may carry several changes (the stale-broker task continues the pending ones, then
-may start fencing another broker).  Each is built from the state before the result, so a
+may start fencing other brokers).  Each is built from the state before the result, so a
 change also looks at the partitions the result's earlier records give its broker (leadership,
 ISR or ELR membership) and stops before them (they are not replayed yet), and a finished
 change's broker stays excluded until its ending record is replayed.
