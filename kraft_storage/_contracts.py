@@ -812,6 +812,11 @@ class TimelineKernel(Protocol):
     def TimelineObject(self) -> type[TimelineObjectLike]:
         """The object."""
 
+    def put_grouped(self, maps: Any, key_of: Any, topic_of: Any, codes: Any, ints: Any, ones: Any,
+                    topic_keys: Any, stale: Any, distinct: Any) -> None:
+        """Group entries by (map, topic) and put each group's tuple into its map, one bulk put a
+        map (the controller's reverse indexes at a snapshot load; the pure twin is the spec)."""
+
 
 #: kernel name (``kraft_storage._native.<name>`` / ``kraft_storage._pure.<name>``) -> its contract.
 TWINS: dict[str, type] = {
