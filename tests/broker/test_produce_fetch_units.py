@@ -565,6 +565,17 @@ def _fetch_all(topic: str, n: int, replica: int, offset: int, max_wait_ms: int):
                                   current_leader_epoch=-1) for i in range(n)])])
 
 
+def _rf3_one_record_each(tmp_path, n: int) -> tuple[Ctx, int]:
+    """Partitions 0..n-1 of "t" led here (RF 3), one record appended to each, and follower 3's
+    fetch from offset 0 read (it has the records)."""
+    ctx = Ctx(tmp_path)
+    ctx.create("t", *[_partition_record(i, [1, 2, 3], [1, 2, 3], 1) for i in range(n)])
+    for i in range(n):
+        _produce(ctx, "t", i, _batch(1))
+    ctx.apis.handle_fetch(Answer(12), _fetch_all("t", n, 3, 0, 0))
+    return ctx, n
+
+
 def _count_reads(ctx: Ctx, monkeypatch) -> list[int]:
     """A list that grows by one at each of the partition APIs' fetch reads from now on."""
     reads: list[int] = []
@@ -608,12 +619,7 @@ def test_one_follower_fetch_moving_many_high_watermarks_retries_the_others_parke
     O(partitions^2) log reads per fetch round, what livelocked brokers leading 3,000 partitions;
     then once per round, which still read 40 logs for nothing).  New records wake it once."""
     async def main():
-        ctx = Ctx(tmp_path)
-        n = 40
-        ctx.create("t", *[_partition_record(i, [1, 2, 3], [1, 2, 3], 1) for i in range(n)])
-        for i in range(n):
-            _produce(ctx, "t", i, _batch(1))
-        ctx.apis.handle_fetch(Answer(12), _fetch_all("t", n, 3, 0, 0))   # follower 3 has the records...
+        ctx, n = _rf3_one_record_each(tmp_path, 40)  # follower 3 has the records...
         ctx.apis.handle_fetch(Answer(12), _fetch_all("t", n, 3, 1, 0))   # ...and says so
         parked = Answer(12)
         assert ctx.apis.handle_fetch(parked, _fetch_all("t", n, 3, 1, 10_000)) is DEFERRED  # caught up: it waits
@@ -675,12 +681,7 @@ def test_an_idle_follower_fetch_expires_without_reading_its_logs_again(tmp_path,
     10,000-partition follower fetch cost the leader's loop ~0.2-0.3 s a read, twice a max wait).
     An append in between makes the expiry read again, and its records are answered."""
     async def main():
-        ctx = Ctx(tmp_path)
-        n = 30
-        ctx.create("t", *[_partition_record(i, [1, 2, 3], [1, 2, 3], 1) for i in range(n)])
-        for i in range(n):
-            _produce(ctx, "t", i, _batch(1))
-        ctx.apis.handle_fetch(Answer(12), _fetch_all("t", n, 3, 0, 0))  # follower 3 has the records
+        ctx, n = _rf3_one_record_each(tmp_path, 30)  # follower 3 has the records
         reads = _count_reads(ctx, monkeypatch)
         parked = Answer(12)
         assert ctx.apis.handle_fetch(parked, _fetch_all("t", n, 3, 1, 80)) is DEFERRED

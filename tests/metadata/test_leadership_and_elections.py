@@ -24,6 +24,7 @@ from support.replication import (
     ReplicationControlTestContext,
     broker_dir,
     default_broker_epoch,
+    run_stale_broker_task,
 )
 
 from kraft_node.metadata.configs.resources import AlterConfigOp
@@ -585,13 +586,7 @@ def fence_via_task(ctx: ReplicationControlTestContext, *broker_ids: int) -> list
     for b in ctx.cluster_control.brokers():
         if b not in broker_ids:
             ctx.replay(heartbeat(ctx, b, ctx.current_broker_epoch(b)).records)
-    results = []
-    while True:
-        result = ctx.cluster_control.fence_stale_broker()
-        results.append(result.records)
-        ctx.replay(result.records)
-        if not result.response:
-            return results
+    return run_stale_broker_task(ctx)
 
 
 def test_fencing_a_big_leader_is_bounded_and_ends_with_the_fence_record():

@@ -21,7 +21,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.replication import BROKER_SESSION_TIMEOUT_MS, ReplicationControlTestContext, default_broker_epoch
+from support.replication import (
+    BROKER_SESSION_TIMEOUT_MS,
+    ReplicationControlTestContext,
+    default_broker_epoch,
+    run_stale_broker_task,
+)
 
 from kraft_node.metadata.controller.heartbeats import BrokerHeartbeatTracker
 from kraft_node.metadata.controller.leadership import ChangeKind
@@ -68,13 +73,7 @@ def fence_together(ctx: ReplicationControlTestContext, zone: list[int]) -> list[
     for b in BROKERS:
         if b not in zone:
             heartbeat(ctx, b)
-    results = []
-    while True:
-        result = ctx.cluster_control.fence_stale_broker()
-        results.append(result.records)
-        ctx.replay(result.records)
-        if not result.response:
-            return results
+    return run_stale_broker_task(ctx)
 
 
 def end_state(ctx: ReplicationControlTestContext, ids: list[Any]) -> dict[Any, Any]:

@@ -100,6 +100,18 @@ def find_result(response: Any, name: str) -> Any:
     return found[0]
 
 
+def run_stale_broker_task(ctx: Any) -> list[list[ApiMessageAndVersion]]:
+    """Run the stale-broker task until it says it has nothing left (its response False),
+    replaying each result; the results' records."""
+    results = []
+    while True:
+        result = ctx.cluster_control.fence_stale_broker()
+        results.append(result.records)
+        ctx.replay(result.records)
+        if not result.response:
+            return results
+
+
 class ReplicationControlTestContext:
     """See the module doc.  ``replay`` gives each record the next offset (the broker
     registration offsets a heartbeat must reach to unfence)."""
