@@ -36,6 +36,98 @@ cdef object _merge_grouped(object existing, object new, bint distinct):
     return existing + tuple([p for p in new if p not in present])
 
 
+cdef object _group_value(const int32_t* sc, Py_ssize_t j, Py_ssize_t e, tuple ints_t, tuple ones_t):
+    """The tuple of entries j..e-1 (their codes ``sc[j:e]``): the shared ``ones`` tuple for a
+    one-entry group, else a new tuple, untracked when it holds only exact ints."""
+    cdef Py_ssize_t i, size = e - j
+    cdef PyObject* item
+    cdef bint atomic = True
+    if size == 1:
+        return <object>PyTuple_GET_ITEM_p(ones_t, sc[j])
+    tup = PyTuple_New_o(size)
+    for i in range(size):
+        item = PyTuple_GET_ITEM_p(ints_t, sc[j + i])
+        atomic = atomic and PyLong_CheckExact_p(item)
+        Py_INCREF_p(item)
+        PyTuple_SET_ITEM_p(tup, i, item)
+    if atomic:      # ints cannot be part of a cycle
+        PyObject_GC_UnTrack_p(<PyObject*>tup)
+    return tup
+
+
+cdef Py_ssize_t _grouped_insert(_SnapshottableHashTable m, Py_ssize_t g, const int32_t* st_, const int32_t* sc,
+                                Py_ssize_t a, Py_ssize_t b, tuple ints_t, tuple ones_t, tuple keys_t,
+                                const uint32_t* th) except -1:
+    """The fast path of one map's groups (entries a..b-1, ``g`` groups): no snapshot of the
+    registry (so no tier to record the added keys in: what ``_bulk_put_seq`` does with no
+    snapshot) and no stale topic (no value to read back), with exact keys whose folded hashes
+    are ``th``.  Each group is inserted straight into the table, sized once for ``g``, without
+    the key and value lists ``_bulk_put_seq`` takes (two lists, and two reference count round
+    trips, per group).  Returns where it stopped: ``b``, or the first group whose key the
+    table holds already (the caller said it does not; the list path then puts that group and
+    the rest, replacing values as ``put`` does)."""
+    cdef Table* t = &m.t
+    cdef Py_ssize_t j = a, e, ix
+    cdef int32_t topic
+    cdef size_t slot = 0
+    cdef PyObject* key
+    cdef object val
+    cdef int64_t start = C_NONE + 1      # _bulk_put_seq's start with no snapshot
+    tbl_reserve(t, g)
+    while j < b:
+        topic = st_[j]
+        e = j + 1
+        while e < b and st_[e] == topic:
+            e += 1
+        key = PyTuple_GET_ITEM_p(keys_t, topic)
+        ix = _probe_exact(t.index, t.entries, t.hashes, t.mask, key, th[topic], &slot)
+        if ix != -1:
+            return j
+        val = _group_value(sc, j, e, ints_t, ones_t)
+        _insert_at(t, slot, key, <PyObject*>val, th[topic], start)
+        j = e
+    return b
+
+
+cdef int _grouped_put_seq(object m, const int32_t* st_, const int32_t* sc, Py_ssize_t a, Py_ssize_t b,
+                          tuple ints_t, tuple ones_t, tuple keys_t, const uint8_t[::1] sv,
+                          bint merge_distinct) except -1:
+    """The general path of one map's groups (entries a..b-1): each group's tuple (merged with
+    the map's value for a stale topic), then one ``_bulk_put_seq`` of the key and value lists."""
+    cdef Py_ssize_t g = 1, j, e, gi = 0
+    cdef int32_t topic
+    cdef object val, key, existing
+    cdef list klist, vlist
+    for j in range(a + 1, b):
+        if st_[j] != st_[j - 1]:
+            g += 1
+    # new lists of NULL items, each set once below (PyList_SET_ITEM); nothing else holds them
+    # until they are full (a NULL item is safe for their dealloc and for the collector, should
+    # m.get below run it)
+    klist = PyList_New(g)
+    vlist = PyList_New(g)
+    j = a
+    while j < b:
+        topic = st_[j]
+        e = j + 1
+        while e < b and st_[e] == topic:
+            e += 1
+        val = _group_value(sc, j, e, ints_t, ones_t)
+        key = <object>PyTuple_GET_ITEM_p(keys_t, topic)
+        if sv[topic]:
+            existing = m.get(key)
+            if existing is not None:
+                val = _merge_grouped(existing, val, merge_distinct)
+        Py_INCREF_p(<PyObject*>key)
+        PyList_SET_ITEM_p(klist, gi, <PyObject*>key)
+        Py_INCREF_p(<PyObject*>val)
+        PyList_SET_ITEM_p(vlist, gi, <PyObject*>val)
+        gi += 1
+        j = e
+    (<_SnapshottableHashTable>m)._bulk_put_seq(klist, vlist)
+    return 0
+
+
 def put_grouped(maps, key_of, topic_of, codes, ints, ones, topic_keys, stale, distinct):
     """Group entries by (key, topic) and put each group's tuple into its key's map.
 
@@ -79,10 +171,9 @@ def put_grouped(maps, key_of, topic_of, codes, ints, ones, topic_keys, stale, di
     cdef Py_ssize_t* kstart = NULL
     cdef Py_ssize_t* tstart = NULL
     cdef bint in_topic_order = True
-    cdef object m, val, key, existing, tup
-    cdef list klist, vlist
-    cdef PyObject* item
-    cdef bint atomic
+    cdef bint any_stale, keys_exact = True
+    cdef uint32_t* th = NULL     # each topic key's folded hash (keys_exact: all exact str/int)
+    cdef object m
     if tv.shape[0] != n or cv.shape[0] != n:
         raise ValueError(f"put_grouped: key_of has {n} entries, topic_of {tv.shape[0]}, codes {cv.shape[0]}")
     if len(ones_t) != nc:
@@ -106,6 +197,13 @@ def put_grouped(maps, key_of, topic_of, codes, ints, ones, topic_keys, stale, di
     if n == 0:
         return
     try:
+        th = <uint32_t*>PyMem_Malloc((nt + 1) * sizeof(uint32_t))
+        if th == NULL:
+            raise MemoryError()
+        for t in range(nt):
+            if not _exact_hash(PyTuple_GET_ITEM_p(keys_t, t), &th[t]):
+                keys_exact = False
+                break
         st_ = <int32_t*>PyMem_Malloc(n * sizeof(int32_t))
         sc = <int32_t*>PyMem_Malloc(n * sizeof(int32_t))
         kstart = <Py_ssize_t*>PyMem_Malloc((nk + 1) * sizeof(Py_ssize_t))
@@ -145,49 +243,19 @@ def put_grouped(maps, key_of, topic_of, codes, ints, ones, topic_keys, stale, di
                 continue
             m = maps_t[k]
             g = 1
+            any_stale = sv[st_[a]] != 0
             for j in range(a + 1, b):
                 if st_[j] != st_[j - 1]:
                     g += 1
-            # new lists of NULL items, each set once below (PyList_SET_ITEM); nothing else
-            # holds them until they are full (a NULL item is safe for their dealloc and
-            # for the collector, should m.get below run it)
-            klist = PyList_New(g)
-            vlist = PyList_New(g)
+                    any_stale = any_stale or sv[st_[j]] != 0
             j = a
-            gi = 0
-            while j < b:
-                t = st_[j]
-                e = j + 1
-                while e < b and st_[e] == t:
-                    e += 1
-                if e - j == 1:
-                    val = <object>PyTuple_GET_ITEM_p(ones_t, sc[j])
-                else:
-                    size = e - j
-                    tup = PyTuple_New_o(size)
-                    atomic = True
-                    for i in range(size):
-                        item = PyTuple_GET_ITEM_p(ints_t, sc[j + i])
-                        atomic = atomic and PyLong_CheckExact_p(item)
-                        Py_INCREF_p(item)
-                        PyTuple_SET_ITEM_p(tup, i, item)
-                    if atomic:      # ints cannot be part of a cycle
-                        PyObject_GC_UnTrack_p(<PyObject*>tup)
-                    val = tup
-                key = <object>PyTuple_GET_ITEM_p(keys_t, t)
-                if sv[t]:
-                    existing = m.get(key)
-                    if existing is not None:
-                        val = _merge_grouped(existing, val, merge_distinct)
-                Py_INCREF_p(<PyObject*>key)
-                PyList_SET_ITEM_p(klist, gi, <PyObject*>key)
-                Py_INCREF_p(<PyObject*>val)
-                PyList_SET_ITEM_p(vlist, gi, <PyObject*>val)
-                gi += 1
-                j = e
-            (<_SnapshottableHashTable>m)._bulk_put_seq(klist, vlist)
+            if keys_exact and not any_stale and (<_SnapshottableHashTable>m)._registry._latest is None:
+                j = _grouped_insert(<_SnapshottableHashTable>m, g, st_, sc, a, b, ints_t, ones_t, keys_t, th)
+            if j < b:
+                _grouped_put_seq(m, st_, sc, j, b, ints_t, ones_t, keys_t, sv, merge_distinct)
             a = b
     finally:
+        PyMem_Free(th)
         PyMem_Free(st_)
         PyMem_Free(sc)
         PyMem_Free(kstart)

@@ -8,7 +8,10 @@ topic order or not, groups of one or several entries, maps that already hold som
 stale flags set or not, the directory index's ``distinct`` merge), a snapshot taken before
 the call (the puts must be revertible writes), the same result in both twins -- the same
 items in the same order, one-entry groups sharing the caller's tuples -- and bad input
-refused with the argument named.
+refused with the argument named.  The native kernel inserts the groups of a map without
+stale topics straight into its table when the registry has no snapshot and the keys are
+exact strs; the columns here take that path, its fallback (a map holding a topic not flagged
+stale) and the general one (a snapshot, stale topics, str-subclass keys).
 """
 from __future__ import annotations
 
@@ -38,19 +41,26 @@ def _columns(data: st.DataObject) -> dict:
     while len(ints) < nc:
         ints.append(ints[-1] + 1)
     stale = data.draw(st.lists(st.booleans(), min_size=nt, max_size=nt))
-    # topics some maps already hold (only meaningful where stale; elsewhere the caller
-    # guarantees absence, so the model and the twins are given none)
+    # topics some maps already hold: where stale (read and extended); elsewhere the caller
+    # guarantees absence, but a map that holds such a topic anyway gets its value replaced,
+    # as put_many would (the native fast path's fallback)
+    unflagged = data.draw(st.booleans(), label="held without the stale flag")
     before = [{t: tuple(data.draw(st.lists(st.sampled_from(ints), min_size=1, max_size=3)))
-               for t in range(nt) if stale[t] and data.draw(st.booleans())} for _ in range(nk)]
+               for t in range(nt) if (stale[t] or unflagged) and data.draw(st.booleans())} for _ in range(nk)]
     return dict(nk=nk, nt=nt, key_of=key_of, topic_of=topic_of, codes=codes, ints=ints, stale=stale,
-                before=before, distinct=data.draw(st.booleans(), label="distinct"))
+                before=before, distinct=data.draw(st.booleans(), label="distinct"),
+                exact_keys=data.draw(st.booleans(), label="exact str keys"))
+
+
+class _Key(str):
+    """A str subclass: not an exact str, so the kernel takes its general path for it."""
 
 
 def _run(tl, c: dict, *, snapshot: bool) -> tuple[list, list, list]:
     """Apply c with twin ``tl``: (items per map after, items per map after a revert, the
     one-entry tuples given)."""
     reg = tl.SnapshotRegistry()
-    keys = [f"topic-{t:02d}" for t in range(c["nt"])]
+    keys = [f"topic-{t:02d}" if c["exact_keys"] else _Key(f"topic-{t:02d}") for t in range(c["nt"])]
     maps = [tl.TimelineHashMap(reg) for _ in range(c["nk"])]
     for m, held in zip(maps, c["before"]):
         m.put_many([keys[t] for t in held], list(held.values()))
