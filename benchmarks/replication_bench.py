@@ -259,6 +259,28 @@ def set_changes_per_result(ctl: Any, n: int | None) -> None:
         ctl.partition_ops.context.max_partition_changes_per_result = n
 
 
+def set_build_budget(ctl: Any, ms: float | None) -> None:
+    """Node 1's time budget for building one lifecycle result (None: the default; 0: none, the
+    count alone bounds a result)."""
+    if ms is not None:
+        if ms < 0:
+            raise SystemExit(f"--build-budget-ms must not be negative, not {ms}")
+        ctx = ctl.partition_ops.context
+        if ms == 0:
+            ctx.clock_ns = None
+        else:
+            ctx.result_build_budget_ns = int(ms * 1_000_000)
+
+
+def set_max_uncommitted(ctl: Any, n: int | None) -> None:
+    """Node 1's back-pressure on lifecycle continuations: the stale-broker task writes no
+    more partition changes while more than ``n`` records are uncommitted (None: the default)."""
+    if n is not None:
+        if n < 1:
+            raise SystemExit(f"--max-uncommitted must be positive, not {n}")
+        ctl.cluster_control.max_uncommitted_for_continuation = n
+
+
 def wire_bulk_replay(ctl: Any, on: bool) -> None:
     """``--bulk-replay``: node 1 replays runs of PartitionChangeRecords with
     ``replay_partition_changes`` where the controller does not wire it yet (the standbys, other
@@ -280,6 +302,8 @@ async def run_zonal(args: argparse.Namespace, base: str) -> dict[str, Any]:
         node = await cluster.start()
         ctl = node.controller.controller
         set_changes_per_result(ctl, args.changes_per_result)
+        set_max_uncommitted(ctl, args.max_uncommitted)
+        set_build_budget(ctl, args.build_budget_ms)
         wire_bulk_replay(ctl, args.bulk_replay)
         # --builder-only: node 1 as before the bulk paths (the general replay too)
         ctl.replication_control.fast_simple_changes = not args.builder_only
@@ -343,6 +367,8 @@ async def run_shutdown(args: argparse.Namespace, base: str) -> dict[str, Any]:
         node = await cluster.start()
         ctl = node.controller.controller
         set_changes_per_result(ctl, args.changes_per_result)
+        set_max_uncommitted(ctl, args.max_uncommitted)
+        set_build_budget(ctl, args.build_budget_ms)
         wire_bulk_replay(ctl, args.bulk_replay)
         # --builder-only: node 1 as before the bulk paths (the general replay too)
         ctl.replication_control.fast_simple_changes = not args.builder_only
@@ -359,6 +385,8 @@ async def run_shutdown(args: argparse.Namespace, base: str) -> dict[str, Any]:
         records_before = ctl.records_replayed
         cpu0 = [cpu_seconds([p]) for p in cluster.pids]
         profiler = TimedProfile(args.profile)
+        samplers = [start_py_spy(p, args.py_spy_seconds, f"{args.py_spy}.node{i + 1}.txt")
+                    for i, p in enumerate(cluster.pids)] if args.py_spy else []
         keeper.brokers.remove(victim)  # from now on the victim's heartbeats ask to shut down
         t0 = time.perf_counter()
         deadline = time.monotonic() + 120
@@ -384,6 +412,8 @@ async def run_shutdown(args: argparse.Namespace, base: str) -> dict[str, Any]:
         seconds = time.perf_counter() - t0
         profiler.stop()
         cpu = [round(cpu_seconds([p]) - c, 2) for p, c in zip(cluster.pids, cpu0)]
+        for sampler in samplers:
+            sampler.wait(timeout=args.py_spy_seconds + 30)
         sizes.remove()
         keeper.stop()
         still = len(rc.partitions_led_by_broker(victim, epoch=ctl.committed_epoch()))
@@ -427,6 +457,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--changes-per-result", type=int, default=None, metavar="N",
                     help="zonal, shutdown: node 1's bound on one lifecycle result's partition changes "
                          "(default: the controller's)")
+    ap.add_argument("--build-budget-ms", type=float, default=None, metavar="MS",
+                    help="zonal, shutdown: node 1's time budget for building one lifecycle result "
+                         "(default: the controller's; 0: none, the count alone bounds it)")
+    ap.add_argument("--max-uncommitted", type=int, default=None, metavar="N",
+                    help="zonal, shutdown: node 1 continues lifecycle changes only while at most N records "
+                         "are uncommitted (default: the controller's)")
     ap.add_argument("--bulk-replay", action="store_true",
                     help="zonal, shutdown: node 1 replays runs of PartitionChangeRecords in bulk "
                          "(replay_partition_changes) even where the controller does not wire it")
@@ -437,8 +473,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--profile", default=None, metavar="FILE",
                     help="zonal, shutdown: cProfile of node 1 over the timed part (the last run's) to FILE")
     ap.add_argument("--py-spy", default=None, metavar="PREFIX",
-                    help="zonal: py-spy (raw collapsed stacks) of every node from the rack's last heartbeat, "
-                         "--py-spy-seconds long, to PREFIX.nodeN.txt (node 1: this process)")
+                    help="zonal, shutdown: py-spy (raw collapsed stacks) of every node from the rack's last "
+                         "heartbeat (zonal) or the first wantShutDown heartbeat (shutdown), --py-spy-seconds "
+                         "long, to PREFIX.nodeN.txt (node 1: this process)")
     ap.add_argument("--py-spy-seconds", type=float, default=15.0)
     args = ap.parse_args(argv)
     for k, v in DEFAULTS[args.scenario].items():

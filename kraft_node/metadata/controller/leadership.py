@@ -88,7 +88,11 @@ from typing import Any, Callable, Sequence
 
 from kraft_node.metadata.controller.errors import ApiError
 from kraft_node.metadata.controller.lifecycle_bulk import BulkLifecycleChanges
-from kraft_node.metadata.controller.partition_changes import PartitionChangeContext, partition_change_count
+from kraft_node.metadata.controller.partition_changes import (
+    BUDGET_CHECK_EVERY,
+    PartitionChangeContext,
+    partition_change_count,
+)
 from kraft_node.metadata.controller.replication_control import LEADER_FLAG, NO_LEADER, TopicIdPartition
 from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
 from kraft_node.protocol.errors import Errors
@@ -589,6 +593,7 @@ class BrokerLifecycle:
         (default: the per-result bound) partition changes.  The response is True while some
         still have records to write (run again soon)."""
         budget = self.ctx.max_partition_changes_per_result if limit is None else limit
+        deadline = self.ctx.result_deadline_ns()
         records: list[ApiMessageAndVersion] = []
         for change in list(self._pending.values()):
             if change.kind is ChangeKind.FENCE and not change.complete and self._heard_again(change):
@@ -604,7 +609,7 @@ class BrokerLifecycle:
                 walked.update(id(c) for c in zone.changes)
                 continue
             walked.update(id(c) for c in zone.changes)
-            if self._step_zone(zone, records, budget):
+            if self._step_zone(zone, records, budget, deadline):
                 self._zones.remove(zone)
                 for c in zone.changes:
                     if c.zone is zone:
@@ -613,9 +618,9 @@ class BrokerLifecycle:
             if change.complete or id(change) in walked or change.zone is not None:
                 continue
             left = budget - partition_change_count(records)
-            if left <= 0:
+            if left <= 0 or (records and self.ctx.past(deadline)):
                 break
-            if not self._step(change, records, left):
+            if not self._step(change, records, left, deadline):
                 continue
             if change.kind is ChangeKind.SHUTDOWN and change.phases:
                 change.complete = True  # the registration retry writes the rest (nothing) and registers
@@ -624,10 +629,12 @@ class BrokerLifecycle:
             self._finish(change, records)
         return ControllerResult.of(records, self.has_work())
 
-    def _step_zone(self, zone: _ZoneWalk, records: list[ApiMessageAndVersion], limit: int) -> bool:
+    def _step_zone(self, zone: _ZoneWalk, records: list[ApiMessageAndVersion], limit: int,
+                   deadline_ns: int | None = None) -> bool:
         """Write up to ``limit`` (at least one partition's) of the zone's partition changes
-        into ``records`` (empty: the walk is its result's first writer); True once every topic
-        is walked or no member is still pending (the members then go on by their own steps)."""
+        into ``records`` (empty: the walk is its result's first writer), stopping early once
+        the queue's clock passes ``deadline_ns``; True once every topic is walked or no member
+        is still pending (the members then go on by their own steps)."""
         pending = self._pending
         with self.ctx.reading_once():
             live = [c for c in zone.changes if pending.get(c.key) is c and c.zone is zone and self._still_current(c)]
@@ -645,6 +652,9 @@ class BrokerLifecycle:
             made = 0
             examined = 0
             max_examined = EXAMINE_FACTOR * max(limit, 1)
+            past = ctx.past
+            next_check = BUDGET_CHECK_EVERY  # the clock is read once per BUDGET_CHECK_EVERY changes made
+            out_of_time = False
             while True:
                 if zone.item_pos >= len(zone.items):
                     if zone.pos >= len(zone.topics):
@@ -662,7 +672,10 @@ class BrokerLifecycle:
                     examined += 1
                     continue
                 pid, members = zone.items[zone.item_pos]
-                if (made and made + len(members) > limit) or examined >= max_examined:
+                if made >= next_check:
+                    next_check = made + BUDGET_CHECK_EVERY
+                    out_of_time = past(deadline_ns)
+                if (made and made + len(members) > limit) or examined >= max_examined or out_of_time:
                     self._log_zone(live, made)
                     return False
                 if len(members) > limit - made:
@@ -759,13 +772,20 @@ class BrokerLifecycle:
             return False
         return not (change.kind is ChangeKind.CONTROLLED_SHUTDOWN and registration.fenced)
 
-    def _step(self, change: PendingChange, records: list[ApiMessageAndVersion], limit: int) -> bool:
+    def _step(self, change: PendingChange, records: list[ApiMessageAndVersion], limit: int,
+              deadline_ns: int | None = None) -> bool:
+        """:meth:`_step_once` within ``deadline_ns`` (default: the result's building budget
+        from now, see ``PartitionChangeContext.result_deadline_ns``)."""
+        if deadline_ns is None:
+            deadline_ns = self.ctx.result_deadline_ns()
         with self.ctx.reading_once():
-            return self._step_once(change, records, limit)
+            return self._step_once(change, records, limit, deadline_ns)
 
-    def _step_once(self, change: PendingChange, records: list[ApiMessageAndVersion], limit: int) -> bool:
-        """Write up to ``limit`` of the change's records; True when it is complete (or
-        obsolete: its registration is gone or replaced).
+    def _step_once(self, change: PendingChange, records: list[ApiMessageAndVersion], limit: int,
+                   deadline_ns: int | None = None) -> bool:
+        """Write up to ``limit`` of the change's records, and none once the queue's clock has
+        passed ``deadline_ns`` (read every ``BUDGET_CHECK_EVERY`` records made); True when it
+        is complete (or obsolete: its registration is gone or replaced).
 
         A partition that already has a record in ``records`` (another change of the same
         result) ends the step before it: its state is not replayed yet, and a second record
@@ -780,6 +800,9 @@ class BrokerLifecycle:
         made = 0
         examined = 0
         max_examined = EXAMINE_FACTOR * max(limit, 1)
+        past = ctx.past
+        next_check = BUDGET_CHECK_EVERY
+        out_of_time = False
         start = len(records)
         touched = {(r.message.topic_id, r.message.partition_id) for r in records
                    if isinstance(r.message, m.PartitionChangeRecord)}
@@ -818,7 +841,11 @@ class BrokerLifecycle:
                     if tp is None:
                         phase.done = True
                         break
-                if made >= limit or examined >= max_examined or (tp in touched and tp not in made_here):
+                if made >= next_check:
+                    next_check = made + BUDGET_CHECK_EVERY
+                    out_of_time = past(deadline_ns)
+                if (made >= limit or examined >= max_examined or out_of_time
+                        or (tp in touched and tp not in made_here)):
                     complete = False
                     break
                 phase.queue.advance()

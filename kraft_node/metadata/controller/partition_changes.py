@@ -61,13 +61,26 @@ log = logging.getLogger("kraft.controller.replication")
 #: The most PartitionChangeRecords one broker lifecycle result (a fencing, a controlled shutdown,
 #: an unfencing, a registration's cleanup, an unregistration, offline directories) writes; the
 #: rest follow in later results (KAFKA-13858: a broker leading 10k partitions, or a zone going
-#: away, must not become one burst).  Building and replaying a change cost ~35-55 us with the
-#: PartitionChangeBuilder; the bulk path (``lifecycle_bulk.py``, ``replay_partition_changes``) cut
-#: that to ~15 us in process, but on the loaded 3-node benchmark the longest event stayed at
-#: 80-190 ms either way (the loader's replay and Raft I/O share the loop), and 500 a result was
-#: inconclusive (benchmarks/results/s16/controller_bulk.md), so the bound stays at 200 (Kafka:
-#: one unbounded result, split into 10k-record batches).
-MAX_PARTITION_CHANGES_PER_RESULT = 200
+#: away, must not become one burst; Kafka writes one unbounded result, split into 10k-record
+#: batches).  On a running controller the result also ends once building it has taken
+#: :data:`RESULT_BUILD_BUDGET_NS` of the queue's clock, so it is the time budget that sizes the
+#: results there and this count only caps them.
+#:
+#: Why both, and these values (BENCHMARKS.md, session 20): the event that writes a result also
+#: encodes and replays it, ~2.5x the building time, so 10 ms of building is a ~35 ms event.  A
+#: fixed count cannot be right for every load: 200 a result kept events short but cost ~1.4 ms
+#: per result on every node (a Raft batch, a loader publish, a 10 ms wait of the stale-broker
+#: task), and moving a 10k-partition broker's 30,000 changes took 3.2-3.9 s quiet; at 1,000-2,000
+#: a result it took 1.3-1.8 s, with events of 65-165 ms.  The simulator's clock stands still
+#: within an event, so there only the count bounds a result (deterministically).
+MAX_PARTITION_CHANGES_PER_RESULT = 2000
+
+#: See :data:`MAX_PARTITION_CHANGES_PER_RESULT`: the queue-clock time one lifecycle result may
+#: spend building its partition changes (checked every :data:`BUDGET_CHECK_EVERY` changes).
+RESULT_BUILD_BUDGET_NS = 10_000_000
+
+#: How often (in changes made) a step reads the clock against its deadline.
+BUDGET_CHECK_EVERY = 32
 
 
 class ConfigReader(Protocol):
@@ -133,6 +146,10 @@ class PartitionChangeContext:
         self.features = features
         self.max_elections_per_imbalance = max_elections_per_imbalance
         self.max_partition_changes_per_result = max_partition_changes_per_result
+        #: the queue's clock (ns) and the building time a lifecycle result may take on it
+        #: (:data:`RESULT_BUILD_BUDGET_NS`); None (the default): results bounded by count only
+        self.clock_ns: Callable[[], int] | None = None
+        self.result_build_budget_ns = RESULT_BUILD_BUDGET_NS
         #: set by the BrokerLifecycle that owns the unfinished changes
         self.exclusions: ExclusionSource = _NoExclusions()
         self.default_dirs = _DefaultDirs(self)
@@ -140,6 +157,17 @@ class PartitionChangeContext:
         #: (metadata.version, ELR, each topic's min ISR and unclean setting) -- nothing it
         #: reads changes inside one write (state changes only by replay)
         self._memo: dict[Any, Any] | None = None
+
+    def result_deadline_ns(self) -> int | None:
+        """When a lifecycle result started now must stop building (None: no clock wired, the
+        count alone bounds it)."""
+        clock = self.clock_ns
+        return None if clock is None else clock() + self.result_build_budget_ns
+
+    def past(self, deadline_ns: int | None) -> bool:
+        """Whether the queue's clock has reached ``deadline_ns`` (never, for None)."""
+        clock = self.clock_ns
+        return deadline_ns is not None and clock is not None and clock() >= deadline_ns
 
     # -- what the configuration says --------------------------------------------------------
 
