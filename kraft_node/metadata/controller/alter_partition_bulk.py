@@ -24,7 +24,8 @@ for the answer to be the full path's (``alter_partition.py``'s validation, then
   Kafka's code and logs it;
 * no reassignment in flight (``removing`` and ``adding`` empty): the builder's step 1 does
   nothing, the target replicas are the replicas, no epoch bump for dropped replicas, and no
-  replica, directory (one per replica: each keeps its assignment) or reassignment field;
+  replica, directory (one per replica: each keeps its assignment; before 3.7-IV2 a partition
+  has none and none is written) or reassignment field;
 * ELR and last known ELR empty and -- with ELR enabled -- the new ISR at least the topic's
   effective ``min.insync.replicas``: step 2 clears both targets, which are empty already, so
   no ELR field is written and the last known leader is not touched;
@@ -48,7 +49,7 @@ Nothing the checks read changes inside one write (state changes only at replay),
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Sequence
 
 from kraft_node.metadata.controller.partition_change import Replicas
 from kraft_node.metadata.controller.replication_control import (
@@ -92,14 +93,15 @@ class BulkAlterPartition:
     each broker's registration standing, which hold only until the write's records are
     replayed."""
 
-    __slots__ = ("_ctx", "_version", "_bump_on_shrink", "_elr", "_epochs", "_excluded", "_active", "_leader_dir",
-                 "_min_isr_topic", "_min_isr", "taken", "fallbacks")
+    __slots__ = ("_ctx", "_version", "_bump_on_shrink", "_directories_supported", "_elr", "_epochs", "_excluded",
+                 "_active", "_leader_dir", "_min_isr_topic", "_min_isr", "taken", "fallbacks")
 
     def __init__(self, ctx: PartitionChangeContext) -> None:
         self._ctx = ctx
         mv = ctx.metadata_version()
         self._version = mv.partition_change_record_version()
         self._bump_on_shrink = mv.is_leader_epoch_bump_required_on_isr_shrink()
+        self._directories_supported = mv.is_directory_assignment_supported()
         self._elr = ctx.elr_enabled()
         #: broker -> its registered epoch if it may join an ISR (registered, unfenced, not in
         #: controlled shutdown), else None
@@ -128,12 +130,14 @@ class BulkAlterPartition:
         epochs[broker_id] = epoch
         return epoch
 
-    def _may_stay_leader(self, broker_id: int, directory: Uuid) -> bool:
+    def _may_stay_leader(self, broker_id: int, directory: Uuid | None) -> bool:
         active = self._active.get(broker_id)
         if active is None:
             active = self._active[broker_id] = bool(self._ctx.cluster.is_active(broker_id))
         if not active:
             return False
+        if directory is None:
+            return True
         key = (broker_id, directory)
         online = self._leader_dir.get(key)
         if online is None:
@@ -158,9 +162,11 @@ class BulkAlterPartition:
                 or p.removing_replicas or p.adding_replicas or p.elr or p.last_known_elr):
             return self._fallback()
         replicas = p.replicas
-        directories = p.directories
+        directories: Sequence[Uuid | None] = p.directories
         if len(directories) != len(replicas):
-            return self._fallback()
+            if directories or self._directories_supported:
+                return self._fallback()  # the builder writes the directories
+            directories = (None,) * len(replicas)  # no assignments before 3.7-IV2
         if version >= 3:
             states = data.new_isr_with_epochs
             new_isr = [s.broker_id for s in states]
@@ -193,7 +199,6 @@ class BulkAlterPartition:
                 return self._fallback()
             if b == broker_id:
                 leader_dir = directory
-        assert leader_dir is not None
         if not self._may_stay_leader(broker_id, leader_dir):
             return self._fallback()
         self.taken += 1
