@@ -87,6 +87,14 @@ BULK_COST, FULL_COST = 1, 5
 #: 1.7-2.1 s on the loaded 3-node cluster).
 MAX_COST_PER_EVENT = 1_000
 
+#: On a running controller a slice also ends once building it has taken this much of the
+#: queue's clock (checked every :data:`CLOCK_CHECK_EVERY` partitions), so a loaded machine
+#: gets shorter slices: the event that writes a slice also encodes and replays it, ~2.3x the
+#: building time of bulk partitions, so 8 ms of building is a ~20 ms event.  (The simulator's
+#: clock stands still within an event: there the cost alone bounds a slice, deterministically.)
+BUILD_BUDGET_NS = 8_000_000
+CLOCK_CHECK_EVERY = 32
+
 
 def valid_isr(replicas: Sequence[int], isr: Sequence[int]) -> bool:
     """Kafka's Replicas.validateIsr: every ISR member is a replica, none negative, none twice
@@ -102,6 +110,8 @@ class AlterPartitionManager:
         #: partitions a write may work on before the rest waits for a later event, counted in
         #: :data:`BULK_COST` / :data:`FULL_COST` units (``submit``; see :class:`AlterPartitionWrite`)
         self.max_cost_per_event = MAX_COST_PER_EVENT
+        #: the queue-clock time a slice may spend building (``submit``; ``ctx.clock_ns`` wired)
+        self.build_budget_ns = BUILD_BUDGET_NS
 
     def alter_partition(self, request: Any, version: int) -> ControllerResult[Any]:
         """Answer an AlterPartitionRequest (data) sent at ``version`` in one result: one
@@ -131,17 +141,20 @@ class AlterPartitionManager:
         self.ctx.cluster.check_broker_epoch(request.broker_id, request.broker_epoch)
 
     def alter_slice(self, request: Any, version: int, cursor: tuple[int, int], max_cost: int | None,
-                    records: list[ApiMessageAndVersion], answers: list[tuple[int, Any]]) -> tuple[int, int] | None:
+                    records: list[ApiMessageAndVersion], answers: list[tuple[int, Any]],
+                    deadline_ns: int | None = None) -> tuple[int, int] | None:
         """Work on the request's partitions from ``cursor`` (topic index, partition index in
-        it) in request order until ``max_cost`` units are spent (None: no bound): their records
-        appended to ``records`` and their answers, as ``(topic index, PartitionData)``, to
-        ``answers``.  Returns where the next slice starts, or None when the request is done.
-        The request itself is not checked here (:meth:`check_request`)."""
+        it) in request order until ``max_cost`` units are spent (None: no bound) or the queue's
+        clock passes ``deadline_ns`` (None: no deadline): their records appended to ``records``
+        and their answers, as ``(topic index, PartitionData)``, to ``answers``.  Returns where
+        the next slice starts, or None when the request is done.  At least one partition is
+        worked on.  The request itself is not checked here (:meth:`check_request`)."""
         ctx = self.ctx
         broker_id = request.broker_id
         topics = request.topics
         t_index, p_index = cursor
-        cost = 0
+        cost = worked = 0
+        past = ctx.past
         debug = log.isEnabledFor(logging.DEBUG)
         with ctx.reading_once():
             bulk = BulkAlterPartition(ctx)
@@ -153,8 +166,10 @@ class AlterPartitionManager:
                     if p_index < len(partitions):
                         log.info("Rejecting AlterPartition request for unknown topic ID %s.", topic_data.topic_id)
                     while p_index < len(partitions):
-                        if max_cost is not None and cost >= max_cost:
+                        if worked and ((max_cost is not None and cost >= max_cost)
+                                       or (worked % CLOCK_CHECK_EVERY == 0 and past(deadline_ns))):
                             return t_index, p_index
+                        worked += 1
                         answers.append((t_index, AlterPartitionResponse.PartitionData(
                             partition_index=partitions[p_index].partition_index,
                             error_code=Errors.UNKNOWN_TOPIC_ID)))
@@ -162,8 +177,10 @@ class AlterPartitionManager:
                         p_index += 1
                 else:
                     while p_index < len(partitions):
-                        if max_cost is not None and cost >= max_cost:
+                        if worked and ((max_cost is not None and cost >= max_cost)
+                                       or (worked % CLOCK_CHECK_EVERY == 0 and past(deadline_ns))):
                             return t_index, p_index
+                        worked += 1
                         partition_data = partitions[p_index]
                         done = bulk.change(broker_id, topic, partition_data, version)
                         if isinstance(done, tuple):
@@ -413,8 +430,10 @@ class AlterPartitionWrite:
                 return ControllerResult.of([], None)
         records: list[ApiMessageAndVersion] = []
         assert self.cursor is not None
+        ctx = manager.ctx
+        deadline = None if ctx.clock_ns is None else ctx.clock_ns() + manager.build_budget_ns
         self.cursor = manager.alter_slice(request, self.version, self.cursor, manager.max_cost_per_event, records,
-                                          self.answers)
+                                          self.answers, deadline)
         if self.cursor is not None:
             self._queue(first=False)
         return ControllerResult.of(records, None)
