@@ -461,6 +461,7 @@ def test_columnar_load_leaves_replay_partitions_state(data):
     got = outcome(lambda: columnar(col, values))
     assert got == want
     assert dump(col) == dump(typed)
+    assert index_order(col) == index_order(typed)
     assert snapshot_bytes(col) == snapshot_bytes(typed)
 
 
@@ -618,7 +619,8 @@ def replay_both(values: list[bytes], offsets: list[int], monkeypatch: Any) -> tu
         except rs.RecordFailure as exc:
             # (a run's failure is a PartitionReplayError, a lone record's a ReplayError: one message)
             failure = (exc.index, isinstance(exc.cause, ReplayError), str(exc.cause), exc.decoding)
-        results.append((failure, ctl.snapshot_values(2**63 - 1), dump(ctl.replication_control)))
+        results.append((failure, ctl.snapshot_values(2**63 - 1), dump(ctl.replication_control),
+                        index_order(ctl.replication_control)))
         if minimum > 1:
             assert not counted
         elif has_partitions and failure is None:
@@ -739,6 +741,142 @@ def test_a_generated_snapshot_loads_back_to_the_same_records(tmp_path, monkeypat
     assert loaded.snapshot_values(loaded.last_stable_offset) == ctl.snapshot_values(ctl.last_stable_offset)
     assert dump(loaded.replication_control) == dump(ctl.replication_control)
     assert rs.MIN_COLUMNAR_RECORDS <= 12_000
+
+
+def load_batches(ctl: QuorumController, batches: list[list[bytes]], *, deferred: bool) -> tuple[int, int] | None:
+    """The snapshot load's loop (QuorumController._handle_load_snapshot): every batch through
+    ``replay_framed_values`` -- inside one ``deferred_indexes`` block when ``deferred`` -- until
+    a record fails: then (batch, record) of the failure, caught inside the block as the load
+    catches it (so what the earlier records deferred is put)."""
+    with rs.deferred_indexes(ctl) if deferred else _nothing():
+        for k, values in enumerate(batches):
+            try:
+                rs.replay_framed_values(ctl, values, lambda i: 99)
+            except rs.RecordFailure as failure:
+                return k, failure.index
+    return None
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def fresh_controller() -> QuorumController:
+    ctl, _q, _f = controller()
+    ctl.replay(m.FeatureLevelRecord(name="metadata.version",
+                                    feature_level=MetadataVersion.latest_production().feature_level), 0)
+    return ctl
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=batches(), data=st.data())
+def test_deferred_indexes_leave_the_per_record_state(batch, data, monkeypatch):
+    """The records of ``batches()`` cut into several batches at random points and loaded with
+    the indexes deferred to the end of the load (every window columnar): the per-record
+    path's state and first failure -- whether a topic spans batches, comes back after another
+    topic (the pending entries are put first), or a record that reads the indexes (a
+    PartitionChangeRecord, a RemoveTopicRecord, a PartitionRecord replayed the typed way)
+    comes after deferred entries."""
+    values = [encode_metadata_record(rec, v) for rec, v in batch]
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(values)), max_size=4)))
+    pieces = [values[a:b] for a, b in zip([0, *cuts], [*cuts, len(values)])]
+    pieces = [p for p in pieces if p]
+    results = []
+    for minimum, deferred in ((10**9, False), (1, True)):
+        monkeypatch.setattr(rs, "MIN_COLUMNAR_RECORDS", minimum)
+        ctl = fresh_controller()
+        failure = load_batches(ctl, pieces, deferred=deferred)
+        assert not rs._PENDING
+        results.append((failure, ctl.snapshot_values(2**63 - 1), dump(ctl.replication_control),
+                        index_order(ctl.replication_control)))
+    assert results[1] == results[0]
+
+
+def index_order(rc: ReplicationControlManager) -> list[Any]:
+    """The reverse indexes as lists, in their iteration order (``dump`` compares dicts)."""
+    def listed(members: Any) -> list[Any]:
+        return [(k, list(tm.items())) for k, tm in members.items()]
+    return [listed(rc.brokers_to_isrs._members), listed(rc.brokers_to_elrs._members),
+            [(d, list(dp._topics.items())) for d, dp in rc.directories_to_partitions.items()]]
+
+
+def test_deferred_indexes_flush_before_what_reads_them(monkeypatch):
+    """Topic 0 in two batches around topic 1 (it comes back: the pending entries are put
+    before its second part), then a PartitionChangeRecord moving topic 0's partition 3 out of
+    broker 1's ISR (it reads the ISR index: put before it), then a RemoveTopicRecord of topic
+    1: the per-record path's state, and the registry's snapshot at the load's end holds the
+    indexes (a revert to it changes nothing)."""
+    monkeypatch.setattr(rs, "MIN_COLUMNAR_RECORDS", 4)
+    dirs = [Uuid(bytes([5, b + 1]) + bytes(14)) for b in range(4)]
+
+    def parts(t: int, pids: range) -> list[bytes]:
+        return [encode_metadata_record(m.PartitionRecord(
+            partition_id=p, topic_id=TOPICS[t], replicas=[p % 4, (p + 1) % 4], isr=[p % 4, (p + 1) % 4],
+            leader=p % 4, leader_epoch=0, partition_epoch=0, directories=[dirs[p % 4], dirs[(p + 1) % 4]]), 1)
+            for p in pids]
+    topic = [encode_metadata_record(m.TopicRecord(name=f"t{t}", topic_id=TOPICS[t]), 0) for t in range(2)]
+    change = encode_metadata_record(m.PartitionChangeRecord(partition_id=3, topic_id=TOPICS[0], isr=[0]), 0)
+    remove = encode_metadata_record(m.RemoveTopicRecord(topic_id=TOPICS[1]), 0)
+    pieces = [topic + parts(0, range(6)) + parts(1, range(8)), parts(0, range(6, 12)),
+              [change] + parts(0, range(12, 16)), [remove]]
+    flushes = []
+    real = rs._PendingIndexes.flush
+
+    def counted(self: Any, rc: Any) -> None:
+        flushes.append(len(self.topic_keys))
+        real(self, rc)
+    monkeypatch.setattr(rs._PendingIndexes, "flush", counted)
+    typed, deferred = fresh_controller(), fresh_controller()
+    monkeypatch.setattr(rs, "MIN_COLUMNAR_RECORDS", 10**9)
+    assert load_batches(typed, pieces, deferred=False) is None
+    monkeypatch.setattr(rs, "MIN_COLUMNAR_RECORDS", 4)
+    registry = deferred.offset_control.registry
+    assert load_batches(deferred, pieces, deferred=True) is None
+    # topic 0 came back after topic 1 (2 topics pending), the change read them (1), the removal (1),
+    # the end of the block (nothing left)
+    assert flushes == [2, 1, 1, 0]
+    assert dump(deferred.replication_control) == dump(typed.replication_control)
+    assert deferred.snapshot_values(2**63 - 1) == typed.snapshot_values(2**63 - 1)
+    assert deferred.replication_control.partitions_with_broker_in_isr(1) == \
+        typed.replication_control.partitions_with_broker_in_isr(1)
+    registry.get_or_create_snapshot(500)
+    registry.revert_to_snapshot(500)
+    assert dump(deferred.replication_control) == dump(typed.replication_control)
+
+
+def test_a_generated_snapshot_loads_with_deferred_indexes(tmp_path, monkeypatch):
+    """300 topics x 40 partitions written by the generator, loaded as the controller's load
+    event does (begin, the batches, end) with the indexes deferred over all batches (small
+    batches: topics cut by batch boundaries): the writer's records and state, the indexes in
+    the registry's snapshot at the load's end, and the collector back on after the block."""
+    counted = spy_columnar(monkeypatch)
+    monkeypatch.setattr(rs, "MIN_COLUMNAR_RECORDS", 64)
+    ctl, queue, _faults = controller(str(tmp_path))
+    build(ctl, 300, 40)
+    gen = ctl.snapshot_generator
+    assert gen.maybe_begin(reason="test")
+    while gen.in_progress:
+        assert queue.run_ready() > 0
+    sid = ctl.raft.writers[-1].snapshot_id
+    loaded, _lq, faults = controller(str(tmp_path))
+    with KafkaSnapshotReader(str(tmp_path), sid) as reader:
+        values = [v for b in reader if not b.is_control for v in b.records]
+    batches_ = [values[i:i + 997] for i in range(0, len(values), 997)]  # cuts inside topics
+    oc = loaded.offset_control
+    oc.begin_load_snapshot(sid.offset, sid.epoch)
+    assert gc.isenabled()
+    assert load_batches(loaded, batches_, deferred=True) is None
+    assert gc.isenabled()
+    oc.end_load_snapshot(0)
+    assert faults == [] and sum(counted) == 300 * 40
+    assert loaded.snapshot_values(sid.offset - 1) == ctl.snapshot_values(ctl.last_stable_offset)
+    assert dump(loaded.replication_control) == dump(ctl.replication_control)
+    oc.registry.revert_to_snapshot(sid.offset - 1)  # the indexes were put before the snapshot
+    assert dump(loaded.replication_control) == dump(ctl.replication_control)
 
 
 def test_a_bad_record_in_a_snapshot_is_named_as_before(tmp_path, monkeypatch):

@@ -126,7 +126,7 @@ _frame = load("_frame")
 IMPLEMENTATION: str = _objects.__name__
 
 __all__ = ["FramedRecord", "IMPLEMENTATION", "MIN_COLUMNAR_RECORDS", "RecordFailure", "WRITE_CHUNK",
-           "encode_partition_records", "frame_values", "paused_gc", "replay_framed_values",
+           "deferred_indexes", "encode_partition_records", "frame_values", "paused_gc", "replay_framed_values",
            "replay_partition_columns", "snapshot_records"]
 
 PARTITION_RECORD = int(m.PartitionRecord.API_KEY)
@@ -224,6 +224,8 @@ def replay_framed_values(ctl: Any, values: Sequence[bytes], offset_of: Callable[
         if rc is not None and len(values) >= MIN_COLUMNAR_RECORDS:
             if _replay_columnar(ctl, rc, values, offset_of):
                 return
+        if rc is not None:
+            _flush_indexes(rc)
         _replay_typed(ctl, values, offset_of)
 
 
@@ -291,6 +293,17 @@ def _replay_columnar(ctl: Any, rc: "ReplicationControlManager", values: Sequence
     return True
 
 
+def _topic_changes(tid: np.ndarray) -> np.ndarray:
+    """The rows i of a (m, 16) topic id column whose next row has another id (compared as two
+    uint64 halves: numpy's ``any(axis=1)`` over 16 bytes a row is several times slower)."""
+    if len(tid) < 2:
+        return np.zeros(0, np.int64)
+    halves = np.ascontiguousarray(tid).view(np.uint64).reshape(len(tid), 2)
+    lo, hi = halves[:, 0], halves[:, 1]
+    changes: np.ndarray = np.flatnonzero((lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1]))
+    return changes
+
+
 class _Batch:
     """One batch on the columnar path: its decoded records, and how each part is applied."""
 
@@ -302,6 +315,8 @@ class _Batch:
     def replay_rows(self, rows: list[int], messages: list[Any] | None = None) -> None:
         """``replay_many`` of these rows' records (``messages``: theirs, when not decoded yet)."""
         msgs = [self.others[r] for r in rows] if messages is None else messages
+        if not all(type(msg) is m.TopicRecord for msg in msgs):
+            _flush_indexes(self.rc)  # a TopicRecord's replay reads no reverse index; others may
         offset_of = self.offset_of
         try:
             self.ctl.replay_many(msgs, lambda j: offset_of(rows[j]))
@@ -361,7 +376,7 @@ class _Batch:
             return False
         created_at = {t.bytes: r for r, t in zip(topic_rows, ids)}
         tid = c["topic_id"].values[ta:tb]
-        starts = [0, *(np.flatnonzero((tid[1:] != tid[:-1]).any(axis=1)) + 1).tolist()]
+        starts = [0, *(_topic_changes(tid) + 1).tolist()]
         rows = self.rows
         for k in starts:
             key = tid[k].tobytes()
@@ -444,11 +459,7 @@ class _PartitionColumns:
     # -- topic runs ------------------------------------------------------------------
     def topic_runs(self) -> tuple[list[int], list[int]]:
         """Starts and ends of the runs of consecutive rows with one topic id."""
-        t = self.tid
-        if self.m > 1:
-            cuts = (np.flatnonzero((t[1:] != t[:-1]).any(axis=1)) + 1).tolist()
-        else:
-            cuts = []
+        cuts = (_topic_changes(self.tid) + 1).tolist() if self.m > 1 else []
         return [0, *cuts], [*cuts, self.m]
 
     # -- directories -----------------------------------------------------------------
@@ -658,6 +669,7 @@ def replay_partition_columns(rc: "ReplicationControlManager", table: RecordTypeC
     plan = _plan(rc, cols)
     for kind, a, b, topics in plan:
         if kind == "typed":
+            _flush_indexes(rc)
             try:
                 rc.replay(typed(lo + a), -1)
             except ReplayError as exc:
@@ -766,7 +778,26 @@ def _without_repeats(row: np.ndarray, vals: np.ndarray) -> np.ndarray:
 def _apply_new(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int,
                pieces: list[tuple[TopicControlInfo, int, int]]) -> None:
     """Create partitions for rows a..b-1 (all new, see _plan), in pieces of one topic each:
-    what ``_add_new_partitions`` does per run, in bulk over every piece."""
+    what ``_add_new_partitions`` does per run, in bulk over every piece -- in segments in
+    which no topic comes back after another one (a new segment at each piece whose topic an
+    earlier piece of the segment has).  Why: an index map lists its topics in the order of
+    their first put, and the bulk put orders a call's topics by their first piece, while a
+    record-at-a-time replay puts a topic into a broker's map at that broker's first entry
+    of it; the two orders agree when each topic's rows are contiguous."""
+    start = 0
+    seen: set[int] = set()
+    for k, (topic, _s, _e) in enumerate(pieces):
+        if id(topic) in seen:
+            _apply_segment(rc, cols, pieces[start][1], pieces[k][1], pieces[start:k])
+            start = k
+            seen.clear()
+        seen.add(id(topic))
+    _apply_segment(rc, cols, pieces[start][1], b, pieces[start:])
+
+
+def _apply_segment(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int,
+                   pieces: list[tuple[TopicControlInfo, int, int]]) -> None:
+    """:func:`_apply_new` of one segment: rows a..b-1, each topic's pieces contiguous."""
     regs = cols.registrations()
     pid = cols.pid
     topics: list[TopicControlInfo] = []
@@ -787,10 +818,12 @@ def _apply_new(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
     topic_ids = [t.topic_id for t in topics]
     keys = [topic_key(t) for t in topic_ids]
     remember_topic_uuids(keys, topic_ids)
-    _index_isr(rc, cols, a, b, row_topic, keys, fresh)
+    pending = _PENDING.get(id(rc))
+    sink = _put_index if pending is None else pending.sink(rc, keys, fresh)
+    _index_isr(rc, cols, a, b, row_topic, keys, fresh, sink)
     if len(cols.elr.vals):
         _index_elr(rc, cols, a, b, row_topic, topics, keys)
-    _index_directories(rc, cols, a, b, row_topic, keys, fresh)
+    _index_directories(rc, cols, a, b, row_topic, keys, fresh, sink)
     _track(rc, cols, a, b, row_topic, topics)
     log.info("Replayed %d PartitionRecord(s) for new partitions of %d topic(s).", b - a, len(topics))
     if log.isEnabledFor(logging.DEBUG):
@@ -801,12 +834,22 @@ def _apply_new(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
                 log.debug("New partition %s-%d: %s", topic.name, int(pid[i]), regs[i])
 
 
+#: folded entries below this are their own codes in _distinct_entries (no ranking pass)
+_DIRECT_CODES = 1 << 16
+
+
 def _distinct_entries(entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the distinct entries, each entry's index among them), in O(n) (:func:`_dense`) for
-    index entries (partition id, maybe with LEADER_FLAG: folded into the low bit first, so
-    that the flag does not spread the values over 2**31)."""
+    """(the entry values, each entry's index among them): the distinct entries, in O(n)
+    (:func:`_dense`), for index entries (partition id, maybe with LEADER_FLAG: folded into the
+    low bit first, so that the flag does not spread the values over 2**31); when every folded
+    entry is below :data:`_DIRECT_CODES`, every folded value up to the largest (an entry's index
+    is then its folded value: no ranking pass over millions of entries)."""
     if len(entries) and int(entries.min()) >= 0 and int(entries.max()) <= 0xFFFFFFFF:
         folded = ((entries & _REPLICA_MASK) << 1) | (entries >> 31)
+        top = int(folded.max())
+        if top < _DIRECT_CODES:  # small ids: every value up to the largest is a code (unused ones cost a tuple)
+            codes = np.arange(top + 1, dtype=np.int64)
+            return (codes >> 1) | ((codes & 1) << 31), folded
         codes, inverse = _dense(folded)
         return (codes >> 1) | ((codes & 1) << 31), inverse
     values, inverse = np.unique(entries, return_inverse=True)
@@ -833,20 +876,178 @@ def _put_index(maps: list[Any], dense: np.ndarray, topic_of: np.ndarray, entries
                 [(v,) for v in ints], topic_keys, stale.astype(np.uint8), distinct)
 
 
-def _broker_maps(index: Any, brokers: list[int]) -> list[Any]:
+#: what ``_index_isr`` / ``_index_directories`` hand their entries to: ``_put_index`` (put now)
+#: or a load's ``_PendingIndexes`` (put at its end), with ``_put_index``'s arguments
+_Sink = Callable[[list[Any], np.ndarray, np.ndarray, np.ndarray, list[str], np.ndarray, bool], None]
+
+
+class _PendingIndex:
+    """One reverse index's entries of a load's bulk calls (ISR or directories), kept as
+    columns until :meth:`_PendingIndexes.flush`: per call, each entry's map (an index into
+    ``maps``, the maps in first-use order), its topic (an index into the load's topic keys)
+    and its entry (a partition id, with LEADER_FLAG for a leader in the ISR index)."""
+
+    __slots__ = ("distinct", "maps", "map_at", "key_of", "topic_of", "entries")
+
+    def __init__(self, distinct: bool):
+        self.distinct = distinct
+        self.maps: list[Any] = []
+        self.map_at: dict[int, int] = {}  # id(map) -> its index in maps (the maps live in the index)
+        self.key_of: list[np.ndarray] = []
+        self.topic_of: list[np.ndarray] = []
+        self.entries: list[np.ndarray] = []
+
+    def add(self, maps: list[Any], dense: np.ndarray, topic_of: np.ndarray, entries: np.ndarray) -> None:
+        at = self.map_at
+        index = np.empty(len(maps), np.int32)
+        for k, topic_map in enumerate(maps):
+            j = at.get(id(topic_map))
+            if j is None:
+                j = at[id(topic_map)] = len(self.maps)
+                self.maps.append(topic_map)
+            index[k] = j
+        self.key_of.append(index[dense])
+        self.topic_of.append(topic_of.astype(np.int32))
+        self.entries.append(entries.astype(np.int64))
+
+    def put(self, topic_keys: list[str], stale: np.ndarray) -> None:
+        if self.entries:
+            _put_index(self.maps, np.concatenate(self.key_of), np.concatenate(self.topic_of),
+                       np.concatenate(self.entries), topic_keys, stale, self.distinct)
+        self.maps, self.key_of, self.topic_of, self.entries = [], [], [], []
+        self.map_at.clear()
+
+
+class _PendingIndexes:
+    """The ISR and directory index entries of a load's bulk calls, put once at the end
+    (:func:`deferred_indexes`), or before anything that may read those indexes.
+
+    Why: a snapshot of a million partitions comes in about fifteen batches, and each batch's
+    bulk call put about 680 topics into each of 600 broker and directory maps of 10,000
+    topics each; every such visit found the map's table cold (600 tables of ~0.4 MB between
+    two visits) and grew it again.  Put once, each table is sized once and filled while it
+    is in cache: the same entries, one visit.
+
+    The state is the per-call one (hence the record-at-a-time one) because the load's topics
+    get their indexes in first-appearance order across the calls (each call's topics in its
+    order, after the earlier calls' ones) and each (map, topic) group's entries stay in entry
+    order; a map orders its topics by their first put.  That holds while every call's topics
+    are new to the pending entries, except that its first topic may be the last one of the
+    earlier calls (a topic a batch boundary cut in two: its group is simply longer).  A call
+    whose topics break that (a topic coming back after another one) flushes what is pending
+    first, so it is applied as the per-call path would.  ``stale[t]``: topic ``t`` had
+    partitions when it was first deferred (then its map entries, if any, came from before
+    the load's deferral and are extended; else there are none, since nothing pending was
+    put in between)."""
+
+    __slots__ = ("topic_keys", "topic_at", "stale", "isr", "dirs")
+
+    def __init__(self) -> None:
+        self.topic_keys: list[str] = []
+        self.topic_at: dict[str, int] = {}
+        self.stale: list[bool] = []
+        self.isr = _PendingIndex(False)
+        self.dirs = _PendingIndex(True)
+
+    def sink(self, rc: "ReplicationControlManager", keys: list[str], fresh: np.ndarray) -> _Sink:
+        """The sink of one bulk call whose topics are ``keys`` (``fresh``: had no partitions
+        before the call); flushes first when the call's topics are not in order after the
+        pending ones (see the class doc)."""
+        at = self.topic_at
+        last = self.topic_keys[-1] if self.topic_keys else None
+        if any(key in at and not (j == 0 and key == last) for j, key in enumerate(keys)):
+            self.flush(rc)
+            at = self.topic_at
+        mapping = np.empty(len(keys), np.int32)
+        for j, key in enumerate(keys):
+            t = at.get(key)
+            if t is None:
+                t = at[key] = len(self.topic_keys)
+                self.topic_keys.append(key)
+                self.stale.append(not bool(fresh[j]))
+            mapping[j] = t
+
+        def sink(maps: list[Any], dense: np.ndarray, topic_of: np.ndarray, entries: np.ndarray,
+                 _keys: list[str], _stale: np.ndarray, distinct: bool) -> None:
+            (self.dirs if distinct else self.isr).add(maps, dense, mapping[topic_of], entries)
+        return sink
+
+    def flush(self, rc: "ReplicationControlManager") -> None:
+        if not self.topic_keys:
+            return
+        stale = np.array(self.stale, bool)
+        self.isr.put(self.topic_keys, stale)
+        self.dirs.put(self.topic_keys, stale)
+        self.topic_keys, self.stale = [], []
+        self.topic_at = {}
+
+
+#: the ReplicationControlManagers inside :func:`deferred_indexes`, by id (with the manager, so
+#: that the id stays its own while the entry lives)
+_PENDING: dict[int, _PendingIndexes] = {}
+_PENDING_OWNERS: dict[int, Any] = {}
+
+
+def _flush_indexes(rc: "ReplicationControlManager") -> None:
+    """Put what a load deferred for ``rc`` (before a replay that may read the indexes)."""
+    pending = _PENDING.get(id(rc))
+    if pending is not None:
+        pending.flush(rc)
+
+
+@contextmanager
+def deferred_indexes(ctl: Any) -> Iterator[None]:
+    """Within the block, the ISR and directory index entries of the PartitionRecords that
+    :func:`replay_framed_values` applies in bulk into ``ctl``'s ReplicationControlManager are
+    kept as columns and put once when the block ends (and before any replay that might read
+    those indexes: a record other than a TopicRecord, a PartitionRecord replayed the typed
+    way), see :class:`_PendingIndexes`.  For the QuorumController's snapshot load: one block
+    around the loop over the snapshot's batches.  Nothing else may read the indexes inside
+    the block.  On an exception the pending entries are dropped (the caller's state is
+    failed anyway); a block inside another one for the same manager adds to the outer one.
+    The cyclic collector is paused for the block (:func:`paused_gc`: a load makes no cycles)."""
+    rc = _columnar_target(ctl)
+    if rc is None or id(rc) in _PENDING:
+        yield
+        return
+    pending = _PENDING[id(rc)] = _PendingIndexes()
+    _PENDING_OWNERS[id(rc)] = rc
+    try:
+        # the collector stays off for the whole load (each batch's replay_framed_values would
+        # otherwise turn it on between batches, and its first allocation run a collection)
+        with paused_gc():
+            yield
+            pending.flush(rc)
+    finally:
+        del _PENDING[id(rc)], _PENDING_OWNERS[id(rc)]
+
+
+def _first_appearance(dense: np.ndarray, k: int) -> list[int]:
+    """The codes 0..k-1 of ``dense`` (each present) in the order of their first occurrence:
+    the order a record-at-a-time replay, adding the entries one by one, meets them (and
+    creates the maps of those it has no map for yet)."""
+    n = len(dense)
+    first = np.full(k, n, np.int64)
+    first[dense[::-1]] = np.arange(n - 1, -1, -1)  # repeated indexes: the last write (the first entry) wins
+    order: list[int] = np.argsort(first, kind="stable").tolist()
+    return order
+
+
+def _broker_maps(index: Any, brokers: list[int], order: list[int] | None = None) -> list[Any]:
     """Each broker's topic map in a BrokersToIsrs / BrokersToElrs, created when absent (in
-    the order given, as ``add_entries`` would create them)."""
+    ``order``, positions in ``brokers``, else in the order given: as ``add_entries`` would
+    create them)."""
     members = index._members
     maps: list[Any] = members.get_many(brokers)
-    for i, topic_map in enumerate(maps):
-        if topic_map is None:
+    for i in range(len(brokers)) if order is None else order:
+        if maps[i] is None:
             topic_map = maps[i] = TimelineHashMap(index._registry)
             members.put(brokers[i], topic_map)
     return maps
 
 
 def _index_isr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
-               keys: list[str], fresh: np.ndarray) -> None:
+               keys: list[str], fresh: np.ndarray, sink: "_Sink") -> None:
     """BrokersToIsrs entries of rows a..b-1: each ISR member once (flagged if it leads), and
     NO_LEADER (flagged) for a leaderless partition after them, in row order per (broker, topic)."""
     isr = cols.isr
@@ -875,8 +1076,8 @@ def _index_isr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
         return
     entries = cols.pid[a:b][row] | np.where(members == leader[row], LEADER_FLAG, 0)
     brokers, dense = _dense(members)
-    maps = _broker_maps(rc.brokers_to_isrs, brokers.tolist())
-    _put_index(maps, dense, row_topic[row], entries, keys, ~fresh, False)
+    maps = _broker_maps(rc.brokers_to_isrs, brokers.tolist(), _first_appearance(dense, len(brokers)))
+    sink(maps, dense, row_topic[row], entries, keys, ~fresh, False)
 
 
 def _index_elr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
@@ -911,7 +1112,7 @@ def _index_elr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
 
 
 def _index_directories(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int,
-                       row_topic: np.ndarray, keys: list[str], fresh: np.ndarray) -> None:
+                       row_topic: np.ndarray, keys: list[str], fresh: np.ndarray, sink: "_Sink") -> None:
     """``directories_to_partitions`` entries: each partition under each of its real
     (non-reserved) directories, once."""
     dirs = cols.dirs
@@ -929,15 +1130,14 @@ def _index_directories(rc: "ReplicationControlManager", cols: _PartitionColumns,
     present, slot = _dense(dense)
     index = rc.directories_to_partitions
     registry = rc.registry
-    maps = []
-    for d in present.tolist():
-        directory = objs[d]
-        members = index.get(directory)
-        if members is None:
-            members = DirectoryPartitions(registry)
-            index.put(directory, members)
-        maps.append(members._topics)
-    _put_index(maps, slot, row_topic[row], cols.pid[a:b][row], keys, ~fresh, True)
+    directories = [objs[d] for d in present.tolist()]
+    found = index.get_many(directories)
+    for i in _first_appearance(slot, len(present)):  # created as the one-by-one replay meets them
+        if found[i] is None:
+            found[i] = DirectoryPartitions(registry)
+            index.put(directories[i], found[i])
+    maps = [members._topics for members in found]
+    sink(maps, slot, row_topic[row], cols.pid[a:b][row], keys, ~fresh, True)
 
 
 def _track(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: int, row_topic: np.ndarray,
