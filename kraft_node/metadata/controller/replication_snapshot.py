@@ -107,13 +107,14 @@ from kraft_node.metadata.controller.replication_control import (
     topic_key,
 )
 from kraft_node.metadata.controller.result import ApiMessageAndVersion
+from kraft_node.metadata.controller.topic_creation import has_collision_chars, unify_collision_chars
 from kraft_node.metadata.versions import MetadataVersion
 from kraft_storage.accel import load
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.columns import RecordTypeColumns, decode_bodies
 from kraft_storage.messages.framing import decode_metadata_record
 from kraft_storage.messages.runtime import Uuid
-from kraft_storage.timeline import LATEST_EPOCH, TimelineHashMap, put_grouped
+from kraft_storage.timeline import LATEST_EPOCH, TimelineHashMap, TimelineHashSet, put_grouped
 
 if TYPE_CHECKING:
     from kraft_node.metadata.controller.replication_control import ReplicationControlManager
@@ -336,7 +337,7 @@ class _Batch:
         topic_rows = (np.flatnonzero(~is_partition[start:end]) + start).tolist()
         if tb - ta >= MIN_COLUMNAR_RECORDS and self._hoistable(ta, tb, topic_rows):
             if topic_rows:
-                self.replay_rows(topic_rows)
+                self.new_topics(topic_rows)
             self.partitions(ta, tb)
             return
         for partitions, s, e in _runs(is_partition[start:end]):
@@ -350,6 +351,33 @@ class _Batch:
             else:
                 rows = list(range(s, e))
                 self.replay_rows(rows, [self._typed_row(r) for r in rows])
+
+    def new_topics(self, rows: list[int]) -> None:
+        """The TopicRecords of a hoisted window (``_hoistable``: names and ids new and
+        distinct, so none of them fails): what ``ReplicationControlManager._replay_topic``
+        does for each, in order, with one ``put_many`` per map -- when that is the
+        controller's TopicRecord replayer; else ``replay_many``."""
+        rc, ctl = self.rc, self.ctl
+        if ctl._replayers.get(TOPIC_RECORD) != rc._replay_topic:
+            self.replay_rows(rows)
+            return
+        names = [self.others[r].name for r in rows]
+        ids = [self.others[r].topic_id for r in rows]
+        rc.topics_by_name.put_many(names, ids)
+        for name in names:
+            if has_collision_chars(name):
+                normalized = unify_collision_chars(name)
+                same = rc.topics_with_collision_chars.get(normalized)
+                if same is None:
+                    same = TimelineHashSet(rc.registry)
+                    rc.topics_with_collision_chars.put(normalized, same)
+                same.add(name)
+        registry = rc.registry
+        rc.topics_by_id.put_many(ids, [TopicControlInfo(n, t, registry) for n, t in zip(names, ids)])
+        if log.isEnabledFor(logging.INFO):
+            for name, topic_id in zip(names, ids):
+                log.info("Replayed TopicRecord for topic %s with topic ID %s.", name, topic_id)
+        ctl.records_replayed += len(rows)
 
     def _typed_row(self, row: int) -> Any:
         return self.ctl._decode(self.values[row], self.offset_of(row))
@@ -712,8 +740,15 @@ def _plan(rc: "ReplicationControlManager", cols: _PartitionColumns) -> list[_Ste
         check_run[run_of[inside]] = True
     bad_runs, check_runs = bad_run.tolist(), check_run.tolist()
     tid_bytes = cols.tid[st].tobytes()
+    found: list[TopicControlInfo | None] = rc.topics_by_id.get_many(
+        [Uuid(tid_bytes[k:k + 16]) for k in range(0, len(tid_bytes), 16)])
+    if not (any(bad_runs) or any(check_runs) or None in found) and len({id(t) for t in found}) == len(found) \
+            and all(t.parts.is_empty() for t in found if t is not None):
+        # the common case (a snapshot's, a creation's): every run a topic of its own, new
+        # partitions with ascending ids, none refused -- one "new" step, as the loop below makes
+        return [("new", 0, cols.m, [(t, a, b) for t, a, b in zip(found, starts, ends) if t is not None])]
     for r, (a, b) in enumerate(zip(starts, ends)):
-        topic: TopicControlInfo | None = rc.topics_by_id.get(Uuid(tid_bytes[16 * r:16 * r + 16]))
+        topic = found[r]
         if topic is None:
             flush()
             steps.append(("typed", a, a + 1, []))
