@@ -2,7 +2,7 @@
 events that answer it run (wall and CPU), and the cost per partition.
 
     python benchmarks/bench_alter_partition.py [--sizes 1000,10000] [--per-topic 100] [--runs 3]
-                                               [--json F] [--markdown F]
+                                               [--json F] [--markdown F] [--breakdown]
 
 The scenario is the one measured in session 19 on the 3-node cluster: a broker restarts and
 catches up on all its partitions, and their leaders send AlterPartition requests adding it
@@ -24,6 +24,8 @@ as ``QuorumController.alter_partition`` calls it once wired), else
 checkout and a new one, alternated by the caller in the same minutes.
 
 Prints one JSON document (setup, each run, medians); ``--markdown F`` writes a table.
+``--breakdown``: instead, the CPU per partition of a write's parts outside the event loop
+(building through the full path and through the bulk path, encoding, replaying).
 """
 from __future__ import annotations
 
@@ -193,6 +195,53 @@ def one_run(size: int, per_topic: int) -> dict[str, Any]:
     }
 
 
+def breakdown(size: int, per_topic: int, rounds: int) -> dict[str, Any]:
+    """CPU per partition of the parts of one write, on leader 0's request (no event loop):
+    building with the full path (validation + PartitionChangeBuilder, ``_alter_one``) and with
+    ``alter_slice`` (the bulk path where it can), then encoding and replaying the records
+    (``replay_many``, the bulk replayer).  Needs a tree with ``alter_slice``."""
+    h, brokers, parts = setup(size, per_topic)
+    ctl = h.controller
+    manager = ctl.partition_ops.alter_partitions
+    if not hasattr(manager, "alter_slice"):
+        h.close()
+        return {"skipped": "this tree has no AlterPartitionManager.alter_slice"}
+    req = requests(brokers, parts)[0]
+    rc = ctl.replication_control
+    items = [(rc.topic(t.topic_id), p) for t in req.topics for p in t.partitions]
+    n = len(items)
+    gc.collect()
+    gc.freeze()
+    rows: dict[str, list[float]] = {"build_full_us": [], "build_bulk_us": [], "encode_us": []}
+    records: list[Any] = []
+    for _ in range(rounds):
+        with manager.ctx.reading_once():
+            t0 = time.thread_time()
+            full: list[Any] = []
+            for topic, data in items:
+                manager._alter_one(0, topic, data, 3, full)
+            t1 = time.thread_time()
+        records, answers = [], []
+        t2 = time.thread_time()
+        manager.alter_slice(req, 3, (0, 0), None, records, answers)
+        t3 = time.thread_time()
+        assert [r.encode() for r in records] == [r.encode() for r in full]
+        t4 = time.thread_time()
+        [r.encode() for r in records]
+        t5 = time.thread_time()
+        rows["build_full_us"].append((t1 - t0) / n * 1e6)
+        rows["build_bulk_us"].append((t3 - t2) / n * 1e6)
+        rows["encode_us"].append((t5 - t4) / n * 1e6)
+    t0 = time.thread_time()
+    ctl.replay_many([r.message for r in records], lambda i: 1 << 40)
+    replay = (time.thread_time() - t0) / n * 1e6
+    gc.unfreeze()
+    h.close()
+    med = {k: round(statistics.median(v), 2) for k, v in rows.items()}
+    return {"partitions": n, "rounds": {k: [round(x, 2) for x in v] for k, v in rows.items()}, "median": med,
+            "replay_us": round(replay, 2), "build_ratio": round(med["build_full_us"] / med["build_bulk_us"], 2)}
+
+
 def markdown(doc: dict[str, Any]) -> str:
     lines = ["| partitions | path | events | longest event wall ms | longest CPU ms | sum wall ms | "
              "sum CPU ms | us/partition (CPU) | queue to answers ms |",
@@ -211,6 +260,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", default=None, help="also write the JSON document here")
     ap.add_argument("--markdown", default=None, help="write a markdown table of the medians here")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="only the CPU per partition of building (full vs bulk), encoding and replaying")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     for s in sizes:
@@ -220,6 +271,11 @@ def main() -> None:
                                                                    *sys.argv[1:]],
                            "code": code_version(), "python": sys.version.split()[0],
                            "loadavg_before": os.getloadavg(), "runs": {}, "median": {}}
+    if args.breakdown:
+        doc["breakdown"] = {str(size): breakdown(size, args.per_topic, args.runs) for size in sizes}
+        doc["loadavg_after"] = os.getloadavg()
+        emit_json(doc, args.json)
+        return
     for size in sizes:
         runs = [one_run(size, args.per_topic) for _ in range(args.runs)]
         doc["runs"][str(size)] = runs

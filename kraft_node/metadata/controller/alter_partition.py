@@ -77,12 +77,13 @@ UNCHECKED_BROKER_EPOCH = -1
 
 #: What one partition costs a write, in units: answered by the bulk path (or refused for an
 #: unknown topic), and through the full validation and the PartitionChangeBuilder.  Measured
-#: in one write event with its encoding and replay, quiet machine: ~17 us and ~80 us a
-#: partition (benchmarks/results/s20/alter_partition.md).
-BULK_COST, FULL_COST = 1, 5
+#: in process (load ~2.5): building ~8.5 us and ~42 us a partition, then ~3 us of encoding and
+#: ~7-15 us of replay either way, so ~20 us and ~55 us a partition of the event
+#: (``bench_alter_partition.py --breakdown``; benchmarks/results/s20/alter_partition.md).
+BULK_COST, FULL_COST = 1, 3
 
 #: The units one write event spends before the rest of the request waits for a later event:
-#: 1,000 bulk partitions (~17-20 ms) or 200 built ones (Kafka's rule for the controller: no
+#: 1,000 bulk partitions (~17-20 ms) or 333 built ones (Kafka's rule for the controller: no
 #: event above ~50 ms; a 10,000-partition request was one event of 0.6 s in process and of
 #: 1.7-2.1 s on the loaded 3-node cluster).
 MAX_COST_PER_EVENT = 1_000
