@@ -664,6 +664,29 @@ def test_batches_load_as_the_per_record_path_loads_them(batch, monkeypatch):
     assert col == typed
 
 
+def test_a_windows_new_topics_are_put_as_their_records_replay(monkeypatch):
+    """A window of TopicRecords (names that collide once '.' and '_' are unified, and one
+    that does not) and their partitions: its TopicRecords go in bulk (one put_many per map),
+    and leave the per-record path's state -- the collision index included."""
+    hoisted: list[int] = []
+    real = rs._Batch.new_topics
+
+    def spy(self: Any, rows: list[int]) -> None:
+        hoisted.append(len(rows))
+        real(self, rows)
+    monkeypatch.setattr(rs._Batch, "new_topics", spy)
+    names = ["b.c", "b_c", "d"]
+    recs: list[Any] = [(m.TopicRecord(name=n, topic_id=t), 0) for n, t in zip(names, TOPICS)]
+    for t in TOPICS:
+        recs += [(m.PartitionRecord(partition_id=p, topic_id=t, replicas=[p % 3, (p + 1) % 3], isr=[p % 3],
+                                    leader=p % 3, leader_epoch=0, partition_epoch=0), 0) for p in range(4)]
+    values = [encode_metadata_record(rec, v) for rec, v in recs]
+    typed, col = replay_both(values, list(range(len(values))), monkeypatch)
+    assert col == typed and typed[0] is None
+    assert hoisted == [3]
+    assert typed[2]["collisions"] == {"b_c": ["b.c", "b_c"]}
+
+
 def test_a_value_that_does_not_decode_fails_the_batch_before_any_record_applies(monkeypatch):
     good = encode_metadata_record(m.TopicRecord(name="a", topic_id=TOPICS[0]), 0)
     part = encode_metadata_record(m.PartitionRecord(partition_id=0, topic_id=TOPICS[0], replicas=[1], isr=[1],

@@ -355,10 +355,10 @@ class _Batch:
     def new_topics(self, rows: list[int]) -> None:
         """The TopicRecords of a hoisted window (``_hoistable``: names and ids new and
         distinct, so none of them fails): what ``ReplicationControlManager._replay_topic``
-        does for each, in order, with one ``put_many`` per map -- when that is the
-        controller's TopicRecord replayer; else ``replay_many``."""
+        does for each, in order, with one ``put_many`` per map -- when that is how the
+        controller replays a TopicRecord (through ``rc.replay``); else ``replay_many``."""
         rc, ctl = self.rc, self.ctl
-        if ctl._replayers.get(TOPIC_RECORD) != rc._replay_topic:
+        if ctl._replayers.get(TOPIC_RECORD) != rc.replay or rc._replayers.get(TOPIC_RECORD) != rc._replay_topic:
             self.replay_rows(rows)
             return
         names = [self.others[r].name for r in rows]
