@@ -1,6 +1,6 @@
 """Broker lifecycle results sized by time (``PartitionChangeContext.clock_ns`` and
 ``result_build_budget_ns``, session 20): on a running controller a result stops building once
-its budget of the queue's clock is spent, well before the count bound; without a clock (the
+its budget of the controller thread's CPU time is spent, well before the count bound; without a clock (the
 simulator's case, and these managers' default) the count alone sizes it.
 
 What must hold: a result never passes the count bound; with a clock it ends at the first clock

@@ -633,7 +633,7 @@ class BrokerLifecycle:
                    deadline_ns: int | None = None) -> bool:
         """Write up to ``limit`` (at least one partition's) of the zone's partition changes
         into ``records`` (empty: the walk is its result's first writer), stopping early once
-        the queue's clock passes ``deadline_ns``; True once every topic is walked or no member
+        the context's clock passes ``deadline_ns``; True once every topic is walked or no member
         is still pending (the members then go on by their own steps)."""
         pending = self._pending
         with self.ctx.reading_once():
@@ -783,7 +783,7 @@ class BrokerLifecycle:
 
     def _step_once(self, change: PendingChange, records: list[ApiMessageAndVersion], limit: int,
                    deadline_ns: int | None = None) -> bool:
-        """Write up to ``limit`` of the change's records, and none once the queue's clock has
+        """Write up to ``limit`` of the change's records, and none once the context's clock has
         passed ``deadline_ns`` (read every ``BUDGET_CHECK_EVERY`` records made); True when it
         is complete (or obsolete: its registration is gone or replaced).
 

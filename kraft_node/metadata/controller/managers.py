@@ -149,9 +149,6 @@ def install_default_managers(ctl: "QuorumController") -> None:
         default_num_partitions=setting(ctl, "num_partitions"),
         default_replication_factor=setting(ctl, "default_replication_factor"))
     ops = PartitionChangeOps(replication, cluster, configs, features)
-    # lifecycle results end after a budget of the queue's clock (a virtual clock in the
-    # simulator, which stands still within an event: there the count alone bounds them)
-    ops.context.clock_ns = getattr(ctl.queue, "now_ns", None)
     cluster.set_lifecycle(ops.lifecycle)
     replication.broker_excluded = lambda b: ops.context.excluded(b, None)
     ctl.partition_ops = ops

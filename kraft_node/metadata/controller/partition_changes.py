@@ -63,20 +63,21 @@ log = logging.getLogger("kraft.controller.replication")
 #: rest follow in later results (KAFKA-13858: a broker leading 10k partitions, or a zone going
 #: away, must not become one burst; Kafka writes one unbounded result, split into 10k-record
 #: batches).  On a running controller the result also ends once building it has taken
-#: :data:`RESULT_BUILD_BUDGET_NS` of the queue's clock, so it is the time budget that sizes the
-#: results there and this count only caps them.
+#: :data:`RESULT_BUILD_BUDGET_NS` of the controller thread's CPU time (the server wires
+#: ``PartitionChangeContext.clock_ns``), so it is the time budget that sizes the results there
+#: and this count only caps them.
 #:
 #: Why both, and these values (BENCHMARKS.md, session 20): the event that writes a result also
 #: encodes and replays it, ~2.5x the building time, so 10 ms of building is a ~35 ms event.  A
 #: fixed count cannot be right for every load: 200 a result kept events short but cost ~1.4 ms
 #: per result on every node (a Raft batch, a loader publish, a 10 ms wait of the stale-broker
 #: task), and moving a 10k-partition broker's 30,000 changes took 3.2-3.9 s quiet; at 1,000-2,000
-#: a result it took 1.3-1.8 s, with events of 65-165 ms.  The simulator's clock stands still
-#: within an event, so there only the count bounds a result (deterministically).
+#: a result it took 1.3-1.8 s, with events of 65-165 ms.  The simulator wires no clock, so
+#: there only the count bounds a result (deterministically).
 MAX_PARTITION_CHANGES_PER_RESULT = 2000
 
-#: See :data:`MAX_PARTITION_CHANGES_PER_RESULT`: the queue-clock time one lifecycle result may
-#: spend building its partition changes (checked every :data:`BUDGET_CHECK_EVERY` changes).
+#: See :data:`MAX_PARTITION_CHANGES_PER_RESULT`: the time one lifecycle result may spend
+#: building its partition changes (checked every :data:`BUDGET_CHECK_EVERY` changes).
 RESULT_BUILD_BUDGET_NS = 10_000_000
 
 #: How often (in changes made) a step reads the clock against its deadline.
@@ -146,8 +147,9 @@ class PartitionChangeContext:
         self.features = features
         self.max_elections_per_imbalance = max_elections_per_imbalance
         self.max_partition_changes_per_result = max_partition_changes_per_result
-        #: the queue's clock (ns) and the building time a lifecycle result may take on it
-        #: (:data:`RESULT_BUILD_BUDGET_NS`); None (the default): results bounded by count only
+        #: the clock (ns) a lifecycle result's building time is measured on and its budget
+        #: (:data:`RESULT_BUILD_BUDGET_NS`); None (the default, and the simulator's): results
+        #: bounded by count only.  The server sets the controller thread's CPU clock.
         self.clock_ns: Callable[[], int] | None = None
         self.result_build_budget_ns = RESULT_BUILD_BUDGET_NS
         #: set by the BrokerLifecycle that owns the unfinished changes
@@ -165,7 +167,7 @@ class PartitionChangeContext:
         return None if clock is None else clock() + self.result_build_budget_ns
 
     def past(self, deadline_ns: int | None) -> bool:
-        """Whether the queue's clock has reached ``deadline_ns`` (never, for None)."""
+        """Whether the clock has reached ``deadline_ns`` (never, for None)."""
         clock = self.clock_ns
         return deadline_ns is not None and clock is not None and clock() >= deadline_ns
 

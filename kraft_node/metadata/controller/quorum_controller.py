@@ -56,6 +56,7 @@ from kraft_node.metadata.controller.purgatory import Purgatory
 from kraft_node.metadata.controller.replication_snapshot import (
     MIN_COLUMNAR_RECORDS,
     RecordFailure,
+    paused_gc,
     replay_framed_values,
 )
 from kraft_node.metadata.controller.result import (
@@ -280,6 +281,15 @@ class _HeartbeatEvent:
         epoch = ctl.claim_epoch
         if epoch == -1:
             raise ctl.wrong_controller()
+        if self.request.want_shut_down:
+            # a controlled shutdown's heartbeat may write a bounded result of partition
+            # changes: the collector waits for its end, as for other writes (_run_write)
+            with paused_gc():
+                self._write(ctl, epoch)
+        else:
+            self._write(ctl, epoch)
+
+    def _write(self, ctl: "QuorumController", epoch: int) -> None:
         records: list[ApiMessageAndVersion] = []  # process_broker_heartbeat's (non-atomic) result
         self.reply = reply = ctl.cluster_control.broker_heartbeat(self.request, records)
         ctl._write_result("processBrokerHeartbeat", epoch, records, False,
@@ -573,9 +583,15 @@ class QuorumController:
         epoch = self.claim_epoch
         if epoch == -1:
             raise self.wrong_controller()
-        result = ev.op()
-        ev.response = result.response
-        self._write_result(ev.name, epoch, result.records, result.atomic, ev.after, ev.complete)
+        # The collector waits for the end of the write: building and replaying a result makes
+        # thousands of short-lived records and registrations (a lifecycle result ~1,000 of
+        # each) that reference counting frees, and collecting the young generation every 700
+        # allocations inside it cost node 1 ~9% of its CPU in a controlled shutdown (session
+        # 20).  What survives is looked at by the first collection after the event.
+        with paused_gc():
+            result = ev.op()
+            ev.response = result.response
+            self._write_result(ev.name, epoch, result.records, result.atomic, ev.after, ev.complete)
 
     def _write_result(self, name: str, epoch: int, records: list[ApiMessageAndVersion], atomic: bool,
                       after: Callable[[int], None] | None, complete: Callable[[BaseException | None], None]) -> None:
