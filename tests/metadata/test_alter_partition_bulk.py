@@ -314,8 +314,8 @@ def test_the_common_case_takes_the_bulk_path() -> None:
         for elr in (False, True):
             for version in (2, 3):
                 for new_isr in ([0, 1, 2], [0], [2, 0, 1], [0, 1]):
-                    world = dict(mv=mv, elr=elr, brokers=brokers, excluded=set(), excluded_dirs={}, min_isr=1,
-                                 unclean=False, parts=[p])
+                    world: dict[str, Any] = dict(mv=mv, elr=elr, brokers=brokers, excluded=set(), excluded_dirs={},
+                                                 min_isr=1, unclean=False, parts=[p])
                     ctx, topic, manager = setup(world)
                     data = APR.PartitionData(partition_index=0, leader_epoch=4, partition_epoch=9,
                                              leader_recovery_state=0)

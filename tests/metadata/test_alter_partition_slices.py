@@ -31,6 +31,7 @@ from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.alter_partition import AlterPartitionRequest
 from kraft_node.raft.errors import NotLeaderError
 from kraft_node.raft.messages import Batch, LeaderAndEpoch
+from kraft_storage.messages.runtime import ZERO_UUID, Uuid
 
 APR = AlterPartitionRequest
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
@@ -98,6 +99,7 @@ class Env:
         self.settle()
         assert self.ctl.active
         self.epochs: dict[int, int] = {}
+        self.topic_id = ZERO_UUID  # the fixture's topic
         self.manager: AlterPartitionManager = self.ctl.partition_ops.alter_partitions
 
     def settle(self) -> None:
@@ -125,6 +127,7 @@ class Env:
 
     def partition(self, pid: int) -> Any:
         topic = self.ctl.replication_control.topic(self.topic_id)
+        assert topic is not None
         return topic.parts.get(pid)
 
     def expand(self, pids: range | list[int], broker_epoch: int | None = None) -> Any:
@@ -248,7 +251,6 @@ def test_what_refuses_the_whole_request_still_does(env: Env) -> None:
 
 
 def test_unknown_topics_and_partitions_are_answered_in_request_order_across_slices(env: Env) -> None:
-    from kraft_storage.messages.runtime import Uuid
     request = env.expand(range(PARTITIONS))
     unknown = Uuid((0xEE << 64) | 5)
     request.topics.insert(0, APR.TopicData(topic_id=unknown, partitions=[
