@@ -158,7 +158,7 @@ class BulkAlterPartition:
         p: PartitionRegistration | None = topic.parts.get(pid)
         if (p is None or data.leader_epoch != p.leader_epoch or data.partition_epoch != p.partition_epoch
                 or broker_id != p.leader or data.leader_recovery_state != 0
-                or p.leader_recovery_state is not _RECOVERED
+                or p.leader_recovery_state != _RECOVERED
                 or p.removing_replicas or p.adding_replicas or p.elr or p.last_known_elr):
             return self._fallback()
         replicas = p.replicas
