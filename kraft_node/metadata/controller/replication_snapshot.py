@@ -1068,13 +1068,16 @@ def _first_appearance(dense: np.ndarray, k: int) -> list[int]:
     return order
 
 
-def _broker_maps(index: Any, brokers: list[int], order: list[int] | None = None) -> list[Any]:
+def _broker_maps(index: Any, brokers: list[int], dense: np.ndarray | None = None) -> list[Any]:
     """Each broker's topic map in a BrokersToIsrs / BrokersToElrs, created when absent (in
-    ``order``, positions in ``brokers``, else in the order given: as ``add_entries`` would
-    create them)."""
+    the order of their first entry when ``dense`` gives each entry's position in ``brokers``,
+    else in the order given: as ``add_entries`` would create them)."""
     members = index._members
     maps: list[Any] = members.get_many(brokers)
-    for i in range(len(brokers)) if order is None else order:
+    if None not in maps:
+        return maps
+    order = range(len(brokers)) if dense is None else _first_appearance(dense, len(brokers))
+    for i in order:
         if maps[i] is None:
             topic_map = maps[i] = TimelineHashMap(index._registry)
             members.put(brokers[i], topic_map)
@@ -1111,7 +1114,7 @@ def _index_isr(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int,
         return
     entries = cols.pid[a:b][row] | np.where(members == leader[row], LEADER_FLAG, 0)
     brokers, dense = _dense(members)
-    maps = _broker_maps(rc.brokers_to_isrs, brokers.tolist(), _first_appearance(dense, len(brokers)))
+    maps = _broker_maps(rc.brokers_to_isrs, brokers.tolist(), dense)
     sink(maps, dense, row_topic[row], entries, keys, ~fresh, False)
 
 
@@ -1167,7 +1170,8 @@ def _index_directories(rc: "ReplicationControlManager", cols: _PartitionColumns,
     registry = rc.registry
     directories = [objs[d] for d in present.tolist()]
     found = index.get_many(directories)
-    for i in _first_appearance(slot, len(present)):  # created as the one-by-one replay meets them
+    # the missing ones created as the one-by-one replay meets them
+    for i in _first_appearance(slot, len(present)) if None in found else ():
         if found[i] is None:
             found[i] = DirectoryPartitions(registry)
             index.put(directories[i], found[i])
