@@ -39,7 +39,13 @@ the default run measures the code as it is):
   ``cols.value(i)`` call per record;
 * ``--what-if-bulk-slices``: the snapshot generator takes a slice's records with one
   ``islice`` and hands the records writer one ``(data, offsets)`` buffer per slice (its bulk
-  form) instead of a list of values it re-frames one by one.
+  form) instead of a list of values it re-frames one by one;
+* ``--what-if-deferred-indexes``: the load event's loop over the snapshot's batches runs
+  inside ``replication_snapshot.deferred_indexes`` (the ISR and directory index entries of
+  all batches put once at its end, before the registry's snapshot), the proposed change of
+  ``QuorumController._handle_load_snapshot``.  Patched in by entering the block right after
+  the offset manager's ``begin_load_snapshot`` and leaving it right before its
+  ``end_load_snapshot`` (the same place as a block around the loop).
 
 Load only (``--keep-snapshot DIR`` on a full run copies its last snapshot into DIR;
 ``--load-only DIR`` then loads DIR's ``.checkpoint`` into a new controller ``--runs`` times,
@@ -54,6 +60,7 @@ directory of its own) and loads it into a new controller.  Prints one JSON docum
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import platform
@@ -74,6 +81,7 @@ from _support import code_version, emit_json  # noqa: E402
 from kraft_node.metadata.controller.bootstrap import BootstrapMetadata  # noqa: E402
 from kraft_node.metadata.controller.events import EventQueue  # noqa: E402
 from kraft_node.metadata.controller.quorum_controller import QuorumController  # noqa: E402
+from kraft_node.metadata.controller.replication_snapshot import deferred_indexes  # noqa: E402
 from kraft_node.metadata.controller.result import ApiMessageAndVersion  # noqa: E402
 from kraft_node.metadata.controller.snapshot_generator import SnapshotGenerator  # noqa: E402
 from kraft_node.metadata.versions import MetadataVersion  # noqa: E402
@@ -276,9 +284,28 @@ def write_snapshot(ctl: QuorumController, queue: EventQueue, events: list[int]) 
             "bytes": writer.size, "snapshot": f"{sid.offset}-{sid.epoch}"}
 
 
-def load_snapshot(directory: str, sid: SnapshotId, reader_cls: type = KafkaSnapshotReader
-                  ) -> tuple[QuorumController, dict[str, Any]]:
+def _defer_indexes(ctl: QuorumController) -> None:
+    """--what-if-deferred-indexes on ``ctl`` (see the module doc)."""
+    oc = ctl.offset_control
+    begin, end = oc.begin_load_snapshot, oc.end_load_snapshot
+    stack = contextlib.ExitStack()
+
+    def begin_deferred(offset: int, epoch: int) -> None:
+        begin(offset, epoch)
+        stack.enter_context(deferred_indexes(ctl))
+
+    def end_deferred(timestamp_ms: int) -> None:
+        stack.close()  # the pending index entries are put here, before the registry's snapshot
+        end(timestamp_ms)
+    oc.begin_load_snapshot = begin_deferred  # type: ignore[method-assign]
+    oc.end_load_snapshot = end_deferred  # type: ignore[method-assign]
+
+
+def load_snapshot(directory: str, sid: SnapshotId, reader_cls: type = KafkaSnapshotReader,
+                  defer: bool = False) -> tuple[QuorumController, dict[str, Any]]:
     ctl, queue, events = _controller(directory)
+    if defer:
+        _defer_indexes(ctl)
     gc.collect()
     collections = _CollectorTime()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -349,7 +376,8 @@ def one_run(args: argparse.Namespace, ctl: QuorumController, queue: EventQueue, 
         out: dict[str, Any] = write_snapshot(ctl, queue, events)
         sid = ctl.raft.writers[-1].snapshot_id
         loaded, timing = load_snapshot(directory, sid,
-                                       _ValuesReader if args.what_if_reader_values else KafkaSnapshotReader)
+                                       _ValuesReader if args.what_if_reader_values else KafkaSnapshotReader,
+                                       args.what_if_deferred_indexes)
         out.update(timing)
         out["partitions"] = args.topics * args.partitions
         if args.check:
@@ -372,7 +400,7 @@ def load_only(args: argparse.Namespace) -> int:
     load_before = os.getloadavg()
     runs = []
     for _ in range(args.runs):
-        loaded, timing = load_snapshot(args.load_only, sid)
+        loaded, timing = load_snapshot(args.load_only, sid, defer=args.what_if_deferred_indexes)
         rc = loaded.replication_control
         timing["partitions"] = sum(rc.topic(t).num_partitions() for t in rc.topics().values())
         runs.append(timing)
@@ -407,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="load with the proposed KafkaSnapshotReader batch values (see the module doc)")
     p.add_argument("--what-if-bulk-slices", action="store_true",
                    help="write with the proposed bulk generator slices (see the module doc)")
+    p.add_argument("--what-if-deferred-indexes", action="store_true",
+                   help="load with the proposed deferred_indexes block in the load event (see the module doc)")
     p.add_argument("--keep-snapshot", metavar="DIR",
                    help="copy the last run's .checkpoint into DIR (for --load-only)")
     p.add_argument("--load-only", metavar="DIR",
