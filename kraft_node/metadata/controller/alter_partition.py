@@ -89,10 +89,12 @@ BULK_COST, FULL_COST = 1, 3
 MAX_COST_PER_EVENT = 1_000
 
 #: On a running controller a slice also ends once building it has taken this much of the
-#: queue's clock (checked every :data:`CLOCK_CHECK_EVERY` partitions), so a loaded machine
-#: gets shorter slices: the event that writes a slice also encodes and replays it, ~2.3x the
-#: building time of bulk partitions, so 8 ms of building is a ~20 ms event.  (The simulator's
-#: clock stands still within an event: there the cost alone bounds a slice, deterministically.)
+#: clock the partition changes are given (``PartitionChangeContext.clock_ns``: the controller
+#: thread's CPU time on a node; checked every :data:`CLOCK_CHECK_EVERY` partitions), so a
+#: loaded machine gets shorter slices: the event that writes a slice also encodes and replays
+#: it, ~2.3x the building time of bulk partitions, so 8 ms of building is a ~20 ms event.
+#: (Without a clock -- the simulator, unit tests -- the cost alone bounds a slice,
+#: deterministically.)
 BUILD_BUDGET_NS = 8_000_000
 CLOCK_CHECK_EVERY = 32
 
@@ -111,7 +113,7 @@ class AlterPartitionManager:
         #: partitions a write may work on before the rest waits for a later event, counted in
         #: :data:`BULK_COST` / :data:`FULL_COST` units (``submit``; see :class:`AlterPartitionWrite`)
         self.max_cost_per_event = MAX_COST_PER_EVENT
-        #: the queue-clock time a slice may spend building (``submit``; ``ctx.clock_ns`` wired)
+        #: the building time a slice may take on ``ctx.clock_ns`` (``submit``; when one is wired)
         self.build_budget_ns = BUILD_BUDGET_NS
 
     def alter_partition(self, request: Any, version: int) -> ControllerResult[Any]:
@@ -145,8 +147,8 @@ class AlterPartitionManager:
                     records: list[ApiMessageAndVersion], answers: list[tuple[int, Any]],
                     deadline_ns: int | None = None) -> tuple[int, int] | None:
         """Work on the request's partitions from ``cursor`` (topic index, partition index in
-        it) in request order until ``max_cost`` units are spent (None: no bound) or the queue's
-        clock passes ``deadline_ns`` (None: no deadline): their records appended to ``records``
+        it) in request order until ``max_cost`` units are spent (None: no bound) or
+        ``ctx.clock_ns`` passes ``deadline_ns`` (None: no deadline): their records appended to ``records``
         and their answers, as ``(topic index, PartitionData)``, to ``answers``.  Returns where
         the next slice starts, or None when the request is done.  At least one partition is
         worked on.  The request itself is not checked here (:meth:`check_request`)."""
