@@ -245,6 +245,16 @@ class ReplicaManager:
         return p.high_watermark if p is not None else None
 
     # ------------------------------------------------------------------ lookups
+    def isr_eligible(self, broker_id: int) -> bool:
+        """Kafka's ``Partition.isReplicaIsrEligible`` (KIP-841) from the image applied last: a
+        follower may join an ISR unless its registration says fenced or in controlled shutdown
+        (an unregistered broker is not refused here: the controller answers for it)."""
+        image = self.image
+        if image is None:
+            return True
+        registration = image.cluster.broker(broker_id)
+        return registration is None or not (registration.fenced or registration.in_controlled_shutdown)
+
     def get_partition(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
 
@@ -470,7 +480,7 @@ class ReplicaManager:
             kl = self.log_manager.open_prepared(plan)
             return Partition(plan.tp, info.topic_id, kl, self.broker_id, high_watermark=hw,
                              alter_partition=self.alter_partition, producer_state_config=self.producer_state_config,
-                             clock_ms=self._clock_ms)
+                             clock_ms=self._clock_ms, isr_eligible=self.isr_eligible)
         except Exception as exc:  # noqa: BLE001 - reported on the loop by _install
             return exc
 

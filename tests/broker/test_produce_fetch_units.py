@@ -308,6 +308,40 @@ def test_isr_shrinks_after_replica_lag_time_max(tmp_path):
     asyncio.run(main())
 
 
+def test_isr_not_expanded_to_a_follower_fenced_or_in_controlled_shutdown(tmp_path):
+    """Kafka's PartitionTest testIsrNotExpandedIfReplicaIsFencedOrShutdown (KIP-841): a caught-up
+    follower joins the ISR only while the metadata says it is neither fenced nor in controlled
+    shutdown; once it is active again (a new registration, unfenced) the next fetch adds it."""
+    def register(broker_id: int, epoch: int) -> m.RegisterBrokerRecord:
+        return m.RegisterBrokerRecord(broker_id=broker_id, broker_epoch=epoch, incarnation_id=Uuid(broker_id + 100),
+                                      end_points=[], features=[], rack=None, fenced=False, log_dirs=[])
+
+    async def main():
+        ctx = Ctx(tmp_path)
+        proposals = []
+        ctx.rm.alter_partition = lambda p, isr: proposals.append(list(isr))
+        ctx.publish(register(1, 10), register(2, 11), register(3, 12))
+        ctx.create("t", _partition_record(0, [1, 2, 3], [1, 2], 1))
+        p = ctx.rm.get_partition(TopicPartition("t", 0))
+        p.append_records_to_leader(_batch(5), 1, 1)
+        p.update_follower_fetch_state(2, 5, ctx.now)  # the high watermark reaches 5
+
+        ctx.publish(m.BrokerRegistrationChangeRecord(broker_id=3, broker_epoch=12, in_controlled_shutdown=1))
+        p.update_follower_fetch_state(3, 5, ctx.now)
+        assert proposals == [] and p.pending_isr is None and not ctx.rm.isr_eligible(3)
+
+        ctx.publish(m.BrokerRegistrationChangeRecord(broker_id=3, broker_epoch=12, fenced=1))
+        p.update_follower_fetch_state(3, 5, ctx.now)
+        assert proposals == [] and not ctx.rm.isr_eligible(3)
+
+        ctx.publish(register(3, 13))  # a new incarnation, registered unfenced
+        assert ctx.rm.isr_eligible(3) and ctx.rm.isr_eligible(4)  # (4: not registered, the controller decides)
+        p.update_follower_fetch_state(3, 5, ctx.now)
+        assert proposals == [[1, 2, 3]]
+        await ctx.close()
+    asyncio.run(main())
+
+
 def test_older_partition_epoch_is_ignored_and_follower_hwm_is_capped(tmp_path):
     async def main():
         ctx = Ctx(tmp_path)

@@ -563,11 +563,11 @@ def test_the_convergence_check_catches_isrs_that_never_recover(monkeypatch):
     """An AlterPartition answered as applied but never written: the leaders stop asking until
     their next metadata refresh, which shows the old ISR; after the heal the replicas the
     controller removed (fencing) never come back, and convergence fails naming a partition."""
-    alter = AlterPartitionManager.alter_partition
+    alter = AlterPartitionManager.alter_slice
 
-    def unwritten(self, request, version):
-        return ControllerResult.of([], alter(self, request, version).response)
-    monkeypatch.setattr(AlterPartitionManager, "alter_partition", unwritten)
+    def unwritten(self, request, version, cursor, max_cost, records, answers, deadline_ns=None):
+        return alter(self, request, version, cursor, max_cost, [], answers, deadline_ns)
+    monkeypatch.setattr(AlterPartitionManager, "alter_slice", unwritten)
     assert "no convergence after healing" in _first_violation("has not recovered its whole ISR", seeds=range(12))
 
 
@@ -575,16 +575,16 @@ def test_the_checker_catches_an_alter_partition_answer_that_is_not_the_committed
     """AlterPartition answers the partition as the record leaves it; one answering a leader
     epoch it never had is caught against the committed history (which the leader, trusting
     the answer, would otherwise only notice as a refusal later)."""
-    alter = AlterPartitionManager.alter_partition
+    alter = AlterPartitionManager.alter_slice
 
-    def off_by_one(self, request, version):
-        result = alter(self, request, version)
-        for topic in result.response.topics:
-            for p in topic.partitions:
-                if p.error_code == 0:
-                    p.leader_epoch += 1
-        return result
-    monkeypatch.setattr(AlterPartitionManager, "alter_partition", off_by_one)
+    def off_by_one(self, request, version, cursor, max_cost, records, answers, deadline_ns=None):
+        start = len(answers)
+        cursor = alter(self, request, version, cursor, max_cost, records, answers, deadline_ns)
+        for _, p in answers[start:]:
+            if p.error_code == 0:
+                p.leader_epoch += 1
+        return cursor
+    monkeypatch.setattr(AlterPartitionManager, "alter_slice", off_by_one)
     message = _first_violation("was answered (leader, ISR, leader epoch, recovery state)")
     assert "but the committed partition then was" in message
 
