@@ -561,10 +561,17 @@ def cmd_shutdown(args: argparse.Namespace, argv: list[str]) -> None:
             wait_logs_open(victim, 300)
             shown = leaders(run(metadata(c.nodes[102].port, timeout=60), timeout=120))
             led = sum(1 for v in shown.values() if v == 101)
+            samplers = []
+            if args.py_spy and r == 0:
+                from controller_tcp_bench import start_py_spy
+                samplers = [start_py_spy(n.proc.pid, args.py_spy_seconds, f"{args.py_spy}.{n.id}.txt")
+                            for n in c.nodes.values() if n.proc is not None and n.alive]
             t0, wall0 = time.monotonic(), time.time()
             victim.terminate()
             code = victim.wait_exit(60)
             took_s = time.monotonic() - t0
+            for sampler in samplers:
+                sampler.wait(timeout=args.py_spy_seconds + 30)
             log = victim.log()
             m = re.search(r"closed (\d+) partition logs in ([\d.]+) s; checkpoints written in ([\d.]+) s", log)
             approved = "The controller has asked us to exit controlled shutdown." in log
@@ -801,6 +808,10 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--shutdown-timeout", type=float, default=30.0, help="the broker's --shutdown-timeout-seconds")
     s.add_argument("--heartbeat-ms", type=int, default=200, help="broker.heartbeat.interval.ms (the tests' 200)")
     s.add_argument("--session-ms", type=int, default=9000, help="broker.session.timeout.ms (Kafka's default)")
+    s.add_argument("--py-spy", default=None, metavar="PREFIX",
+                   help="the first run: py-spy (raw collapsed stacks, 250 Hz) of every node from the SIGTERM, "
+                        "--py-spy-seconds long, to PREFIX.<node id>.txt")
+    s.add_argument("--py-spy-seconds", type=float, default=12.0)
     s = sub.add_parser("start")
     s.add_argument("--partitions", type=int, default=1_000_000)
     s.add_argument("--per-topic", type=int, default=1000)
