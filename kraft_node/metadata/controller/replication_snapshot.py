@@ -42,6 +42,14 @@ from the cyclic collector (immutable values of ints and Uuids: no cycles), and t
 is paused while a batch is applied (:func:`paused_gc`), so a load does not walk its own
 millions of new objects.
 
+A snapshot load wraps its loop over the batches in :func:`deferred_indexes`: the ISR and
+directory index entries of every batch are then kept as columns and put once, at the end of
+the load (each broker's and directory's map sized once and filled while in cache, instead of
+a cold visit per batch), or earlier, before any replay that may read those indexes
+(:class:`_PendingIndexes`).  A bulk call whose topics are not contiguous (a topic coming back
+after another one) is applied in segments (:func:`_apply_new`), so that each map lists its
+topics in the order a record-at-a-time replay puts them.
+
 The state is exactly what ``ReplicationControlManager.replay_partitions`` leaves for the typed
 records (tests: the same registrations, the same index entries in the same order, the same
 snapshot bytes; where ``replay_partitions`` lists a partition twice under a directory one
