@@ -45,7 +45,9 @@ the default run measures the code as it is):
   all batches put once at its end, before the registry's snapshot), the proposed change of
   ``QuorumController._handle_load_snapshot``.  Patched in by entering the block right after
   the offset manager's ``begin_load_snapshot`` and leaving it right before its
-  ``end_load_snapshot`` (the same place as a block around the loop).
+  ``end_load_snapshot`` (the same place as a block around the loop).  Since session 20 the load
+  event has that block itself, so the flag changes nothing (a nested block adds to the outer one);
+  kept so the session's command lines still run.
 
 Load only (``--keep-snapshot DIR`` on a full run copies its last snapshot into DIR;
 ``--load-only DIR`` then loads DIR's ``.checkpoint`` into a new controller ``--runs`` times,
@@ -436,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--what-if-bulk-slices", action="store_true",
                    help="write with the proposed bulk generator slices (see the module doc)")
     p.add_argument("--what-if-deferred-indexes", action="store_true",
-                   help="load with the proposed deferred_indexes block in the load event (see the module doc)")
+                   help="no-op since session 20 (the load event has the deferred_indexes block; see the module doc)")
     p.add_argument("--keep-snapshot", metavar="DIR",
                    help="copy the last run's .checkpoint into DIR (for --load-only)")
     p.add_argument("--load-only", metavar="DIR",

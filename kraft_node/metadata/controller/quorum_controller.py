@@ -56,6 +56,7 @@ from kraft_node.metadata.controller.purgatory import Purgatory
 from kraft_node.metadata.controller.replication_snapshot import (
     MIN_COLUMNAR_RECORDS,
     RecordFailure,
+    deferred_indexes,
     paused_gc,
     replay_framed_values,
 )
@@ -739,18 +740,22 @@ class QuorumController:
             self.snapshot_generator.abort(f"snapshot {name} is being loaded")
         oc.begin_load_snapshot(sid.offset, sid.epoch)
         last = sid.offset - 1
-        for b in batches:
-            recs = b.records
-            # PartitionRecords as columns (replication_snapshot), the rest decoded and replayed
-            try:
-                replay_framed_values(self, recs, partial(_constant, last))
-            except RecordFailure as failure:  # the record that does not decode, or the replay's
-                i, exc = failure.index, failure.cause
-            else:
-                continue
-            self._fatal(f"Unable to apply record from snapshot {name} on standby controller, which was "
-                        f"{i + 1} of {len(recs)} record(s) in the batch with baseOffset {b.base_offset}.", exc)
-            return
+        # the reverse indexes of the whole snapshot's PartitionRecords are put once, when the
+        # block ends (replication_snapshot.deferred_indexes), before the registry's snapshot of
+        # the load is taken by end_load_snapshot
+        with deferred_indexes(self):
+            for b in batches:
+                recs = b.records
+                # PartitionRecords as columns (replication_snapshot), the rest decoded and replayed
+                try:
+                    replay_framed_values(self, recs, partial(_constant, last))
+                except RecordFailure as failure:  # the record that does not decode, or the replay's
+                    i, exc = failure.index, failure.cause
+                else:
+                    continue
+                self._fatal(f"Unable to apply record from snapshot {name} on standby controller, which was "
+                            f"{i + 1} of {len(recs)} record(s) in the batch with baseOffset {b.base_offset}.", exc)
+                return
         oc.end_load_snapshot(timestamp_ms)
         self.snapshots_loaded.append(sid)
         if self.snapshot_generator is not None:
