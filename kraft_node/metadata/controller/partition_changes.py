@@ -67,18 +67,19 @@ log = logging.getLogger("kraft.controller.replication")
 #: ``PartitionChangeContext.clock_ns``), so it is the time budget that sizes the results there
 #: and this count only caps them.
 #:
-#: Why both, and these values (BENCHMARKS.md, session 20): the event that writes a result also
-#: encodes and replays it, ~2.5x the building time, so 10 ms of building is a ~35 ms event.  A
-#: fixed count cannot be right for every load: 200 a result kept events short but cost ~1.4 ms
-#: per result on every node (a Raft batch, a loader publish, a 10 ms wait of the stale-broker
-#: task), and moving a 10k-partition broker's 30,000 changes took 3.2-3.9 s quiet; at 1,000-2,000
-#: a result it took 1.3-1.8 s, with events of 65-165 ms.  The simulator wires no clock, so
-#: there only the count bounds a result (deterministically).
+#: Why both, and these values (BENCHMARKS.md, session 20; replication_bench ``shutdown``: a
+#: broker leading 10k partitions and in 30k ISRs, 3 controllers): a fixed 200 a result kept
+#: events short (24-26 ms) but cost ~1.4 ms per result on every node (a Raft batch, a loader
+#: publish, the stale-broker task's 10 ms wait): 2.66 s quiet.  The event that writes a result
+#: also encodes, replays and appends it: about 6-7x the building time there, so 10 ms of
+#: building made events of 54-66 ms (1.69 s), 7 ms of 47-50 ms (1.82 s); 6 ms keeps them under
+#: the 50 ms an event may take.  The simulator wires no clock, so there only the count bounds a
+#: result (deterministically).
 MAX_PARTITION_CHANGES_PER_RESULT = 2000
 
 #: See :data:`MAX_PARTITION_CHANGES_PER_RESULT`: the time one lifecycle result may spend
 #: building its partition changes (checked every :data:`BUDGET_CHECK_EVERY` changes).
-RESULT_BUILD_BUDGET_NS = 10_000_000
+RESULT_BUILD_BUDGET_NS = 6_000_000
 
 #: How often (in changes made) a step reads the clock against its deadline.
 BUDGET_CHECK_EVERY = 32
