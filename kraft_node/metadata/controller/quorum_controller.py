@@ -994,7 +994,9 @@ class QuorumController:
         # in write events of bounded cost (1,000 units or 8 ms of building each, queued behind
         # whatever else waits), answered once every slice is committed (alter_partition.py):
         # a leader re-admitting a follower to 10k ISRs was one event of 0.6-2 s (session 20)
-        return self.partition_ops.alter_partitions.submit(self, request, version, deadline_ns=deadline_ns)
+        future: ControllerFuture[Any] = self.partition_ops.alter_partitions.submit(
+            self, request, version, deadline_ns=deadline_ns)
+        return future
 
     def elect_leaders(self, request: Any, *, deadline_ns: int | None = None) -> ControllerFuture[Any]:
         """ElectLeaders (preferred or unclean); ``topic_partitions`` None means every partition."""
