@@ -17,11 +17,25 @@ by the bulk path (so the comparison is not only of the full path with itself).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.partition_fakes import (
+    BROKERS,
+    OTHER_DIR,
+    OWN_DIR,
+    TOPIC_ID,
+    VERSIONS,
+    Broker,
+    Cluster,
+    Configs,
+    Exclusions,
+    Features,
+    Replication,
+    Topic,
+    registered_epoch,
+)
 
 from kraft_node.metadata.controller.alter_partition import AlterPartitionManager
 from kraft_node.metadata.controller.alter_partition_bulk import FALLBACK, BulkAlterPartition
@@ -37,126 +51,13 @@ from kraft_node.protocol.generated.alter_partition import AlterPartitionRequest
 from kraft_storage.messages.runtime import Uuid
 
 APR = AlterPartitionRequest
-BROKERS = list(range(6))
-TOPIC_ID = Uuid.from_string("FbrrdcfiR-KC2CPSTHaJrg")
-OWN_DIR = {b: Uuid((0xD1 << 64) | (100 + b)) for b in BROKERS}
-OTHER_DIR = Uuid((0xD2 << 64) | 7)
-VERSIONS = ["3.5-IV2", "3.6-IV0", "3.7-IV2", "4.0-IV1", "4.2-IV1"]
-
-
-def registered_epoch(b: int) -> int:
-    return 100 + b
-
-
-class _Parts(dict[int, PartitionRegistration]):
-    def get(self, key: int, default: Any = None, *, epoch: int = -1) -> Any:  # type: ignore[override]
-        return super().get(key, default)
-
-
-@dataclass
-class _Topic:
-    name: str
-    topic_id: Uuid
-    parts: _Parts = field(default_factory=_Parts)
-
-
-@dataclass
-class _Registration:
-    id: int
-    epoch: int
-    fenced: bool
-    in_controlled_shutdown: bool
-
-
-@dataclass
-class _Broker:
-    state: str  # active, fenced, shutting, gone
-    dirs: tuple[Uuid, ...]  # registered directories (empty: all online)
-    offline: frozenset[Uuid] = frozenset()
-
-
-class _Cluster:
-    def __init__(self, brokers: dict[int, _Broker]):
-        self.brokers = brokers
-
-    def registration(self, b: int) -> _Registration | None:
-        br = self.brokers.get(b)
-        if br is None or br.state == "gone":
-            return None
-        return _Registration(b, registered_epoch(b), br.state == "fenced", br.state == "shutting")
-
-    def is_active(self, b: int) -> bool:
-        br = self.brokers.get(b)
-        return br is not None and br.state == "active"
-
-    def has_online_dir(self, b: int, d: Uuid) -> bool:
-        br = self.brokers.get(b)
-        if br is None or br.state == "gone":
-            return False
-        if d == DirectoryId.UNASSIGNED or d == DirectoryId.MIGRATING:
-            return True
-        if d == DirectoryId.LOST or d in br.offline:
-            return False
-        return not br.dirs or d in br.dirs
-
-    def default_dir(self, b: int) -> Uuid:
-        br = self.brokers.get(b)
-        if br is None or not br.dirs:
-            return DirectoryId.MIGRATING if br is not None else DirectoryId.UNASSIGNED
-        return br.dirs[0] if len(br.dirs) == 1 else DirectoryId.UNASSIGNED
-
-
-class _Exclusions:
-    def __init__(self, whole: set[int], dirs: dict[int, Uuid]):
-        self.whole, self.dirs = whole, dirs
-
-    def excluded(self, b: int, d: Uuid | None) -> bool:
-        return b in self.whole or (d is not None and self.dirs.get(b) == d)
-
-
-class _Configs:
-    def __init__(self, min_isr: int, unclean: bool):
-        self._min_isr, self._unclean = min_isr, unclean
-
-    def min_isr(self, topic_name: str, *, epoch: int = -1) -> int:
-        return self._min_isr
-
-    def unclean_leader_election_enabled(self, topic_name: str, *, epoch: int = -1) -> bool:
-        return self._unclean
-
-
-class _Features:
-    def __init__(self, mv: MetadataVersion, elr: bool):
-        self.mv, self.elr = mv, elr
-
-    def metadata_version(self, *, epoch: int = -1) -> MetadataVersion:
-        return self.mv
-
-    def is_elr_enabled(self, *, epoch: int = -1) -> bool:
-        return self.elr
-
-
-class _Replication:
-    max_elections_per_imbalance = 1000
-
-    def __init__(self, elr: bool, topic: _Topic):
-        self._elr = elr
-        self._topic = topic
-
-    def is_elr_enabled(self) -> bool:
-        return self._elr
-
-    def topic(self, topic_id: Uuid) -> _Topic | None:
-        return self._topic if topic_id == self._topic.topic_id else None
-
-
-def context(world: dict[str, Any], topic: _Topic) -> PartitionChangeContext:
+def context(world: dict[str, Any], topic: Topic) -> PartitionChangeContext:
     version = MetadataVersion.from_version_string(world["mv"])
     elr = world["elr"] and version.is_elr_supported()
-    ctx = PartitionChangeContext(_Replication(elr, topic), _Cluster(world["brokers"]),  # type: ignore[arg-type]
-                                 _Configs(world["min_isr"], world["unclean"]), _Features(version, elr),
+    ctx = PartitionChangeContext(Replication(elr, topic), Cluster(world["brokers"]),  # type: ignore[arg-type]
+                                 Configs(world["min_isr"], world["unclean"]), Features(version, elr),
                                  max_elections_per_imbalance=1000)
-    ctx.exclusions = _Exclusions(world["excluded"], world["excluded_dirs"])
+    ctx.exclusions = Exclusions(world["excluded"], world["excluded_dirs"])
     return ctx
 
 
@@ -226,13 +127,13 @@ def requests(draw: Any, p: PartitionRegistration, index: int, version: int) -> A
 @st.composite
 def worlds(draw: Any) -> dict[str, Any]:
     mv = draw(st.sampled_from(VERSIONS))
-    brokers: dict[int, _Broker] = {}
+    brokers: dict[int, Broker] = {}
     for b in BROKERS:
         state = draw(st.sampled_from(["active"] * 6 + ["fenced", "shutting", "gone"]))
         dirs = draw(st.sampled_from([(), (OWN_DIR[b],), (OWN_DIR[b], OTHER_DIR)]))
         offline = frozenset(draw(st.sets(st.sampled_from([OWN_DIR[b], OTHER_DIR]), max_size=1))) \
             if draw(st.integers(0, 7)) == 0 else frozenset()
-        brokers[b] = _Broker(state, dirs, offline)
+        brokers[b] = Broker(state, dirs, offline)
     excluded = set(draw(st.sets(st.sampled_from(BROKERS), max_size=2))) if draw(st.integers(0, 4)) == 0 else set()
     excluded_dirs = {b: OWN_DIR[b] for b in draw(st.sets(st.sampled_from(BROKERS), max_size=1))} \
         if draw(st.integers(0, 4)) == 0 else {}
@@ -249,8 +150,8 @@ def fields(answer: Any) -> tuple[Any, ...]:
             answer.leader_recovery_state, answer.leader_epoch, answer.partition_epoch)
 
 
-def setup(world: dict[str, Any]) -> tuple[PartitionChangeContext, _Topic, AlterPartitionManager]:
-    topic = _Topic("t", TOPIC_ID)
+def setup(world: dict[str, Any]) -> tuple[PartitionChangeContext, Topic, AlterPartitionManager]:
+    topic = Topic("t", TOPIC_ID)
     for i, p in enumerate(world["parts"]):
         topic.parts[i] = p
     ctx = context(world, topic)
@@ -308,7 +209,7 @@ def test_the_common_case_takes_the_bulk_path() -> None:
                               removing_replicas=(), adding_replicas=(), leader=0,
                               leader_recovery_state=LeaderRecoveryState.RECOVERED, leader_epoch=4, partition_epoch=9,
                               elr=(), last_known_elr=())
-    brokers = {b: _Broker("active", (OWN_DIR[b],)) for b in BROKERS}
+    brokers = {b: Broker("active", (OWN_DIR[b],)) for b in BROKERS}
     taken = 0
     for mv in VERSIONS:
         for elr in (False, True):

@@ -14,11 +14,24 @@ not only of the builder with itself.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.partition_fakes import (
+    BROKERS,
+    OTHER_DIR,
+    OWN_DIR,
+    TOPIC_ID,
+    VERSIONS,
+    Broker,
+    Cluster,
+    Configs,
+    Exclusions,
+    Features,
+    Replication,
+    Topic,
+)
 
 from kraft_node.metadata.controller.lifecycle_bulk import FALLBACK, BulkLifecycleChanges
 from kraft_node.metadata.controller.partition_changes import PartitionChangeContext
@@ -31,103 +44,13 @@ from kraft_node.metadata.controller.replication_control import (
 from kraft_node.metadata.versions import MetadataVersion
 from kraft_storage.messages.runtime import Uuid
 
-BROKERS = list(range(6))
-TOPIC_ID = Uuid.from_string("FbrrdcfiR-KC2CPSTHaJrg")
-OWN_DIR = {b: Uuid((0xD1 << 64) | (100 + b)) for b in BROKERS}
-OTHER_DIR = Uuid((0xD2 << 64) | 7)
-VERSIONS = ["3.5-IV2", "3.6-IV0", "3.7-IV2", "4.0-IV1", "4.2-IV1"]
 
-
-class _Parts(dict[int, PartitionRegistration]):
-    def get(self, key: int, default: Any = None, *, epoch: int = -1) -> Any:  # type: ignore[override]
-        return super().get(key, default)
-
-
-@dataclass
-class _Topic:
-    name: str
-    topic_id: Uuid
-    parts: _Parts = field(default_factory=_Parts)
-
-
-@dataclass
-class _Broker:
-    state: str  # active, fenced, shutting, gone
-    dirs: tuple[Uuid, ...]  # registered directories (empty: all online)
-    offline: frozenset[Uuid] = frozenset()
-
-
-class _Cluster:
-    def __init__(self, brokers: dict[int, _Broker]):
-        self.brokers = brokers
-
-    def is_active(self, b: int) -> bool:
-        br = self.brokers.get(b)
-        return br is not None and br.state == "active"
-
-    def has_online_dir(self, b: int, d: Uuid) -> bool:
-        br = self.brokers.get(b)
-        if br is None or br.state == "gone":
-            return False
-        if d == DirectoryId.UNASSIGNED or d == DirectoryId.MIGRATING:
-            return True
-        if d == DirectoryId.LOST or d in br.offline:
-            return False
-        return not br.dirs or d in br.dirs
-
-    def default_dir(self, b: int) -> Uuid:
-        br = self.brokers.get(b)
-        if br is None or not br.dirs:
-            return DirectoryId.MIGRATING if br is not None else DirectoryId.UNASSIGNED
-        return br.dirs[0] if len(br.dirs) == 1 else DirectoryId.UNASSIGNED
-
-
-class _Exclusions:
-    def __init__(self, whole: set[int], dirs: dict[int, Uuid]):
-        self.whole, self.dirs = whole, dirs
-
-    def excluded(self, b: int, d: Uuid | None) -> bool:
-        return b in self.whole or (d is not None and self.dirs.get(b) == d)
-
-
-class _Configs:
-    def __init__(self, min_isr: int, unclean: bool):
-        self._min_isr, self._unclean = min_isr, unclean
-
-    def min_isr(self, topic_name: str, *, epoch: int = -1) -> int:
-        return self._min_isr
-
-    def unclean_leader_election_enabled(self, topic_name: str, *, epoch: int = -1) -> bool:
-        return self._unclean
-
-
-class _Features:
-    def __init__(self, mv: MetadataVersion, elr: bool):
-        self.mv, self.elr = mv, elr
-
-    def metadata_version(self, *, epoch: int = -1) -> MetadataVersion:
-        return self.mv
-
-    def is_elr_enabled(self, *, epoch: int = -1) -> bool:
-        return self.elr
-
-
-class _Replication:
-    max_elections_per_imbalance = 1000
-
-    def __init__(self, elr: bool):
-        self._elr = elr
-
-    def is_elr_enabled(self) -> bool:
-        return self._elr
-
-
-def context(mv: str, elr: bool, brokers: dict[int, _Broker], excluded: set[int], excluded_dirs: dict[int, Uuid],
+def context(mv: str, elr: bool, brokers: dict[int, Broker], excluded: set[int], excluded_dirs: dict[int, Uuid],
             min_isr: int, unclean: bool) -> PartitionChangeContext:
     version = MetadataVersion.from_version_string(mv)
-    ctx = PartitionChangeContext(_Replication(elr), _Cluster(brokers), _Configs(min_isr, unclean),  # type: ignore
-                                 _Features(version, elr), max_elections_per_imbalance=1000)
-    ctx.exclusions = _Exclusions(excluded, excluded_dirs)
+    ctx = PartitionChangeContext(Replication(elr), Cluster(brokers), Configs(min_isr, unclean),  # type: ignore
+                                 Features(version, elr), max_elections_per_imbalance=1000)
+    ctx.exclusions = Exclusions(excluded, excluded_dirs)
     return ctx
 
 
@@ -135,13 +58,13 @@ def context(mv: str, elr: bool, brokers: dict[int, _Broker], excluded: set[int],
 def worlds(draw: Any) -> dict[str, Any]:
     mv = draw(st.sampled_from(VERSIONS))
     elr_records = MetadataVersion.from_version_string(mv).is_elr_supported()  # ELR state needs ELR records
-    brokers: dict[int, _Broker] = {}
+    brokers: dict[int, Broker] = {}
     for b in BROKERS:
         state = draw(st.sampled_from(["active", "active", "active", "fenced", "shutting", "gone"]))
         dirs = draw(st.sampled_from([(), (OWN_DIR[b],), (OWN_DIR[b], OTHER_DIR)]))
         offline = frozenset(draw(st.sets(st.sampled_from([OWN_DIR[b], OTHER_DIR]), max_size=1))) \
             if draw(st.integers(0, 5)) == 0 else frozenset()
-        brokers[b] = _Broker(state, dirs, offline)
+        brokers[b] = Broker(state, dirs, offline)
     excluded = set(draw(st.sets(st.sampled_from(BROKERS), max_size=2))) if draw(st.booleans()) else set()
     excluded_dirs = {b: OWN_DIR[b] for b in draw(st.sets(st.sampled_from(BROKERS), max_size=1))}
 
@@ -188,7 +111,7 @@ def _compare(world: dict[str, Any]) -> Any:
     elr = world["elr"] and MetadataVersion.from_version_string(world["mv"]).is_elr_supported()
     ctx = context(world["mv"], elr, world["brokers"], world["excluded"], world["excluded_dirs"], world["min_isr"],
                   world["unclean"])
-    topic = _Topic("t", TOPIC_ID)
+    topic = Topic("t", TOPIC_ID)
     partition = world["partition"]
     topic.parts[0] = partition
     topic.parts[3] = partition
@@ -243,11 +166,11 @@ def test_bulk_takes_the_common_cases_it_can(world: dict[str, Any]) -> None:
 
 def test_controlled_shutdown_shape_needs_no_builder() -> None:
     """The benchmark's shape: RF 3, all in the ISR, broker 0 leaving (leader of a third)."""
-    brokers = {b: _Broker("active", (OWN_DIR[b],)) for b in range(3)}
+    brokers = {b: Broker("active", (OWN_DIR[b],)) for b in range(3)}
     brokers[0].state = "shutting"
     for mv, elr in (("3.7-IV2", False), ("4.0-IV1", True), ("3.5-IV2", False)):
         ctx = context(mv, elr, brokers, set(), {}, 2, False)
-        topic = _Topic("t", TOPIC_ID)
+        topic = Topic("t", TOPIC_ID)
         items = []
         for pid in range(30):
             replicas = tuple((pid + k) % 3 for k in range(3))

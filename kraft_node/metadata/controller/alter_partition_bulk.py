@@ -49,8 +49,9 @@ Nothing the checks read changes inside one write (state changes only at replay),
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
+from kraft_node.metadata.controller.lifecycle_bulk import FALLBACK, Fallback
 from kraft_node.metadata.controller.partition_change import Replicas
 from kraft_node.metadata.controller.replication_control import (
     NO_LEADER_CHANGE,
@@ -68,16 +69,6 @@ if TYPE_CHECKING:
     from kraft_node.metadata.controller.partition_changes import PartitionChangeContext
 
 
-class _Fallback:
-    """The bulk path cannot answer this partition: take the full path."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "FALLBACK"
-
-
-FALLBACK: Final = _Fallback()
 
 #: A v2 ISR member's epoch: "do not check" (Kafka's newIsrToSimpleNewIsrWithBrokerEpochs).
 _UNCHECKED = -1
@@ -151,7 +142,7 @@ class BulkAlterPartition:
         return self._min_isr
 
     def change(self, broker_id: int, topic: TopicControlInfo, data: Any,
-               version: int) -> tuple[ApiMessageAndVersion | None, Any] | _Fallback:
+               version: int) -> tuple[ApiMessageAndVersion | None, Any] | Fallback:
         """``(record or None, the partition's answer)`` for the request's ``data`` about one
         partition of ``topic``, or :data:`FALLBACK` (see the module doc)."""
         pid = data.partition_index
@@ -220,6 +211,6 @@ class BulkAlterPartition:
             leader_recovery_state=int(_RECOVERED), leader_epoch=leader_epoch,
             partition_epoch=p.partition_epoch + 1)
 
-    def _fallback(self) -> _Fallback:
+    def _fallback(self) -> Fallback:
         self.fallbacks += 1
         return FALLBACK

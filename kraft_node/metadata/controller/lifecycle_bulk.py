@@ -59,8 +59,9 @@ if TYPE_CHECKING:
     from kraft_node.metadata.controller.partition_changes import PartitionChangeContext
 
 
-class _Fallback:
-    """The bulk path cannot answer this partition: build it with the PartitionChangeBuilder."""
+class Fallback:
+    """A bulk path cannot answer this partition: the caller takes the full path (the
+    PartitionChangeBuilder).  One instance, :data:`FALLBACK` (also ``alter_partition_bulk``'s)."""
 
     __slots__ = ()
 
@@ -68,9 +69,9 @@ class _Fallback:
         return "FALLBACK"
 
 
-FALLBACK: Final = _Fallback()
+FALLBACK: Final = Fallback()
 
-_Change = ApiMessageAndVersion | None | _Fallback
+_Change = ApiMessageAndVersion | None | Fallback
 
 
 class BulkLifecycleChanges:
@@ -162,7 +163,7 @@ class BulkLifecycleChanges:
             self.fallbacks += 1
             return self._ctx.partition_update(topic, partition_id, partition, self._remove, self._add,
                                               self._unclean)
-        assert not isinstance(record, _Fallback)
+        assert not isinstance(record, Fallback)
         return record
 
     def changes(self, items: list[tuple[TopicControlInfo, int, PartitionRegistration]]
