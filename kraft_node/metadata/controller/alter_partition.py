@@ -55,7 +55,7 @@ from typing import Any, Sequence
 from kraft_node.metadata.controller.alter_partition_bulk import BulkAlterPartition
 from kraft_node.metadata.controller.errors import ApiError
 from kraft_node.metadata.controller.partition_change import Election
-from kraft_node.metadata.controller.partition_changes import PartitionChangeContext
+from kraft_node.metadata.controller.partition_changes import BUDGET_CHECK_EVERY, PartitionChangeContext
 from kraft_node.metadata.controller.replication_control import (
     NO_LEADER_CHANGE,
     LeaderRecoveryState,
@@ -90,13 +90,13 @@ MAX_COST_PER_EVENT = 1_000
 
 #: On a running controller a slice also ends once building it has taken this much of the
 #: clock the partition changes are given (``PartitionChangeContext.clock_ns``: the controller
-#: thread's CPU time on a node; checked every :data:`CLOCK_CHECK_EVERY` partitions), so a
-#: loaded machine gets shorter slices: the event that writes a slice also encodes and replays
-#: it, ~2.3x the building time of bulk partitions, so 8 ms of building is a ~20 ms event.
+#: thread's CPU time on a node; checked every ``BUDGET_CHECK_EVERY`` partitions, as the
+#: lifecycle results' budget), so a loaded machine gets shorter slices: the event that writes
+#: a slice also encodes and replays it, ~2.3x the building time of bulk partitions, so 8 ms of
+#: building is a ~20 ms event.
 #: (Without a clock -- the simulator, unit tests -- the cost alone bounds a slice,
 #: deterministically.)
 BUILD_BUDGET_NS = 8_000_000
-CLOCK_CHECK_EVERY = 32
 
 
 def valid_isr(replicas: Sequence[int], isr: Sequence[int]) -> bool:
@@ -170,7 +170,7 @@ class AlterPartitionManager:
                         log.info("Rejecting AlterPartition request for unknown topic ID %s.", topic_data.topic_id)
                     while p_index < len(partitions):
                         if worked and ((max_cost is not None and cost >= max_cost)
-                                       or (worked % CLOCK_CHECK_EVERY == 0 and past(deadline_ns))):
+                                       or (worked % BUDGET_CHECK_EVERY == 0 and past(deadline_ns))):
                             return t_index, p_index
                         worked += 1
                         answers.append((t_index, AlterPartitionResponse.PartitionData(
@@ -181,7 +181,7 @@ class AlterPartitionManager:
                 else:
                     while p_index < len(partitions):
                         if worked and ((max_cost is not None and cost >= max_cost)
-                                       or (worked % CLOCK_CHECK_EVERY == 0 and past(deadline_ns))):
+                                       or (worked % BUDGET_CHECK_EVERY == 0 and past(deadline_ns))):
                             return t_index, p_index
                         worked += 1
                         partition_data = partitions[p_index]
@@ -433,8 +433,7 @@ class AlterPartitionWrite:
                 return ControllerResult.of([], None)
         records: list[ApiMessageAndVersion] = []
         assert self.cursor is not None
-        ctx = manager.ctx
-        deadline = None if ctx.clock_ns is None else ctx.clock_ns() + manager.build_budget_ns
+        deadline = manager.ctx.result_deadline_ns(manager.build_budget_ns)
         self.cursor = manager.alter_slice(request, self.version, self.cursor, manager.max_cost_per_event, records,
                                           self.answers, deadline)
         if self.cursor is not None:

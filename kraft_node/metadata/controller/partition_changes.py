@@ -161,11 +161,14 @@ class PartitionChangeContext:
         #: reads changes inside one write (state changes only by replay)
         self._memo: dict[Any, Any] | None = None
 
-    def result_deadline_ns(self) -> int | None:
-        """When a lifecycle result started now must stop building (None: no clock wired, the
-        count alone bounds it)."""
+    def result_deadline_ns(self, budget_ns: int | None = None) -> int | None:
+        """When a result started now must stop building: after ``budget_ns`` (default: a
+        lifecycle result's, :attr:`result_build_budget_ns`) of :attr:`clock_ns`; None when no
+        clock is wired (the count alone bounds it)."""
         clock = self.clock_ns
-        return None if clock is None else clock() + self.result_build_budget_ns
+        if clock is None:
+            return None
+        return clock() + (self.result_build_budget_ns if budget_ns is None else budget_ns)
 
     def past(self, deadline_ns: int | None) -> bool:
         """Whether the clock has reached ``deadline_ns`` (never, for None)."""
