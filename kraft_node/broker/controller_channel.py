@@ -155,10 +155,16 @@ class ControllerChannel:
         return self._closed.is_set()
 
     # ------------------------------------------------------------ sending
-    async def send(self, body: Any, version: int | None = None, *, timeout_s: float | None = None) -> Any:
+    async def send(self, body: Any, version: int | None = None, *, timeout_s: float | None = None,
+                   restamp: Callable[[], Any] | None = None) -> Any:
         """Deliver ``body`` (a generated request) to the active controller and return its
         response body.  ``version``: the version to send, or None for the highest both sides
         support.  ``timeout_s``: the deadline for all attempts (default: ``request_timeout_ms``).
+        ``restamp``: called before each attempt; what it returns is sent in that attempt instead
+        of ``body`` (same API), and None means "send no more attempts": ``send`` raises
+        :class:`ControllerUnavailableError` at once.  Forwarding uses it to carry the client's
+        remaining timeout to the controller, so that no attempt can start a write after the
+        client has stopped waiting (:mod:`kraft_node.broker.forwarding`).
 
         Raises :class:`ControllerUnavailableError` at the deadline or once the channel is
         closed, and :class:`UnsupportedControllerVersionError` when no version fits."""
@@ -189,9 +195,13 @@ class ControllerChannel:
                     v = version if version is not None else await self._pick_version(conn, target, info.name,
                                                                                       api_key, remaining)
                     attempt_s = max(0.001, min(self.request_timeout_s, deadline - loop.time()))
-                    response = await conn.request(body, v, timeout=attempt_s)
-                except UnsupportedControllerVersionError:
-                    raise
+                    sent = body if restamp is None else restamp()
+                    if sent is None:
+                        raise ControllerUnavailableError(
+                            f"{info.name} not sent again: its own deadline has passed (last: {last})")
+                    response = await conn.request(sent, v, timeout=attempt_s)
+                except (UnsupportedControllerVersionError, ControllerUnavailableError):
+                    raise  # no version fits / restamp said stop (a TimeoutError, hence an OSError)
                 except (OSError, ConnectionError, RequestTimeout, MessageError) as exc:
                     # ConnectFailed/ConnectionClosed are ConnectionErrors, RequestTimeout a TimeoutError.
                     # An attempt the deadline cut short says nothing new: the error keeps naming

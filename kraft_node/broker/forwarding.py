@@ -38,6 +38,20 @@ are put back in the request's order.  Everything else Kafka validates on the con
 Not done (refused by name): BROKER_LOGGER changes (Kafka applies them on the broker itself);
 the dynamic broker config validation Kafka runs on the broker before forwarding.
 
+The client's deadline.  The APIs with a ``timeout_ms`` field (CreateTopics, DeleteTopics,
+CreatePartitions, ElectLeaders, the reassignment RPCs, UpdateFeatures) tell how long the client
+waits; the controller starts no write for a request whose ``timeout_ms`` has passed since it got it
+(Kafka's ``requestTimeoutMsToDeadlineNs``).  The channel resends after a lost connection or
+NOT_CONTROLLER, so a resend sent late would start the write late: a client that gave up, asked
+again through another broker, was answered, and then deleted the topic could see its creation
+come back from the first broker's resend.  Decision (kraft's, Kafka does not do this): the
+first attempt is the client's request byte for byte, each resend carries the time left of the
+client's ``timeout_ms`` counted from the broker's receipt, no attempt is sent once it is spent,
+and the broker waits for an answer at most :data:`COMMIT_GRACE_S` longer.  Once the client's
+timeout has passed (give or take the time an attempt spends on the wire), nothing it asked for
+can still start.  The config writes have no
+``timeout_ms``: they keep the channel's deadline.
+
 Auto-creation (:meth:`ForwardingManager.auto_create_topics`, for Metadata with
 ``auto.create.topics.enable``): a CreateTopics in an envelope, fire and forget; topics already
 being created are not asked for again (Kafka's ``inflightTopics``).
@@ -45,8 +59,10 @@ being created are not asked for again (Kafka's ``inflightTopics``).
 from __future__ import annotations
 
 import asyncio
+import copy
 import ipaddress
 import logging
+import math
 from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 from kraft_node.broker.controller_channel import ControllerChannelError, UnsupportedControllerVersionError
@@ -72,6 +88,11 @@ FORWARDED_APIS: tuple[int, ...] = tuple(int(ApiKeys[name]) for name in (
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
 
+#: How long past the client's ``timeout_ms`` the broker still waits for the controller's answer
+#: to an attempt sent in time: the controller answers a write once it is committed, which may be
+#: after the deadline that bounded its start.
+COMMIT_GRACE_S = 5.0
+
 _CREATE_TOPICS = int(ApiKeys["CREATE_TOPICS"])
 _ALTER_CONFIGS = int(ApiKeys["ALTER_CONFIGS"])
 _INCREMENTAL_ALTER_CONFIGS = int(ApiKeys["INCREMENTAL_ALTER_CONFIGS"])
@@ -85,7 +106,11 @@ class ControllerSender(Protocol):
     """What forwarding needs of the controller channel: send one request to the active controller
     and return its response body, or raise when none answered in time."""
 
-    async def send(self, body: Any, version: int | None = None, *, timeout_s: float | None = None) -> Any: ...
+    #: the deadline of a send that gives no ``timeout_s``
+    request_timeout_s: float
+
+    async def send(self, body: Any, version: int | None = None, *, timeout_s: float | None = None,
+                   restamp: Callable[[], Any] | None = None) -> Any: ...
 
 
 class ForwardedVersionMismatch(Exception):
@@ -137,12 +162,38 @@ class ForwardingManager:
     async def _forward(self, header: Any, request: Any, version: int, address: bytes | None) -> Any:
         key = int(header.request_api_key)
         name = API_INFO[key].name
-        envelope = EnvelopeRequest(request_data=request_payload(header, request, version),
-                                   request_principal=self._principal_bytes,
-                                   client_host_address=address or self._fallback_address)
+        host = address or self._fallback_address
+
+        def envelope_of(body: Any) -> EnvelopeRequest:
+            return EnvelopeRequest(request_data=request_payload(header, body, version),
+                                   request_principal=self._principal_bytes, client_host_address=host)
+        envelope = envelope_of(request)
+        timeout_s = self.timeout_s
+        restamp: Callable[[], EnvelopeRequest | None] | None = None
+        client_timeout_ms = getattr(request, "timeout_ms", None)
+        if type(client_timeout_ms) is int and client_timeout_ms > 0:
+            # The client's own deadline bounds every attempt (see "The client's deadline" above).
+            loop = asyncio.get_running_loop()
+            start_deadline = loop.time() + client_timeout_ms / 1000
+            attempts = 0
+
+            def stamp_left() -> EnvelopeRequest | None:
+                nonlocal attempts
+                attempts += 1
+                left_ms = math.ceil((start_deadline - loop.time()) * 1000)
+                if left_ms <= 0:
+                    return None
+                if attempts == 1:
+                    return envelope  # the first attempt: the client's request byte for byte
+                stamped = copy.copy(request)
+                stamped.timeout_ms = left_ms
+                return envelope_of(stamped)
+            restamp = stamp_left
+            bound = client_timeout_ms / 1000 + COMMIT_GRACE_S
+            timeout_s = min(self.channel.request_timeout_s if timeout_s is None else timeout_s, bound)
         self.in_flight += 1
         try:
-            answer = await self.channel.send(envelope, 0, timeout_s=self.timeout_s)
+            answer = await self.channel.send(envelope, 0, timeout_s=timeout_s, restamp=restamp)
         except UnsupportedControllerVersionError as exc:  # Kafka's versionMismatch
             log.warning("forwarding %s v%d: %s", name, version, exc)
             return error_response(key, request, version, Errors.UNKNOWN_SERVER_ERROR)

@@ -82,7 +82,10 @@ class TopicClient:
         It is an acknowledgement too: the names are this client's alone, so only an earlier attempt of
         the same request can have done it -- ours, whose answer was lost, or the broker's own resend
         after its controller connection broke (Kafka's controller channel resends too, and a Raft
-        leader's uncommitted append may be committed by its successor).  Counted in ``redone``."""
+        leader's uncommitted append may be committed by its successor).  Counted in ``redone``.
+        A broker's resend never starts after the request's ``timeout_ms`` (5 s, less than
+        ``REQUEST_TIMEOUT_S``: :mod:`kraft_node.broker.forwarding`, "The client's deadline"), so a
+        topic deleted after its creation was acknowledged cannot be created again by a late resend."""
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             resp = await self._send(make(), version)

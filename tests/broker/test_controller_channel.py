@@ -208,6 +208,28 @@ def test_other_errors_are_returned_and_not_controller_is_retried():
     run(go, 30)
 
 
+def test_restamp_chooses_each_attempt_and_none_stops_the_resends():
+    """``restamp`` is asked before every attempt (the first included) and what it returns is what
+    goes out; None sends nothing more and fails at once, naming the last answer -- forwarding's
+    "no resend after the client's timeout" rests on it."""
+    async def go():
+        async with Scripted(heartbeat=lambda body: BrokerHeartbeatResponse(error_code=Errors.NOT_CONTROLLER)) as srv:
+            seen: list[int] = []
+            srv.heartbeat = lambda body: (seen.append(body.broker_epoch),
+                                          BrokerHeartbeatResponse(error_code=Errors.NOT_CONTROLLER))[1]
+            plan = [broker_heartbeat(1, 11, 10), broker_heartbeat(1, 12, 10), None, broker_heartbeat(1, 13, 10)]
+            channel = ControllerChannel(lambda: srv.address, client_id="t", retry_backoff_ms=10)
+            t0 = time.monotonic()
+            with pytest.raises(ControllerUnavailableError,
+                               match=r"BrokerHeartbeat not sent again: its own deadline has passed "
+                                     r"\(last: controller 3000 at 127.0.0.1:\d+ answered NOT_CONTROLLER\)"):
+                await channel.send(_hb(), timeout_s=30, restamp=lambda: plan.pop(0))
+            assert time.monotonic() - t0 < 5  # not the 30 s deadline
+            assert seen == [11, 12] and len(plan) == 1
+            await channel.close()
+    run(go, 30)
+
+
 def test_not_controller_inside_a_result_counts():
     R = CreateTopicsResponse
     ok = R(topics=[R.CreatableTopicResult(name="a", error_code=0),

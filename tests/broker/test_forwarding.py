@@ -29,7 +29,7 @@ from kraft_node.broker.controller_channel import (
     ControllerUnavailableError,
     UnsupportedControllerVersionError,
 )
-from kraft_node.broker.forwarding import FORWARDED_APIS, ForwardedVersionMismatch, ForwardingManager
+from kraft_node.broker.forwarding import COMMIT_GRACE_S, FORWARDED_APIS, ForwardedVersionMismatch, ForwardingManager
 from kraft_node.metadata.controller.configuration_control import ConfigResource
 from kraft_node.network import KafkaConnection
 from kraft_node.network.envelope import envelope_handler, parse_principal
@@ -69,12 +69,15 @@ def _client_ctx(body, version: int, correlation_id: int = 31, peer=("192.0.2.7",
 class FakeChannel:
     """The controller channel's ``send``, answering with ``answer(envelope)`` (or raising it)."""
 
+    request_timeout_s = 30.0
+
     def __init__(self, answer) -> None:
         self.answer = answer
         self.sent: list[tuple[object, int | None, float | None]] = []
 
-    async def send(self, body, version=None, *, timeout_s=None):
+    async def send(self, body, version=None, *, timeout_s=None, restamp=None):
         self.sent.append((body, version, timeout_s))
+        self.restamp = restamp
         await asyncio.sleep(0)
         if isinstance(self.answer, BaseException):
             raise self.answer
@@ -135,6 +138,67 @@ def test_request_wrapped_as_the_client_sent_it_and_answer_unwrapped(version):
     assert (p.type, p.name, p.token_authenticated) == ("User", "ANONYMOUS", False)
     assert seen == [(31, "admin-1", version, "192.0.2.7", "ANONYMOUS")]
     assert fm.in_flight == 0
+
+
+class Resending:
+    """A channel that keeps resending (as it does after lost connections or NOT_CONTROLLER),
+    asking ``restamp`` before every attempt, ``pause`` seconds apart, until restamp says stop."""
+
+    request_timeout_s = 30.0
+
+    def __init__(self, pause: float) -> None:
+        self.pause = pause
+        self.sent: list = []
+        self.timeout_s = None
+
+    async def send(self, body, version=None, *, timeout_s=None, restamp=None):
+        self.timeout_s = timeout_s
+        assert restamp is not None
+        while True:
+            asked_at = time.monotonic()
+            if (envelope := restamp()) is None:
+                break
+            self.sent.append((asked_at, envelope))
+            await asyncio.sleep(self.pause)
+        raise ControllerUnavailableError("CreateTopics not sent again: its own deadline has passed")
+
+
+@pytest.mark.parametrize("own_timeout_s, expected_bound", [(None, 0.4 + COMMIT_GRACE_S), (3.0, 3.0)])
+def test_resends_carry_what_is_left_of_the_clients_timeout_and_stop_when_it_is_spent(own_timeout_s,
+                                                                                     expected_bound):
+    """A resend must not start the client's write after the client stopped waiting (a client that
+    re-asked elsewhere and then deleted the topic would see it come back): the first attempt is the
+    client's request byte for byte, each resend carries the time left of its ``timeout_ms``, none
+    goes out once it is spent, and the client gets REQUEST_TIMED_OUT."""
+    channel = Resending(pause=0.1)
+    fm = ForwardingManager(channel, timeout_s=own_timeout_s)
+    request = _create("a", "b")
+    request.timeout_ms = 400
+    resp = asyncio.run(fm.forward(_client_ctx(request, 7), request))
+    assert [(t.name, t.error_code) for t in resp.topics] == [("a", E.REQUEST_TIMED_OUT), ("b", E.REQUEST_TIMED_OUT)]
+    assert channel.timeout_s == pytest.approx(expected_bound)
+    assert len(channel.sent) >= 2
+    (first_at, first), *resends = channel.sent  # the deadline was set just before first_at
+    assert first.request_data == bytes(encode_request(request, 7, 31, "admin-1")[4:])
+    previous = 400
+    for at, envelope in resends:
+        header, body = decode_request(envelope.request_data)
+        assert (header.correlation_id, header.client_id) == (31, "admin-1")
+        assert [t.name for t in body.topics] == ["a", "b"]
+        assert 0 < body.timeout_ms <= previous and body.timeout_ms <= 400 - (at - first_at) * 1000 + 1
+        previous = body.timeout_ms
+        assert at - first_at < 0.4
+    assert request.timeout_ms == 400  # the client's request object is not changed
+
+
+def test_a_request_with_no_deadline_keeps_the_channels_deadline_and_is_sent_as_is():
+    channel = _controller({int(ApiKeys.CREATE_TOPICS): _ok_create})
+    fm = ForwardingManager(channel, timeout_s=7.5)
+    request = _create("a")
+    request.timeout_ms = 0  # no deadline to carry (the controller sets none either)
+    resp = asyncio.run(fm.forward(_client_ctx(request, 7), request))
+    assert [(t.name, t.error_code) for t in resp.topics] == [("a", 0)]
+    assert channel.restamp is None and channel.sent[0][2] == 7.5
 
 
 def test_ipv6_client_and_unknown_peer_address():
@@ -299,7 +363,7 @@ def test_auto_create_topics_fire_and_forget_once_per_topic():
     async def go():
         release = gate()
 
-        async def slow_send(body, version=None, *, timeout_s=None):
+        async def slow_send(body, version=None, *, timeout_s=None, restamp=None):
             await release.wait()
             return channel.answer(body)
 
