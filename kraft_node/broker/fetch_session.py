@@ -22,7 +22,9 @@ Request metadata (``session_id``, ``session_epoch``; Fetch v7+, Kafka's ``FetchM
 
 An incremental answer holds a partition only when it has records, an error, a diverging epoch
 or a preferred read replica, or when its high watermark or log start offset differs from what
-the session last sent (Kafka's ``CachedPartition.maybeUpdateResponseData``); a partition that
+the session last sent (Kafka's ``CachedPartition.maybeUpdateResponseData``), or (kraft, not in
+Kafka) when a follower's request named it again with new request data -- the follower may have
+dropped its last answer, so its watermarks are sent again once; a partition that
 returned records moves to the end of the session's order, so the next answers serve the others
 first when ``max_bytes`` runs out.
 
@@ -243,6 +245,13 @@ class FetchSessionCache:
                 session.partitions[key] = CachedPartition(name, topic_id, int(req.partition), req)
             else:
                 cached.request = req
+                if session.privileged:
+                    # a follower named it again, its position moved (kraft, not in Kafka): answer
+                    # it once more even if its watermarks did not move, since the follower may
+                    # have dropped the last answer (one for a state that changed meanwhile, or a
+                    # diverging epoch, whose high watermark it does not take); else its high
+                    # watermark could stay stale until the leader's moves again
+                    cached.high_watermark = -1
         for name, topic_id, partition in forgotten:
             session.partitions.pop(_key(uses_ids, name, topic_id, partition), None)
         if not session.partitions:

@@ -23,8 +23,14 @@ The fetch loop (one round, Kafka's ``doWork``):
    fetch offset, which is their high watermark (Kafka's ``truncateToHighWatermark``);
 2. every *ready* partition (fetching, not delayed) goes into one Fetch, at the highest version
    both sides support and at least 12 (diverging epochs, KIP-320): topic ids from v13, the
-   follower's id and broker epoch in ``ReplicaState`` from v15.  No fetch session (session id 0,
-   epoch -1: a full fetch each time);
+   follower's id and broker epoch in ``ReplicaState`` from v15.  Through a fetch session
+   (KIP-227, :mod:`kraft_node.broker.fetch_session_handler`, one per fetcher): the first Fetch is
+   full and opens a session on the leader; later ones name only the partitions whose request data
+   changed and forget those no longer ready, and the answer holds only partitions with something
+   new (records, a moved high watermark or log start offset, an error, a diverging epoch).  A
+   partition left out of an answer keeps its state.  Session errors, a failed request or a new
+   connection make the next Fetch full again; a leader with sessions off answers session id 0
+   and every Fetch stays full;
 3. each partition of the answer is applied only if its state still matches what was asked (same
    fetch offset and leader epoch, still ready): a partition removed or re-added meanwhile ignores
    a stale answer.  NONE appends the records (``append_as_follower``), then takes the leader's
@@ -61,7 +67,7 @@ truncate to it (unclean election; same high-watermark rule); otherwise we contin
 restarts at the leader's start offset.
 
 Not done here (said so, not faked): replication quotas (``leader.replication.throttled.rate``
-and the throttled-replica lists), fetch sessions (KIP-227), OffsetsForLeaderEpoch (not needed
+and the throttled-replica lists), OffsetsForLeaderEpoch (not needed
 with v12+: the fetch itself reports divergence), fetching from a future log directory
 (ReplicaAlterLogDirsThread), tiered storage.
 """
@@ -76,6 +82,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
 from kraft_node.broker.controller_channel import error_name
+from kraft_node.broker.fetch_session_handler import SESSION_ERRORS, FetchSessionHandler
+from kraft_node.broker.fetch_session_handler import PartitionData as SessionPartitionData
 from kraft_node.broker.log.producer_state import append_replicated_as_follower
 from kraft_node.metadata.image.topics import TopicPartition
 from kraft_node.network.client import ConnectionClosed, KafkaConnection, RequestTimeout
@@ -107,8 +115,6 @@ EARLIEST_TIMESTAMP = -2
 #: Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET in OffsetsForLeaderEpoch and diverging epochs.
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
-#: The fetch session epoch that asks for a sessionless full fetch (Kafka's FetchMetadata.FINAL_EPOCH).
-SESSIONLESS_EPOCH = -1
 CONNECT_TIMEOUT_S = 10.0
 
 
@@ -323,6 +329,10 @@ class FetcherStats:
     failed_requests: int = 0
     bytes: int = 0
     lag: dict[TopicPartition, int] = field(default_factory=dict)
+    #: fetch session figures: full fetches sent, partitions named in requests / in answers
+    full_fetches: int = 0
+    partitions_sent: int = 0
+    partitions_answered: int = 0
 
 
 class _LeaderEndPoint:
@@ -426,6 +436,10 @@ class ReplicaFetcher:
         self._prefix = f"[ReplicaFetcher replicaId={broker_id}, leaderId={source.id}, fetcherId={fetcher_id}] "
         self.leader = _LeaderEndPoint(source, client_id=self.name, ssl_context=ssl_context,
                                       request_timeout_s=config.replica_socket_timeout_ms / 1000)
+        #: the fetch session with ``source`` (KIP-227); a new fetcher (new leader address) starts a new one
+        self.session = FetchSessionHandler(source.id, self._prefix)
+        #: ``leader.connections_opened`` when the session was last checked (a reconnect resets it)
+        self._session_connection = 0
         #: insertion order is the fetch order; a partition moves to the end when its state changes
         self._states: dict[TopicPartition, PartitionFetchState] = {}
         self._partitions: dict[TopicPartition, FollowerPartition] = {}
@@ -602,32 +616,60 @@ class ReplicaFetcher:
     # ------------------------------------------------------------------ fetch
     def _build_fetch(self, version: int,
                      now: float) -> tuple[Any, int, dict[TopicPartition, PartitionFetchState]] | None:
-        """The Fetch for every ready partition, the version to send it at, and the states it asks for."""
+        """The Fetch for every ready partition, the version to send it at, and the states it asks
+        for.  Through the fetch session (``self.session``): a full fetch names every ready
+        partition; an incremental one only those whose request data changed, and forgets those
+        no longer ready (removed, or delayed by a backoff) -- the leader reads the others from
+        the data it kept.  The asked states are every ready partition either way."""
         ready = {tp: s for tp, s in self._states.items() if s.is_ready_for_fetch(now)}
         if not ready:
             return None
+        if self.leader.connections_opened != self._session_connection:
+            if self._session_connection and not self.session.next_metadata.is_full:
+                # a new connection may reach a restarted leader: start again with a full fetch
+                self.session.handle_error("the connection to the leader was reopened")
+            self._session_connection = self.leader.connections_opened
         use_ids = version >= TOPIC_IDS_FETCH_VERSION and all(s.topic_id != ZERO_UUID for s in ready.values())
         if version >= TOPIC_IDS_FETCH_VERSION and not use_ids:
             version = MIN_REPLICA_FETCH_VERSION  # Kafka: v12 when a partition has no topic id
         cfg = self.config
-        topics: dict[str, Any] = {}
+        max_bytes = cfg.replica_fetch_max_bytes
+        builder = self.session.new_builder()
+        add = builder.add
+        partitions = self._partitions
         for tp, s in ready.items():
+            add(tp, SessionPartitionData(s.topic_id, s.fetch_offset, partitions[tp].log.log_start_offset, max_bytes,
+                                         s.current_leader_epoch,
+                                         -1 if s.last_fetched_epoch is None else s.last_fetched_epoch))
+        data = builder.build()
+        topics: dict[str, Any] = {}
+        for tp, d in data.to_send.items():
             topic = topics.get(tp.topic)
             if topic is None:
-                topic = topics[tp.topic] = FetchRequest.FetchTopic(topic=tp.topic, topic_id=s.topic_id)
+                topic = topics[tp.topic] = FetchRequest.FetchTopic(topic=tp.topic, topic_id=d.topic_id)
             topic.partitions.append(FetchRequest.FetchPartition(
-                partition=tp.partition, current_leader_epoch=s.current_leader_epoch, fetch_offset=s.fetch_offset,
-                last_fetched_epoch=-1 if s.last_fetched_epoch is None else s.last_fetched_epoch,
-                log_start_offset=self._partitions[tp].log.log_start_offset,
-                partition_max_bytes=cfg.replica_fetch_max_bytes))
+                partition=tp.partition, current_leader_epoch=d.current_leader_epoch, fetch_offset=d.fetch_offset,
+                last_fetched_epoch=d.last_fetched_epoch, log_start_offset=d.log_start_offset,
+                partition_max_bytes=d.max_bytes))
+        forgotten: dict[tuple[str, Uuid], Any] = {}
+        for topic_id, tp in data.forgotten(version):
+            ft = forgotten.get((tp.topic, topic_id))
+            if ft is None:
+                ft = forgotten[(tp.topic, topic_id)] = FetchRequest.ForgottenTopic(topic=tp.topic, topic_id=topic_id)
+            ft.partitions.append(tp.partition)
+        meta = data.metadata
         request = FetchRequest(cluster_id=self.cluster_id, replica_id=self.broker_id,
                                max_wait_ms=cfg.replica_fetch_wait_max_ms, min_bytes=cfg.replica_fetch_min_bytes,
-                               max_bytes=cfg.replica_fetch_response_max_bytes, isolation_level=0, session_id=0,
-                               session_epoch=SESSIONLESS_EPOCH, topics=list(topics.values()))
+                               max_bytes=cfg.replica_fetch_response_max_bytes, isolation_level=0,
+                               session_id=meta.session_id, session_epoch=meta.epoch, topics=list(topics.values()),
+                               forgotten_topics_data=list(forgotten.values()))
         if version >= REPLICA_STATE_FETCH_VERSION:
             request.replica_state = FetchRequest.ReplicaState(replica_id=self.broker_id,
                                                               replica_epoch=self._broker_epoch())
             request.replica_id = -1
+        self.stats.partitions_sent += len(data.to_send)
+        if meta.is_full:
+            self.stats.full_fetches += 1
         return request, version, ready
 
     async def _maybe_fetch(self) -> None:
@@ -640,6 +682,7 @@ class ReplicaFetcher:
             await self.leader.connection()
             version = self.leader.version(int(FetchRequest.API_KEY), MIN_REPLICA_FETCH_VERSION)
         except _REQUEST_ERRORS as exc:
+            self.session.handle_error(exc)
             self._request_failed(f"cannot reach leader {self.source}: {exc}")
             return
         built = self._build_fetch(version, loop.time())
@@ -650,10 +693,11 @@ class ReplicaFetcher:
         try:
             response = await self.leader.request(request, version, timeout_s)
         except _REQUEST_ERRORS as exc:
+            self.session.handle_error(exc)
             self._request_failed(f"error in response for fetch request to leader {self.source}: {exc}")
             return
         self.stats.requests += 1
-        self._process_fetch_response(response, version, asked, request)
+        self._process_fetch_response(response, version, asked)
         await self._handle_out_of_range()
 
     async def _idle(self, now: float) -> None:
@@ -673,32 +717,34 @@ class ReplicaFetcher:
         log.warning("%s%s; backing off %d partitions for %gs", self._prefix, why, len(self._states), self.backoff_s)
         self._delay(list(self._states), asyncio.get_running_loop().time())
 
-    def _process_fetch_response(self, response: Any, version: int, asked: dict[TopicPartition, PartitionFetchState],
-                                request: Any) -> None:
+    def _process_fetch_response(self, response: Any, version: int,
+                                asked: dict[TopicPartition, PartitionFetchState]) -> None:
         now = asyncio.get_running_loop().time()
         with_error: list[TopicPartition] = []
         self._out_of_range = []
-        if response.error_code != 0:
-            self._request_failed(f"leader {self.source} answered the fetch with {error_name(response.error_code)}")
+        code = int(response.error_code)
+        answered = self.session.response_data(response, version) if code == 0 else {}
+        if not self.session.handle_response(response, version, answered):
+            if code == 0:
+                return  # an answer that does not fit the session: not used; the next fetch is full
+            if code in SESSION_ERRORS:
+                # the session is gone (leader restarted, evicted) or out of step: a full fetch at once
+                log.info("%sfetch session with leader %s answered %s; the next fetch is a full one", self._prefix,
+                         self.source, error_name(code))
+                return
+            self._request_failed(f"leader {self.source} answered the fetch with {error_name(code)}")
             return
-        names = {t.topic_id: t.topic for t in request.topics}
-        for topic in response.responses:
-            name = names.get(topic.topic_id) if version >= TOPIC_IDS_FETCH_VERSION else topic.topic
-            if name is None:
-                log.warning("%sthe leader answered for topic id %s, which was not asked; ignored", self._prefix,
-                            topic.topic_id)
+        self.stats.partitions_answered += len(answered)
+        for tp, pd in answered.items():
+            sent = asked.get(tp)
+            current = self._states.get(tp)
+            # apply only an answer to the state that asked: same offset and epoch, still ready
+            if sent is None or current is None or current.fetch_offset != sent.fetch_offset or \
+                    current.current_leader_epoch != sent.current_leader_epoch or \
+                    not current.is_ready_for_fetch(now):
                 continue
-            for pd in topic.partitions:
-                tp = TopicPartition(name, pd.partition_index)
-                sent = asked.get(tp)
-                current = self._states.get(tp)
-                # apply only an answer to the state that asked: same offset and epoch, still ready
-                if sent is None or current is None or current.fetch_offset != sent.fetch_offset or \
-                        current.current_leader_epoch != sent.current_leader_epoch or \
-                        not current.is_ready_for_fetch(now):
-                    continue
-                if self._process_partition(tp, current, pd):
-                    with_error.append(tp)
+            if self._process_partition(tp, current, pd):
+                with_error.append(tp)
         if with_error:
             self._delay(with_error, now)
 

@@ -244,7 +244,7 @@ def test_follower_replicates_every_partition_of_a_leader_in_one_fetch(tmp_path):
             assert version >= 15
             assert {t.topic_id for t in first.topics} == {tid_a, tid_b}        # one Fetch, both partitions
             assert first.replica_state.replica_id == 3 and first.replica_state.replica_epoch == 42
-            assert first.session_id == 0 and first.session_epoch == -1
+            assert first.session_id == 0 and first.session_epoch == 0   # a full fetch asking for a session
             assert first.max_wait_ms == 50 and first.min_bytes == 1 and first.max_bytes == 10 * 1024 * 1024
             assert all(p.partition_max_bytes == 1024 * 1024 for t in first.topics for p in t.partitions)
             # the lag of b: leader hw 2 - next offset 4 -> 0 (never negative); MaxLag reads 0 when caught up
