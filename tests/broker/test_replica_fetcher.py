@@ -29,11 +29,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 
+from kraft_node.broker.fetch_session import FetchSessionCache
 from kraft_node.broker.replica_fetcher import (
     FetchPhase,
     ReplicaFetcherConfig,
@@ -122,13 +123,18 @@ class LeaderPartition:
 
 
 class FakeLeader:
-    """A Kafka leader's Fetch and ListOffsets for followers, on real logs."""
+    """A Kafka leader's Fetch and ListOffsets for followers, on real logs.  Fetch sessions go
+    through the broker's real FetchSessionCache (``session_slots`` 0: sessions off, every answer
+    sessionless)."""
 
-    def __init__(self, broker_id: int) -> None:
+    def __init__(self, broker_id: int, session_slots: int = 10) -> None:
         self.broker_id = broker_id
         self.parts: dict[TopicPartition, LeaderPartition] = {}
         self.fetches: list[tuple[int, Any, float]] = []   # (version, request, loop time)
+        self.answers: dict[int, Any] = {}                 # index in ``fetches`` -> its FetchResponse
+        self.lose_sessions = False                        # the next Fetch finds no session (a restart)
         self.list_offsets: list[Any] = []
+        self.sessions = FetchSessionCache(session_slots, clock_ms=lambda: int(time.monotonic() * 1000))
         self.server = KafkaServer("127.0.0.1", 0, {int(ApiKeys.FETCH): self.fetch,
                                                    int(ApiKeys.LIST_OFFSETS): self.list_offsets_handler})
         self.port = 0
@@ -147,20 +153,39 @@ class FakeLeader:
         return None
 
     async def fetch(self, ctx: Any, req: Any) -> Any:
+        index = len(self.fetches)
         self.fetches.append((ctx.api_version, req, asyncio.get_running_loop().time()))
-        out = []
+        if self.lose_sessions:
+            self.lose_sessions = False
+            self.sessions.sessions.clear()
+        by_id = ctx.api_version >= 13
+        items = [(t.topic, t.topic_id, fp) for t in req.topics for fp in t.partitions]
+        forgotten = [(f.topic, f.topic_id, int(p)) for f in req.forgotten_topics_data or () for p in f.partitions]
+        fctx = self.sessions.new_context(ctx.api_version, req.session_id, req.session_epoch, True, items, forgotten)
+        if fctx.kind == "error":
+            resp = FetchResponse(error_code=int(fctx.error))
+            self.answers[index] = resp
+            return resp
+        answers = []
         any_data = False
-        for t in req.topics:
-            name = self._by_id(t.topic_id) if ctx.api_version >= 13 else t.topic
-            parts = []
-            for fp in t.partitions:
-                pd = self._partition(TopicPartition(name or "?", fp.partition), fp)
-                any_data |= bool(pd.records)
-                parts.append(pd)
-            out.append(FetchResponse.FetchableTopicResponse(topic=t.topic, topic_id=t.topic_id, partitions=parts))
+        for topic, topic_id, fp in fctx.items:
+            name = self._by_id(topic_id) if by_id else topic
+            pd = self._partition(TopicPartition(name or "?", fp.partition), fp)
+            any_data |= bool(pd.records)
+            answers.append((topic, topic_id, pd))
         if not any_data and req.max_wait_ms > 0:
             await asyncio.sleep(req.max_wait_ms / 1000)   # the long poll, simplified
-        return FetchResponse(responses=out)
+        error, session_id, keep = self.sessions.finish(fctx, answers)
+        out: list[Any] = []
+        for i in keep:
+            topic, topic_id, pd = answers[i]
+            if out and out[-1].topic == topic and out[-1].topic_id == topic_id:
+                out[-1].partitions.append(pd)
+            else:
+                out.append(FetchResponse.FetchableTopicResponse(topic=topic, topic_id=topic_id, partitions=[pd]))
+        resp = FetchResponse(error_code=int(error), session_id=session_id, responses=out)
+        self.answers[index] = resp
+        return resp
 
     def _partition(self, tp: TopicPartition, fp: Any) -> Any:
         p = self.parts.get(tp)
@@ -624,6 +649,226 @@ def test_a_partial_trailing_batch_is_left_for_the_next_fetch(tmp_path):
             leader._partition = orig  # type: ignore[method-assign]
             await until(lambda: follower.log.log_end_offset == 30, what="the last batch")
             assert whole(follower.log) == whole(ll)
+        finally:
+            await mgr.close()
+            await leader.close()
+    run(go)
+
+
+# ------------------------------------------------------------------------------- fetch sessions (KIP-227)
+def _named(req: Any, leader: FakeLeader) -> set[TopicPartition]:
+    """The partitions a Fetch names (by id from v13)."""
+    return {TopicPartition(leader._by_id(t.topic_id) or t.topic, p.partition) for t in req.topics
+            for p in t.partitions}
+
+
+def _session_partitions(leader: FakeLeader) -> dict[Any, int]:
+    """The leader's one session: (topic id, partition) -> the fetch offset it will read."""
+    (session,) = leader.sessions.sessions.values()
+    return {key: int(c.request.fetch_offset) for key, c in session.partitions.items()}
+
+
+def test_incremental_fetches_name_only_changed_partitions_and_forget_removed_ones(tmp_path):
+    async def go() -> None:
+        leader = await FakeLeader(1).start()
+        ta, tb, tc = Uuid.random(), Uuid.random(), Uuid.random()
+        tps = {TopicPartition("a", 0): ta, TopicPartition("a", 1): ta, TopicPartition("b", 0): tb}
+        followers = {}
+        for tp, tid in tps.items():
+            ll = open_log(tmp_path, f"leader-{tp}")
+            append(ll, 3, 0, tag=str(tp).encode())
+            leader.parts[tp] = LeaderPartition(ll, 0, tid)
+            followers[tp] = FakeFollower(open_log(tmp_path, str(tp)), 1, 0, tid, tp)
+        mgr = manager({1: leader})
+        try:
+            mgr.on_become_follower(followers.values())
+            await until(lambda: all(f.log.log_end_offset == 3 and f.high_watermark == 3 for f in followers.values()),
+                        what="replication")
+            await asyncio.sleep(0.2)  # idle rounds
+            first = leader.fetches[0][1]
+            assert (first.session_id, first.session_epoch) == (0, 0) and _named(first, leader) == set(tps)
+            sid = leader.answers[0].session_id
+            assert sid != 0
+            idle = leader.fetches[-2][1]
+            # an idle fetch names nothing, and nothing is answered; the leader still reads all three
+            assert idle.session_id == sid and idle.session_epoch > 1 and idle.topics == []
+            assert leader.answers[len(leader.fetches) - 2].responses == []
+            assert _session_partitions(leader) == {(ta, 0): 3, (ta, 1): 3, (tb, 0): 3}
+            fetcher = mgr.fetchers[(1, 0)]
+            assert fetcher.stats.full_fetches == 1
+
+            # new records on a-1 only: the fetches after name a-1 alone, and only a-1 is answered
+            k = len(leader.fetches)
+            a1 = TopicPartition("a", 1)
+            append(leader.parts[a1].log, 2, 0, tag=b"more")
+            await until(lambda: followers[a1].log.log_end_offset == 5 and followers[a1].high_watermark == 5,
+                        what="a-1's new records")
+            await asyncio.sleep(0.15)
+            later = [r for _v, r, _t in leader.fetches[k:]]
+            assert all(r.session_id == sid and r.session_epoch > 0 for r in later)
+            assert set().union(*(_named(r, leader) for r in later)) == {a1}
+            answered = [TopicPartition(leader._by_id(t.topic_id) or "?", p.partition_index)
+                        for i, resp in leader.answers.items() if i >= k for t in resp.responses
+                        for p in t.partitions]
+            assert set(answered) == {a1}
+            assert whole(followers[a1].log) == whole(leader.parts[a1].log)
+
+            # a partition added (c-0) goes into the next incremental fetch; one removed (b-0) is forgotten
+            lc = open_log(tmp_path, "leader-c")
+            append(lc, 4, 0)
+            c0, b0 = TopicPartition("c", 0), TopicPartition("b", 0)
+            leader.parts[c0] = LeaderPartition(lc, 0, tc)
+            followers[c0] = FakeFollower(open_log(tmp_path, "c-0"), 1, 0, tc, c0)
+            k = len(leader.fetches)
+            mgr.on_become_follower([followers[c0]])
+            mgr.on_become_leader([followers[b0]])
+            await until(lambda: followers[c0].log.log_end_offset == 4 and followers[c0].high_watermark == 4,
+                        what="c-0 replicated")
+            await until(lambda: (tb, 0) not in _session_partitions(leader), what="b-0 forgotten")
+            later = [r for _v, r, _t in leader.fetches[k:]]
+            assert all(r.session_epoch > 0 for r in later), "no full fetch needed"
+            forgot = [(f.topic_id, p) for r in later for f in r.forgotten_topics_data for p in f.partitions]
+            assert forgot == [(tb, 0)]
+            assert _session_partitions(leader) == {(ta, 0): 3, (ta, 1): 5, (tc, 0): 4}
+            assert fetcher.stats.full_fetches == 1
+        finally:
+            await mgr.close()
+            await leader.close()
+    run(go)
+
+
+def test_a_lost_session_makes_the_next_fetch_full_without_a_backoff(tmp_path):
+    """The leader forgets the session (restarted, or evicted it): FETCH_SESSION_ID_NOT_FOUND;
+    the follower's next fetch is full at once (no replica.fetch.backoff.ms) and opens a new session."""
+    async def go() -> None:
+        leader = await FakeLeader(1).start()
+        tid = Uuid.random()
+        tps = [TopicPartition("t", p) for p in range(3)]
+        followers = []
+        for tp in tps:
+            ll = open_log(tmp_path, f"leader-{tp}")
+            append(ll, 2, 0)
+            leader.parts[tp] = LeaderPartition(ll, 0, tid)
+            followers.append(FakeFollower(open_log(tmp_path, str(tp)), 1, 0, tid, tp))
+        config = replace(FAST, replica_fetch_backoff_ms=5000)
+        mgr = manager({1: leader}, config=config)
+        try:
+            mgr.on_become_follower(followers)
+            await until(lambda: all(f.log.log_end_offset == 2 for f in followers), what="replication")
+            await asyncio.sleep(0.15)
+            old = next(iter(leader.sessions.sessions))
+            k = len(leader.fetches)   # the fetch in flight, if any, is answered before the next comes
+            leader.lose_sessions = True
+            t0 = asyncio.get_running_loop().time()
+            append(leader.parts[tps[2]].log, 3, 0)
+            await until(lambda: followers[2].log.log_end_offset == 5, what="records after the session was lost")
+            assert asyncio.get_running_loop().time() - t0 < 2.0   # not after the 5 s backoff
+            lost = next(i for i in range(k, len(leader.fetches)) if leader.answers[i].error_code != 0)
+            assert leader.answers[lost].error_code == Errors.FETCH_SESSION_ID_NOT_FOUND
+            assert leader.fetches[lost][1].session_id == old
+            full = leader.fetches[lost + 1][1]
+            assert (full.session_id, full.session_epoch) == (0, 0) and _named(full, leader) == set(tps)
+            new = leader.answers[lost + 1].session_id
+            assert new not in (0, old)
+            assert all(r.session_id == new and r.session_epoch > 0 for _v, r, _t in leader.fetches[lost + 2:])
+            fetcher = mgr.fetchers[(1, 0)]
+            assert fetcher.stats.failed_requests == 0
+            assert all(fetcher.fetch_state(tp).delay_until is None for tp in tps)
+        finally:
+            await mgr.close()
+            await leader.close()
+    run(go)
+
+
+def test_a_leader_with_sessions_off_gets_full_fetches(tmp_path):
+    """max.incremental.fetch.session.cache.slots=0 on the leader: session id 0 answered, the
+    follower stays sessionless (every fetch full, every partition answered)."""
+    async def go() -> None:
+        leader = await FakeLeader(1, session_slots=0).start()
+        tid = Uuid.random()
+        tps = [TopicPartition("t", p) for p in range(2)]
+        followers = []
+        for tp in tps:
+            ll = open_log(tmp_path, f"leader-{tp}")
+            append(ll, 2, 0)
+            leader.parts[tp] = LeaderPartition(ll, 0, tid)
+            followers.append(FakeFollower(open_log(tmp_path, str(tp)), 1, 0, tid, tp))
+        mgr = manager({1: leader})
+        try:
+            mgr.on_become_follower(followers)
+            await until(lambda: all(f.log.log_end_offset == 2 and f.high_watermark == 2 for f in followers))
+            append(leader.parts[tps[0]].log, 1, 0)
+            await until(lambda: followers[0].log.log_end_offset == 3 and followers[0].high_watermark == 3)
+            await asyncio.sleep(0.1)
+            assert len(leader.fetches) >= 3
+            assert all((r.session_id, r.session_epoch) == (0, 0) and _named(r, leader) == set(tps)
+                       for _v, r, _t in leader.fetches)
+            assert all(a.session_id == 0 and sum(len(t.partitions) for t in a.responses) == 2
+                       for a in leader.answers.values())
+        finally:
+            await mgr.close()
+            await leader.close()
+    run(go)
+
+
+def test_after_a_diverging_epoch_the_high_watermark_still_arrives(tmp_path):
+    """The follower truncates on a diverging epoch and does not take that answer's high watermark;
+    its next fetch (at the truncated end, no new records at the leader) must still bring it: the
+    leader answers a follower's partition again when the follower names it with a new position."""
+    async def go() -> None:
+        leader = await FakeLeader(1).start()
+        tid = Uuid.random()
+        tp = TopicPartition("t", 0)
+        ll = open_log(tmp_path, "leader")
+        append(ll, 5, 0, tag=b"same")
+        # the leader's epoch 2 began at 5 with nothing written since (a log keeps no epoch without records,
+        # so its epoch cache is stood in for): epoch 1, which it never had, ends where epoch 0 does
+        known = ll.end_offset_for_epoch
+        ll.end_offset_for_epoch = lambda e: known(0) if e == 1 else known(e)  # type: ignore[method-assign]
+        leader.parts[tp] = LeaderPartition(ll, 2, tid)
+        fl = open_log(tmp_path, "follower")
+        append(fl, 5, 0, tag=b"same")
+        append(fl, 3, 1, tag=b"lost")                              # an epoch-1 tail the leader never had
+        follower = FakeFollower(fl, 1, 2, tid, tp, high_watermark=2)
+        mgr = manager({1: leader})
+        try:
+            mgr.on_become_follower([follower])
+            await until(lambda: follower.log.log_end_offset == 5, what="the truncation")
+            await until(lambda: follower.high_watermark == 5, 2.0, what="the leader's high watermark after it")
+            assert whole(follower.log) == whole(ll)
+            assert all(r.session_epoch != 0 for _v, r, _t in leader.fetches[1:])   # through the session
+        finally:
+            await mgr.close()
+            await leader.close()
+    run(go)
+
+
+def test_a_reconnect_starts_a_new_session(tmp_path):
+    """The connection to the leader is lost: the next fetch on the new connection is full
+    (closing the old session) and a new session carries on."""
+    async def go() -> None:
+        leader = await FakeLeader(1).start()
+        tid = Uuid.random()
+        tp = TopicPartition("t", 0)
+        ll = open_log(tmp_path, "leader")
+        append(ll, 2, 0)
+        leader.parts[tp] = LeaderPartition(ll, 0, tid)
+        follower = FakeFollower(open_log(tmp_path, "f"), 1, 0, tid, tp)
+        mgr = manager({1: leader})
+        try:
+            mgr.on_become_follower([follower])
+            await until(lambda: follower.log.log_end_offset == 2, what="replication")
+            await asyncio.sleep(0.1)
+            fetcher = mgr.fetchers[(1, 0)]
+            old = next(iter(leader.sessions.sessions))
+            k = len(leader.fetches)
+            await fetcher.leader.close()   # the connection drops between two fetches
+            append(ll, 1, 0)
+            await until(lambda: follower.log.log_end_offset == 3, what="records on the new connection")
+            assert fetcher.leader.connections_opened == 2
+            first = leader.fetches[k][1]
+            assert (first.session_id, first.session_epoch) == (old, 0)   # full, closing the old session
+            assert old not in leader.sessions.sessions and len(leader.sessions.sessions) == 1
         finally:
             await mgr.close()
             await leader.close()
