@@ -316,6 +316,8 @@ class LeaderPartition(Protocol):
 
     def on_alter_partition_failed(self) -> None: ...
 
+    def replica_broker_epoch(self, broker_id: int) -> int: ...
+
 
 def partition_alter_callback(manager: AlterPartitionManager, *,
                              broker_epoch: Callable[[], int]) -> Callable[[Any, list[int]], None]:
@@ -328,11 +330,13 @@ def partition_alter_callback(manager: AlterPartitionManager, *,
     ISR already) clears the pending change, since no image will; errors follow
     :func:`~kraft_node.broker.isr_policy.alter_partition_error_action` -- reset (clear the pending
     change), await metadata (stay pending), or retry (submit the same change again).  Our own
-    broker epoch goes with our id in the ISR; the followers' are -1 (not checked)."""
+    broker epoch goes with our id in the ISR, each follower's what its fetches carried, or -1
+    (Kafka's ``addBrokerEpochToIsr``; the controller checks them, KIP-903)."""
     def alter(partition: LeaderPartition, new_isr: list[int]) -> None:
         me = partition.local_broker_id
         change = LeaderAndIsr(me, partition.leader_epoch,
-                              tuple((b, broker_epoch() if b == me else -1) for b in new_isr), RECOVERED,
+                              tuple((b, broker_epoch() if b == me else partition.replica_broker_epoch(b))
+                                    for b in new_isr), RECOVERED,
                               partition.partition_epoch)
         wanted = tuple(new_isr)
         future = manager.submit(TopicIdPartition(partition.topic_id, partition.topic_partition), change)

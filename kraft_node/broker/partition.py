@@ -79,6 +79,9 @@ class ReplicaState:
     last_caught_up_time_ms: int = 0
     #: the leader's LEO when this follower last fetched (the next fetch reaching it is "caught up")
     last_fetch_leader_log_end_offset: int = 0
+    #: the broker epoch its last fetch carried (KIP-903, Fetch v15+; -1: an older fetch that
+    #: carries none; None: no fetch yet)
+    broker_epoch: int | None = None
 
 
 class Partition:
@@ -88,7 +91,8 @@ class Partition:
                  high_watermark: int = 0, alter_partition: AlterPartitionCallback | None = None,
                  producer_state_config: ProducerStateManagerConfig | None = None,
                  clock_ms: Callable[[], int] | None = None,
-                 isr_eligible: Callable[[int], bool] | None = None) -> None:
+                 isr_eligible: Callable[[int, int | None], bool] | None = None,
+                 alive_broker_epoch: Callable[[int], int | None] | None = None) -> None:
         self.topic_partition = tp
         self.topic_id = topic_id
         self.log = log_
@@ -99,10 +103,14 @@ class Partition:
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
         self.alter_partition = alter_partition
-        #: Kafka's ``isReplicaIsrEligible`` (KIP-841): whether the latest metadata lets a follower
-        #: join the ISR (the ReplicaManager's answer from its image: not fenced, not in controlled
-        #: shutdown); None: every follower may (no metadata to ask)
+        #: Kafka's ``isReplicaIsrEligible`` (KIP-841, KIP-903): whether the latest metadata lets a
+        #: follower join the ISR, given the broker epoch its fetches carried (the ReplicaManager's
+        #: answer from its image: not fenced, not in controlled shutdown, that epoch or -1); None:
+        #: every follower may (no metadata to ask)
         self.isr_eligible = isr_eligible
+        #: Kafka's ``getAliveBrokerEpoch``: a broker's epoch in the latest metadata, None when it is
+        #: not registered or fenced; a follower fetch carrying an older epoch is refused
+        self.alive_broker_epoch = alive_broker_epoch
         #: an ISR change sent and not yet seen in the image
         self.pending_isr: tuple[int, ...] | None = None
         self.remote_replicas: dict[int, ReplicaState] = {}
@@ -295,15 +303,25 @@ class Partition:
         return False
 
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now_ms: int,
-                                    log_start_offset: int = -1) -> bool:
+                                    log_start_offset: int = -1, *, broker_epoch: int = -1) -> bool:
         """A follower fetched from ``fetch_offset`` (its log end offset).  Updates its caught-up
         time, may propose an ISR expansion, and may move the high watermark.  True when the
-        high watermark moved.  A replica that is not in the replica set is NOT_LEADER_OR_FOLLOWER."""
+        high watermark moved.  A replica that is not in the replica set is NOT_LEADER_OR_FOLLOWER.
+        ``broker_epoch``: the epoch the fetch carried (Fetch v15+, -1 when none); one older than
+        the metadata's for that broker is a previous incarnation's fetch, refused with
+        NOT_LEADER_OR_FOLLOWER and not recorded (Kafka's ``Replica.updateFetchStateOrThrow``,
+        KIP-903)."""
         state = self.remote_replicas.get(replica_id)
         if state is None:
             raise PartitionError(Errors.NOT_LEADER_OR_FOLLOWER,
                                  f"Replica {replica_id} is not a replica of {self.topic_partition} "
                                  f"(replicas {list(self.replicas)})")
+        if broker_epoch != -1 and self.alive_broker_epoch is not None:
+            alive = self.alive_broker_epoch(replica_id)
+            if alive is not None and alive > broker_epoch:
+                raise PartitionError(Errors.NOT_LEADER_OR_FOLLOWER,
+                                     f"Received stale fetch state update. broker epoch={broker_epoch} "
+                                     f"vs expected={state.broker_epoch if state.broker_epoch is not None else alive}")
         leader_leo = self.log.log_end_offset
         if fetch_offset >= leader_leo:
             state.last_caught_up_time_ms = now_ms
@@ -314,6 +332,7 @@ class Partition:
             state.log_start_offset = log_start_offset
         state.last_fetch_time_ms = now_ms
         state.last_fetch_leader_log_end_offset = leader_leo
+        state.broker_epoch = broker_epoch
         self._maybe_expand_isr(state)
         return self.maybe_increment_high_watermark()
 
@@ -325,14 +344,15 @@ class Partition:
         KIP-841): the controller would refuse it (INELIGIBLE_REPLICA), and a broker shutting down
         keeps fetching until it exits -- without the check every leader it left proposed it
         again on each of its fetches, thousands of refused changes a second at 10k partitions
-        (session 20).  (Kafka also compares the broker epoch the follower's fetch carries with
-        the metadata's; not done here: the controller checks the epochs AlterPartition v3
-        sends.)"""
+        (session 20).  Nor for a follower whose fetches carried a broker epoch other than the
+        metadata's (KIP-903: a restarted broker's fetches from before its new registration); the
+        epochs go to the controller with the change (:meth:`replica_broker_epoch`), which checks
+        them again."""
         if self.alter_partition is None or self.pending_isr is not None or state.replica_id in self.isr:
             return
         if state.log_end_offset >= self._high_watermark and state.log_end_offset >= self.leader_epoch_start_offset:
             eligible = self.isr_eligible
-            if eligible is not None and not eligible(state.replica_id):
+            if eligible is not None and not eligible(state.replica_id, state.broker_epoch):
                 return
             self._propose_isr([*self.isr, state.replica_id])
 
@@ -353,6 +373,12 @@ class Partition:
         self.pending_isr = tuple(new_isr)
         assert self.alter_partition is not None
         self.alter_partition(self, list(new_isr))
+
+    def replica_broker_epoch(self, broker_id: int) -> int:
+        """The broker epoch sent with ``broker_id`` in an AlterPartition ISR (Kafka's
+        ``addBrokerEpochToIsr``): what its last fetch carried, -1 when unknown."""
+        state = self.remote_replicas.get(broker_id)
+        return -1 if state is None or state.broker_epoch is None else state.broker_epoch
 
     def on_alter_partition_failed(self) -> None:
         """H5's manager reports a refused or failed AlterPartition: a later fetch or shrink

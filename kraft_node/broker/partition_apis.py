@@ -324,6 +324,8 @@ class PartitionApis:
         version = ctx.api_version
         self.fetch_requests += 1
         replica_id = int(body.replica_state.replica_id) if version >= 15 else int(body.replica_id)
+        # KIP-903: a follower's broker epoch from v15 (-1: not sent)
+        replica_epoch = int(body.replica_state.replica_epoch) if version >= 15 else -1
         items = [(t.topic, t.topic_id, fp) for t in body.topics for fp in t.partitions]
         if version >= 7:
             forgotten = [(f.topic, f.topic_id, int(p)) for f in body.forgotten_topics_data or () for p in f.partitions]
@@ -338,7 +340,8 @@ class PartitionApis:
         client = (body.rack_id or None, ctx.listener) if version >= 11 and replica_id < 0 else None
         max_bytes = int(body.max_bytes)
         parts: list[Partition | None] = []
-        first = self._read_fetch(fctx.items, max_bytes, version, replica_id, zero_copy, client, parts)
+        first = self._read_fetch(fctx.items, max_bytes, version, replica_id, zero_copy, client, parts,
+                                 replica_epoch=replica_epoch)
         total = sum(len(pd.records) for _n, _t, pd in first)
         # Kafka answers at once without a wait, with enough bytes (min_bytes 0 included), an error,
         # a diverging epoch or a preferred read replica
@@ -373,7 +376,8 @@ class PartitionApis:
                 ctx.respond(self._fetch_answer(fctx, answers))
                 return True
             read_parts = []
-            answers = self._read_fetch(fctx.items, max_bytes, version, replica_id, zero_copy, client, read_parts)
+            answers = self._read_fetch(fctx.items, max_bytes, version, replica_id, zero_copy, client, read_parts,
+                                       replica_epoch=replica_epoch)
             size = sum(len(pd.records) for _n, _t, pd in answers)
             if force or size >= int(body.min_bytes) or _must_answer(answers):
                 ctx.respond(self._fetch_answer(fctx, answers))
@@ -431,10 +435,12 @@ class PartitionApis:
 
     def _read_fetch(self, items: list[tuple[Any, Any, Any]], max_bytes: int, version: int, replica_id: int,
                     zero_copy: bool = False, client: tuple[str | None, str] | None = None,
-                    parts: list[Partition | None] | None = None) -> list[tuple[Any, Any, Any]]:
+                    parts: list[Partition | None] | None = None, *,
+                    replica_epoch: int = -1) -> list[tuple[Any, Any, Any]]:
         """Read ``items`` ((topic name, topic id, request partition) in order) within
         ``max_bytes``; one (topic name, topic id, PartitionData) each.  ``parts``, when given,
-        gets the local Partition each answer was read from (None: none was)."""
+        gets the local Partition each answer was read from (None: none was).  ``replica_epoch``:
+        a follower's broker epoch (Fetch v15+; -1 when not sent)."""
         by_id = version >= 13
         remaining = max(max_bytes, 0)
         got_data = False
@@ -469,7 +475,7 @@ class PartitionApis:
             limit = max(min(int(fp.partition_max_bytes), remaining), 0)
             try:
                 n = self._read_partition(part, fp, pd, version, replica_id, limit, not got_data, now, zero_copy,
-                                         client)
+                                         client, replica_epoch)
             except PartitionError as exc:
                 pd.error_code = int(exc.error)
                 continue
@@ -485,7 +491,7 @@ class PartitionApis:
 
     def _read_partition(self, part: Partition, fp: Any, pd: Any, version: int, replica_id: int, limit: int,
                         min_one: bool, now: int, zero_copy: bool = False,
-                        client: tuple[str | None, str] | None = None) -> int:
+                        client: tuple[str | None, str] | None = None, replica_epoch: int = -1) -> int:
         from_follower = replica_id >= 0
         epoch = int(fp.current_leader_epoch) if version >= 9 else -1
         # KIP-392: a consumer of v11+ may read from a follower (up to its high watermark)
@@ -514,7 +520,8 @@ class PartitionApis:
             start_moved = state is not None and 0 <= follower_start != state.log_start_offset
             # a moved high watermark completes produces (and wakes consumers); a moved follower
             # start, DeleteRecords.  Only on a change: a parked follower fetch re-run must not wake itself
-            if part.update_follower_fetch_state(replica_id, fetch_offset, now, follower_start) or start_moved:
+            if part.update_follower_fetch_state(replica_id, fetch_offset, now, follower_start,
+                                                broker_epoch=replica_epoch) or start_moved:
                 self.replicas.on_high_watermark_or_append(part.topic_partition)
             max_offset = None
         else:

@@ -245,15 +245,26 @@ class ReplicaManager:
         return p.high_watermark if p is not None else None
 
     # ------------------------------------------------------------------ lookups
-    def isr_eligible(self, broker_id: int) -> bool:
-        """Kafka's ``Partition.isReplicaIsrEligible`` (KIP-841) from the image applied last: a
-        follower may join an ISR unless its registration says fenced or in controlled shutdown
-        (an unregistered broker is not refused here: the controller answers for it)."""
+    def isr_eligible(self, broker_id: int, fetched_broker_epoch: int | None = -1) -> bool:
+        """Kafka's ``Partition.isReplicaIsrEligible`` (KIP-841, KIP-903) from the image applied
+        last: a follower may join an ISR when it is registered, not fenced, not in controlled
+        shutdown, and its fetches carried its registered epoch or -1 (a fetch version without
+        one); ``fetched_broker_epoch`` None (it has not fetched) is not eligible.  With no image
+        yet every follower is (the controller checks again)."""
         image = self.image
         if image is None:
             return True
         registration = image.cluster.broker(broker_id)
-        return registration is None or not (registration.fenced or registration.in_controlled_shutdown)
+        if registration is None or registration.fenced or registration.in_controlled_shutdown:
+            return False
+        return fetched_broker_epoch is not None and fetched_broker_epoch in (-1, registration.epoch)
+
+    def alive_broker_epoch(self, broker_id: int) -> int | None:
+        """Kafka's ``getAliveBrokerEpoch``: the broker's epoch in the image applied last, None when
+        it is not registered or is fenced (or no image is applied yet)."""
+        image = self.image
+        registration = None if image is None else image.cluster.broker(broker_id)
+        return None if registration is None or registration.fenced else registration.epoch
 
     def get_partition(self, tp: TopicPartition) -> Partition | None:
         return self.partitions.get(tp)
@@ -480,7 +491,8 @@ class ReplicaManager:
             kl = self.log_manager.open_prepared(plan)
             return Partition(plan.tp, info.topic_id, kl, self.broker_id, high_watermark=hw,
                              alter_partition=self.alter_partition, producer_state_config=self.producer_state_config,
-                             clock_ms=self._clock_ms, isr_eligible=self.isr_eligible)
+                             clock_ms=self._clock_ms, isr_eligible=self.isr_eligible,
+                             alive_broker_epoch=self.alive_broker_epoch)
         except Exception as exc:  # noqa: BLE001 - reported on the loop by _install
             return exc
 

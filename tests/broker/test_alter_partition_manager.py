@@ -557,6 +557,9 @@ class FakeLeaderPartition:
         self.cleared += 1
         self.pending_isr = None
 
+    def replica_broker_epoch(self, broker_id: int) -> int:
+        return {3: 42}.get(broker_id, -1)  # follower 3's fetches carried epoch 42; 2 has not fetched
+
 
 @pytest.mark.parametrize("answer,cleared,pending", [
     ("commit", 0, True),                                    # the image will carry it
@@ -572,7 +575,7 @@ def test_partition_callback_acts_on_the_answer(answer, cleared, pending):
         mgr = AlterPartitionManager(ch, broker_id=1, broker_epoch=lambda: 77)
         part = FakeLeaderPartition(Uuid.random())
         alter = partition_alter_callback(mgr, broker_epoch=lambda: 77)
-        part.propose(alter, [1, 2])
+        part.propose(alter, [1, 2, 3])
 
         def respond(req: Any) -> Any:
             resp = ok_for_all(req, errors={} if isinstance(answer, str) else {0: int(answer)})
@@ -581,7 +584,8 @@ def test_partition_callback_acts_on_the_answer(answer, cleared, pending):
             return resp
         req = await ch.answer(respond)
         p = req.topics[0].partitions[0]
-        assert [(b.broker_id, b.broker_epoch) for b in p.new_isr_with_epochs] == [(1, 77), (2, -1)]
+        # ours, then each follower's as its fetches carried it (Kafka's addBrokerEpochToIsr)
+        assert [(b.broker_id, b.broker_epoch) for b in p.new_isr_with_epochs] == [(1, 77), (2, -1), (3, 42)]
         assert (p.leader_epoch, p.partition_epoch) == (5, 10)
         await asyncio.sleep(0)
         assert part.cleared == cleared and (part.pending_isr is not None) == pending

@@ -253,11 +253,17 @@ def test_topic_configs_map_to_log_config_and_unknown_ones_are_named(caplog):
 # Partition (Kafka's PartitionTest, re-stated)
 # ---------------------------------------------------------------------------------------------
 
+def _register(broker_id: int, epoch: int) -> m.RegisterBrokerRecord:
+    return m.RegisterBrokerRecord(broker_id=broker_id, broker_epoch=epoch, incarnation_id=Uuid(broker_id + 100),
+                                  end_points=[], features=[], rack=None, fenced=False, log_dirs=[])
+
+
 def test_high_watermark_is_the_minimum_end_offset_over_the_isr(tmp_path):
     async def main():
         ctx = Ctx(tmp_path)
         proposals = []
         ctx.rm.alter_partition = lambda p, isr: proposals.append(list(isr))
+        ctx.publish(_register(1, 10), _register(2, 11), _register(3, 12))
         ctx.create("t", _partition_record(0, [1, 2, 3], [1, 2], 1, leader_epoch=5))
         p = ctx.rm.get_partition(TopicPartition("t", 0))
         p.append_records_to_leader(_batch(10), 1, 1)
@@ -312,9 +318,7 @@ def test_isr_not_expanded_to_a_follower_fenced_or_in_controlled_shutdown(tmp_pat
     """Kafka's PartitionTest testIsrNotExpandedIfReplicaIsFencedOrShutdown (KIP-841): a caught-up
     follower joins the ISR only while the metadata says it is neither fenced nor in controlled
     shutdown; once it is active again (a new registration, unfenced) the next fetch adds it."""
-    def register(broker_id: int, epoch: int) -> m.RegisterBrokerRecord:
-        return m.RegisterBrokerRecord(broker_id=broker_id, broker_epoch=epoch, incarnation_id=Uuid(broker_id + 100),
-                                      end_points=[], features=[], rack=None, fenced=False, log_dirs=[])
+    register = _register
 
     async def main():
         ctx = Ctx(tmp_path)
@@ -335,9 +339,58 @@ def test_isr_not_expanded_to_a_follower_fenced_or_in_controlled_shutdown(tmp_pat
         assert proposals == [] and not ctx.rm.isr_eligible(3)
 
         ctx.publish(register(3, 13))  # a new incarnation, registered unfenced
-        assert ctx.rm.isr_eligible(3) and ctx.rm.isr_eligible(4)  # (4: not registered, the controller decides)
+        assert ctx.rm.isr_eligible(3) and not ctx.rm.isr_eligible(4)  # 4: not registered (no alive epoch)
         p.update_follower_fetch_state(3, 5, ctx.now)
         assert proposals == [[1, 2, 3]]
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_isr_expanded_only_with_the_metadatas_broker_epoch_and_the_epochs_go_with_the_change(tmp_path):
+    """Kafka's PartitionTest testIsrCanExpandedIfBrokerEpochsMatchWithKraftMetadataCache (KIP-903):
+    a caught-up follower whose fetch carried a broker epoch other than the metadata's does not join
+    the ISR; its next fetch with the registered epoch adds it, and the change carries each ISR
+    member's epoch as its fetches did (-1 for one that has not fetched)."""
+    async def main():
+        ctx = Ctx(tmp_path)
+        sent = []
+        ctx.rm.alter_partition = lambda p, isr: sent.append([(b, p.replica_broker_epoch(b)) for b in isr])
+        ctx.publish(_register(1, 10), _register(2, 11), _register(3, 12))
+        ctx.create("t", _partition_record(0, [1, 2, 3], [1, 3], 1))
+        p = ctx.rm.get_partition(TopicPartition("t", 0))
+        p.append_records_to_leader(_batch(5), 1, 1)
+        # a newer epoch than the metadata's (the broker re-registered; this leader has not seen it)
+        p.update_follower_fetch_state(2, 5, ctx.now, broker_epoch=13)
+        assert p.remote_replicas[2].log_end_offset == 5 and p.remote_replicas[2].broker_epoch == 13
+        assert sent == [] and p.pending_isr is None and not ctx.rm.isr_eligible(2, 13)
+        p.update_follower_fetch_state(2, 5, ctx.now, broker_epoch=11)
+        assert sent == [[(1, -1), (3, -1), (2, 11)]] and p.pending_isr == (1, 3, 2)
+        # a fetch without an epoch (a version before v15) is not held to one
+        assert ctx.rm.isr_eligible(2, -1) and not ctx.rm.isr_eligible(2, None)
+        await ctx.close()
+    asyncio.run(main())
+
+
+def test_a_follower_fetch_with_a_stale_broker_epoch_is_refused(tmp_path):
+    """Kafka's PartitionTest testFenceFollowerFetchWithStaleBrokerEpoch: a fetch carrying an epoch
+    older than the metadata's for that broker (its previous incarnation) is NOT_LEADER_OR_FOLLOWER
+    and leaves the follower's state as the last good fetch set it."""
+    async def main():
+        ctx = Ctx(tmp_path)
+        ctx.rm.alter_partition = lambda p, isr: None
+        ctx.publish(_register(1, 10), _register(2, 11))
+        ctx.create("t", _partition_record(0, [1, 2], [1, 2], 1))
+        p = ctx.rm.get_partition(TopicPartition("t", 0))
+        p.append_records_to_leader(_batch(5), 1, 1)
+        p.update_follower_fetch_state(2, 3, ctx.now, broker_epoch=11)
+        ctx.now += 100
+        with pytest.raises(PartitionError) as exc:
+            p.update_follower_fetch_state(2, 5, ctx.now, broker_epoch=10)
+        assert exc.value.error == Errors.NOT_LEADER_OR_FOLLOWER
+        assert str(exc.value).endswith("Received stale fetch state update. broker epoch=10 vs expected=11")
+        state = p.remote_replicas[2]
+        assert (state.log_end_offset, state.broker_epoch, state.last_fetch_time_ms) == (3, 11, ctx.now - 100)
+        assert p.high_watermark == 3
         await ctx.close()
     asyncio.run(main())
 
