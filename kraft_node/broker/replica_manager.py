@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
+from kraft_node.broker.isr_policy import is_broker_epoch_isr_eligible
 from kraft_node.broker.log.producer_state import ProducerStateManagerConfig
 from kraft_node.broker.log_manager import LogManager, LogPlan
 from kraft_node.broker.partition import AlterPartitionCallback, Partition
@@ -257,7 +258,7 @@ class ReplicaManager:
         registration = image.cluster.broker(broker_id)
         if registration is None or registration.fenced or registration.in_controlled_shutdown:
             return False
-        return fetched_broker_epoch is not None and fetched_broker_epoch in (-1, registration.epoch)
+        return is_broker_epoch_isr_eligible(fetched_broker_epoch, registration.epoch)
 
     def alive_broker_epoch(self, broker_id: int) -> int | None:
         """Kafka's ``getAliveBrokerEpoch``: the broker's epoch in the image applied last, None when
