@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.controller import broker_heartbeat, broker_registration
+from support.controller import ScriptedRaft, broker_heartbeat, broker_registration
 from support.replication import creatable_topic, create_topics_request
 
 from kraft_node.metadata.controller.alter_partition import AlterPartitionManager
@@ -29,8 +29,6 @@ from kraft_node.metadata.controller.result import ApiMessageAndVersion
 from kraft_node.metadata.versions import MetadataVersion, bootstrap_records
 from kraft_node.protocol.errors import Errors
 from kraft_node.protocol.generated.alter_partition import AlterPartitionRequest
-from kraft_node.raft.errors import NotLeaderError
-from kraft_node.raft.messages import Batch, LeaderAndEpoch
 from kraft_storage.messages.runtime import ZERO_UUID, Uuid
 
 APR = AlterPartitionRequest
@@ -38,59 +36,9 @@ CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 PARTITIONS = 30
 
 
-class FakeRaft:
-    """Leader (node 1) of one epoch or not; appends land in ``log``; ``commit()`` delivers them."""
-
-    def __init__(self) -> None:
-        self.listener: Any = None
-        self.leader = LeaderAndEpoch(-1, 0)
-        self.end = 0
-        self.delivered = 0
-        self.batches: list[tuple[int, tuple[bytes, ...], int]] = []  # (base, values, epoch)
-        self.resigned: list[int] = []
-
-    def register_listener(self, listener: Any) -> None:
-        self.listener = listener
-
-    @property
-    def leader_and_epoch(self) -> LeaderAndEpoch:
-        return self.leader
-
-    def next_offset(self, epoch: int) -> int:
-        if self.leader.leader_id != 1 or self.leader.epoch != epoch:
-            raise NotLeaderError(f"not the leader of epoch {epoch}")
-        return self.end
-
-    def schedule_append(self, records: Any, epoch: int, atomic: bool) -> int:
-        base = self.next_offset(epoch)
-        self.batches.append((base, tuple(records), epoch))
-        self.end = base + len(records)
-        return self.end - 1
-
-    def resign(self, epoch: int) -> None:
-        self.resigned.append(epoch)
-
-    def create_snapshot(self, snapshot_id: Any) -> None:
-        return None
-
-    def elect(self, leader: int, epoch: int) -> None:
-        """A new leader; another node's leadership truncates what was not committed."""
-        self.leader = LeaderAndEpoch(leader, epoch)
-        if leader != 1:
-            self.batches = [b for b in self.batches if b[0] < self.delivered]
-            self.end = self.delivered
-        self.listener.handle_leader_change(self.leader)
-
-    def commit(self) -> None:
-        for base, values, epoch in self.batches:
-            if base >= self.delivered:
-                self.listener.handle_commit((Batch(base, epoch, values),))
-                self.delivered = base + len(values)
-
-
 class Env:
     def __init__(self) -> None:
-        self.raft = FakeRaft()
+        self.raft = ScriptedRaft(truncate_on_lost_leadership=True)
         self.queue = EventQueue(clock_ns=lambda: 0)  # a clock that stands still: slices bounded by cost alone
         records = [ApiMessageAndVersion(r, v) for r, v in bootstrap_records(MetadataVersion.LATEST_PRODUCTION)]
         self.ctl = QuorumController(node_id=1, cluster_id=CLUSTER_ID, raft=self.raft, queue=self.queue,
@@ -171,14 +119,14 @@ def test_a_large_request_is_written_in_slices_and_answered_once_after_the_last_c
     fut = env.manager.submit(env.ctl, env.expand(range(PARTITIONS)), 3)
     appends = len(env.raft.batches)
     assert env.queue.run_ready(max_events=1) == 1  # the first slice
-    assert len(env.raft.batches) == appends + 1 and len(env.raft.batches[-1][1]) == 10
+    assert len(env.raft.batches) == appends + 1 and env.raft.batches[-1][1] == 10
     assert env.partition(9).isr == (0, 1, 2) and env.partition(10).isr == (0, 1)  # the rest waits
     env.raft.commit()
     env.queue.run_ready(max_events=1)  # the commit event: slice 1 is committed, the request is not answered
     assert not fut.done()
     env.settle()
     response = fut.result()
-    assert [len(b[1]) for b in env.raft.batches[appends:]] == [10, 10, 10]
+    assert [b[1] for b in env.raft.batches[appends:]] == [10, 10, 10]
     (topic,) = response.topics
     assert [p.partition_index for p in topic.partitions] == list(range(PARTITIONS))
     for p in topic.partitions:

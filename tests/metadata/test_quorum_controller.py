@@ -7,6 +7,7 @@ rules on a mock Raft; the simulator tests run them under faults).
 from __future__ import annotations
 
 import pytest
+from support.controller import ScriptedRaft
 
 from kraft_node.metadata.controller.bootstrap import BootstrapMetadata
 from kraft_node.metadata.controller.errors import ApiError, NotControllerError, ReplayError
@@ -14,63 +15,10 @@ from kraft_node.metadata.controller.events import EventQueue
 from kraft_node.metadata.controller.quorum_controller import QuorumController
 from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
 from kraft_node.protocol.errors import Errors
-from kraft_node.raft.errors import NotLeaderError
 from kraft_node.raft.messages import Batch, LeaderAndEpoch
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.metadata import decode_metadata_record
 from kraft_storage.timeline import LATEST_EPOCH, TimelineHashMap
-
-
-class FakeRaft:
-    """A leader-or-not Raft client: appends land in ``log``; ``commit(upto)`` delivers them."""
-
-    def __init__(self) -> None:
-        self.listener = None
-        self.leader = LeaderAndEpoch(-1, 0)
-        self.log: list[tuple[int, int, bytes]] = []  # (offset, epoch, value)
-        self.end = 0
-        self.delivered = 0
-        self.resigned: list[int] = []
-        self.batches: list[tuple[int, int, bool]] = []  # (base, count, atomic)
-
-    def register_listener(self, listener) -> None:
-        self.listener = listener
-
-    @property
-    def leader_and_epoch(self) -> LeaderAndEpoch:
-        return self.leader
-
-    def next_offset(self, epoch: int) -> int:
-        if self.leader.leader_id != 1 or self.leader.epoch != epoch:
-            raise NotLeaderError(f"not the leader of epoch {epoch}")
-        return self.end
-
-    def schedule_append(self, records, epoch: int, atomic: bool) -> int:
-        base = self.next_offset(epoch)
-        for i, v in enumerate(records):
-            self.log.append((base + i, epoch, v))
-        self.batches.append((base, len(records), atomic))
-        self.end = base + len(records)
-        return self.end - 1
-
-    def resign(self, epoch: int) -> None:
-        self.resigned.append(epoch)
-
-    def create_snapshot(self, snapshot_id):
-        return None
-
-    def elect(self, leader: int, epoch: int) -> None:
-        self.leader = LeaderAndEpoch(leader, epoch)
-        self.listener.handle_leader_change(self.leader)
-
-    def commit(self, upto: int | None = None) -> None:
-        """Deliver the log up to ``upto`` (exclusive; default: all) as one batch per append."""
-        upto = self.end if upto is None else upto
-        for base, n, _ in list(self.batches):
-            if base >= self.delivered and base + n <= upto:
-                recs = tuple(v for off, _e, v in self.log if base <= off < base + n)
-                self.listener.handle_commit((Batch(base, self.leader.epoch, recs),))
-                self.delivered = base + n
 
 
 class FeatureStub:
@@ -96,7 +44,7 @@ def bootstrap(level: int = 29) -> BootstrapMetadata:
 @pytest.fixture
 def env():
     now = [0]
-    raft = FakeRaft()
+    raft = ScriptedRaft()
     queue = EventQueue(clock_ns=lambda: now[0] * 1_000_000)
     faults = []
 
@@ -427,7 +375,7 @@ def test_kraft_version_is_the_raft_layers_and_is_not_changed_at_run_time():
     saying why (kraft's Raft layer does not upgrade it at run time)."""
     from kraft_node.metadata.controller.features import UpgradeType
     now = [0]
-    raft = FakeRaft()
+    raft = ScriptedRaft()
     raft.kraft_version = 0
     queue = EventQueue(clock_ns=lambda: now[0] * 1_000_000)
     ctl = QuorumController(node_id=1, cluster_id="c", raft=raft, queue=queue, clock_ms=lambda: now[0],
@@ -467,13 +415,13 @@ def test_the_stable_offset_stops_at_an_append_end_when_raft_splits_an_append(env
     assert ctl.last_stable_offset == base + 3
 
 
-def _controller(node_id: int, raft: "FakeRaft", queue: EventQueue) -> QuorumController:
+def _controller(node_id: int, raft: ScriptedRaft, queue: EventQueue) -> QuorumController:
     from kraft_node.metadata.controller.sim import default_bootstrap
     return QuorumController(node_id=node_id, cluster_id="c", raft=raft, queue=queue, clock_ms=lambda: 0,
                             bootstrap=default_bootstrap())
 
 
-def _settle(raft: "FakeRaft", queue: EventQueue) -> None:
+def _settle(raft: ScriptedRaft, queue: EventQueue) -> None:
     queue.run_ready()
     raft.commit()
     queue.run_ready()
@@ -488,7 +436,7 @@ def test_a_big_creation_is_replayed_from_its_committed_bytes_on_the_leader_as_on
     from kraft_node.metadata.controller import replication_snapshot
     from kraft_node.metadata.controller.sim import state_digest
     from kraft_node.protocol.generated.create_topics import CreateTopicsRequest
-    raft, queue = FakeRaft(), EventQueue(clock_ns=lambda: 0)
+    raft, queue = ScriptedRaft(), EventQueue(clock_ns=lambda: 0)
     leader = _controller(1, raft, queue)
     activate(leader, raft, queue)
     reg = leader.register_broker(broker_registration(0, "c"))
@@ -508,7 +456,7 @@ def test_a_big_creation_is_replayed_from_its_committed_bytes_on_the_leader_as_on
         assert created.result().topics[0].error_code == 0
         assert calls, "the leader did not take the columnar path"
         # a standby fed the same log, batch by batch
-        sraft, squeue = FakeRaft(), EventQueue(clock_ns=lambda: 0)
+        sraft, squeue = ScriptedRaft(), EventQueue(clock_ns=lambda: 0)
         standby = _controller(2, sraft, squeue)
         sraft.leader = LeaderAndEpoch(1, 1)
         for base, count, _atomic in raft.batches:
