@@ -99,6 +99,7 @@ EXTENSIONS = [
     ext("kraft_node._native._partition_fold", "kraft_node/_native/_partition_fold.pyx"),
     ext("kraft_node._native._topics_map", "kraft_node/_native/_topics_map.pyx", depends=["csrc/pmap.h"]),
     ext("kraft_node._native._metadata_encode", "kraft_node/_native/_metadata_encode.pyx"),
+    ext("kraft_node._native._change_replay", "kraft_node/_native/_change_replay.pyx"),
 ]
 
 only = {s.strip() for s in os.environ.get("KRAFT_EXT_ONLY", "").split(",") if s.strip()}

@@ -21,10 +21,9 @@ from typing import Any, Protocol
 
 from kraft_storage.messages.runtime import GeneratedMessage
 
-__all__ = ["TWINS", "BulkObjectsKernel", "ImageBulkKernel", "MetadataEncodeKernel", "PartitionFoldKernel",
-           "PartitionFoldLike",
-           "PlacementKernel", "RpcFetchCodec", "RpcHeadersCodec", "TopicMapLike", "TopicMapMutationLike",
-           "TopicPlanLike", "TopicsMapKernel"]
+__all__ = ["TWINS", "BulkObjectsKernel", "ChangeReplayKernel", "ImageBulkKernel", "MetadataEncodeKernel",
+           "PartitionFoldKernel", "PartitionFoldLike", "PlacementKernel", "RpcFetchCodec", "RpcHeadersCodec",
+           "RunScannerLike", "TopicMapLike", "TopicMapMutationLike", "TopicPlanLike", "TopicsMapKernel"]
 
 
 class ApiMessage(GeneratedMessage, Protocol):
@@ -94,6 +93,46 @@ class BulkObjectsKernel(Protocol):
         """Each row's PartitionRecord value from a PartitionBlock's columns, span by span (each
         after its prefix when given), or None where the caller must write it another way
         (caller: ``kraft_node.metadata.image.topics``)."""
+
+
+class RunScannerLike(Protocol):
+    """Finds, merges and indexes a run of ISR/leader-only PartitionChangeRecords (contract in
+    ``kraft_node/_pure/_change_replay.py``)."""
+
+    @property
+    def registration_cls(self) -> type:
+        """The registration class the scanner makes (its slots are the eleven fields)."""
+
+    @property
+    def migrating(self) -> Any:
+        """The MIGRATING directory id (directories normalised as the merge does)."""
+
+    @property
+    def change_api_key(self) -> int:
+        """PartitionChangeRecord's api key."""
+
+    def __init__(self, registration_cls: type, migrating: Any, change_api_key: int) -> None:
+        """A scanner for ``registration_cls`` (ValueError unless its slots are exactly the fields)."""
+
+    def scan(self, records: Any, start: int, topic_id: Any, parts: Any, members: Any, key: Any) -> Any:
+        """The run from ``records[start]``: None (fewer than two records), or (end, pids, previous
+        and new registrations, each touched broker's final entries or None, moved brokers, the
+        positions the caller must look at)."""
+
+
+class ChangeReplayKernel(Protocol):
+    """``_change_replay``: the controller's replay of runs of ISR/leader-only partition changes
+    (caller: ``kraft_node.metadata.controller.replication_control``; contract in
+    ``kraft_node/_pure/_change_replay.py``)."""
+
+    LEADER_FLAG: int
+    """The index entry's bit for "this broker leads the partition" (1 << 31)."""
+    MAX_ISR: int
+    """The most ISR members a record or registration of a run may have."""
+
+    @property
+    def RunScanner(self) -> type[RunScannerLike]:
+        """The scanner."""
 
 
 class ImageBulkKernel(Protocol):
@@ -329,6 +368,7 @@ class TopicsMapKernel(Protocol):
 TWINS: dict[str, type] = {
     "_placement": PlacementKernel,
     "_bulk_objects": BulkObjectsKernel,
+    "_change_replay": ChangeReplayKernel,
     "_image_bulk": ImageBulkKernel,
     "_metadata_encode": MetadataEncodeKernel,
     "_partition_fold": PartitionFoldKernel,

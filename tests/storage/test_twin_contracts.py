@@ -184,7 +184,13 @@ def _topic_plan_args(m):
             "compact": TopicPartitions.compacted, "error_cls": ReplayError}
 
 
+def _run_scanner_args() -> dict:
+    from kraft_node.metadata.controller.replication_control import DirectoryId, PartitionRegistration
+    return {"registration_cls": PartitionRegistration, "migrating": DirectoryId.MIGRATING, "change_api_key": 5}
+
+
 SAMPLES: dict[tuple[str, str], typing.Callable[[ModuleType], dict]] = {
+    ("_change_replay", "RunScanner"): lambda m: _run_scanner_args(),
     ("_batch", "Record"): lambda m: {"offset": 7, "timestamp": 1, "key": None, "value": b"v", "headers": (),
                                      "attributes": 0},
     ("_fdsync", "AsyncFdatasync"): lambda m: {"depth": 4},

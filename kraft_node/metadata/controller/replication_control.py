@@ -74,6 +74,7 @@ from kraft_node.metadata.controller.topic_creation import (
     unify_collision_chars,
 )
 from kraft_node.metadata.versions import MetadataVersion
+from kraft_storage.accel import load
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.runtime import Uuid
 from kraft_storage.timeline import LATEST_EPOCH, TimelineHashMap, TimelineHashSet, TimelineLong
@@ -83,6 +84,7 @@ if TYPE_CHECKING:
     from kraft_node.metadata.controller.features import FeatureControlManager
 
 log = logging.getLogger("kraft.controller.replication")
+_change_replay = load("_change_replay", package="kraft_node")
 
 #: A partition with no leader (Kafka's LeaderConstants.NO_LEADER).
 NO_LEADER = -1
@@ -430,6 +432,12 @@ def _merge_isr_leader(prev: PartitionRegistration, change: Any) -> PartitionRegi
     return new
 
 
+#: Finds, merges and indexes runs of ISR/leader-only PartitionChangeRecords (the
+#: ``_change_replay`` kernel: native, or its pure-Python twin under KRAFT_NO_EXTENSIONS).
+_RUN_SCANNER = _change_replay.RunScanner(PartitionRegistration, DirectoryId.MIGRATING,
+                                         m.PartitionChangeRecord.API_KEY)
+
+
 class TopicControlInfo:
     """A topic: its name, id and partitions (a timeline map of its own, so a topic's
     partitions can be read at a registry epoch like everything else).  The object is
@@ -569,47 +577,11 @@ class _BrokerIndex:
             if topic_map.is_empty():
                 self._members.remove(broker_id)
 
-    def run_entries(self, topic_id: Uuid, ops: dict[int, list[tuple[int, bool]]]
-                    ) -> tuple[dict[int, tuple[int, ...]], set[int]] | None:
-        """Each broker's entries for ``topic_id`` once its ``ops`` (``(entry, True)`` append,
-        ``(entry, False)`` remove, in order) are applied, computed without changing anything,
-        and the brokers whose entries of the topic become empty before their last operation
-        (one by one the topic then leaves the broker's map and comes back at its end, which
-        :meth:`put_run_entries` reproduces).  None when a removal finds no entry (the
-        one-by-one replay reports it) or a broker's whole map would become empty before its
-        last operation (one by one the broker would leave the index and come back at its end,
-        among the other brokers in the order of their returns)."""
-        members = self._members
-        key = topic_key(topic_id)
-        out: dict[int, tuple[int, ...]] = {}
-        moved: set[int] = set()
-        for broker_id, broker_ops in ops.items():
-            topic_map = members.get(broker_id)
-            current = list(() if topic_map is None else topic_map.get(key, ()))
-            other_topics = 0 if topic_map is None else len(topic_map) - (1 if current else 0)
-            last = len(broker_ops) - 1
-            removed: set[int] = set()
-            added: list[int] = []
-            for k, (entry, add) in enumerate(broker_ops):
-                if add:
-                    added.append(entry)
-                    continue
-                if entry in added:
-                    added.remove(entry)
-                elif entry in current and entry not in removed:
-                    removed.add(entry)
-                else:
-                    return None
-                if k < last and len(current) - len(removed) + len(added) == 0:
-                    if not other_topics:
-                        return None
-                    moved.add(broker_id)
-            out[broker_id] = tuple(e for e in current if e not in removed) + tuple(added)
-        return out, moved
-
     def put_run_entries(self, topic_id: Uuid, finals: dict[int, tuple[int, ...]],
                         moved: Collection[int] = ()) -> None:
-        """Write what :meth:`run_entries` computed: one timeline write per broker (a broker
+        """Write the ``finals`` and ``moved`` of a run (``_change_replay``'s ``RunScanner.scan``:
+        each broker's entries for the topic once the run is applied, and the brokers whose entries
+        of the topic empty and refill): one timeline write per broker (a broker
         left with no entries is removed, as :meth:`_remove` does; a broker in ``moved`` gets the
         topic at the end of its map, where the one-by-one replay's re-add puts it)."""
         members = self._members
@@ -1127,7 +1099,14 @@ class ReplicationControlManager(TopicCreationMixin):
     def _replay_simple_change_run(self, records: Sequence[Any], start: int) -> int:
         """Replay the run of ISR/leader-only changes of one topic from ``records[start]``:
         the number replayed, 0 (nothing done) when the run does not qualify or a record of it
-        does not fit the state (the one-by-one replay then reports it)."""
+        does not fit the state (the one-by-one replay then reports it).
+
+        The run is found, merged and its index entries worked out by the ``_change_replay``
+        kernel (native, or its pure twin: see ``kraft_node/_pure/_change_replay.py`` for what a
+        run is and what it gives back), without changing anything; then the registrations
+        are written in one ``put_many``, the few records that change the leader (or meet an
+        ELR, or an unclean election) get the elections count, imbalanced set and log here, and
+        each touched broker's index tuple is written once."""
         first = records[start]
         topic_id = first.topic_id
         if start + 1 >= len(records) or getattr(records[start + 1], "topic_id", None) != topic_id:
@@ -1136,47 +1115,15 @@ class ReplicationControlManager(TopicCreationMixin):
         if topic is None:
             return 0
         parts = topic.parts
-        key = m.PartitionChangeRecord.API_KEY
-        n = len(records)
-        pids: list[int] = []
-        prevs: list[PartitionRegistration] = []
-        news: list[PartitionRegistration] = []
-        seen: set[int] = set()
-        #: broker -> the index operations of the run, in order: (entry, True to add / False to remove)
-        ops: dict[int, list[tuple[int, bool]]] = {}
-        entries_of = BrokersToIsrs._entries
-        j = start
-        while j < n:
-            record = records[j]
-            pid = record.partition_id
-            rec_topic = record.topic_id
-            if (record.API_KEY != key or (rec_topic is not topic_id and rec_topic != topic_id) or pid in seen
-                    or not _simple_change(record)):
-                break
-            prev = parts.get(pid)
-            if prev is None:
-                break
-            new = _merge_isr_leader(prev, record)
-            prev_e = entries_of(pid, prev.isr, prev.leader)
-            next_e = entries_of(pid, new.isr, new.leader)
-            for b, e in prev_e.items():
-                if next_e.get(b) != e:
-                    ops.setdefault(b, []).append((e, False))
-            for b, e in next_e.items():
-                if prev_e.get(b) != e:
-                    ops.setdefault(b, []).append((e, True))
-            pids.append(pid)
-            prevs.append(prev)
-            news.append(new)
-            seen.add(pid)
-            j += 1
-        if len(pids) < 2:
-            return 0
         index = self.brokers_to_isrs
-        computed = index.run_entries(topic_id, ops)
-        if computed is None:
-            # a record does not fit the index, or the run empties and refills a broker's entries:
-            # the run one by one (which names a failing record)
+        scanned = _RUN_SCANNER.scan(records, start, topic_id, parts, index._members, topic_key(topic_id))
+        if scanned is None:
+            return 0
+        end, pids, prevs, news, finals, moved, attention = scanned
+        j: int = end
+        if finals is None:
+            # a record does not fit the index, or the run empties a broker's index entirely
+            # before refilling it: the run one by one (which names a failing record)
             for k in range(start, j):
                 try:
                     self.replay(records[k], -1)
@@ -1184,11 +1131,11 @@ class ReplicationControlManager(TopicCreationMixin):
                     raise PartitionReplayError(str(exc), k) from exc
             return j - start
         # every record fits: apply (nothing above changed state)
-        put = parts.put
+        parts.put_many(pids, news)
         imbalanced = self.imbalanced_partitions
         debug = log.isEnabledFor(logging.DEBUG)
-        for pid, prev, new in zip(pids, prevs, news):
-            put(pid, new)
+        for k in (range(len(pids)) if debug else attention):
+            pid, prev, new = pids[k], prevs[k], news[k]
             if new.elr and len(set(new.isr) | set(new.elr)) != len(new.isr) + len(new.elr):
                 log.error("%s-%d has overlapping ISR=%s and ELR=%s", topic.name, pid, _fmt(new.isr), _fmt(new.elr))
             if new.leader != prev.leader:
@@ -1202,7 +1149,7 @@ class ReplicationControlManager(TopicCreationMixin):
                     imbalanced.add(tp)
             if debug or not PartitionRegistration.election_was_clean(new.leader, prev.isr):
                 self._log_change(f"{topic.name}-{pid} with topic ID {topic_id}", prev, new)
-        index.put_run_entries(topic_id, *computed)
+        index.put_run_entries(topic_id, finals, moved)
         if debug:
             for k in range(start, j):
                 log.debug("Replayed partition change %r for topic %s", records[k], topic.name)

@@ -1,0 +1,226 @@
+"""A run of ISR/leader-only PartitionChangeRecords of one topic, merged and indexed without
+changing anything: the pure-Python twin of ``kraft_node._native._change_replay`` (and its
+oracle in the tests).
+
+Why: a broker lifecycle change (a controlled shutdown, a fencing) writes tens of thousands of
+PartitionChangeRecords that change only a partition's ISR and leader, one per partition of a
+topic in a row, and every controller replays each of them
+(``ReplicationControlManager.replay_partition_changes``).  The work per record -- check its
+shape, merge it into the partition's registration, work out which broker index entries move --
+was ~35% of the active controller's CPU and ~55% of a standby's in the 10k-partition
+controlled shutdown (benchmarks/results/s20/controller_shutdown.md).  The native twin does it
+with typed loops; this one is the same algorithm, written plainly.
+
+Contract (``RunScanner(registration_cls, migrating, change_api_key).scan(records, start,
+topic_id, parts, members, key)``):
+
+* the run is ``records[start:end]``: the longest stretch from ``start`` of records whose
+  ``API_KEY`` is ``change_api_key``, whose ``topic_id`` equals ``topic_id``, whose
+  ``partition_id`` is an int in ``[0, 2**31)`` not seen before in the run and present in
+  ``parts`` (the topic's partition map: ``parts.get(pid)``) as an instance of exactly
+  ``registration_cls``, and that are *simple*: replicas, directories, removing and adding
+  replicas, ELR and last known ELR all None, leader recovery state -1 (no change), the leader
+  and every ISR member ints of Java's int range, at most ``MAX_ISR`` of them (the previous
+  registration's too, whose ISR and directories must be tuples).  Fewer than two such
+  records: ``None`` (the caller replays one by one).
+* ``news[k]`` is the registration ``prevs[k]`` merged with the run's record ``k``
+  (``PartitionRegistration.merge`` of a simple change: ISR replaced when given, leader and
+  leader epoch + 1 when the leader is not -2, partition epoch + 1, directories normalised as
+  ``_directories_or_migrating`` does with ``migrating``, every other field kept).  The new
+  registration is made without ``__init__`` (``registration_cls`` must be a slotted class
+  whose instances have exactly its fields).
+* the index: broker ``b``'s entries for the topic are ``members.get(b).get(key)`` (a tuple of
+  ``pid | LEADER_FLAG`` where ``b`` leads, ``pid`` else; leaderless partitions under broker
+  -1, flagged).  Each record moves its partition's entries as ``BrokersToIsrs.update`` would
+  (removals for the previous ISR/leader in the previous set's iteration order, then additions
+  in the new one's).  ``finals`` maps each touched broker, in order of first touch, to its
+  entries once the run is applied (as the one-by-one replay leaves them: the current tuple without the
+  removed entries, then the added ones), ``moved`` holds the brokers whose entries of the topic
+  become empty before their last operation while they keep other topics (one by one the topic
+  then leaves their map and comes back at its end).  ``finals`` is None when a removal finds no
+  entry or a broker would be left with no topic at all before its last operation: the caller
+  replays the run one by one, which names the failing record.
+* ``attention`` lists the positions ``k`` whose record changes the leader, whose partition
+  has an ELR, or whose new leader is neither -1 nor in the previous ISR (an unclean
+  election): the caller counts elections, keeps the imbalanced set and logs for those.
+
+Nothing is changed: the caller writes ``news`` into ``parts`` and ``finals`` into the index.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+__all__ = ["LEADER_FLAG", "MAX_ISR", "RunScanner"]
+
+#: The index entry's flag for "this broker leads the partition" (bit 31: partition ids are
+#: never negative).
+LEADER_FLAG = 1 << 31
+_NO_LEADER = -1
+_NO_LEADER_CHANGE = -2
+#: The most ISR members a record or registration of a run may have (the native kernel's buffer);
+#: a longer ISR ends the run there (the caller replays that record one by one).
+MAX_ISR = 256
+_INT_MIN = -(1 << 31)
+_INT_MAX = (1 << 31) - 1
+_NULL_FIELDS = ("replicas", "directories", "removing_replicas", "adding_replicas", "eligible_leader_replicas",
+                "last_known_elr")
+_FIELDS = ("replicas", "directories", "isr", "removing_replicas", "adding_replicas", "leader",
+           "leader_recovery_state", "leader_epoch", "partition_epoch", "elr", "last_known_elr")
+
+_new_object = object.__new__
+_set = object.__setattr__
+
+
+def _broker_id(value: Any) -> bool:
+    """An exact int that fits Java's int (a broker id, a leader, -1, -2)."""
+    return type(value) is int and _INT_MIN <= value <= _INT_MAX
+
+
+def _broker_ids(values: Any) -> bool:
+    """A tuple or list of at most ``MAX_ISR`` broker ids."""
+    return len(values) <= MAX_ISR and all(_broker_id(v) for v in values)
+
+
+def _entries(pid: int, isr: Sequence[int], leader: int) -> dict[int, int]:
+    """broker -> the partition's index entry under it (``BrokersToIsrs._entries``)."""
+    members = set(isr)
+    if leader == _NO_LEADER:
+        members.add(_NO_LEADER)
+    return {b: pid | LEADER_FLAG if b == leader else pid for b in members}
+
+
+class RunScanner:
+    """Scans runs for one registration class (see the module doc)."""
+
+    def __init__(self, registration_cls: type, migrating: Any, change_api_key: int) -> None:
+        slots = registration_cls.__dict__.get("__slots__") if isinstance(registration_cls, type) else None
+        if slots is None or sorted(slots) != sorted(_FIELDS):
+            raise ValueError(f"RunScanner needs a class whose __slots__ are exactly {_FIELDS}, "
+                             f"not {registration_cls!r}")
+        self.registration_cls = registration_cls
+        self.migrating = migrating
+        self.change_api_key = change_api_key
+
+    def _directories(self, directories: tuple[Any, ...], n: int) -> tuple[Any, ...]:
+        """``_directories_or_migrating``: none or only MIGRATING ones become ``n`` MIGRATING."""
+        migrating = self.migrating
+        if directories and directories[0] != migrating:
+            return directories
+        if all(d == migrating for d in directories):
+            return (migrating,) * n
+        return directories
+
+    def _merge(self, prev: Any, change: Any) -> Any:
+        new: Any = _new_object(self.registration_cls)
+        _set(new, "replicas", prev.replicas)
+        _set(new, "directories", self._directories(prev.directories, len(prev.replicas)))
+        _set(new, "isr", prev.isr if change.isr is None else tuple(change.isr))
+        _set(new, "removing_replicas", prev.removing_replicas)
+        _set(new, "adding_replicas", prev.adding_replicas)
+        if change.leader == _NO_LEADER_CHANGE:
+            _set(new, "leader", prev.leader)
+            _set(new, "leader_epoch", prev.leader_epoch)
+        else:
+            _set(new, "leader", change.leader)
+            _set(new, "leader_epoch", prev.leader_epoch + 1)
+        _set(new, "leader_recovery_state", prev.leader_recovery_state)
+        _set(new, "partition_epoch", prev.partition_epoch + 1)
+        _set(new, "elr", prev.elr)
+        _set(new, "last_known_elr", prev.last_known_elr)
+        return new
+
+    @staticmethod
+    def _simple(record: Any) -> bool:
+        lrs = record.leader_recovery_state
+        if type(lrs) is not int or lrs != -1 or not _broker_id(record.leader):
+            return False
+        for name in _NULL_FIELDS:
+            if getattr(record, name) is not None:
+                return False
+        isr = record.isr
+        return isr is None or (type(isr) in (list, tuple) and _broker_ids(isr))
+
+    def scan(self, records: Sequence[Any], start: int, topic_id: Any, parts: Any, members: Any,
+             key: Any) -> tuple[int, list[int], list[Any], list[Any], dict[int, tuple[int, ...]] | None,
+                                set[int], list[int]] | None:
+        """The run from ``records[start]`` (see the module doc)."""
+        n = len(records)
+        cls: Any = self.registration_cls
+        api_key = self.change_api_key
+        pids: list[int] = []
+        prevs: list[Any] = []
+        news: list[Any] = []
+        attention: list[int] = []
+        seen: set[int] = set()
+        ops: dict[int, list[tuple[int, bool]]] = {}
+        j = start
+        while j < n:
+            record = records[j]
+            if record.API_KEY != api_key:
+                break
+            rec_topic = record.topic_id
+            if rec_topic is not topic_id and not rec_topic == topic_id:
+                break
+            pid = record.partition_id
+            if type(pid) is not int or not 0 <= pid < LEADER_FLAG or pid in seen or not self._simple(record):
+                break
+            prev: Any = parts.get(pid)
+            if (prev is None or type(prev) is not cls or type(prev.isr) is not tuple
+                    or type(prev.directories) is not tuple or not _broker_id(prev.leader)
+                    or not _broker_ids(prev.isr)):
+                break
+            new = self._merge(prev, record)
+            prev_e = _entries(pid, prev.isr, prev.leader)
+            next_e = _entries(pid, new.isr, new.leader)
+            for b, e in prev_e.items():
+                if next_e.get(b) != e:
+                    ops.setdefault(b, []).append((e, False))
+            for b, e in next_e.items():
+                if prev_e.get(b) != e:
+                    ops.setdefault(b, []).append((e, True))
+            if (new.leader != prev.leader or new.elr
+                    or not (new.leader == _NO_LEADER or new.leader in prev.isr)):
+                attention.append(len(pids))
+            pids.append(pid)
+            prevs.append(prev)
+            news.append(new)
+            seen.add(pid)
+            j += 1
+        if len(pids) < 2:
+            return None
+        computed = _run_entries(members, key, ops)
+        if computed is None:
+            return j, pids, prevs, news, None, set(), attention
+        return j, pids, prevs, news, computed[0], computed[1], attention
+
+
+def _run_entries(members: Any, key: Any, ops: dict[int, list[tuple[int, bool]]]
+                 ) -> tuple[dict[int, tuple[int, ...]], set[int]] | None:
+    """Each broker's entries once its operations are applied, and
+    the brokers whose entries empty before their last operation (None: a removal finds nothing,
+    or a broker would hold no topic at all before its last operation)."""
+    out: dict[int, tuple[int, ...]] = {}
+    moved: set[int] = set()
+    for broker_id, broker_ops in ops.items():
+        topic_map = members.get(broker_id)
+        current = list(() if topic_map is None else topic_map.get(key, ()))
+        other_topics = 0 if topic_map is None else len(topic_map) - (1 if current else 0)
+        last = len(broker_ops) - 1
+        removed: set[int] = set()
+        added: list[int] = []
+        for k, (entry, add) in enumerate(broker_ops):
+            if add:
+                added.append(entry)
+                continue
+            if entry in added:
+                added.remove(entry)
+            elif entry in current and entry not in removed:
+                removed.add(entry)
+            else:
+                return None
+            if k < last and len(current) - len(removed) + len(added) == 0:
+                if not other_topics:
+                    return None
+                moved.add(broker_id)
+        out[broker_id] = tuple(e for e in current if e not in removed) + tuple(added)
+    return out, moved
