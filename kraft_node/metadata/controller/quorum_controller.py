@@ -65,6 +65,7 @@ from kraft_node.metadata.controller.result import (
     MAX_RECORDS_PER_USER_OP,
     ApiMessageAndVersion,
     ControllerResult,
+    FramedRecord,
 )
 from kraft_node.metadata.versions import MetadataVersion
 from kraft_node.protocol.errors import Errors
@@ -174,9 +175,22 @@ class ControllerFuture(Generic[T]):
             self._callbacks.append(cb)
 
 
-def _partition_records(records: list[ApiMessageAndVersion]) -> int:
+def _has_partition_records(records: list[ApiMessageAndVersion], at_least: int) -> bool:
+    """Whether ``records`` hold ``at_least`` PartitionRecords (an already encoded one is
+    recognized by its frame header, not decoded)."""
     partition_record = m.PartitionRecord
-    return sum(1 for r in records if type(r.message) is partition_record)
+    key = partition_record.API_KEY
+    n = 0
+    for r in records:
+        if type(r) is FramedRecord:
+            if r.api_key != key:
+                continue
+        elif type(r.message) is not partition_record:
+            continue
+        n += 1
+        if n >= at_least:
+            return True
+    return False
 
 
 def _constant(value: int, _index: int) -> int:
@@ -646,7 +660,7 @@ class QuorumController:
             # framed, through the columnar path the standbys take (measured: the leader's CPU
             # per created partition -25..-58%, and its state comes from the committed bytes
             # exactly as theirs does); anything else replays the record objects
-            if len(records) >= MIN_COLUMNAR_RECORDS and _partition_records(records) >= MIN_COLUMNAR_RECORDS:
+            if len(records) >= MIN_COLUMNAR_RECORDS and _has_partition_records(records, MIN_COLUMNAR_RECORDS):
                 replay_framed_values(self, values, partial(operator.add, base))
             else:
                 self.replay_many([r.message for r in records], lambda i: base + i)

@@ -114,13 +114,12 @@ from kraft_node.metadata.controller.replication_control import (
     remember_topic_uuids,
     topic_key,
 )
-from kraft_node.metadata.controller.result import ApiMessageAndVersion
+from kraft_node.metadata.controller.result import ApiMessageAndVersion, FramedRecord
 from kraft_node.metadata.controller.topic_creation import has_collision_chars, unify_collision_chars
 from kraft_node.metadata.versions import MetadataVersion
 from kraft_storage.accel import load
 from kraft_storage.messages import metadata as m
 from kraft_storage.messages.columns import RecordTypeColumns, decode_bodies
-from kraft_storage.messages.framing import decode_metadata_record
 from kraft_storage.messages.runtime import Uuid
 from kraft_storage.timeline import LATEST_EPOCH, TimelineHashMap, TimelineHashSet, put_grouped
 
@@ -1224,35 +1223,6 @@ def _track(rc: "ReplicationControlManager", cols: _PartitionColumns, a: int, b: 
 # ---------------------------------------------------------------------------
 # Write
 # ---------------------------------------------------------------------------
-
-class FramedRecord(ApiMessageAndVersion):
-    """A record already encoded: ``encode()`` is its framed value, ``message`` decodes it on
-    demand (the snapshot writer only needs the bytes).  Equal to an ApiMessageAndVersion of
-    the same message and version."""
-
-    __slots__ = ("_value",)
-    _value: bytes
-
-    def __init__(self, value: bytes, version: int):
-        object.__setattr__(self, "_value", value)
-        object.__setattr__(self, "version", version)
-
-    @property
-    def message(self) -> Any:
-        return decode_metadata_record(self._value, 0)[2]
-
-    def encode(self) -> bytes:
-        return self._value
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, FramedRecord):
-            return self._value == other._value
-        if isinstance(other, ApiMessageAndVersion):
-            return bool(self.version == other.version and self.message == other.message)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
 
 def encode_partition_records(topic_ids: Sequence[Uuid], pids: Sequence[int], regs: Sequence[PartitionRegistration],
                              metadata_version: MetadataVersion | None, *,
