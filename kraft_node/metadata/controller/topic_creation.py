@@ -213,7 +213,9 @@ def random_topic_id(taken: Callable[[Uuid], bool] = lambda _u: False) -> Uuid:
     another topic, so the 2^-122 chance is ruled out for the price of one lookup)."""
     while True:
         u = Uuid.random()
-        if not str(u).startswith("-") and not taken(u):
+        # the text's first character is the URL-safe base64 digit of the first byte's top six
+        # bits; 62 is '-' (the same test as ``str(u).startswith("-")``, without the encoding)
+        if u.bytes[0] >> 2 != 62 and not taken(u):
             return u
 
 
@@ -249,7 +251,7 @@ class _WriteView:
     write, so every topic of a request sees what Kafka's per-call reads would."""
 
     __slots__ = ("_cluster", "_describer", "_active", "_dirs", "_usable", "metadata_version", "record_version",
-                 "config_cache", "_excluded")
+                 "config_cache", "_excluded", "_every_usable_active")
 
     def __init__(self, cluster: "ClusterControlManager", describer: KRaftClusterDescriber,
                  metadata_version: MetadataVersion, excluded: Callable[[int], bool] | None = None) -> None:
@@ -261,6 +263,7 @@ class _WriteView:
         self._active: dict[int, bool] = {}
         self._dirs: dict[int, Uuid] = {}
         self._usable: list[Any] | None = None
+        self._every_usable_active: bool | None = None
         self.metadata_version = metadata_version
         self.record_version = metadata_version.partition_record_version()
         #: a created topic's effective configs, by its creation configs (CreateTopics)
@@ -280,6 +283,14 @@ class _WriteView:
     def all_active(self, brokers: Iterable[int]) -> bool:
         is_active = self.is_active
         return all(is_active(b) for b in brokers)
+
+    def every_usable_broker_active(self) -> bool:
+        """Whether every broker the placer may use is active: then every placed row is its own
+        ISR, with no per-broker check (the common case; asked once per operation)."""
+        every = self._every_usable_active
+        if every is None:
+            every = self._every_usable_active = self.all_active(b.id for b in self.usable_brokers())
+        return every
 
     def default_dir(self, broker_id: int) -> Uuid:
         d = self._dirs.get(broker_id)
@@ -338,11 +349,9 @@ def new_partition_records(topic_id: Uuid, start: int, rows: Sequence[list[int]],
     no_values = np.zeros(0, np.int32)
     if version >= 1:
         default_dir = view.default_dir
-        dir_bytes: dict[int, bytes] = {}
-        for b in np.unique(replicas).tolist():
-            dir_bytes[b] = default_dir(b).bytes
-        directories = np.frombuffer(b"".join([dir_bytes[b] for b in replicas.tolist()]), np.uint8).reshape(-1, 16)
-        dir_offsets = replica_offsets
+        brokers, which = np.unique(replicas, return_inverse=True)
+        table = np.frombuffer(b"".join([default_dir(b).bytes for b in brokers.tolist()]), np.uint8).reshape(-1, 16)
+        directories, dir_offsets = table[which], replica_offsets
     else:
         directories, dir_offsets = np.zeros((0, 16), np.uint8), no_lists
     columns = (np.arange(start, start + n, dtype=np.int32), isr[isr_offsets[:-1]], zeros, zeros,
@@ -634,8 +643,8 @@ class TopicCreationMixin:
     def _isrs_or_explain(rows: Sequence[list[int]], replication_factor: int, view: _WriteView) -> list[list[int]]:
         """Each placed partition's ISR (its active replicas); a partition with none fails the
         topic with INVALID_REPLICATION_FACTOR, as the placer would have (Kafka's message)."""
-        if view.all_active({b for row in rows for b in row}):
-            return [list(row) for row in rows]
+        if view.every_usable_broker_active() or view.all_active({b for row in rows for b in row}):
+            return [list(row) for row in rows]  # (placed rows hold usable brokers only)
         isrs = [view.isr(row) for row in rows]
         if not all(isrs):
             raise ApiError(Errors.INVALID_REPLICATION_FACTOR,
