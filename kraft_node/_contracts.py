@@ -129,10 +129,16 @@ class ChangeReplayKernel(Protocol):
     """The index entry's bit for "this broker leads the partition" (1 << 31)."""
     MAX_ISR: int
     """The most ISR members a record or registration of a run may have."""
+    ENCODE_MAX_ISR: int
+    """The most ISR members ``encode_changes`` writes."""
 
     @property
     def RunScanner(self) -> type[RunScannerLike]:
         """The scanner."""
+
+    def encode_changes(self, messages: Any, change_cls: Any, header: bytes) -> list[bytes | None]:
+        """Each ISR/leader-only PartitionChangeRecord's framed value (``header`` + body), None for
+        any other message."""
 
 
 class ImageBulkKernel(Protocol):

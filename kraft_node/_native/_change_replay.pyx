@@ -32,7 +32,7 @@ entry names its partition, and a record removes a broker's entry before adding t
 from cpython.object cimport Py_EQ, PyObject
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 cdef extern from *:
     """
@@ -101,6 +101,9 @@ cdef extern from *:
     void kc_decref(PyObject* o)
     int kc_int_in(PyObject* o, long long lo, long long hi, long long* out)
     object PyTuple_New(Py_ssize_t n)
+    object PyBytes_FromStringAndSize(const char* v, Py_ssize_t n)
+    char* PyBytes_AS_STRING(object o)
+    Py_ssize_t PyBytes_GET_SIZE(object o)
     object PySequence_Tuple(object o)
     object PyLong_FromLongLong(long long v)
     int PyObject_RichCompareBool(PyObject* a, PyObject* b, int op) except -1
@@ -108,12 +111,14 @@ cdef extern from *:
     int PySet_Add(object s, object key) except -1
     object PyObject_GetAttr(object o, object name)
 
-__all__ = ["LEADER_FLAG", "MAX_ISR", "RunScanner"]
+__all__ = ["ENCODE_MAX_ISR", "LEADER_FLAG", "MAX_ISR", "RunScanner", "encode_changes"]
 
 LEADER_FLAG = 1 << 31
 MAX_ISR = 256
+ENCODE_MAX_ISR = 4096
 
 DEF C_MAX_ISR = 256
+DEF C_ENCODE_MAX_ISR = 4096
 DEF C_FLAG = 0x80000000
 DEF C_NO_LEADER = -1
 DEF C_NO_LEADER_CHANGE = -2
@@ -611,3 +616,101 @@ cdef inline Py_ssize_t _find(Py_ssize_t* table, uint32_t* cur, Py_ssize_t mask, 
             return table[h]
         h = (h + 1) & mask
     return -1
+
+
+# -- encoding ------------------------------------------------------------------------------------
+
+cdef inline Py_ssize_t _uvarint_len(uint64_t v):
+    cdef Py_ssize_t n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef inline char* _put_uvarint(char* p, uint64_t v):
+    while v >= 0x80:
+        p[0] = <char>((v & 0x7F) | 0x80)
+        p += 1
+        v >>= 7
+    p[0] = <char>v
+    return p + 1
+
+
+cdef inline char* _put_int32(char* p, long long v):
+    cdef uint32_t u = <uint32_t>v
+    p[0] = <char>(u >> 24)
+    p[1] = <char>(u >> 16)
+    p[2] = <char>(u >> 8)
+    p[3] = <char>u
+    return p + 4
+
+
+cdef object _encode_one(object msg, object change_cls, bytes header, long long* buf, Py_ssize_t cap):
+    """One message's framed value, or None (see the twin's ``encode_changes``)."""
+    cdef long long pid, leader, v
+    cdef Py_ssize_t n = 0, i, size, isr_body = 0, ntags = 0
+    cdef bint is_tuple
+    cdef char* p
+    cdef PyObject* o
+    if type(msg) is not change_cls:
+        return None
+    topic = getattr(msg.topic_id, "bytes", None)
+    if type(topic) is not bytes or PyBytes_GET_SIZE(topic) != 16:
+        return None
+    if not kc_int_in(<PyObject*>msg.partition_id, C_INT_MIN, C_INT_MAX, &pid):
+        return None
+    if not kc_int_in(<PyObject*>msg.leader, C_INT_MIN, C_INT_MAX, &leader):
+        return None
+    if not kc_int_in(<PyObject*>msg.leader_recovery_state, -1, -1, &v) or msg.unknown_tagged_fields:
+        return None
+    for name in _NULL_FIELDS:
+        if getattr(msg, name) is not None:
+            return None
+    isr = msg.isr
+    if isr is not None:
+        is_tuple = kc_is_exact_tuple(<PyObject*>isr)
+        if not is_tuple and not kc_is_exact_list(<PyObject*>isr):
+            return None
+        n = len(isr)
+        if n > cap:
+            return None  # the caller's buffer: the generated writer takes it
+        for i in range(n):
+            o = kc_tuple_item(<PyObject*>isr, i) if is_tuple else kc_list_item(<PyObject*>isr, i)
+            if not kc_int_in(o, C_INT_MIN, C_INT_MAX, &buf[i]):
+                return None
+        isr_body = _uvarint_len(n + 1) + 4 * n
+        ntags += 1
+    if leader != C_NO_LEADER_CHANGE:
+        ntags += 1
+    size = PyBytes_GET_SIZE(header) + 4 + 16 + 1
+    if isr is not None:
+        size += 1 + _uvarint_len(isr_body) + isr_body
+    if leader != C_NO_LEADER_CHANGE:
+        size += 6
+    out = PyBytes_FromStringAndSize(NULL, size)
+    p = PyBytes_AS_STRING(out)
+    memcpy(p, PyBytes_AS_STRING(header), PyBytes_GET_SIZE(header))
+    p += PyBytes_GET_SIZE(header)
+    p = _put_int32(p, pid)
+    memcpy(p, PyBytes_AS_STRING(topic), 16)
+    p += 16
+    p = _put_uvarint(p, ntags)
+    if isr is not None:
+        p = _put_uvarint(p, 0)
+        p = _put_uvarint(p, isr_body)
+        p = _put_uvarint(p, n + 1)
+        for i in range(n):
+            p = _put_int32(p, buf[i])
+    if leader != C_NO_LEADER_CHANGE:
+        p[0] = 1
+        p[1] = 4
+        p = _put_int32(p + 2, leader)
+    return out
+
+
+def encode_changes(messages, change_cls, bytes header not None):
+    """Each ISR/leader-only PartitionChangeRecord's framed value, None for any other message
+    (see the twin)."""
+    cdef long long buf[C_ENCODE_MAX_ISR]
+    return [_encode_one(msg, change_cls, header, buf, C_ENCODE_MAX_ISR) for msg in messages]

@@ -96,10 +96,66 @@ from kraft_node.metadata.controller.partition_changes import (
 from kraft_node.metadata.controller.replication_control import LEADER_FLAG, NO_LEADER, TopicIdPartition
 from kraft_node.metadata.controller.result import ApiMessageAndVersion, ControllerResult
 from kraft_node.protocol.errors import Errors
+from kraft_storage.accel import load
 from kraft_storage.messages import metadata as m
+from kraft_storage.messages.framing import frame_header
 from kraft_storage.messages.runtime import Uuid
 
 log = logging.getLogger("kraft.controller.replication")
+_change_replay = load("_change_replay", package="kraft_node")
+_objects = load("_bulk_objects", package="kraft_node")
+
+
+class EncodedChange(ApiMessageAndVersion):
+    """A lifecycle change's PartitionChangeRecord encoded as soon as its step is built:
+    ``message`` is the record (the active controller replays it, the step's own checks read
+    it), ``encode()`` the framed value ``_change_replay.encode_changes`` wrote (the generated
+    writer's bytes, ~0.25 us instead of ~2.5 us a record: a controlled shutdown of a broker
+    in 30k ISRs writes 30k of them).  Equal to an ApiMessageAndVersion of the same message and
+    version, whichever side of ``==`` it is on."""
+
+    __slots__ = ("_value",)
+    _value: bytes
+
+    def encode(self) -> bytes:
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ApiMessageAndVersion):
+            return bool(self.version == other.version and self.message == other.message)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_ENCODED_SLOTS = ("message", "version", "_value")
+#: the record versions whose ISR/leader-only body ``encode_changes`` writes (0-2: the fields
+#: that differ by version are null in such a record)
+_ENCODED_VERSIONS = frozenset((0, 1, 2))
+
+
+def encode_changes(records: list[ApiMessageAndVersion], start: int) -> None:
+    """Replace each ISR/leader-only PartitionChangeRecord of ``records[start:]`` (an exact
+    ApiMessageAndVersion at version 0-2) by an :class:`EncodedChange` of it, in place: the
+    records a step just built.  The others stay as they are (the generated writer encodes
+    them when they are appended)."""
+    n = len(records)
+    if n <= start:
+        return
+    version = records[start].version
+    picked = [k for k in range(start, n)
+              if type(records[k]) is ApiMessageAndVersion and records[k].version == version
+              and type(records[k].message) is m.PartitionChangeRecord]
+    if not picked or version not in _ENCODED_VERSIONS:
+        return
+    messages = [records[k].message for k in picked]
+    values = _change_replay.encode_changes(messages, m.PartitionChangeRecord,
+                                           frame_header(m.PartitionChangeRecord.API_KEY, version))
+    keep = [i for i, v in enumerate(values) if v is not None]
+    made = _objects.new_objects(EncodedChange, _ENCODED_SLOTS,
+                                [[messages[i] for i in keep], [version] * len(keep), [values[i] for i in keep]])
+    for i, record in zip(keep, made):
+        records[picked[i]] = record
 
 #: One step examines at most this many partitions per record it may write.
 EXAMINE_FACTOR = 4
@@ -609,7 +665,9 @@ class BrokerLifecycle:
                 walked.update(id(c) for c in zone.changes)
                 continue
             walked.update(id(c) for c in zone.changes)
-            if self._step_zone(zone, records, budget, deadline):
+            finished = self._step_zone(zone, records, budget, deadline)
+            encode_changes(records, 0)  # the walk is its result's first writer
+            if finished:
                 self._zones.remove(zone)
                 for c in zone.changes:
                     if c.zone is zone:
@@ -778,8 +836,11 @@ class BrokerLifecycle:
         from now, see ``PartitionChangeContext.result_deadline_ns``)."""
         if deadline_ns is None:
             deadline_ns = self.ctx.result_deadline_ns()
+        start = len(records)
         with self.ctx.reading_once():
-            return self._step_once(change, records, limit, deadline_ns)
+            done = self._step_once(change, records, limit, deadline_ns)
+        encode_changes(records, start)
+        return done
 
     def _step_once(self, change: PendingChange, records: list[ApiMessageAndVersion], limit: int,
                    deadline_ns: int | None = None) -> bool:
