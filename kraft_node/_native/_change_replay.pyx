@@ -28,6 +28,11 @@ path: ``finals`` None), each addition is kept in order, and the final tuple is t
 items not removed (the same int objects) followed by the added entries.  A removal never finds
 its entry among the run's additions: the records of a run have distinct partition ids, an
 entry names its partition, and a record removes a broker's entry before adding the new one.
+
+Topic ids and directory ids are compared without a Python call when both are of
+``migrating``'s class and it keeps its 16 bytes in a ``_b`` slot (``kraft_storage``'s Uuid,
+whose ``__eq__`` compares exactly those bytes); a standby decodes a new Uuid object for every
+record, so ``==`` was two Python calls a record.
 """
 from cpython.object cimport Py_EQ, PyObject
 from libc.stdint cimport int64_t, uint32_t, uint64_t
@@ -63,6 +68,13 @@ cdef extern from *:
         *(PyObject**)((char*)obj + off) = v;
     }
     static inline int kc_is_exact_int(PyObject* o) { return PyLong_CheckExact(o); }
+    static inline PyObject* kc_type(PyObject* o) { return (PyObject*)Py_TYPE(o); }
+    /* two 16-byte bytes objects' contents equal: 1, unequal: 0, not both 16 bytes: -1 */
+    static inline int kc_bytes16_eq(PyObject* a, PyObject* b) {
+        if (a == NULL || b == NULL || !PyBytes_CheckExact(a) || !PyBytes_CheckExact(b)
+                || PyBytes_GET_SIZE(a) != 16 || PyBytes_GET_SIZE(b) != 16) return -1;
+        return memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), 16) == 0;
+    }
     static inline int kc_is_exact_tuple(PyObject* o) { return PyTuple_CheckExact(o); }
     static inline int kc_is_exact_list(PyObject* o) { return PyList_CheckExact(o); }
     static inline Py_ssize_t kc_tuple_size(PyObject* o) { return PyTuple_GET_SIZE(o); }
@@ -91,6 +103,8 @@ cdef extern from *:
     void kc_init_slot(PyObject* obj, Py_ssize_t off, PyObject* v)
     void kc_init_slot_steal(PyObject* obj, Py_ssize_t off, PyObject* v)
     int kc_is_exact_int(PyObject* o)
+    PyObject* kc_type(PyObject* o)
+    int kc_bytes16_eq(PyObject* a, PyObject* b)
     int kc_is_exact_tuple(PyObject* o)
     int kc_is_exact_list(PyObject* o)
     Py_ssize_t kc_tuple_size(PyObject* o)
@@ -202,6 +216,9 @@ cdef class RunScanner:
     cdef readonly object migrating
     cdef readonly object change_api_key
     cdef Py_ssize_t off[NFIELDS]
+    # the Uuid class (``type(migrating)``) and its ``_b`` slot (16 bytes), when it has one
+    cdef object uuid_cls
+    cdef Py_ssize_t uuid_off
 
     def __init__(self, registration_cls, migrating, change_api_key):
         slots = registration_cls.__dict__.get("__slots__") if isinstance(registration_cls, type) else None
@@ -220,6 +237,24 @@ cdef class RunScanner:
         self.registration_cls = registration_cls
         self.migrating = migrating
         self.change_api_key = change_api_key
+        self.uuid_cls = type(migrating)
+        self.uuid_off = -1
+        descr = self.uuid_cls.__dict__.get("_b")
+        if descr is not None:
+            self.uuid_off = kc_member_offset(<PyObject*>descr)
+
+    cdef inline int _eq(self, PyObject* a, PyObject* b) except -1:
+        """``a == b`` (``PyObject_RichCompareBool``), without a Python call for two Uuids of
+        ``migrating``'s class: their 16 bytes (the ``_b`` slot) compared, which is what
+        ``kraft_storage.messages.runtime.Uuid.__eq__`` does."""
+        cdef int r
+        if a == b:
+            return 1
+        if self.uuid_off >= 0 and kc_type(a) == <PyObject*>self.uuid_cls and kc_type(b) == <PyObject*>self.uuid_cls:
+            r = kc_bytes16_eq(kc_get_slot(a, self.uuid_off), kc_get_slot(b, self.uuid_off))
+            if r >= 0:
+                return r
+        return PyObject_RichCompareBool(a, b, Py_EQ)
 
     cdef object _directories(self, PyObject* dirs, Py_ssize_t n, PyObject** cache, int* ncache):
         """The twin's ``_directories`` (``_directories_or_migrating``) of a tuple: known
@@ -237,7 +272,7 @@ cdef class RunScanner:
                 for c in range(ncache[0]):
                     if cache[c] == first:
                         return <object>dirs
-                r = PyObject_RichCompareBool(first, mig, Py_EQ)
+                r = self._eq(first, mig)
                 if not r:
                     if ncache[0] < DIR_CACHE:
                         cache[ncache[0]] = first
@@ -248,7 +283,7 @@ cdef class RunScanner:
             first = kc_tuple_item(dirs, i)
             if first != mig:
                 same = False
-                if not PyObject_RichCompareBool(first, mig, Py_EQ):
+                if not self._eq(first, mig):
                     return <object>dirs
         if same:
             return <object>dirs
@@ -295,8 +330,7 @@ cdef class RunScanner:
                 if not PyObject_RichCompareBool(<PyObject*>rec_key, <PyObject*>api_key, Py_EQ):
                     break
                 rec_topic = PyObject_GetAttr(record, _A_TOPIC_ID)
-                if rec_topic is not topic_id and not PyObject_RichCompareBool(
-                        <PyObject*>rec_topic, <PyObject*>topic_id, Py_EQ):
+                if not self._eq(<PyObject*>rec_topic, <PyObject*>topic_id):
                     break
                 pid_obj = PyObject_GetAttr(record, _A_PARTITION_ID)
                 if not kc_int_in(<PyObject*>pid_obj, 0, C_INT_MAX, &pid) or PySet_Contains(seen, pid_obj):
