@@ -140,6 +140,11 @@ class ChangeReplayKernel(Protocol):
         """Each ISR/leader-only PartitionChangeRecord's framed value (``header`` + body), None for
         any other message."""
 
+    def encode_records(self, records: list[Any], start: int, record_cls: Any, encoded_cls: Any, change_cls: Any,
+                       headers: tuple[bytes | None, ...]) -> int:
+        """In place, the records of ``records[start:]`` whose message ``encode_changes`` writes made
+        ``encoded_cls`` ones carrying the value; how many."""
+
 
 class ImageBulkKernel(Protocol):
     """``_image_bulk``: record values joined into one buffer for the columnar decoder (caller:

@@ -125,7 +125,7 @@ cdef extern from *:
     int PySet_Add(object s, object key) except -1
     object PyObject_GetAttr(object o, object name)
 
-__all__ = ["ENCODE_MAX_ISR", "LEADER_FLAG", "MAX_ISR", "RunScanner", "encode_changes"]
+__all__ = ["ENCODE_MAX_ISR", "LEADER_FLAG", "MAX_ISR", "RunScanner", "encode_changes", "encode_records"]
 
 LEADER_FLAG = 1 << 31
 MAX_ISR = 256
@@ -748,3 +748,57 @@ def encode_changes(messages, change_cls, bytes header not None):
     (see the twin)."""
     cdef long long buf[C_ENCODE_MAX_ISR]
     return [_encode_one(msg, change_cls, header, buf, C_ENCODE_MAX_ISR) for msg in messages]
+
+
+cdef Py_ssize_t _slot_offset(cls, str name) except -1:
+    """The offset of ``cls``'s plain object slot ``name`` (declared by it or a base)."""
+    cdef Py_ssize_t off
+    for klass in cls.__mro__:
+        descr = klass.__dict__.get(name)
+        if descr is not None:
+            off = kc_member_offset(<PyObject*>descr)
+            if off >= 0:
+                return off
+            break
+    raise ValueError(f"{cls.__name__}.{name} is not a plain object slot")
+
+
+def encode_records(list records, Py_ssize_t start, record_cls, encoded_cls, change_cls, tuple headers):
+    """Replace, in place, each record of ``records[start:]`` of exactly ``record_cls`` whose
+    message ``encode_changes`` writes by an ``encoded_cls`` of the same message and version
+    and the value (see the twin); the number replaced."""
+    cdef long long buf[C_ENCODE_MAX_ISR]
+    cdef long long version
+    cdef Py_ssize_t k, n = len(records), replaced = 0
+    cdef Py_ssize_t off_message, off_version, off_value
+    cdef PyObject* new_obj
+    cdef PyObject* r
+    if encoded_cls.__new__ is not object.__new__ or not issubclass(encoded_cls, record_cls):
+        raise ValueError(f"{encoded_cls!r} must be a slotted subclass of {record_cls!r} without its own __new__")
+    off_message = _slot_offset(encoded_cls, "message")
+    off_version = _slot_offset(encoded_cls, "version")
+    off_value = _slot_offset(encoded_cls, "_value")
+    for k in range(start, n):
+        r = kc_list_item(<PyObject*>records, k)
+        if kc_type(r) != <PyObject*>record_cls:
+            continue
+        rec = <object>r
+        version_obj = rec.version
+        if not kc_int_in(<PyObject*>version_obj, 0, len(headers) - 1, &version):
+            continue
+        header = headers[version]
+        if header is None:
+            continue
+        message = rec.message
+        value = _encode_one(message, change_cls, header, buf, C_ENCODE_MAX_ISR)
+        if value is None:
+            continue
+        new_obj = kc_alloc(<PyObject*>encoded_cls)
+        new = <object>new_obj
+        kc_decref(new_obj)
+        kc_init_slot(new_obj, off_message, <PyObject*>message)
+        kc_init_slot(new_obj, off_version, <PyObject*>version_obj)
+        kc_init_slot(new_obj, off_value, <PyObject*>value)
+        records[k] = new
+        replaced += 1
+    return replaced

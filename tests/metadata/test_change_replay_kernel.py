@@ -372,3 +372,38 @@ def test_a_step_encodes_its_records_once_and_they_equal_the_plain_ones() -> None
     assert records == [fence, *plain, other] and [fence, *plain, other] == records
     assert records[1] != plain[2] and plain[2] != records[1]
     assert records[1].message is plain[0].message
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(change_messages(), st.sampled_from([0, 1, 2, 3, -1]), st.integers(0, 5)), max_size=10),
+       st.integers(0, 3))
+def test_encode_records_swaps_the_same_records_in_both_twins(items: list[Any], start: int) -> None:
+    """In place: exactly the ApiMessageAndVersions whose message the encoder writes at a version with
+    a header become EncodedChanges, the same in both twins, with the generated writer's bytes."""
+    from kraft_node.metadata.controller.leadership import _ENCODED_HEADERS, EncodedChange
+    from kraft_node.metadata.controller.result import ApiMessageAndVersion, FramedRecord
+    plain = []
+    for msg, version, kind in items:
+        if kind == 0 and version in (0, 1, 2) and _generic(msg, version) is not None:
+            plain.append(FramedRecord(_generic(msg, version), version))  # type: ignore[arg-type]
+        else:
+            plain.append(ApiMessageAndVersion(msg, version))
+    outs = []
+    for mod in (PURE, NATIVE):
+        records = list(plain)
+        n = mod.encode_records(records, start, ApiMessageAndVersion, EncodedChange, m.PartitionChangeRecord,
+                               _ENCODED_HEADERS)
+        outs.append((n, [type(r) for r in records]))
+        for k, (before, after) in enumerate(zip(plain, records)):
+            if k < start or type(before) is not ApiMessageAndVersion:
+                assert after is before
+            elif type(after) is EncodedChange:
+                assert after.message is before.message and after.version is before.version
+                assert after.encode() == _generic(before.message, before.version)
+            else:
+                assert after is before
+                assert (before.version not in (0, 1, 2)
+                        or PURE.encode_changes([before.message], m.PartitionChangeRecord,
+                                               _ENCODED_HEADERS[before.version]) == [None])
+        assert n == sum(type(r) is EncodedChange for r in records)
+    assert outs[0] == outs[1]

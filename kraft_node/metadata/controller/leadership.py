@@ -103,7 +103,6 @@ from kraft_storage.messages.runtime import Uuid
 
 log = logging.getLogger("kraft.controller.replication")
 _change_replay = load("_change_replay", package="kraft_node")
-_objects = load("_bulk_objects", package="kraft_node")
 
 
 class EncodedChange(ApiMessageAndVersion):
@@ -128,34 +127,19 @@ class EncodedChange(ApiMessageAndVersion):
     __hash__ = None  # type: ignore[assignment]
 
 
-_ENCODED_SLOTS = ("message", "version", "_value")
-#: the record versions whose ISR/leader-only body ``encode_changes`` writes (0-2: the fields
-#: that differ by version are null in such a record)
-_ENCODED_VERSIONS = frozenset((0, 1, 2))
+#: the frame headers of the record versions whose ISR/leader-only body the kernel writes (0-2:
+#: the fields that differ by version are null in such a record)
+_ENCODED_HEADERS = tuple(frame_header(m.PartitionChangeRecord.API_KEY, v) for v in (0, 1, 2))
 
 
 def encode_changes(records: list[ApiMessageAndVersion], start: int) -> None:
     """Replace each ISR/leader-only PartitionChangeRecord of ``records[start:]`` (an exact
     ApiMessageAndVersion at version 0-2) by an :class:`EncodedChange` of it, in place: the
-    records a step just built.  The others stay as they are (the generated writer encodes
-    them when they are appended)."""
-    n = len(records)
-    if n <= start:
-        return
-    version = records[start].version
-    picked = [k for k in range(start, n)
-              if type(records[k]) is ApiMessageAndVersion and records[k].version == version
-              and type(records[k].message) is m.PartitionChangeRecord]
-    if not picked or version not in _ENCODED_VERSIONS:
-        return
-    messages = [records[k].message for k in picked]
-    values = _change_replay.encode_changes(messages, m.PartitionChangeRecord,
-                                           frame_header(m.PartitionChangeRecord.API_KEY, version))
-    keep = [i for i, v in enumerate(values) if v is not None]
-    made = _objects.new_objects(EncodedChange, _ENCODED_SLOTS,
-                                [[messages[i] for i in keep], [version] * len(keep), [values[i] for i in keep]])
-    for i, record in zip(keep, made):
-        records[picked[i]] = record
+    records a step just built (``_change_replay.encode_records``).  The others stay as they
+    are (the generated writer encodes them when they are appended)."""
+    if len(records) > start:
+        _change_replay.encode_records(records, start, ApiMessageAndVersion, EncodedChange, m.PartitionChangeRecord,
+                                      _ENCODED_HEADERS)
 
 #: One step examines at most this many partitions per record it may write.
 EXAMINE_FACTOR = 4
