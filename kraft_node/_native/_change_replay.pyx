@@ -125,7 +125,19 @@ cdef extern from *:
     int PySet_Add(object s, object key) except -1
     object PyObject_GetAttr(object o, object name)
 
-__all__ = ["ENCODE_MAX_ISR", "LEADER_FLAG", "MAX_ISR", "RunScanner", "encode_changes", "encode_records"]
+__all__ = ["ATTN_ELR", "ATTN_FROM_ELR", "ATTN_LEADER", "ATTN_PREFERRED", "ATTN_UNCLEAN", "ENCODE_MAX_ISR",
+           "LEADER_FLAG", "MAX_ISR", "RunScanner", "encode_changes", "encode_records"]
+
+ATTN_LEADER = 1
+ATTN_PREFERRED = 2
+ATTN_UNCLEAN = 4
+ATTN_FROM_ELR = 8
+ATTN_ELR = 16
+DEF C_ATTN_LEADER = 1
+DEF C_ATTN_PREFERRED = 2
+DEF C_ATTN_UNCLEAN = 4
+DEF C_ATTN_FROM_ELR = 8
+DEF C_ATTN_ELR = 16
 
 LEADER_FLAG = 1 << 31
 MAX_ISR = 256
@@ -311,7 +323,8 @@ cdef class RunScanner:
         cdef PyObject* o
         cdef PyObject* cls = <PyObject*>self.registration_cls
         cdef PyObject* new_obj
-        cdef bint fresh, found, attend
+        cdef bint fresh, found, in_isr
+        cdef int flags
         cdef int side
         cdef object rec_isr, record, pid_obj, leader_obj, prev_obj, new_isr, new_leader_obj, prev_isr_obj
         cdef object api_key = self.change_api_key
@@ -469,15 +482,27 @@ cdef class RunScanner:
                         ops[nops].entry = ne[i]
                         nops += 1
                 # leader changed, an ELR, or an unclean election: the caller looks at it
-                attend = new_leader != prev_leader or bool(<object>kc_get_slot(prev, self.off[F_ELR]))
-                if not attend and new_leader != C_NO_LEADER:
-                    attend = True
-                    for i in range(np_):
-                        if pv[i] == new_leader and pv[i] != C_NO_LEADER:
-                            attend = False
-                            break
-                if attend:
-                    attention.append(len(pids))
+                flags = 0
+                if new_leader != prev_leader:
+                    flags |= C_ATTN_LEADER
+                if kc_tuple_size(kc_get_slot(prev, self.off[F_ELR])) if kc_is_exact_tuple(
+                        kc_get_slot(prev, self.off[F_ELR])) else bool(<object>kc_get_slot(prev, self.off[F_ELR])):
+                    flags |= C_ATTN_ELR
+                in_isr = False
+                for i in range(np_):
+                    if pv[i] == new_leader and pv[i] != C_NO_LEADER:
+                        in_isr = True
+                        break
+                if new_leader != C_NO_LEADER and not in_isr:
+                    flags |= C_ATTN_UNCLEAN
+                if flags:
+                    replicas = <object>kc_get_slot(prev, self.off[F_REPLICAS])
+                    if (new_leader == C_NO_LEADER) if not replicas else PyObject_RichCompareBool(
+                            <PyObject*>new.leader, <PyObject*>replicas[0], Py_EQ):
+                        flags |= C_ATTN_PREFERRED
+                    if new_leader >= 0 and not in_isr and new.leader in <object>kc_get_slot(prev, self.off[F_ELR]):
+                        flags |= C_ATTN_FROM_ELR
+                    attention.append((len(pids), flags))
                 pids.append(pid_obj)
                 prevs.append(prev_obj)
                 news.append(new)

@@ -40,9 +40,13 @@ topic_id, parts, members, key)``):
   then leaves their map and comes back at its end).  ``finals`` is None when a removal finds no
   entry or a broker would be left with no topic at all before its last operation: the caller
   replays the run one by one, which names the failing record.
-* ``attention`` lists the positions ``k`` whose record changes the leader, whose partition
-  has an ELR, or whose new leader is neither -1 nor in the previous ISR (an unclean
-  election): the caller counts elections, keeps the imbalanced set and logs for those.
+* ``attention`` lists ``(k, flags)`` for the positions ``k`` whose record changes the leader
+  (``ATTN_LEADER``), whose partition has an ELR (``ATTN_ELR``: the caller checks it against the
+  new ISR), or whose new leader is neither -1 nor in the previous ISR (``ATTN_UNCLEAN``: an
+  unclean election, logged); for those, ``ATTN_PREFERRED``: the new leader is the preferred
+  replica (``replicas[0]``, -1 without replicas: the imbalanced set's rule), ``ATTN_FROM_ELR``:
+  the new leader was in the previous ELR and not the previous ISR (an election from the ELR).
+  The caller counts elections, keeps the imbalanced set and logs from these.
 
 Nothing is changed: the caller writes ``news`` into ``parts`` and ``finals`` into the index.
 
@@ -78,13 +82,20 @@ from __future__ import annotations
 import struct
 from typing import Any, Sequence
 
-__all__ = ["ENCODE_MAX_ISR", "LEADER_FLAG", "MAX_ISR", "RunScanner", "encode_changes", "encode_records"]
+__all__ = ["ATTN_ELR", "ATTN_FROM_ELR", "ATTN_LEADER", "ATTN_PREFERRED", "ATTN_UNCLEAN", "ENCODE_MAX_ISR",
+           "LEADER_FLAG", "MAX_ISR", "RunScanner", "encode_changes", "encode_records"]
 
 #: The index entry's flag for "this broker leads the partition" (bit 31: partition ids are
 #: never negative).
 LEADER_FLAG = 1 << 31
 _NO_LEADER = -1
 _NO_LEADER_CHANGE = -2
+#: ``attention`` flags (see the module doc)
+ATTN_LEADER = 1
+ATTN_PREFERRED = 2
+ATTN_UNCLEAN = 4
+ATTN_FROM_ELR = 8
+ATTN_ELR = 16
 #: The most ISR members a record or registration of a run may have (the native kernel's buffer);
 #: a longer ISR ends the run there (the caller replays that record one by one).
 MAX_ISR = 256
@@ -173,7 +184,7 @@ class RunScanner:
 
     def scan(self, records: Sequence[Any], start: int, topic_id: Any, parts: Any, members: Any,
              key: Any) -> tuple[int, list[int], list[Any], list[Any], dict[int, tuple[int, ...]] | None,
-                                set[int], list[int]] | None:
+                                set[int], list[tuple[int, int]]] | None:
         """The run from ``records[start]`` (see the module doc)."""
         n = len(records)
         cls: Any = self.registration_cls
@@ -181,7 +192,7 @@ class RunScanner:
         pids: list[int] = []
         prevs: list[Any] = []
         news: list[Any] = []
-        attention: list[int] = []
+        attention: list[tuple[int, int]] = []
         seen: set[int] = set()
         ops: dict[int, list[tuple[int, bool]]] = {}
         j = start
@@ -209,9 +220,14 @@ class RunScanner:
             for b, e in next_e.items():
                 if prev_e.get(b) != e:
                     ops.setdefault(b, []).append((e, True))
-            if (new.leader != prev.leader or new.elr
-                    or not (new.leader == _NO_LEADER or new.leader in prev.isr)):
-                attention.append(len(pids))
+            flags = ((ATTN_LEADER if new.leader != prev.leader else 0) | (ATTN_ELR if new.elr else 0)
+                     | (0 if new.leader == _NO_LEADER or new.leader in prev.isr else ATTN_UNCLEAN))
+            if flags:
+                if new.leader == (prev.replicas[0] if prev.replicas else _NO_LEADER):
+                    flags |= ATTN_PREFERRED
+                if new.leader >= 0 and new.leader in prev.elr and new.leader not in prev.isr:
+                    flags |= ATTN_FROM_ELR
+                attention.append((len(pids), flags))
             pids.append(pid)
             prevs.append(prev)
             news.append(new)

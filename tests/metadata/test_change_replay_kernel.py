@@ -190,7 +190,8 @@ def test_a_shutdown_run_walks_every_record_natively() -> None:
     for mod in (PURE, NATIVE):
         end, pids, _prevs, news, finals, moved, attention = _scanner(mod).scan(recs, 0, TOPIC, parts, members, KEY)
         assert end == 200 and pids == list(range(200)) and moved == set()
-        assert attention == [p for p in range(200) if p % 3 == 0]
+        # the leader moves from broker 0 (the preferred replica) to broker 1: not preferred any more
+        assert attention == [(p, mod.ATTN_LEADER) for p in range(200) if p % 3 == 0]
         assert finals[0] == ()
         assert sorted(finals[1]) == sorted([p | FLAG for p in range(200) if p % 3 in (0, 1)]
                                            + [p for p in range(200) if p % 3 == 2])
@@ -267,11 +268,13 @@ def test_the_manager_state_is_the_same_through_either_kernel_and_one_by_one(
     base, ids, creation = _world(layout)
     recs = [m.PartitionChangeRecord(topic_id=ids[t], partition_id=p, **f) for t, p, f in changes]
     outcomes = []
-    for how in ("one", "pure", "native"):
+    for how in ("one", "pure", "native", "native, logging at DEBUG"):
         ctx = base if how == "one" else _replica(layout, creation)
         rc = ctx.replication_control
         error: int | None = None
         with monkeypatch.context() as patch:
+            if "DEBUG" in how:  # the apply takes its plain way for every record
+                patch.setattr(rcm.log, "isEnabledFor", lambda level: True)
             if how == "one":
                 rc.fast_simple_changes = False
                 for i, r in enumerate(recs):
@@ -289,6 +292,7 @@ def test_the_manager_state_is_the_same_through_either_kernel_and_one_by_one(
         outcomes.append((error, _state(ctx)))
     assert outcomes[1] == outcomes[0]
     assert outcomes[2] == outcomes[0]
+    assert outcomes[3] == outcomes[0]
 
 
 # -- encoding --------------------------------------------------------------------------------------

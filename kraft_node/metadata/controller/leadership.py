@@ -73,8 +73,10 @@ How a step builds each partition's record: :mod:`.lifecycle_bulk` answers the co
 ("the ISR without B, a clean leader") without a PartitionChangeBuilder, the settings read once
 a step and who may lead cached by broker and directory; anything else (reassignments, ELR
 work, no clean leader left, unfencing) falls back to the builder, with the same record byte
-for byte.  On every controller, runs of such records of one topic are replayed in bulk
-(``ReplicationControlManager.replay_partition_changes``) and single ones by a short path.
+for byte.  Each step's ISR/leader-only records are encoded as soon as they are built, natively
+(:class:`EncodedChange`, ``_change_replay.encode_records``: the generated writer's bytes without
+its per-record overhead).  On every controller, runs of such records of one topic are replayed
+in bulk (``ReplicationControlManager.replay_partition_changes``) and single ones by a short path.
 
 Soft state only: ``deactivate`` (renounce) drops every pending change, since the records
 they counted on are reverted with the registry.
