@@ -131,6 +131,16 @@ class ChangeReplayKernel(Protocol):
     """The most ISR members a record or registration of a run may have."""
     ENCODE_MAX_ISR: int
     """The most ISR members ``encode_changes`` writes."""
+    ATTN_LEADER: int
+    """``attention`` flag: the record changes the leader."""
+    ATTN_PREFERRED: int
+    """``attention`` flag: the new leader is the preferred replica."""
+    ATTN_UNCLEAN: int
+    """``attention`` flag: the new leader is neither -1 nor in the previous ISR."""
+    ATTN_FROM_ELR: int
+    """``attention`` flag: the new leader comes from the previous ELR."""
+    ATTN_ELR: int
+    """``attention`` flag: the partition has an ELR."""
 
     @property
     def RunScanner(self) -> type[RunScannerLike]:
