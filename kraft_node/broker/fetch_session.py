@@ -148,6 +148,9 @@ class FetchContext:
     uses_topic_ids: bool = False
     privileged: bool = False
     expected_epoch: int = 0
+    #: (incremental) the session's CachedPartition of each item, in the same order: what the session
+    #: last answered, which lets the leader skip building an answer the session would drop
+    cached: list[CachedPartition] = field(default_factory=list)
 
 
 class FetchSessionCache:
@@ -259,13 +262,18 @@ class FetchSessionCache:
             return FetchContext("sessionless", list(items))
         self.touch(session, self._clock_ms())
         session.epoch = next_epoch(session.epoch)
-        return FetchContext("incremental", [(c.topic, c.topic_id, c.request) for c in session.partitions.values()],
-                            session=session, uses_topic_ids=uses_ids, expected_epoch=session.epoch)
+        in_order = list(session.partitions.values())
+        return FetchContext("incremental", [(c.topic, c.topic_id, c.request) for c in in_order],
+                            session=session, uses_topic_ids=uses_ids, expected_epoch=session.epoch, cached=in_order)
 
     def finish(self, ctx: FetchContext, answers: list[tuple[str | None, Any, Any]]) -> tuple[Errors, int, list[int]]:
         """The answer's (top-level error, session id, indexes of ``answers`` to send) for
         ``answers`` -- one (topic name, topic id, PartitionData) per item of ``ctx`` -- and the
-        session's bookkeeping (Kafka's ``updateAndGenerateResponseData``)."""
+        session's bookkeeping (Kafka's ``updateAndGenerateResponseData``).  In an incremental
+        context a PartitionData of None stands for an answer the leader did not build because
+        it holds nothing the session does not have (no records, no error, no diverging epoch,
+        the high watermark and log start offset the session last sent: see ``_read_fetch`` in
+        partition_apis.py): ``must_respond`` would drop it and change nothing, so it is skipped."""
         everything = list(range(len(answers)))
         if ctx.kind == "error":
             return ctx.error, INVALID_SESSION_ID, []
@@ -284,6 +292,8 @@ class FetchSessionCache:
             return Errors.INVALID_FETCH_SESSION_EPOCH, session.id, []
         keep = []
         for i, ((name, topic_id, req), (_n, _t, pd)) in enumerate(zip(ctx.items, answers)):
+            if pd is None:
+                continue
             key = _key(ctx.uses_topic_ids, name, topic_id, int(req.partition))
             cached = session.partitions.get(key)
             if cached is None:

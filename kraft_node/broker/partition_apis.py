@@ -65,7 +65,12 @@ from typing import Any
 
 import numpy as np
 
-from kraft_node.broker.fetch_session import FetchContext, FetchSessionCache, max_session_slots_from_properties
+from kraft_node.broker.fetch_session import (
+    CachedPartition,
+    FetchContext,
+    FetchSessionCache,
+    max_session_slots_from_properties,
+)
 from kraft_node.broker.log.producer_state import ProducerStateError
 from kraft_node.broker.log.validator import (
     ProduceValidationError,
@@ -160,6 +165,9 @@ class PartitionApis:
         #: KIP-227 incremental fetch sessions (``max.incremental.fetch.session.cache.slots``)
         self.fetch_sessions = FetchSessionCache(max_session_slots_from_properties(self._props),
                                                 clock_ms=self._clock_ms)
+        #: serve a follower session's idle partitions without a read (``_read_fetch``); False reads
+        #: every partition (the tests' oracle)
+        self.skip_idle_reads = True
         #: counters for the broker's metrics (Kafka's BrokerTopicMetrics totals)
         self.produce_requests = 0
         self.fetch_requests = 0
@@ -340,14 +348,16 @@ class PartitionApis:
         client = (body.rack_id or None, ctx.listener) if version >= 11 and replica_id < 0 else None
         max_bytes = int(body.max_bytes)
         parts: list[Partition | None] = []
+        tps: list[TopicPartition] = []
+        # an incremental session of a follower: partitions with nothing new are not built (None)
+        idle = fctx.cached if fctx.kind == "incremental" and replica_id >= 0 and self.skip_idle_reads else None
         first = self._read_fetch(fctx.items, max_bytes, version, replica_id, zero_copy, client, parts,
-                                 replica_epoch=replica_epoch)
-        total = sum(len(pd.records) for _n, _t, pd in first)
+                                 replica_epoch=replica_epoch, idle=idle, tps=tps)
+        total = sum(len(pd.records) for _n, _t, pd in first if pd is not None)
         # Kafka answers at once without a wait, with enough bytes (min_bytes 0 included), an error,
         # a diverging epoch or a preferred read replica
         if int(body.max_wait_ms) <= 0 or total >= int(body.min_bytes) or _must_answer(first):
             return self._fetch_answer(fctx, first)
-        tps = self._fetch_partitions(fctx.items, version)
         from_follower = replica_id >= 0
         # a consumer that a leader may send to a closer replica: that answer depends on the
         # followers' states too, so every wake-up re-reads (no cheap check)
@@ -370,15 +380,23 @@ class PartitionApis:
                 # DelayedFetch re-reads on expiry; here an idle follower fetch of 10,000
                 # partitions costs the leader's loop ~0.2-0.3 s a read, twice per max wait).
                 answers, read_parts = prev
-                for (_n, _t, pd), part in zip(answers, read_parts):
-                    if part is not None and pd.error_code == 0:
+                for i, ((_n, _t, pd), part) in enumerate(zip(answers, read_parts)):
+                    if part is None:
+                        continue
+                    if pd is None:  # not built (idle): it is if the high watermark moved meanwhile
+                        assert idle is not None
+                        c = idle[i]
+                        if part.high_watermark != c.high_watermark:
+                            pd = _idle_answer(c.request, part.high_watermark, c.log_start_offset)
+                            answers[i] = (_n, _t, pd)
+                    elif pd.error_code == 0:
                         pd.high_watermark = pd.last_stable_offset = part.high_watermark
                 ctx.respond(self._fetch_answer(fctx, answers))
                 return True
             read_parts = []
             answers = self._read_fetch(fctx.items, max_bytes, version, replica_id, zero_copy, client, read_parts,
-                                       replica_epoch=replica_epoch)
-            size = sum(len(pd.records) for _n, _t, pd in answers)
+                                       replica_epoch=replica_epoch, idle=idle)
+            size = sum(len(pd.records) for _n, _t, pd in answers if pd is not None)
             if force or size >= int(body.min_bytes) or _must_answer(answers):
                 ctx.respond(self._fetch_answer(fctx, answers))
                 return True
@@ -425,62 +443,81 @@ class PartitionApis:
         return _FR(throttle_time_ms=0, error_code=int(error), session_id=session_id, responses=topics,
                    node_endpoints=[])
 
-    def _fetch_partitions(self, items: list[tuple[Any, Any, Any]], version: int) -> list[TopicPartition]:
-        out: list[TopicPartition] = []
-        for topic, topic_id, fp in items:
-            name, _err = self._topic_name(topic, topic_id, version >= 13)
-            if name is not None:
-                out.append(TopicPartition(name, int(fp.partition)))
-        return out
-
     def _read_fetch(self, items: list[tuple[Any, Any, Any]], max_bytes: int, version: int, replica_id: int,
                     zero_copy: bool = False, client: tuple[str | None, str] | None = None,
-                    parts: list[Partition | None] | None = None, *,
-                    replica_epoch: int = -1) -> list[tuple[Any, Any, Any]]:
+                    parts: list[Partition | None] | None = None, *, replica_epoch: int = -1,
+                    idle: list[CachedPartition] | None = None,
+                    tps: list[TopicPartition] | None = None) -> list[tuple[Any, Any, Any]]:
         """Read ``items`` ((topic name, topic id, request partition) in order) within
         ``max_bytes``; one (topic name, topic id, PartitionData) each.  ``parts``, when given,
         gets the local Partition each answer was read from (None: none was).  ``replica_epoch``:
-        a follower's broker epoch (Fetch v15+; -1 when not sent)."""
+        a follower's broker epoch (Fetch v15+; -1 when not sent).  ``tps``, when given, gets the
+        TopicPartition of every item whose topic is known (what a parked fetch watches).
+
+        ``idle`` (a follower's incremental session: the CachedPartition of each item): a
+        partition whose fetch offset is the log end offset has nothing to read, and when the
+        session already has its high watermark and log start offset (and there is no error nor
+        diverging epoch) the session drops its answer: the follower's fetch state is updated
+        exactly as a read does (:meth:`_update_follower`: caught-up time, ISR expansion, high
+        watermark) but no PartitionData is built and no log read: its entry is None
+        (``FetchSessionCache.finish`` skips it).  An idle 10,000-partition follower session cost
+        the leader's loop a log read and a PartitionData per partition per fetch (session 21)."""
         by_id = version >= 13
         remaining = max(max_bytes, 0)
         got_data = False
         now = self._clock_ms()
         out: list[tuple[Any, Any, Any]] = []
         names: dict[Any, tuple[str | None, Errors]] = {}
-        for topic, topic_id, fp in items:
+        get_partition = self.replicas.get_partition
+        for k, (topic, topic_id, fp) in enumerate(items):
             key = topic_id if by_id else topic
             resolved = names.get(key)
             if resolved is None:
                 resolved = names[key] = self._topic_name(topic, topic_id, by_id)
             name, topic_error = resolved
-            pd = _FR.PartitionData(partition_index=fp.partition, error_code=0, high_watermark=-1,
-                                   last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
-                                   preferred_read_replica=-1, records=b"")
-            out.append((topic, topic_id, pd))
             if parts is not None:
                 parts.append(None)
             if topic_error != Errors.NONE or name is None:
-                pd.error_code = int(topic_error)
+                out.append((topic, topic_id, _idle_answer(fp, -1, -1, int(topic_error))))
                 continue
             tp = TopicPartition(name, int(fp.partition))
-            part = self.replicas.get_partition(tp)
+            if tps is not None:
+                tps.append(tp)
+            part = get_partition(tp)
             if parts is not None:
                 parts[-1] = part
             if part is None:
                 err = self._partition_error(tp)
                 if err == Errors.UNKNOWN_TOPIC_OR_PARTITION and by_id:
                     err = Errors.UNKNOWN_TOPIC_ID
-                pd.error_code = int(err)
+                out.append((topic, topic_id, _idle_answer(fp, -1, -1, int(err))))
                 continue
-            limit = max(min(int(fp.partition_max_bytes), remaining), 0)
+            pd: Any = None
             try:
+                if idle is not None:
+                    kl = part.log
+                    c = idle[k]
+                    # (a closed log: the read's error, below; -1: the session must send it again)
+                    if int(fp.fetch_offset) == kl.log_end_offset and c.high_watermark >= 0 and not kl._closed:
+                        pd = self._idle_partition(part, fp, version, replica_id, now, replica_epoch, c)
+                        out.append((topic, topic_id, pd))
+                        continue
+                pd = _idle_answer(fp, -1, -1)
+                out.append((topic, topic_id, pd))
+                limit = max(min(int(fp.partition_max_bytes), remaining), 0)
                 n = self._read_partition(part, fp, pd, version, replica_id, limit, not got_data, now, zero_copy,
                                          client, replica_epoch)
             except PartitionError as exc:
+                if pd is None:  # (the idle path fails before it fills anything)
+                    pd = _idle_answer(fp, -1, -1)
+                    out.append((topic, topic_id, pd))
                 pd.error_code = int(exc.error)
                 continue
             except Exception:  # noqa: BLE001 - this partition's answer, not the connection's
                 log.exception("fetch of %s failed", tp)
+                if pd is None:
+                    pd = _idle_answer(fp, -1, -1)
+                    out.append((topic, topic_id, pd))
                 pd.error_code = int(Errors.UNKNOWN_SERVER_ERROR)
                 pd.records = b""
                 continue
@@ -488,6 +525,47 @@ class PartitionApis:
                 got_data = True
                 remaining = max(remaining - n, 0)
         return out
+
+    def _idle_partition(self, part: Partition, fp: Any, version: int, replica_id: int, now: int,
+                        replica_epoch: int, cached: CachedPartition) -> Any:
+        """A follower's fetch of ``part`` at its log end offset (the idle path of
+        :meth:`_read_fetch`): the same checks and fetch state update as :meth:`_read_partition`,
+        then None when the answer would hold only what the session has (``cached``), else the
+        PartitionData a read gives (no records: nothing is past the log end)."""
+        part.check_leader_epoch(int(fp.current_leader_epoch) if version >= 9 else -1, require_leader=True)
+        kl = part.log
+        end = self._update_follower(part, kl, fp, version, replica_id, now, replica_epoch)
+        if end is not None:
+            pd = _idle_answer(fp, part.high_watermark, kl.log_start_offset)
+            pd.diverging_epoch = _FR.EpochEndOffset(epoch=end.epoch, end_offset=end.end_offset)
+            return pd
+        hw = part.high_watermark
+        start = kl.log_start_offset
+        if hw == cached.high_watermark and start == cached.log_start_offset:
+            return None
+        return _idle_answer(fp, hw, start)
+
+    def _update_follower(self, part: Partition, kl: KafkaLog, fp: Any, version: int, replica_id: int, now: int,
+                         replica_epoch: int) -> Any:
+        """A follower's fetch on the leader: the diverging epoch's end (an EpochEnd) when the
+        follower's last fetched epoch ends below its fetch offset here (v12+: then nothing is
+        updated), else None after its fetch state is updated (which may move the high
+        watermark and propose an ISR expansion)."""
+        fetch_offset = int(fp.fetch_offset)
+        last_fetched = int(fp.last_fetched_epoch) if version >= 12 else -1
+        if last_fetched >= 0:
+            end = kl.end_offset_for_epoch(last_fetched)
+            if end.epoch < last_fetched or end.end_offset < fetch_offset:
+                return end
+        follower_start = int(fp.log_start_offset) if version >= 5 else -1
+        state = part.remote_replicas.get(replica_id)
+        start_moved = state is not None and 0 <= follower_start != state.log_start_offset
+        # a moved high watermark completes produces (and wakes consumers); a moved follower
+        # start, DeleteRecords.  Only on a change: a parked follower fetch re-run must not wake itself
+        if part.update_follower_fetch_state(replica_id, fetch_offset, now, follower_start,
+                                            broker_epoch=replica_epoch) or start_moved:
+            self.replicas.on_high_watermark_or_append(part.topic_partition)
+        return None
 
     def _read_partition(self, part: Partition, fp: Any, pd: Any, version: int, replica_id: int, limit: int,
                         min_one: bool, now: int, zero_copy: bool = False,
@@ -506,23 +584,13 @@ class PartitionApis:
                 pd.preferred_read_replica = preferred
                 return 0
         if from_follower:
-            last_fetched = int(fp.last_fetched_epoch) if version >= 12 else -1
-            if last_fetched >= 0:
-                end = kl.end_offset_for_epoch(last_fetched)
-                if end.epoch < last_fetched or end.end_offset < fetch_offset:
-                    pd.diverging_epoch = _FR.EpochEndOffset(epoch=end.epoch, end_offset=end.end_offset)
-                    pd.high_watermark = part.high_watermark
-                    pd.last_stable_offset = part.high_watermark
-                    pd.log_start_offset = kl.log_start_offset
-                    return 0
-            follower_start = int(fp.log_start_offset) if version >= 5 else -1
-            state = part.remote_replicas.get(replica_id)
-            start_moved = state is not None and 0 <= follower_start != state.log_start_offset
-            # a moved high watermark completes produces (and wakes consumers); a moved follower
-            # start, DeleteRecords.  Only on a change: a parked follower fetch re-run must not wake itself
-            if part.update_follower_fetch_state(replica_id, fetch_offset, now, follower_start,
-                                                broker_epoch=replica_epoch) or start_moved:
-                self.replicas.on_high_watermark_or_append(part.topic_partition)
+            end = self._update_follower(part, kl, fp, version, replica_id, now, replica_epoch)
+            if end is not None:
+                pd.diverging_epoch = _FR.EpochEndOffset(epoch=end.epoch, end_offset=end.end_offset)
+                pd.high_watermark = part.high_watermark
+                pd.last_stable_offset = part.high_watermark
+                pd.log_start_offset = kl.log_start_offset
+                return 0
             max_offset = None
         else:
             max_offset = part.high_watermark
@@ -775,8 +843,18 @@ def _file_region(data: FetchData) -> FileRegion:
     return FileRegion(data.fd, data.position, data.length, data, lambda: segment.generation == generation)
 
 
+def _idle_answer(fp: Any, high_watermark: int, log_start_offset: int, error_code: int = 0) -> Any:
+    """A PartitionData with no records for request partition ``fp`` (the last stable offset is
+    the high watermark: no transactions)."""
+    return _FR.PartitionData(partition_index=fp.partition, error_code=error_code, high_watermark=high_watermark,
+                             last_stable_offset=high_watermark, log_start_offset=log_start_offset,
+                             aborted_transactions=None, preferred_read_replica=-1, records=b"")
+
+
 def _must_answer(answers: list[tuple[Any, Any, Any]]) -> bool:
-    """An error, a diverging epoch or a preferred read replica: answered without waiting."""
-    return any(p.error_code != 0 or p.preferred_read_replica >= 0
-               or p.diverging_epoch is not None and p.diverging_epoch.epoch >= 0 for _n, _t, p in answers)
+    """An error, a diverging epoch or a preferred read replica: answered without waiting (None:
+    an idle partition not built, see ``PartitionApis._read_fetch``)."""
+    return any(p is not None and (p.error_code != 0 or p.preferred_read_replica >= 0
+                                  or p.diverging_epoch is not None and p.diverging_epoch.epoch >= 0)
+               for _n, _t, p in answers)
 
