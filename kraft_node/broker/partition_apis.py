@@ -408,7 +408,7 @@ class PartitionApis:
         self.replicas.park_fetch(tps, int(body.max_wait_ms), retry, may_complete)
         return DEFERRED
 
-    def _fetch_positions(self, tps: list[TopicPartition], from_follower: bool) -> list[tuple[Any, ...]]:
+    def _fetch_positions(self, tps: list[TopicPartition], from_follower: bool) -> list[Any]:
         """What a parked fetch's answer depends on, per watched partition (Kafka's
         ``DelayedFetch.tryComplete`` looks at the same before it reads): the local replica (a
         new one after a re-creation), its leader and leader epoch (errors, diverging epochs), its
@@ -416,17 +416,31 @@ class PartitionApis:
         for a follower, the high watermark for a consumer.  While none of these changed, a retry
         would read what the fetch already found (less than ``min_bytes``), so it is skipped: a
         follower's parked fetch is not re-read when only the high watermark moved (the other
-        follower's fetch in an RF 3 acks=all round), nor a consumer's when only the log end moved."""
-        out: list[tuple[Any, ...]] = []
+        follower's fetch in an RF 3 acks=all round), nor a consumer's when only the log end moved.
+
+        Layout: one flat list, five slots a partition (the Partition or None, then its leader
+        id, leader epoch, log start offset and end; four Nones without a local replica), so
+        that two snapshots compare equal exactly when every partition's five values do.  Flat:
+        no tuple a partition -- a parked fetch keeps its snapshot alive past the young
+        generations, and 10,000 tuples a snapshot, two snapshots a fetch, cost the idle leader
+        both the building and the collector's walks (session 21)."""
+        out: list[Any] = []
+        add = out.append
         get = self.replicas.partitions.get
         for tp in tps:
             part = get(tp)
+            add(part)
             if part is None:
-                out.append((None,))
+                add(None)
+                add(None)
+                add(None)
+                add(None)
                 continue
             kl = part.log
-            end = kl.log_end_offset if from_follower else part.high_watermark
-            out.append((part, part.leader_id, part.leader_epoch, kl.log_start_offset, end))
+            add(part.leader_id)
+            add(part.leader_epoch)
+            add(kl.log_start_offset)
+            add(kl.log_end_offset if from_follower else part.high_watermark)
         return out
 
     def _fetch_answer(self, fctx: FetchContext, answers: list[tuple[Any, Any, Any]]) -> Any:
