@@ -173,6 +173,20 @@ def test_remove_topic_returns_its_name() -> None:
     assert names == ["foo", None, None, None, None, None, "bam"]
 
 
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 40), changed=st.sets(st.integers(0, 45)), asked=st.lists(st.integers(-2, 50), max_size=30))
+def test_get_many_is_get_of_each(n: int, changed: set[int], asked: list[int]) -> None:
+    """TopicPartitions.get_many (the loader's bulk lookup of previous states) equals get() per id:
+    block rows, overrides on top of them, partitions added past the block, absent ids."""
+    base = TopicImage("t", Uuid.random(), {p: reg([p % 5, (p + 1) % 5], [p % 5], p % 5, p, p) for p in range(n)})
+    parts = base.partitions.compacted()  # one block
+    overlay = {p: reg([9], [9], 9, 100 + p, 100 + p) for p in changed}
+    parts = parts.with_changes(overlay, added=[p for p in changed if p >= n])
+    asked_all = asked + sorted(changed)
+    assert parts.get_many(asked_all) == [parts.get(p) for p in asked_all]
+    assert parts.get_many([]) == []
+
+
 def test_basic_local_changes() -> None:
     local = 3
     records = list(DELTA1_RECORDS) + [
