@@ -82,6 +82,8 @@ from __future__ import annotations
 import struct
 from typing import Any, Sequence
 
+from kraft_storage.messages.runtime import uvarint_bytes
+
 __all__ = ["ATTN_ELR", "ATTN_FROM_ELR", "ATTN_LEADER", "ATTN_PREFERRED", "ATTN_UNCLEAN", "ENCODE_MAX_ISR",
            "LEADER_FLAG", "MAX_ISR", "RunScanner", "encode_changes", "encode_records"]
 
@@ -273,15 +275,6 @@ def _run_entries(members: Any, key: Any, ops: dict[int, list[tuple[int, bool]]]
     return out, moved
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _int32s(values: Any) -> bool:
     return all(_broker_id(v) for v in values)
 
@@ -304,11 +297,11 @@ def encode_changes(messages: Sequence[Any], change_cls: Any, header: bytes) -> l
                                          and _int32s(isr)))):
                 tags = []
                 if isr is not None:
-                    body = _uvarint(len(isr) + 1) + struct.pack(f">{len(isr)}i", *isr)
-                    tags.append(b"\x00" + _uvarint(len(body)) + body)
+                    body = uvarint_bytes(len(isr) + 1) + struct.pack(f">{len(isr)}i", *isr)
+                    tags.append(b"\x00" + uvarint_bytes(len(body)) + body)
                 if msg.leader != _NO_LEADER_CHANGE:
                     tags.append(b"\x01\x04" + struct.pack(">i", msg.leader))
-                value = header + struct.pack(">i", msg.partition_id) + topic + _uvarint(len(tags)) + b"".join(tags)
+                value = header + struct.pack(">i", msg.partition_id) + topic + uvarint_bytes(len(tags)) + b"".join(tags)
         out.append(value)
     return out
 
